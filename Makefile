@@ -1,0 +1,39 @@
+# pandastack: `make run` sets up the host and serves; `make test` is what CI runs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PANDASTACK_HOME ?= /var/lib/pandastack
+
+.PHONY: run test deps venv lint typecheck layers pytest bench clean-state
+
+run: deps venv
+	$(BIN)/pandastack setup
+	$(BIN)/pandastack serve
+
+test: deps venv lint typecheck layers pytest
+
+deps:
+	@bash scripts/host-deps.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+layers: venv
+	$(BIN)/lint-imports
+
+pytest: venv
+	$(BIN)/pytest
+
+bench: deps venv
+	$(BIN)/python bench/create.py

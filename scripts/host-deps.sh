@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the host runtime needs. Idempotent and quiet when all are present,
+# so `make test` and `make run` can call it every time.
+set -euo pipefail
+
+packages=(
+  qemu-system-x86 qemu-utils
+  mmdebstrap
+  busybox-static cpio
+  e2fsprogs xfsprogs
+  iproute2 nftables
+  python3-venv
+  ca-certificates
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  [[ "$pkg" == \#* ]] && continue
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]})); then
+  if [[ $EUID -ne 0 ]]; then
+    echo "host-deps: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "host-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

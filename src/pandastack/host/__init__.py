@@ -1,0 +1,1 @@
+"""The host runtime: VMM drivers, guest images, templates, storage and sandbox lifecycle."""

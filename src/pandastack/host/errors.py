@@ -1,0 +1,51 @@
+"""Errors raised by the host runtime.
+
+    HostError
+    ├── SetupError            host preparation (packages, images, templates) failed
+    ├── VMMError              the VMM could not start, restore, snapshot or stop a VM
+    ├── SandboxNotFound       no such sandbox on this host
+    └── AgentError            anything about the guest agent channel
+        ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
+        ├── AgentProtocolError     the guest sent bytes that are not a valid frame
+        └── GuestOSError           an operation failed inside the guest (errno + message)
+"""
+
+from __future__ import annotations
+
+
+class HostError(Exception):
+    """Base of every error the host runtime raises on purpose."""
+
+
+class SetupError(HostError):
+    pass
+
+
+class VMMError(HostError):
+    pass
+
+
+class SandboxNotFound(HostError):
+    pass
+
+
+class AgentError(HostError):
+    pass
+
+
+class AgentConnectionError(AgentError):
+    pass
+
+
+class AgentProtocolError(AgentError):
+    pass
+
+
+class GuestOSError(AgentError):
+    """An operation failed inside the guest; `errno_name` is e.g. "ENOENT", "ENOSPC"."""
+
+    def __init__(self, errno_name: str, message: str, path: str | None = None) -> None:
+        super().__init__(f"{errno_name}: {message}" + (f" ({path})" if path else ""))
+        self.errno_name = errno_name
+        self.message = message
+        self.path = path
