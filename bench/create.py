@@ -1,0 +1,177 @@
+"""Create latency and idle cost of sandboxes, against the raw floor measured in the same run.
+
+Create latency: N sequential creates from `base`, each timed from the call to the end of its
+first successful exec (`true`). The floor: the same snapshot restored by bare QEMU (same
+command line, overlay written the same way) plus one trivial exec sent through a raw socket
+with hand-made frames: no runtime bookkeeping, no init message, no client library.
+
+Idle cost: K sandboxes left idle; CPU share from /proc/PID/stat over a window, and PSS /
+private memory from /proc/PID/smaps_rollup.
+
+Usage: python bench/create.py [--n 30] [--idle 20] [--idle-window 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pandastack.guest import protocol
+from pandastack.host.config import HostConfig
+from pandastack.host.disk import create_overlay
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.templates import Template
+from pandastack.host.vmm import VMMDriver, VMPaths
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+async def floor_once(driver: VMMDriver, tmpl: Template, workdir: Path) -> float:
+    started = time.perf_counter()
+    workdir.mkdir(parents=True)
+    disk = workdir / "disk.qcow2"
+    create_overlay(disk, tmpl.disk, tmpl.disk_bytes)
+    paths = VMPaths(workdir)
+    vm = await driver.restore(paths, tmpl.snapshot, disk)
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        while True:
+            try:
+                sock.connect(str(paths.agent_socket))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                await asyncio.sleep(0.001)
+        sock.sendall(protocol.frame("hello", 0, v=1, nonce="floor")
+                     + protocol.frame("exec", 1, argv=["true"]))
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        decoder = protocol.FrameDecoder()
+        synced = False
+        while True:
+            data = await asyncio.wait_for(loop.sock_recv(sock, 65536), 30)
+            if not data:
+                raise RuntimeError("agent closed the channel")
+            decoder.feed(data)
+            if not synced:
+                hello = decoder.scan(lambda f: f.t == "hello")
+                if hello is None:
+                    continue
+                synced = True
+            while (frame := decoder.next_frame()) is not None:
+                if frame.id == 1 and frame.t == "exit":
+                    elapsed = time.perf_counter() - started
+                    sock.close()
+                    return elapsed
+                if frame.t == "error":
+                    raise RuntimeError(f"floor exec failed: {frame.header}")
+    finally:
+        vm.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def product_once(rt: HostRuntime) -> tuple[float, float]:
+    started = time.perf_counter()
+    sbx = await rt.create("base")
+    created = time.perf_counter()
+    result = await sbx.exec(["true"])
+    elapsed = time.perf_counter() - started
+    assert result.exit_code == 0, result
+    await rt.kill(sbx.id)
+    return elapsed, created - started
+
+
+def proc_cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def proc_memory_kib(pid: int) -> tuple[int, int]:
+    pss = private = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key == "Pss":
+                pss = int(rest.split()[0])
+            elif key in ("Private_Clean", "Private_Dirty"):
+                private += int(rest.split()[0])
+    return pss, private
+
+
+async def idle_cost(rt: HostRuntime, count: int, window: float) -> dict[str, float]:
+    sandboxes = [await rt.create("base") for _ in range(count)]
+    for sbx in sandboxes:  # every sandbox did some real work once
+        await sbx.exec(["true"])
+    await asyncio.sleep(5)
+    before = {s.pid: proc_cpu_ticks(s.pid) for s in sandboxes}
+    t0 = time.monotonic()
+    await asyncio.sleep(window)
+    wall = time.monotonic() - t0
+    cpu = [(proc_cpu_ticks(s.pid) - before[s.pid]) / CLK_TCK / wall * 100 for s in sandboxes]
+    mem = [proc_memory_kib(s.pid) for s in sandboxes]
+    for sbx in sandboxes:
+        await rt.kill(sbx.id)
+    return {
+        "cpu_pct_mean": statistics.mean(cpu),
+        "cpu_pct_max": max(cpu),
+        "pss_mib_mean": statistics.mean(m[0] for m in mem) / 1024,
+        "private_mib_mean": statistics.mean(m[1] for m in mem) / 1024,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=30)
+    parser.add_argument("--idle", type=int, default=20)
+    parser.add_argument("--idle-window", type=float, default=20.0)
+    args = parser.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="psb-", dir="/tmp"))
+    rt = HostRuntime(HostConfig.from_env(state_dir=state), progress=lambda m: print(m))
+    try:
+        await rt.start()
+        tmpl = await rt.ensure_template("base")
+        driver = rt.driver
+        print(f"accelerator: {driver.accel}; template {tmpl.key}")
+        # Warm the host page cache for the template files once, for both sides alike.
+        await floor_once(driver, tmpl, state / "warm")
+        await product_once(rt)
+        floor: list[float] = []
+        product: list[float] = []
+        ready: list[float] = []
+        for i in range(args.n):  # interleaved so that drift hits both alike
+            floor.append(await floor_once(driver, tmpl, state / f"floor-{i}"))
+            total, create_only = await product_once(rt)
+            product.append(total)
+            ready.append(create_only)
+        f50, f99 = pct(floor, 50) * 1000, pct(floor, 99) * 1000
+        p50, p99 = pct(product, 50) * 1000, pct(product, 99) * 1000
+        r50 = pct(ready, 50) * 1000
+        print(f"floor   (bare restore + exec): p50 {f50:7.1f} ms  p99 {f99:7.1f} ms")
+        print(f"product (create + first exec): p50 {p50:7.1f} ms  p99 {p99:7.1f} ms")
+        print(f"product create() alone:        p50 {r50:7.1f} ms")
+        print(f"ratio p50/floor-p50 {p50 / f50:.2f}   p99/floor-p50 {p99 / f50:.2f}")
+        if args.idle:
+            idle = await idle_cost(rt, args.idle, args.idle_window)
+            print(f"idle x{args.idle}: cpu mean {idle['cpu_pct_mean']:.2f}% of a core "
+                  f"(max {idle['cpu_pct_max']:.2f}%), PSS mean {idle['pss_mib_mean']:.1f} MiB, "
+                  f"private mean {idle['private_mib_mean']:.1f} MiB")
+    finally:
+        await rt.kill_all()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,58 @@
+"""Host runtime configuration, read from the environment with safe defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_HOME = Path("/var/lib/pandastack")
+ACCEL_CHOICES = ("auto", "kvm", "tcg")
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Where the runtime keeps its files and how it runs VMs.
+
+    `home` holds caches and templates (shared by every runtime on the machine); `state_dir`
+    holds one directory per live sandbox. Tests point `state_dir` at a private directory so
+    they can assert that nothing is left behind, while still sharing the template cache.
+    """
+
+    home: Path = DEFAULT_HOME
+    state_dir: Path | None = None
+    accel: str = "auto"
+    tb_size_mb: int = 64
+    qemu_binary: str = "qemu-system-x86_64"
+    agent_timeout_s: float = 30.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.accel not in ACCEL_CHOICES:
+            raise ValueError(f"accel must be one of {ACCEL_CHOICES}, not {self.accel!r}")
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> HostConfig:
+        env = os.environ
+        values: dict[str, object] = {
+            "home": Path(env.get("PANDASTACK_HOME", str(DEFAULT_HOME))),
+            "accel": env.get("PANDASTACK_ACCEL", "auto"),
+        }
+        if "PANDASTACK_STATE_DIR" in env:
+            values["state_dir"] = Path(env["PANDASTACK_STATE_DIR"])
+        if "PANDASTACK_TB_SIZE_MB" in env:
+            values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def sandboxes_dir(self) -> Path:
+        return self.state_dir if self.state_dir is not None else self.home / "sandboxes"
+
+    @property
+    def templates_dir(self) -> Path:
+        return self.home / "templates"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"

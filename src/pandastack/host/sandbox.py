@@ -1,0 +1,139 @@
+"""`SandboxHandle`: one live sandbox, its VMM process and its agent channel.
+
+The agent connection is (re)opened on demand: after a host restart, or after the guest sent
+garbage and the old connection was declared broken, the next call reconnects and resyncs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+
+from .agent_client import AgentClient, ExecResult, FileInfo
+from .errors import AgentConnectionError
+from .vmm import VMProcess
+
+OutputCallback = Callable[[bytes], Awaitable[None] | None]
+
+
+class SandboxHandle:
+    def __init__(self, sandbox_id: str, vm: VMProcess, hostname: str, created_at: float,
+                 agent_timeout: float, *, template: str = "base"):
+        self.id = sandbox_id
+        self.vm = vm
+        self.hostname = hostname
+        self.created_at = created_at
+        self.template = template
+        self._agent_timeout = agent_timeout
+        self._agent: AgentClient | None = None
+        self._lock = asyncio.Lock()
+        self.ready_ms: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<SandboxHandle {self.id} pid={self.vm.pid}>"
+
+    @property
+    def pid(self) -> int:
+        return self.vm.pid
+
+    @property
+    def workdir(self) -> os.PathLike[str]:
+        return self.vm.paths.workdir
+
+    def is_alive(self) -> bool:
+        return self.vm.is_alive()
+
+    async def initialize(self, machine_id: str) -> None:
+        """First contact after restore: fresh clock, entropy, hostname and machine-id."""
+        started = time.monotonic()
+        agent = await self.agent()
+        await agent.init(time_ns=time.time_ns(), entropy=os.urandom(64),
+                         hostname=self.hostname, machine_id=machine_id)
+        self.ready_ms = (time.monotonic() - started) * 1000
+
+    async def agent(self) -> AgentClient:
+        if self._agent is not None and not self._agent.broken:
+            return self._agent
+        async with self._lock:
+            if self._agent is not None and not self._agent.broken:
+                return self._agent
+            if self._agent is not None:
+                await self._agent.close()
+                self._agent = None
+            if not self.vm.is_alive():
+                raise AgentConnectionError(f"sandbox {self.id}: VM process is not running")
+            early, self.vm.agent_connection = self.vm.agent_connection, None
+            if early is not None:
+                self._agent = await AgentClient.from_socket(early, timeout=self._agent_timeout)
+            else:
+                self._agent = await AgentClient.connect(self.vm.paths.agent_socket,
+                                                        timeout=self._agent_timeout)
+            return self._agent
+
+    async def disconnect(self) -> None:
+        if self._agent is not None:
+            await self._agent.close()
+            self._agent = None
+
+    async def destroy(self) -> None:
+        """Kill the VM and remove every file the sandbox had."""
+        await self.disconnect()
+        await asyncio.to_thread(self.vm.kill)
+        await asyncio.to_thread(shutil.rmtree, self.vm.paths.workdir, True)
+
+    # -- guest operations -----------------------------------------------------------------
+
+    async def exec(self, cmd: str | Sequence[str], *, timeout: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None,
+                   stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
+                   on_stderr: OutputCallback | None = None) -> ExecResult:
+        agent = await self.agent()
+        return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
+                                on_stdout=on_stdout, on_stderr=on_stderr)
+
+    async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
+                    cwd: str | None = None) -> int:
+        return await (await self.agent()).spawn(cmd, env=env, cwd=cwd)
+
+    async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
+                     on_stderr: OutputCallback | None = None) -> ExecResult:
+        return await (await self.agent()).attach(pid, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    async def procs(self) -> list[dict[str, object]]:
+        return await (await self.agent()).procs()
+
+    async def signal(self, pid: int, sig: int) -> None:
+        await (await self.agent()).signal(pid, sig)
+
+    async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None:
+        await (await self.agent()).send_stdin(pid, data, eof=eof)
+
+    async def read_file(self, path: str) -> AsyncIterator[bytes]:
+        agent = await self.agent()
+        async for chunk in agent.read_file(path):
+            yield chunk
+
+    async def read_file_bytes(self, path: str) -> bytes:
+        return await (await self.agent()).read_file_bytes(path)
+
+    async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *,
+                         mode: int = 0o644) -> int:
+        return await (await self.agent()).write_file(path, data, mode=mode)
+
+    async def list_dir(self, path: str) -> list[FileInfo]:
+        return await (await self.agent()).list_dir(path)
+
+    async def stat(self, path: str) -> FileInfo:
+        return await (await self.agent()).stat(path)
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        await (await self.agent()).mkdir(path, parents=parents)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await (await self.agent()).remove(path, recursive=recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await (await self.agent()).rename(src, dst)

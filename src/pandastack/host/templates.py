@@ -1,0 +1,180 @@
+"""Templates: a guest booted once, warmed up, and saved as a snapshot that creates restore.
+
+A template snapshot is specific to the guest image, the driver (VMM version and accelerator)
+and the machine shape (vCPUs, memory), so its key hashes all of them. A shape that has no
+snapshot yet is baked on first use (one cold boot), then every create with that shape restores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .agent_client import AgentClient
+from .errors import SetupError
+from .images import GuestImage
+from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths
+
+BAKE_VERSION = "2"
+BOOT_DEADLINE_S = 240.0
+# Run once before the snapshot so that every clone finds these code paths and files already in
+# guest memory (page cache, dentries) instead of paying for them on its first exec.
+WARMUP_COMMANDS = ("true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "cat /etc/os-release")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    key: str
+    path: Path
+    snapshot: SnapshotFiles
+    disk: Path
+    disk_bytes: int
+
+
+def template_key(image: GuestImage, driver: VMMDriver, shape: MachineShape) -> str:
+    ident = "|".join([image.key, driver.identity(), str(shape.vcpus), str(shape.memory_mb),
+                      BAKE_VERSION, *WARMUP_COMMANDS])
+    return hashlib.sha256(ident.encode()).hexdigest()[:20]
+
+
+def qcow2_virtual_size(path: Path) -> int:
+    out = subprocess.run(["qemu-img", "info", "--output=json", "-U", str(path)],
+                         capture_output=True, text=True, check=True)
+    return int(json.loads(out.stdout)["virtual-size"])
+
+
+class TemplateStore:
+    def __init__(self, root: Path, driver: VMMDriver, image: GuestImage):
+        self.root = root
+        self.driver = driver
+        self.image = image
+        self._memo: dict[tuple[str, MachineShape], Template] = {}
+
+    def _load(self, name: str, directory: Path) -> Template | None:
+        meta_path = directory / "template.json"
+        if not meta_path.exists():
+            return None
+        meta = json.loads(meta_path.read_text())
+        shape = MachineShape(vcpus=meta["vcpus"], memory_mb=meta["memory_mb"])
+        snapshot = SnapshotFiles(
+            memory=directory / "memory",
+            device_state=directory / "device.state",
+            kernel=KernelSpec(Path(meta["kernel"]), Path(meta["initrd"]), meta["cmdline"]),
+            shape=shape,
+        )
+        return Template(name, meta["key"], directory, snapshot, directory / "disk.qcow2",
+                        int(meta["disk_bytes"]))
+
+    async def ensure(self, name: str = "base", shape: MachineShape | None = None,
+                     progress: Progress = print) -> Template:
+        shape = shape or MachineShape()
+        memo = self._memo.get((name, shape))
+        if memo is not None:
+            return memo
+        if name != "base":
+            raise SetupError(f"unknown template {name!r}")
+        key = template_key(self.image, self.driver, shape)
+        final = self.root / name / key
+        template = self._load(name, final)
+        if template is None:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            lock = await asyncio.to_thread(_lock, final.parent / ".lock")
+            try:
+                template = self._load(name, final)
+                if template is None:
+                    await self._bake(name, key, final, shape, progress)
+                    template = self._load(name, final)
+            finally:
+                os.close(lock)
+        if template is None:
+            raise SetupError(f"template {name} was baked but cannot be loaded from {final}")
+        self._memo[(name, shape)] = template
+        return template
+
+    async def _bake(self, name: str, key: str, final: Path, shape: MachineShape,
+                    progress: Progress) -> None:
+        work = final.with_name(f"{key}.tmp-{os.getpid()}")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        kernel = KernelSpec(self.image.kernel, self.image.initrd, self.image.cmdline)
+        disk = work / "disk.qcow2"
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
+                        "-b", str(self.image.rootfs), str(disk)], check=True)
+        paths = VMPaths(work / "vm")
+        started = time.monotonic()
+        progress(f"template {name}: cold boot ({self.driver.accel}, {shape.vcpus} vCPU, "
+                 f"{shape.memory_mb} MiB)")
+        vm = self.driver.boot(paths, kernel, disk, work / "memory", shape)
+        agent: AgentClient | None = None
+        try:
+            agent = await _connect_booting(paths, vm.is_alive)
+            progress(f"template {name}: agent up after {time.monotonic() - started:.1f}s; warming")
+            for cmd in WARMUP_COMMANDS:
+                result = await agent.exec(cmd, timeout=60)
+                if result.exit_code != 0:
+                    raise SetupError(f"warm-up {cmd!r} failed: {result.stderr!r}")
+            await agent.sync()
+            progress(f"template {name}: saving snapshot")
+            await self.driver.save(vm, work / "device.state")
+        except BaseException:
+            tail = _tail(paths.console_log)
+            vm.kill()
+            shutil.rmtree(work, ignore_errors=True)
+            if tail:
+                progress(f"template {name}: bake failed; guest console ends with:\n{tail}")
+            raise
+        finally:
+            if agent is not None:
+                await agent.close()
+        vm.kill()
+        shutil.rmtree(paths.workdir, ignore_errors=True)
+        for part in ("memory", "device.state", "disk.qcow2"):
+            os.chmod(work / part, 0o444)
+        meta = {
+            "name": name, "key": key, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
+            "kernel": str(kernel.kernel), "initrd": str(kernel.initrd),
+            "cmdline": kernel.cmdline, "image_key": self.image.key,
+            "driver": self.driver.identity(), "disk_bytes": qcow2_virtual_size(disk),
+            "baked_at": time.time(), "bake_seconds": round(time.monotonic() - started, 2),
+        }
+        (work / "template.json").write_text(json.dumps(meta, indent=2))
+        os.replace(work, final)
+        progress(f"template {name}: ready in {meta['bake_seconds']}s")
+
+
+async def _connect_booting(paths: VMPaths, alive: Callable[[], bool]) -> AgentClient:
+    deadline = time.monotonic() + BOOT_DEADLINE_S
+    while True:
+        if not alive():
+            raise SetupError("the VM exited during boot: " + _tail(paths.console_log))
+        try:
+            return await AgentClient.connect(paths.agent_socket, timeout=5)
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise SetupError(f"guest agent did not come up in {BOOT_DEADLINE_S}s: {exc}; "
+                                 + _tail(paths.console_log)) from exc
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,147 @@
+"""The VMM driver interface: everything the runtime needs from a hypervisor, and nothing more.
+
+A driver cold-boots a VM (only to bake a template), saves a booted VM as a template snapshot,
+and restores VMs from such snapshots. Memory of a snapshot lives in one file that every clone
+maps privately (copy-on-write); device state is a small separate file; the disk is a
+copy-on-write layer the caller provides. QEMU implements this today; a Firecracker driver maps
+onto the same calls (its snapshot is also a memory file plus a small vmstate file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+AGENT_PORT_NAME = "org.pandastack.agent"
+
+
+@dataclass(frozen=True)
+class MachineShape:
+    vcpus: int = 1
+    memory_mb: int = 512
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    kernel: Path
+    initrd: Path
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class SnapshotFiles:
+    """A saved VM: `memory` is mapped privately by every clone and must never change."""
+
+    memory: Path
+    device_state: Path
+    kernel: KernelSpec
+    shape: MachineShape
+
+
+@dataclass(frozen=True)
+class VMPaths:
+    """The files one VM owns, all inside its work directory (removed whole on kill)."""
+
+    workdir: Path
+
+    @property
+    def agent_socket(self) -> Path:
+        return self.workdir / "agent.sock"
+
+    @property
+    def qmp_socket(self) -> Path:
+        return self.workdir / "qmp.sock"
+
+    @property
+    def console_log(self) -> Path:
+        return self.workdir / "console.log"
+
+    @property
+    def vmm_log(self) -> Path:
+        return self.workdir / "vmm.log"
+
+
+class VMProcess:
+    """A running VMM process. It may be our child or one adopted after a host restart."""
+
+    def __init__(self, pid: int, paths: VMPaths, popen: subprocess.Popen[bytes] | None = None):
+        self.pid = pid
+        self.paths = paths
+        self._popen = popen
+        # Set by drivers that connect to the agent port before the guest resumes.
+        self.agent_connection: socket.socket | None = None
+
+    def is_alive(self) -> bool:
+        if self._popen is not None:
+            return self._popen.poll() is None
+        return pid_is_running(self.pid)
+
+    def exit_status(self) -> int | None:
+        return self._popen.poll() if self._popen is not None else None
+
+    def kill(self, timeout: float = 5.0) -> None:
+        """SIGKILL the VMM and wait until the process is gone (reaped when it is our child)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        if self._popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout=timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while pid_is_running(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+def pid_is_running(pid: int) -> bool:
+    """True if `pid` exists and is not a zombie (an exited process nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    state = stat.rsplit(b")", 1)[-1].split()[0]
+    return state not in (b"Z", b"X")
+
+
+def read_cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+class VMMDriver(Protocol):
+    """What the runtime needs from a hypervisor."""
+
+    name: str
+    accel: str
+
+    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
+             shape: MachineShape) -> VMProcess:
+        """Cold-boot a VM whose RAM is `memory_file`, shared, so it can become a template."""
+        ...
+
+    async def save(self, vm: VMProcess, device_state: Path) -> None:
+        """Stop a booted VM and write its device state; its RAM is already in its memory file."""
+        ...
+
+    async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path) -> VMProcess:
+        """Start a VM from `snapshot`, mapping its memory privately; it runs when restored."""
+        ...
+
+    def owns(self, pid: int, paths: VMPaths) -> bool:
+        """True if `pid` is this driver's VMM process for the VM in `paths` (for re-adoption)."""
+        ...
+
+    def identity(self) -> str:
+        """A string that changes whenever snapshots made by this driver become incompatible."""
+        ...

@@ -1,0 +1,197 @@
+"""Wire types of the REST API, shared by the server and the SDK (the one module both import).
+
+Field names here are the JSON field names. Everything a client sends is validated here first:
+unknown fields are rejected, sizes and ranges are bounded.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SandboxState = Literal["starting", "running", "paused", "hibernated", "killed", "expired",
+                       "reaped", "failed"]
+ENDED_STATES: frozenset[str] = frozenset({"killed", "expired", "reaped", "failed"})
+
+MAX_TTL_SECONDS = 30 * 24 * 3600
+MAX_EXEC_TIMEOUT_SECONDS = 24 * 3600
+MAX_METADATA_ITEMS = 64
+MAX_ENV_ITEMS = 256
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- errors -------------------------------------------------------------------------------
+
+ErrorCode = Literal[
+    "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
+    "validation_error", "rate_limited", "internal", "unavailable", "timeout",
+    "forbidden", "insufficient_storage",
+]
+
+
+class ErrorBody(Strict):
+    code: ErrorCode
+    message: str
+    request_id: str
+
+
+class ErrorEnvelope(Strict):
+    """Every non-2xx response has exactly this body: {"error": {code, message, request_id}}."""
+
+    error: ErrorBody
+
+
+# -- sandboxes ----------------------------------------------------------------------------
+
+class CreateSandbox(Strict):
+    template: str | None = Field(default=None, max_length=128)
+    snapshot: str | None = Field(default=None, max_length=128)
+    ttl_seconds: int = Field(default=300, ge=1, le=MAX_TTL_SECONDS)
+    persistent: bool = False
+    vcpus: int = Field(default=1, ge=1, le=8)
+    memory_mb: int = Field(default=512, ge=128, le=16384)
+    disk_mb: int | None = Field(default=None, ge=256, le=1 << 20)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
+    metadata: dict[str, str] = Field(default_factory=dict, max_length=MAX_METADATA_ITEMS)
+
+
+class SandboxInfo(Strict):
+    id: str
+    template: str
+    state: SandboxState
+    created_at: float
+    expires_at: float | None
+    ttl_seconds: int
+    persistent: bool
+    vcpus: int
+    memory_mb: int
+    disk_mb: int | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    ended_at: float | None = None
+    end_reason: str | None = None
+
+
+class SandboxList(Strict):
+    sandboxes: list[SandboxInfo]
+
+
+class Lifecycle(Strict):
+    ttl_seconds: int
+    persistent: bool
+    created_at: float
+    expires_at: float | None
+    last_activity_at: float
+    idle_timeout_seconds: int
+    state: SandboxState
+
+
+class UpdateLifecycle(Strict):
+    ttl_seconds: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    persistent: bool | None = None
+
+
+class Logs(Strict):
+    console: str
+    agent: str
+
+
+# -- exec and processes -------------------------------------------------------------------
+
+class ExecRequest(Strict):
+    cmd: str | list[str] = Field(min_length=1)
+    timeout_seconds: float = Field(default=60, gt=0, le=MAX_EXEC_TIMEOUT_SECONDS)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
+    cwd: str | None = Field(default=None, max_length=4096)
+    stdin: str | None = None
+
+
+class ExecResult(Strict):
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_ms: float
+    timed_out: bool = False
+    signal: int | None = None
+    truncated: bool = False
+
+
+class StartProcess(Strict):
+    cmd: str | list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
+    cwd: str | None = Field(default=None, max_length=4096)
+
+
+class ProcessInfo(Strict):
+    pid: int
+    cmd: str | list[str]
+    running: bool
+    exit_code: int | None = None
+
+
+class ProcessList(Strict):
+    processes: list[ProcessInfo]
+
+
+class SignalRequest(Strict):
+    signal: int = Field(ge=1, le=64)
+
+
+# -- files --------------------------------------------------------------------------------
+
+FileType = Literal["file", "dir", "symlink", "other"]
+
+
+class FileEntry(Strict):
+    name: str
+    path: str
+    type: FileType
+    size: int
+    mode: int
+    mtime: float
+
+
+class FileList(Strict):
+    entries: list[FileEntry]
+
+
+class WriteResult(Strict):
+    path: str
+    size: int
+
+
+class MkdirRequest(Strict):
+    path: str = Field(min_length=1, max_length=4096)
+    parents: bool = True
+
+
+class RenameRequest(Strict):
+    src: str = Field(min_length=1, max_length=4096)
+    dst: str = Field(min_length=1, max_length=4096)
+
+
+# -- keys ---------------------------------------------------------------------------------
+
+class CreateKey(Strict):
+    name: str = Field(min_length=1, max_length=128)
+    team: str | None = Field(default=None, max_length=128)
+
+
+class KeyInfo(Strict):
+    id: str
+    name: str
+    team: str
+    prefix: str
+    created_at: float
+    revoked: bool = False
+
+
+class CreatedKey(KeyInfo):
+    key: str  # shown once
+
+
+class KeyList(Strict):
+    keys: list[KeyInfo]

@@ -1,0 +1,69 @@
+"""Shared fixtures. VM tests share one runtime whose state dir is private to the test session,
+so the session can assert that everything it created was removed, while the (slow to build)
+guest image and template cache under PANDASTACK_HOME is shared with every other run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from pandastack.host.config import HostConfig
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.sandbox import SandboxHandle
+from tests.helpers import SandboxFactory, qemu_pids_under
+
+
+@pytest.fixture(scope="session")
+def state_dir() -> Iterator[Path]:
+    # Short path: unix socket paths inside it must stay under 108 bytes.
+    path = Path(tempfile.mkdtemp(prefix="pst-", dir="/tmp"))
+    yield path
+    leftovers = qemu_pids_under(path)
+    for pid in leftovers:
+        os.kill(pid, 9)
+    shutil.rmtree(path, ignore_errors=True)
+    assert not leftovers, f"VMM processes leaked by the test session: {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def host_config(state_dir: Path) -> HostConfig:
+    if os.geteuid() != 0:
+        pytest.fail("VM tests need root (QEMU, network namespaces, /var/lib/pandastack)")
+    return HostConfig.from_env(state_dir=state_dir)
+
+
+@pytest.fixture(scope="session")
+async def runtime(host_config: HostConfig) -> AsyncIterator[HostRuntime]:
+    rt = HostRuntime(host_config)
+    await rt.start()
+    await rt.ensure_template("base")
+    yield rt
+    await rt.kill_all()
+    remaining = [p.name for p in host_config.sandboxes_dir.iterdir()]
+    assert remaining == [], f"sandbox directories left behind: {remaining}"
+
+
+@pytest.fixture
+async def sandbox_factory(runtime: HostRuntime) -> AsyncIterator[SandboxFactory]:
+    """Creates sandboxes and always kills the ones the test did not kill itself."""
+    made: list[SandboxHandle] = []
+
+    async def make(**kwargs: object) -> SandboxHandle:
+        handle = await runtime.create(**kwargs)  # type: ignore[arg-type]
+        made.append(handle)
+        return handle
+
+    yield make
+    for handle in made:
+        if handle.id in {h.id for h in runtime.list()}:
+            await runtime.kill(handle.id)
+
+
+@pytest.fixture
+async def sandbox(sandbox_factory: SandboxFactory) -> SandboxHandle:
+    return await sandbox_factory()

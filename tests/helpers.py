@@ -1,0 +1,24 @@
+"""Helpers shared by tests (kept out of conftest so test modules can import them)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from pandastack.host.sandbox import SandboxHandle
+from pandastack.host.vmm import read_cmdline
+
+SandboxFactory = Callable[..., Awaitable[SandboxHandle]]
+
+
+def qemu_pids_under(directory: Path) -> list[int]:
+    """Live QEMU processes whose command line mentions `directory`."""
+    prefix = str(directory)
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        argv = read_cmdline(int(proc.name))
+        if argv and "qemu" in argv[0] and any(prefix in a for a in argv):
+            pids.append(int(proc.name))
+    return pids

@@ -1,0 +1,80 @@
+"""Create from `base` and run commands: the loop every user runs first."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pandastack.host.sandbox import SandboxHandle
+
+pytestmark = pytest.mark.vm
+
+
+async def test_python_prints_42(sandbox: SandboxHandle) -> None:
+    result = await sandbox.exec("python -c 'print(6*7)'")
+    assert result.exit_code == 0
+    assert result.stdout == b"42\n"
+    assert not result.timed_out
+
+
+async def test_failing_command_reports_exit_code_and_stderr(sandbox: SandboxHandle) -> None:
+    result = await sandbox.exec("echo to-stdout; echo boom >&2; exit 3")
+    assert result.exit_code == 3
+    assert result.stdout == b"to-stdout\n"
+    assert result.stderr == b"boom\n"
+
+
+async def test_python_traceback_reaches_stderr(sandbox: SandboxHandle) -> None:
+    result = await sandbox.exec(["python3", "-c", "1/0"])
+    assert result.exit_code == 1
+    assert b"ZeroDivisionError" in result.stderr
+
+
+async def test_unknown_command_is_127(sandbox: SandboxHandle) -> None:
+    shell = await sandbox.exec("no-such-command-xyz")
+    assert shell.exit_code == 127
+    argv = await sandbox.exec(["no-such-command-xyz"])
+    assert argv.exit_code == 127
+
+
+async def test_timeout_kills_whole_process_tree(sandbox: SandboxHandle) -> None:
+    started = time.monotonic()
+    # A child that daemonizes into its own session must die too (cgroup kill, not just killpg).
+    result = await sandbox.exec(
+        "setsid sleep 300 & sleep 301 & python3 -c 'import time; time.sleep(302)'",
+        timeout=2)
+    assert result.timed_out
+    assert time.monotonic() - started < 30
+    survivors = await sandbox.exec("ps -eo args | grep -E 'sleep 30[01]|time.sleep' | grep -v grep")
+    assert survivors.stdout == b"", survivors.stdout
+
+
+async def test_env_cwd_and_stdin(sandbox: SandboxHandle) -> None:
+    result = await sandbox.exec("echo $GREETING; pwd; cat", env={"GREETING": "hi"}, cwd="/tmp",
+                                stdin=b"from-stdin")
+    assert result.stdout == b"hi\n/tmp\nfrom-stdin"
+
+
+async def test_streaming_output_arrives_before_exit(sandbox: SandboxHandle) -> None:
+    chunks: list[tuple[float, bytes]] = []
+
+    def collect(data: bytes) -> None:
+        chunks.append((time.monotonic(), data))
+
+    result = await sandbox.exec("echo first; sleep 1; echo second", on_stdout=collect)
+    finished = time.monotonic()
+    assert result.exit_code == 0
+    assert b"".join(c for _, c in chunks) == b"first\nsecond\n"
+    assert chunks[0][0] < finished - 0.5, "first line should stream before the command ends"
+
+
+async def test_background_process(sandbox: SandboxHandle) -> None:
+    pid = await sandbox.spawn("read line; echo got:$line; sleep 60")
+    await sandbox.send_stdin(pid, b"hello\n")
+    listed = await sandbox.procs()
+    assert any(p.get("pid") == pid for p in listed)
+    await sandbox.signal(pid, 15)
+    result = await sandbox.attach(pid)
+    assert b"got:hello" in result.stdout
+    assert result.signal == 15 or result.exit_code == 128 + 15
