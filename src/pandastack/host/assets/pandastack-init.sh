@@ -1,0 +1,39 @@
+#!/bin/sh
+# pandastack guest PID 1 (dash). Mounts the basic filesystems and keeps the guest agent running.
+# It runs the agent in the foreground: while dash waits for it, it also reaps orphaned zombies
+# that the kernel reparents to PID 1. Keep it that way (no `exec`, no background agent).
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8 TERM=linux
+umask 022
+
+say() { echo "pandastack-init: $*" > /dev/console; }
+
+mounted() { mountpoint -q "$1" 2>/dev/null; }
+
+mounted /proc || mount -t proc -o nosuid,nodev,noexec proc /proc
+mounted /sys || mount -t sysfs -o nosuid,nodev,noexec sysfs /sys
+mounted /dev || mount -t devtmpfs -o nosuid,mode=0755 devtmpfs /dev
+exec </dev/null >/dev/console 2>&1
+
+mkdir -p /dev/pts /dev/shm
+mounted /dev/pts || mount -t devpts -o nosuid,noexec,gid=5,mode=0620,ptmxmode=0666 devpts /dev/pts
+mounted /dev/shm || mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /dev/shm
+mounted /run || mount -t tmpfs -o nosuid,nodev,mode=0755,size=20% tmpfs /run
+mounted /sys/fs/cgroup || mount -t cgroup2 -o nosuid,nodev,noexec,nsdelegate cgroup2 /sys/fs/cgroup
+[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+[ -e /dev/stdin ] || ln -s /proc/self/fd/0 /dev/stdin
+[ -e /dev/stdout ] || ln -s /proc/self/fd/1 /dev/stdout
+[ -e /dev/stderr ] || ln -s /proc/self/fd/2 /dev/stderr
+mkdir -p /run/lock /run/user
+chmod 1777 /tmp 2>/dev/null
+
+[ -s /etc/hostname ] && read -r name < /etc/hostname && echo "$name" > /proc/sys/kernel/hostname
+ip link set lo up || say "cannot bring up lo"
+
+cd /opt/pandastack || say "no /opt/pandastack"
+while :; do
+	echo "pandastack-init: starting agent" > /dev/console
+	python3 -m pandastack_guest --guest
+	say "agent exited with status $?; restarting in 0.5 s"
+	sleep 0.5
+done
