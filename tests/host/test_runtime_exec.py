@@ -69,12 +69,18 @@ async def test_streaming_output_arrives_before_exit(sandbox: SandboxHandle) -> N
     assert chunks[0][0] < finished - 0.5, "first line should stream before the command ends"
 
 
-async def test_background_process(sandbox: SandboxHandle) -> None:
-    pid = await sandbox.spawn("read line; echo got:$line; sleep 60")
-    await sandbox.send_stdin(pid, b"hello\n")
-    listed = await sandbox.procs()
-    assert any(p.get("pid") == pid for p in listed)
+async def test_background_process_stdin_and_wait(sandbox: SandboxHandle) -> None:
+    pid = await sandbox.spawn("read line; echo got:$line")
+    assert any(p.get("pid") == pid for p in await sandbox.procs())
+    await sandbox.send_stdin(pid, b"hello\n", eof=True)
+    result = await sandbox.attach(pid)
+    assert result.exit_code == 0
+    assert result.stdout == b"got:hello\n"
+
+
+async def test_background_process_signal(sandbox: SandboxHandle) -> None:
+    pid = await sandbox.spawn(["sleep", "60"])
     await sandbox.signal(pid, 15)
     result = await sandbox.attach(pid)
-    assert b"got:hello" in result.stdout
-    assert result.signal == 15 or result.exit_code == 128 + 15
+    assert result.signal == 15
+    assert result.exit_code == 128 + 15

@@ -199,7 +199,7 @@ async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, An
     sock = await connect_unix(socket_path, alive=alive, timeout=timeout)
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     try:
-        lines = [{"execute": "qmp_capabilities"}]
+        lines: list[dict[str, Any]] = [{"execute": "qmp_capabilities"}]
         lines += [{"execute": name, "arguments": args} for name, args in commands]
         writer.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
         await writer.drain()
@@ -213,7 +213,7 @@ async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, An
                 raise VMMError(f"QMP {lines[answered]['execute']}: {message['error']}")
             if "return" in message:
                 answered += 1
-    except (asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, ValueError) as exc:
         raise VMMError(f"QMP did not answer: {exc}") from exc
     finally:
         writer.close()
@@ -243,7 +243,9 @@ async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S) -> None
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         info = await qmp.execute("query-migrate")
-        status = info.get("status") if isinstance(info, dict) else None
+        if not isinstance(info, dict):
+            raise VMMError(f"unexpected query-migrate answer: {info!r}")
+        status = info.get("status")
         if status == "completed":
             return
         if status in ("failed", "cancelled"):
