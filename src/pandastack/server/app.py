@@ -1,0 +1,98 @@
+"""The FastAPI application factory. The lifespan starts the host runtime (which re-adopts
+running VMs), reconciles it with the store, makes the first admin key, and runs the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from pandastack.host.config import HostConfig
+from pandastack.host.runtime import HostRuntime
+from pandastack.wire import ErrorEnvelope
+
+from .bootstrap import ensure_admin_key
+from .errors import ApiError, RequestIdMiddleware, install_handlers
+from .lifecycle import reaper
+from .ratelimit import RateLimiter
+from .routes import exec as exec_routes
+from .routes import files, keys, lifecycle, processes, sandboxes
+from .runtime_port import RuntimePort
+from .service import SandboxService
+from .settings import Settings
+from .store import open_store
+
+log = logging.getLogger("pandastack.server")
+
+API_PREFIX = "/v1"
+
+
+class Health(BaseModel):
+    status: str
+
+
+def default_runtime(settings: Settings) -> HostRuntime:
+    config = HostConfig.from_env(home=settings.home, state_dir=settings.state_dir)
+    return HostRuntime(config, progress=lambda message: log.info("%s", message))
+
+
+def create_app(settings: Settings | None = None, runtime: RuntimePort | None = None) -> FastAPI:
+    """Build the app. With `runtime` given, the caller owns it: the app starts it (start() is
+    idempotent re-adoption) but never closes it."""
+    settings = settings or Settings.from_env()
+    owns_runtime = runtime is None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = open_store(settings.dsn)
+        rt: RuntimePort = runtime if runtime is not None else default_runtime(settings)
+        task: asyncio.Task[None] | None = None
+        try:
+            await rt.start()
+            service = SandboxService(store, rt, settings)
+            failed, killed = await service.reconcile()
+            if failed or killed:
+                log.warning("reconciled after start: %d rows failed, %d stray VMs killed",
+                            len(failed), len(killed))
+            ensure_admin_key(store, settings)
+            app.state.store = store
+            app.state.service = service
+            app.state.ready = True
+            task = asyncio.create_task(reaper(service), name="pandastack-reaper")
+            yield
+        finally:
+            app.state.ready = False
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if owns_runtime:
+                await rt.close()
+            store.close()
+
+    app = FastAPI(title="pandastack", version="0.1.0", lifespan=lifespan, redirect_slashes=False,
+                  description="Self-hostable microVM sandboxes. Every error response is "
+                              "`{\"error\": {code, message, request_id}}`; every response "
+                              "carries `X-Request-Id`.")
+    app.state.settings = settings
+    app.state.ready = False
+    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_second,
+                                         settings.rate_limit_burst)
+    install_handlers(app)
+    app.add_middleware(RequestIdMiddleware)
+
+    @app.get("/health", response_model=Health, tags=["health"])
+    async def health() -> Health:
+        if not app.state.ready:
+            raise ApiError(503, "unavailable", "starting")
+        return Health(status="ok")
+
+    for module in (sandboxes, exec_routes, processes, files, lifecycle, keys):
+        app.include_router(module.router, prefix=API_PREFIX,
+                           responses={"default": {"model": ErrorEnvelope,
+                                                  "description": "error envelope"}})
+    return app

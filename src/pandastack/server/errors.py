@@ -1,0 +1,201 @@
+"""The one error envelope, `{"error": {code, message, request_id}}`, and everything that maps
+exceptions onto it: API errors, validation errors, unknown routes, host runtime errors and
+unexpected exceptions (the last as a 500 from the request-id middleware)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any, cast
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pandastack.host.errors import (
+    AgentConnectionError,
+    AgentError,
+    GuestOSError,
+    HostError,
+    SandboxNotFound,
+    SetupError,
+)
+from pandastack.wire import ErrorBody, ErrorCode, ErrorEnvelope
+
+log = logging.getLogger("pandastack.server")
+
+REQUEST_ID_HEADER = "X-Request-Id"
+
+STATUS_CODES: dict[int, ErrorCode] = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "bad_request", 408: "timeout", 409: "conflict", 413: "payload_too_large",
+    415: "bad_request", 422: "validation_error", 429: "rate_limited", 500: "internal",
+    503: "unavailable", 507: "insufficient_storage",
+}
+
+# errno name inside the guest -> (HTTP status, code)
+GUEST_ERRNO: dict[str, tuple[int, ErrorCode]] = {
+    "ENOENT": (404, "not_found"), "ESRCH": (404, "not_found"),
+    "EEXIST": (409, "conflict"), "ENOTEMPTY": (409, "conflict"), "EBUSY": (409, "conflict"),
+    "EACCES": (403, "forbidden"), "EPERM": (403, "forbidden"), "EROFS": (403, "forbidden"),
+    "ENOSPC": (507, "insufficient_storage"), "EDQUOT": (507, "insufficient_storage"),
+    "EFBIG": (413, "payload_too_large"),
+    "EISDIR": (400, "bad_request"), "ENOTDIR": (400, "bad_request"),
+    "EINVAL": (400, "bad_request"), "ENAMETOOLONG": (400, "bad_request"),
+    "ELOOP": (400, "bad_request"), "EXDEV": (400, "bad_request"),
+}
+
+
+class ApiError(Exception):
+    """Raised anywhere in a request; rendered as the envelope with `status`."""
+
+    def __init__(self, status: int, code: ErrorCode, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code: ErrorCode = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, "not_found", f"{what} not found")
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "bad_request", message)
+
+
+def conflict(message: str) -> ApiError:
+    return ApiError(409, "conflict", message)
+
+
+def from_host_error(exc: HostError) -> ApiError:
+    """Map a host runtime error onto an API error (never a 500 for a guest-side failure)."""
+    if isinstance(exc, GuestOSError):
+        status, code = GUEST_ERRNO.get(exc.errno_name, (400, "bad_request"))
+        message = f"{exc.errno_name}: {exc.message}" + (f" ({exc.path})" if exc.path else "")
+        return ApiError(status, code, message)
+    if isinstance(exc, SandboxNotFound):
+        return ApiError(409, "conflict", f"sandbox {exc} is not running on this host")
+    if isinstance(exc, AgentConnectionError):
+        return ApiError(503, "unavailable", f"sandbox agent unavailable: {exc}")
+    if isinstance(exc, AgentError):
+        return ApiError(503, "unavailable", f"sandbox agent error: {exc}")
+    if isinstance(exc, SetupError):
+        return ApiError(503, "unavailable", f"host setup failed: {exc}")
+    return ApiError(503, "unavailable", f"host runtime error: {exc}")
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(8)
+
+
+def request_id_of(scope_or_request: Request | Scope) -> str:
+    scope = (scope_or_request.scope if isinstance(scope_or_request, Request)
+             else scope_or_request)
+    state = scope.setdefault("state", {})
+    rid = state.get("request_id")
+    if not isinstance(rid, str):
+        rid = new_request_id()
+        state["request_id"] = rid
+    return rid
+
+
+def envelope(code: ErrorCode, message: str, request_id: str) -> dict[str, Any]:
+    body = ErrorEnvelope(error=ErrorBody(code=code, message=message, request_id=request_id))
+    return body.model_dump()
+
+
+def error_response(request: Request, status: int, code: ErrorCode, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    rid = request_id_of(request)
+    return JSONResponse(envelope(code, message, rid), status_code=status,
+                        headers={**(headers or {}), REQUEST_ID_HEADER: rid})
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, ErrorCode, str]:
+    errors = cast(list[dict[str, Any]], exc.errors())
+    parts = []
+    for err in errors[:5]:
+        if err.get("type") == "json_invalid":
+            return 400, "bad_request", "request body is not valid JSON"
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    return 422, "validation_error", "; ".join(parts) + more
+
+
+def install_handlers(app: FastAPI) -> None:
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return error_response(request, exc.status, exc.code, exc.message, exc.headers)
+
+    async def validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        status, code, message = _validation_message(exc)
+        return error_response(request, status, code, message)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = STATUS_CODES.get(exc.status_code, "bad_request" if exc.status_code < 500
+                                else "internal")
+        message = exc.detail if isinstance(exc.detail, str) else "error"
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        if exc.status_code == 405:
+            message = f"method {request.method} not allowed on {request.url.path}"
+        return error_response(request, exc.status_code, code, message,
+                              dict(exc.headers or {}))
+
+    async def host_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HostError)
+        api = from_host_error(exc)
+        return error_response(request, api.status, api.code, api.message)
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(HostError, host_error)
+
+
+class RequestIdMiddleware:
+    """Gives every request an id, echoes it as `X-Request-Id`, and turns any exception that
+    escaped the handlers into a 500 envelope (if the response has not started yet)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = request_id_of(scope)
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", [])
+                           if k.lower() != b"x-request-id"]
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error in %s %s (request %s)", scope.get("method"),
+                          scope.get("path"), rid)
+            if started:
+                raise
+            body = ErrorEnvelope(error=ErrorBody(code="internal", message="internal error",
+                                                 request_id=rid)).model_dump_json().encode()
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode()),
+                                    (b"x-request-id", rid.encode())]})
+            await send({"type": "http.response.body", "body": body})

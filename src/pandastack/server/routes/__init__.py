@@ -1,0 +1,1 @@
+"""HTTP routes under /v1, one module per resource."""

@@ -1,0 +1,121 @@
+"""Run a command and wait for it, or stream its output as Server-Sent Events."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from pandastack.host.errors import HostError
+from pandastack.wire import ExecRequest, ExecResult
+
+from ..auth import CurrentPrincipal
+from ..errors import ApiError, envelope, from_host_error, log, request_id_of
+from ..runtime_port import ExecResult as HostExecResult
+from .deps import SandboxId, Service, check_text, to_exec_result, value_error
+
+router = APIRouter(tags=["exec"])
+
+STREAM_QUEUE_CHUNKS = 64
+
+SSE_DESCRIPTION = """Server-Sent Events (`text/event-stream`):
+`event: stdout` / `event: stderr` with data `{"data": "<utf-8 text>"}` while it runs,
+then exactly one `event: exit` whose data is an ExecResult with empty stdout/stderr,
+or one `event: error` whose data is the error envelope if the run fails mid-way."""
+
+
+def _validate(body: ExecRequest) -> None:
+    check_text(body.cmd, "cmd")
+    check_text(body.env, "env")
+    check_text(body.cwd, "cwd")
+
+
+def sse(event: str, data: object) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+@router.post("/sandboxes/{sandbox_id}/exec", response_model=ExecResult,
+             summary="Run a command and wait for it (timed_out=true on timeout, still 200)")
+async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrincipal,
+                       service: Service) -> ExecResult:
+    _validate(body)
+    row, handle = service.running(who.team, sandbox_id)
+    env = {**(row.env or {}), **body.env}
+    async with service.busy(row.id):
+        try:
+            result = await handle.exec(
+                body.cmd, timeout=body.timeout_seconds, env=env or None, cwd=body.cwd,
+                stdin=None if body.stdin is None else body.stdin.encode())
+        except ValueError as exc:
+            raise value_error(exc) from None
+    return to_exec_result(result)
+
+
+@router.post("/sandboxes/{sandbox_id}/exec/stream", summary="Run a command, stream its output",
+             description=SSE_DESCRIPTION,
+             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                              "description": "the event stream"}})
+async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrincipal,
+                      service: Service, request: Request) -> StreamingResponse:
+    _validate(body)
+    rid = request_id_of(request)
+    row, handle = service.running(who.team, sandbox_id)
+    env = {**(row.env or {}), **body.env}
+    queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(STREAM_QUEUE_CHUNKS)
+
+    async def on_stdout(data: bytes) -> None:
+        await queue.put(("stdout", data))
+
+    async def on_stderr(data: bytes) -> None:
+        await queue.put(("stderr", data))
+
+    async def run() -> HostExecResult:
+        try:
+            async with service.busy(row.id):
+                return await handle.exec(
+                    body.cmd, timeout=body.timeout_seconds, env=env or None, cwd=body.cwd,
+                    stdin=None if body.stdin is None else body.stdin.encode(),
+                    on_stdout=on_stdout, on_stderr=on_stderr)
+        finally:
+            await queue.put(None)
+
+    async def events() -> AsyncIterator[bytes]:
+        decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
+                    for name in ("stdout", "stderr")}
+        task = asyncio.create_task(run())
+        try:
+            while (item := await queue.get()) is not None:
+                text = decoders[item[0]].decode(item[1])
+                if text:
+                    yield sse(item[0], {"data": text})
+            for name, decoder in decoders.items():
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    yield sse(name, {"data": tail})
+            try:
+                result = await task
+            except ApiError as exc:
+                yield sse("error", envelope(exc.code, exc.message, rid))
+            except HostError as exc:
+                api = from_host_error(exc)
+                yield sse("error", envelope(api.code, api.message, rid))
+            except ValueError as exc:
+                yield sse("error", envelope("bad_request", str(exc), rid))
+            except Exception:
+                log.exception("exec stream failed (request %s)", rid)
+                yield sse("error", envelope("internal", "internal error", rid))
+            else:
+                yield sse("exit", to_exec_result(result, with_output=False).model_dump())
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -1,0 +1,73 @@
+"""A sandbox's lifecycle settings (TTL, persistence) and its logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fastapi import APIRouter
+
+from pandastack.host.errors import SandboxNotFound
+from pandastack.wire import Lifecycle, Logs, SandboxState, UpdateLifecycle
+
+from ..auth import CurrentPrincipal
+from ..store import Sandbox
+from .deps import AppSettings, SandboxId, Service
+
+router = APIRouter(tags=["lifecycle"])
+
+AGENT_LINE_MARKERS = ("pandastack-agent", "pandastack-init")
+
+
+def to_lifecycle(row: Sandbox, idle_timeout: int) -> Lifecycle:
+    state: SandboxState = row.state  # type: ignore[assignment]
+    return Lifecycle(ttl_seconds=row.ttl_seconds, persistent=row.persistent,
+                     created_at=row.created_at,
+                     expires_at=None if row.persistent else row.expires_at,
+                     last_activity_at=row.last_activity_at,
+                     idle_timeout_seconds=idle_timeout, state=state)
+
+
+@router.get("/sandboxes/{sandbox_id}/lifecycle", response_model=Lifecycle)
+async def get_lifecycle(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
+                        settings: AppSettings) -> Lifecycle:
+    return to_lifecycle(service.row(who.team, sandbox_id), settings.idle_timeout_seconds)
+
+
+@router.patch("/sandboxes/{sandbox_id}/lifecycle", response_model=Lifecycle,
+              summary="Change the TTL (expires_at = created_at + ttl_seconds) or persistence",
+              description="Setting `ttl_seconds` recomputes `expires_at = created_at + "
+                          "ttl_seconds`: a larger value extends the life, a value already in "
+                          "the past ends the sandbox on the next lifecycle sweep (~1 s). "
+                          "`persistent=true` exempts it from both TTL and the idle reaper.")
+async def patch_lifecycle(sandbox_id: SandboxId, body: UpdateLifecycle, who: CurrentPrincipal,
+                          service: Service, settings: AppSettings) -> Lifecycle:
+    row = service.set_lifecycle(who.team, sandbox_id, body.ttl_seconds, body.persistent)
+    return to_lifecycle(row, settings.idle_timeout_seconds)
+
+
+def tail(path: Path, limit: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read(limit)
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+@router.get("/sandboxes/{sandbox_id}/logs", response_model=Logs,
+            summary="The tail of the VM console and the guest agent's lines in it")
+async def get_logs(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
+                   settings: AppSettings) -> Logs:
+    row = service.row(who.team, sandbox_id)
+    try:
+        workdir = Path(os.fspath(service.runtime.get(row.id).workdir))
+    except SandboxNotFound:
+        return Logs(console="", agent="")
+    console = tail(workdir / "console.log", settings.logs_max_bytes)
+    agent = "".join(line for line in console.splitlines(keepends=True)
+                    if any(m in line for m in AGENT_LINE_MARKERS))
+    return Logs(console=console, agent=agent)

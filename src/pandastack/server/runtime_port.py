@@ -1,0 +1,75 @@
+"""What the API needs from a host runtime. `pandastack.host.runtime.HostRuntime` satisfies it
+structurally (in-process); a remote host runtime can implement the same two protocols later."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
+
+from pandastack.host.agent_client import ExecResult, FileInfo
+
+OutputCallback = Callable[[bytes], Awaitable[None] | None]
+
+__all__ = ["ExecResult", "FileInfo", "OutputCallback", "RuntimePort", "SandboxPort"]
+
+
+class SandboxPort(Protocol):
+    """One live sandbox (a `SandboxHandle` in-process)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def workdir(self) -> os.PathLike[str]: ...
+
+    def is_alive(self) -> bool: ...
+
+    async def exec(self, cmd: str | Sequence[str], *, timeout: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None,
+                   stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
+                   on_stderr: OutputCallback | None = None) -> ExecResult: ...
+
+    async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
+                    cwd: str | None = None) -> int: ...
+
+    async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
+                     on_stderr: OutputCallback | None = None) -> ExecResult: ...
+
+    async def procs(self) -> list[dict[str, object]]: ...
+
+    async def signal(self, pid: int, sig: int) -> None: ...
+
+    async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None: ...
+
+    def read_file(self, path: str) -> AsyncIterator[bytes]: ...
+
+    async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *,
+                         mode: int = 0o644) -> int: ...
+
+    async def list_dir(self, path: str) -> list[FileInfo]: ...
+
+    async def stat(self, path: str) -> FileInfo: ...
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None: ...
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None: ...
+
+    async def rename(self, src: str, dst: str) -> None: ...
+
+
+class RuntimePort(Protocol):
+    """Creates, finds and kills sandboxes. `start()` re-adopts VMs that are still running."""
+
+    async def start(self) -> object: ...
+
+    async def close(self) -> None: ...
+
+    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+                     sandbox_id: str | None = None) -> SandboxPort: ...
+
+    def get(self, sandbox_id: str) -> SandboxPort: ...
+
+    def list(self) -> Sequence[SandboxPort]: ...
+
+    async def kill(self, sandbox_id: str) -> None: ...

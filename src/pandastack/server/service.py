@@ -1,0 +1,179 @@
+"""Glue between the store and the runtime: creating, finding, ending and reconciling
+sandboxes, with the team check, the state check and the activity bookkeeping in one place."""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from pandastack.host.errors import HostError, SandboxNotFound, SetupError
+from pandastack.wire import ENDED_STATES, CreateSandbox, SandboxInfo, SandboxState
+
+from .errors import ApiError, conflict, from_host_error, not_found
+from .runtime_port import RuntimePort, SandboxPort
+from .settings import Settings
+from .store import Sandbox, Store
+
+log = logging.getLogger("pandastack.server")
+
+SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
+DEFAULT_TEMPLATE = "base"
+
+
+def to_info(row: Sandbox) -> SandboxInfo:
+    state: SandboxState = row.state  # type: ignore[assignment]
+    return SandboxInfo(
+        id=row.id, template=row.template, state=state, created_at=row.created_at,
+        expires_at=None if row.persistent else row.expires_at, ttl_seconds=row.ttl_seconds,
+        persistent=row.persistent, vcpus=row.vcpus, memory_mb=row.memory_mb,
+        disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
+        end_reason=row.end_reason,
+    )
+
+
+class SandboxService:
+    def __init__(self, store: Store, runtime: RuntimePort, settings: Settings) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.settings = settings
+        self._busy: dict[str, int] = {}
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def row(self, team: str, sandbox_id: str, *, touch: bool = True) -> Sandbox:
+        """The team's sandbox (any state) or 404; bumps its activity time."""
+        row = (self.store.get_sandbox(team, sandbox_id)
+               if SANDBOX_ID_RE.match(sandbox_id) else None)
+        if row is None:
+            raise not_found(f"sandbox {sandbox_id!r}")
+        if touch and row.state not in ENDED_STATES:
+            now = time.time()
+            self.store.touch(row.id, now)
+            row.last_activity_at = now
+        return row
+
+    def running(self, team: str, sandbox_id: str) -> tuple[Sandbox, SandboxPort]:
+        """The team's running sandbox and its handle: 404 if unknown, 409 if not running."""
+        row = self.row(team, sandbox_id)
+        if row.state != "running":
+            raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
+        try:
+            return row, self.runtime.get(row.id)
+        except SandboxNotFound:
+            raise conflict(f"sandbox {sandbox_id} is not running on this host") from None
+
+    def is_busy(self, sandbox_id: str) -> bool:
+        return self._busy.get(sandbox_id, 0) > 0
+
+    @asynccontextmanager
+    async def busy(self, sandbox_id: str) -> AsyncIterator[None]:
+        """Marks a long operation in flight: the idle reaper leaves the sandbox alone."""
+        self._busy[sandbox_id] = self._busy.get(sandbox_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._busy[sandbox_id] - 1
+            if left:
+                self._busy[sandbox_id] = left
+            else:
+                del self._busy[sandbox_id]
+            with suppress(Exception):
+                self.store.touch(sandbox_id)
+
+    # -- create and end -------------------------------------------------------------------
+
+    async def create(self, team: str, req: CreateSandbox) -> Sandbox:
+        if req.snapshot is not None:
+            raise not_found(f"snapshot {req.snapshot!r}")
+        if req.disk_mb is not None:
+            raise ApiError(422, "validation_error",
+                           "disk_mb: this host runtime cannot resize sandbox disks yet")
+        template = req.template or DEFAULT_TEMPLATE
+        now = time.time()
+        row = Sandbox(
+            id=f"sbx-{secrets.token_hex(6)}", team=team, template=template, state="starting",
+            created_at=now, expires_at=now + req.ttl_seconds, ttl_seconds=req.ttl_seconds,
+            persistent=req.persistent, vcpus=req.vcpus, memory_mb=req.memory_mb,
+            disk_mb=req.disk_mb, env=dict(req.env), meta=dict(req.metadata),
+            last_activity_at=now, ended_at=None, end_reason=None,
+        )
+        self.store.add_sandbox(row)
+        try:
+            await self.runtime.create(template, vcpus=req.vcpus, memory_mb=req.memory_mb,
+                                      sandbox_id=row.id)
+        except BaseException as exc:
+            self.store.end_sandbox(row.id, "failed", f"create failed: {exc}"[:2000])
+            if isinstance(exc, SetupError) and "unknown template" in str(exc):
+                raise not_found(f"template {template!r}") from None
+            if isinstance(exc, ValueError):
+                raise ApiError(422, "validation_error", str(exc)) from None
+            if isinstance(exc, HostError):
+                raise from_host_error(exc) from None
+            raise
+        ready = time.time()
+        current = self.store.get_sandbox(team, row.id)
+        if current is None or current.state != "starting":  # deleted while it was starting
+            with suppress(SandboxNotFound):
+                await self.runtime.kill(row.id)
+            raise conflict(f"sandbox {row.id} was ended while it was starting")
+        updated = self.store.update_sandbox(row.id, state="running", created_at=ready,
+                                            expires_at=ready + req.ttl_seconds,
+                                            last_activity_at=ready)
+        assert updated is not None
+        return updated
+
+    async def end(self, sandbox_id: str, state: str, reason: str) -> Sandbox | None:
+        """Mark the row ended first (so no new request uses it), then remove the VM."""
+        row = self.store.end_sandbox(sandbox_id, state, reason)
+        try:
+            await self.runtime.kill(sandbox_id)
+        except SandboxNotFound:
+            pass
+        except HostError:
+            log.exception("killing sandbox %s failed", sandbox_id)
+        self._busy.pop(sandbox_id, None)
+        return row
+
+    async def delete(self, team: str, sandbox_id: str) -> None:
+        """Kill; idempotent on a sandbox that already ended (its row is left unchanged)."""
+        row = self.row(team, sandbox_id, touch=False)
+        if row.state not in ENDED_STATES:
+            await self.end(row.id, "killed", "killed by API request")
+
+    def set_lifecycle(self, team: str, sandbox_id: str, ttl_seconds: int | None,
+                      persistent: bool | None) -> Sandbox:
+        row = self.row(team, sandbox_id)
+        if row.state in ENDED_STATES:
+            raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
+        values: dict[str, object] = {}
+        if ttl_seconds is not None:
+            values["ttl_seconds"] = ttl_seconds
+            values["expires_at"] = row.created_at + ttl_seconds
+        if persistent is not None:
+            values["persistent"] = persistent
+        updated = self.store.update_sandbox(row.id, **values) if values else row
+        assert updated is not None
+        return updated
+
+    # -- startup --------------------------------------------------------------------------
+
+    async def reconcile(self) -> tuple[list[str], list[str]]:
+        """After `runtime.start()`: rows whose VM is gone -> failed; VMs without a live row ->
+        killed. Rows still `starting` (a create interrupted by a restart) count as gone."""
+        on_host = {h.id for h in self.runtime.list()}
+        failed: list[str] = []
+        for row in self.store.live_sandboxes():
+            if row.state == "starting" or row.id not in on_host:
+                self.store.end_sandbox(row.id, "failed", "VM gone after a server restart")
+                failed.append(row.id)
+        keep = {row.id for row in self.store.live_sandboxes()}
+        killed: list[str] = []
+        for sid in sorted(on_host - keep):
+            with suppress(SandboxNotFound):
+                await self.runtime.kill(sid)
+            killed.append(sid)
+        return failed, killed

@@ -1,0 +1,93 @@
+"""Server settings, read from the environment (`PANDASTACK_*`) with safe defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pandastack.host.config import DEFAULT_HOME
+
+
+def _default_client_config() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "pandastack" / "config.json"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the control plane needs to know; `from_env()` is what `serve` uses."""
+
+    home: Path = DEFAULT_HOME
+    state_dir: Path | None = None
+    db_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str | None = None
+    idle_timeout_seconds: int = 600
+    retention_seconds: int = 3600
+    reaper_interval_seconds: float = 1.0
+    max_upload_bytes: int = 1024 << 20
+    rate_limit_per_second: float = 50.0
+    rate_limit_burst: int = 200
+    logs_max_bytes: int = 64 << 10
+    client_config_path: Path = field(default_factory=_default_client_config)
+    write_client_config: bool = True
+
+    def __post_init__(self) -> None:
+        if self.idle_timeout_seconds < 1:
+            raise ValueError("idle_timeout_seconds must be >= 1")
+        if self.retention_seconds < 0:
+            raise ValueError("retention_seconds must be >= 0")
+        if self.reaper_interval_seconds <= 0:
+            raise ValueError("reaper_interval_seconds must be > 0")
+        if self.max_upload_bytes < 1:
+            raise ValueError("max_upload_bytes must be >= 1")
+        if self.rate_limit_per_second <= 0 or self.rate_limit_burst < 1:
+            raise ValueError("rate limit must be positive")
+        if not 0 < self.port < 65536:
+            raise ValueError("port must be between 1 and 65535")
+
+    @property
+    def dsn(self) -> str:
+        return self.db_url or f"sqlite:///{self.home / 'pandastack.db'}"
+
+    @property
+    def api_url(self) -> str:
+        return self.public_url or f"http://{self.host}:{self.port}"
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Read `PANDASTACK_*` variables; a malformed value raises ValueError naming it."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+
+        def take(var: str, name: str, conv: type[int] | type[float] | type[str] | type[Path],
+                 scale: int = 1) -> None:
+            raw = env.get(var)
+            if raw is None or raw == "":
+                return
+            try:
+                value = conv(raw)
+            except ValueError:
+                raise ValueError(f"{var}={raw!r} is not a valid {conv.__name__}") from None
+            values[name] = value * scale if scale != 1 else value  # type: ignore[operator]
+
+        take("PANDASTACK_HOME", "home", Path)
+        take("PANDASTACK_STATE_DIR", "state_dir", Path)
+        take("PANDASTACK_DB", "db_url", str)
+        take("PANDASTACK_HOST", "host", str)
+        take("PANDASTACK_PORT", "port", int)
+        take("PANDASTACK_PUBLIC_URL", "public_url", str)
+        take("PANDASTACK_IDLE_TIMEOUT", "idle_timeout_seconds", int)
+        take("PANDASTACK_RETENTION", "retention_seconds", int)
+        take("PANDASTACK_MAX_UPLOAD_MB", "max_upload_bytes", int, 1 << 20)
+        take("PANDASTACK_RATE_LIMIT", "rate_limit_per_second", float)
+        take("PANDASTACK_RATE_BURST", "rate_limit_burst", int)
+        take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,47 @@
+"""Engine creation and programmatic alembic migrations (applied on every open)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+
+from .repo import Store
+
+MIGRATIONS = "pandastack.server.store:migrations"
+
+
+def make_engine(dsn: str) -> Engine:
+    if dsn.startswith("sqlite"):
+        path = dsn.split(":///", 1)[1] if ":///" in dsn else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(dsn, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: object, _record: object) -> None:
+            cur = dbapi_conn.cursor()  # type: ignore[attr-defined]
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    return create_engine(dsn, pool_pre_ping=True)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision (idempotent)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", MIGRATIONS)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def open_store(dsn: str) -> Store:
+    engine = make_engine(dsn)
+    migrate(engine)
+    return Store(engine)

@@ -1,0 +1,1 @@
+"""Alembic migration scripts, shipped as package data and applied at startup."""

@@ -1,0 +1,131 @@
+"""Repository functions. Every sandbox query takes the team, so one team can never see
+another's rows; the few team-less ones are for the reaper and startup reconciliation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from pandastack.wire import ENDED_STATES
+
+from .models import ApiKey, Sandbox, Team
+
+LIVE_STATES = ("starting", "running", "paused", "hibernated")
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as s:
+            yield s
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- teams and keys -------------------------------------------------------------------
+
+    def ensure_team(self, s: Session, team: str) -> None:
+        if s.get(Team, team) is None:
+            s.add(Team(id=team, created_at=time.time()))
+            s.flush()
+
+    def add_key(self, key: ApiKey) -> ApiKey:
+        with self.session() as s:
+            self.ensure_team(s, key.team)
+            s.add(key)
+        return key
+
+    def key_by_hash(self, digest: str) -> ApiKey | None:
+        with self.session() as s:
+            return s.scalars(select(ApiKey).where(ApiKey.hash == digest)).first()
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        with self.session() as s:
+            return s.get(ApiKey, key_id)
+
+    def list_keys(self, team: str | None = None) -> list[ApiKey]:
+        with self.session() as s:
+            q = select(ApiKey).order_by(ApiKey.created_at)
+            if team is not None:
+                q = q.where(ApiKey.team == team)
+            return list(s.scalars(q))
+
+    def revoke_key(self, key_id: str) -> ApiKey | None:
+        with self.session() as s:
+            key = s.get(ApiKey, key_id)
+            if key is not None and key.revoked_at is None:
+                key.revoked_at = time.time()
+            return key
+
+    def has_admin_key(self) -> bool:
+        with self.session() as s:
+            q = select(ApiKey.id).where(ApiKey.admin.is_(True), ApiKey.revoked_at.is_(None))
+            return s.scalars(q).first() is not None
+
+    # -- sandboxes ------------------------------------------------------------------------
+
+    def add_sandbox(self, row: Sandbox) -> Sandbox:
+        with self.session() as s:
+            self.ensure_team(s, row.team)
+            s.add(row)
+        return row
+
+    def get_sandbox(self, team: str, sandbox_id: str) -> Sandbox | None:
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id)
+            return row if row is not None and row.team == team else None
+
+    def list_sandboxes(self, team: str, state: str | None = None) -> list[Sandbox]:
+        with self.session() as s:
+            q = select(Sandbox).where(Sandbox.team == team).order_by(Sandbox.created_at)
+            if state is not None:
+                q = q.where(Sandbox.state == state)
+            return list(s.scalars(q))
+
+    def live_sandboxes(self) -> list[Sandbox]:
+        with self.session() as s:
+            return list(s.scalars(select(Sandbox).where(Sandbox.state.in_(LIVE_STATES))))
+
+    def update_sandbox(self, sandbox_id: str, **values: Any) -> Sandbox | None:
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id)
+            if row is None:
+                return None
+            for name, value in values.items():
+                setattr(row, name, value)
+            return row
+
+    def end_sandbox(self, sandbox_id: str, state: str, reason: str,
+                    now: float | None = None) -> Sandbox | None:
+        """Move a live row to an ended state; a row that already ended is left as it is."""
+        assert state in ENDED_STATES
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id)
+            if row is None or row.state in ENDED_STATES:
+                return row
+            row.state = state
+            row.ended_at = time.time() if now is None else now
+            row.end_reason = reason
+            return row
+
+    def touch(self, sandbox_id: str, now: float | None = None) -> None:
+        with self.session() as s:
+            s.execute(update(Sandbox).where(Sandbox.id == sandbox_id)
+                      .values(last_activity_at=time.time() if now is None else now))
+
+    def purge_ended(self, before: float) -> int:
+        """Delete ended rows whose `ended_at` is older than `before`; returns how many."""
+        with self.session() as s:
+            result = s.execute(delete(Sandbox).where(Sandbox.state.in_(tuple(ENDED_STATES)),
+                                                     Sandbox.ended_at < before))
+            return int(getattr(result, "rowcount", 0) or 0)

@@ -1,0 +1,74 @@
+"""Server test fixtures: an app over a temp SQLite DB, driven in-process through httpx's ASGI
+transport with its lifespan running; the admin key comes from the client config it writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+from fastapi import FastAPI
+
+from pandastack.server.app import create_app
+from pandastack.server.runtime_port import RuntimePort
+from pandastack.server.settings import Settings
+
+
+def make_settings(tmp: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "home": Path("/var/lib/pandastack"),
+        "db_url": f"sqlite:///{tmp / 'pandastack.db'}",
+        "client_config_path": tmp / "client" / "config.json",
+        "reaper_interval_seconds": 0.2,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+class Api:
+    """A started app, its admin client, and a way to make clients with other keys."""
+
+    def __init__(self, app: FastAPI, client: httpx.AsyncClient, admin_key: str) -> None:
+        self.app = app
+        self.client = client
+        self.admin_key = admin_key
+
+    def headers(self, key: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key or self.admin_key}"}
+
+    async def new_key(self, team: str, name: str = "k") -> str:
+        r = await self.client.post("/v1/keys", json={"name": name, "team": team})
+        assert r.status_code == 201, r.text
+        key: str = r.json()["key"]
+        return key
+
+
+@asynccontextmanager
+async def running_app(
+    settings: Settings, runtime: RuntimePort | None = None, admin_key: str | None = None
+) -> AsyncIterator[Api]:
+    app = create_app(settings, runtime)
+    async with app.router.lifespan_context(app):
+        if admin_key is None:
+            admin_key = json.loads(settings.client_config_path.read_text())["api_key"]
+        assert admin_key is not None
+        transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://test",
+            headers={"Authorization": f"Bearer {admin_key}"},
+            timeout=120,
+        ) as client:
+            yield Api(app, client, admin_key)
+
+
+def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> None:
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message", "request_id"}, body
+    assert body["error"]["request_id"] == r.headers["x-request-id"]
+    if code is not None:
+        assert body["error"]["code"] == code, body

@@ -1,0 +1,322 @@
+"""The HTTP layer over an in-memory runtime: auth, teams, keys, the error envelope for every
+kind of bad input, rate limiting, lifecycle bookkeeping, reconciliation, OpenAPI. Fast."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pandastack.server.store import open_store
+from tests.server.conftest import Api, assert_envelope, make_settings, running_app
+from tests.server.fakes import FakeRuntime
+
+SPEC = Path(__file__).resolve().parents[2] / "spec" / "openapi.json"
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    async with running_app(make_settings(tmp_path), FakeRuntime(tmp_path)) as a:
+        yield a
+
+
+async def create(api: Api, **body: object) -> dict[str, object]:
+    r = await api.client.post("/v1/sandboxes", json=body)
+    assert r.status_code == 201, r.text
+    data: dict[str, object] = r.json()
+    return data
+
+
+async def test_health_and_request_ids(api: Api) -> None:
+    r = await api.client.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert r.headers["x-request-id"].startswith("req_")
+    r2 = await api.client.get("/health")
+    assert r2.headers["x-request-id"] != r.headers["x-request-id"]
+
+
+async def test_first_start_writes_private_client_config(tmp_path: Path, api: Api) -> None:
+    path = tmp_path / "client" / "config.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    data = json.loads(path.read_text())
+    assert data == {"api_url": "http://127.0.0.1:8080", "api_key": api.admin_key}
+    store = open_store(f"sqlite:///{tmp_path / 'pandastack.db'}")
+    try:  # only the hash is stored
+        assert all(api.admin_key not in (k.hash, k.prefix) for k in store.list_keys())
+    finally:
+        store.close()
+
+
+async def test_auth_required(api: Api) -> None:
+    c = api.client
+    assert_envelope(
+        await c.get("/v1/sandboxes", headers={"Authorization": ""}), 401, "unauthorized"
+    )
+    assert_envelope(
+        await c.get("/v1/sandboxes", headers={"Authorization": "Bearer psk_x"}), 401, "unauthorized"
+    )
+    assert_envelope(await c.get("/v1/sandboxes", headers={"Authorization": "Basic abc"}), 401)
+    r = await c.get("/v1/sandboxes", headers={"Authorization": "", "X-API-Key": api.admin_key})
+    assert r.status_code == 200
+
+
+async def test_keys_and_team_isolation(api: Api) -> None:
+    c = api.client
+    key_b = await api.new_key("team-b", "b")
+    sbx = await create(api)
+    r = await c.get(f"/v1/sandboxes/{sbx['id']}", headers=api.headers(key_b))
+    assert_envelope(r, 404, "not_found")
+    assert_envelope(await c.delete(f"/v1/sandboxes/{sbx['id']}", headers=api.headers(key_b)), 404)
+    r = await c.get("/v1/sandboxes", headers=api.headers(key_b))
+    assert r.json() == {"sandboxes": []}
+    # a non-admin key cannot manage keys
+    assert_envelope(await c.get("/v1/keys", headers=api.headers(key_b)), 403, "forbidden")
+    keys = (await c.get("/v1/keys")).json()["keys"]
+    b = next(k for k in keys if k["team"] == "team-b")
+    assert "key" not in b and b["revoked"] is False and key_b.startswith(b["prefix"])
+    assert (await c.delete(f"/v1/keys/{b['id']}")).status_code == 204
+    assert (await c.delete(f"/v1/keys/{b['id']}")).status_code == 204  # idempotent
+    assert_envelope(await c.get("/v1/sandboxes", headers=api.headers(key_b)), 401)
+    assert_envelope(await c.delete("/v1/keys/key_nope"), 404)
+    assert_envelope(await c.post("/v1/keys", json={"name": "x", "team": "bad team!"}), 400)
+
+
+async def test_create_list_filter_delete(api: Api) -> None:
+    c = api.client
+    a = await create(api, metadata={"job": "a"}, ttl_seconds=60)
+    b = await create(api, metadata={"job": "b"}, persistent=True)
+    assert a["state"] == "running" and a["template"] == "base"
+    assert isinstance(a["expires_at"], float) and b["expires_at"] is None
+    r = await c.get("/v1/sandboxes", params={"metadata.job": "a"})
+    assert [s["id"] for s in r.json()["sandboxes"]] == [a["id"]]
+    assert_envelope(
+        await c.get("/v1/sandboxes", params={"state": "bogus"}), 422, "validation_error"
+    )
+    assert (await c.delete(f"/v1/sandboxes/{a['id']}")).status_code == 204
+    assert (await c.delete(f"/v1/sandboxes/{a['id']}")).status_code == 204  # idempotent
+    info = (await c.get(f"/v1/sandboxes/{a['id']}")).json()
+    assert info["state"] == "killed" and info["ended_at"] and info["end_reason"]
+    r = await c.get("/v1/sandboxes", params={"state": "running"})
+    assert [s["id"] for s in r.json()["sandboxes"]] == [b["id"]]
+    # operations on an ended sandbox: 409
+    r = await c.post(f"/v1/sandboxes/{a['id']}/exec", json={"cmd": "true"})
+    assert_envelope(r, 409, "conflict")
+    assert_envelope(await c.patch(f"/v1/sandboxes/{a['id']}/lifecycle", json={}), 409)
+    assert_envelope(await c.post("/v1/sandboxes", json={"template": "nope"}), 404, "not_found")
+    assert_envelope(await c.post("/v1/sandboxes", json={"snapshot": "s"}), 404, "not_found")
+    assert_envelope(await c.post("/v1/sandboxes", json={"disk_mb": 1024}), 422)
+    failed = (await c.get("/v1/sandboxes", params={"state": "failed"})).json()["sandboxes"]
+    assert [s["template"] for s in failed] == ["nope"]
+
+
+async def test_exec_env_merge_and_decoding(api: Api) -> None:
+    sbx = await create(api, env={"A": "1", "B": "2"})
+    r = await api.client.post(
+        f"/v1/sandboxes/{sbx['id']}/exec", json={"cmd": ["echo", "hi"], "env": {"B": "3"}}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["stdout"] == "echo hi\ufffd"
+    fake = api.app.state.service.runtime.get(sbx["id"])
+    assert fake.last_env == {"A": "1", "B": "3"}
+
+
+BAD_REQUESTS: list[tuple[str, str, object]] = [
+    ("POST", "/v1/sandboxes", b"{not json"),
+    ("POST", "/v1/sandboxes", b"[1, 2]"),
+    ("POST", "/v1/sandboxes", {"ttl_seconds": "soon"}),
+    ("POST", "/v1/sandboxes", {"ttl_seconds": 10**30}),
+    ("POST", "/v1/sandboxes", {"ttl_seconds": -1}),
+    ("POST", "/v1/sandboxes", {"vcpus": 1000}),
+    ("POST", "/v1/sandboxes", {"memory_mb": 1.5}),
+    ("POST", "/v1/sandboxes", {"unknown": 1}),
+    ("POST", "/v1/sandboxes", {"template": "x" * 10_000}),
+    ("POST", "/v1/sandboxes", {"metadata": {str(i): "v" for i in range(1000)}}),
+    ("POST", "/v1/sandboxes", {"env": {"A": 1}}),
+    ("POST", "/v1/sandboxes", b"\xff\xfe\x00"),
+    ("GET", "/v1/sandboxes/sbx-000000000000", None),
+    ("GET", "/v1/sandboxes/" + "x" * 5000, None),
+    ("GET", "/v1/sandboxes/%00", None),
+    ("GET", "/v1/sandboxes/..%2F..%2Fetc", None),
+    ("DELETE", "/v1/sandboxes/nope", None),
+    ("GET", "/v1/nope", None),
+    ("PUT", "/v1/sandboxes", None),
+    ("DELETE", "/v1/sandboxes", None),
+    ("POST", "/v1/sandboxes/{id}/exec", {}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": ""}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": []}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": "true", "timeout_seconds": 0}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": "true", "timeout_seconds": 1e300}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": "a\x00b"}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": ["a", 1]}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": "true", "env": {"A=B": "x"}}),
+    ("POST", "/v1/sandboxes/{id}/exec", {"cmd": "true", "cwd": "/\x00"}),
+    ("POST", "/v1/sandboxes/{id}/exec/stream", {"cmd": 5}),
+    ("GET", "/v1/sandboxes/{id}/files?path=/a%00b", None),
+    ("GET", "/v1/sandboxes/{id}/files", None),
+    ("GET", "/v1/sandboxes/{id}/files?path=", None),
+    ("GET", "/v1/sandboxes/{id}/files?path=/missing", None),
+    ("PUT", "/v1/sandboxes/{id}/files?path=/x&mode=999", b"x"),
+    ("PUT", "/v1/sandboxes/{id}/files?path=/x&mode=rwx", b"x"),
+    ("GET", "/v1/sandboxes/{id}/files/stat?path=/missing", None),
+    ("POST", "/v1/sandboxes/{id}/files/mkdir", {"path": ""}),
+    ("POST", "/v1/sandboxes/{id}/files/rename", {"src": "/a"}),
+    ("POST", "/v1/sandboxes/{id}/files/rename", {"src": "/a\x00", "dst": "/b"}),
+    ("DELETE", "/v1/sandboxes/{id}/files?path=/missing&recursive=maybe", None),
+    ("POST", "/v1/sandboxes/{id}/processes", {"cmd": None}),
+    ("POST", "/v1/sandboxes/{id}/processes/abc/signal", {"signal": 9}),
+    ("POST", "/v1/sandboxes/{id}/processes/99999999999999999999/signal", {"signal": 9}),
+    ("POST", "/v1/sandboxes/{id}/processes/7/signal", {"signal": 9}),
+    ("POST", "/v1/sandboxes/{id}/processes/42/signal", {"signal": 0}),
+    ("POST", "/v1/sandboxes/{id}/processes/42/wait?timeout_seconds=-1", None),
+    ("POST", "/v1/sandboxes/{id}/processes/42/wait?timeout_seconds=nan", None),
+    ("PATCH", "/v1/sandboxes/{id}/lifecycle", {"ttl_seconds": 0}),
+    ("PATCH", "/v1/sandboxes/{id}/lifecycle", {"persistent": "yes please"}),
+    ("POST", "/v1/keys", {"name": ""}),
+    ("POST", "/v1/keys", {"name": "n", "admin": True}),
+]
+
+
+async def test_bad_input_is_always_a_4xx_envelope(api: Api) -> None:
+    sbx = await create(api)
+    for method, url, body in BAD_REQUESTS:
+        url = url.replace("{id}", str(sbx["id"]))
+        kwargs: dict[str, object] = {}
+        if isinstance(body, bytes):
+            kwargs["content"] = body
+            kwargs["headers"] = {"content-type": "application/json"}
+        elif body is not None:
+            kwargs["json"] = body
+        r = await api.client.request(method, url, **kwargs)  # type: ignore[arg-type]
+        assert 400 <= r.status_code < 500, (method, url, body, r.status_code, r.text)
+        assert_envelope(r, r.status_code)
+    # the sandbox still works after all that
+    r = await api.client.post(f"/v1/sandboxes/{sbx['id']}/exec", json={"cmd": "true"})
+    assert r.status_code == 200
+
+
+async def test_status_codes_of_the_matrix(api: Api) -> None:
+    c = api.client
+    sbx = await create(api)
+    sid = sbx["id"]
+    assert_envelope(
+        await c.post("/v1/sandboxes", content=b"{", headers={"content-type": "application/json"}),
+        400,
+        "bad_request",
+    )
+    assert_envelope(await c.post("/v1/sandboxes", json={"unknown": 1}), 422, "validation_error")
+    assert_envelope(await c.get("/v1/nope"), 404, "not_found")
+    assert_envelope(await c.put("/v1/sandboxes"), 405, "bad_request")
+    assert_envelope(await c.get(f"/v1/sandboxes/{sid}/files", params={"path": "/missing"}), 404)
+    await c.put(f"/v1/sandboxes/{sid}/files", params={"path": "/f"}, content=b"x")
+    assert_envelope(
+        await c.post(f"/v1/sandboxes/{sid}/files/mkdir", json={"path": "/f"}), 409, "conflict"
+    )
+    assert_envelope(
+        await c.post(f"/v1/sandboxes/{sid}/processes/7/signal", json={"signal": 9}), 404
+    )
+
+
+async def test_upload_limit(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, max_upload_bytes=1000)
+    async with running_app(settings, FakeRuntime(tmp_path)) as api:
+        sid = (await create(api))["id"]
+        url = f"/v1/sandboxes/{sid}/files"
+        r = await api.client.put(url, params={"path": "/ok"}, content=b"x" * 1000)
+        assert r.status_code == 200 and r.json() == {"path": "/ok", "size": 1000}
+        assert_envelope(
+            await api.client.put(url, params={"path": "/big"}, content=b"x" * 1001),
+            413,
+            "payload_too_large",
+        )
+
+        async def chunks() -> AsyncIterator[bytes]:  # no content-length: counted while streaming
+            for _ in range(5):
+                yield b"y" * 300
+
+        r = await api.client.put(url, params={"path": "/big"}, content=chunks())
+        assert_envelope(r, 413, "payload_too_large")
+
+
+async def test_rate_limit(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, rate_limit_per_second=0.01, rate_limit_burst=3)
+    async with running_app(settings, FakeRuntime(tmp_path)) as api:
+        codes = [(await api.client.get("/v1/sandboxes")).status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        r = await api.client.get("/v1/sandboxes")
+        assert_envelope(r, 429, "rate_limited")
+        assert int(r.headers["retry-after"]) >= 1
+
+
+async def test_lifecycle_patch_ttl_and_idle_reaper(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, idle_timeout_seconds=1, reaper_interval_seconds=0.1)
+    runtime = FakeRuntime(tmp_path)
+    async with running_app(settings, runtime) as api:
+        c = api.client
+        idle = await create(api, ttl_seconds=3600)
+        keep = await create(api, ttl_seconds=1, persistent=True)
+        ttl = await create(api, ttl_seconds=3600)
+        lc = (await c.patch(f"/v1/sandboxes/{ttl['id']}/lifecycle", json={"ttl_seconds": 2})).json()
+        assert lc["expires_at"] == pytest.approx(lc["created_at"] + 2)
+        assert lc["idle_timeout_seconds"] == 1 and lc["state"] == "running"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            await c.get(f"/v1/sandboxes/{ttl['id']}/lifecycle")  # keeps it from idling
+            states = {
+                s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
+            }
+            if states[ttl["id"]] != "running" and states[idle["id"]] != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert states == {idle["id"]: "reaped", keep["id"]: "running", ttl["id"]: "expired"}
+        assert set(runtime.killed) == {idle["id"], ttl["id"]}
+        assert (await c.get(f"/v1/sandboxes/{keep['id']}/lifecycle")).json()["persistent"]
+
+
+async def test_retention_purges_ended_rows(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, retention_seconds=0, reaper_interval_seconds=0.1)
+    async with running_app(settings, FakeRuntime(tmp_path)) as api:
+        sid = (await create(api))["id"]
+        await api.client.delete(f"/v1/sandboxes/{sid}")
+        await asyncio.sleep(0.4)
+        assert_envelope(await api.client.get(f"/v1/sandboxes/{sid}"), 404)
+
+
+async def test_reconcile_on_start(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    runtime = FakeRuntime(tmp_path)
+    async with running_app(settings, runtime) as api:
+        gone = str((await create(api))["id"])
+        kept = (await create(api))["id"]
+    stray = "sbx-0000000000aa"
+    await runtime.create(sandbox_id=stray)
+    del runtime.sandboxes[gone]
+    async with running_app(settings, runtime) as api:
+        assert (await api.client.get(f"/v1/sandboxes/{gone}")).json()["state"] == "failed"
+        assert (await api.client.get(f"/v1/sandboxes/{kept}")).json()["state"] == "running"
+        assert stray in runtime.killed and stray not in runtime.sandboxes
+
+
+async def test_unhandled_exception_is_a_500_envelope(api: Api) -> None:
+    sid = (await create(api))["id"]
+
+    async def boom(*args: object, **kwargs: object) -> list[dict[str, object]]:
+        raise RuntimeError("bug")
+
+    api.app.state.service.runtime.get(sid).procs = boom
+    r = await api.client.get(f"/v1/sandboxes/{sid}/processes")
+    assert_envelope(r, 500, "internal")
+
+
+def test_openapi_matches_committed_spec() -> None:
+    from pandastack.server.app import create_app
+    from pandastack.server.settings import Settings
+
+    committed = json.loads(SPEC.read_text())
+    assert committed == create_app(Settings()).openapi(), "run scripts/gen-openapi.py"

@@ -1,0 +1,272 @@
+"""The REST API against real microVMs: the app owns a real HostRuntime on a private state dir
+(sharing the template cache) and a temp SQLite DB. Few VMs: about five in the whole module."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pandastack.host.config import HostConfig
+from pandastack.host.runtime import HostRuntime
+from pandastack.server.settings import Settings
+from tests.helpers import qemu_pids_under
+from tests.server.conftest import Api, assert_envelope, make_settings, running_app
+
+pytestmark = pytest.mark.vm
+
+
+async def _wipe(state_dir: Path) -> None:
+    """Kill whatever a test left in `state_dir` and assert nothing was left."""
+    rt = HostRuntime(HostConfig.from_env(state_dir=state_dir), progress=lambda _m: None)
+    await rt.start()
+    leaked = [h.id for h in rt.list()]
+    await rt.kill_all()
+    pids = qemu_pids_under(state_dir)
+    for pid in pids:
+        os.kill(pid, 9)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    assert not leaked and not pids, f"leaked sandboxes {leaked}, VMM pids {pids}"
+
+
+def vm_settings(tmp: Path, **overrides: object) -> Settings:
+    if os.geteuid() != 0:
+        pytest.fail("VM tests need root")
+    state = tmp / "s"  # short: unix socket paths must stay under 108 bytes
+    return make_settings(tmp, state_dir=state, **overrides)
+
+
+def short_tmp() -> Path:
+    return Path(tempfile.mkdtemp(prefix="pss-", dir="/tmp"))
+
+
+@pytest.fixture(scope="module")
+async def api() -> AsyncIterator[Api]:
+    tmp = short_tmp()
+    settings = vm_settings(tmp)
+    try:
+        async with running_app(settings) as a:
+            yield a
+    finally:
+        try:
+            await _wipe(tmp / "s")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+async def sbx(api: Api) -> AsyncIterator[str]:
+    r = await api.client.post(
+        "/v1/sandboxes", json={"env": {"GREETING": "hello"}, "metadata": {"suite": "vm"}}
+    )
+    assert r.status_code == 201, r.text
+    info = r.json()
+    assert info["state"] == "running"
+    yield str(info["id"])
+    assert (await api.client.delete(f"/v1/sandboxes/{info['id']}")).status_code == 204
+
+
+async def exec_(api: Api, sid: str, **body: object) -> dict[str, object]:
+    r = await api.client.post(f"/v1/sandboxes/{sid}/exec", json=body)
+    assert r.status_code == 200, r.text
+    result: dict[str, object] = r.json()
+    return result
+
+
+async def test_exec(api: Api, sbx: str) -> None:
+    r = await exec_(api, sbx, cmd="python -c 'print(6*7)'")
+    assert (r["exit_code"], r["stdout"], r["timed_out"]) == (0, "42\n", False)
+    r = await exec_(api, sbx, cmd="echo $GREETING $X; echo oops >&2; exit 3", env={"X": "y"})
+    assert (r["exit_code"], r["stdout"], r["stderr"]) == (3, "hello y\n", "oops\n")
+    r = await exec_(
+        api, sbx, cmd=["python3", "-c", "import sys; sys.stdout.buffer.write(b'\\xff')"]
+    )
+    assert r["stdout"] == "\ufffd"
+    r = await exec_(api, sbx, cmd="cat", stdin="piped")
+    assert r["stdout"] == "piped"
+    started = time.monotonic()
+    r = await exec_(api, sbx, cmd="sleep 30", timeout_seconds=1)
+    assert r["timed_out"] is True and time.monotonic() - started < 20
+
+
+def parse_sse(text: str) -> list[tuple[str, dict[str, object]]]:
+    events = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+async def test_exec_stream(api: Api, sbx: str) -> None:
+    cmd = "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.1; done; exit 7"
+    r = await api.client.post(f"/v1/sandboxes/{sbx}/exec/stream", json={"cmd": cmd})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(r.text)
+    kinds = [e for e, _ in events]
+    assert kinds[-1] == "exit" and kinds.count("exit") == 1
+    out = "".join(str(d["data"]) for e, d in events if e == "stdout")
+    err = "".join(str(d["data"]) for e, d in events if e == "stderr")
+    assert (out, err) == ("out1\nout2\nout3\n", "err1\nerr2\nerr3\n")
+    final = events[-1][1]
+    assert (final["exit_code"], final["stdout"], final["stderr"]) == (7, "", "")
+
+
+async def test_files(api: Api, sbx: str) -> None:
+    c = api.client
+    base = f"/v1/sandboxes/{sbx}/files"
+    blob = os.urandom(3 << 20)
+    r = await c.put(base, params={"path": "/work/data/blob.bin", "mode": "600"}, content=blob)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"path": "/work/data/blob.bin", "size": len(blob)}
+    r = await c.get(base, params={"path": "/work/data/blob.bin"})
+    assert (
+        r.status_code == 200 and hashlib.sha256(r.content).digest() == hashlib.sha256(blob).digest()
+    )
+    st = (await c.get(f"{base}/stat", params={"path": "/work/data/blob.bin"})).json()
+    assert (st["type"], st["size"], st["mode"] & 0o777) == ("file", len(blob), 0o600)
+    assert (
+        await c.post(f"{base}/mkdir", json={"path": "/work/data/sub/deeper"})
+    ).status_code == 204
+    r = await c.post(
+        f"{base}/rename", json={"src": "/work/data/blob.bin", "dst": "/work/data/sub/moved.bin"}
+    )
+    assert r.status_code == 204
+    names = {
+        e["name"]: e["type"]
+        for e in (await c.get(f"{base}/list", params={"path": "/work/data/sub"})).json()["entries"]
+    }
+    assert names == {"deeper": "dir", "moved.bin": "file"}
+    assert_envelope(await c.get(base, params={"path": "/work/data/blob.bin"}), 404, "not_found")
+    assert_envelope(await c.get(f"{base}/list", params={"path": "/nope"}), 404)
+    assert_envelope(await c.delete(base, params={"path": "/work/data/sub"}), 409, "conflict")
+    assert (
+        await c.delete(base, params={"path": "/work/data", "recursive": "true"})
+    ).status_code == 204
+    assert_envelope(await c.get(f"{base}/stat", params={"path": "/work/data"}), 404)
+    r = await c.put(base, params={"path": "/work/step.py"}, content=b"print(6*7)\n")
+    assert r.status_code == 200
+    assert (await exec_(api, sbx, cmd="python /work/step.py"))["stdout"] == "42\n"
+
+
+async def test_processes(api: Api, sbx: str) -> None:
+    c = api.client
+    base = f"/v1/sandboxes/{sbx}/processes"
+    r = await c.post(base, json={"cmd": "cat; echo done"})
+    assert r.status_code == 201, r.text
+    pid = r.json()["pid"]
+    assert pid in [p["pid"] for p in (await c.get(base)).json()["processes"]]
+    assert (await c.post(f"{base}/{pid}/stdin", content=b"hi there\n")).status_code == 204
+    assert (await c.post(f"{base}/{pid}/stdin", params={"eof": "true"})).status_code == 204
+    r = await c.post(f"{base}/{pid}/wait", params={"timeout_seconds": 30})
+    assert r.status_code == 200, r.text
+    assert (r.json()["exit_code"], r.json()["stdout"]) == (0, "hi there\ndone\n")
+
+    r = await c.post(base, json={"cmd": ["sleep", "300"]})
+    pid = r.json()["pid"]
+    assert_envelope(
+        await c.post(f"{base}/{pid}/wait", params={"timeout_seconds": 0.5}), 408, "timeout"
+    )
+    assert (await c.post(f"{base}/{pid}/signal", json={"signal": 15})).status_code == 204
+    r = await c.post(f"{base}/{pid}/wait", params={"timeout_seconds": 30})
+    assert r.status_code == 200 and r.json()["signal"] == 15
+    assert_envelope(await c.post(f"{base}/999999/signal", json={"signal": 15}), 404)
+
+
+async def test_lifecycle_and_logs(api: Api, sbx: str) -> None:
+    c = api.client
+    lc = (await c.get(f"/v1/sandboxes/{sbx}/lifecycle")).json()
+    assert lc["state"] == "running" and lc["idle_timeout_seconds"] == 600
+    r = await c.patch(f"/v1/sandboxes/{sbx}/lifecycle", json={"ttl_seconds": 7200})
+    assert r.json()["expires_at"] == pytest.approx(lc["created_at"] + 7200)
+    r = await c.patch(f"/v1/sandboxes/{sbx}/lifecycle", json={"persistent": True})
+    assert r.json()["persistent"] is True and r.json()["expires_at"] is None
+    logs = (await c.get(f"/v1/sandboxes/{sbx}/logs")).json()
+    assert set(logs) == {"console", "agent"} and isinstance(logs["console"], str)
+
+
+async def test_auth_and_teams(api: Api, sbx: str) -> None:
+    c = api.client
+    other = await api.new_key("vm-other-team")
+    assert_envelope(
+        await c.post(f"/v1/sandboxes/{sbx}/exec", json={"cmd": "true"}, headers=api.headers(other)),
+        404,
+        "not_found",
+    )
+    assert_envelope(await c.get(f"/v1/sandboxes/{sbx}", headers={"Authorization": ""}), 401)
+
+
+async def test_ttl_expiry_removes_the_vm(api: Api) -> None:
+    r = await api.client.post("/v1/sandboxes", json={"ttl_seconds": 2})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    state_dir = api.app.state.settings.state_dir
+    assert (state_dir / sid).is_dir()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        info = (await api.client.get(f"/v1/sandboxes/{sid}")).json()
+        if info["state"] != "running":
+            break
+        await asyncio.sleep(0.2)
+    assert info["state"] == "expired" and info["end_reason"]
+    assert not (state_dir / sid).exists() and not qemu_pids_under(state_dir / sid)
+    assert_envelope(
+        await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"}), 409, "conflict"
+    )
+
+
+async def test_idle_reaper() -> None:
+    tmp = short_tmp()
+    try:
+        async with running_app(vm_settings(tmp, idle_timeout_seconds=2)) as api:
+            c = api.client
+            idle = (await c.post("/v1/sandboxes", json={})).json()["id"]
+            keep = (await c.post("/v1/sandboxes", json={"persistent": True})).json()["id"]
+            await asyncio.sleep(3.5)
+            states = {
+                s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
+            }
+            assert states == {idle: "reaped", keep: "running"}
+            r = await c.post(f"/v1/sandboxes/{keep}/exec", json={"cmd": "echo alive"})
+            assert r.json()["stdout"] == "alive\n"
+            assert (await c.delete(f"/v1/sandboxes/{keep}")).status_code == 204
+    finally:
+        try:
+            await _wipe(tmp / "s")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def test_restart_adopts_running_sandbox() -> None:
+    tmp = short_tmp()
+    settings = vm_settings(tmp)
+    try:
+        async with running_app(settings) as api:
+            r = await api.client.post("/v1/sandboxes", json={"env": {"K": "v"}})
+            sid = r.json()["id"]
+            await api.client.put(
+                f"/v1/sandboxes/{sid}/files", params={"path": "/work/x"}, content=b"kept"
+            )
+        async with running_app(settings) as api:  # same DB, same state dir
+            info = (await api.client.get(f"/v1/sandboxes/{sid}")).json()
+            assert info["state"] == "running"
+            r = await api.client.post(
+                f"/v1/sandboxes/{sid}/exec", json={"cmd": "cat /work/x; echo $K"}
+            )
+            assert r.status_code == 200 and r.json()["stdout"] == "keptv\n"
+            assert (await api.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+    finally:
+        try:
+            await _wipe(tmp / "s")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
