@@ -1,3 +1,89 @@
-"""pandastack: microVM sandboxes for code that an AI agent wrote."""
+"""pandastack: microVM sandboxes for code that an AI agent wrote.
+
+    from pandastack import Sandbox
+
+    with Sandbox.create(template="base", ttl_seconds=900) as sbx:
+        print(sbx.exec("uname -a").stdout)
+"""
 
 __version__ = "0.1.0"
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pandastack.sdk import (
+        APIError,
+        AsyncClient,
+        AsyncProcess,
+        AsyncSandbox,
+        AuthenticationError,
+        Client,
+        ConfigError,
+        ConflictError,
+        CreatedKey,
+        ExecResult,
+        FileEntry,
+        KeyInfo,
+        Lifecycle,
+        Logs,
+        NotFoundError,
+        PandastackError,
+        PayloadTooLargeError,
+        PermissionDeniedError,
+        Process,
+        ProcessInfo,
+        ProtocolError,
+        RateLimitError,
+        Sandbox,
+        SandboxInfo,
+        ServerError,
+        TransportError,
+        TransportTimeoutError,
+        ValidationError,
+        WaitTimeoutError,
+        WriteResult,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # The SDK (httpx, pydantic) is loaded on first use, so the host runtime and the guest
+    # protocol codec, which also live in this package, do not pay for importing it.
+    if name in __all__ and name != "__version__":
+        from pandastack import sdk
+
+        return getattr(sdk, name)
+    raise AttributeError(f"module 'pandastack' has no attribute {name!r}")
+
+__all__ = [
+    "APIError",
+    "AsyncClient",
+    "AsyncProcess",
+    "AsyncSandbox",
+    "AuthenticationError",
+    "Client",
+    "ConfigError",
+    "ConflictError",
+    "CreatedKey",
+    "ExecResult",
+    "FileEntry",
+    "KeyInfo",
+    "Lifecycle",
+    "Logs",
+    "NotFoundError",
+    "PandastackError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "Process",
+    "ProcessInfo",
+    "ProtocolError",
+    "RateLimitError",
+    "Sandbox",
+    "SandboxInfo",
+    "ServerError",
+    "TransportError",
+    "TransportTimeoutError",
+    "ValidationError",
+    "WaitTimeoutError",
+    "WriteResult",
+    "__version__",
+]

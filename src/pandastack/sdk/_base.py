@@ -1,0 +1,600 @@
+"""Everything the sync and async SDK share that does no I/O.
+
+Each REST operation is built here as a `Call`: the request to send (method, path, query, body,
+timeout) plus the function that turns the success response into a value. The twins
+(`Sandbox`/`AsyncSandbox`, ...) only send calls and, for streams, move the bytes; URL building,
+request validation, timeouts, response and error decoding and the exec event stream decoding all
+live here, once.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata as _metadata
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import quote
+
+import httpx
+import pydantic
+
+from pandastack import wire
+from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
+from pandastack.sdk.config import ClientConfig
+from pandastack.sdk.errors import (
+    APIError,
+    AuthenticationError,
+    ConflictError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    ProtocolError,
+    RateLimitError,
+    ServerError,
+    TransportError,
+    TransportTimeoutError,
+    ValidationError,
+    WaitTimeoutError,
+)
+from pandastack.wire import (
+    CreatedKey,
+    ExecResult,
+    FileEntry,
+    KeyInfo,
+    Lifecycle,
+    Logs,
+    ProcessInfo,
+    SandboxInfo,
+    WriteResult,
+)
+
+T = TypeVar("T")
+M = TypeVar("M", bound=pydantic.BaseModel)
+H = TypeVar("H")
+
+#: How much longer than the command's own timeout the HTTP read timeout of exec/wait is.
+EXEC_TIMEOUT_MARGIN = 30.0
+#: Chunk size of uploads read from disk.
+UPLOAD_CHUNK_SIZE = 256 * 1024
+
+StreamName = Literal["stdout", "stderr"]
+
+try:
+    _VERSION = _metadata.version("pandastack")
+except _metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    _VERSION = "0"
+USER_AGENT = f"pandastack-python/{_VERSION}"
+
+
+# -- calls --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One REST request and the decoder of its success response."""
+
+    method: str
+    path: str
+    decode: Callable[[httpx.Response], T]
+    params: Mapping[str, str] | None = None
+    json: dict[str, Any] | None = None
+    content: bytes | None = None
+    headers: Mapping[str, str] | None = None
+    timeout: httpx.Timeout | None = None  # None: the client's timeout
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def client_headers(config: ClientConfig) -> dict[str, str]:
+    """Headers sent with every request."""
+    return {"Authorization": f"Bearer {config.api_key}", "User-Agent": USER_AGENT,
+            "Accept": "application/json"}
+
+
+def _seg(value: str | int) -> str:
+    text = str(value)
+    if not text:
+        raise ValidationError("an id in the URL must not be empty", status=422,
+                              code="validation_error")
+    return quote(text, safe="")
+
+
+def sandbox_path(sandbox_id: str, *parts: str | int) -> str:
+    """`/v1/sandboxes/{id}/{parts...}` with every segment percent-encoded."""
+    return "/".join(["/v1/sandboxes", _seg(sandbox_id), *(_seg(p) for p in parts)])
+
+
+def _bool(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def encode(model: type[pydantic.BaseModel], **fields: Any) -> dict[str, Any]:
+    """Validate a request body locally against its wire model; None (or omitted) means "the
+    server's default" and is not sent.
+
+    Raises `ValidationError` (request_id None) before anything is sent.
+    """
+    values = {k: v for k, v in fields.items() if v is not None}
+    try:
+        body = model.model_validate(values)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ValidationError(f"invalid {model.__name__}: {problems}", status=422,
+                              code="validation_error") from exc
+    return body.model_dump(mode="json", exclude_unset=True, exclude_none=True)
+
+
+def with_read_timeout(base: httpx.Timeout, seconds: float | None) -> httpx.Timeout:
+    """`base` with a read timeout that outlasts a server-side wait of `seconds`.
+
+    None (wait without limit) disables the read timeout. The read timeout never drops below the
+    client's own, and stays disabled if the client disabled it.
+    """
+    if seconds is None or base.read is None:
+        read = None
+    else:
+        read = max(base.read, seconds + EXEC_TIMEOUT_MARGIN)
+    return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
+
+
+def _cmd(cmd: str | Sequence[str]) -> str | list[str]:
+    return cmd if isinstance(cmd, str) else list(cmd)
+
+
+def _text(data: str | bytes) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
+# -- decoding -----------------------------------------------------------------------------
+
+def _prune(tp: Any, value: Any) -> Any:
+    """Drop keys the wire model does not know (recursively), so newer servers stay readable."""
+    if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+        if not isinstance(value, dict):
+            return value
+        return {name: _prune(field.annotation, value[name])
+                for name, field in tp.model_fields.items() if name in value}
+    origin = typing.get_origin(tp)
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(tp)
+        return [_prune(item, v) for v in value]
+    if origin in (typing.Union, types.UnionType):
+        models = [a for a in typing.get_args(tp)
+                  if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
+        if len(models) == 1:
+            return _prune(models[0], value)
+    return value
+
+
+def parse_model(model: type[M], data: Any, where: str) -> M:
+    """Validate decoded JSON as `model`, ignoring unknown fields; ProtocolError if it fails."""
+    try:
+        return model.model_validate(_prune(model, data))
+    except pydantic.ValidationError as exc:
+        raise ProtocolError(f"{where}: the reply is not a valid {model.__name__}: {exc}") from exc
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise ProtocolError(f"{response.request.method} {response.request.url.path}: "
+                            f"the reply (status {response.status_code}) is not JSON") from exc
+
+
+def model_decoder(model: type[M]) -> Callable[[httpx.Response], M]:
+    """A `Call.decode` that reads the body as `model`."""
+    def decode(response: httpx.Response) -> M:
+        return parse_model(model, _json(response), response.request.url.path)
+    return decode
+
+
+def list_decoder(model: type[pydantic.BaseModel], field: str,
+                 item: type[M]) -> Callable[[httpx.Response], list[M]]:
+    """A `Call.decode` that reads a `{field: [...]}` list model and returns the list."""
+    def decode(response: httpx.Response) -> list[M]:
+        parsed = parse_model(model, _json(response), response.request.url.path)
+        return typing.cast(list[M], list(getattr(parsed, field)))
+    return decode
+
+
+def ignore_body(response: httpx.Response) -> None:
+    """A `Call.decode` for replies whose body carries nothing (204, or an ack)."""
+    return None
+
+
+# -- errors -------------------------------------------------------------------------------
+
+_STATUS_CLASS: dict[int, type[APIError]] = {
+    400: ValidationError, 401: AuthenticationError, 403: PermissionDeniedError,
+    404: NotFoundError, 408: WaitTimeoutError, 409: ConflictError, 413: PayloadTooLargeError,
+    422: ValidationError, 429: RateLimitError,
+}
+_CODE_STATUS: dict[str, int] = {
+    "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
+    "timeout": 408, "conflict": 409, "payload_too_large": 413, "validation_error": 422,
+    "rate_limited": 429, "internal": 500, "unavailable": 503, "insufficient_storage": 507,
+}
+_STATUS_CODE: dict[int, str] = {v: k for k, v in _CODE_STATUS.items()} | {
+    502: "unavailable", 504: "unavailable"}
+
+
+def api_error(status: int, code: str | None, message: str | None, request_id: str | None,
+              retry_after: float | None = None) -> APIError:
+    """The `APIError` subclass for an HTTP status (5xx: `ServerError`)."""
+    code = code or _STATUS_CODE.get(status) or ("internal" if status >= 500 else "error")
+    message = message or f"HTTP {status}"
+    cls = _STATUS_CLASS.get(status) or (ServerError if status >= 500 else APIError)
+    if cls is RateLimitError:
+        return RateLimitError(message, status=status, code=code, request_id=request_id,
+                              retry_after=retry_after)
+    return cls(message, status=status, code=code, request_id=request_id)
+
+
+def _envelope(data: Any) -> tuple[str | None, str | None, str | None]:
+    """(code, message, request_id) from an error envelope; Nones where it has none."""
+    body = data.get("error") if isinstance(data, dict) else None
+    if isinstance(body, str):  # a bare {"error": "message"}
+        return None, body, None
+    if not isinstance(body, dict):
+        return None, None, None
+    def text(key: str) -> str | None:
+        value = body.get(key)
+        return value if isinstance(value, str) and value else None
+    return text("code"), text("message"), text("request_id")
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP-date: not worth parsing
+
+
+def error_from_response(response: httpx.Response) -> APIError:
+    """Decode a non-2xx response (its body must have been read) into the right `APIError`."""
+    try:
+        data: Any = response.json()
+    except ValueError:
+        data = None
+    code, message, request_id = _envelope(data)
+    if message is None:
+        snippet = response.text.strip()[:200] if response.content else ""
+        message = f"HTTP {response.status_code}" + (f": {snippet}" if snippet else "")
+    request_id = request_id or response.headers.get("x-request-id")
+    return api_error(response.status_code, code, message, request_id,
+                     _retry_after(response.headers.get("retry-after")))
+
+
+def error_from_event(data: str) -> APIError:
+    """Decode the `error` event of an event stream (the envelope, without an HTTP status)."""
+    try:
+        payload: Any = wire_json(data)
+    except ValueError:
+        payload = None
+    code, message, request_id = _envelope(payload)
+    if message is None:
+        message = data.strip()[:200] or "the server reported an error in the stream"
+    status = _CODE_STATUS.get(code or "", 500)
+    return api_error(status, code, message, request_id)
+
+
+def wire_json(data: str) -> Any:
+    """Decode JSON text."""
+    return json.loads(data)
+
+
+def raise_for_status(response: httpx.Response) -> None:
+    """Raise the `APIError` of a non-2xx response whose body has been read."""
+    if not response.is_success:
+        raise error_from_response(response)
+
+
+@contextmanager
+def transport_errors(label: str) -> Iterator[None]:
+    """Re-raise httpx's request errors as `TransportTimeoutError` / `TransportError`."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise TransportTimeoutError(f"{label}: timed out ({type(exc).__name__})") from exc
+    except httpx.RequestError as exc:
+        raise TransportError(f"{label}: {type(exc).__name__}: {exc}") from exc
+
+
+# -- the exec event stream ----------------------------------------------------------------
+
+class ExecStreamDecoder:
+    """Decodes the `exec/stream` event stream into output chunks and a final `ExecResult`.
+
+    `feed()` returns `(stream, text)` pairs to hand to the callbacks; an `error` event raises the
+    matching `APIError`. After `exit`, `done` is true and `result()` returns the `ExecResult` with
+    the accumulated stdout/stderr.
+    """
+
+    def __init__(self) -> None:
+        self._sse = SSEDecoder()
+        self._chunks: dict[StreamName, list[str]] = {"stdout": [], "stderr": []}
+        self._exit: ExecResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._exit is not None
+
+    def feed(self, chunk: bytes) -> list[tuple[StreamName, str]]:
+        return self._handle(self._sse.feed(chunk))
+
+    def close(self) -> list[tuple[StreamName, str]]:
+        return self._handle(self._sse.close())
+
+    def _handle(self, events: list[ServerSentEvent]) -> list[tuple[StreamName, str]]:
+        out: list[tuple[StreamName, str]] = []
+        for event in events:
+            if self._exit is not None:
+                break
+            if event.event == "stdout" or event.event == "stderr":
+                name: StreamName = "stdout" if event.event == "stdout" else "stderr"
+                text = self._chunk_text(event)
+                self._chunks[name].append(text)
+                out.append((name, text))
+            elif event.event == "exit":
+                self._exit = parse_model(ExecResult, self._event_json(event), "exec exit event")
+            elif event.event == "error":
+                raise error_from_event(event.data)
+            # anything else: an event this SDK does not know yet; skip it
+        return out
+
+    @staticmethod
+    def _event_json(event: ServerSentEvent) -> Any:
+        try:
+            return wire_json(event.data)
+        except ValueError as exc:
+            raise ProtocolError(f"exec stream: {event.event} event is not JSON") from exc
+
+    def _chunk_text(self, event: ServerSentEvent) -> str:
+        payload = self._event_json(event)
+        text = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(text, str):
+            raise ProtocolError(f"exec stream: {event.event} event lacks a string 'data'")
+        return text
+
+    def result(self) -> ExecResult:
+        """The final result; `ProtocolError` if the stream ended without an `exit` event."""
+        if self._exit is None:
+            raise ProtocolError("exec stream ended before its exit event")
+        return self._exit.model_copy(update={
+            "stdout": "".join(self._chunks["stdout"]) or self._exit.stdout,
+            "stderr": "".join(self._chunks["stderr"]) or self._exit.stderr,
+        })
+
+
+# -- the calls of each operation ----------------------------------------------------------
+
+def list_sandboxes_call(state: str | None,
+                        metadata: Mapping[str, str] | None) -> Call[list[SandboxInfo]]:
+    params = {f"metadata.{k}": v for k, v in (metadata or {}).items()}
+    if state is not None:
+        params["state"] = state
+    return Call("GET", "/v1/sandboxes", list_decoder(wire.SandboxList, "sandboxes", SandboxInfo),
+                params=params or None)
+
+
+def get_sandbox_call(sandbox_id: str) -> Call[SandboxInfo]:
+    return Call("GET", sandbox_path(sandbox_id), model_decoder(SandboxInfo))
+
+
+def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persistent: bool,
+                        vcpus: int | None, memory_mb: int | None, disk_mb: int | None,
+                        env: Mapping[str, str] | None,
+                        metadata: Mapping[str, str] | None) -> Call[SandboxInfo]:
+    body = encode(wire.CreateSandbox, template=template, ttl_seconds=ttl_seconds,
+                  persistent=persistent, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
+                  env=dict(env) if env else None, metadata=dict(metadata) if metadata else None)
+    return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body)
+
+
+def kill_sandbox_call(sandbox_id: str) -> Call[None]:
+    return Call("DELETE", sandbox_path(sandbox_id), ignore_body)
+
+
+def lifecycle_call(sandbox_id: str) -> Call[Lifecycle]:
+    return Call("GET", sandbox_path(sandbox_id, "lifecycle"), model_decoder(Lifecycle))
+
+
+def update_lifecycle_call(sandbox_id: str, *, ttl_seconds: int | None = None,
+                          persistent: bool | None = None) -> Call[Lifecycle]:
+    body = encode(wire.UpdateLifecycle, ttl_seconds=ttl_seconds, persistent=persistent)
+    return Call("PATCH", sandbox_path(sandbox_id, "lifecycle"), model_decoder(Lifecycle),
+                json=body)
+
+
+def logs_call(sandbox_id: str) -> Call[Logs]:
+    return Call("GET", sandbox_path(sandbox_id, "logs"), model_decoder(Logs))
+
+
+def exec_call(sandbox_id: str, cmd: str | Sequence[str], *, timeout_seconds: float,
+              env: Mapping[str, str] | None, cwd: str | None, stdin: str | None,
+              stream: bool, base_timeout: httpx.Timeout) -> Call[ExecResult]:
+    """`exec` (or `exec/stream`), with a read timeout that outlasts `timeout_seconds`."""
+    body = encode(wire.ExecRequest, cmd=_cmd(cmd), timeout_seconds=timeout_seconds,
+                  env=dict(env) if env else None, cwd=cwd, stdin=stdin)
+    path = sandbox_path(sandbox_id, "exec", "stream") if stream else sandbox_path(sandbox_id,
+                                                                                  "exec")
+    headers = {"Accept": "text/event-stream"} if stream else None
+    return Call("POST", path, model_decoder(ExecResult), json=body, headers=headers,
+                timeout=with_read_timeout(base_timeout, timeout_seconds))
+
+
+def start_process_call(sandbox_id: str, cmd: str | Sequence[str], *,
+                       env: Mapping[str, str] | None, cwd: str | None) -> Call[ProcessInfo]:
+    body = encode(wire.StartProcess, cmd=_cmd(cmd), env=dict(env) if env else None, cwd=cwd)
+    return Call("POST", sandbox_path(sandbox_id, "processes"), model_decoder(ProcessInfo),
+                json=body)
+
+
+def list_processes_call(sandbox_id: str) -> Call[list[ProcessInfo]]:
+    return Call("GET", sandbox_path(sandbox_id, "processes"),
+                list_decoder(wire.ProcessList, "processes", ProcessInfo))
+
+
+def send_stdin_call(sandbox_id: str, pid: int, data: str | bytes, *, eof: bool) -> Call[None]:
+    return Call("POST", sandbox_path(sandbox_id, "processes", pid, "stdin"), ignore_body,
+                params={"eof": "true"} if eof else None, content=_text(data),
+                headers={"Content-Type": "application/octet-stream"})
+
+
+def signal_call(sandbox_id: str, pid: int, sig: int) -> Call[None]:
+    body = encode(wire.SignalRequest, signal=int(sig))
+    return Call("POST", sandbox_path(sandbox_id, "processes", pid, "signal"), ignore_body,
+                json=body)
+
+
+def wait_call(sandbox_id: str, pid: int, *, timeout_seconds: float | None,
+              base_timeout: httpx.Timeout) -> Call[ExecResult]:
+    params = {"timeout_seconds": f"{timeout_seconds:g}"} if timeout_seconds is not None else None
+    return Call("POST", sandbox_path(sandbox_id, "processes", pid, "wait"),
+                model_decoder(ExecResult), params=params,
+                timeout=with_read_timeout(base_timeout, timeout_seconds))
+
+
+def read_file_call(sandbox_id: str, path: str) -> Call[None]:
+    """A streamed GET of a file's bytes (the twins iterate the body)."""
+    return Call("GET", sandbox_path(sandbox_id, "files"), ignore_body, params={"path": path},
+                headers={"Accept": "application/octet-stream"})
+
+
+def write_file_call(sandbox_id: str, path: str, data: str | bytes | None, *,
+                    mode: int | None = None, size: int | None = None) -> Call[WriteResult]:
+    """PUT a file. `data=None`: the twin streams the body itself (`size` sets Content-Length)."""
+    params = {"path": path}
+    if mode is not None:
+        params["mode"] = format(int(mode), "o")  # the server reads octal, as chmod does
+    headers = {"Content-Type": "application/octet-stream"}
+    if size is not None:
+        headers["Content-Length"] = str(size)
+    return Call("PUT", sandbox_path(sandbox_id, "files"), model_decoder(WriteResult),
+                params=params, content=None if data is None else _text(data), headers=headers)
+
+
+def list_files_call(sandbox_id: str, path: str) -> Call[list[FileEntry]]:
+    return Call("GET", sandbox_path(sandbox_id, "files", "list"),
+                list_decoder(wire.FileList, "entries", FileEntry), params={"path": path})
+
+
+def stat_call(sandbox_id: str, path: str) -> Call[FileEntry]:
+    return Call("GET", sandbox_path(sandbox_id, "files", "stat"), model_decoder(FileEntry),
+                params={"path": path})
+
+
+def mkdir_call(sandbox_id: str, path: str, *, parents: bool) -> Call[None]:
+    body = encode(wire.MkdirRequest, path=path, parents=parents)
+    return Call("POST", sandbox_path(sandbox_id, "files", "mkdir"), ignore_body, json=body)
+
+
+def remove_call(sandbox_id: str, path: str, *, recursive: bool) -> Call[None]:
+    return Call("DELETE", sandbox_path(sandbox_id, "files"), ignore_body,
+                params={"path": path, "recursive": _bool(recursive)})
+
+
+def rename_call(sandbox_id: str, src: str, dst: str) -> Call[None]:
+    body = encode(wire.RenameRequest, src=src, dst=dst)
+    return Call("POST", sandbox_path(sandbox_id, "files", "rename"), ignore_body, json=body)
+
+
+def create_key_call(name: str, team: str | None) -> Call[CreatedKey]:
+    return Call("POST", "/v1/keys", model_decoder(CreatedKey),
+                json=encode(wire.CreateKey, name=name, team=team))
+
+
+def list_keys_call() -> Call[list[KeyInfo]]:
+    return Call("GET", "/v1/keys", list_decoder(wire.KeyList, "keys", KeyInfo))
+
+
+def revoke_key_call(key_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/keys/{_seg(key_id)}", ignore_body)
+
+
+def partial_path(dst: Path) -> Path:
+    """Where a download is written before it is renamed into place (same directory)."""
+    return dst.with_name(f".{dst.name}.{secrets.token_hex(4)}.part")
+
+
+# -- shared state of the twins ------------------------------------------------------------
+
+class SandboxBase(Generic[H]):
+    """State and non-I/O behaviour shared by `Sandbox` and `AsyncSandbox`."""
+
+    def __init__(self, info: SandboxInfo, http: H, *, owns_http: bool = False) -> None:
+        self._info = info
+        self._http = http
+        self._owns_http = owns_http
+        self._killed = False
+
+    @property
+    def id(self) -> str:
+        """The sandbox id."""
+        return self._info.id
+
+    @property
+    def info(self) -> SandboxInfo:
+        """The sandbox as last seen (at create/connect, or the last `refresh()`)."""
+        return self._info
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r}, state={self._info.state!r})"
+
+
+class NamespaceBase(Generic[H]):
+    """State shared by the `commands` / `filesystem` namespaces of both twins."""
+
+    def __init__(self, sandbox_id: str, http: H) -> None:
+        self._sandbox_id = sandbox_id
+        self._http = http
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sandbox_id={self._sandbox_id!r})"
+
+
+class ProcessBase(Generic[H]):
+    """State shared by `Process` and `AsyncProcess`."""
+
+    def __init__(self, sandbox_id: str, info: ProcessInfo, http: H) -> None:
+        self._sandbox_id = sandbox_id
+        self._info = info
+        self._http = http
+
+    @property
+    def pid(self) -> int:
+        """The process id inside the sandbox."""
+        return self._info.pid
+
+    @property
+    def info(self) -> ProcessInfo:
+        """The process as reported when it was started."""
+        return self._info
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sandbox_id={self._sandbox_id!r}, pid={self.pid})"
+
+
+class ClientBase(Generic[H]):
+    """State shared by `Client` and `AsyncClient` (and their `sandboxes`/`keys` namespaces)."""
+
+    def __init__(self, config: ClientConfig, http: H) -> None:
+        self._config = config
+        self._http = http
+
+    @property
+    def api_url(self) -> str:
+        """The server this client talks to."""
+        return self._config.api_url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(api_url={self._config.api_url!r})"

@@ -1,0 +1,103 @@
+"""The only code that touches the network: `HTTP` (on httpx.Client) and its twin `AsyncHTTP`.
+
+Both send a `Call` built by `_base`, translate httpx errors into the SDK's, raise `APIError` for
+non-2xx replies and decode the rest. `stream()` hands back a checked, still-open response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+import httpx
+
+from pandastack.sdk._base import Call, client_headers, raise_for_status, transport_errors
+from pandastack.sdk.config import ClientConfig
+
+T = TypeVar("T")
+
+
+def _client_kwargs(config: ClientConfig) -> dict[str, Any]:
+    return {"base_url": config.api_url, "headers": client_headers(config),
+            "timeout": config.timeout, "follow_redirects": False}
+
+
+def _request_kwargs(call: Call[Any], default: httpx.Timeout, content: Any) -> dict[str, Any]:
+    return {"params": call.params, "json": call.json,
+            "content": call.content if content is None else content,
+            "headers": call.headers, "timeout": call.timeout or default}
+
+
+class HTTP:
+    """Sends calls over one `httpx.Client` (connection pool)."""
+
+    def __init__(self, config: ClientConfig,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.config = config
+        self._client = httpx.Client(transport=transport, **_client_kwargs(config))
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        return self.config.timeout
+
+    def run(self, call: Call[T], content: Iterable[bytes] | None = None) -> T:
+        """Send `call` (with `content` streamed as the body, if given) and decode the reply."""
+        with transport_errors(call.label):
+            response = self._client.request(call.method, call.path,
+                                            **_request_kwargs(call, self.timeout, content))
+        raise_for_status(response)
+        return call.decode(response)
+
+    @contextmanager
+    def stream(self, call: Call[Any],
+               content: Iterable[bytes] | None = None) -> Iterator[httpx.Response]:
+        """Send `call`; yield the 2xx response with its body unread. Errors are translated,
+        including those raised while the caller iterates the body."""
+        with transport_errors(call.label), self._client.stream(
+                call.method, call.path, **_request_kwargs(call, self.timeout, content)) as response:
+            if not response.is_success:
+                response.read()
+                raise_for_status(response)
+            yield response
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class AsyncHTTP:
+    """Sends calls over one `httpx.AsyncClient` (connection pool)."""
+
+    def __init__(self, config: ClientConfig,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self._client = httpx.AsyncClient(transport=transport, **_client_kwargs(config))
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        return self.config.timeout
+
+    async def run(self, call: Call[T], content: AsyncIterable[bytes] | None = None) -> T:
+        """Send `call` (with `content` streamed as the body, if given) and decode the reply."""
+        with transport_errors(call.label):
+            response = await self._client.request(call.method, call.path,
+                                                  **_request_kwargs(call, self.timeout, content))
+        raise_for_status(response)
+        return call.decode(response)
+
+    @asynccontextmanager
+    async def stream(self, call: Call[Any], content: AsyncIterable[bytes] | None = None
+                     ) -> AsyncIterator[httpx.Response]:
+        """Send `call`; yield the 2xx response with its body unread. Errors are translated,
+        including those raised while the caller iterates the body."""
+        with transport_errors(call.label):
+            async with self._client.stream(
+                    call.method, call.path,
+                    **_request_kwargs(call, self.timeout, content)) as response:
+                if not response.is_success:
+                    await response.aread()
+                    raise_for_status(response)
+                yield response
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,194 @@
+"""`Client` / `AsyncClient`: one connection pool for many sandboxes, plus key management.
+
+    from pandastack import Client
+
+    with Client() as client:
+        for info in client.sandboxes.list(state="running"):
+            print(info.id, info.template)
+        sbx = client.sandboxes.create(template="base", ttl_seconds=600)
+
+Sandboxes made through a client share its connections; closing the client closes them.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from types import TracebackType
+
+import httpx
+
+from pandastack.sdk import _base
+from pandastack.sdk._http import HTTP, AsyncHTTP
+from pandastack.sdk.async_sandbox import AsyncSandbox
+from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
+from pandastack.sdk.models import CreatedKey, KeyInfo, SandboxInfo
+from pandastack.sdk.sandbox import Sandbox
+
+__all__ = ["AsyncClient", "AsyncKeys", "AsyncSandboxes", "Client", "Keys", "Sandboxes"]
+
+
+class Sandboxes(_base.ClientBase[HTTP]):
+    """`client.sandboxes`: list, inspect, create and kill sandboxes."""
+
+    def list(self, state: str | None = None,
+             metadata: Mapping[str, str] | None = None) -> builtins.list[SandboxInfo]:
+        """The sandboxes of this key's team, optionally only in `state` and carrying every
+        `metadata` label given."""
+        return self._http.run(_base.list_sandboxes_call(state, metadata))
+
+    def get(self, sandbox_id: str) -> SandboxInfo:
+        """The current state of sandbox `sandbox_id`."""
+        return self._http.run(_base.get_sandbox_call(sandbox_id))
+
+    def create(self, template: str = "base", ttl_seconds: int | None = None,
+               persistent: bool = False, vcpus: int | None = None,
+               memory_mb: int | None = None, env: Mapping[str, str] | None = None,
+               metadata: Mapping[str, str] | None = None, *,
+               disk_mb: int | None = None) -> Sandbox:
+        """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
+        return Sandbox(self._http.run(_base.create_sandbox_call(
+            template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
+            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata)), self._http)
+
+    def connect(self, sandbox_id: str) -> Sandbox:
+        """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
+        return Sandbox(self.get(sandbox_id), self._http)
+
+    def kill(self, sandbox_id: str) -> None:
+        """Kill sandbox `sandbox_id` (`NotFoundError` if there is none)."""
+        self._http.run(_base.kill_sandbox_call(sandbox_id))
+
+
+class Keys(_base.ClientBase[HTTP]):
+    """`client.keys`: API keys (needs a key allowed to manage keys)."""
+
+    def create(self, name: str, team: str | None = None) -> CreatedKey:
+        """Create a key; the secret is in `.key` and is shown only this once."""
+        return self._http.run(_base.create_key_call(name, team))
+
+    def list(self) -> builtins.list[KeyInfo]:
+        """The keys of this team (without secrets)."""
+        return self._http.run(_base.list_keys_call())
+
+    def revoke(self, key_id: str) -> None:
+        """Revoke key `key_id`; requests made with it fail from now on."""
+        self._http.run(_base.revoke_key_call(key_id))
+
+
+class Client(_base.ClientBase[HTTP]):
+    """A pandastack API client. `api_url`/`api_key` override the environment and config file
+    (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary requests;
+    `transport` replaces httpx's transport (e.g. `httpx.MockTransport` in tests)."""
+
+    def __init__(self, api_url: str | None = None, api_key: str | None = None, *,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        config = resolve_config(api_url, api_key, timeout=timeout)
+        super().__init__(config, HTTP(config, transport))
+        self._sandboxes = Sandboxes(config, self._http)
+        self._keys = Keys(config, self._http)
+
+    @property
+    def sandboxes(self) -> Sandboxes:
+        """List, inspect, create and kill sandboxes."""
+        return self._sandboxes
+
+    @property
+    def keys(self) -> Keys:
+        """Manage API keys."""
+        return self._keys
+
+    def close(self) -> None:
+        """Close the connection pool (sandbox handles made by this client stop working)."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
+    """`client.sandboxes`: list, inspect, create and kill sandboxes (async)."""
+
+    async def list(self, state: str | None = None,
+                   metadata: Mapping[str, str] | None = None) -> builtins.list[SandboxInfo]:
+        """The sandboxes of this key's team, optionally only in `state` and carrying every
+        `metadata` label given."""
+        return await self._http.run(_base.list_sandboxes_call(state, metadata))
+
+    async def get(self, sandbox_id: str) -> SandboxInfo:
+        """The current state of sandbox `sandbox_id`."""
+        return await self._http.run(_base.get_sandbox_call(sandbox_id))
+
+    async def create(self, template: str = "base", ttl_seconds: int | None = None,
+                     persistent: bool = False, vcpus: int | None = None,
+                     memory_mb: int | None = None, env: Mapping[str, str] | None = None,
+                     metadata: Mapping[str, str] | None = None, *,
+                     disk_mb: int | None = None) -> AsyncSandbox:
+        """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
+        return AsyncSandbox(await self._http.run(_base.create_sandbox_call(
+            template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
+            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata)), self._http)
+
+    async def connect(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
+        return AsyncSandbox(await self.get(sandbox_id), self._http)
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Kill sandbox `sandbox_id` (`NotFoundError` if there is none)."""
+        await self._http.run(_base.kill_sandbox_call(sandbox_id))
+
+
+class AsyncKeys(_base.ClientBase[AsyncHTTP]):
+    """`client.keys`: API keys (async; needs a key allowed to manage keys)."""
+
+    async def create(self, name: str, team: str | None = None) -> CreatedKey:
+        """Create a key; the secret is in `.key` and is shown only this once."""
+        return await self._http.run(_base.create_key_call(name, team))
+
+    async def list(self) -> builtins.list[KeyInfo]:
+        """The keys of this team (without secrets)."""
+        return await self._http.run(_base.list_keys_call())
+
+    async def revoke(self, key_id: str) -> None:
+        """Revoke key `key_id`; requests made with it fail from now on."""
+        await self._http.run(_base.revoke_key_call(key_id))
+
+
+class AsyncClient(_base.ClientBase[AsyncHTTP]):
+    """A pandastack API client on asyncio. `api_url`/`api_key` override the environment and
+    config file (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary
+    requests; `transport` replaces httpx's transport (e.g. `httpx.MockTransport` in tests)."""
+
+    def __init__(self, api_url: str | None = None, api_key: str | None = None, *,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        config = resolve_config(api_url, api_key, timeout=timeout)
+        super().__init__(config, AsyncHTTP(config, transport))
+        self._sandboxes = AsyncSandboxes(config, self._http)
+        self._keys = AsyncKeys(config, self._http)
+
+    @property
+    def sandboxes(self) -> AsyncSandboxes:
+        """List, inspect, create and kill sandboxes."""
+        return self._sandboxes
+
+    @property
+    def keys(self) -> AsyncKeys:
+        """Manage API keys."""
+        return self._keys
+
+    async def close(self) -> None:
+        """Close the connection pool (sandbox handles made by this client stop working)."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()

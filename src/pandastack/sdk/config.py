@@ -1,0 +1,120 @@
+"""Where the SDK finds its server and key.
+
+Each setting is resolved on its own, first match wins:
+
+1. the explicit argument (`api_url=`, `api_key=`),
+2. the environment (`PANDASTACK_API`, `PANDASTACK_API_KEY`),
+3. the config file `~/.config/pandastack/config.json` (`$XDG_CONFIG_HOME/pandastack/...` when
+   that is set): ``{"api_url": "...", "api_key": "..."}``.
+
+Empty strings count as unset. A setting missing everywhere raises `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pandastack.sdk.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ENV_API_KEY",
+    "ENV_API_URL",
+    "ClientConfig",
+    "TimeoutTypes",
+    "default_config_path",
+    "resolve_config",
+]
+
+ENV_API_URL = "PANDASTACK_API"
+ENV_API_KEY = "PANDASTACK_API_KEY"
+
+#: HTTP timeouts of ordinary requests. `exec` and `Process.wait` raise the read timeout above
+#: the command's own timeout, so long commands are never cut by this.
+DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+
+#: What `timeout=` accepts: seconds for every phase, an `httpx.Timeout`, or None (no timeout).
+TimeoutTypes = float | httpx.Timeout | None
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """A resolved configuration: which server, which key, which HTTP timeouts."""
+
+    api_url: str
+    api_key: str = field(repr=False)
+    timeout: httpx.Timeout = field(default_factory=lambda: DEFAULT_TIMEOUT)
+
+
+def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The config file the SDK (and the CLI) read when nothing else is configured."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "pandastack" / "config.json"
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read the pandastack config file {path}: {exc}") from exc
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"the pandastack config file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"the pandastack config file {path} must hold a JSON object")
+    return data
+
+
+def _file_value(data: Mapping[str, Any], key: str, path: Path) -> str | None:
+    value = data.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{key!r} in {path} must be a string")
+    return value
+
+
+def _normalize_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"the pandastack API URL must start with http:// or https://, "
+                          f"got {url!r}")
+    return url
+
+
+def resolve_config(api_url: str | None = None, api_key: str | None = None, *,
+                   timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+                   environ: Mapping[str, str] | None = None,
+                   config_path: Path | None = None) -> ClientConfig:
+    """Resolve URL and key (argument > environment > config file) into a `ClientConfig`.
+
+    Raises `ConfigError` naming every place it looked when a setting is missing. `environ` and
+    `config_path` exist for tests; they default to `os.environ` and `default_config_path()`.
+    """
+    env = os.environ if environ is None else environ
+    url = api_url or env.get(ENV_API_URL) or None
+    key = api_key or env.get(ENV_API_KEY) or None
+    path = config_path if config_path is not None else default_config_path(env)
+    if url is None or key is None:
+        data = _read_file(path)
+        url = url or _file_value(data, "api_url", path)
+        key = key or _file_value(data, "api_key", path)
+    if url is None:
+        raise ConfigError(f"no pandastack API URL configured: pass api_url=, set {ENV_API_URL}, "
+                          f"or put \"api_url\" in {path}")
+    if key is None:
+        raise ConfigError(f"no pandastack API key configured: pass api_key=, set {ENV_API_KEY}, "
+                          f"or put \"api_key\" in {path}")
+    http_timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+    return ClientConfig(api_url=_normalize_url(url), api_key=key, timeout=http_timeout)

@@ -1,0 +1,189 @@
+"""`sbx.filesystem`: files inside the sandbox. `Filesystem` and its async twin `AsyncFilesystem`.
+
+Uploads and downloads stream: `upload()` reads the local file in chunks while sending, and
+`download()` writes chunks to disk as they arrive (into a temporary file in the destination's
+directory, renamed into place when complete), so neither holds a whole file in memory.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import stat as _stat
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import anyio
+
+from pandastack.sdk import _base
+from pandastack.sdk._http import HTTP, AsyncHTTP
+from pandastack.sdk.errors import NotFoundError
+from pandastack.sdk.models import FileEntry, WriteResult
+
+__all__ = ["AsyncFilesystem", "Filesystem"]
+
+StrPath = str | os.PathLike[str]
+
+
+def _upload_size(path: Path) -> int | None:
+    """Content-Length for a regular file; None (chunked) for pipes and devices."""
+    st = path.stat()
+    return st.st_size if _stat.S_ISREG(st.st_mode) else None
+
+
+def _chunks(f: BinaryIO) -> Iterator[bytes]:
+    while chunk := f.read(_base.UPLOAD_CHUNK_SIZE):
+        yield chunk
+
+
+async def _achunks(path: Path) -> AsyncIterator[bytes]:
+    async with await anyio.open_file(path, "rb") as f:
+        while chunk := await f.read(_base.UPLOAD_CHUNK_SIZE):
+            yield chunk
+
+
+class Filesystem(_base.NamespaceBase[HTTP]):
+    """The filesystem of one sandbox (`sbx.filesystem`)."""
+
+    def read(self, path: str) -> bytes:
+        """The whole content of the file at `path` (use `download()` for large files)."""
+        with self._http.stream(_base.read_file_call(self._sandbox_id, path)) as response:
+            return response.read()
+
+    def write(self, path: str, data: str | bytes, mode: int | None = None) -> WriteResult:
+        """Create or replace the file at `path` (str is written as UTF-8; parents are created).
+
+        `mode` is the permission bits as an int, e.g. ``0o755``; the server's default otherwise.
+        """
+        return self._http.run(_base.write_file_call(self._sandbox_id, path, data, mode=mode))
+
+    def upload(self, local_path: StrPath, remote_path: str,
+               mode: int | None = None) -> WriteResult:
+        """Stream the local file `local_path` to `remote_path` in the sandbox."""
+        local = Path(local_path)
+        with local.open("rb") as f:
+            call = _base.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
+                                         size=_upload_size(local))
+            return self._http.run(call, content=_chunks(f))
+
+    def download(self, remote_path: str, local_path: StrPath) -> int:
+        """Stream the sandbox file `remote_path` to `local_path`; return the bytes written.
+
+        The local file appears only once it is complete; a failed download leaves nothing.
+        """
+        dst = Path(local_path)
+        tmp = _base.partial_path(dst)
+        written = 0
+        try:
+            with self._http.stream(_base.read_file_call(self._sandbox_id, remote_path)) as resp, \
+                    tmp.open("xb") as f:
+                for chunk in resp.iter_bytes():
+                    f.write(chunk)
+                    written += len(chunk)
+            os.replace(tmp, dst)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return written
+
+    def list(self, path: str) -> builtins.list[FileEntry]:
+        """The entries of the directory `path`."""
+        return self._http.run(_base.list_files_call(self._sandbox_id, path))
+
+    def stat(self, path: str) -> FileEntry:
+        """Type, size, mode and mtime of `path` (`NotFoundError` if it does not exist)."""
+        return self._http.run(_base.stat_call(self._sandbox_id, path))
+
+    def exists(self, path: str) -> bool:
+        """Whether `path` exists (any 404 counts as "no", including a vanished sandbox)."""
+        try:
+            self.stat(path)
+        except NotFoundError:
+            return False
+        return True
+
+    def mkdir(self, path: str, parents: bool = True) -> None:
+        """Create the directory `path` (and, with `parents`, its missing parents)."""
+        self._http.run(_base.mkdir_call(self._sandbox_id, path, parents=parents))
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, or a directory (a non-empty one only with `recursive=True`)."""
+        self._http.run(_base.remove_call(self._sandbox_id, path, recursive=recursive))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename (move) `src` to `dst`."""
+        self._http.run(_base.rename_call(self._sandbox_id, src, dst))
+
+
+class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
+    """The filesystem of one sandbox (`sbx.filesystem`), async."""
+
+    async def read(self, path: str) -> bytes:
+        """The whole content of the file at `path` (use `download()` for large files)."""
+        async with self._http.stream(_base.read_file_call(self._sandbox_id, path)) as response:
+            return await response.aread()
+
+    async def write(self, path: str, data: str | bytes, mode: int | None = None) -> WriteResult:
+        """Create or replace the file at `path` (str is written as UTF-8; parents are created).
+
+        `mode` is the permission bits as an int, e.g. ``0o755``; the server's default otherwise.
+        """
+        return await self._http.run(_base.write_file_call(self._sandbox_id, path, data,
+                                                          mode=mode))
+
+    async def upload(self, local_path: StrPath, remote_path: str,
+                     mode: int | None = None) -> WriteResult:
+        """Stream the local file `local_path` to `remote_path` in the sandbox."""
+        local = Path(local_path)
+        call = _base.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
+                                     size=_upload_size(local))
+        return await self._http.run(call, content=_achunks(local))
+
+    async def download(self, remote_path: str, local_path: StrPath) -> int:
+        """Stream the sandbox file `remote_path` to `local_path`; return the bytes written.
+
+        The local file appears only once it is complete; a failed download leaves nothing.
+        """
+        dst = Path(local_path)
+        tmp = _base.partial_path(dst)
+        written = 0
+        try:
+            call = _base.read_file_call(self._sandbox_id, remote_path)
+            async with self._http.stream(call) as resp, await anyio.open_file(tmp, "xb") as f:
+                async for chunk in resp.aiter_bytes():
+                    await f.write(chunk)
+                    written += len(chunk)
+            os.replace(tmp, dst)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return written
+
+    async def list(self, path: str) -> builtins.list[FileEntry]:
+        """The entries of the directory `path`."""
+        return await self._http.run(_base.list_files_call(self._sandbox_id, path))
+
+    async def stat(self, path: str) -> FileEntry:
+        """Type, size, mode and mtime of `path` (`NotFoundError` if it does not exist)."""
+        return await self._http.run(_base.stat_call(self._sandbox_id, path))
+
+    async def exists(self, path: str) -> bool:
+        """Whether `path` exists (any 404 counts as "no", including a vanished sandbox)."""
+        try:
+            await self.stat(path)
+        except NotFoundError:
+            return False
+        return True
+
+    async def mkdir(self, path: str, parents: bool = True) -> None:
+        """Create the directory `path` (and, with `parents`, its missing parents)."""
+        await self._http.run(_base.mkdir_call(self._sandbox_id, path, parents=parents))
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, or a directory (a non-empty one only with `recursive=True`)."""
+        await self._http.run(_base.remove_call(self._sandbox_id, path, recursive=recursive))
+
+    async def rename(self, src: str, dst: str) -> None:
+        """Rename (move) `src` to `dst`."""
+        await self._http.run(_base.rename_call(self._sandbox_id, src, dst))

@@ -1,0 +1,42 @@
+"""The result types the SDK returns. They are the wire types of `pandastack.wire`, re-exported.
+
+The SDK decodes replies leniently: fields a newer server adds are ignored, so an old SDK keeps
+working against a new server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from pandastack.wire import (
+    CreatedKey,
+    ExecResult,
+    FileEntry,
+    KeyInfo,
+    Lifecycle,
+    Logs,
+    ProcessInfo,
+    SandboxInfo,
+    SandboxState,
+    WriteResult,
+)
+
+__all__ = [
+    "AsyncOutputCallback",
+    "CreatedKey",
+    "ExecResult",
+    "FileEntry",
+    "KeyInfo",
+    "Lifecycle",
+    "Logs",
+    "OutputCallback",
+    "ProcessInfo",
+    "SandboxInfo",
+    "SandboxState",
+    "WriteResult",
+]
+
+#: Called with each chunk of a command's output text, as it arrives.
+OutputCallback = Callable[[str], object]
+#: The async twin's callback: a plain function or a coroutine function (awaited).
+AsyncOutputCallback = Callable[[str], Awaitable[object] | object]

@@ -1,0 +1,180 @@
+"""`Sandbox`: one microVM sandbox, synchronous. The async twin is `AsyncSandbox`.
+
+    from pandastack import Sandbox
+
+    with Sandbox.create(template="base", ttl_seconds=900) as sbx:
+        sbx.filesystem.write("/work/step.py", source)
+        run = sbx.exec("python /work/step.py", timeout_seconds=600)
+        print(run.exit_code, run.stdout)
+    # leaving the block kills the sandbox, also when the block raised
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+
+import httpx
+
+from pandastack.sdk import _base
+from pandastack.sdk._http import HTTP
+from pandastack.sdk.commands import Commands
+from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
+from pandastack.sdk.errors import NotFoundError, PandastackError
+from pandastack.sdk.filesystem import Filesystem
+from pandastack.sdk.models import ExecResult, Lifecycle, Logs, OutputCallback, SandboxInfo
+
+__all__ = ["Sandbox"]
+
+log = logging.getLogger("pandastack")
+
+
+def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
+          transport: httpx.BaseTransport | None) -> HTTP:
+    return HTTP(resolve_config(api_url, api_key, timeout=timeout), transport)
+
+
+class Sandbox(_base.SandboxBase[HTTP]):
+    """A handle on one sandbox. Make one with `create()` or `connect()`, not the constructor.
+
+    Used as a context manager it kills the sandbox on exit (also when the block raised) and
+    closes its HTTP connections. Without one, call `kill()` (and `close()`) yourself.
+    """
+
+    def __init__(self, info: SandboxInfo, http: HTTP, *, owns_http: bool = False) -> None:
+        super().__init__(info, http, owns_http=owns_http)
+        self._commands = Commands(info.id, http)
+        self._filesystem = Filesystem(info.id, http)
+
+    @property
+    def commands(self) -> Commands:
+        """Run commands and drive background processes."""
+        return self._commands
+
+    @property
+    def filesystem(self) -> Filesystem:
+        """Read, write, list and move files inside the sandbox."""
+        return self._filesystem
+
+    @classmethod
+    def create(cls, template: str = "base", ttl_seconds: int | None = None,
+               persistent: bool = False, vcpus: int | None = None,
+               memory_mb: int | None = None, env: Mapping[str, str] | None = None,
+               metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
+               api_url: str | None = None, api_key: str | None = None,
+               timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+               transport: httpx.BaseTransport | None = None) -> Sandbox:
+        """Create a sandbox from `template` and return its handle.
+
+        `ttl_seconds`: lifetime before the server kills it (server default when None; always
+        set it as a backstop). `persistent=True` exempts it from the idle reaper. `vcpus`,
+        `memory_mb`, `disk_mb`: resources (server defaults when None). `env`: environment of
+        every command. `metadata`: labels to filter `list()` by. `api_url`/`api_key` override
+        the environment and config file; `timeout` is the HTTP timeout of ordinary requests;
+        `transport` replaces httpx's (for tests).
+        """
+        call = _base.create_sandbox_call(template=template, ttl_seconds=ttl_seconds,
+                                         persistent=persistent, vcpus=vcpus,
+                                         memory_mb=memory_mb, disk_mb=disk_mb, env=env,
+                                         metadata=metadata)
+        http = _open(api_url, api_key, timeout, transport)
+        try:
+            info = http.run(call)
+        except BaseException:
+            http.close()
+            raise
+        return cls(info, http, owns_http=True)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, api_url: str | None = None,
+                api_key: str | None = None, timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+                transport: httpx.BaseTransport | None = None) -> Sandbox:
+        """A handle on the existing sandbox `sandbox_id` (`NotFoundError` if there is none).
+
+        Note that using it as a context manager kills the sandbox on exit; call `close()`
+        instead to just drop the handle.
+        """
+        call = _base.get_sandbox_call(sandbox_id)
+        http = _open(api_url, api_key, timeout, transport)
+        try:
+            info = http.run(call)
+        except BaseException:
+            http.close()
+            raise
+        return cls(info, http, owns_http=True)
+
+    @classmethod
+    def list(cls, state: str | None = None, metadata: Mapping[str, str] | None = None, *,
+             api_url: str | None = None, api_key: str | None = None,
+             timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+             transport: httpx.BaseTransport | None = None) -> builtins.list[SandboxInfo]:
+        """The sandboxes of this key's team, optionally only in `state` and carrying every
+        `metadata` label given."""
+        call = _base.list_sandboxes_call(state, metadata)
+        http = _open(api_url, api_key, timeout, transport)
+        try:
+            return http.run(call)
+        finally:
+            http.close()
+
+    def refresh(self) -> SandboxInfo:
+        """Fetch the sandbox's current state; also updates `info`."""
+        self._info = self._http.run(_base.get_sandbox_call(self.id))
+        return self._info
+
+    def exec(self, cmd: str | Sequence[str], timeout_seconds: float = 60,
+             env: Mapping[str, str] | None = None, cwd: str | None = None,
+             stdin: str | None = None, on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> ExecResult:
+        """Run `cmd` to completion; same as `commands.run()` (see there)."""
+        return self._commands.run(cmd, timeout_seconds=timeout_seconds, env=env, cwd=cwd,
+                                  stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def lifecycle(self) -> Lifecycle:
+        """TTL, persistence, expiry and last activity of the sandbox."""
+        return self._http.run(_base.lifecycle_call(self.id))
+
+    def set_ttl(self, seconds: int) -> Lifecycle:
+        """Set the time to live, counted from now; returns the new lifecycle."""
+        return self._http.run(_base.update_lifecycle_call(self.id, ttl_seconds=seconds))
+
+    def set_persistent(self, flag: bool) -> Lifecycle:
+        """Exempt the sandbox from the idle reaper (True) or not (False)."""
+        return self._http.run(_base.update_lifecycle_call(self.id, persistent=flag))
+
+    def logs(self) -> Logs:
+        """The guest console log and the guest agent's log."""
+        return self._http.run(_base.logs_call(self.id))
+
+    def kill(self) -> None:
+        """Kill the sandbox. Idempotent: a sandbox that is already gone counts as killed."""
+        if self._killed:
+            return
+        with contextlib.suppress(NotFoundError):
+            self._http.run(_base.kill_sandbox_call(self.id))
+        self._killed = True
+
+    def close(self) -> None:
+        """Release the HTTP connections this handle opened (does not kill the sandbox)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            if exc is None:
+                self.kill()
+            else:
+                try:
+                    self.kill()
+                except PandastackError as kill_error:
+                    # Do not mask the block's exception; the TTL is the backstop.
+                    log.warning("could not kill sandbox %s on exit: %s", self.id, kill_error)
+        finally:
+            self.close()
