@@ -87,3 +87,7 @@ __all__ = [
     "WriteResult",
     "__version__",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
