@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -47,13 +46,9 @@ async def floor_once(driver: VMMDriver, tmpl: Template, workdir: Path) -> float:
     paths = VMPaths(workdir)
     vm = await driver.restore(paths, tmpl.snapshot, disk)
     try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        while True:
-            try:
-                sock.connect(str(paths.agent_socket))
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                await asyncio.sleep(0.001)
+        sock = vm.agent_connection  # the driver connects before the guest resumes
+        assert sock is not None
+        sock.setblocking(True)
         sock.sendall(protocol.frame("hello", 0, v=1, nonce="floor")
                      + protocol.frame("exec", 1, argv=["true"]))
         sock.setblocking(False)

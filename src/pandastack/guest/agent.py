@@ -201,6 +201,11 @@ class Agent:
             self._reply(f, "error", code="EINVAL", message="id 0 is reserved for hello")
             return
         op = Op(f, self.gen, self.send)
+        if t == "init":
+            # Inline in the reader: it is short, and every request after it in the stream
+            # must see the new clock, RNG and identity, so nothing may overtake it.
+            self._run_op(op, handler, f)
+            return
         op.release = lambda: self._release(op)
         with self._ops_lock:
             self._ops[op.id] = op

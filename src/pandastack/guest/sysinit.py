@@ -31,6 +31,7 @@ def validate(time_ns: object, hostname: object, machine_id: object, entropy: byt
 
 
 def _write_file(path: str, text: str) -> None:
+    path = os.path.realpath(path)  # the image links these to a tmpfs; keep the link
     tmp = f"{path}.pandastack-tmp"
     with open(tmp, "w") as f:
         f.write(text)

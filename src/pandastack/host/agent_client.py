@@ -86,6 +86,24 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class InitParams:
+    """What makes a restored guest unique: sent on every restore."""
+
+    time_ns: int
+    entropy: bytes
+    hostname: str
+    machine_id: str
+
+    def __post_init__(self) -> None:
+        if len(self.entropy) != 64:
+            raise ValueError("entropy must be exactly 64 bytes")
+
+    def fields(self) -> dict[str, Any]:
+        return {"time_ns": self.time_ns, "hostname": self.hostname,
+                "machine_id": self.machine_id}
+
+
+@dataclass(frozen=True)
 class FileInfo:
     name: str
     path: str
@@ -161,19 +179,34 @@ class AgentClient:
 
     @classmethod
     async def from_socket(
-        cls, sock: socket.socket, *, timeout: float = 10.0, op_timeout: float = DEFAULT_OP_TIMEOUT
+        cls,
+        sock: socket.socket,
+        *,
+        timeout: float = 10.0,
+        op_timeout: float = DEFAULT_OP_TIMEOUT,
+        init: InitParams | None = None,
     ) -> AgentClient:
-        """Use an already-connected stream socket (tests)."""
+        """Use an already-connected stream socket.
+
+        With ``init``, the ``init`` request is written in the same write as the hello, so a
+        freshly restored guest handles both in one wake-up (the create path); the call
+        returns once the agent has applied it.
+        """
         sock.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=sock)
         client = cls(reader, writer, op_timeout=op_timeout)
-        await client._start(timeout)
+        await client._start(timeout, init)
         return client
 
-    async def _start(self, timeout: float) -> None:
+    async def _start(self, timeout: float, init: InitParams | None = None) -> None:
+        init_op: _Op | None = None
+        preamble = b""
+        if init is not None:
+            init_op = self._register("init")
+            preamble = P.encode({"t": "init", "id": init_op.id, **init.fields()}, init.entropy)
         try:
             async with asyncio.timeout(timeout):
-                await self._handshake()
+                await self._handshake(preamble)
         except TimeoutError:
             self._close_transport()
             raise AgentConnectionError(f"no hello reply from agent within {timeout:.1f}s") from None
@@ -183,14 +216,24 @@ class AgentClient:
                 raise
             raise AgentConnectionError(f"handshake failed: {e}") from e
         self._reader_task = asyncio.create_task(self._read_loop(), name="agent-reader")
+        if init_op is not None:
+            try:
+                f = await self._next(init_op, self.op_timeout)
+                if f.t != "ok":
+                    raise self._protocol_error(f"init: expected 'ok', got {f.t!r}")
+            except BaseException:
+                await self.close()
+                raise
+            finally:
+                self._unregister(init_op)
 
-    async def _handshake(self) -> None:
+    async def _handshake(self, preamble: bytes = b"") -> None:
         nonces = [secrets.token_hex(16)]
 
         def accept(f: P.Frame) -> bool:
             return f.id == 0 and f.t in ("hello", "error") and f.header.get("nonce") == nonces[-1]
 
-        await self._write_raw(self._hello(nonces[-1]))
+        await self._write_raw(self._hello(nonces[-1]) + preamble)
         pad_at = time.monotonic() + HELLO_RETRY
         while True:
             f = self._decoder.scan(accept)
@@ -211,7 +254,9 @@ class AgentClient:
                 # zeros complete any frame and then break its sync, so it rescans for a
                 # hello; only the reply to the new nonce counts from now on.
                 nonces.append(secrets.token_hex(16))
-                await self._write_raw(bytes(P.MAX_FRAME + P.PREFIX_SIZE) + self._hello(nonces[-1]))
+                await self._write_raw(
+                    bytes(P.MAX_FRAME + P.PREFIX_SIZE) + self._hello(nonces[-1]) + preamble
+                )
                 continue
             if not data:
                 raise AgentConnectionError("agent channel closed during handshake")
@@ -496,16 +541,8 @@ class AgentClient:
 
     async def init(self, *, time_ns: int, entropy: bytes, hostname: str, machine_id: str) -> None:
         """Set clock, RNG seed, hostname and machine-id in the guest (after a restore)."""
-        if len(entropy) != 64:
-            raise ValueError("entropy must be exactly 64 bytes")
-        await self._call(
-            "init",
-            bytes(entropy),
-            expect="ok",
-            time_ns=time_ns,
-            hostname=hostname,
-            machine_id=machine_id,
-        )
+        params = InitParams(time_ns, entropy, hostname, machine_id)
+        await self._call("init", params.entropy, expect="ok", **params.fields())
 
     async def sync(self) -> None:
         await self._call("sync", expect="ok")

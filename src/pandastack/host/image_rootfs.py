@@ -260,7 +260,9 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
     (root / "work").mkdir(mode=0o755, exist_ok=True)
     (root / "work").chmod(0o755)
     etc = root / "etc"
-    _replace_file(etc / "hostname", f"{HOSTNAME}\n", 0o644)
+    # Identity files live on /run (tmpfs): every restore rewrites them, and a tmpfs write
+    # costs a fraction of an ext4 write under TCG. pandastack-init fills in the defaults.
+    _replace_symlink(etc / "hostname", "/run/pandastack/hostname")
     _replace_file(
         etc / "hosts",
         f"127.0.0.1\tlocalhost\n127.0.1.1\t{HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n",
@@ -268,7 +270,7 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
     )
     # mmdebstrap copied the host's resolv.conf; the runtime writes one when it sets up DNS.
     _replace_file(etc / "resolv.conf", "", 0o644)
-    _replace_file(etc / "machine-id", "", 0o444)
+    _replace_symlink(etc / "machine-id", "/run/pandastack/machine-id")
     dbus_id = root / "var" / "lib" / "dbus" / "machine-id"
     if dbus_id.exists() and not dbus_id.is_symlink():
         dbus_id.unlink()
@@ -276,6 +278,12 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
     for d in ("proc", "sys", "dev", "run", "tmp"):
         (root / d).mkdir(exist_ok=True)
     (root / "tmp").chmod(0o1777)
+
+
+def _replace_symlink(path: Path, target: str) -> None:
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(target)
 
 
 def _replace_file(path: Path, text: str, mode: int) -> None:

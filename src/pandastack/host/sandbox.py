@@ -12,7 +12,7 @@ import shutil
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
-from .agent_client import AgentClient, ExecResult, FileInfo
+from .agent_client import AgentClient, ExecResult, FileInfo, InitParams
 from .errors import AgentConnectionError
 from .vmm import VMProcess
 
@@ -49,9 +49,16 @@ class SandboxHandle:
     async def initialize(self, machine_id: str) -> None:
         """First contact after restore: fresh clock, entropy, hostname and machine-id."""
         started = time.monotonic()
-        agent = await self.agent()
-        await agent.init(time_ns=time.time_ns(), entropy=os.urandom(64),
-                         hostname=self.hostname, machine_id=machine_id)
+        params = InitParams(time.time_ns(), os.urandom(64), self.hostname, machine_id)
+        early, self.vm.agent_connection = self.vm.agent_connection, None
+        if early is not None:
+            async with self._lock:
+                self._agent = await AgentClient.from_socket(
+                    early, timeout=self._agent_timeout, init=params)
+        else:
+            agent = await self.agent()
+            await agent.init(time_ns=params.time_ns, entropy=params.entropy,
+                             hostname=params.hostname, machine_id=params.machine_id)
         self.ready_ms = (time.monotonic() - started) * 1000
 
     async def agent(self) -> AgentClient:
