@@ -30,13 +30,18 @@ def validate(time_ns: object, hostname: object, machine_id: object, entropy: byt
         raise ValueError(f"entropy payload must be {ENTROPY_BYTES} bytes")
 
 
-def _write_file(path: str, text: str) -> None:
-    path = os.path.realpath(path)  # the image links these to a tmpfs; keep the link
-    tmp = f"{path}.pandastack-tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o444 if path.endswith("machine-id") else 0o644)
-    os.replace(tmp, path)
+def _write_in_place(path: str, text: str) -> None:
+    # The image points /etc/machine-id at a small tmpfs file that already exists: an
+    # in-place rewrite is the fewest syscalls (each new kernel path is slow right after a
+    # restore under TCG, before its code is translated).
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o444)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def apply(time_ns: int, hostname: str, machine_id: str, entropy: bytes) -> None:
@@ -49,6 +54,5 @@ def apply(time_ns: int, hostname: str, machine_id: str, entropy: bytes) -> None:
         fcntl.ioctl(fd, RNDRESEEDCRNG)
     finally:
         os.close(fd)
-    socket.sethostname(hostname)
-    _write_file("/etc/hostname", hostname + "\n")
-    _write_file("/etc/machine-id", machine_id + "\n")
+    socket.sethostname(hostname)  # /etc/hostname links to /proc/sys/kernel/hostname
+    _write_in_place("/etc/machine-id", machine_id + "\n")

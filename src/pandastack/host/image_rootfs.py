@@ -260,9 +260,9 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
     (root / "work").mkdir(mode=0o755, exist_ok=True)
     (root / "work").chmod(0o755)
     etc = root / "etc"
-    # Identity files live on /run (tmpfs): every restore rewrites them, and a tmpfs write
-    # costs a fraction of an ext4 write under TCG. pandastack-init fills in the defaults.
-    _replace_symlink(etc / "hostname", "/run/pandastack/hostname")
+    # Identity files are rewritten on every restore: /etc/hostname is the kernel's own
+    # hostname, /etc/machine-id a file on /run (tmpfs), far cheaper to write than ext4.
+    _replace_symlink(etc / "hostname", "/proc/sys/kernel/hostname")
     _replace_file(
         etc / "hosts",
         f"127.0.0.1\tlocalhost\n127.0.1.1\t{HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n",

@@ -25,12 +25,11 @@ mounted /sys/fs/cgroup || mount -t cgroup2 -o nosuid,nodev,noexec,nsdelegate cgr
 [ -e /dev/stdout ] || ln -s /proc/self/fd/1 /dev/stdout
 [ -e /dev/stderr ] || ln -s /proc/self/fd/2 /dev/stderr
 mkdir -p /run/lock /run/user /run/pandastack
-# /etc/hostname and /etc/machine-id point here; the agent rewrites both on every restore.
-[ -e /run/pandastack/hostname ] || echo pandastack > /run/pandastack/hostname
+# /etc/machine-id points here; the agent rewrites it on every restore.
 [ -e /run/pandastack/machine-id ] || : > /run/pandastack/machine-id
 chmod 1777 /tmp 2>/dev/null
 
-[ -s /etc/hostname ] && read -r name < /etc/hostname && echo "$name" > /proc/sys/kernel/hostname
+echo pandastack > /proc/sys/kernel/hostname  # /etc/hostname links here
 ip link set lo up || say "cannot bring up lo"
 
 cd /opt/pandastack || say "no /opt/pandastack"
