@@ -11,6 +11,7 @@ import pytest
 
 from pandastack.host.errors import GuestOSError
 from pandastack.host.sandbox import SandboxHandle
+from tests.helpers import SandboxFactory
 
 pytestmark = pytest.mark.vm
 
@@ -102,3 +103,14 @@ async def test_disk_full_is_enospc_in_guest_only(sandbox: SandboxHandle) -> None
     assert os.stat(disk).st_blocks * 512 < 512 * CHUNK
     host_free_after = os.statvfs(sandbox.workdir).f_bavail
     assert host_free_before - host_free_after < (512 * CHUNK) // os.statvfs("/").f_frsize
+
+
+async def test_disk_size_is_set_per_sandbox(sandbox_factory: SandboxFactory) -> None:
+    with pytest.raises(ValueError, match="at least"):
+        await sandbox_factory(disk_mb=256)
+    big = await sandbox_factory(disk_mb=3072)
+    size = await big.exec("df --output=size -B1M / | tail -1")
+    assert 2900 <= int(size.stdout) <= 3072, size.stdout
+    default = await sandbox_factory()
+    size = await default.exec("df --output=size -B1M / | tail -1")
+    assert int(size.stdout) < 2100

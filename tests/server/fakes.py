@@ -9,7 +9,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from pandastack.host.agent_client import ExecResult, FileInfo
-from pandastack.host.errors import GuestOSError, SandboxNotFound, SetupError
+from pandastack.host.errors import GuestOSError, SandboxNotFound, TemplateNotFound
 from pandastack.server.runtime_port import OutputCallback
 
 
@@ -130,10 +130,13 @@ class FakeRuntime:
         *,
         vcpus: int = 1,
         memory_mb: int = 512,
+        disk_mb: int | None = None,
         sandbox_id: str | None = None,
     ) -> FakeSandbox:
         if template != "base":
-            raise SetupError(f"unknown template {template!r}")
+            raise TemplateNotFound(f"unknown template {template!r}")
+        if disk_mb is not None and disk_mb < 2048:
+            raise ValueError("disk_mb must be at least 2048")
         assert sandbox_id is not None
         sbx = FakeSandbox(sandbox_id, self.root / sandbox_id)
         self.sandboxes[sandbox_id] = sbx

@@ -2,6 +2,7 @@
 
     HostError
     ├── SetupError            host preparation (packages, images, templates) failed
+    │   └── TemplateNotFound  no template of that name
     ├── VMMError              the VMM could not start, restore, snapshot or stop a VM
     ├── SandboxNotFound       no such sandbox on this host
     └── AgentError            anything about the guest agent channel
@@ -18,6 +19,10 @@ class HostError(Exception):
 
 
 class SetupError(HostError):
+    pass
+
+
+class TemplateNotFound(SetupError):
     pass
 
 

@@ -160,6 +160,11 @@ class QemuDriver:
         finally:
             await qmp.disconnect()
 
+    async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
+        # The guest kernel learns the new capacity from virtio-blk's config-change interrupt.
+        await qmp_pipeline(vm.paths.qmp_socket, [
+            ("block_resize", {"device": "root", "size": size_bytes})], alive=vm.is_alive)
+
     def owns(self, pid: int, paths: VMPaths) -> bool:
         argv = read_cmdline(pid)
         if not argv or not argv[0].endswith(Path(self.binary).name):

@@ -34,6 +34,8 @@ SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
 MIN_MEMORY_MB = 128
+MAX_DISK_MB = 1 << 20
+MIB = 1 << 20
 
 Progress = Callable[[str], None]
 
@@ -169,13 +171,24 @@ class HostRuntime:
         return found
 
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+                     disk_mb: int | None = None,
                      sandbox_id: str | None = None) -> SandboxHandle:
-        """Restore a new sandbox from `template` and return once its agent is ready."""
+        """Restore a new sandbox from `template` and return once its agent is ready.
+
+        `disk_mb` grows the root filesystem beyond the template's size (online, after the
+        restore, so only creates that ask for it pay for it); smaller is refused.
+        """
         if not 1 <= vcpus <= MAX_VCPUS:
             raise ValueError(f"vcpus must be between 1 and {MAX_VCPUS}")
         if not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB:
             raise ValueError(f"memory_mb must be between {MIN_MEMORY_MB} and {MAX_MEMORY_MB}")
+        if disk_mb is not None and not 0 < disk_mb <= MAX_DISK_MB:
+            raise ValueError(f"disk_mb must be between 1 and {MAX_DISK_MB}")
         tmpl = await self.ensure_template(template, MachineShape(vcpus, memory_mb))
+        disk_bytes = tmpl.disk_bytes if disk_mb is None else disk_mb * MIB
+        if disk_bytes < tmpl.disk_bytes:
+            raise ValueError(f"disk_mb must be at least {tmpl.disk_bytes // MIB} "
+                             f"(the size of template {template!r})")
         sid = sandbox_id or f"sbx-{secrets.token_hex(6)}"
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
@@ -183,7 +196,7 @@ class HostRuntime:
         workdir.mkdir(parents=True, exist_ok=False)
         record = SandboxRecord(
             id=sid, template=template, template_key=tmpl.key, vcpus=vcpus,
-            memory_mb=memory_mb, disk_bytes=tmpl.disk_bytes, hostname=sid,
+            memory_mb=memory_mb, disk_bytes=disk_bytes, hostname=sid,
             machine_id=uuid.uuid4().hex, created_at=time.time(),
         )
         paths = VMPaths(workdir)
@@ -197,6 +210,11 @@ class HostRuntime:
             handle = SandboxHandle(sid, vm, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template)
             await handle.initialize(record.machine_id)
+            if disk_bytes > tmpl.disk_bytes:
+                await self.driver.resize_disk(vm, disk_bytes)
+                grown = await handle.exec(["resize2fs", "/dev/vda"], timeout=120)
+                if grown.exit_code != 0:
+                    raise SetupError(f"growing the root filesystem failed: {grown.stderr!r}")
         except BaseException as exc:
             if vm is not None:
                 vm.kill()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .agent_client import AgentClient
-from .errors import SetupError
+from .errors import SetupError, TemplateNotFound
 from .images import GuestImage
 from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths
 
@@ -84,7 +84,7 @@ class TemplateStore:
         if memo is not None:
             return memo
         if name != "base":
-            raise SetupError(f"unknown template {name!r}")
+            raise TemplateNotFound(f"unknown template {name!r}")
         key = template_key(self.image, self.driver, shape)
         final = self.root / name / key
         template = self._load(name, final)

@@ -138,6 +138,10 @@ class VMMDriver(Protocol):
         """Start a VM from `snapshot`, mapping its memory privately; it runs when restored."""
         ...
 
+    async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
+        """Grow the running VM's root disk; the guest sees the new capacity at once."""
+        ...
+
     def owns(self, pid: int, paths: VMPaths) -> bool:
         """True if `pid` is this driver's VMM process for the VM in `paths` (for re-adoption)."""
         ...

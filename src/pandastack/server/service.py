@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
-from pandastack.host.errors import HostError, SandboxNotFound, SetupError
+from pandastack.host.errors import HostError, SandboxNotFound, TemplateNotFound
 from pandastack.wire import ENDED_STATES, CreateSandbox, SandboxInfo, SandboxState
 
 from .errors import ApiError, conflict, from_host_error, not_found
@@ -89,9 +89,6 @@ class SandboxService:
     async def create(self, team: str, req: CreateSandbox) -> Sandbox:
         if req.snapshot is not None:
             raise not_found(f"snapshot {req.snapshot!r}")
-        if req.disk_mb is not None:
-            raise ApiError(422, "validation_error",
-                           "disk_mb: this host runtime cannot resize sandbox disks yet")
         template = req.template or DEFAULT_TEMPLATE
         now = time.time()
         row = Sandbox(
@@ -104,10 +101,10 @@ class SandboxService:
         self.store.add_sandbox(row)
         try:
             await self.runtime.create(template, vcpus=req.vcpus, memory_mb=req.memory_mb,
-                                      sandbox_id=row.id)
+                                      disk_mb=req.disk_mb, sandbox_id=row.id)
         except BaseException as exc:
             self.store.end_sandbox(row.id, "failed", f"create failed: {exc}"[:2000])
-            if isinstance(exc, SetupError) and "unknown template" in str(exc):
+            if isinstance(exc, TemplateNotFound):
                 raise not_found(f"template {template!r}") from None
             if isinstance(exc, ValueError):
                 raise ApiError(422, "validation_error", str(exc)) from None
