@@ -23,6 +23,7 @@ class HostConfig:
     state_dir: Path | None = None
     accel: str = "auto"
     tb_size_mb: int = 64
+    tcg_cpu: str = "max"
     qemu_binary: str = "qemu-system-x86_64"
     agent_timeout_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -40,6 +41,8 @@ class HostConfig:
         }
         if "PANDASTACK_STATE_DIR" in env:
             values["state_dir"] = Path(env["PANDASTACK_STATE_DIR"])
+        if "PANDASTACK_TCG_CPU" in env:
+            values["tcg_cpu"] = env["PANDASTACK_TCG_CPU"]
         if "PANDASTACK_TB_SIZE_MB" in env:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
         values.update(overrides)

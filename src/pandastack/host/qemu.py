@@ -50,24 +50,26 @@ def qemu_version(binary: str) -> str:
 class QemuDriver:
     name = "qemu"
 
-    def __init__(self, accel: str, *, binary: str = "qemu-system-x86_64", tb_size_mb: int = 64):
+    def __init__(self, accel: str, *, binary: str = "qemu-system-x86_64", tb_size_mb: int = 64,
+                 tcg_cpu: str = "max"):
         if accel not in ("kvm", "tcg"):
             raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
         self.accel = accel
         self.binary = binary
         self.tb_size_mb = tb_size_mb
+        self.cpu = "host" if accel == "kvm" else tcg_cpu
 
     def identity(self) -> str:
-        return f"{qemu_version(self.binary)}|{self.accel}|microvm-v1"
+        return f"{qemu_version(self.binary)}|{self.accel}|{self.cpu}|microvm-v1"
 
     # -- command line ---------------------------------------------------------------------
 
     def _argv(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape, memory_file: Path,
               *, share: bool, disk: Path) -> list[str]:
         if self.accel == "kvm":
-            accel, cpu = "kvm", "host"
+            accel, cpu = "kvm", self.cpu
         else:
-            accel, cpu = f"tcg,tb-size={self.tb_size_mb}", "max"
+            accel, cpu = f"tcg,tb-size={self.tb_size_mb}", self.cpu
         mem = f"{shape.memory_mb}M"
         # The device order defines the virtio-mmio slots: it must be identical for boot and
         # restore, so both paths share this one function.

@@ -108,7 +108,8 @@ class HostRuntime:
                                                 self.config.cache_dir, self.config.qemu_binary)
                 self._image = image
                 self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
-                                          tb_size_mb=self.config.tb_size_mb)
+                                          tb_size_mb=self.config.tb_size_mb,
+                                          tcg_cpu=self.config.tcg_cpu)
                 self._templates = TemplateStore(self.config.templates_dir, self._driver, image)
             return self._templates
 

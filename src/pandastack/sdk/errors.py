@@ -1,23 +1,46 @@
 """Every exception the SDK raises. Catch `PandastackError` to catch them all.
 
-    PandastackError
-    ├── ConfigError                 no API URL / key configured, or an unreadable config file
-    ├── TransportError              the request never got an HTTP answer (wraps httpx's error)
-    │   └── TransportTimeoutError   connect/read/write/pool timeout (also a builtin TimeoutError)
-    ├── ProtocolError               the server answered, but not in the shape the wire types promise
-    └── APIError                    the server answered with an error envelope (status, code, ...)
-        ├── ValidationError         400, 422 (also raised locally, before sending, request_id None)
-        ├── AuthenticationError     401: no key, unknown or revoked key
-        ├── PermissionDeniedError   403: the key may not do this, or the guest said EACCES/EPERM
-        ├── NotFoundError           404
-        ├── WaitTimeoutError        408: the server stopped waiting (also a builtin TimeoutError)
-        ├── ConflictError           409
-        ├── PayloadTooLargeError    413
-        ├── RateLimitError          429 (`retry_after` seconds, when the server said)
-        └── ServerError             5xx
+The eight names to catch are the issue's: `AuthError`, `NotFoundError`, `InvalidRequestError`,
+`RateLimitError`, `SandboxError`, `TimeoutError`, `APIConnectionError`, `ServerError`. What is
+actually raised is the class in the right-hand column (a leaf of this tree); the older names
+stay importable as those leaves or as plain aliases::
 
-`APIError` carries what the server's envelope `{"error": {code, message, request_id}}` said;
-quote `request_id` when reporting a problem: it finds the server's log lines for that request.
+    PandastackError                   .status / .code / .request_id: None unless the server said
+    ├── ConfigError                   no API URL / key configured, or an unreadable config file
+    ├── ProtocolError                 the reply is not in the shape the wire types promise
+    ├── APIConnectionError            no HTTP answer: cannot connect, connection dropped
+    │   └── TransportTimeoutError     connect/read/write/pool timeout  (also a TimeoutError, below)
+    ├── TimeoutError                  any timeout; also a builtin TimeoutError
+    │   ├── TransportTimeoutError     the client gave up (no status, no request id)
+    │   └── WaitTimeoutError          408: the server stopped waiting (also an APIError)
+    └── APIError                      the server answered with an error envelope: status, code, ...
+        ├── AuthError                 401/403
+        │   ├── AuthenticationError   401: no key, unknown or revoked key
+        │   └── PermissionDeniedError 403: the key may not do this, or the guest said EACCES/EPERM
+        ├── NotFoundError             404
+        ├── InvalidRequestError       400, 422 (also raised locally before sending; no request_id)
+        │   └── PayloadTooLargeError  413
+        ├── RateLimitError            429 (`retry_after` seconds, when the server said)
+        ├── SandboxError              the sandbox cannot do it
+        │   ├── ConflictError         409: not running / ended, or the guest said EEXIST/EBUSY...
+        │   └── InsufficientStorageError  507: the guest's disk is full (ENOSPC/EDQUOT)
+        ├── ServerError               any other 5xx: internal error, unavailable, gateway timeout
+        └── WaitTimeoutError          408 (see TimeoutError)
+
+Aliases (the same class objects): `ValidationError` is `InvalidRequestError`, `TransportError`
+is `APIConnectionError`.
+
+`TransportTimeoutError` and `WaitTimeoutError` each have two parents, so that both ``except
+TimeoutError`` (every timeout) and the older ``except TransportError`` / ``except APIError``
+keep catching them. Note that a command that runs longer than its `timeout_seconds` is not an
+exception: it comes back as an `ExecResult` with `timed_out=True`.
+
+Every error has `status` (the HTTP status), `code` and `request_id` attributes; they are None
+where there was no HTTP answer. Quote `request_id` when reporting a problem: it finds the
+server's log lines for that request.
+
+This module defines a class named `TimeoutError`, which shadows the builtin inside this module:
+here the builtin is always spelled `builtins.TimeoutError`.
 """
 
 from __future__ import annotations
@@ -25,17 +48,23 @@ from __future__ import annotations
 import builtins
 
 __all__ = [
+    "APIConnectionError",
     "APIError",
+    "AuthError",
     "AuthenticationError",
     "ConfigError",
     "ConflictError",
+    "InsufficientStorageError",
+    "InvalidRequestError",
     "NotFoundError",
     "PandastackError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "ProtocolError",
     "RateLimitError",
+    "SandboxError",
     "ServerError",
+    "TimeoutError",
     "TransportError",
     "TransportTimeoutError",
     "ValidationError",
@@ -44,31 +73,38 @@ __all__ = [
 
 
 class PandastackError(Exception):
-    """Base class of every error raised by the pandastack SDK."""
+    """Base class of every error raised by the pandastack SDK.
+
+    Attributes (None unless the server answered with an error):
+        status: the HTTP status code.
+        code: the machine-readable error code of the envelope, e.g. ``"not_found"``.
+        request_id: the server's id of the request.
+    """
+
+    status: int | None = None
+    code: str | None = None
+    request_id: str | None = None
 
 
 class ConfigError(PandastackError):
     """The SDK does not know which server to talk to or which key to use."""
 
 
-class TransportError(PandastackError):
-    """The request did not get an HTTP response (DNS, connect, reset, broken stream...).
+class ProtocolError(PandastackError):
+    """The server replied, but the reply does not match the wire types (or a stream broke off)."""
+
+
+class APIConnectionError(PandastackError):
+    """The request did not get an HTTP response (DNS, connect refused, reset, broken stream...).
 
     The httpx exception is chained as `__cause__`.
     """
 
 
-class TransportTimeoutError(TransportError, builtins.TimeoutError):
-    """A connect, read, write or pool timeout of the HTTP client.
-
-    For `exec` the read timeout is always longer than the command's own `timeout_seconds`, so this
-    means the server or the network went silent, not that the command ran too long (a command that
-    runs too long comes back as an `ExecResult` with `timed_out=True`).
-    """
-
-
-class ProtocolError(PandastackError):
-    """The server replied, but the reply does not match the wire types (or a stream broke off)."""
+class TimeoutError(PandastackError, builtins.TimeoutError):
+    """Something timed out: the HTTP client (`TransportTimeoutError`) or a server-side wait
+    (`WaitTimeoutError`, 408). Also a builtin `TimeoutError`, so ``except TimeoutError`` works
+    with either spelling. Never raised itself, only through those two."""
 
 
 class APIError(PandastackError):
@@ -82,6 +118,9 @@ class APIError(PandastackError):
         request_id: the server's id of the request (``None`` if the request was never sent or
             the reply had none).
     """
+
+    status: int
+    code: str
 
     def __init__(self, message: str, *, status: int, code: str,
                  request_id: str | None = None) -> None:
@@ -100,33 +139,46 @@ class APIError(PandastackError):
                 f"code={self.code!r}, request_id={self.request_id!r})")
 
 
-class ValidationError(APIError):
-    """The request was malformed or out of range (400/422, or rejected locally before sending)."""
+# -- the transport side -------------------------------------------------------------------
+
+class TransportTimeoutError(TimeoutError, APIConnectionError):
+    """A connect, read, write or pool timeout of the HTTP client.
+
+    For `exec` the read timeout is always longer than the command's own `timeout_seconds`, so this
+    means the server or the network went silent, not that the command ran too long (a command that
+    runs too long comes back as an `ExecResult` with `timed_out=True`).
+    """
+
+    def __str__(self) -> str:  # not OSError's
+        return str(self.args[0]) if self.args else ""
 
 
-class AuthenticationError(APIError):
+# -- the server said no -------------------------------------------------------------------
+
+class AuthError(APIError):
+    """The key is missing, unknown or revoked (401, `AuthenticationError`), or it may not do
+    this (403, `PermissionDeniedError`)."""
+
+
+class AuthenticationError(AuthError):
     """The API key is missing, unknown or revoked (401)."""
 
 
-class PermissionDeniedError(APIError):
+class PermissionDeniedError(AuthError):
     """Not allowed (403): the key lacks the right (e.g. key management needs an admin key), or
     the guest refused the file operation (EACCES, EPERM, EROFS)."""
 
 
 class NotFoundError(APIError):
-    """No such sandbox, process, file or key (404)."""
+    """No such sandbox, process, file or key (404). Another team's sandbox is also a 404."""
 
 
-class WaitTimeoutError(APIError, builtins.TimeoutError):
-    """The server stopped waiting (408), e.g. `Process.wait(timeout_seconds=...)` while the
-    process is still running. The process keeps running; wait again or kill it."""
+class InvalidRequestError(APIError):
+    """The request was malformed or out of range (400/422, or rejected locally before sending,
+    with `request_id` None), or too large (413, `PayloadTooLargeError`)."""
 
 
-class ConflictError(APIError):
-    """The request conflicts with the current state, e.g. the sandbox is not running (409)."""
-
-
-class PayloadTooLargeError(APIError):
+class PayloadTooLargeError(InvalidRequestError):
     """The request body is larger than the server accepts (413)."""
 
 
@@ -139,5 +191,30 @@ class RateLimitError(APIError):
         self.retry_after = retry_after
 
 
+class SandboxError(APIError):
+    """The sandbox cannot do what was asked: it is not running or has ended (409,
+    `ConflictError`), the guest refused because of its state (409: EEXIST, ENOTEMPTY, EBUSY), or
+    its disk is full (507, `InsufficientStorageError`)."""
+
+
+class ConflictError(SandboxError):
+    """The request conflicts with the current state, e.g. the sandbox is not running (409)."""
+
+
+class InsufficientStorageError(SandboxError):
+    """The sandbox's disk is full (507: the guest said ENOSPC or EDQUOT)."""
+
+
 class ServerError(APIError):
-    """The server failed (5xx): internal error, unavailable, gateway timeout."""
+    """The server failed (5xx other than 507): internal error, unavailable, gateway timeout."""
+
+
+class WaitTimeoutError(TimeoutError, APIError):
+    """The server stopped waiting (408), e.g. `Process.wait(timeout_seconds=...)` while the
+    process is still running. The process keeps running; wait again or kill it."""
+
+
+#: The older name of `InvalidRequestError` (the same class).
+ValidationError = InvalidRequestError
+#: The older name of `APIConnectionError` (the same class).
+TransportError = APIConnectionError
