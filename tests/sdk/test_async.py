@@ -11,14 +11,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+import pandastack
 from pandastack import (
+    APIConnectionError,
     AsyncClient,
     AsyncSandbox,
     ConfigError,
+    InvalidRequestError,
     NotFoundError,
-    TransportError,
-    TransportTimeoutError,
-    ValidationError,
 )
 from pandastack.sdk._base import EXEC_TIMEOUT_MARGIN, UPLOAD_CHUNK_SIZE
 from tests.sdk.fakes import (
@@ -125,7 +125,7 @@ async def test_exec_and_its_read_timeout(api: FakeAPI) -> None:
         result = await sbx.exec("pip install pandas pyarrow", timeout_seconds=300)
         assert result.stdout == "ok"
         assert (await sbx.commands.run("true")).exit_code == 0
-        with pytest.raises(ValidationError):
+        with pytest.raises(InvalidRequestError):
             await sbx.exec("")
     first = api.calls("POST", f"{SB}/exec")[0]
     timeout = first.extensions["timeout"]
@@ -261,9 +261,9 @@ async def test_transport_errors() -> None:
     def slow(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("slow", request=request)
 
-    with pytest.raises(TransportError):
+    with pytest.raises(APIConnectionError):
         await AsyncClient(API_URL, API_KEY, transport=httpx.MockTransport(refused)).sandboxes.list()
-    with pytest.raises(TransportTimeoutError) as info:
+    with pytest.raises(pandastack.TimeoutError) as info:
         await AsyncClient(API_URL, API_KEY, transport=httpx.MockTransport(slow)).sandboxes.list()
     assert isinstance(info.value, builtins.TimeoutError)
 

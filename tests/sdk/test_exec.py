@@ -9,11 +9,11 @@ import httpx
 import pytest
 
 from pandastack import (
-    ConflictError,
+    APIConnectionError,
     NotFoundError,
     ProtocolError,
     Sandbox,
-    TransportError,
+    SandboxError,
     WaitTimeoutError,
 )
 from pandastack.sdk._base import EXEC_TIMEOUT_MARGIN
@@ -185,9 +185,9 @@ def test_error_event_raises_with_request_id(api: FakeAPI, sbx: Sandbox) -> None:
 
 def test_error_status_before_the_stream(api: FakeAPI, sbx: Sandbox) -> None:
     api.on("POST", STREAM, reply(409, envelope("conflict", "sandbox is paused", "r-1")))
-    with pytest.raises(ConflictError) as info:
+    with pytest.raises(SandboxError) as info:
         sbx.exec("x", on_stdout=lambda s: None)
-    assert info.value.request_id == "r-1"
+    assert info.value.request_id == "r-1" and info.value.status == 409
 
 
 def test_stream_without_exit_is_a_protocol_error(api: FakeAPI, sbx: Sandbox) -> None:
@@ -205,7 +205,7 @@ def test_stream_broken_mid_way_is_a_transport_error(api: FakeAPI, sbx: Sandbox) 
         return httpx.Response(200, content=chunks())
 
     api.on("POST", STREAM, broken)
-    with pytest.raises(TransportError, match="connection reset"):
+    with pytest.raises(APIConnectionError, match="connection reset"):
         sbx.exec("x", on_stdout=lambda s: None)
 
 

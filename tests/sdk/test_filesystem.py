@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pandastack import NotFoundError, Sandbox, TransportError
+from pandastack import APIConnectionError, NotFoundError, Sandbox
 from pandastack.sdk._base import UPLOAD_CHUNK_SIZE
 from tests.sdk.fakes import (
     API_KEY,
@@ -137,6 +137,6 @@ def test_failed_download_leaves_nothing(api: FakeAPI, sbx: Sandbox, tmp_path: Pa
         raise httpx.ReadError("reset")
 
     api.on("GET", FILES, lambda r: httpx.Response(200, content=broken()))
-    with pytest.raises(TransportError):
+    with pytest.raises(APIConnectionError):
         sbx.filesystem.download("/big", dst)
     assert list(tmp_path.iterdir()) == []

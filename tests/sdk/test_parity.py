@@ -172,6 +172,13 @@ def test_package_exports() -> None:
         "APIError",
         "NotFoundError",
         "ConfigError",
+        "AuthError",
+        "InvalidRequestError",
+        "RateLimitError",
+        "SandboxError",
+        "TimeoutError",
+        "APIConnectionError",
+        "ServerError",
         "TransportError",
         "__version__",
     ):

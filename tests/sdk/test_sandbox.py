@@ -7,7 +7,7 @@ import logging
 import httpx
 import pytest
 
-from pandastack import Client, ConflictError, NotFoundError, Sandbox, SandboxInfo
+from pandastack import Client, NotFoundError, Sandbox, SandboxError, SandboxInfo
 from tests.sdk.fakes import (
     API_KEY,
     API_URL,
@@ -90,7 +90,7 @@ def test_failed_kill_on_clean_exit_raises() -> None:
         .with_sandbox()
         .on("DELETE", "/v1/sandboxes/sb-1", reply(409, envelope("conflict", "busy")))
     )
-    with pytest.raises(ConflictError), create(api):
+    with pytest.raises(SandboxError), create(api):
         pass
 
 

@@ -68,9 +68,11 @@ def test_settings_from_env(tmp_path: Path) -> None:
             "PANDASTACK_HOME": str(tmp_path),
             "PANDASTACK_IDLE_TIMEOUT": "30",
             "PANDASTACK_MAX_UPLOAD_MB": "5",
+            "PANDASTACK_MAX_BODY_KB": "64",
             "PANDASTACK_PORT": "9000",
         }
     )
+    assert s.max_body_bytes == 64 << 10
     assert s.dsn == f"sqlite:///{tmp_path}/pandastack.db"
     assert (s.idle_timeout_seconds, s.max_upload_bytes, s.port) == (30, 5 << 20, 9000)
     assert s.api_url == "http://127.0.0.1:9000"
@@ -78,6 +80,7 @@ def test_settings_from_env(tmp_path: Path) -> None:
     defaults = Settings.from_env({})
     assert (defaults.host, defaults.port, defaults.idle_timeout_seconds) == ("127.0.0.1", 8080, 600)
     assert defaults.retention_seconds == 3600
+    assert defaults.max_body_bytes == 1 << 20
     with pytest.raises(ValueError, match="PANDASTACK_IDLE_TIMEOUT"):
         Settings.from_env({"PANDASTACK_IDLE_TIMEOUT": "soon"})
     with pytest.raises(ValueError):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .agent_client import AgentClient
 from .errors import SetupError, TemplateNotFound
+from .gc import prune_images, prune_templates
 from .images import GuestImage
 from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths
 
@@ -101,7 +102,15 @@ class TemplateStore:
         if template is None:
             raise SetupError(f"template {name} was baked but cannot be loaded from {final}")
         self._memo[(name, shape)] = template
+        # Once per process and template: old versions left by earlier code go away.
+        await asyncio.to_thread(self._prune, final, progress)
         return template
+
+    def _prune(self, just_baked: Path, progress: Progress) -> None:
+        keep = [just_baked, *(t.path for t in self._memo.values())]
+        prune_templates(self.root, keep, progress=progress)
+        prune_images(self.image.rootfs.parent.parent, self.root, [self.image.key],
+                     progress=progress)
 
     async def _bake(self, name: str, key: str, final: Path, shape: MachineShape,
                     progress: Progress) -> None:

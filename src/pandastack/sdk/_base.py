@@ -28,18 +28,19 @@ from pandastack import wire
 from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
 from pandastack.sdk.config import ClientConfig
 from pandastack.sdk.errors import (
+    APIConnectionError,
     APIError,
     AuthenticationError,
     ConflictError,
+    InsufficientStorageError,
+    InvalidRequestError,
     NotFoundError,
     PayloadTooLargeError,
     PermissionDeniedError,
     ProtocolError,
     RateLimitError,
     ServerError,
-    TransportError,
     TransportTimeoutError,
-    ValidationError,
     WaitTimeoutError,
 )
 from pandastack.wire import (
@@ -101,8 +102,8 @@ def client_headers(config: ClientConfig) -> dict[str, str]:
 def _seg(value: str | int) -> str:
     text = str(value)
     if not text:
-        raise ValidationError("an id in the URL must not be empty", status=422,
-                              code="validation_error")
+        raise InvalidRequestError("an id in the URL must not be empty", status=422,
+                                  code="validation_error")
     return quote(text, safe="")
 
 
@@ -119,7 +120,7 @@ def encode(model: type[pydantic.BaseModel], **fields: Any) -> dict[str, Any]:
     """Validate a request body locally against its wire model; None (or omitted) means "the
     server's default" and is not sent.
 
-    Raises `ValidationError` (request_id None) before anything is sent.
+    Raises `InvalidRequestError` (request_id None) before anything is sent.
     """
     values = {k: v for k, v in fields.items() if v is not None}
     try:
@@ -127,8 +128,8 @@ def encode(model: type[pydantic.BaseModel], **fields: Any) -> dict[str, Any]:
     except pydantic.ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
                              for e in exc.errors())
-        raise ValidationError(f"invalid {model.__name__}: {problems}", status=422,
-                              code="validation_error") from exc
+        raise InvalidRequestError(f"invalid {model.__name__}: {problems}", status=422,
+                                  code="validation_error") from exc
     return body.model_dump(mode="json", exclude_unset=True, exclude_none=True)
 
 
@@ -214,9 +215,9 @@ def ignore_body(response: httpx.Response) -> None:
 # -- errors -------------------------------------------------------------------------------
 
 _STATUS_CLASS: dict[int, type[APIError]] = {
-    400: ValidationError, 401: AuthenticationError, 403: PermissionDeniedError,
+    400: InvalidRequestError, 401: AuthenticationError, 403: PermissionDeniedError,
     404: NotFoundError, 408: WaitTimeoutError, 409: ConflictError, 413: PayloadTooLargeError,
-    422: ValidationError, 429: RateLimitError,
+    422: InvalidRequestError, 429: RateLimitError, 507: InsufficientStorageError,
 }
 _CODE_STATUS: dict[str, int] = {
     "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
@@ -229,7 +230,7 @@ _STATUS_CODE: dict[int, str] = {v: k for k, v in _CODE_STATUS.items()} | {
 
 def api_error(status: int, code: str | None, message: str | None, request_id: str | None,
               retry_after: float | None = None) -> APIError:
-    """The `APIError` subclass for an HTTP status (5xx: `ServerError`)."""
+    """The `APIError` subclass for an HTTP status (other 5xx: `ServerError`)."""
     code = code or _STATUS_CODE.get(status) or ("internal" if status >= 500 else "error")
     message = message or f"HTTP {status}"
     cls = _STATUS_CLASS.get(status) or (ServerError if status >= 500 else APIError)
@@ -300,13 +301,13 @@ def raise_for_status(response: httpx.Response) -> None:
 
 @contextmanager
 def transport_errors(label: str) -> Iterator[None]:
-    """Re-raise httpx's request errors as `TransportTimeoutError` / `TransportError`."""
+    """Re-raise httpx's request errors as `TransportTimeoutError` / `APIConnectionError`."""
     try:
         yield
     except httpx.TimeoutException as exc:
         raise TransportTimeoutError(f"{label}: timed out ({type(exc).__name__})") from exc
     except httpx.RequestError as exc:
-        raise TransportError(f"{label}: {type(exc).__name__}: {exc}") from exc
+        raise APIConnectionError(f"{label}: {type(exc).__name__}: {exc}") from exc
 
 
 # -- the exec event stream ----------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 The eight names to catch are the issue's: `AuthError`, `NotFoundError`, `InvalidRequestError`,
 `RateLimitError`, `SandboxError`, `TimeoutError`, `APIConnectionError`, `ServerError`. What is
-actually raised is the class in the right-hand column (a leaf of this tree); the older names
-stay importable as those leaves or as plain aliases::
+raised is a leaf of this tree (or `APIError` itself, for a status nobody expects, like 418); the
+older names are those leaves, or aliases::
 
     PandastackError                   .status / .code / .request_id: None unless the server said
     ├── ConfigError                   no API URL / key configured, or an unreadable config file

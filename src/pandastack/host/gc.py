@@ -1,0 +1,82 @@
+"""Garbage collection of template versions and guest images nobody uses any more.
+
+Every change to the guest agent or image recipe produces a new image (~300 MB) and new
+template snapshots (memory file, disk layer). Old versions are removed once no running VMM
+process refers to them and they have not been touched for a grace period (a create that has
+picked a template but not yet started its VM must not lose it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from .vmm import pid_is_running, read_cmdline
+
+GRACE_S = 600.0
+
+
+def _vmm_cmdlines() -> list[str]:
+    lines = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            argv = read_cmdline(int(proc.name))
+            if argv and "qemu" in Path(argv[0]).name:
+                lines.append("\0".join(argv))
+    return lines
+
+
+def _old(path: Path, now: float, grace: float) -> bool:
+    try:
+        return now - path.stat().st_mtime > grace
+    except FileNotFoundError:
+        return False
+
+
+def prune_templates(templates_dir: Path, keep: Iterable[Path], *, grace: float = GRACE_S,
+                    progress: Callable[[str], None] = print) -> list[Path]:
+    """Remove template versions not in `keep`, not used by a running VMM, older than `grace`."""
+    keep_set = {p.resolve() for p in keep}
+    in_use = _vmm_cmdlines()
+    now = time.time()
+    removed: list[Path] = []
+    for version in sorted(templates_dir.glob("*/*")):
+        if not version.is_dir() or version.resolve() in keep_set:
+            continue
+        if ".tmp-" in version.name:
+            pid = version.name.rsplit(".tmp-", 1)[1]
+            if pid.isdigit() and pid_is_running(int(pid)):
+                continue  # a bake in progress
+        elif not _old(version, now, grace):
+            continue
+        if any(str(version) + "/" in line for line in in_use):
+            continue
+        shutil.rmtree(version, ignore_errors=True)
+        removed.append(version)
+    if removed:
+        progress(f"removed {len(removed)} unused template version(s)")
+    return removed
+
+
+def prune_images(images_dir: Path, templates_dir: Path, keep: Iterable[str], *,
+                 grace: float = GRACE_S, progress: Callable[[str], None] = print) -> list[Path]:
+    """Remove guest images that no remaining template was baked from."""
+    wanted = set(keep)
+    for meta in templates_dir.glob("*/*/template.json"):
+        try:
+            wanted.add(str(json.loads(meta.read_text())["image_key"]))
+        except (OSError, ValueError, KeyError):
+            continue
+    now = time.time()
+    removed: list[Path] = []
+    for image in sorted(images_dir.glob("*")):
+        if image.is_dir() and image.name not in wanted and not image.name.startswith(".") \
+                and _old(image, now, grace):
+            shutil.rmtree(image, ignore_errors=True)
+            removed.append(image)
+    if removed:
+        progress(f"removed {len(removed)} unused guest image(s)")
+    return removed

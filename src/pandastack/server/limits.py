@@ -1,0 +1,109 @@
+"""Request body limits, enforced in front of the app so that an oversized body is never read
+into memory: a declared `Content-Length` over the limit is refused before a byte of the body is
+read, and a body without one (chunked) is counted while the app reads it and cut off with a 413
+as soon as it passes the limit. Raw uploads (file writes, process stdin) have their own, larger
+limit and stay streamed; every other body is JSON and gets the small one."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pandastack.wire import ErrorBody, ErrorEnvelope
+
+from .errors import request_id_of
+
+# Routes whose body is raw bytes streamed on to the guest (PUT …/files, POST …/stdin).
+RAW_BODY_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("PUT", re.compile(r"^/v1/sandboxes/[^/]+/files$")),
+    ("POST", re.compile(r"^/v1/sandboxes/[^/]+/processes/[^/]+/stdin$")),
+)
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """Raised from `receive` once a streamed body passes its limit; the app's handlers turn it
+    into the 413 envelope (FastAPI re-raises HTTP exceptions met while parsing a body)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body over the {limit}-byte limit")
+        self.limit = limit
+
+
+def declared_length(scope: Scope) -> int | None:
+    """The request's Content-Length, or None if it has none (or one the server will reject)."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            text = value.decode("latin-1").strip()
+            return int(text) if text.isdigit() else None
+    return None
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI: refuses bodies over the limit with a 413 envelope and `Connection: close`,
+    so the server drops the connection instead of draining the rest of the body."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_upload_bytes = max_upload_bytes
+
+    def limit_for(self, scope: Scope) -> int:
+        method, path = scope.get("method", ""), scope.get("path", "")
+        if any(method == m and rx.match(path) for m, rx in RAW_BODY_ROUTES):
+            return self.max_upload_bytes
+        return self.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope)
+        declared = declared_length(scope)
+        if declared is not None and declared > limit:
+            await self.refuse(scope, send, limit)
+            return
+
+        received = 0
+        over = False
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, over
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    over = True
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def closing_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if over:  # do not let the server read (and drop) the rest of the body
+                    headers = [(k, v) for k, v in message.get("headers", [])
+                               if k.lower() != b"connection"]
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, closing_send)
+        except BodyTooLarge:
+            if started:
+                raise
+            await self.refuse(scope, send, limit)
+
+    @staticmethod
+    async def refuse(scope: Scope, send: Send, limit: int) -> None:
+        rid = request_id_of(scope)
+        body = ErrorEnvelope(error=ErrorBody(
+            code="payload_too_large", message=f"request body over the {limit}-byte limit",
+            request_id=rid)).model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,49 @@
+"""Old template versions and images are removed, but never while a VM uses them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from pandastack.host.gc import prune_images, prune_templates
+
+
+def _version(root: Path, name: str, key: str, image_key: str, age: float) -> Path:
+    path = root / name / key
+    path.mkdir(parents=True)
+    (path / "memory").write_bytes(b"x")
+    (path / "template.json").write_text(json.dumps({"image_key": image_key}))
+    old = time.time() - age
+    os.utime(path, (old, old))
+    return path
+
+
+def test_prunes_unused_old_versions_only(tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    current = _version(templates, "base", "new", "img-new", age=0)
+    stale = _version(templates, "base", "stale", "img-stale", age=3600)
+    fresh = _version(templates, "base", "fresh", "img-fresh", age=5)
+    busy = _version(templates, "base", "busy", "img-busy", age=3600)
+    # A process that looks like a VMM using `busy`'s memory file.
+    vmm = subprocess.Popen(["qemu-lookalike", "-c", "sleep 300; true", f"mem-path={busy}/memory"],
+                           executable="/bin/sh")
+    try:
+        removed = prune_templates(templates, [current], progress=lambda m: None)
+    finally:
+        vmm.kill()
+        vmm.wait()
+    assert removed == [stale]
+    assert current.exists() and fresh.exists() and busy.exists() and not stale.exists()
+
+    images = tmp_path / "images"
+    for key in ("img-new", "img-stale", "img-fresh", "img-busy", "img-orphan", "img-current"):
+        (images / key).mkdir(parents=True)
+        old = time.time() - 3600
+        os.utime(images / key, (old, old))
+    gone = prune_images(images, templates, ["img-current"], progress=lambda m: None)
+    assert sorted(p.name for p in gone) == ["img-orphan", "img-stale"]
+    assert sorted(p.name for p in images.iterdir()) == [
+        "img-busy", "img-current", "img-fresh", "img-new"]

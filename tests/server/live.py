@@ -1,0 +1,76 @@
+"""A real `uvicorn` server in a subprocess over the in-memory runtime (see serve_fake.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class FakeServer:
+    url: str
+    admin_key: str
+    pid: int
+    log: Path
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def log_tail(self, limit: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-limit:]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError("server did not come up:\n"
+                                 + log.read_text(errors="replace")[-3000:])
+        time.sleep(0.05)
+
+
+@contextmanager
+def fake_server(tmp: Path, **settings: object) -> Iterator[FakeServer]:
+    """Start it, wait for /health, yield; SIGTERM (then SIGKILL) on the way out."""
+    port = free_port()
+    log = tmp / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.server.serve_fake", str(port), str(tmp),
+             json.dumps(settings)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, log, 30)
+        key = json.loads((tmp / "client" / "config.json").read_text())["api_key"]
+        yield FakeServer(url, key, proc.pid, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

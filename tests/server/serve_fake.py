@@ -1,0 +1,28 @@
+"""`python -m tests.server.serve_fake PORT DIR [SETTINGS_JSON]`: the app over the in-memory
+runtime on a real uvicorn at 127.0.0.1:PORT, with its DB and client config under DIR. For
+tests that need a real HTTP server in a process of its own (memory, sockets, restarts)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from pandastack.server.app import create_app
+from tests.server.conftest import make_settings
+from tests.server.fakes import FakeRuntime
+
+
+def main(argv: list[str]) -> int:
+    port, tmp = int(argv[0]), Path(argv[1])
+    overrides: dict[str, object] = json.loads(argv[2]) if len(argv) > 2 else {}
+    settings = make_settings(tmp, port=port, **overrides)
+    app = create_app(settings, FakeRuntime(tmp / "sandboxes"))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
