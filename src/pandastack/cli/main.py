@@ -13,7 +13,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.errors import HostError
 from pandastack.host.runtime import HostRuntime
 
-from . import keys, serve
+from . import keys, sandbox, serve
 
 console = Console(stderr=True)
 
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     setup.add_argument("--smoke", action="store_true", help="create one sandbox and run a command")
     serve.add_parser(sub)
     keys.add_parser(sub)
+    sandbox.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "setup":
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve.run(args)
         if args.command == "keys":
             return keys.run(args)
+        if args.command == "sandbox":
+            return sandbox.run(args)
     except (HostError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1

@@ -1,0 +1,259 @@
+"""What the REST API and the SDK add to creating a sandbox, measured against the host runtime
+in the same run.
+
+- **API**: a real `pandastack serve` subprocess (private state dir, temporary database and
+  client config, free loopback port: the way `tests/e2e/conftest.py` starts it). Timed: the
+  SDK's `Sandbox.create(template="base")` then `sbx.exec(...)` until its result is back, the
+  way a user's first call goes (`Sandbox.create` opens its own HTTP client). The kill is not
+  timed. The same through one long-lived `Client` is measured too, to separate what building
+  an HTTP client costs from what the server adds.
+- **Runtime**: `HostRuntime` in this process, on its own private state dir. Timed:
+  `create("base")` then `exec(...)`. The kill is not timed.
+
+Both run the same command (`true` as an argv by default, `--shell` for the string `"true"`,
+which goes through `/bin/sh -c` in the guest). The two sides alternate, iteration by
+iteration, with the order flipped every time, so drift hits both alike. One untimed warm-up
+round each comes first.
+
+Usage: python bench/api.py [--n 30] [--shell]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from pandastack import Client, Sandbox
+from pandastack.host.config import HostConfig
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.vmm import read_cmdline
+
+MAX_N = 1000
+SERVER_START_TIMEOUT = 300.0  # may have to bake the template first
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def qemu_pids_under(directory: Path) -> list[int]:
+    """Live QEMU processes whose command line mentions `directory`."""
+    prefix = str(directory)
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            argv = read_cmdline(int(proc.name))
+            if argv and "qemu" in argv[0] and any(prefix in a for a in argv):
+                pids.append(int(proc.name))
+    return pids
+
+
+@dataclass(frozen=True)
+class Server:
+    api_url: str
+    api_key: str
+
+
+@contextmanager
+def live_server(tmp: Path) -> Iterator[Server]:
+    """`pandastack serve` on a free loopback port with everything private under `tmp`.
+    Stopped with SIGTERM (SIGKILL after 30 s); any VM left behind is killed."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
+        "PANDASTACK_DB": f"sqlite:///{tmp / 'pandastack.db'}",
+        "PANDASTACK_CLIENT_CONFIG": str(tmp / "client.json"),
+    }
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp / "server.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port),
+             "--log-level", "warning"],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + SERVER_START_TIMEOUT
+            while True:
+                try:
+                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("server did not come up:\n"
+                                       + (tmp / "server.log").read_text()[-3000:])
+                time.sleep(0.2)
+            key = json.loads((tmp / "client.json").read_text())["api_key"]
+            yield Server(url, key)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pid in qemu_pids_under(tmp):
+                os.kill(pid, signal.SIGKILL)
+
+
+@dataclass
+class Side:
+    """Timings of one side, in seconds: create alone, and create + first exec."""
+
+    created: list[float] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+
+    def add(self, created: float, total: float) -> None:
+        self.created.append(created)
+        self.total.append(total)
+
+
+def api_once(server: Server, cmd: str | list[str]) -> tuple[float, float]:
+    started = time.perf_counter()
+    sbx = Sandbox.create(template="base", ttl_seconds=300, api_url=server.api_url,
+                         api_key=server.api_key)
+    created = time.perf_counter()
+    try:
+        result = sbx.exec(cmd)
+        done = time.perf_counter()
+        assert result.exit_code == 0, result
+    finally:
+        sbx.kill()
+        sbx.close()
+    return created - started, done - started
+
+
+def pooled_once(client: Client, cmd: str | list[str]) -> tuple[float, float]:
+    """The same through one long-lived `Client` (its connection pool already open)."""
+    started = time.perf_counter()
+    sbx = client.sandboxes.create(template="base", ttl_seconds=300)
+    created = time.perf_counter()
+    try:
+        result = sbx.exec(cmd)
+        done = time.perf_counter()
+        assert result.exit_code == 0, result
+    finally:
+        client.sandboxes.kill(sbx.id)
+    return created - started, done - started
+
+
+async def runtime_once(rt: HostRuntime, cmd: str | list[str]) -> tuple[float, float]:
+    started = time.perf_counter()
+    sbx = await rt.create("base")
+    created = time.perf_counter()
+    try:
+        result = await sbx.exec(cmd)
+        done = time.perf_counter()
+        assert result.exit_code == 0, result
+    finally:
+        await rt.kill(sbx.id)
+    return created - started, done - started
+
+
+def kill_everything(server: Server) -> None:
+    """Kill whatever the API still runs (after an error mid-iteration)."""
+    try:
+        with Client(server.api_url, server.api_key) as client:
+            for info in client.sandboxes.list():
+                if info.state in ("starting", "running", "paused", "hibernated"):
+                    client.sandboxes.kill(info.id)
+    except Exception as exc:  # the server may be the thing that broke
+        print(f"cleanup through the API failed: {exc}", file=sys.stderr)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.1f} ms"
+
+
+def report(n: int, cmd: str | list[str], api: Side, pooled: Side, runtime: Side) -> None:
+    print(f"\n{n} sequential iterations each, command {cmd!r}, interleaved")
+    sides = (("runtime  HostRuntime in-process       ", runtime),
+             ("API      Sandbox.create (own client)  ", api),
+             ("API      Client().sandboxes.create    ", pooled))
+    for name, side in sides:
+        execs = [t - c for c, t in zip(side.created, side.total, strict=True)]
+        print(f"{name} create+exec p50 {ms(pct(side.total, 50))}  "
+              f"p99 {ms(pct(side.total, 99))}   create p50 {ms(pct(side.created, 50))}  "
+              f"exec p50 {ms(pct(execs, 50))}")
+    for label, side in (("Sandbox.create", api), ("pooled Client ", pooled)):
+        for q in (50, 99):
+            a, r = pct(side.total, q), pct(runtime.total, q)
+            print(f"API overhead, {label}, at p{q}: {ms(a - r)}  ratio {a / r:.3f}")
+    diffs = [a - r for a, r in zip(api.total, runtime.total, strict=True)]
+    print(f"per-iteration difference (Sandbox.create - runtime): p50 {ms(pct(diffs, 50))}  "
+          f"min {ms(min(diffs))}  max {ms(max(diffs))}")
+    print("target: the API adds <= 15 ms at p50")
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--n", type=int, default=30, help=f"iterations per side (<= {MAX_N})")
+    parser.add_argument("--shell", action="store_true",
+                        help='exec the string "true" (via /bin/sh -c) instead of ["true"]')
+    args = parser.parse_args()
+    if not 1 <= args.n <= MAX_N:
+        parser.error(f"--n must be between 1 and {MAX_N}")
+    cmd: str | list[str] = "true" if args.shell else ["true"]
+    tmp = Path(tempfile.mkdtemp(prefix="psa-", dir="/tmp"))
+    runtime_state = tmp / "runtime-sandboxes"
+    rt = HostRuntime(HostConfig.from_env(state_dir=runtime_state), progress=print)
+    try:
+        await rt.start()
+        await rt.ensure_template("base")
+        print(f"accelerator: {rt.driver.accel}")
+        (tmp / "server").mkdir()
+        with live_server(tmp / "server") as server:
+            print(f"server up at {server.api_url}")
+            client = Client(server.api_url, server.api_key)
+            try:
+                await runtime_once(rt, cmd)  # warm-up, untimed, every side
+                api_once(server, cmd)
+                pooled_once(client, cmd)
+                api, pooled, runtime = Side(), Side(), Side()
+                for i in range(args.n):
+                    if i % 2:
+                        runtime.add(*await runtime_once(rt, cmd))
+                        pooled.add(*pooled_once(client, cmd))
+                        api.add(*api_once(server, cmd))
+                    else:
+                        api.add(*api_once(server, cmd))
+                        pooled.add(*pooled_once(client, cmd))
+                        runtime.add(*await runtime_once(rt, cmd))
+            finally:
+                client.close()
+                kill_everything(server)
+        report(args.n, cmd, api, pooled, runtime)
+        return 0
+    finally:
+        await rt.kill_all()
+        await rt.close()
+        for pid in qemu_pids_under(tmp):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
