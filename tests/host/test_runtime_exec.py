@@ -84,3 +84,9 @@ async def test_background_process_signal(sandbox: SandboxHandle) -> None:
     result = await sandbox.attach(pid)
     assert result.signal == 15
     assert result.exit_code == 128 + 15
+
+
+async def test_commands_run_in_work_by_default(sandbox: SandboxHandle) -> None:
+    result = await sandbox.exec("pwd; echo data > relative.txt")
+    assert result.stdout == b"/work\n"
+    assert await sandbox.read_file_bytes("/work/relative.txt") == b"data\n"

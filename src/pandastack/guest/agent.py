@@ -74,7 +74,10 @@ class Agent:
         self._wlock = threading.Lock()
         self._ops: dict[int, Op] = {}
         self._ops_lock = threading.Lock()
-        self.procs = ProcessTable(Cgroups.setup() if guest else None)
+        # Commands run in /work unless told otherwise: relative paths in user code (the
+        # file an analysis writes, say) land next to the files the user uploaded there.
+        self.procs = ProcessTable(Cgroups.setup() if guest else None,
+                                  default_cwd="/work" if guest else None)
 
     # -- writing --------------------------------------------------------------------
     def send(self, header: dict[str, Any], payload: bytes, gen: int) -> bool:

@@ -342,8 +342,9 @@ class ManagedProcess:
 class ProcessTable:
     """Spawns processes and remembers the running ones and the last finished background ones."""
 
-    def __init__(self, cgroups: Cgroups | None) -> None:
+    def __init__(self, cgroups: Cgroups | None, default_cwd: str | None = None) -> None:
         self.cgroups = cgroups
+        self.default_cwd = default_cwd
         self.watchdog = Watchdog()
         self._lock = threading.Lock()
         self._procs: dict[int, ManagedProcess] = {}
@@ -373,7 +374,7 @@ class ProcessTable:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=full_env,
-                cwd=cwd,
+                cwd=cwd if cwd is not None else self.default_cwd,
                 start_new_session=True,
                 close_fds=True,
                 bufsize=0,
