@@ -21,6 +21,7 @@ class HostConfig:
 
     home: Path = DEFAULT_HOME
     state_dir: Path | None = None
+    snapshots_root: Path | None = None
     accel: str = "auto"
     tb_size_mb: int = 64
     tcg_cpu: str = "max"
@@ -39,6 +40,8 @@ class HostConfig:
             "home": Path(env.get("PANDASTACK_HOME", str(DEFAULT_HOME))),
             "accel": env.get("PANDASTACK_ACCEL", "auto"),
         }
+        if "PANDASTACK_SNAPSHOTS_DIR" in env:
+            values["snapshots_root"] = Path(env["PANDASTACK_SNAPSHOTS_DIR"])
         if "PANDASTACK_STATE_DIR" in env:
             values["state_dir"] = Path(env["PANDASTACK_STATE_DIR"])
         if "PANDASTACK_TCG_CPU" in env:
@@ -51,6 +54,10 @@ class HostConfig:
     @property
     def sandboxes_dir(self) -> Path:
         return self.state_dir if self.state_dir is not None else self.home / "sandboxes"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.snapshots_root if self.snapshots_root is not None else self.home / "snapshots"
 
     @property
     def templates_dir(self) -> Path:

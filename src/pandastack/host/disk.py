@@ -31,9 +31,20 @@ def _extension(kind: int, data: bytes) -> bytes:
     return struct.pack(">II", kind, len(data)) + padded
 
 
-def create_overlay(path: Path, backing: Path, size: int, backing_format: str = "qcow2") -> None:
-    """Write an empty qcow2 v3 image of `size` bytes backed by `backing` (absolute path)."""
-    backing_name = str(backing.resolve()).encode()
+def create_overlay(path: Path, backing: Path, size: int, backing_format: str = "qcow2", *,
+                   relative: bool = False) -> None:
+    """Write an empty qcow2 v3 image of `size` bytes backed by `backing`.
+
+    With `relative`, the backing file is named relative to the overlay's own directory (it
+    must be there): a chain of such layers resolves in any directory that holds links to
+    all of them, which is how snapshots and forks share layers without copying them.
+    """
+    if relative:
+        if backing.parent.resolve() != path.parent.resolve():
+            raise ValueError("a relative backing file must sit next to the overlay")
+        backing_name = backing.name.encode()
+    else:
+        backing_name = str(backing.resolve()).encode()
     l2_entries = CLUSTER // 8
     l1_size = -(-size // (l2_entries * CLUSTER))
     if l1_size * 8 > CLUSTER:

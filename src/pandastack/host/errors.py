@@ -4,7 +4,10 @@
     ├── SetupError            host preparation (packages, images, templates) failed
     │   └── TemplateNotFound  no template of that name
     ├── VMMError              the VMM could not start, restore, snapshot or stop a VM
+    │   └── SnapshotFailed    a live snapshot failed (the sandbox keeps running)
     ├── SandboxNotFound       no such sandbox on this host
+    ├── SnapshotNotFound      no such snapshot on this host
+    ├── SandboxStateError     the sandbox is in a state that does not allow the operation
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
@@ -30,7 +33,23 @@ class VMMError(HostError):
     pass
 
 
+class SnapshotFailed(VMMError):
+    """A live snapshot failed; `disk_switched` says if the VM already moved to the new top."""
+
+    def __init__(self, message: str, *, disk_switched: bool):
+        super().__init__(f"snapshot failed: {message}")
+        self.disk_switched = disk_switched
+
+
 class SandboxNotFound(HostError):
+    pass
+
+
+class SnapshotNotFound(HostError):
+    pass
+
+
+class SandboxStateError(HostError):
     pass
 
 

@@ -13,18 +13,20 @@ VMs are started in their own session and survive a restart of the host process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qemu.qmp import QMPClient
 
-from .errors import VMMError
+from .errors import SnapshotFailed, VMMError
 from .vmm import (
     AGENT_PORT_NAME,
     KernelSpec,
@@ -162,6 +164,64 @@ class QemuDriver:
         finally:
             await qmp.disconnect()
 
+    async def pause(self, vm: VMProcess) -> None:
+        await qmp_pipeline(vm.paths.qmp_socket, [("stop", {})], alive=vm.is_alive)
+
+    async def resume(self, vm: VMProcess) -> None:
+        await qmp_pipeline(vm.paths.qmp_socket, [("cont", {})], alive=vm.is_alive)
+
+    async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path) -> float:
+        """Save memory and device state while the guest runs; return the pause in ms.
+
+        Pre-copy migration streams RAM while the guest keeps running and stops it only for
+        the last dirty pages. While it is stopped, the disk is switched onto `new_top` (an
+        empty overlay the caller made over the current top), so the old top is frozen in
+        exactly the state the memory refers to. Then the guest continues.
+        """
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        partial = stream.with_suffix(".partial")
+        switched = was_running = False
+        try:
+            status = await qmp.execute("query-status")
+            was_running = isinstance(status, dict) and bool(status.get("running"))
+            await _prepare_migration(qmp)
+            await qmp.execute("migrate", {"uri": f"exec:cat > '{partial}'"})
+            info = await wait_migration(qmp, poll_s=0.001)
+            t_seen = time.monotonic()
+            await qmp.execute("blockdev-snapshot-sync", {
+                "device": "root", "snapshot-file": str(new_top), "format": "qcow2",
+                "mode": "existing"})
+            switched = True
+            if was_running:
+                await qmp.execute("cont")
+            resumed = time.monotonic()
+            os.replace(partial, stream)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                status = await qmp.execute("query-status")
+                if was_running and isinstance(status, dict) and not status.get("running"):
+                    await qmp.execute("cont")
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            raise SnapshotFailed(str(exc) or type(exc).__name__, disk_switched=switched) from exc
+        finally:
+            await qmp.disconnect()
+        downtime = float(info.get("downtime", 0)) if was_running else 0.0
+        return downtime + (resumed - t_seen) * 1000
+
+    async def save_stopped(self, vm: VMProcess, stream: Path) -> None:
+        """Stop the guest and write its whole state (memory included) to `stream`."""
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        try:
+            await qmp.execute("stop")
+            await _prepare_migration(qmp)
+            partial = stream.with_suffix(".partial")
+            await qmp.execute("migrate", {"uri": f"exec:cat > '{partial}'"})
+            await wait_migration(qmp)
+            os.replace(partial, stream)
+        finally:
+            await qmp.disconnect()
+
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         # The guest kernel learns the new capacity from virtio-blk's config-change interrupt.
         await qmp_pipeline(vm.paths.qmp_socket, [
@@ -246,7 +306,17 @@ async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient
             await asyncio.sleep(0.02)
 
 
-async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S) -> None:
+async def _prepare_migration(qmp: QMPClient) -> None:
+    # Same stream format as template saves (clones' RAM is not shared, so it is all sent);
+    # no bandwidth cap (the stream goes to a local file) and a short stop at the end.
+    await qmp.execute("migrate-set-capabilities", {
+        "capabilities": [{"capability": "x-ignore-shared", "state": True}]})
+    await qmp.execute("migrate-set-parameters", {
+        "max-bandwidth": 64 << 30, "downtime-limit": 20})
+
+
+async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S,
+                         poll_s: float = 0.005) -> dict[str, Any]:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         info = await qmp.execute("query-migrate")
@@ -254,9 +324,9 @@ async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S) -> None
             raise VMMError(f"unexpected query-migrate answer: {info!r}")
         status = info.get("status")
         if status == "completed":
-            return
+            return info
         if status in ("failed", "cancelled"):
             raise VMMError(f"migration {status}: {info.get('error-desc', '')}")
         if asyncio.get_running_loop().time() > deadline:
             raise VMMError(f"migration did not complete in {timeout}s (status {status})")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(poll_s)

@@ -1,14 +1,18 @@
-"""The in-process host runtime: create sandboxes by restoring templates, find them, kill them.
+"""The in-process host runtime: create sandboxes by restoring templates or snapshots, pause,
+snapshot, fork, hibernate and wake them, find them, kill them.
 
-Every sandbox owns exactly one directory under the state dir (its disk layer, sockets, logs and
-`sandbox.json`) and one VMM process, started in its own session so that it outlives this
-process. Kill removes both. `start()` re-adopts the VMs that are still running and removes the
-remains of dead ones, so a crash or restart of the host process loses nothing and leaks nothing.
+Every sandbox owns exactly one directory under the state dir (its disk layers, sockets, logs
+and `sandbox.json`) and at most one VMM process, started in its own session so that it
+outlives this process. Kill removes both. `start()` re-adopts the VMs that are still running
+(and hibernated sandboxes) and removes the remains of dead ones, so a crash or restart of the
+host process loses nothing and leaks nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import json
 import os
 import re
@@ -17,47 +21,72 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .accel import resolve_accel
 from .config import HostConfig
 from .disk import create_overlay
-from .errors import HostError, SandboxNotFound, SetupError
+from .errors import (
+    HostError,
+    SandboxNotFound,
+    SandboxStateError,
+    SetupError,
+    SnapshotFailed,
+)
 from .images import GuestImage, ensure_base_image
 from .qemu import QemuDriver
 from .sandbox import SandboxHandle
+from .snapshots import SnapshotInfo, SnapshotStore, link_layers, new_layer_name
 from .templates import Template, TemplateStore
-from .vmm import KernelSpec, MachineShape, VMMDriver, VMPaths, VMProcess, read_cmdline
+from .vmm import (
+    KernelSpec,
+    MachineShape,
+    VMMDriver,
+    VMPaths,
+    VMProcess,
+    read_cmdline,
+)
 
 SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
 MIN_MEMORY_MB = 128
 MAX_DISK_MB = 1 << 20
+MAX_FORK = 16
 MIB = 1 << 20
+HIBERNATION = "hibernate.stream"
 
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class SandboxRecord:
-    """What is persisted about a sandbox, enough to re-adopt it after a restart."""
+    """What is persisted about a sandbox, enough to re-adopt or wake it after a restart."""
 
     id: str
     template: str
     template_key: str
+    template_path: str
     vcpus: int
     memory_mb: int
     disk_bytes: int
     hostname: str
     machine_id: str
     created_at: float
+    layers: tuple[str, ...] = ()
+    snapshot: str | None = None
+    state: str = "running"
     pid: int | None = None
+
+    @property
+    def top(self) -> str:
+        return self.layers[-1]
 
     @classmethod
     def load(cls, path: Path) -> SandboxRecord:
         data = json.loads(path.read_text())
+        data["layers"] = tuple(data.get("layers", ()))
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def save(self, path: Path) -> None:
@@ -72,13 +101,21 @@ class AdoptReport:
     cleaned: list[str]
 
 
+@dataclass(frozen=True)
+class SnapshotResult:
+    info: SnapshotInfo
+    pause_ms: float
+
+
 class HostRuntime:
     """Single-machine runtime. Use `async with HostRuntime(...) as rt:` or start()/close()."""
 
     def __init__(self, config: HostConfig | None = None, *, progress: Progress = print):
         self.config = config or HostConfig.from_env()
         self.progress = progress
+        self.snapshots = SnapshotStore(self.config.snapshots_dir)
         self._sandboxes: dict[str, SandboxHandle] = {}
+        self._records: dict[str, SandboxRecord] = {}
         self._image: GuestImage | None = None
         self._driver: VMMDriver | None = None
         self._templates: TemplateStore | None = None
@@ -110,8 +147,15 @@ class HostRuntime:
                 self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
                                           tb_size_mb=self.config.tb_size_mb,
                                           tcg_cpu=self.config.tcg_cpu)
-                self._templates = TemplateStore(self.config.templates_dir, self._driver, image)
+                self._templates = TemplateStore(self.config.templates_dir, self._driver, image,
+                                                pinned=self._pinned_templates)
             return self._templates
+
+    def _pinned_templates(self) -> list[Path]:
+        """Templates that must survive garbage collection although no VM runs from them."""
+        pinned = self.snapshots.template_paths()
+        pinned += [Path(r.template_path) for r in self._records.values()]
+        return pinned
 
     @property
     def driver(self) -> VMMDriver:
@@ -124,12 +168,13 @@ class HostRuntime:
         store = await self.prepare()
         return await store.ensure(name, shape, progress=self.progress)
 
-    # -- lifecycle ------------------------------------------------------------------------
+    # -- adoption -------------------------------------------------------------------------
 
     async def start(self) -> AdoptReport:
-        """Re-adopt running sandboxes from the state dir and clean up dead ones."""
+        """Re-adopt running and hibernated sandboxes from the state dir; clean up dead ones."""
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         await self.prepare()
+        self.snapshots.sweep()
         adopted: list[str] = []
         cleaned: list[str] = []
         running = self._scan_vmm_processes()
@@ -139,11 +184,13 @@ class HostRuntime:
             paths = VMPaths(entry)
             pid = running.pop(entry.name, None)
             record = _try_load(entry / "sandbox.json")
-            if pid is not None and record is not None and self.driver.owns(pid, paths):
-                handle = SandboxHandle(record.id, VMProcess(pid, paths), record.hostname,
-                                       record.created_at, self.config.agent_timeout_s,
-                                       template=record.template)
-                self._sandboxes[record.id] = handle
+            if record is not None and pid is not None and self.driver.owns(pid, paths):
+                self._adopt(record, VMProcess(pid, paths))
+                adopted.append(record.id)
+                continue
+            if (record is not None and pid is None and record.state == "hibernated"
+                    and (entry / HIBERNATION).exists()):
+                self._adopt(record, None)
                 adopted.append(record.id)
                 continue
             if pid is not None:
@@ -154,6 +201,14 @@ class HostRuntime:
             VMProcess(pid, VMPaths(self.sandboxes_dir / name)).kill()
             cleaned.append(name)
         return AdoptReport(adopted, cleaned)
+
+    def _adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
+        handle = SandboxHandle(record.id, vm, self.sandboxes_dir / record.id, record.hostname,
+                               record.created_at, self.config.agent_timeout_s,
+                               template=record.template, state=record.state, waker=self.wake)
+        self._sandboxes[record.id] = handle
+        self._records[record.id] = record
+        return handle
 
     def _scan_vmm_processes(self) -> dict[str, int]:
         """Map sandbox id -> pid for every live VMM process that belongs to our state dir."""
@@ -171,47 +226,72 @@ class HostRuntime:
                     break
         return found
 
-    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
-                     disk_mb: int | None = None,
-                     sandbox_id: str | None = None) -> SandboxHandle:
-        """Restore a new sandbox from `template` and return once its agent is ready.
+    def _save(self, record: SandboxRecord) -> SandboxRecord:
+        record.save(self.sandboxes_dir / record.id / "sandbox.json")
+        self._records[record.id] = record
+        return record
 
-        `disk_mb` grows the root filesystem beyond the template's size (online, after the
-        restore, so only creates that ask for it pay for it); smaller is refused.
+    # -- create ---------------------------------------------------------------------------
+
+    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+                     disk_mb: int | None = None, sandbox_id: str | None = None,
+                     snapshot: str | None = None) -> SandboxHandle:
+        """Restore a new sandbox and return once its agent is ready.
+
+        From `template` (a fresh machine) or from `snapshot` (the snapshotted machine's memory,
+        processes and files; its shape and template come with it). `disk_mb` grows the root
+        filesystem (online, after the restore, so only creates that ask pay for it).
         """
-        if not 1 <= vcpus <= MAX_VCPUS:
-            raise ValueError(f"vcpus must be between 1 and {MAX_VCPUS}")
-        if not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB:
-            raise ValueError(f"memory_mb must be between {MIN_MEMORY_MB} and {MAX_MEMORY_MB}")
         if disk_mb is not None and not 0 < disk_mb <= MAX_DISK_MB:
             raise ValueError(f"disk_mb must be between 1 and {MAX_DISK_MB}")
-        tmpl = await self.ensure_template(template, MachineShape(vcpus, memory_mb))
-        disk_bytes = tmpl.disk_bytes if disk_mb is None else disk_mb * MIB
-        if disk_bytes < tmpl.disk_bytes:
-            raise ValueError(f"disk_mb must be at least {tmpl.disk_bytes // MIB} "
-                             f"(the size of template {template!r})")
+        base_dir: Path | None = None
+        base_layers: tuple[str, ...] = ()
+        if snapshot is not None:
+            snap = self.snapshots.get(snapshot)
+            store = await self.prepare()
+            tmpl = store.load_dir(snap.template, Path(snap.template_path))
+            state_file = self.snapshots.stream(snapshot)
+            base_dir, base_layers = self.snapshots.path(snapshot), snap.layers
+            base_bytes, template = snap.disk_bytes, snap.template
+        else:
+            if not 1 <= vcpus <= MAX_VCPUS:
+                raise ValueError(f"vcpus must be between 1 and {MAX_VCPUS}")
+            if not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB:
+                raise ValueError(
+                    f"memory_mb must be between {MIN_MEMORY_MB} and {MAX_MEMORY_MB}")
+            tmpl = await self.ensure_template(template, MachineShape(vcpus, memory_mb))
+            state_file, base_bytes = tmpl.snapshot.device_state, tmpl.disk_bytes
+        disk_bytes = base_bytes if disk_mb is None else disk_mb * MIB
+        if disk_bytes < base_bytes:
+            raise ValueError(f"disk_mb must be at least {base_bytes // MIB}")
         sid = sandbox_id or f"sbx-{secrets.token_hex(6)}"
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
         workdir = self.sandboxes_dir / sid
         workdir.mkdir(parents=True, exist_ok=False)
+        top = new_layer_name()
         record = SandboxRecord(
-            id=sid, template=template, template_key=tmpl.key, vcpus=vcpus,
-            memory_mb=memory_mb, disk_bytes=disk_bytes, hostname=sid,
-            machine_id=uuid.uuid4().hex, created_at=time.time(),
+            id=sid, template=template, template_key=tmpl.key, template_path=str(tmpl.path),
+            vcpus=tmpl.snapshot.shape.vcpus, memory_mb=tmpl.snapshot.shape.memory_mb,
+            disk_bytes=disk_bytes, hostname=sid, machine_id=uuid.uuid4().hex,
+            created_at=time.time(), layers=(*base_layers, top), snapshot=snapshot,
         )
-        paths = VMPaths(workdir)
         vm: VMProcess | None = None
         try:
-            disk = workdir / "disk.qcow2"
-            create_overlay(disk, tmpl.disk, tmpl.disk_bytes)
-            vm = await self.driver.restore(paths, tmpl.snapshot, disk)
-            record = SandboxRecord(**{**asdict(record), "pid": vm.pid})
-            record.save(workdir / "sandbox.json")
-            handle = SandboxHandle(sid, vm, record.hostname, record.created_at,
-                                   self.config.agent_timeout_s, template=template)
+            if base_dir is not None:
+                link_layers(base_dir, workdir, base_layers)
+                create_overlay(workdir / top, workdir / base_layers[-1], base_bytes,
+                               relative=True)
+            else:
+                create_overlay(workdir / top, tmpl.disk, base_bytes)
+            files = replace(tmpl.snapshot, device_state=state_file)
+            vm = await self.driver.restore(VMPaths(workdir), files, workdir / top)
+            record = self._save(replace(record, pid=vm.pid))
+            handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
+                                   self.config.agent_timeout_s, template=template,
+                                   waker=self.wake)
             await handle.initialize(record.machine_id)
-            if disk_bytes > tmpl.disk_bytes:
+            if disk_bytes > base_bytes:
                 await self.driver.resize_disk(vm, disk_bytes)
                 grown = await handle.exec(["resize2fs", "/dev/vda"], timeout=120)
                 if grown.exit_code != 0:
@@ -219,14 +299,17 @@ class HostRuntime:
         except BaseException as exc:
             if vm is not None:
                 vm.kill()
+            self._records.pop(sid, None)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             if isinstance(exc, HostError | ValueError):
                 raise
             if isinstance(exc, Exception):
-                raise SetupError(f"create from {template!r} failed: {exc}") from exc
+                raise SetupError(f"create from {snapshot or template!r} failed: {exc}") from exc
             raise
         self._sandboxes[sid] = handle
         return handle
+
+    # -- lookup and kill ------------------------------------------------------------------
 
     def get(self, sandbox_id: str) -> SandboxHandle:
         try:
@@ -241,6 +324,7 @@ class HostRuntime:
         handle = self._sandboxes.pop(sandbox_id, None)
         if handle is None:
             raise SandboxNotFound(sandbox_id)
+        self._records.pop(sandbox_id, None)
         await handle.destroy()
 
     async def kill_all(self) -> None:
@@ -252,10 +336,143 @@ class HostRuntime:
         for handle in self._sandboxes.values():
             await handle.disconnect()
         self._sandboxes.clear()
+        self._records.clear()
+
+    # -- pause, snapshot, fork ------------------------------------------------------------
+
+    def _running(self, sandbox_id: str, *allowed: str) -> tuple[SandboxHandle, VMProcess]:
+        handle = self.get(sandbox_id)
+        if handle.state not in allowed or handle.vm is None:
+            raise SandboxStateError(f"sandbox {sandbox_id} is {handle.state}")
+        return handle, handle.vm
+
+    async def pause(self, sandbox_id: str) -> None:
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            if handle.state == "running":
+                await self.driver.pause(vm)
+                handle.state = "paused"
+                self._save(replace(self._records[sandbox_id], state="paused"))
+
+    async def resume(self, sandbox_id: str) -> None:
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            if handle.state == "paused":
+                await self.driver.resume(vm)
+                handle.state = "running"
+                self._save(replace(self._records[sandbox_id], state="running"))
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
+                       internal: bool = False) -> SnapshotResult:
+        """Capture memory, device state and disk; the sandbox keeps running (or paused)."""
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            record = self._records[sandbox_id]
+            snap_id = self.snapshots.new_id()
+            work = self.snapshots.begin(snap_id)
+            new_top = new_layer_name()
+            try:
+                create_overlay(handle.workdir / new_top, handle.workdir / record.top,
+                               record.disk_bytes, relative=True)
+                try:
+                    pause_ms = await self.driver.snapshot_live(vm, work / "state.stream",
+                                                               handle.workdir / new_top)
+                except SnapshotFailed as exc:
+                    if exc.disk_switched:
+                        self._save(replace(record, layers=(*record.layers, new_top)))
+                    else:
+                        (handle.workdir / new_top).unlink(missing_ok=True)
+                    raise
+                self._save(replace(record, layers=(*record.layers, new_top)))
+                link_layers(handle.workdir, work, record.layers)
+                info = SnapshotInfo(
+                    id=snap_id, name=name, source=sandbox_id, template=record.template,
+                    template_path=record.template_path, vcpus=record.vcpus,
+                    memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
+                    layers=record.layers, created_at=time.time(),
+                    state_bytes=(work / "state.stream").stat().st_size, internal=internal)
+                self.snapshots.commit(work, info)
+            except BaseException:
+                self.snapshots.abort(work)
+                raise
+        return SnapshotResult(info, pause_ms)
+
+    async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
+        """`count` live copies of a running sandbox: memory, processes and files as they were
+        at the fork instant, each with its own identity; the parent keeps running."""
+        if not 1 <= count <= MAX_FORK:
+            raise ValueError(f"count must be between 1 and {MAX_FORK}")
+        snap = await self.snapshot(sandbox_id, internal=True)
+        try:
+            results = await asyncio.gather(
+                *(self.create(snapshot=snap.info.id) for _ in range(count)),
+                return_exceptions=True)
+        finally:
+            # Children hold their own links to the layers: the snapshot itself can go.
+            self.snapshots.delete(snap.info.id)
+        children = [r for r in results if isinstance(r, SandboxHandle)]
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for child in children:
+                with contextlib.suppress(HostError):
+                    await self.kill(child.id)
+            raise failures[0]
+        return children
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        self.snapshots.delete(snapshot_id)
+
+    # -- hibernation ----------------------------------------------------------------------
+
+    async def hibernate(self, sandbox_id: str) -> None:
+        """Write the sandbox's whole state to disk and end its VM, freeing RAM and CPU."""
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            await handle.disconnect()
+            await self.driver.save_stopped(vm, handle.workdir / HIBERNATION)
+            await asyncio.to_thread(vm.kill)
+            handle.vm = None
+            handle.state = "hibernated"
+            self._save(replace(self._records[sandbox_id], state="hibernated", pid=None))
+
+    async def wake(self, sandbox_id: str) -> None:
+        """Restore a hibernated sandbox; a no-op for one that is awake."""
+        handle = self.get(sandbox_id)
+        async with handle.lifecycle_lock:
+            if handle.state != "hibernated":
+                return
+            record = self._records[sandbox_id]
+            store = await self.prepare()
+            tmpl = store.load_dir(record.template, Path(record.template_path))
+            stream = handle.workdir / HIBERNATION
+            for stale in ("agent.sock", "qmp.sock"):
+                (handle.workdir / stale).unlink(missing_ok=True)
+            files = replace(tmpl.snapshot, device_state=stream)
+            vm = await self.driver.restore(VMPaths(handle.workdir), files,
+                                           handle.workdir / record.top)
+            handle.vm = vm
+            handle.state = "running"
+            try:
+                await handle.initialize(record.machine_id)
+            except BaseException:
+                await asyncio.to_thread(vm.kill)
+                handle.vm = None
+                handle.state = "hibernated"
+                raise
+            self._save(replace(record, state="running", pid=vm.pid))
+            stream.unlink(missing_ok=True)
+
+    def describe(self, sandbox_id: str) -> dict[str, object]:
+        handle = self.get(sandbox_id)
+        record = self._records.get(sandbox_id)
+        return {"id": sandbox_id, "state": handle.state, "pid": handle.pid,
+                "layers": [*record.layers] if record else [],
+                "snapshot": record.snapshot if record else None}
 
 
 def _try_load(path: Path) -> SandboxRecord | None:
     try:
-        return SandboxRecord.load(path)
+        record = SandboxRecord.load(path)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return record if record.layers else None

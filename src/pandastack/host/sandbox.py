@@ -11,43 +11,54 @@ import os
 import shutil
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 
 from .agent_client import AgentClient, ExecResult, FileInfo, InitParams
-from .errors import AgentConnectionError
+from .errors import AgentConnectionError, SandboxStateError
 from .vmm import VMProcess
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
 
+Waker = Callable[[str], Awaitable[None]]
+
+
 class SandboxHandle:
-    def __init__(self, sandbox_id: str, vm: VMProcess, hostname: str, created_at: float,
-                 agent_timeout: float, *, template: str = "base"):
+    """`state` is "running", "paused" or "hibernated" (then there is no VM process: the next
+    guest operation wakes it through `waker`)."""
+
+    def __init__(self, sandbox_id: str, vm: VMProcess | None, workdir: Path, hostname: str,
+                 created_at: float, agent_timeout: float, *, template: str = "base",
+                 state: str = "running", waker: Waker | None = None):
         self.id = sandbox_id
         self.vm = vm
+        self.workdir = workdir
         self.hostname = hostname
         self.created_at = created_at
         self.template = template
+        self.state = state
+        self.waker = waker
         self._agent_timeout = agent_timeout
         self._agent: AgentClient | None = None
         self._lock = asyncio.Lock()
+        # Serializes lifecycle changes (pause, snapshot, hibernate, wake, kill) of this sandbox.
+        self.lifecycle_lock = asyncio.Lock()
         self.ready_ms: float | None = None
 
     def __repr__(self) -> str:
-        return f"<SandboxHandle {self.id} pid={self.vm.pid}>"
+        return f"<SandboxHandle {self.id} {self.state} pid={self.pid}>"
 
     @property
-    def pid(self) -> int:
-        return self.vm.pid
-
-    @property
-    def workdir(self) -> os.PathLike[str]:
-        return self.vm.paths.workdir
+    def pid(self) -> int | None:
+        return self.vm.pid if self.vm is not None else None
 
     def is_alive(self) -> bool:
-        return self.vm.is_alive()
+        return self.vm is not None and self.vm.is_alive()
 
     async def initialize(self, machine_id: str) -> None:
         """First contact after restore: fresh clock, entropy, hostname and machine-id."""
+        if self.vm is None:
+            raise SandboxStateError(f"sandbox {self.id} has no VM to initialize")
         started = time.monotonic()
         params = InitParams(time.time_ns(), os.urandom(64), self.hostname, machine_id)
         early, self.vm.agent_connection = self.vm.agent_connection, None
@@ -62,6 +73,12 @@ class SandboxHandle:
         self.ready_ms = (time.monotonic() - started) * 1000
 
     async def agent(self) -> AgentClient:
+        if self.state == "hibernated":
+            if self.waker is None:
+                raise SandboxStateError(f"sandbox {self.id} is hibernated")
+            await self.waker(self.id)
+        if self.state == "paused":
+            raise SandboxStateError(f"sandbox {self.id} is paused; resume it first")
         if self._agent is not None and not self._agent.broken:
             return self._agent
         async with self._lock:
@@ -70,7 +87,7 @@ class SandboxHandle:
             if self._agent is not None:
                 await self._agent.close()
                 self._agent = None
-            if not self.vm.is_alive():
+            if self.vm is None or not self.vm.is_alive():
                 raise AgentConnectionError(f"sandbox {self.id}: VM process is not running")
             early, self.vm.agent_connection = self.vm.agent_connection, None
             if early is not None:
@@ -88,8 +105,9 @@ class SandboxHandle:
     async def destroy(self) -> None:
         """Kill the VM and remove every file the sandbox had."""
         await self.disconnect()
-        await asyncio.to_thread(self.vm.kill)
-        await asyncio.to_thread(shutil.rmtree, self.vm.paths.workdir, True)
+        if self.vm is not None:
+            await asyncio.to_thread(self.vm.kill)
+        await asyncio.to_thread(shutil.rmtree, self.workdir, True)
 
     # -- guest operations -----------------------------------------------------------------
 

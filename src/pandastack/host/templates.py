@@ -57,11 +57,20 @@ def qcow2_virtual_size(path: Path) -> int:
 
 
 class TemplateStore:
-    def __init__(self, root: Path, driver: VMMDriver, image: GuestImage):
+    def __init__(self, root: Path, driver: VMMDriver, image: GuestImage, *,
+                 pinned: Callable[[], list[Path]] = list):
         self.root = root
         self.driver = driver
         self.image = image
+        self.pinned = pinned
         self._memo: dict[tuple[str, MachineShape], Template] = {}
+
+    def load_dir(self, name: str, directory: Path) -> Template:
+        """A template version by its directory (snapshots and sandboxes record it)."""
+        template = self._load(name, directory)
+        if template is None:
+            raise SetupError(f"template {name} at {directory} is gone")
+        return template
 
     def _load(self, name: str, directory: Path) -> Template | None:
         meta_path = directory / "template.json"
@@ -107,7 +116,7 @@ class TemplateStore:
         return template
 
     def _prune(self, just_baked: Path, progress: Progress) -> None:
-        keep = [just_baked, *(t.path for t in self._memo.values())]
+        keep = [just_baked, *(t.path for t in self._memo.values()), *self.pinned()]
         prune_templates(self.root, keep, progress=progress)
         prune_images(self.image.rootfs.parent.parent, self.root, [self.image.key],
                      progress=progress)

@@ -81,13 +81,15 @@ class VMProcess:
     def is_alive(self) -> bool:
         if self._popen is not None:
             return self._popen.poll() is None
-        return pid_is_running(self.pid)
+        return pid_is_running(self.pid) and self._still_ours()
 
     def exit_status(self) -> int | None:
         return self._popen.poll() if self._popen is not None else None
 
     def kill(self, timeout: float = 5.0) -> None:
         """SIGKILL the VMM and wait until the process is gone (reaped when it is our child)."""
+        if self._popen is None and not self._still_ours():
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
         if self._popen is not None:
@@ -97,6 +99,11 @@ class VMProcess:
         deadline = time.monotonic() + timeout
         while pid_is_running(self.pid) and time.monotonic() < deadline:
             time.sleep(0.005)
+
+    def _still_ours(self) -> bool:
+        # An adopted VMM is not our child: after it died its pid may belong to another
+        # process by now. Only a process whose command line names our files is ours.
+        return any(str(self.paths.workdir) + "/" in arg for arg in read_cmdline(self.pid))
 
 
 def pid_is_running(pid: int) -> bool:
@@ -136,6 +143,23 @@ class VMMDriver(Protocol):
 
     async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path) -> VMProcess:
         """Start a VM from `snapshot`, mapping its memory privately; it runs when restored."""
+        ...
+
+    async def pause(self, vm: VMProcess) -> None:
+        """Stop the vCPUs in place."""
+        ...
+
+    async def resume(self, vm: VMProcess) -> None:
+        """Start the vCPUs again."""
+        ...
+
+    async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path) -> float:
+        """Write memory + device state to `stream` while the guest runs, moving its disk onto
+        the empty overlay `new_top` at the stop instant; return the guest pause in ms."""
+        ...
+
+    async def save_stopped(self, vm: VMProcess, stream: Path) -> None:
+        """Stop the guest and write its whole state, memory included, to `stream`."""
         ...
 
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:

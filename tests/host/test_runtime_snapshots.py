@@ -1,0 +1,203 @@
+"""Snapshots, fork, pause/resume and hibernation on real VMs."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pandastack.host.config import HostConfig
+from pandastack.host.errors import SandboxNotFound, SandboxStateError, SnapshotFailed
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.sandbox import SandboxHandle
+from tests.helpers import SandboxFactory, qemu_pids_under
+
+pytestmark = pytest.mark.vm
+
+COUNTER = """
+import secrets, time
+token = secrets.token_hex(8)
+n = 0
+while True:
+    n += 1
+    with open('/work/counter', 'a') as f:
+        f.write(f'{token} {n}\\n')
+    time.sleep(0.1)
+"""
+
+
+async def _counter(sbx: SandboxHandle) -> tuple[str, int]:
+    last = (await sbx.exec("tail -n 1 /work/counter")).stdout.decode().split()
+    return last[0], int(last[1])
+
+
+async def test_fork_keeps_processes_then_copies_diverge(
+        runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
+    parent = await sandbox_factory()
+    await parent.write_file("/work/counter.py", COUNTER.encode())
+    await parent.spawn(["python3", "/work/counter.py"])
+    await asyncio.sleep(1.0)
+    token, _ = await _counter(parent)
+    children = await runtime.fork(parent.id, count=3)
+    try:
+        family = [parent, *children]
+        await asyncio.sleep(0.5)
+        before = [await _counter(s) for s in family]
+        assert {t for t, _ in before} == {token}, "every copy runs the same process"
+        for child in children:
+            alive = await child.exec("pgrep -f counter.py")
+            assert alive.exit_code == 0 and alive.stdout.strip()
+        await children[0].write_file("/work/only-in-child-0", b"mine")
+        await asyncio.sleep(1.0)
+        after = [await _counter(s) for s in family]
+        assert all(a[1] > b[1] for a, b in zip(after, before, strict=True)), (before, after)
+        for other in [parent, *children[1:]]:
+            seen = await other.exec("test -e /work/only-in-child-0")
+            assert seen.exit_code == 1
+        # Copies write independently: their counter files no longer agree line by line.
+        tails = {(await s.exec("md5sum < /work/counter")).stdout for s in family}
+        assert len(tails) > 1
+    finally:
+        for child in children:
+            await runtime.kill(child.id)
+
+
+async def test_fork_children_are_distinct_and_on_time(
+        runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
+    parent = await sandbox_factory()
+    children = await runtime.fork(parent.id, count=2)
+    probe = "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; hostname; " \
+            "cat /etc/machine-id; date +%s.%N"
+    try:
+        seen = []
+        for sbx in [parent, *children]:
+            before = time.time()
+            out = (await sbx.exec(probe)).stdout.decode().split()
+            after = time.time()
+            assert before - 1 <= float(out[3]) <= after + 1
+            seen.append(tuple(out[:3]))
+        for column in range(3):
+            assert len({s[column] for s in seen}) == 3, seen
+    finally:
+        for child in children:
+            await runtime.kill(child.id)
+
+
+async def test_snapshot_restores_live_repl_state(
+        runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
+    origin = await sandbox_factory()
+    repl = await origin.spawn(["python3", "-i", "-q", "-u"])
+    await origin.send_stdin(repl, b"x = 41\n")
+    await asyncio.sleep(0.5)
+    snap = await runtime.snapshot(origin.id, "repl")
+    try:
+        assert snap.info.name == "repl"
+        restored = [await sandbox_factory(snapshot=snap.info.id) for _ in range(2)]
+        for sbx in restored:
+            await sbx.send_stdin(repl, b"print(x + 1)\n", eof=True)
+            result = await sbx.attach(repl)
+            assert b"42" in result.stdout, result
+    finally:
+        runtime.delete_snapshot(snap.info.id)
+
+
+async def test_pause_and_resume(runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
+    sbx = await sandbox_factory()
+    await sbx.write_file("/work/counter.py", COUNTER.encode())
+    await sbx.spawn(["python3", "/work/counter.py"])
+    await asyncio.sleep(0.5)
+    await runtime.pause(sbx.id)
+    with pytest.raises(SandboxStateError):
+        await sbx.exec("true")
+    await asyncio.sleep(0.5)
+    await runtime.resume(sbx.id)
+    _, n1 = await _counter(sbx)
+    await asyncio.sleep(0.5)
+    _, n2 = await _counter(sbx)
+    assert n2 > n1
+    assert n1 < 14, "the counter must not have advanced while paused (about 5 at 0.1 s)"
+
+
+async def test_hibernate_then_any_request_wakes(
+        runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
+    sbx = await sandbox_factory()
+    await sbx.write_file("/work/keep.txt", b"kept")
+    pid = await sbx.spawn(["sleep", "600"])
+    await runtime.hibernate(sbx.id)
+    assert sbx.state == "hibernated"
+    assert qemu_pids_under(sbx.workdir) == []
+    assert await sbx.read_file_bytes("/work/keep.txt") == b"kept"  # wakes it
+    assert sbx.state == "running"
+    assert any(p.get("pid") == pid and p.get("running") for p in await sbx.procs())
+    await runtime.hibernate(sbx.id)
+    await runtime.wake(sbx.id)
+    assert (await sbx.exec("cat /work/keep.txt")).stdout == b"kept"
+
+
+async def test_killing_the_parent_spares_children_and_nothing_is_left(
+        host_config: HostConfig) -> None:
+    state = Path(tempfile.mkdtemp(prefix="psk-", dir="/tmp"))
+    snaps = Path(tempfile.mkdtemp(prefix="psn-", dir="/tmp"))
+    rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps),
+                     progress=lambda m: None)
+    await rt.start()
+    try:
+        parent = await rt.create()
+        await parent.write_file("/work/from-parent", b"p")
+        snap = await rt.snapshot(parent.id)
+        children = await rt.fork(parent.id, count=2)
+        await rt.kill(parent.id)
+        with pytest.raises(SandboxNotFound):
+            await rt.fork(parent.id)
+        for child in children:
+            assert (await child.exec("cat /work/from-parent")).stdout == b"p"
+        rt.delete_snapshot(snap.info.id)  # children made from it keep running
+        late = children[0]
+        assert (await late.exec("echo alive")).stdout == b"alive\n"
+    finally:
+        await rt.kill_all()
+        for info in rt.snapshots.all(include_internal=True):
+            rt.delete_snapshot(info.id)
+    assert list(state.iterdir()) == []
+    assert list(snaps.iterdir()) == []
+    assert qemu_pids_under(state) == []
+    state.rmdir()
+    snaps.rmdir()
+
+
+@pytest.fixture
+async def tiny_snapshot_runtime(host_config: HostConfig) -> AsyncIterator[HostRuntime]:
+    """A runtime whose snapshots land on a 16 MiB filesystem: too small for any snapshot."""
+    state = Path(tempfile.mkdtemp(prefix="psf-", dir="/tmp"))
+    snaps = Path(tempfile.mkdtemp(prefix="psf-snap-", dir="/tmp"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(snaps)], check=True)
+    rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps),
+                     progress=lambda m: None)
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.kill_all()
+        subprocess.run(["umount", str(snaps)], check=True)
+        snaps.rmdir()
+        assert list(state.iterdir()) == []
+        state.rmdir()
+
+
+async def test_full_disk_during_snapshot_is_a_clear_error(
+        tiny_snapshot_runtime: HostRuntime) -> None:
+    rt = tiny_snapshot_runtime
+    sbx = await rt.create()
+    await sbx.write_file("/work/before", b"1")
+    with pytest.raises(SnapshotFailed):
+        await rt.snapshot(sbx.id)
+    assert sbx.state == "running"
+    assert (await sbx.exec("cat /work/before; echo still-running")).stdout == b"1still-running\n"
+    assert rt.snapshots.all(include_internal=True) == []
+    snapshot_root = rt.config.snapshots_dir
+    assert [p.name for p in snapshot_root.iterdir()] == []
