@@ -1,0 +1,133 @@
+"""Fork, snapshot and hibernation latency for a parent with ~200 MB of dirty guest memory.
+
+For each of N rounds: a live snapshot of the parent (timed, with the guest pause reported by
+the VMM: migration downtime plus the disk switch until `cont`), then one child restored from
+it to its first exec (timed), then `fork(count=1)` end to end (timed). Then hibernate and wake
+(to the first exec) of a sandbox with the same dirty memory. The floor, measured in the same
+run: a create from the template plus its first exec (no memory to carry over).
+
+Usage: python bench/fork.py [--n 8] [--dirty-mb 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pandastack.host.config import HostConfig
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.sandbox import SandboxHandle
+
+DIRTY = """
+import sys, time
+blob = bytearray(int(sys.argv[1]) << 20)
+for i in range(0, len(blob), 4096):
+    blob[i] = (i >> 12) & 0xFF or 1
+open('/work/dirty.ready', 'w').write('ok')
+while True:
+    time.sleep(3600)
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def line(label: str, values: list[float], unit: str = "ms") -> str:
+    return (f"{label:34s} p50 {pct(values, 50):8.1f} {unit}  p99 {pct(values, 99):8.1f} {unit}"
+            f"  (n={len(values)})")
+
+
+async def make_dirty(rt: HostRuntime, mb: int) -> SandboxHandle:
+    sbx = await rt.create()
+    await sbx.write_file("/work/dirty.py", DIRTY.encode())
+    await sbx.spawn(["python3", "/work/dirty.py", str(mb)])
+    deadline = time.monotonic() + 300
+    while (await sbx.exec("test -e /work/dirty.ready")).exit_code != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the dirtying process did not finish")
+        await asyncio.sleep(0.5)
+    return sbx
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--dirty-mb", type=int, default=200)
+    args = parser.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="psbf-", dir="/tmp"))
+    snaps = Path(tempfile.mkdtemp(prefix="psbf-snap-", dir="/tmp"))
+    rt = HostRuntime(HostConfig.from_env(state_dir=state, snapshots_root=snaps),
+                     progress=print)
+    floor: list[float] = []
+    snap_ms: list[float] = []
+    pause_ms: list[float] = []
+    child_ms: list[float] = []
+    fork_ms: list[float] = []
+    stream_mb: list[float] = []
+    try:
+        await rt.start()
+        await rt.ensure_template()
+        parent = await make_dirty(rt, args.dirty_mb)
+        print(f"parent {parent.id} holds {args.dirty_mb} MB of dirty memory")
+        for _ in range(args.n):
+            t0 = time.perf_counter()
+            plain = await rt.create()
+            await plain.exec(["true"])
+            floor.append((time.perf_counter() - t0) * 1000)
+            await rt.kill(plain.id)
+
+            t0 = time.perf_counter()
+            snap = await rt.snapshot(parent.id)
+            snap_ms.append((time.perf_counter() - t0) * 1000)
+            pause_ms.append(snap.pause_ms)
+            stream_mb.append(snap.info.state_bytes / 2**20)
+            t0 = time.perf_counter()
+            child = await rt.create(snapshot=snap.info.id)
+            await child.exec(["true"])
+            child_ms.append((time.perf_counter() - t0) * 1000)
+            await rt.kill(child.id)
+            rt.delete_snapshot(snap.info.id)
+
+            t0 = time.perf_counter()
+            (kid,) = await rt.fork(parent.id, count=1)
+            await kid.exec(["true"])
+            fork_ms.append((time.perf_counter() - t0) * 1000)
+            await rt.kill(kid.id)
+
+        hib_ms: list[float] = []
+        wake_ms: list[float] = []
+        for _ in range(max(2, args.n // 2)):
+            t0 = time.perf_counter()
+            await rt.hibernate(parent.id)
+            hib_ms.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            await parent.exec(["true"])  # wakes it
+            wake_ms.append((time.perf_counter() - t0) * 1000)
+
+        print(line("floor: create + first exec", floor))
+        print(line("snapshot (parent keeps running)", snap_ms))
+        print(line("parent pause window", pause_ms))
+        print(line("child from snapshot, to 1st exec", child_ms))
+        print(line("fork(count=1) to child's 1st exec", fork_ms))
+        print(line("hibernate", hib_ms))
+        print(line("wake (to first exec)", wake_ms))
+        print(f"state stream per snapshot: {statistics.mean(stream_mb):.0f} MiB")
+        print(f"ratio child p50 / floor p50: {pct(child_ms, 50) / pct(floor, 50):.2f}; "
+              f"fork p50 / floor p50: {pct(fork_ms, 50) / pct(floor, 50):.2f}")
+    finally:
+        await rt.kill_all()
+        for info in rt.snapshots.all(include_internal=True):
+            rt.delete_snapshot(info.id)
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(snaps, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
