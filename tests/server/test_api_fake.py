@@ -180,6 +180,17 @@ BAD_REQUESTS: list[tuple[str, str, object]] = [
     ("PATCH", "/v1/sandboxes/{id}/lifecycle", {"persistent": "yes please"}),
     ("POST", "/v1/keys", {"name": ""}),
     ("POST", "/v1/keys", {"name": "n", "admin": True}),
+    # escaped lone surrogates decode to a str that is not Unicode: refused up front (400)
+    ("POST", "/v1/sandboxes", b'{"metadata": {"\\ud800": "x"}}'),
+    ("POST", "/v1/sandboxes", b'{"env": {"A": "\\udfff"}}'),
+    ("POST", "/v1/keys", b'{"name": "\\ud800"}'),
+    ("POST", "/v1/sandboxes/{id}/exec", b'{"cmd": ["echo", "\\ud800"]}'),
+    ("POST", "/v1/sandboxes/{id}/exec", b'{"cmd": "true", "stdin": "\\udc80"}'),
+    ("POST", "/v1/sandboxes/{id}/processes", b'{"cmd": "\\ud800"}'),
+    ("POST", "/v1/sandboxes/{id}/files/mkdir", b'{"path": "/\\ud800"}'),
+    ("POST", "/v1/sandboxes/{id}/exec", b'{"cmd": "true", "timeout_seconds": NaN}'),
+    ("POST", "/v1/sandboxes", b'{"ttl_seconds": 1' + b"0" * 5000 + b"}"),
+    ("POST", "/v1/sandboxes", b"[" * 100_000 + b"]" * 100_000),
 ]
 
 
@@ -199,6 +210,22 @@ async def test_bad_input_is_always_a_4xx_envelope(api: Api) -> None:
     # the sandbox still works after all that
     r = await api.client.post(f"/v1/sandboxes/{sbx['id']}/exec", json={"cmd": "true"})
     assert r.status_code == 200
+
+
+async def test_guest_strings_that_are_not_unicode_are_shown_with_replacement(api: Api) -> None:
+    sid = (await create(api))["id"]
+    fake = api.app.state.service.runtime.get(sid)
+    fake.files["/d/bad\udcff.txt"] = b"x"  # how a non-UTF-8 name arrives from the guest
+    r = await api.client.get(f"/v1/sandboxes/{sid}/files/list", params={"path": "/d"})
+    assert r.status_code == 200, r.text
+    assert r.json()["entries"][0]["name"] == "bad\ufffd.txt"
+
+    async def procs() -> list[dict[str, object]]:
+        return [{"pid": 7, "cmd": "cat \udcff", "running": True}]
+
+    fake.procs = procs
+    r = await api.client.get(f"/v1/sandboxes/{sid}/processes")
+    assert r.status_code == 200 and r.json()["processes"][0]["cmd"] == "cat \ufffd"
 
 
 async def test_status_codes_of_the_matrix(api: Api) -> None:

@@ -147,6 +147,13 @@ async def test_files(api: Api, sbx: str) -> None:
         for e in (await c.get(f"{base}/list", params={"path": "/work/data/sub"})).json()["entries"]
     }
     assert names == {"deeper": "dir", "moved.bin": "file"}
+    # a name that is not UTF-8 in the guest is listed with U+FFFD (not a 500)
+    r = await c.post(f"/v1/sandboxes/{sbx}/exec",
+                     json={"cmd": ["python3", "-c", "open(b'/work/data/sub/\\xff.bin', 'w')"]})
+    assert r.status_code == 200 and r.json()["exit_code"] == 0, r.text
+    r = await c.get(f"{base}/list", params={"path": "/work/data/sub"})
+    assert r.status_code == 200, r.text
+    assert "\ufffd.bin" in {e["name"] for e in r.json()["entries"]}
     assert_envelope(await c.get(base, params={"path": "/work/data/blob.bin"}), 404, "not_found")
     assert_envelope(await c.get(f"{base}/list", params={"path": "/nope"}), 404)
     assert_envelope(await c.delete(base, params={"path": "/work/data/sub"}), 409, "conflict")
@@ -231,12 +238,16 @@ async def test_idle_reaper() -> None:
         async with running_app(vm_settings(tmp, idle_timeout_seconds=2)) as api:
             c = api.client
             idle = (await c.post("/v1/sandboxes", json={})).json()["id"]
-            keep = (await c.post("/v1/sandboxes", json={"persistent": True})).json()["id"]
+            # persistent: exempt from the idle reaper and from its (short) TTL alike
+            r = await c.post("/v1/sandboxes", json={"persistent": True, "ttl_seconds": 1})
+            keep = r.json()["id"]
             await asyncio.sleep(3.5)
             states = {
                 s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
             }
             assert states == {idle: "reaped", keep: "running"}
+            state_dir = api.app.state.settings.state_dir
+            assert not (state_dir / idle).exists() and not qemu_pids_under(state_dir / idle)
             r = await c.post(f"/v1/sandboxes/{keep}/exec", json={"cmd": "echo alive"})
             assert r.json()["stdout"] == "alive\n"
             assert (await c.delete(f"/v1/sandboxes/{keep}")).status_code == 204

@@ -78,14 +78,16 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     app = FastAPI(title="pandastack", version="0.1.0", lifespan=lifespan, redirect_slashes=False,
                   description="Self-hostable microVM sandboxes. Every error response is "
                               "`{\"error\": {code, message, request_id}}`; every response "
-                              "carries `X-Request-Id`.")
+                              "carries `X-Request-Id`. A JSON body over the server's limit "
+                              "(`PANDASTACK_MAX_BODY_KB`, default 1 MiB) gets 413 before it is "
+                              "read; raw uploads (files, stdin) have their own, larger limit.")
     app.state.settings = settings
     app.state.ready = False
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_second,
                                          settings.rate_limit_burst)
     install_handlers(app)
     # The last one added is the outermost: the request id exists before a body is refused.
-    if False: app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
                        max_upload_bytes=settings.max_upload_bytes)
     app.add_middleware(RequestIdMiddleware)
 

@@ -89,6 +89,19 @@ def from_host_error(exc: HostError) -> ApiError:
     return ApiError(503, "unavailable", f"host runtime error: {exc}")
 
 
+def clean_text(text: str) -> str:
+    """`text` as valid Unicode: strings from the guest (file names, command lines, messages)
+    carry each byte that is not UTF-8 as a surrogate escape, which a JSON response cannot
+    encode; each becomes U+FFFD, as a lenient UTF-8 decoder would show it."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return text
+
+
 def new_request_id() -> str:
     return "req_" + secrets.token_hex(8)
 
@@ -105,7 +118,8 @@ def request_id_of(scope_or_request: Request | Scope) -> str:
 
 
 def envelope(code: ErrorCode, message: str, request_id: str) -> dict[str, Any]:
-    body = ErrorEnvelope(error=ErrorBody(code=code, message=message, request_id=request_id))
+    body = ErrorEnvelope(error=ErrorBody(code=code, message=clean_text(message),
+                                         request_id=request_id))
     return body.model_dump()
 
 

@@ -16,10 +16,11 @@ from pandastack.wire import ExecRequest, ExecResult
 
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, envelope, from_host_error, log, request_id_of
+from ..jsonbody import StrictJsonRoute
 from ..runtime_port import ExecResult as HostExecResult
 from .deps import SandboxId, Service, check_text, to_exec_result, value_error
 
-router = APIRouter(tags=["exec"])
+router = APIRouter(tags=["exec"], route_class=StrictJsonRoute)
 
 STREAM_QUEUE_CHUNKS = 64
 

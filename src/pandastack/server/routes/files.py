@@ -13,11 +13,12 @@ from fastapi.responses import StreamingResponse
 from pandastack.wire import FileEntry, FileList, MkdirRequest, RenameRequest, WriteResult
 
 from ..auth import CurrentPrincipal
-from ..errors import ApiError, bad_request
+from ..errors import ApiError, bad_request, clean_text
+from ..jsonbody import StrictJsonRoute
 from ..runtime_port import FileInfo
 from .deps import AppSettings, SandboxId, Service, check_path
 
-router = APIRouter(tags=["files"])
+router = APIRouter(tags=["files"], route_class=StrictJsonRoute)
 
 FilePath = Annotated[str, Query(min_length=1, max_length=4096, description="path in the guest")]
 OCTAL_MODE = re.compile(r"^(0o)?[0-7]{1,4}$")
@@ -26,7 +27,9 @@ FILE_TYPES = ("file", "dir", "symlink", "other")
 
 def to_entry(info: FileInfo) -> FileEntry:
     kind = info.type if info.type in FILE_TYPES else "other"
-    return FileEntry(name=info.name, path=info.path, type=kind,  # type: ignore[arg-type]
+    # a non-UTF-8 name in the guest arrives with surrogate escapes: shown with U+FFFD
+    return FileEntry(name=clean_text(info.name), path=clean_text(info.path),
+                     type=kind,  # type: ignore[arg-type]
                      size=info.size, mode=info.mode, mtime=info.mtime)
 
 

@@ -11,10 +11,11 @@ from pandastack.wire import CreatedKey, CreateKey, KeyInfo, KeyList
 
 from ..auth import AdminPrincipal, create_key
 from ..errors import bad_request, not_found
+from ..jsonbody import StrictJsonRoute
 from ..store import ApiKey
 from .deps import Service
 
-router = APIRouter(tags=["keys"])
+router = APIRouter(tags=["keys"], route_class=StrictJsonRoute)
 
 TEAM_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 

@@ -11,10 +11,11 @@ from pandastack.host.errors import SandboxNotFound
 from pandastack.wire import Lifecycle, Logs, SandboxState, UpdateLifecycle
 
 from ..auth import CurrentPrincipal
+from ..jsonbody import StrictJsonRoute
 from ..store import Sandbox
 from .deps import AppSettings, SandboxId, Service
 
-router = APIRouter(tags=["lifecycle"])
+router = APIRouter(tags=["lifecycle"], route_class=StrictJsonRoute)
 
 AGENT_LINE_MARKERS = ("pandastack-agent", "pandastack-init")
 

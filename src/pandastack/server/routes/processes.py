@@ -17,10 +17,11 @@ from pandastack.wire import (
 )
 
 from ..auth import CurrentPrincipal
-from ..errors import ApiError
+from ..errors import ApiError, clean_text
+from ..jsonbody import StrictJsonRoute
 from .deps import AppSettings, SandboxId, Service, check_text, to_exec_result, value_error
 
-router = APIRouter(tags=["processes"])
+router = APIRouter(tags=["processes"], route_class=StrictJsonRoute)
 
 Pid = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
@@ -45,7 +46,7 @@ def _process_info(item: dict[str, object]) -> ProcessInfo | None:
     pid, cmd, code = item.get("pid"), item.get("cmd"), item.get("exit_code")
     if not isinstance(pid, int):
         return None
-    return ProcessInfo(pid=pid, cmd=cmd if isinstance(cmd, str) else str(cmd),
+    return ProcessInfo(pid=pid, cmd=clean_text(cmd if isinstance(cmd, str) else str(cmd)),
                        running=bool(item.get("running")),
                        exit_code=code if isinstance(code, int) else None)
 

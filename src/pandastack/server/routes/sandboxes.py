@@ -10,10 +10,11 @@ from pandastack.wire import CreateSandbox, SandboxInfo, SandboxList, SandboxStat
 
 from ..auth import CurrentPrincipal
 from ..errors import bad_request
+from ..jsonbody import StrictJsonRoute
 from ..service import to_info
 from .deps import SandboxId, Service
 
-router = APIRouter(tags=["sandboxes"])
+router = APIRouter(tags=["sandboxes"], route_class=StrictJsonRoute)
 
 METADATA_FILTER = "metadata."
 
