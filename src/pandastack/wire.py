@@ -73,6 +73,7 @@ class SandboxInfo(Strict):
     metadata: dict[str, str] = Field(default_factory=dict)
     ended_at: float | None = None
     end_reason: str | None = None
+    snapshot: str | None = None  # the snapshot it was created from, if any
 
 
 class SandboxList(Strict):
@@ -97,6 +98,45 @@ class UpdateLifecycle(Strict):
 class Logs(Strict):
     console: str
     agent: str
+
+
+# -- snapshots and fork ------------------------------------------------------------------
+
+MAX_FORK = 16
+
+
+class SnapshotInfo(Strict):
+    """A snapshot of a sandbox's memory, device state and disk; it belongs to the team."""
+
+    id: str
+    name: str | None = None
+    source_sandbox: str | None = None
+    template: str
+    created_at: float
+    vcpus: int
+    memory_mb: int
+    disk_mb: int | None = None
+    size_bytes: int = 0
+
+
+class SnapshotList(Strict):
+    snapshots: list[SnapshotInfo]
+
+
+class CreateSnapshot(Strict):
+    name: str | None = Field(default=None, max_length=128)
+
+
+class ForkRequest(Strict):
+    count: int = Field(default=1, ge=1, le=MAX_FORK)
+
+
+class ForkResult(Strict):
+    """The children, in no particular order; each is a new sandbox of the parent's team."""
+
+    parent: str
+    sandboxes: list[SandboxInfo]
+    duration_ms: float = 0.0
 
 
 # -- exec and processes -------------------------------------------------------------------
