@@ -37,3 +37,5 @@ pytest: venv
 
 bench: deps venv
 	$(BIN)/python bench/create.py
+	$(BIN)/python bench/fork.py
+	$(BIN)/python bench/api.py

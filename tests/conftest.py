@@ -31,10 +31,20 @@ def state_dir() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def host_config(state_dir: Path) -> HostConfig:
+def snapshots_dir(state_dir: Path) -> Iterator[Path]:
+    path = Path(f"{state_dir}-snapshots")
+    path.mkdir()
+    yield path
+    left = sorted(p.name for p in path.iterdir())
+    shutil.rmtree(path, ignore_errors=True)
+    assert not left, f"snapshots left behind by the test session: {left}"
+
+
+@pytest.fixture(scope="session")
+def host_config(state_dir: Path, snapshots_dir: Path) -> HostConfig:
     if os.geteuid() != 0:
         pytest.fail("VM tests need root (QEMU, network namespaces, /var/lib/pandastack)")
-    return HostConfig.from_env(state_dir=state_dir)
+    return HostConfig.from_env(state_dir=state_dir, snapshots_root=snapshots_dir)
 
 
 @pytest.fixture(scope="session")
