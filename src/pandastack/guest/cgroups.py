@@ -20,6 +20,11 @@ T = TypeVar("T")
 log = logging.getLogger("pandastack_guest")
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+# User processes (everything under `pandastack/`) may not take the whole guest: a fork bomb
+# or a memory hog hits these limits and is killed inside its cgroup, while the agent, which
+# stays outside, keeps answering.
+USER_PIDS_MAX = 2048
+AGENT_RESERVE_BYTES = 64 << 20
 
 
 def _is_cgroup2_mounted(root: str) -> bool:
@@ -40,6 +45,14 @@ def _mount_cgroup2(root: str) -> None:
     if libc.mount(b"cgroup2", root.encode(), b"cgroup2", 0, None) != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e), root)
+
+
+def _mem_total_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no MemTotal in /proc/meminfo")
 
 
 def _write(path: str, data: str) -> None:
@@ -69,6 +82,7 @@ class Cgroups:
             if not _is_cgroup2_mounted(root):
                 _mount_cgroup2(root)
             os.makedirs(cg.base, exist_ok=True)
+            cg._limit_user_processes()
             with open("/proc/self/cgroup") as f:
                 for line in f:
                     if line.startswith("0::"):
@@ -77,6 +91,16 @@ class Cgroups:
             log.warning("cgroups unavailable, using process groups only: %s", e)
             return None
         return cg
+
+    def _limit_user_processes(self) -> None:
+        try:
+            _write(os.path.join(self.root, "cgroup.subtree_control"), "+pids +memory")
+            _write(os.path.join(self.base, "pids.max"), str(USER_PIDS_MAX))
+            total = _mem_total_bytes()
+            limit = max(total - AGENT_RESERVE_BYTES, total // 2)
+            _write(os.path.join(self.base, "memory.max"), str(limit))
+        except OSError as e:
+            log.warning("cannot limit user processes: %s", e)
 
     def spawn_in_leaf(self, spawn: Callable[[], T]) -> tuple[T, str | None]:
         """Run ``spawn`` with the agent inside a fresh leaf; return (result, leaf path)."""
