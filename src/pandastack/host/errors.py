@@ -34,11 +34,13 @@ class VMMError(HostError):
 
 
 class SnapshotFailed(VMMError):
-    """A live snapshot failed; `disk_switched` says if the VM already moved to the new top."""
+    """A live snapshot failed; `disk_switched` says if the VM already moved to the new top,
+    `no_space` that the snapshot's filesystem ran out of space (ENOSPC)."""
 
-    def __init__(self, message: str, *, disk_switched: bool):
+    def __init__(self, message: str, *, disk_switched: bool, no_space: bool = False):
         super().__init__(f"snapshot failed: {message}")
         self.disk_switched = disk_switched
+        self.no_space = no_space
 
 
 class SandboxNotFound(HostError):

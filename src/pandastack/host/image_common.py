@@ -95,13 +95,13 @@ def atomic_dir(final: Path) -> Iterator[Path]:
         yield tmp
         _fsync_tree(tmp)
         os.rename(tmp, final)
-        _fsync_path(final.parent)
+        fsync_path(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -115,8 +115,8 @@ def _fsync_tree(root: Path) -> None:
         for name in files:
             p = Path(dirpath) / name
             if p.is_file() and not p.is_symlink():
-                _fsync_path(p)
-        _fsync_path(Path(dirpath))
+                fsync_path(p)
+        fsync_path(Path(dirpath))
 
 
 def remove_stale_tmp(parent: Path) -> None:

@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -37,7 +38,14 @@ from .errors import (
 from .images import GuestImage, ensure_base_image
 from .qemu import QemuDriver
 from .sandbox import SandboxHandle
-from .snapshots import SnapshotInfo, SnapshotStore, link_layers, new_layer_name
+from .snapshots import (
+    SnapshotInfo,
+    SnapshotStore,
+    allocated_bytes,
+    link_layers,
+    new_layer_name,
+    out_of_space,
+)
 from .templates import Template, TemplateStore
 from .vmm import (
     KernelSpec,
@@ -369,20 +377,28 @@ class HostRuntime:
         async with handle.lifecycle_lock:
             record = self._records[sandbox_id]
             snap_id = self.snapshots.new_id()
-            work = self.snapshots.begin(snap_id)
-            new_top = new_layer_name()
+            needed = record.memory_mb * MIB
             try:
-                create_overlay(handle.workdir / new_top, handle.workdir / record.top,
-                               record.disk_bytes, relative=True)
+                work = self.snapshots.begin(snap_id)
+            except OSError as exc:
+                raise SnapshotFailed(str(exc), disk_switched=False,
+                                     no_space=out_of_space(exc, self.snapshots.root,
+                                                           needed)) from exc
+            new_top = new_layer_name()
+            switched = False
+            try:
                 try:
+                    create_overlay(handle.workdir / new_top, handle.workdir / record.top,
+                                   record.disk_bytes, relative=True)
                     pause_ms = await self.driver.snapshot_live(vm, work / "state.stream",
                                                                handle.workdir / new_top)
-                except SnapshotFailed as exc:
-                    if exc.disk_switched:
+                except (SnapshotFailed, OSError) as exc:
+                    if isinstance(exc, SnapshotFailed) and exc.disk_switched:
                         self._save(replace(record, layers=(*record.layers, new_top)))
                     else:
                         (handle.workdir / new_top).unlink(missing_ok=True)
                     raise
+                switched = True
                 self._save(replace(record, layers=(*record.layers, new_top)))
                 link_layers(handle.workdir, work, record.layers)
                 info = SnapshotInfo(
@@ -390,11 +406,19 @@ class HostRuntime:
                     template_path=record.template_path, vcpus=record.vcpus,
                     memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
                     layers=record.layers, created_at=time.time(),
-                    state_bytes=(work / "state.stream").stat().st_size, internal=internal)
+                    state_bytes=(work / "state.stream").stat().st_size, internal=internal,
+                    size_bytes=allocated_bytes(work))
                 self.snapshots.commit(work, info)
-            except BaseException:
+            except BaseException as exc:
                 self.snapshots.abort(work)
-                raise
+                if not isinstance(exc, SnapshotFailed | OSError | subprocess.CalledProcessError):
+                    raise
+                no_space = out_of_space(exc, self.snapshots.root, needed)
+                if isinstance(exc, SnapshotFailed):
+                    exc.no_space = exc.no_space or no_space
+                    raise
+                raise SnapshotFailed(str(exc), disk_switched=switched,
+                                     no_space=no_space) from exc
         return SnapshotResult(info, pause_ms)
 
     async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:

@@ -23,10 +23,42 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import SnapshotNotFound
+from .image_common import fsync_path
 
 SNAPSHOT_ID_RE = re.compile(r"^snap-[0-9a-f]{12}$")
 STREAM = "state.stream"
 META = "snapshot.json"
+
+
+def allocated_bytes(directory: Path) -> int:
+    """Bytes allocated on disk by the regular files of `directory` (links count in full)."""
+    total = 0
+    for entry in directory.iterdir():
+        try:
+            st = entry.stat()
+        except FileNotFoundError:
+            continue
+        if entry.is_file():
+            total += st.st_blocks * 512
+    return total
+
+
+def out_of_space(exc: BaseException, directory: Path, needed_bytes: int) -> bool:
+    """Whether a failed write into `directory` most likely ran out of space: ENOSPC/EDQUOT
+    somewhere in the exception chain, or less free space left there than `needed_bytes`
+    (QEMU reports a failed migration stream without the errno of the writer)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < needed_bytes
 
 
 def new_layer_name() -> str:
@@ -63,6 +95,7 @@ class SnapshotInfo:
     created_at: float
     state_bytes: int
     internal: bool = False
+    size_bytes: int = 0  # allocated bytes of the stream and the layers (shared ones included)
 
 
 class SnapshotStore:
@@ -90,11 +123,7 @@ class SnapshotStore:
         meta = work / META
         meta.write_text(json.dumps(asdict(info)))
         for part in (STREAM, META):
-            fd = os.open(work / part, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(work / part)
         os.replace(work, self.path(info.id))
 
     def get(self, snapshot_id: str) -> SnapshotInfo:

@@ -22,6 +22,7 @@ from pathlib import Path
 from .agent_client import AgentClient
 from .errors import SetupError, TemplateNotFound
 from .gc import prune_images, prune_templates
+from .image_common import fsync_path
 from .images import GuestImage
 from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths
 
@@ -160,7 +161,7 @@ class TemplateStore:
         shutil.rmtree(paths.workdir, ignore_errors=True)
         for part in ("memory", "device.state", "disk.qcow2"):
             os.chmod(work / part, 0o444)
-            _fsync(work / part)  # a template must survive a host crash whole
+            fsync_path(work / part)  # a template must survive a host crash whole
         meta = {
             "name": name, "key": key, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
             "kernel": str(kernel.kernel), "initrd": str(kernel.initrd),
@@ -169,7 +170,7 @@ class TemplateStore:
             "baked_at": time.time(), "bake_seconds": round(time.monotonic() - started, 2),
         }
         (work / "template.json").write_text(json.dumps(meta, indent=2))
-        _fsync(work / "template.json")
+        fsync_path(work / "template.json")
         os.replace(work, final)
         progress(f"template {name}: ready in {meta['bake_seconds']}s")
 
@@ -185,14 +186,6 @@ async def _connect_booting(paths: VMPaths, alive: Callable[[], bool]) -> AgentCl
             if time.monotonic() > deadline:
                 raise SetupError(f"guest agent did not come up in {BOOT_DEADLINE_S}s: {exc}; "
                                  + _tail(paths.console_log)) from exc
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _lock(path: Path) -> int:
