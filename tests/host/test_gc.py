@@ -31,6 +31,12 @@ def test_prunes_unused_old_versions_only(tmp_path: Path) -> None:
     vmm = subprocess.Popen(["qemu-lookalike", "-c", "sleep 300; true", f"mem-path={busy}/memory"],
                            executable="/bin/sh")
     try:
+        # The exec completes in the kernel a moment after Popen returns (the close-on-exec
+        # pipe Popen waits for closes before the new command line is in place).
+        deadline = time.monotonic() + 5
+        while b"mem-path" not in Path(f"/proc/{vmm.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
         removed = prune_templates(templates, [current], progress=lambda m: None)
     finally:
         vmm.kill()
