@@ -292,7 +292,9 @@ class HostRuntime:
                                relative=True)
             else:
                 create_overlay(workdir / top, tmpl.disk, base_bytes)
-            files = replace(tmpl.snapshot, device_state=state_file)
+            # A snapshot's stream carries all of its memory; a template's memory is its file.
+            files = replace(tmpl.snapshot, device_state=state_file,
+                            memory=None if snapshot is not None else tmpl.snapshot.memory)
             vm = await self.driver.restore(VMPaths(workdir), files, workdir / top)
             record = self._save(replace(record, pid=vm.pid))
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
@@ -471,7 +473,7 @@ class HostRuntime:
             stream = handle.workdir / HIBERNATION
             for stale in ("agent.sock", "qmp.sock"):
                 (handle.workdir / stale).unlink(missing_ok=True)
-            files = replace(tmpl.snapshot, device_state=stream)
+            files = replace(tmpl.snapshot, device_state=stream, memory=None)
             vm = await self.driver.restore(VMPaths(handle.workdir), files,
                                            handle.workdir / record.top)
             handle.vm = vm

@@ -99,8 +99,9 @@ class SnapshotInfo:
 
 
 class SnapshotStore:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, durable: bool = True):
         self.root = root
+        self.durable = durable
 
     def path(self, snapshot_id: str) -> Path:
         if not SNAPSHOT_ID_RE.match(snapshot_id):
@@ -122,8 +123,9 @@ class SnapshotStore:
     def commit(self, work: Path, info: SnapshotInfo) -> None:
         meta = work / META
         meta.write_text(json.dumps(asdict(info)))
-        for part in (STREAM, META):
-            fsync_path(work / part)
+        if not info.internal and self.durable:
+            for part in (STREAM, META):
+                fsync_path(work / part)
         os.replace(work, self.path(info.id))
 
     def get(self, snapshot_id: str) -> SnapshotInfo:

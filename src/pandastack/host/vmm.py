@@ -37,9 +37,10 @@ class KernelSpec:
 
 @dataclass(frozen=True)
 class SnapshotFiles:
-    """A saved VM: `memory` is mapped privately by every clone and must never change."""
+    """A saved VM: `memory` is mapped privately by every clone and must never change; None
+    means the device-state stream carries all of the memory itself (snapshots of clones)."""
 
-    memory: Path
+    memory: Path | None
     device_state: Path
     kernel: KernelSpec
     shape: MachineShape
