@@ -54,8 +54,12 @@ async def runtime(host_config: HostConfig) -> AsyncIterator[HostRuntime]:
     await rt.ensure_template("base")
     yield rt
     await rt.kill_all()
+    await rt.close()
     remaining = [p.name for p in host_config.sandboxes_dir.iterdir()]
     assert remaining == [], f"sandbox directories left behind: {remaining}"
+    ours = [i for i, owner in rt.network.claims().items()
+            if str(owner).startswith(str(host_config.sandboxes_dir))]
+    assert ours == [], f"network slots still claimed: {ours}"
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ def live_server() -> Iterator[LiveServer]:
     env = {
         **os.environ,
         "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
+        "PANDASTACK_SNAPSHOTS_DIR": str(tmp / "snapshots"),
         "PANDASTACK_DB": f"sqlite:///{tmp / 'pandastack.db'}",
         "PANDASTACK_CLIENT_CONFIG": str(tmp / "client.json"),
     }
@@ -74,6 +75,7 @@ def live_server() -> Iterator[LiveServer]:
         for pid in leftovers:
             os.kill(pid, signal.SIGKILL)
         left_dirs = list((tmp / "sandboxes").glob("sbx-*"))
+        left_dirs += list((tmp / "snapshots").glob("*snap-*"))
         shutil.rmtree(tmp, ignore_errors=True)
         assert not leftovers, f"VMs left running after the e2e session: {leftovers}"
         assert not left_dirs, f"sandbox directories left: {left_dirs}"

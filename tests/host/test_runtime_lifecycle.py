@@ -132,6 +132,7 @@ async def test_host_crash_then_restart_adopts_running_and_cleans_dead(
         assert await adopted.read_file_bytes("/work/note") == b"survives"
         assert (await adopted.exec("echo still-here")).stdout == b"still-here\n"
         await rt.kill(alive_id)
+        await rt.close()  # also releases the network slots it prepared ahead
         assert list(state.iterdir()) == []
         assert qemu_pids_under(state) == []
     finally:

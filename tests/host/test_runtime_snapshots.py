@@ -194,8 +194,9 @@ async def test_full_disk_during_snapshot_is_a_clear_error(
     rt = tiny_snapshot_runtime
     sbx = await rt.create()
     await sbx.write_file("/work/before", b"1")
-    with pytest.raises(SnapshotFailed):
+    with pytest.raises(SnapshotFailed) as failed:
         await rt.snapshot(sbx.id)
+    assert failed.value.no_space, "the API maps this to 507 insufficient_storage"
     assert sbx.state == "running"
     assert (await sbx.exec("cat /work/before; echo still-running")).stdout == b"1still-running\n"
     assert rt.snapshots.all(include_internal=True) == []

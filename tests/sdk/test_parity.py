@@ -19,6 +19,7 @@ from pandastack.sdk import (
     AsyncProcess,
     AsyncSandbox,
     AsyncSandboxes,
+    AsyncSnapshots,
     Client,
     Commands,
     Filesystem,
@@ -26,6 +27,7 @@ from pandastack.sdk import (
     Process,
     Sandbox,
     Sandboxes,
+    Snapshots,
 )
 
 TWINS = [
@@ -36,6 +38,7 @@ TWINS = [
     (Client, AsyncClient),
     (Sandboxes, AsyncSandboxes),
     (Keys, AsyncKeys),
+    (Snapshots, AsyncSnapshots),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}
@@ -123,7 +126,17 @@ def test_sandbox_surface_is_complete() -> None:
         "info",
         "commands",
         "filesystem",
+        "pause",
+        "resume",
+        "snapshot",
+        "fork",
+        "hibernate",
+        "wake",
     } <= public(Sandbox)
+    assert {"list", "get", "delete"} <= public(Snapshots)
+    assert "snapshots" in public(Client)
+    assert "snapshot" in inspect.signature(Sandbox.create).parameters
+    assert inspect.signature(Sandbox.fork).parameters["count"].default == 1
     assert {"run", "start", "list"} <= public(Commands)
     assert {"pid", "wait", "kill", "send_signal", "send_stdin"} <= public(Process)
     assert {

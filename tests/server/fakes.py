@@ -4,29 +4,54 @@ errors, validation, lifecycle bookkeeping). Everything about real VMs is tested 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from pandastack.host.agent_client import ExecResult, FileInfo
-from pandastack.host.errors import GuestOSError, SandboxNotFound, TemplateNotFound
+from pandastack.host.errors import (
+    GuestOSError,
+    SandboxNotFound,
+    SandboxStateError,
+    SnapshotNotFound,
+    TemplateNotFound,
+)
+from pandastack.host.runtime import SnapshotResult
+from pandastack.host.snapshots import SnapshotInfo
 from pandastack.server.runtime_port import OutputCallback
+
+MAX_FORK = 16
 
 
 class FakeSandbox:
-    def __init__(self, sandbox_id: str, workdir: Path) -> None:
+    def __init__(self, sandbox_id: str, workdir: Path, runtime: FakeRuntime | None = None,
+                 template: str = "base", vcpus: int = 1, memory_mb: int = 512) -> None:
         self.id = sandbox_id
         self._workdir = workdir
+        self.runtime = runtime
+        self.template = template
+        self.vcpus = vcpus
+        self.memory_mb = memory_mb
         self.alive = True
+        self.state = "running"
         self.files: dict[str, bytes] = {}
         self.last_env: Mapping[str, str] | None = None
+        self.wakes = 0
 
     @property
     def workdir(self) -> os.PathLike[str]:
         return self._workdir
 
     def is_alive(self) -> bool:
-        return self.alive
+        return self.alive and self.state != "hibernated"
+
+    async def _guest(self) -> None:
+        """As `SandboxHandle.agent()`: a hibernated sandbox wakes, a paused one refuses."""
+        if self.state == "hibernated" and self.runtime is not None:
+            await self.runtime.wake(self.id)
+        if self.state == "paused":
+            raise SandboxStateError(f"sandbox {self.id} is paused; resume it first")
 
     async def exec(
         self,
@@ -39,6 +64,7 @@ class FakeSandbox:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
+        await self._guest()
         self.last_env = env
         text = cmd if isinstance(cmd, str) else " ".join(cmd)
         out = text.encode() + b"\xff"  # one invalid UTF-8 byte: decoded with replacement
@@ -55,6 +81,7 @@ class FakeSandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> int:
+        await self._guest()
         return 42
 
     async def attach(
@@ -64,12 +91,15 @@ class FakeSandbox:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
+        await self._guest()
         return ExecResult(0, b"", b"", 1.0, False, None, False)
 
     async def procs(self) -> list[dict[str, object]]:
+        await self._guest()
         return [{"pid": 42, "cmd": "sleep 1", "running": True, "exit_code": None}]
 
     async def signal(self, pid: int, sig: int) -> None:
+        await self._guest()
         if pid != 42:
             raise GuestOSError("ESRCH", f"no managed process {pid}")
 
@@ -77,6 +107,7 @@ class FakeSandbox:
         await self.signal(pid, 0)
 
     async def read_file(self, path: str) -> AsyncIterator[bytes]:
+        await self._guest()
         if path not in self.files:
             raise GuestOSError("ENOENT", "No such file or directory", path)
         yield self.files[path]
@@ -84,14 +115,17 @@ class FakeSandbox:
     async def write_file(
         self, path: str, data: bytes | AsyncIterable[bytes], *, mode: int = 0o644
     ) -> int:
+        await self._guest()
         buf = data if isinstance(data, bytes) else b"".join([c async for c in data])
         self.files[path] = buf
         return len(buf)
 
     async def list_dir(self, path: str) -> list[FileInfo]:
+        await self._guest()
         return [await self.stat(p) for p in self.files if p.rsplit("/", 1)[0] == path]
 
     async def stat(self, path: str) -> FileInfo:
+        await self._guest()
         if path not in self.files:
             raise GuestOSError("ENOENT", "No such file or directory", path)
         return FileInfo(
@@ -99,17 +133,35 @@ class FakeSandbox:
         )
 
     async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        await self._guest()
         if path in self.files:
             raise GuestOSError("EEXIST", "File exists", path)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._guest()
         if self.files.pop(path, None) is None:
             raise GuestOSError("ENOENT", "No such file or directory", path)
 
     async def rename(self, src: str, dst: str) -> None:
+        await self._guest()
         if src not in self.files:
             raise GuestOSError("ENOENT", "No such file or directory", src)
         self.files[dst] = self.files.pop(src)
+
+
+class FakeSnapshots:
+    def __init__(self) -> None:
+        self.infos: dict[str, SnapshotInfo] = {}
+        self.files: dict[str, dict[str, bytes]] = {}
+
+    def get(self, snapshot_id: str) -> SnapshotInfo:
+        try:
+            return self.infos[snapshot_id]
+        except KeyError:
+            raise SnapshotNotFound(snapshot_id) from None
+
+    def all(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
+        return [i for i in self.infos.values() if include_internal or not i.internal]
 
 
 class FakeRuntime:
@@ -117,6 +169,10 @@ class FakeRuntime:
         self.root = root
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.killed: list[str] = []
+        self.snapshots = FakeSnapshots()
+        self.fail_snapshot: BaseException | None = None
+        self.fail_fork: BaseException | None = None
+        self.fail_wake: BaseException | None = None
 
     async def start(self) -> object:
         return None
@@ -132,13 +188,20 @@ class FakeRuntime:
         memory_mb: int = 512,
         disk_mb: int | None = None,
         sandbox_id: str | None = None,
+        snapshot: str | None = None,
     ) -> FakeSandbox:
+        files: dict[str, bytes] = {}
+        if snapshot is not None:
+            info = self.snapshots.get(snapshot)
+            template, vcpus, memory_mb = info.template, info.vcpus, info.memory_mb
+            files = dict(self.snapshots.files[snapshot])
         if template != "base":
             raise TemplateNotFound(f"unknown template {template!r}")
         if disk_mb is not None and disk_mb < 2048:
             raise ValueError("disk_mb must be at least 2048")
-        assert sandbox_id is not None
-        sbx = FakeSandbox(sandbox_id, self.root / sandbox_id)
+        sandbox_id = sandbox_id or f"sbx-{secrets.token_hex(6)}"
+        sbx = FakeSandbox(sandbox_id, self.root / sandbox_id, self, template, vcpus, memory_mb)
+        sbx.files = files
         self.sandboxes[sandbox_id] = sbx
         return sbx
 
@@ -155,3 +218,57 @@ class FakeRuntime:
         if self.sandboxes.pop(sandbox_id, None) is None:
             raise SandboxNotFound(sandbox_id)
         self.killed.append(sandbox_id)
+
+    def _awake(self, sandbox_id: str) -> FakeSandbox:
+        sbx = self.get(sandbox_id)
+        if sbx.state not in ("running", "paused"):
+            raise SandboxStateError(f"sandbox {sandbox_id} is {sbx.state}")
+        return sbx
+
+    async def pause(self, sandbox_id: str) -> None:
+        self._awake(sandbox_id).state = "paused"
+
+    async def resume(self, sandbox_id: str) -> None:
+        self._awake(sandbox_id).state = "running"
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
+                       internal: bool = False) -> SnapshotResult:
+        sbx = self._awake(sandbox_id)
+        if self.fail_snapshot is not None:
+            raise self.fail_snapshot
+        sid = f"snap-{secrets.token_hex(6)}"
+        info = SnapshotInfo(
+            id=sid, name=name, source=sandbox_id, template=sbx.template,
+            template_path="/nonexistent", vcpus=sbx.vcpus, memory_mb=sbx.memory_mb,
+            disk_bytes=2048 << 20, layers=("layer-0.qcow2",), created_at=time.time(),
+            state_bytes=1234, internal=internal, size_bytes=4096)
+        self.snapshots.infos[sid] = info
+        self.snapshots.files[sid] = dict(sbx.files)
+        return SnapshotResult(info, 1.5)
+
+    async def fork(self, sandbox_id: str, count: int = 1) -> list[FakeSandbox]:
+        if not 1 <= count <= MAX_FORK:
+            raise ValueError(f"count must be between 1 and {MAX_FORK}")
+        snap = await self.snapshot(sandbox_id, internal=True)
+        try:
+            if self.fail_fork is not None:
+                raise self.fail_fork
+            return [await self.create(snapshot=snap.info.id) for _ in range(count)]
+        finally:
+            self.delete_snapshot(snap.info.id)
+
+    async def hibernate(self, sandbox_id: str) -> None:
+        self._awake(sandbox_id).state = "hibernated"
+
+    async def wake(self, sandbox_id: str) -> None:
+        sbx = self.get(sandbox_id)
+        if sbx.state == "hibernated":
+            if self.fail_wake is not None:
+                raise self.fail_wake
+            sbx.state = "running"
+            sbx.wakes += 1
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        if self.snapshots.infos.pop(snapshot_id, None) is None:
+            raise SnapshotNotFound(snapshot_id)
+        self.snapshots.files.pop(snapshot_id, None)

@@ -22,6 +22,7 @@ class HostConfig:
     home: Path = DEFAULT_HOME
     state_dir: Path | None = None
     snapshots_root: Path | None = None
+    network_pool: str = "10.200.0.0/16"
     accel: str = "auto"
     tb_size_mb: int = 64
     tcg_cpu: str = "max"
@@ -40,6 +41,8 @@ class HostConfig:
             "home": Path(env.get("PANDASTACK_HOME", str(DEFAULT_HOME))),
             "accel": env.get("PANDASTACK_ACCEL", "auto"),
         }
+        if "PANDASTACK_NETWORK_POOL" in env:
+            values["network_pool"] = env["PANDASTACK_NETWORK_POOL"]
         if "PANDASTACK_SNAPSHOTS_DIR" in env:
             values["snapshots_root"] = Path(env["PANDASTACK_SNAPSHOTS_DIR"])
         if "PANDASTACK_STATE_DIR" in env:
@@ -54,6 +57,10 @@ class HostConfig:
     @property
     def sandboxes_dir(self) -> Path:
         return self.state_dir if self.state_dir is not None else self.home / "sandboxes"
+
+    @property
+    def network_claims_dir(self) -> Path:
+        return self.home / "network" / "claims"
 
     @property
     def snapshots_dir(self) -> Path:

@@ -27,6 +27,7 @@ from typing import Any
 from qemu.qmp import QMPClient
 
 from .errors import SnapshotFailed, VMMError
+from .network import GUEST_MAC, TAP
 from .vmm import (
     AGENT_PORT_NAME,
     KernelSpec,
@@ -67,7 +68,8 @@ class QemuDriver:
     # -- command line ---------------------------------------------------------------------
 
     def _argv(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
-              memory_file: Path | None, *, share: bool, disk: Path) -> list[str]:
+              memory_file: Path | None, *, share: bool, disk: Path,
+              netns: str | None = None) -> list[str]:
         if self.accel == "kvm":
             accel, cpu = "kvm", self.cpu
         else:
@@ -82,7 +84,10 @@ class QemuDriver:
                        f"share={'on' if share else 'off'}")
         # The device order defines the virtio-mmio slots: it must be identical for boot and
         # restore, so both paths share this one function.
+        # The VM runs inside its sandbox's network namespace, where its tap device lives.
+        prefix = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
         return [
+            *prefix,
             self.binary,
             "-name", f"pandastack,process=pandastack-vm-{paths.workdir.name}",
             "-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
@@ -101,6 +106,8 @@ class QemuDriver:
             "-device", f"virtserialport,chardev=agent,name={AGENT_PORT_NAME}",
             "-chardev", f"socket,id=qmp,path={paths.qmp_socket},server=on,wait=off",
             "-mon", "chardev=qmp,mode=control",
+            "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
+            "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
             # Templates are saved stopped; without the run state in the stream, a restored
             # clone is not held "paused" but starts as soon as its state is loaded.
             "-global", "migration.store-global-state=off",
@@ -126,15 +133,16 @@ class QemuDriver:
     # -- driver interface -----------------------------------------------------------------
 
     def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
-             shape: MachineShape) -> VMProcess:
-        return self._spawn(self._argv(paths, kernel, shape, memory_file, share=True, disk=disk),
-                           paths)
+             shape: MachineShape, *, netns: str | None = None) -> VMProcess:
+        return self._spawn(self._argv(paths, kernel, shape, memory_file, share=True, disk=disk,
+                                      netns=netns), paths)
 
-    async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path) -> VMProcess:
+    async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
+                      netns: str | None = None) -> VMProcess:
         fd = os.open(snapshot.device_state, os.O_RDONLY | os.O_CLOEXEC)
         try:
             argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,
-                              share=False, disk=disk)
+                              share=False, disk=disk, netns=netns)
             argv += ["-incoming", "defer"]
             vm = self._spawn(argv, paths, pass_fds=(fd,))
         finally:
@@ -233,7 +241,7 @@ class QemuDriver:
             ("block_resize", {"device": "root", "size": size_bytes})], alive=vm.is_alive)
 
     def owns(self, pid: int, paths: VMPaths) -> bool:
-        argv = read_cmdline(pid)
+        argv = read_cmdline(pid)  # nsenter has exec'd the VMM: argv[0] is the VMM
         if not argv or not argv[0].endswith(Path(self.binary).name):
             return False
         return any(str(paths.agent_socket) in arg for arg in argv)

@@ -22,8 +22,9 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from .accel import resolve_accel
 from .config import HostConfig
@@ -36,6 +37,7 @@ from .errors import (
     SnapshotFailed,
 )
 from .images import GuestImage, ensure_base_image
+from .network import NetworkManager, NetworkPolicy, Slot
 from .qemu import QemuDriver
 from .sandbox import SandboxHandle
 from .snapshots import (
@@ -62,6 +64,9 @@ MAX_MEMORY_MB = 16384
 MIN_MEMORY_MB = 128
 MAX_DISK_MB = 1 << 20
 MAX_FORK = 16
+# Network slots kept ready (namespace, veth, tap, default policy), so that a create does not
+# wait ~50 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
+SPARE_SLOTS = 2
 MIB = 1 << 20
 HIBERNATION = "hibernate.stream"
 
@@ -86,6 +91,8 @@ class SandboxRecord:
     snapshot: str | None = None
     state: str = "running"
     pid: int | None = None
+    slot: int | None = None
+    network: dict[str, Any] = field(default_factory=dict)
 
     @property
     def top(self) -> str:
@@ -122,6 +129,10 @@ class HostRuntime:
         self.config = config or HostConfig.from_env()
         self.progress = progress
         self.snapshots = SnapshotStore(self.config.snapshots_dir)
+        self.network = NetworkManager(self.config.network_claims_dir, self.config.network_pool)
+        self._spares: builtins.list[Slot] = []
+        self._refill: asyncio.Task[None] | None = None
+        self._closing = False
         self._sandboxes: dict[str, SandboxHandle] = {}
         self._records: dict[str, SandboxRecord] = {}
         self._image: GuestImage | None = None
@@ -156,7 +167,8 @@ class HostRuntime:
                                           tb_size_mb=self.config.tb_size_mb,
                                           tcg_cpu=self.config.tcg_cpu)
                 self._templates = TemplateStore(self.config.templates_dir, self._driver, image,
-                                                pinned=self._pinned_templates)
+                                                pinned=self._pinned_templates,
+                                                network=self.network)
             return self._templates
 
     def _pinned_templates(self) -> list[Path]:
@@ -208,6 +220,11 @@ class HostRuntime:
         for name, pid in running.items():  # VMM processes whose directory is already gone
             VMProcess(pid, VMPaths(self.sandboxes_dir / name)).kill()
             cleaned.append(name)
+        # Network slots of sandboxes (of any runtime on this host) whose directory is gone,
+        # and spare slots a crashed predecessor left.
+        self._spare_owner.unlink(missing_ok=True)
+        await asyncio.to_thread(self.network.sweep)
+        self._refill_spares()
         return AdoptReport(adopted, cleaned)
 
     def _adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
@@ -243,7 +260,8 @@ class HostRuntime:
 
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
-                     snapshot: str | None = None) -> SandboxHandle:
+                     snapshot: str | None = None,
+                     network: NetworkPolicy | dict[str, Any] | None = None) -> SandboxHandle:
         """Restore a new sandbox and return once its agent is ready.
 
         From `template` (a fresh machine) or from `snapshot` (the snapshotted machine's memory,
@@ -252,6 +270,8 @@ class HostRuntime:
         """
         if disk_mb is not None and not 0 < disk_mb <= MAX_DISK_MB:
             raise ValueError(f"disk_mb must be between 1 and {MAX_DISK_MB}")
+        policy = network if isinstance(network, NetworkPolicy) else \
+            NetworkPolicy.from_dict(network)
         base_dir: Path | None = None
         base_layers: tuple[str, ...] = ()
         if snapshot is not None:
@@ -283,9 +303,13 @@ class HostRuntime:
             vcpus=tmpl.snapshot.shape.vcpus, memory_mb=tmpl.snapshot.shape.memory_mb,
             disk_bytes=disk_bytes, hostname=sid, machine_id=uuid.uuid4().hex,
             created_at=time.time(), layers=(*base_layers, top), snapshot=snapshot,
+            network=policy.to_dict(),
         )
         vm: VMProcess | None = None
+        slot: Slot | None = None
         try:
+            slot = await self._network_slot(workdir, policy)
+            record = replace(record, slot=slot.index)
             if base_dir is not None:
                 link_layers(base_dir, workdir, base_layers)
                 create_overlay(workdir / top, workdir / base_layers[-1], base_bytes,
@@ -295,7 +319,8 @@ class HostRuntime:
             # A snapshot's stream carries all of its memory; a template's memory is its file.
             files = replace(tmpl.snapshot, device_state=state_file,
                             memory=None if snapshot is not None else tmpl.snapshot.memory)
-            vm = await self.driver.restore(VMPaths(workdir), files, workdir / top)
+            vm = await self.driver.restore(VMPaths(workdir), files, workdir / top,
+                                           netns=slot.netns)
             record = self._save(replace(record, pid=vm.pid))
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template,
@@ -309,6 +334,8 @@ class HostRuntime:
         except BaseException as exc:
             if vm is not None:
                 vm.kill()
+            if slot is not None:
+                await asyncio.to_thread(self._free_slot, slot)
             self._records.pop(sid, None)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             if isinstance(exc, HostError | ValueError):
@@ -334,15 +361,87 @@ class HostRuntime:
         handle = self._sandboxes.pop(sandbox_id, None)
         if handle is None:
             raise SandboxNotFound(sandbox_id)
-        self._records.pop(sandbox_id, None)
+        record = self._records.pop(sandbox_id, None)
         await handle.destroy()
+        if record is not None and record.slot is not None:
+            await asyncio.to_thread(self._free_slot, self._slot(record.slot))
+
+    @property
+    def _spare_owner(self) -> Path:
+        return self.sandboxes_dir / ".spare-slots"
+
+    async def _network_slot(self, owner: Path, policy: NetworkPolicy) -> Slot:
+        if self._spares:
+            slot = self._spares.pop()
+            self.network.reassign(slot, owner)
+            if policy != NetworkPolicy():
+                await asyncio.to_thread(self.network.update, slot, policy)
+        else:
+            slot = self.network.claim(owner)
+            await asyncio.to_thread(self.network.setup, slot, policy)
+        self._refill_spares()
+        return slot
+
+    def _refill_spares(self) -> None:
+        if self._refill is not None and not self._refill.done():
+            return
+
+        async def refill() -> None:
+            while len(self._spares) < SPARE_SLOTS and not self._closing:
+                self._spare_owner.touch()
+                slot = self.network.claim(self._spare_owner)
+                try:
+                    await asyncio.to_thread(self.network.setup, slot, NetworkPolicy())
+                except HostError as exc:
+                    self.network.release(slot)
+                    self.progress(f"cannot prepare a network slot: {exc}")
+                    return
+                self._spares.append(slot)
+
+        self._refill = asyncio.get_running_loop().create_task(refill(), name="network-spares")
+
+    async def _drop_spares(self) -> None:
+        # Let a slot being prepared finish (its `ip`/`nft` run in a thread that a cancel
+        # would not stop), then tear every spare down.
+        self._closing = True
+        if self._refill is not None:
+            with contextlib.suppress(Exception):
+                await self._refill
+        self._closing = False
+        while self._spares:
+            await asyncio.to_thread(self._free_slot, self._spares.pop())
+        self._spare_owner.unlink(missing_ok=True)
+
+    def _slot(self, index: int) -> Slot:
+        return Slot(index, self.network.pool)
+
+    def _free_slot(self, slot: Slot) -> None:
+        self.network.teardown(slot)
+        self.network.release(slot)
+
+    async def update_network(self, sandbox_id: str,
+                             network: NetworkPolicy | dict[str, Any]) -> NetworkPolicy:
+        """Replace the sandbox's egress policy; takes effect for new connections at once."""
+        self.get(sandbox_id)
+        policy = network if isinstance(network, NetworkPolicy) else \
+            NetworkPolicy.from_dict(network)
+        record = self._records[sandbox_id]
+        if record.slot is None:
+            raise SandboxStateError(f"sandbox {sandbox_id} has no network")
+        await asyncio.to_thread(self.network.update, self._slot(record.slot), policy)
+        self._save(replace(record, network=policy.to_dict()))
+        return policy
 
     async def kill_all(self) -> None:
+        """Kill every sandbox and release the prepared network slots (a later create makes
+        new ones): after this, the runtime holds nothing on the host."""
         for sid in list(self._sandboxes):
             await self.kill(sid)
+        await self._drop_spares()
 
     async def close(self) -> None:
         """Drop agent connections; the VMs keep running and a later start() re-adopts them."""
+        await self._drop_spares()
         for handle in self._sandboxes.values():
             await handle.disconnect()
         self._sandboxes.clear()
@@ -429,9 +528,10 @@ class HostRuntime:
         if not 1 <= count <= MAX_FORK:
             raise ValueError(f"count must be between 1 and {MAX_FORK}")
         snap = await self.snapshot(sandbox_id, internal=True)
+        policy = self._records[sandbox_id].network
         try:
             results = await asyncio.gather(
-                *(self.create(snapshot=snap.info.id) for _ in range(count)),
+                *(self.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
                 return_exceptions=True)
         finally:
             # Children hold their own links to the layers: the snapshot itself can go.
@@ -474,8 +574,9 @@ class HostRuntime:
             for stale in ("agent.sock", "qmp.sock"):
                 (handle.workdir / stale).unlink(missing_ok=True)
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
-            vm = await self.driver.restore(VMPaths(handle.workdir), files,
-                                           handle.workdir / record.top)
+            vm = await self.driver.restore(
+                VMPaths(handle.workdir), files, handle.workdir / record.top,
+                netns=self._slot(record.slot).netns if record.slot is not None else None)
             handle.vm = vm
             handle.state = "running"
             try:
@@ -493,7 +594,9 @@ class HostRuntime:
         record = self._records.get(sandbox_id)
         return {"id": sandbox_id, "state": handle.state, "pid": handle.pid,
                 "layers": [*record.layers] if record else [],
-                "snapshot": record.snapshot if record else None}
+                "snapshot": record.snapshot if record else None,
+                "network": record.network if record else None,
+                "slot": self._slot(record.slot) if record and record.slot is not None else None}
 
 
 def _try_load(path: Path) -> SandboxRecord | None:

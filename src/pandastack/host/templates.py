@@ -24,9 +24,10 @@ from .errors import SetupError, TemplateNotFound
 from .gc import prune_images, prune_templates
 from .image_common import fsync_path
 from .images import GuestImage
-from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths
+from .network import NetworkManager, NetworkPolicy
+from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths, VMProcess
 
-BAKE_VERSION = "2"
+BAKE_VERSION = "3"
 BOOT_DEADLINE_S = 240.0
 # Run once before the snapshot so that every clone finds these code paths and files already in
 # guest memory (page cache, dentries) instead of paying for them on its first exec.
@@ -59,11 +60,13 @@ def qcow2_virtual_size(path: Path) -> int:
 
 class TemplateStore:
     def __init__(self, root: Path, driver: VMMDriver, image: GuestImage, *,
-                 pinned: Callable[[], list[Path]] = list):
+                 pinned: Callable[[], list[Path]] = list,
+                 network: NetworkManager | None = None):
         self.root = root
         self.driver = driver
         self.image = image
         self.pinned = pinned
+        self.network = network
         self._memo: dict[tuple[str, MachineShape], Template] = {}
 
     def load_dir(self, name: str, directory: Path) -> Template:
@@ -135,7 +138,36 @@ class TemplateStore:
         started = time.monotonic()
         progress(f"template {name}: cold boot ({self.driver.accel}, {shape.vcpus} vCPU, "
                  f"{shape.memory_mb} MiB)")
-        vm = self.driver.boot(paths, kernel, disk, work / "memory", shape)
+        slot = None
+        if self.network is not None:  # the template's NIC needs a tap to attach to
+            slot = self.network.claim(work)
+            await asyncio.to_thread(self.network.setup, slot, NetworkPolicy(internet=False))
+        try:
+            vm = self.driver.boot(paths, kernel, disk, work / "memory", shape,
+                                  netns=slot.netns if slot else None)
+            await self._bake_running(name, vm, paths, work, started, progress)
+        finally:
+            if slot is not None and self.network is not None:
+                await asyncio.to_thread(self.network.teardown, slot)
+                self.network.release(slot)
+        shutil.rmtree(paths.workdir, ignore_errors=True)
+        for part in ("memory", "device.state", "disk.qcow2"):
+            os.chmod(work / part, 0o444)
+            fsync_path(work / part)  # a template must survive a host crash whole
+        meta = {
+            "name": name, "key": key, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
+            "kernel": str(kernel.kernel), "initrd": str(kernel.initrd),
+            "cmdline": kernel.cmdline, "image_key": self.image.key,
+            "driver": self.driver.identity(), "disk_bytes": qcow2_virtual_size(disk),
+            "baked_at": time.time(), "bake_seconds": round(time.monotonic() - started, 2),
+        }
+        (work / "template.json").write_text(json.dumps(meta, indent=2))
+        fsync_path(work / "template.json")
+        os.replace(work, final)
+        progress(f"template {name}: ready in {meta['bake_seconds']}s")
+
+    async def _bake_running(self, name: str, vm: VMProcess, paths: VMPaths, work: Path,
+                            started: float, progress: Progress) -> None:
         agent: AgentClient | None = None
         try:
             agent = await _connect_booting(paths, vm.is_alive)
@@ -158,21 +190,6 @@ class TemplateStore:
             if agent is not None:
                 await agent.close()
         vm.kill()
-        shutil.rmtree(paths.workdir, ignore_errors=True)
-        for part in ("memory", "device.state", "disk.qcow2"):
-            os.chmod(work / part, 0o444)
-            fsync_path(work / part)  # a template must survive a host crash whole
-        meta = {
-            "name": name, "key": key, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
-            "kernel": str(kernel.kernel), "initrd": str(kernel.initrd),
-            "cmdline": kernel.cmdline, "image_key": self.image.key,
-            "driver": self.driver.identity(), "disk_bytes": qcow2_virtual_size(disk),
-            "baked_at": time.time(), "bake_seconds": round(time.monotonic() - started, 2),
-        }
-        (work / "template.json").write_text(json.dumps(meta, indent=2))
-        fsync_path(work / "template.json")
-        os.replace(work, final)
-        progress(f"template {name}: ready in {meta['bake_seconds']}s")
 
 
 async def _connect_booting(paths: VMPaths, alive: Callable[[], bool]) -> AgentClient:

@@ -134,7 +134,7 @@ class VMMDriver(Protocol):
     accel: str
 
     def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
-             shape: MachineShape) -> VMProcess:
+             shape: MachineShape, *, netns: str | None = None) -> VMProcess:
         """Cold-boot a VM whose RAM is `memory_file`, shared, so it can become a template."""
         ...
 
@@ -142,7 +142,8 @@ class VMMDriver(Protocol):
         """Stop a booted VM and write its device state; its RAM is already in its memory file."""
         ...
 
-    async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path) -> VMProcess:
+    async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
+                      netns: str | None = None) -> VMProcess:
         """Start a VM from `snapshot`, mapping its memory privately; it runs when restored."""
         ...
 

@@ -6,7 +6,16 @@ Configure with `PANDASTACK_API` / `PANDASTACK_API_KEY`, `~/.config/pandastack/co
 """
 
 from pandastack.sdk.async_sandbox import AsyncSandbox
-from pandastack.sdk.client import AsyncClient, AsyncKeys, AsyncSandboxes, Client, Keys, Sandboxes
+from pandastack.sdk.client import (
+    AsyncClient,
+    AsyncKeys,
+    AsyncSandboxes,
+    AsyncSnapshots,
+    Client,
+    Keys,
+    Sandboxes,
+    Snapshots,
+)
 from pandastack.sdk.commands import AsyncCommands, AsyncProcess, Commands, Process
 from pandastack.sdk.config import DEFAULT_TIMEOUT, ClientConfig, resolve_config
 from pandastack.sdk.errors import (
@@ -38,6 +47,7 @@ from pandastack.sdk.models import (
     CreatedKey,
     ExecResult,
     FileEntry,
+    ForkResult,
     KeyInfo,
     Lifecycle,
     Logs,
@@ -45,6 +55,7 @@ from pandastack.sdk.models import (
     ProcessInfo,
     SandboxInfo,
     SandboxState,
+    SnapshotInfo,
     WriteResult,
 )
 from pandastack.sdk.sandbox import Sandbox
@@ -61,6 +72,7 @@ __all__ = [
     "AsyncProcess",
     "AsyncSandbox",
     "AsyncSandboxes",
+    "AsyncSnapshots",
     "AuthError",
     "AuthenticationError",
     "Client",
@@ -72,6 +84,7 @@ __all__ = [
     "ExecResult",
     "FileEntry",
     "Filesystem",
+    "ForkResult",
     "InsufficientStorageError",
     "InvalidRequestError",
     "KeyInfo",
@@ -93,6 +106,8 @@ __all__ = [
     "SandboxState",
     "Sandboxes",
     "ServerError",
+    "SnapshotInfo",
+    "Snapshots",
     "TimeoutError",
     "TransportError",
     "TransportTimeoutError",

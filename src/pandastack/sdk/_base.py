@@ -47,11 +47,13 @@ from pandastack.wire import (
     CreatedKey,
     ExecResult,
     FileEntry,
+    ForkResult,
     KeyInfo,
     Lifecycle,
     Logs,
     ProcessInfo,
     SandboxInfo,
+    SnapshotInfo,
     WriteResult,
 )
 
@@ -391,14 +393,51 @@ def get_sandbox_call(sandbox_id: str) -> Call[SandboxInfo]:
     return Call("GET", sandbox_path(sandbox_id), model_decoder(SandboxInfo))
 
 
+DEFAULT_TEMPLATE = "base"
+
+
 def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persistent: bool,
                         vcpus: int | None, memory_mb: int | None, disk_mb: int | None,
-                        env: Mapping[str, str] | None,
-                        metadata: Mapping[str, str] | None) -> Call[SandboxInfo]:
+                        env: Mapping[str, str] | None, metadata: Mapping[str, str] | None,
+                        snapshot: str | None = None) -> Call[SandboxInfo]:
+    """From a snapshot the template and shape are the snapshot's: the default template is
+    then not sent (an explicit other one is, and the server refuses it)."""
+    if snapshot is not None and template == DEFAULT_TEMPLATE:
+        template = None
     body = encode(wire.CreateSandbox, template=template, ttl_seconds=ttl_seconds,
                   persistent=persistent, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
-                  env=dict(env) if env else None, metadata=dict(metadata) if metadata else None)
+                  env=dict(env) if env else None, metadata=dict(metadata) if metadata else None,
+                  snapshot=snapshot)
     return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body)
+
+
+def state_call(sandbox_id: str, action: Literal["pause", "resume", "hibernate",
+                                                "wake"]) -> Call[SandboxInfo]:
+    """pause / resume / hibernate / wake: the sandbox as it is afterwards."""
+    return Call("POST", sandbox_path(sandbox_id, action), model_decoder(SandboxInfo), json={})
+
+
+def snapshot_call(sandbox_id: str, name: str | None) -> Call[SnapshotInfo]:
+    return Call("POST", sandbox_path(sandbox_id, "snapshots"), model_decoder(SnapshotInfo),
+                json=encode(wire.CreateSnapshot, name=name))
+
+
+def fork_call(sandbox_id: str, count: int) -> Call[ForkResult]:
+    return Call("POST", sandbox_path(sandbox_id, "fork"), model_decoder(ForkResult),
+                json=encode(wire.ForkRequest, count=count))
+
+
+def list_snapshots_call() -> Call[list[SnapshotInfo]]:
+    return Call("GET", "/v1/snapshots",
+                list_decoder(wire.SnapshotList, "snapshots", SnapshotInfo))
+
+
+def get_snapshot_call(snapshot_id: str) -> Call[SnapshotInfo]:
+    return Call("GET", f"/v1/snapshots/{_seg(snapshot_id)}", model_decoder(SnapshotInfo))
+
+
+def delete_snapshot_call(snapshot_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/snapshots/{_seg(snapshot_id)}", ignore_body)
 
 
 def kill_sandbox_call(sandbox_id: str) -> Call[None]:

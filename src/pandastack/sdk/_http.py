@@ -44,7 +44,12 @@ class HTTP:
     def __init__(self, config: ClientConfig,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.config = config
+        self._transport = transport
         self._client = httpx.Client(transport=transport, **_client_kwargs(config))
+
+    def sibling(self) -> HTTP:
+        """A new connection pool to the same server, with the same settings."""
+        return HTTP(self.config, self._transport)
 
     @property
     def timeout(self) -> httpx.Timeout:
@@ -80,7 +85,12 @@ class AsyncHTTP:
     def __init__(self, config: ClientConfig,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
+        self._transport = transport
         self._client = httpx.AsyncClient(transport=transport, **_client_kwargs(config))
+
+    def sibling(self) -> AsyncHTTP:
+        """A new connection pool to the same server, with the same settings."""
+        return AsyncHTTP(self.config, self._transport)
 
     @property
     def timeout(self) -> httpx.Timeout:

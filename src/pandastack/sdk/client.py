@@ -22,10 +22,11 @@ from pandastack.sdk import _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.async_sandbox import AsyncSandbox
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
-from pandastack.sdk.models import CreatedKey, KeyInfo, SandboxInfo
+from pandastack.sdk.models import CreatedKey, KeyInfo, SandboxInfo, SnapshotInfo
 from pandastack.sdk.sandbox import Sandbox
 
-__all__ = ["AsyncClient", "AsyncKeys", "AsyncSandboxes", "Client", "Keys", "Sandboxes"]
+__all__ = ["AsyncClient", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots", "Client", "Keys",
+           "Sandboxes", "Snapshots"]
 
 
 class Sandboxes(_base.ClientBase[HTTP]):
@@ -45,11 +46,12 @@ class Sandboxes(_base.ClientBase[HTTP]):
                persistent: bool = False, vcpus: int | None = None,
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *,
-               disk_mb: int | None = None) -> Sandbox:
+               disk_mb: int | None = None, snapshot: str | None = None) -> Sandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return Sandbox(self._http.run(_base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
-            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata)), self._http)
+            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
+            snapshot=snapshot)), self._http)
 
     def connect(self, sandbox_id: str) -> Sandbox:
         """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
@@ -76,6 +78,22 @@ class Keys(_base.ClientBase[HTTP]):
         self._http.run(_base.revoke_key_call(key_id))
 
 
+class Snapshots(_base.ClientBase[HTTP]):
+    """`client.snapshots`: the team's snapshots (make them with `Sandbox.snapshot()`)."""
+
+    def list(self) -> builtins.list[SnapshotInfo]:
+        """The snapshots of this key's team, oldest first."""
+        return self._http.run(_base.list_snapshots_call())
+
+    def get(self, snapshot_id: str) -> SnapshotInfo:
+        """Snapshot `snapshot_id` (`NotFoundError` if there is none in this team)."""
+        return self._http.run(_base.get_snapshot_call(snapshot_id))
+
+    def delete(self, snapshot_id: str) -> None:
+        """Delete snapshot `snapshot_id`; sandboxes created from it keep running."""
+        self._http.run(_base.delete_snapshot_call(snapshot_id))
+
+
 class Client(_base.ClientBase[HTTP]):
     """A pandastack API client. `api_url`/`api_key` override the environment and config file
     (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary requests;
@@ -88,6 +106,7 @@ class Client(_base.ClientBase[HTTP]):
         super().__init__(config, HTTP(config, transport))
         self._sandboxes = Sandboxes(config, self._http)
         self._keys = Keys(config, self._http)
+        self._snapshots = Snapshots(config, self._http)
 
     @property
     def sandboxes(self) -> Sandboxes:
@@ -98,6 +117,11 @@ class Client(_base.ClientBase[HTTP]):
     def keys(self) -> Keys:
         """Manage API keys."""
         return self._keys
+
+    @property
+    def snapshots(self) -> Snapshots:
+        """List, inspect and delete the team's snapshots."""
+        return self._snapshots
 
     def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""
@@ -128,11 +152,12 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
                      persistent: bool = False, vcpus: int | None = None,
                      memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                      metadata: Mapping[str, str] | None = None, *,
-                     disk_mb: int | None = None) -> AsyncSandbox:
+                     disk_mb: int | None = None, snapshot: str | None = None) -> AsyncSandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return AsyncSandbox(await self._http.run(_base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
-            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata)), self._http)
+            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
+            snapshot=snapshot)), self._http)
 
     async def connect(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
@@ -159,6 +184,22 @@ class AsyncKeys(_base.ClientBase[AsyncHTTP]):
         await self._http.run(_base.revoke_key_call(key_id))
 
 
+class AsyncSnapshots(_base.ClientBase[AsyncHTTP]):
+    """`client.snapshots`: the team's snapshots (make them with `AsyncSandbox.snapshot()`)."""
+
+    async def list(self) -> builtins.list[SnapshotInfo]:
+        """The snapshots of this key's team, oldest first."""
+        return await self._http.run(_base.list_snapshots_call())
+
+    async def get(self, snapshot_id: str) -> SnapshotInfo:
+        """Snapshot `snapshot_id` (`NotFoundError` if there is none in this team)."""
+        return await self._http.run(_base.get_snapshot_call(snapshot_id))
+
+    async def delete(self, snapshot_id: str) -> None:
+        """Delete snapshot `snapshot_id`; sandboxes created from it keep running."""
+        await self._http.run(_base.delete_snapshot_call(snapshot_id))
+
+
 class AsyncClient(_base.ClientBase[AsyncHTTP]):
     """A pandastack API client on asyncio. `api_url`/`api_key` override the environment and
     config file (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary
@@ -171,6 +212,7 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
         super().__init__(config, AsyncHTTP(config, transport))
         self._sandboxes = AsyncSandboxes(config, self._http)
         self._keys = AsyncKeys(config, self._http)
+        self._snapshots = AsyncSnapshots(config, self._http)
 
     @property
     def sandboxes(self) -> AsyncSandboxes:
@@ -181,6 +223,11 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
     def keys(self) -> AsyncKeys:
         """Manage API keys."""
         return self._keys
+
+    @property
+    def snapshots(self) -> AsyncSnapshots:
+        """List, inspect and delete the team's snapshots."""
+        return self._snapshots
 
     async def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""

@@ -12,12 +12,14 @@ from pandastack.wire import (
     CreatedKey,
     ExecResult,
     FileEntry,
+    ForkResult,
     KeyInfo,
     Lifecycle,
     Logs,
     ProcessInfo,
     SandboxInfo,
     SandboxState,
+    SnapshotInfo,
     WriteResult,
 )
 
@@ -26,6 +28,7 @@ __all__ = [
     "CreatedKey",
     "ExecResult",
     "FileEntry",
+    "ForkResult",
     "KeyInfo",
     "Lifecycle",
     "Logs",
@@ -33,6 +36,7 @@ __all__ = [
     "ProcessInfo",
     "SandboxInfo",
     "SandboxState",
+    "SnapshotInfo",
     "WriteResult",
 ]
 

@@ -64,22 +64,24 @@ class Sandbox(_base.SandboxBase[HTTP]):
                persistent: bool = False, vcpus: int | None = None,
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
-               api_url: str | None = None, api_key: str | None = None,
+               snapshot: str | None = None, api_url: str | None = None, api_key: str | None = None,
                timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                transport: httpx.BaseTransport | None = None) -> Sandbox:
-        """Create a sandbox from `template` and return its handle.
+        """Create a sandbox from `template` (or from `snapshot`) and return its handle.
 
         `ttl_seconds`: lifetime before the server kills it (server default when None; always
         set it as a backstop). `persistent=True` exempts it from the idle reaper. `vcpus`,
         `memory_mb`, `disk_mb`: resources (server defaults when None). `env`: environment of
-        every command. `metadata`: labels to filter `list()` by. `api_url`/`api_key` override
+        every command. `metadata`: labels to filter `list()` by. `snapshot`: a snapshot id (see
+        `snapshot()`): the sandbox resumes its memory, processes and files, and its template,
+        `vcpus` and `memory_mb` are the snapshot's. `api_url`/`api_key` override
         the environment and config file; `timeout` is the HTTP timeout of ordinary requests;
         `transport` replaces httpx's (for tests).
         """
         call = _base.create_sandbox_call(template=template, ttl_seconds=ttl_seconds,
                                          persistent=persistent, vcpus=vcpus,
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
-                                         metadata=metadata)
+                                         metadata=metadata, snapshot=snapshot)
         http = _open(api_url, api_key, timeout, transport)
         try:
             info = http.run(call)
@@ -132,6 +134,51 @@ class Sandbox(_base.SandboxBase[HTTP]):
         """Run `cmd` to completion; same as `commands.run()` (see there)."""
         return self._commands.run(cmd, timeout_seconds=timeout_seconds, env=env, cwd=cwd,
                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def pause(self) -> SandboxInfo:
+        """Stop the sandbox's vCPUs in place, state intact; commands and file operations fail
+        (`ConflictError`) until `resume()`. Returns the new state (also in `info`)."""
+        self._info = self._http.run(_base.state_call(self.id, "pause"))
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        """Restart the vCPUs of a paused sandbox. Returns the new state (also in `info`)."""
+        self._info = self._http.run(_base.state_call(self.id, "resume"))
+        return self._info
+
+    def hibernate(self) -> SandboxInfo:
+        """Write the sandbox's whole state to disk and end its VM, freeing RAM and CPU. Any
+        later request (a command, a file operation, `wake()`) brings it back with its processes
+        and files. Returns the new state (also in `info`)."""
+        self._info = self._http.run(_base.state_call(self.id, "hibernate"))
+        return self._info
+
+    def wake(self) -> SandboxInfo:
+        """Bring a hibernated sandbox back now (any request would too); a no-op if it is
+        awake. Returns the new state (also in `info`)."""
+        self._info = self._http.run(_base.state_call(self.id, "wake"))
+        return self._info
+
+    def snapshot(self, name: str | None = None) -> str:
+        """Capture the sandbox's memory, processes and disk, and return the snapshot id; the
+        sandbox keeps running. `Sandbox.create(snapshot=id)` restores it, any number of times;
+        `client.snapshots` lists, inspects and deletes snapshots (they belong to the team)."""
+        return (self._http.run(_base.snapshot_call(self.id, name))).id
+
+    def fork(self, count: int = 1) -> builtins.list[Sandbox]:
+        """`count` (1 to 16) live copies of the sandbox, each with the parent's memory, running
+        processes and files as they were at the fork instant and its own id, hostname and
+        machine-id; the parent keeps running. Each child is a new sandbox with the parent's
+        TTL, persistence, env and metadata; kill it (or use it as a context manager) when
+        done: leaving the parent's `with` block does not kill the children."""
+        result = self._http.run(_base.fork_call(self.id, count))
+        return [self._child(info) for info in result.sandboxes]
+
+    def _child(self, info: SandboxInfo) -> Sandbox:
+        """A handle on a fork child: its own connections if this handle owns its own."""
+        if self._owns_http:
+            return Sandbox(info, self._http.sibling(), owns_http=True)
+        return Sandbox(info, self._http)
 
     def lifecycle(self) -> Lifecycle:
         """TTL, persistence, expiry and last activity of the sandbox."""

@@ -21,7 +21,7 @@ from .lifecycle import reaper
 from .limits import BodyLimitMiddleware
 from .ratelimit import RateLimiter
 from .routes import exec as exec_routes
-from .routes import files, keys, lifecycle, processes, sandboxes
+from .routes import files, keys, lifecycle, processes, sandboxes, snapshots, state
 from .runtime_port import RuntimePort
 from .service import SandboxService
 from .settings import Settings
@@ -97,7 +97,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             raise ApiError(503, "unavailable", "starting")
         return Health(status="ok")
 
-    for module in (sandboxes, exec_routes, processes, files, lifecycle, keys):
+    for module in (sandboxes, state, snapshots, exec_routes, processes, files, lifecycle,
+                   keys):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})

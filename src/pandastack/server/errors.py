@@ -20,7 +20,10 @@ from pandastack.host.errors import (
     GuestOSError,
     HostError,
     SandboxNotFound,
+    SandboxStateError,
     SetupError,
+    SnapshotFailed,
+    SnapshotNotFound,
 )
 from pandastack.wire import ErrorBody, ErrorCode, ErrorEnvelope
 
@@ -80,6 +83,15 @@ def from_host_error(exc: HostError) -> ApiError:
         return ApiError(status, code, message)
     if isinstance(exc, SandboxNotFound):
         return ApiError(409, "conflict", f"sandbox {exc} is not running on this host")
+    if isinstance(exc, SandboxStateError):
+        return ApiError(409, "conflict", str(exc))
+    if isinstance(exc, SnapshotNotFound):
+        return ApiError(404, "not_found", f"snapshot {exc} not found")
+    if isinstance(exc, SnapshotFailed):
+        if exc.no_space:
+            return ApiError(507, "insufficient_storage",
+                            f"{exc} (no space left for the snapshot; the sandbox keeps running)")
+        return ApiError(503, "unavailable", f"{exc} (the sandbox keeps running)")
     if isinstance(exc, AgentConnectionError):
         return ApiError(503, "unavailable", f"sandbox agent unavailable: {exc}")
     if isinstance(exc, AgentError):

@@ -1,4 +1,5 @@
-"""TTL expiry and the idle reaper: one background task that ticks about once a second."""
+"""TTL expiry, the idle reaper and the idle hibernation policy: one background task that
+ticks about once a second."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from dataclasses import dataclass
 
 from pandastack.host.errors import SandboxNotFound
 
-from .service import SandboxService
+from .errors import ApiError
+from .service import AWAKE_STATES, SandboxService
+from .store import Sandbox
 
 log = logging.getLogger("pandastack.server")
 
@@ -24,14 +27,33 @@ def decide(*, state: str, persistent: bool, expires_at: float | None,
            last_activity_at: float, busy: bool, now: float,
            idle_timeout: float) -> Verdict | None:
     """Whether a sandbox must end now. Persistent sandboxes are exempt from both rules; an
-    operation in flight (exec, stream, upload) holds off the idle rule but never the TTL."""
-    if state != "running" or persistent:
+    operation in flight (exec, stream, upload) holds off the idle rule but never the TTL.
+    The TTL holds in every live state; the idle rule spares hibernated sandboxes (they hold
+    no RAM or CPU, only disk)."""
+    if state not in AWAKE_STATES or persistent:
         return None
     if expires_at is not None and now >= expires_at:
         return Verdict("expired", "ttl elapsed")
-    if not busy and now - last_activity_at >= idle_timeout:
+    if state != "hibernated" and not busy and now - last_activity_at >= idle_timeout:
         return Verdict("reaped", f"no API activity for {idle_timeout:g} s")
     return None
+
+
+def should_hibernate(*, state: str, persistent: bool, last_activity_at: float, busy: bool,
+                     now: float, hibernate_idle: float | None) -> bool:
+    """The idle hibernation policy (off when `hibernate_idle` is None): a running persistent
+    sandbox without API activity for that long is hibernated instead of left running."""
+    return (hibernate_idle is not None and persistent and state == "running" and not busy
+            and now - last_activity_at >= hibernate_idle)
+
+
+def _vm_gone(service: SandboxService, row: Sandbox) -> bool:
+    """Whether the VM of a live row died (a hibernated one has none and needs none)."""
+    try:
+        handle = service.runtime.get(row.id)
+    except SandboxNotFound:
+        return True
+    return handle.state != "hibernated" and not handle.is_alive()
 
 
 async def sweep(service: SandboxService, now: float | None = None) -> list[tuple[str, str]]:
@@ -40,20 +62,30 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
     settings = service.settings
     ended: list[tuple[str, str]] = []
     for row in service.store.live_sandboxes():
+        busy = service.is_busy(row.id)
         verdict = decide(state=row.state, persistent=row.persistent, expires_at=row.expires_at,
-                         last_activity_at=row.last_activity_at,
-                         busy=service.is_busy(row.id), now=now,
+                         last_activity_at=row.last_activity_at, busy=busy, now=now,
                          idle_timeout=settings.idle_timeout_seconds)
-        if verdict is None and row.state == "running":
-            try:
-                alive = service.runtime.get(row.id).is_alive()
-            except SandboxNotFound:
-                alive = False
-            if not alive:
+        # a state change in flight may have the VM process briefly gone: not a failure
+        steady = row.state in AWAKE_STATES and not service.in_transition(row.id)
+        if verdict is None and steady:
+            if _vm_gone(service, row):
                 verdict = Verdict("failed", "VM exited unexpectedly")
+            else:
+                row = service.sync_state(row)
         if verdict is not None:
             await service.end(row.id, verdict.state, verdict.reason)
             ended.append((row.id, verdict.state))
+        elif steady and should_hibernate(
+                state=row.state, persistent=row.persistent,
+                last_activity_at=row.last_activity_at, busy=busy, now=now,
+                hibernate_idle=settings.hibernate_idle_seconds):
+            try:
+                await service.hibernate_row(row)
+                log.info("sandbox %s hibernated after %s s idle", row.id,
+                         settings.hibernate_idle_seconds)
+            except ApiError as exc:
+                log.warning("hibernating idle sandbox %s failed: %s", row.id, exc.message)
     service.store.purge_ended(now - settings.retention_seconds)
     return ended
 

@@ -1,5 +1,5 @@
 """What the API needs from a host runtime. `pandastack.host.runtime.HostRuntime` satisfies it
-structurally (in-process); a remote host runtime can implement the same two protocols later."""
+structurally (in-process); a remote host runtime can implement the same protocols later."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from typing import Protocol
 
 from pandastack.host.agent_client import ExecResult, FileInfo
+from pandastack.host.runtime import SnapshotResult
+from pandastack.host.snapshots import SnapshotInfo
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
-__all__ = ["ExecResult", "FileInfo", "OutputCallback", "RuntimePort", "SandboxPort"]
+__all__ = ["ExecResult", "FileInfo", "OutputCallback", "RuntimePort", "SandboxPort",
+           "SnapshotCatalog", "SnapshotInfo", "SnapshotResult"]
 
 
 class SandboxPort(Protocol):
@@ -22,6 +25,11 @@ class SandboxPort(Protocol):
 
     @property
     def workdir(self) -> os.PathLike[str]: ...
+
+    @property
+    def state(self) -> str:
+        """"running", "paused" or "hibernated" (no VM process; a guest operation wakes it)."""
+        ...
 
     def is_alive(self) -> bool: ...
 
@@ -58,19 +66,46 @@ class SandboxPort(Protocol):
     async def rename(self, src: str, dst: str) -> None: ...
 
 
+class SnapshotCatalog(Protocol):
+    """The snapshots a runtime holds (`SnapshotStore` in-process)."""
+
+    def get(self, snapshot_id: str) -> SnapshotInfo: ...
+
+    def all(self, *, include_internal: bool = False) -> list[SnapshotInfo]: ...
+
+
 class RuntimePort(Protocol):
-    """Creates, finds and kills sandboxes. `start()` re-adopts VMs that are still running."""
+    """Creates, finds and kills sandboxes; pauses, snapshots, forks and hibernates them.
+    `start()` re-adopts VMs that are still running and sandboxes that are hibernated."""
 
     async def start(self) -> object: ...
 
     async def close(self) -> None: ...
 
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
-                     disk_mb: int | None = None,
-                     sandbox_id: str | None = None) -> SandboxPort: ...
+                     disk_mb: int | None = None, sandbox_id: str | None = None,
+                     snapshot: str | None = None) -> SandboxPort: ...
 
     def get(self, sandbox_id: str) -> SandboxPort: ...
 
     def list(self) -> Sequence[SandboxPort]: ...
 
     async def kill(self, sandbox_id: str) -> None: ...
+
+    async def pause(self, sandbox_id: str) -> None: ...
+
+    async def resume(self, sandbox_id: str) -> None: ...
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
+                       internal: bool = False) -> SnapshotResult: ...
+
+    async def fork(self, sandbox_id: str, count: int = 1) -> Sequence[SandboxPort]: ...
+
+    async def hibernate(self, sandbox_id: str) -> None: ...
+
+    async def wake(self, sandbox_id: str) -> None: ...
+
+    def delete_snapshot(self, snapshot_id: str) -> None: ...
+
+    @property
+    def snapshots(self) -> SnapshotCatalog: ...

@@ -1,14 +1,18 @@
 """Glue between the store and the runtime: creating, finding, ending and reconciling
-sandboxes, with the team check, the state check and the activity bookkeeping in one place."""
+sandboxes, pausing, hibernating and waking them, with the team check, the state check and the
+activity bookkeeping in one place. The runtime's state of a sandbox is the truth; the store
+follows it after every change (and at startup). Snapshots and fork are in `snapshots.py`."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager, suppress
+from typing import TypeVar
 
 from pandastack.host.errors import HostError, SandboxNotFound, TemplateNotFound
 from pandastack.wire import ENDED_STATES, CreateSandbox, SandboxInfo, SandboxState
@@ -21,7 +25,12 @@ from .store import Sandbox, Store
 log = logging.getLogger("pandastack.server")
 
 SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
+SNAPSHOT_ID_RE = re.compile(r"^snap-[0-9a-f]{12}$")
 DEFAULT_TEMPLATE = "base"
+AWAKE_STATES = ("running", "paused", "hibernated")
+SNAPSHOT_SHAPE = ("template", "vcpus", "memory_mb")
+
+T = TypeVar("T")
 
 
 def to_info(row: Sandbox) -> SandboxInfo:
@@ -31,7 +40,7 @@ def to_info(row: Sandbox) -> SandboxInfo:
         expires_at=None if row.persistent else row.expires_at, ttl_seconds=row.ttl_seconds,
         persistent=row.persistent, vcpus=row.vcpus, memory_mb=row.memory_mb,
         disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
-        end_reason=row.end_reason,
+        end_reason=row.end_reason, snapshot=row.snapshot,
     )
 
 
@@ -41,6 +50,7 @@ class SandboxService:
         self.runtime = runtime
         self.settings = settings
         self._busy: dict[str, int] = {}
+        self._transitions: dict[str, int] = {}
 
     # -- lookups --------------------------------------------------------------------------
 
@@ -56,9 +66,19 @@ class SandboxService:
             row.last_activity_at = now
         return row
 
-    def running(self, team: str, sandbox_id: str) -> tuple[Sandbox, SandboxPort]:
-        """The team's running sandbox and its handle: 404 if unknown, 409 if not running."""
+    def live(self, team: str, sandbox_id: str) -> Sandbox:
+        """The team's sandbox that has not ended: 404 if unknown, 409 if ended or starting."""
         row = self.row(team, sandbox_id)
+        if row.state not in AWAKE_STATES:
+            raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
+        return row
+
+    async def running(self, team: str, sandbox_id: str) -> tuple[Sandbox, SandboxPort]:
+        """The team's running sandbox and its handle: 404 if unknown, 409 if it ended, is
+        paused or is not on this host. A hibernated one is woken first (transparently)."""
+        row = self.row(team, sandbox_id)
+        if row.state == "hibernated":
+            row = await self.wake_row(row)
         if row.state != "running":
             raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
         try:
@@ -84,24 +104,122 @@ class SandboxService:
             with suppress(Exception):
                 self.store.touch(sandbox_id)
 
+    def in_transition(self, sandbox_id: str) -> bool:
+        return self._transitions.get(sandbox_id, 0) > 0
+
+    @asynccontextmanager
+    async def transition(self, sandbox_id: str) -> AsyncIterator[None]:
+        """Marks a state change in flight (pause, snapshot, hibernate, wake...): the sweep
+        neither fails the sandbox for a VM process that is briefly gone nor hibernates it."""
+        self._transitions[sandbox_id] = self._transitions.get(sandbox_id, 0) + 1
+        try:
+            async with self.busy(sandbox_id):
+                yield
+        finally:
+            left = self._transitions[sandbox_id] - 1
+            if left:
+                self._transitions[sandbox_id] = left
+            else:
+                del self._transitions[sandbox_id]
+
+    async def host_call(self, op: Awaitable[T]) -> T:
+        """Await a runtime operation; a ValueError (a bad argument) becomes 422, a host
+        error its API error (the runtime's SandboxNotFound: 409, not on this host)."""
+        try:
+            return await op
+        except ValueError as exc:
+            raise ApiError(422, "validation_error", str(exc)) from None
+        except HostError as exc:
+            raise from_host_error(exc) from None
+        except OSError as exc:  # the host's own disk, not the guest's
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ApiError(507, "insufficient_storage", f"host: {exc}") from None
+            raise ApiError(503, "unavailable", f"host: {exc}") from None
+
+    def sync_state(self, row: Sandbox) -> Sandbox:
+        """Make the row's state the runtime's (running, paused or hibernated)."""
+        try:
+            state = self.runtime.get(row.id).state
+        except SandboxNotFound:
+            return row
+        if state == row.state or state not in AWAKE_STATES:
+            return row
+        updated = self.store.set_live_state(row.id, state)
+        return updated if updated is not None else row
+
+    # -- pause, resume, hibernate, wake ---------------------------------------------------
+
+    async def wake_row(self, row: Sandbox) -> Sandbox:
+        async with self.transition(row.id):
+            await self.host_call(self.runtime.wake(row.id))
+            return self.sync_state(row)
+
+    async def awake(self, team: str, sandbox_id: str) -> Sandbox:
+        """The team's live sandbox with a VM (running or paused); woken if hibernated."""
+        row = self.live(team, sandbox_id)
+        return await self.wake_row(row) if row.state == "hibernated" else row
+
+    async def pause(self, team: str, sandbox_id: str) -> Sandbox:
+        row = await self.awake(team, sandbox_id)
+        async with self.transition(row.id):
+            await self.host_call(self.runtime.pause(row.id))
+            return self.sync_state(row)
+
+    async def resume(self, team: str, sandbox_id: str) -> Sandbox:
+        row = await self.awake(team, sandbox_id)
+        async with self.transition(row.id):
+            await self.host_call(self.runtime.resume(row.id))
+            return self.sync_state(row)
+
+    async def hibernate(self, team: str, sandbox_id: str) -> Sandbox:
+        """Idempotent: a hibernated sandbox stays as it is."""
+        row = self.live(team, sandbox_id)
+        return row if row.state == "hibernated" else await self.hibernate_row(row)
+
+    async def hibernate_row(self, row: Sandbox) -> Sandbox:
+        async with self.transition(row.id):
+            await self.host_call(self.runtime.hibernate(row.id))
+            return self.sync_state(row)
+
+    async def wake(self, team: str, sandbox_id: str) -> Sandbox:
+        """Idempotent: a sandbox that is awake (running or paused) stays as it is."""
+        return await self.wake_row(self.live(team, sandbox_id))
+
     # -- create and end -------------------------------------------------------------------
 
-    async def create(self, team: str, req: CreateSandbox) -> Sandbox:
-        if req.snapshot is not None:
+    def _shape(self, team: str, req: CreateSandbox) -> tuple[str, int, int, int | None]:
+        """(template, vcpus, memory_mb, disk_mb) of a new sandbox; from a snapshot, the first
+        three are the snapshot's (422 if the request names other values)."""
+        if req.snapshot is None:
+            return req.template or DEFAULT_TEMPLATE, req.vcpus, req.memory_mb, req.disk_mb
+        snap = (self.store.get_snapshot(team, req.snapshot)
+                if SNAPSHOT_ID_RE.match(req.snapshot) else None)
+        if snap is None:
             raise not_found(f"snapshot {req.snapshot!r}")
-        template = req.template or DEFAULT_TEMPLATE
+        clash = [name for name in SNAPSHOT_SHAPE if name in req.model_fields_set
+                 and getattr(req, name) is not None
+                 and getattr(req, name) != getattr(snap, name)]
+        if clash:
+            raise ApiError(422, "validation_error",
+                           f"{', '.join(clash)}: a sandbox created from a snapshot has the "
+                           f"snapshot's {', '.join(SNAPSHOT_SHAPE)}; leave them out")
+        return snap.template, snap.vcpus, snap.memory_mb, req.disk_mb or snap.disk_mb
+
+    async def create(self, team: str, req: CreateSandbox) -> Sandbox:
+        template, vcpus, memory_mb, disk_mb = self._shape(team, req)
         now = time.time()
         row = Sandbox(
             id=f"sbx-{secrets.token_hex(6)}", team=team, template=template, state="starting",
             created_at=now, expires_at=now + req.ttl_seconds, ttl_seconds=req.ttl_seconds,
-            persistent=req.persistent, vcpus=req.vcpus, memory_mb=req.memory_mb,
-            disk_mb=req.disk_mb, env=dict(req.env), meta=dict(req.metadata),
-            last_activity_at=now, ended_at=None, end_reason=None,
+            persistent=req.persistent, vcpus=vcpus, memory_mb=memory_mb,
+            disk_mb=disk_mb, env=dict(req.env), meta=dict(req.metadata),
+            last_activity_at=now, ended_at=None, end_reason=None, snapshot=req.snapshot,
         )
         self.store.add_sandbox(row)
         try:
-            await self.runtime.create(template, vcpus=req.vcpus, memory_mb=req.memory_mb,
-                                      disk_mb=req.disk_mb, sandbox_id=row.id)
+            await self.runtime.create(template, vcpus=vcpus, memory_mb=memory_mb,
+                                      disk_mb=req.disk_mb, sandbox_id=row.id,
+                                      snapshot=req.snapshot)
         except BaseException as exc:
             self.store.end_sandbox(row.id, "failed", f"create failed: {exc}"[:2000])
             if isinstance(exc, TemplateNotFound):
@@ -160,17 +278,26 @@ class SandboxService:
 
     async def reconcile(self) -> tuple[list[str], list[str]]:
         """After `runtime.start()`: rows whose VM is gone -> failed; VMs without a live row ->
-        killed. Rows still `starting` (a create interrupted by a restart) count as gone."""
+        killed; the rows of adopted sandboxes take the runtime's state (running, paused or
+        hibernated); snapshot rows whose files are gone -> deleted. Rows still `starting` (a
+        create interrupted by a restart) count as gone."""
         on_host = {h.id for h in self.runtime.list()}
         failed: list[str] = []
         for row in self.store.live_sandboxes():
             if row.state == "starting" or row.id not in on_host:
                 self.store.end_sandbox(row.id, "failed", "VM gone after a server restart")
                 failed.append(row.id)
+            else:
+                self.sync_state(row)
         keep = {row.id for row in self.store.live_sandboxes()}
         killed: list[str] = []
         for sid in sorted(on_host - keep):
             with suppress(SandboxNotFound):
                 await self.runtime.kill(sid)
             killed.append(sid)
+        held = {info.id for info in self.runtime.snapshots.all()}
+        for snap in self.store.list_snapshots(None):
+            if snap.id not in held:
+                log.warning("snapshot %s of team %s is gone from the host", snap.id, snap.team)
+                self.store.delete_snapshot(snap.id)
         return failed, killed

@@ -26,6 +26,9 @@ class Settings:
     port: int = 8080
     public_url: str | None = None
     idle_timeout_seconds: int = 600
+    # Idle *persistent* sandboxes are hibernated after this many seconds without API activity
+    # (None: never). Non-persistent ones are still reaped after `idle_timeout_seconds`.
+    hibernate_idle_seconds: int | None = None
     retention_seconds: int = 3600
     reaper_interval_seconds: float = 1.0
     max_upload_bytes: int = 1024 << 20
@@ -39,6 +42,8 @@ class Settings:
     def __post_init__(self) -> None:
         if self.idle_timeout_seconds < 1:
             raise ValueError("idle_timeout_seconds must be >= 1")
+        if self.hibernate_idle_seconds is not None and self.hibernate_idle_seconds < 1:
+            raise ValueError("hibernate_idle_seconds must be >= 1 (or None: off)")
         if self.retention_seconds < 0:
             raise ValueError("retention_seconds must be >= 0")
         if self.reaper_interval_seconds <= 0:
@@ -88,6 +93,10 @@ class Settings:
         take("PANDASTACK_PUBLIC_URL", "public_url", str)
         take("PANDASTACK_IDLE_TIMEOUT", "idle_timeout_seconds", int)
         take("PANDASTACK_RETENTION", "retention_seconds", int)
+        if env.get("PANDASTACK_HIBERNATE_IDLE", "").strip().lower() in ("off", "none", "0"):
+            values["hibernate_idle_seconds"] = None
+        else:
+            take("PANDASTACK_HIBERNATE_IDLE", "hibernate_idle_seconds", int)
         take("PANDASTACK_MAX_UPLOAD_MB", "max_upload_bytes", int, 1 << 20)
         take("PANDASTACK_MAX_BODY_KB", "max_body_bytes", int, 1 << 10)
         take("PANDASTACK_RATE_LIMIT", "rate_limit_per_second", float)

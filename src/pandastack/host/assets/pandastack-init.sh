@@ -31,6 +31,11 @@ chmod 1777 /tmp 2>/dev/null
 
 echo pandastack > /proc/sys/kernel/hostname  # /etc/hostname links here
 ip link set lo up || say "cannot bring up lo"
+# Every sandbox has the same guest address; the host maps it per sandbox outside the guest.
+if [ -e /sys/class/net/eth0 ]; then
+	{ ip link set eth0 up && ip addr add 169.254.0.21/30 dev eth0 \
+		&& ip route add default via 169.254.0.22; } || say "cannot configure eth0"
+fi
 
 cd /opt/pandastack || say "no /opt/pandastack"
 while :; do

@@ -45,7 +45,7 @@ def sse(event: str, data: object) -> bytes:
 async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrincipal,
                        service: Service) -> ExecResult:
     _validate(body)
-    row, handle = service.running(who.team, sandbox_id)
+    row, handle = await service.running(who.team, sandbox_id)
     env = {**(row.env or {}), **body.env}
     async with service.busy(row.id):
         try:
@@ -65,7 +65,7 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
                       service: Service, request: Request) -> StreamingResponse:
     _validate(body)
     rid = request_id_of(request)
-    row, handle = service.running(who.team, sandbox_id)
+    row, handle = await service.running(who.team, sandbox_id)
     env = {**(row.env or {}), **body.env}
     queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(STREAM_QUEUE_CHUNKS)
 

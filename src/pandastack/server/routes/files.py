@@ -40,7 +40,7 @@ def to_entry(info: FileInfo) -> FileEntry:
 async def read_file(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal,
                     service: Service) -> StreamingResponse:
     check_path(path)
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     chunks = handle.read_file(path)
     try:  # the first step surfaces ENOENT & co. as a proper error response
         first = await anext(chunks)
@@ -76,7 +76,7 @@ async def write_file(sandbox_id: SandboxId, path: FilePath, request: Request,
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "payload_too_large", f"upload over the {limit}-byte limit")
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
 
     async def body() -> AsyncIterator[bytes]:
         seen = 0
@@ -96,7 +96,7 @@ async def write_file(sandbox_id: SandboxId, path: FilePath, request: Request,
 async def list_files(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal,
                      service: Service) -> FileList:
     check_path(path)
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     return FileList(entries=[to_entry(i) for i in await handle.list_dir(path)])
 
 
@@ -104,7 +104,7 @@ async def list_files(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipa
 async def stat_file(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal,
                     service: Service) -> FileEntry:
     check_path(path)
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     return to_entry(await handle.stat(path))
 
 
@@ -112,7 +112,7 @@ async def stat_file(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal
 async def make_dir(sandbox_id: SandboxId, body: MkdirRequest, who: CurrentPrincipal,
                    service: Service) -> Response:
     check_path(body.path)
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     await handle.mkdir(body.path, parents=body.parents)
     return Response(status_code=204)
 
@@ -121,7 +121,7 @@ async def make_dir(sandbox_id: SandboxId, body: MkdirRequest, who: CurrentPrinci
 async def remove_file(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal,
                       service: Service, recursive: Annotated[bool, Query()] = False) -> Response:
     check_path(path)
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     await handle.remove(path, recursive=recursive)
     return Response(status_code=204)
 
@@ -131,6 +131,6 @@ async def rename_file(sandbox_id: SandboxId, body: RenameRequest, who: CurrentPr
                       service: Service) -> Response:
     check_path(body.src, "src")
     check_path(body.dst, "dst")
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     await handle.rename(body.src, body.dst)
     return Response(status_code=204)

@@ -33,7 +33,7 @@ async def start_process(sandbox_id: SandboxId, body: StartProcess, who: CurrentP
     check_text(body.cmd, "cmd")
     check_text(body.env, "env")
     check_text(body.cwd, "cwd")
-    row, handle = service.running(who.team, sandbox_id)
+    row, handle = await service.running(who.team, sandbox_id)
     env = {**(row.env or {}), **body.env}
     try:
         pid = await handle.spawn(body.cmd, env=env or None, cwd=body.cwd)
@@ -54,7 +54,7 @@ def _process_info(item: dict[str, object]) -> ProcessInfo | None:
 @router.get("/sandboxes/{sandbox_id}/processes", response_model=ProcessList)
 async def list_processes(sandbox_id: SandboxId, who: CurrentPrincipal,
                          service: Service) -> ProcessList:
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     infos = [_process_info(item) for item in await handle.procs()]
     return ProcessList(processes=[i for i in infos if i is not None])
 
@@ -67,7 +67,7 @@ async def list_processes(sandbox_id: SandboxId, who: CurrentPrincipal,
 async def process_stdin(sandbox_id: SandboxId, pid: Pid, request: Request,
                         who: CurrentPrincipal, service: Service, settings: AppSettings,
                         eof: Annotated[bool, Query()] = False) -> Response:
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     limit = settings.max_upload_bytes
     async with service.busy(sandbox_id):
         buffered = bytearray()
@@ -87,7 +87,7 @@ async def process_stdin(sandbox_id: SandboxId, pid: Pid, request: Request,
              response_class=Response)
 async def process_signal(sandbox_id: SandboxId, pid: Pid, body: SignalRequest,
                          who: CurrentPrincipal, service: Service) -> Response:
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     await handle.signal(pid, body.signal)
     return Response(status_code=204)
 
@@ -99,7 +99,7 @@ async def process_wait(sandbox_id: SandboxId, pid: Pid, who: CurrentPrincipal,
                        service: Service,
                        timeout_seconds: Annotated[float | None, Query(
                            gt=0, le=MAX_EXEC_TIMEOUT_SECONDS)] = None) -> ExecResult:
-    _, handle = service.running(who.team, sandbox_id)
+    _, handle = await service.running(who.team, sandbox_id)
     async with service.busy(sandbox_id):
         try:
             result = await asyncio.wait_for(handle.attach(pid), timeout_seconds)

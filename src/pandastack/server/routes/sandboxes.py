@@ -20,7 +20,11 @@ METADATA_FILTER = "metadata."
 
 
 @router.post("/sandboxes", status_code=201, response_model=SandboxInfo,
-             summary="Create a sandbox (restores the template snapshot)")
+             summary="Create a sandbox from a template, or from a snapshot of the team",
+             description="With `snapshot`, the new sandbox resumes the snapshotted memory, "
+                         "processes and files; its template, vcpus and memory_mb are the "
+                         "snapshot's (naming others is a 422). An unknown snapshot, or another "
+                         "team's, is a 404.")
 async def create_sandbox(body: CreateSandbox, who: CurrentPrincipal,
                          service: Service) -> SandboxInfo:
     return to_info(await service.create(who.team, body))

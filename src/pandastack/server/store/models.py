@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -53,3 +53,22 @@ class Sandbox(Base):
     last_activity_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    snapshot: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+
+
+class Snapshot(Base):
+    """A team's snapshot; `deleted_at` is set when it is deleted (the row is kept)."""
+
+    __tablename__ = "snapshots"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    team: Mapped[str] = mapped_column(String(128), ForeignKey("teams.id"), index=True)
+    name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    source_sandbox: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    template: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float)
+    vcpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    disk_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pandastack.wire import ENDED_STATES
 
-from .models import ApiKey, Sandbox, Team
+from .models import ApiKey, Sandbox, Snapshot, Team
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated")
 
@@ -105,6 +105,16 @@ class Store:
                 setattr(row, name, value)
             return row
 
+    def set_live_state(self, sandbox_id: str, state: str) -> Sandbox | None:
+        """Move a live row between running, paused and hibernated; an ended (or still
+        starting) row is left as it is."""
+        assert state in ("running", "paused", "hibernated")
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id)
+            if row is not None and row.state in ("running", "paused", "hibernated"):
+                row.state = state
+            return row
+
     def end_sandbox(self, sandbox_id: str, state: str, reason: str,
                     now: float | None = None) -> Sandbox | None:
         """Move a live row to an ended state; a row that already ended is left as it is."""
@@ -129,3 +139,33 @@ class Store:
             result = s.execute(delete(Sandbox).where(Sandbox.state.in_(tuple(ENDED_STATES)),
                                                      Sandbox.ended_at < before))
             return int(getattr(result, "rowcount", 0) or 0)
+
+    # -- snapshots ------------------------------------------------------------------------
+
+    def add_snapshot(self, row: Snapshot) -> Snapshot:
+        with self.session() as s:
+            self.ensure_team(s, row.team)
+            s.add(row)
+        return row
+
+    def get_snapshot(self, team: str, snapshot_id: str) -> Snapshot | None:
+        """The team's snapshot, unless it was deleted."""
+        with self.session() as s:
+            row = s.get(Snapshot, snapshot_id)
+            ok = row is not None and row.team == team and row.deleted_at is None
+            return row if ok else None
+
+    def list_snapshots(self, team: str | None) -> list[Snapshot]:
+        """The team's (None: every team's) snapshots that were not deleted, oldest first."""
+        with self.session() as s:
+            q = (select(Snapshot).where(Snapshot.deleted_at.is_(None))
+                 .order_by(Snapshot.created_at))
+            if team is not None:
+                q = q.where(Snapshot.team == team)
+            return list(s.scalars(q))
+
+    def delete_snapshot(self, snapshot_id: str, now: float | None = None) -> None:
+        with self.session() as s:
+            s.execute(update(Snapshot).where(Snapshot.id == snapshot_id,
+                                             Snapshot.deleted_at.is_(None))
+                      .values(deleted_at=time.time() if now is None else now))

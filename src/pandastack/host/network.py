@@ -1,0 +1,341 @@
+"""Per-sandbox networking: a network namespace per sandbox, enforced from outside the guest.
+
+Every guest has the same address and MAC (169.254.0.21 behind a tap named `tap0`), baked into
+the template, so restores and forks need no guest reconfiguration. What differs is the slot
+the VM's namespace gets: a /30 out of a host pool (default 10.200.0.0/16, 16,384 slots) on a
+veth pair to the host. Inside the namespace nftables translates the guest address to the slot
+address and applies the egress policy; on the host one table stops sandboxes from reaching the
+host itself or each other, and masquerades their traffic to the outside.
+
+Slots are claimed host-wide by creating `claims/<index>` with O_EXCL (atomic, survives
+restarts, shared by every runtime on the machine). A claim records its owner's directory, so a
+sweep can release the claims, and delete the namespaces, of sandboxes that no longer exist.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import socket
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import HostError
+
+GUEST_IP = "169.254.0.21"
+GATEWAY_IP = "169.254.0.22"
+GUEST_MAC = "02:70:73:00:00:21"
+TAP = "tap0"
+NS_VETH = "eth0"
+NS_PREFIX = "psn-"
+HOST_VETH_PREFIX = "psv"
+DEFAULT_POOL = "10.200.0.0/16"
+HOST_TABLE = "pandastack_host"
+# Never reachable from a guest unless an allow_out entry names them explicitly.
+ALWAYS_DENIED = (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+    "172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+)
+
+
+class NetworkError(HostError):
+    pass
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """Egress rules. Entries are CIDRs or domain names (resolved on the host when applied, so
+    a DNS answer forged inside the guest changes nothing). `allow_out` wins over everything."""
+
+    internet: bool = True
+    allow_out: tuple[str, ...] = ()
+    deny_out: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object] | None) -> NetworkPolicy:
+        data = data or {}
+        unknown = set(data) - {"internet", "allow_out", "deny_out"}
+        if unknown:
+            raise ValueError(f"unknown network fields: {sorted(unknown)}")
+        internet = data.get("internet", True)
+        if not isinstance(internet, bool):
+            raise ValueError("network.internet must be true or false")
+        lists = {}
+        for key in ("allow_out", "deny_out"):
+            value = data.get(key, [])
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"network.{key} must be a list of CIDRs or domain names")
+            if len(value) > 256:
+                raise ValueError(f"network.{key} has more than 256 entries")
+            lists[key] = tuple(str(v) for v in value)
+        policy = cls(internet, lists["allow_out"], lists["deny_out"])
+        policy.resolve()  # fail early on entries that are neither CIDRs nor names
+        return policy
+
+    def to_dict(self) -> dict[str, object]:
+        return {"internet": self.internet, "allow_out": list(self.allow_out),
+                "deny_out": list(self.deny_out)}
+
+    def resolve(self) -> tuple[list[str], list[str]]:
+        return _resolve_all(self.allow_out), _resolve_all(self.deny_out)
+
+
+def _resolve_all(entries: Iterable[str]) -> list[str]:
+    nets: list[str] = []
+    for entry in entries:
+        try:
+            net = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            nets.extend(f"{ip}/32" for ip in _resolve_name(entry))
+            continue
+        if net.version != 4:
+            raise ValueError(f"only IPv4 networks are supported: {entry}")
+        nets.append(str(net))
+    return nets
+
+
+def _resolve_name(name: str) -> list[str]:
+    label_ok = all(part and len(part) <= 63 and part.replace("-", "").isalnum()
+                   for part in name.rstrip(".").split("."))
+    if not label_ok or len(name) > 253:
+        raise ValueError(f"not a CIDR or a domain name: {name!r}")
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ValueError(f"cannot resolve {name!r}: {exc}") from exc
+    return sorted({str(info[4][0]) for info in infos})
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    pool: str
+
+    @property
+    def netns(self) -> str:
+        return f"{NS_PREFIX}{self.index}"
+
+    @property
+    def host_veth(self) -> str:
+        return f"{HOST_VETH_PREFIX}{self.index}"
+
+    def _addr(self, offset: int) -> str:
+        base = ipaddress.ip_network(self.pool).network_address
+        return str(base + 4 * self.index + offset)
+
+    @property
+    def host_ip(self) -> str:
+        return self._addr(1)
+
+    @property
+    def ns_ip(self) -> str:
+        return self._addr(2)
+
+    @property
+    def netns_path(self) -> str:
+        return f"/run/netns/{self.netns}"
+
+
+@dataclass
+class NetworkManager:
+    """Claims slots, builds and removes namespaces, writes nftables rules."""
+
+    claims_dir: Path
+    pool: str = DEFAULT_POOL
+    _host_ready: bool = field(default=False, init=False)
+
+    @property
+    def capacity(self) -> int:
+        return ipaddress.ip_network(self.pool).num_addresses // 4
+
+    # -- claims -----------------------------------------------------------------------
+
+    def claim(self, owner: Path) -> Slot:
+        """Claim a free slot for `owner` (a sandbox directory). Expected O(1): random probes
+        into a mostly free pool, then a scan only when it is nearly full."""
+        self.claims_dir.mkdir(parents=True, exist_ok=True)
+        capacity = self.capacity
+        probes = [random.randrange(capacity) for _ in range(32)]
+        # The claim appears with its content in one step (link of a written file), so a
+        # concurrent sweep never sees an empty claim and mistakes it for an orphan.
+        draft = self._draft(owner)
+        try:
+            for index in [*probes, *range(capacity)]:
+                try:
+                    os.link(draft, self.claims_dir / str(index))
+                except FileExistsError:
+                    continue
+                return Slot(index, self.pool)
+        finally:
+            draft.unlink(missing_ok=True)
+        raise NetworkError(f"no free network slot in {self.pool}")
+
+    def reassign(self, slot: Slot, owner: Path) -> None:
+        draft = self._draft(owner)
+        os.replace(draft, self.claims_dir / str(slot.index))
+
+    def _draft(self, owner: Path) -> Path:
+        draft = self.claims_dir / f".draft-{os.getpid()}-{random.getrandbits(48):x}"
+        draft.write_text(json.dumps({"owner": str(owner), "pool": self.pool}))
+        return draft
+
+    def release(self, slot: Slot) -> None:
+        (self.claims_dir / str(slot.index)).unlink(missing_ok=True)
+
+    def claims(self) -> dict[int, Path]:
+        found: dict[int, Path] = {}
+        for entry in self.claims_dir.glob("*") if self.claims_dir.exists() else []:
+            if not entry.name.isdigit():
+                continue
+            try:
+                found[int(entry.name)] = Path(json.loads(entry.read_text())["owner"])
+            except (OSError, ValueError, KeyError):
+                found[int(entry.name)] = Path("/nonexistent")
+        return found
+
+    def sweep(self) -> list[int]:
+        """Release claims (and namespaces) whose owner directory is gone; drop namespaces
+        that nobody claims. Returns the released slot indexes."""
+        released = []
+        claimed = self.claims()
+        for index, owner in claimed.items():
+            if not owner.exists():
+                self.teardown(Slot(index, self.pool))
+                self.release(Slot(index, self.pool))
+                released.append(index)
+        for name in list_netns():
+            suffix = name[len(NS_PREFIX):]
+            if not (name.startswith(NS_PREFIX) and suffix.isdigit()):
+                continue
+            # Another runtime may have claimed it since we listed the claims: a namespace is
+            # only built after its claim exists, so a claim present now means it is in use.
+            if int(suffix) not in claimed and not (self.claims_dir / suffix).exists():
+                _run(["ip", "netns", "del", name], check=False)
+        return released
+
+    # -- namespaces -------------------------------------------------------------------
+
+    def ensure_host(self) -> None:
+        """Forwarding on, and the host table that fences sandboxes off (idempotent)."""
+        if self._host_ready:
+            return
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
+        veths = f'"{HOST_VETH_PREFIX}*"'
+        ruleset = f"""
+table inet {HOST_TABLE}
+delete table inet {HOST_TABLE}
+table inet {HOST_TABLE} {{
+    chain input {{
+        type filter hook input priority -10; policy accept;
+        iifname {veths} ct state established,related accept
+        iifname {veths} drop
+    }}
+    chain forward {{
+        type filter hook forward priority -10; policy accept;
+        iifname {veths} oifname {veths} drop
+    }}
+    chain postrouting {{
+        type nat hook postrouting priority 100; policy accept;
+        ip saddr {self.pool} oifname != {veths} masquerade
+    }}
+}}
+"""
+        _run(["nft", "-f", "-"], stdin=ruleset)
+        self._host_ready = True
+
+    def setup(self, slot: Slot, policy: NetworkPolicy) -> None:
+        self.ensure_host()
+        allow, deny = policy.resolve()
+        ns = slot.netns
+        outside = [
+            f"netns add {ns}",
+            f"link add {slot.host_veth} type veth peer name {NS_VETH} netns {ns}",
+            f"addr add {slot.host_ip}/30 dev {slot.host_veth}",
+            f"link set {slot.host_veth} up",
+        ]
+        inside = [
+            "link set lo up",
+            f"addr add {slot.ns_ip}/30 dev {NS_VETH}",
+            f"link set {NS_VETH} up",
+            f"route add default via {slot.host_ip}",
+            f"tuntap add {TAP} mode tap",
+            f"addr add {GATEWAY_IP}/30 dev {TAP}",
+            f"link set {TAP} up",
+        ]
+        try:
+            _run(["ip", "-batch", "-"], stdin="\n".join(outside) + "\n")
+            _run(["ip", "-n", ns, "-batch", "-"], stdin="\n".join(inside) + "\n")
+            self._apply(slot, policy.internet, allow, deny, first=True)
+        except NetworkError:
+            self.teardown(slot)
+            raise
+
+    def update(self, slot: Slot, policy: NetworkPolicy) -> None:
+        allow, deny = policy.resolve()
+        self._apply(slot, policy.internet, allow, deny, first=False)
+
+    def _apply(self, slot: Slot, internet: bool, allow: Sequence[str], deny: Sequence[str],
+               *, first: bool) -> None:
+        def elements(nets: Sequence[str]) -> str:
+            return f"elements = {{ {', '.join(nets)} }}" if nets else ""
+
+        verdict = "accept" if internet else "drop"
+        denied = ", ".join(ALWAYS_DENIED)
+        ruleset = f"""
+table inet pandastack
+delete table inet pandastack
+table inet pandastack {{
+    set allow_out {{ type ipv4_addr; flags interval; auto-merge; {elements(allow)} }}
+    set deny_out {{ type ipv4_addr; flags interval; auto-merge; {elements(deny)} }}
+    set always_denied {{ type ipv4_addr; flags interval; elements = {{ {denied} }} }}
+    chain input {{
+        type filter hook input priority 0; policy drop;
+        iifname "lo" accept
+        ct state established,related accept
+    }}
+    chain forward {{
+        type filter hook forward priority 0; policy drop;
+        ct state established,related accept
+        iifname "{TAP}" oifname "{NS_VETH}" ip daddr @allow_out accept
+        iifname "{TAP}" oifname "{NS_VETH}" ip daddr @deny_out drop
+        iifname "{TAP}" oifname "{NS_VETH}" ip daddr @always_denied drop
+        iifname "{TAP}" oifname "{NS_VETH}" {verdict}
+        iifname "{NS_VETH}" oifname "{TAP}" ip daddr {GUEST_IP} accept
+    }}
+    chain prerouting {{
+        type nat hook prerouting priority -100; policy accept;
+        iifname "{NS_VETH}" ip daddr {slot.ns_ip} dnat ip to {GUEST_IP}
+    }}
+    chain postrouting {{
+        type nat hook postrouting priority 100; policy accept;
+        oifname "{NS_VETH}" ip saddr {GUEST_IP} snat ip to {slot.ns_ip}
+    }}
+}}
+"""
+        script = "nft -f - && echo 1 > /proc/sys/net/ipv4/ip_forward" if first else "nft -f -"
+        _run(["ip", "netns", "exec", slot.netns, "sh", "-c", script], stdin=ruleset)
+
+    def teardown(self, slot: Slot) -> None:
+        """Remove the namespace (with it the veth pair, the tap and the nft tables)."""
+        if slot.netns in list_netns():
+            _run(["ip", "netns", "del", slot.netns], check=False)
+        if Path(f"/sys/class/net/{slot.host_veth}").exists():
+            _run(["ip", "link", "del", slot.host_veth], check=False)
+
+
+def list_netns() -> list[str]:
+    try:
+        return sorted(os.listdir("/run/netns"))
+    except FileNotFoundError:
+        return []
+
+
+def _run(argv: list[str], *, stdin: str | None = None, check: bool = True) -> str:
+    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise NetworkError(f"{' '.join(argv[:4])}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout

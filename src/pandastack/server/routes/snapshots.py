@@ -1,0 +1,65 @@
+"""Snapshots (team-owned: take, list, get, delete) and fork."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+
+from pandastack.wire import CreateSnapshot, ForkRequest, ForkResult, SnapshotInfo, SnapshotList
+
+from ..auth import CurrentPrincipal
+from ..jsonbody import StrictJsonRoute
+from ..service import to_info
+from ..snapshots import delete_snapshot, fork, snapshot_row, take_snapshot, to_snapshot_info
+from .deps import SandboxId, Service
+
+router = APIRouter(tags=["snapshots"], route_class=StrictJsonRoute)
+
+SnapshotId = Annotated[str, Path(max_length=64, description="snapshot id, e.g. "
+                                                            "snap-0123456789ab")]
+
+
+@router.post("/sandboxes/{sandbox_id}/snapshots", status_code=201, response_model=SnapshotInfo,
+             summary="Snapshot memory, processes and disk; the sandbox keeps running",
+             description="The pause window is kept short (pre-copy). Create sandboxes from it "
+                         "with `POST /v1/sandboxes {\"snapshot\": id}`, any number of times. "
+                         "409 if the sandbox ended or is not on this host; 507 if the host "
+                         "ran out of disk space (the sandbox keeps running).")
+async def create_snapshot(sandbox_id: SandboxId, body: CreateSnapshot, who: CurrentPrincipal,
+                          service: Service) -> SnapshotInfo:
+    return to_snapshot_info(await take_snapshot(service, who.team, sandbox_id, body.name))
+
+
+@router.get("/snapshots", response_model=SnapshotList, summary="The team's snapshots")
+async def list_snapshots(who: CurrentPrincipal, service: Service) -> SnapshotList:
+    return SnapshotList(snapshots=[to_snapshot_info(r)
+                                   for r in service.store.list_snapshots(who.team)])
+
+
+@router.get("/snapshots/{snapshot_id}", response_model=SnapshotInfo)
+async def get_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
+                       service: Service) -> SnapshotInfo:
+    return to_snapshot_info(snapshot_row(service, who.team, snapshot_id))
+
+
+@router.delete("/snapshots/{snapshot_id}", status_code=204, response_class=Response,
+               summary="Delete a snapshot (sandboxes created from it keep running)")
+async def remove_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
+                          service: Service) -> Response:
+    delete_snapshot(service, who.team, snapshot_id)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/fork", status_code=201, response_model=ForkResult,
+             summary="Fork a live sandbox into `count` children (1 to 16)",
+             description="Each child starts with the parent's memory, running processes and "
+                         "files as they were at the fork instant (copy-on-write), with its own "
+                         "id, hostname and machine-id; the parent keeps running. Children are "
+                         "new sandboxes of the same team with the parent's ttl, persistence, "
+                         "env and metadata. 409 if the parent ended.")
+async def fork_sandbox(sandbox_id: SandboxId, body: ForkRequest, who: CurrentPrincipal,
+                       service: Service) -> ForkResult:
+    parent, children, duration_ms = await fork(service, who.team, sandbox_id, body.count)
+    return ForkResult(parent=parent.id, sandboxes=[to_info(c) for c in children],
+                      duration_ms=duration_ms)

@@ -1,0 +1,90 @@
+"""Snapshots and fork at the API level: the runtime does the work, the store records who owns
+what. A snapshot belongs to the team of the sandbox it was taken from; fork children are new
+sandboxes of the parent's team with the parent's lifecycle, environment and metadata."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from pandastack.host.errors import HostError, SandboxNotFound, SnapshotNotFound
+from pandastack.wire import SnapshotInfo
+
+from .errors import not_found
+from .service import SNAPSHOT_ID_RE, SandboxService, log
+from .store import Sandbox, Snapshot
+
+MIB = 1 << 20
+
+
+def to_snapshot_info(row: Snapshot) -> SnapshotInfo:
+    return SnapshotInfo(id=row.id, name=row.name, source_sandbox=row.source_sandbox,
+                        template=row.template, created_at=row.created_at, vcpus=row.vcpus,
+                        memory_mb=row.memory_mb, disk_mb=row.disk_mb,
+                        size_bytes=row.size_bytes)
+
+
+def snapshot_row(service: SandboxService, team: str, snapshot_id: str) -> Snapshot:
+    """The team's snapshot or 404 (also for another team's: its existence is not told)."""
+    row = (service.store.get_snapshot(team, snapshot_id)
+           if SNAPSHOT_ID_RE.match(snapshot_id) else None)
+    if row is None:
+        raise not_found(f"snapshot {snapshot_id!r}")
+    return row
+
+
+async def take_snapshot(service: SandboxService, team: str, sandbox_id: str,
+                        name: str | None) -> Snapshot:
+    """Snapshot the team's sandbox (woken first if hibernated); it keeps running."""
+    row = await service.awake(team, sandbox_id)
+    async with service.transition(row.id):
+        result = await service.host_call(service.runtime.snapshot(row.id, name))
+    info = result.info
+    snap = Snapshot(id=info.id, team=row.team, name=name, source_sandbox=row.id,
+                    template=info.template, created_at=info.created_at, vcpus=info.vcpus,
+                    memory_mb=info.memory_mb, disk_mb=info.disk_bytes // MIB,
+                    size_bytes=info.size_bytes or info.state_bytes, deleted_at=None)
+    try:
+        return service.store.add_snapshot(snap)
+    except BaseException:
+        with contextlib.suppress(HostError):
+            service.runtime.delete_snapshot(info.id)
+        raise
+
+
+def delete_snapshot(service: SandboxService, team: str, snapshot_id: str) -> None:
+    """Delete the team's snapshot; sandboxes created from it keep running (they hold their
+    own links to its layers)."""
+    row = snapshot_row(service, team, snapshot_id)
+    with contextlib.suppress(SnapshotNotFound):
+        service.runtime.delete_snapshot(row.id)
+    service.store.delete_snapshot(row.id)
+
+
+async def fork(service: SandboxService, team: str, sandbox_id: str,
+               count: int) -> tuple[Sandbox, list[Sandbox], float]:
+    """`count` live copies of the team's sandbox: (parent, children, duration in ms)."""
+    parent = await service.awake(team, sandbox_id)
+    started = time.monotonic()
+    async with service.transition(parent.id):
+        handles = await service.host_call(service.runtime.fork(parent.id, count))
+    now = time.time()
+    children: list[Sandbox] = []
+    try:
+        for handle in handles:
+            children.append(service.store.add_sandbox(Sandbox(
+                id=handle.id, team=parent.team, template=parent.template, state="running",
+                created_at=now, expires_at=now + parent.ttl_seconds,
+                ttl_seconds=parent.ttl_seconds, persistent=parent.persistent,
+                vcpus=parent.vcpus, memory_mb=parent.memory_mb, disk_mb=parent.disk_mb,
+                env=dict(parent.env or {}), meta=dict(parent.meta or {}),
+                last_activity_at=now, ended_at=None, end_reason=None, snapshot=None)))
+    except BaseException:
+        log.exception("recording the children of a fork of %s failed", parent.id)
+        for row in children:
+            service.store.end_sandbox(row.id, "failed", "fork could not be recorded")
+        for handle in handles:
+            with contextlib.suppress(SandboxNotFound):
+                await service.runtime.kill(handle.id)
+        raise
+    return parent, children, (time.monotonic() - started) * 1000

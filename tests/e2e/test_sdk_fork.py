@@ -1,0 +1,50 @@
+"""Fork, snapshots and hibernation through the public SDK against a live server (real VMs):
+fork two children that each run a command; snapshot -> create from it; hibernate -> a command
+wakes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from pandastack import Client, ConflictError, NotFoundError, Sandbox
+from tests.e2e.conftest import LiveServer
+
+pytestmark = [pytest.mark.vm, pytest.mark.e2e]
+
+
+def test_fork_snapshot_hibernate(live_server: LiveServer) -> None:
+    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    with Sandbox.create(ttl_seconds=300, **creds) as parent:
+        parent.filesystem.write("/work/state.txt", "before the fork")
+        children = parent.fork(count=2)
+        try:
+            assert len({c.id for c in children} | {parent.id}) == 3
+            for n, child in enumerate(children):
+                run = child.exec(f"cat /work/state.txt; echo child-{n} > /work/mine.txt")
+                assert run.exit_code == 0 and run.stdout == "before the fork", run
+            assert parent.exec("test -e /work/mine.txt").exit_code == 1
+        finally:
+            for child in children:
+                child.kill()
+                child.close()
+
+        snapshot_id = parent.snapshot(name="e2e")
+        with Client(**creds) as client:
+            assert client.snapshots.get(snapshot_id).source_sandbox == parent.id
+            with Sandbox.create(snapshot=snapshot_id, ttl_seconds=300, **creds) as restored:
+                assert restored.info.snapshot == snapshot_id
+                assert restored.filesystem.read("/work/state.txt") == b"before the fork"
+                client.snapshots.delete(snapshot_id)  # its sandbox keeps running
+                assert restored.exec("echo alive").stdout == "alive\n"
+            with pytest.raises(NotFoundError):
+                client.snapshots.get(snapshot_id)
+
+        assert parent.hibernate().state == "hibernated"
+        assert parent.refresh().state == "hibernated"
+        assert parent.exec("cat /work/state.txt").stdout == "before the fork"  # wakes it
+        assert parent.refresh().state == "running"
+        parent.hibernate()
+        assert parent.wake().state == "running"
+        parent_id = parent.id
+    with Client(**creds) as client, pytest.raises(ConflictError):
+        client.sandboxes.connect(parent_id).fork()
