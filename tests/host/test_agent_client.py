@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -608,3 +609,22 @@ async def test_guest_error_frame_on_id_zero_breaks_client(fake: FakeGuest) -> No
         await task
     assert client.broken
     await client.close()
+
+
+async def test_frozen_agent_fails_an_open_ended_exec_instead_of_hanging() -> None:
+    sock, proc = start_agent()
+    client = await AgentClient.from_socket(sock, timeout=10, op_timeout=1.0)
+    client.liveness_interval = 0.5
+    try:
+        task = asyncio.create_task(client.exec("sleep 60"))  # no deadline of its own
+        await asyncio.sleep(0.5)
+        os.kill(proc.pid, signal.SIGSTOP)  # the agent stops answering, the channel stays open
+        started = time.monotonic()
+        with pytest.raises(AgentConnectionError, match="stopped answering"):
+            await asyncio.wait_for(task, 10)
+        assert time.monotonic() - started < 5
+        assert client.broken
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        await client.close()

@@ -32,7 +32,7 @@ while True:
 
 
 async def _counter(sbx: SandboxHandle) -> tuple[str, int]:
-    last = (await sbx.exec("tail -n 1 /work/counter")).stdout.decode().split()
+    last = (await sbx.exec("tail -n 1 /work/counter", timeout=30)).stdout.decode().split()
     return last[0], int(last[1])
 
 

@@ -44,6 +44,9 @@ from pandastack.host.errors import (
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
 DEFAULT_OP_TIMEOUT = 30.0
+# An operation without a deadline (a long exec, a wait) checks that the agent still answers
+# this often, so a guest that froze fails the call instead of hanging it forever.
+LIVENESS_INTERVAL = 20.0
 DEFAULT_MAX_OUTPUT = 64 * 2**20
 HELLO_RETRY = 2.0
 """If the hello is not answered this soon, pad (complete any half-read frame) and retry."""
@@ -139,6 +142,7 @@ class AgentClient:
         self._reader = reader
         self._writer = writer
         self.op_timeout = op_timeout
+        self.liveness_interval = LIVENESS_INTERVAL
         self._decoder = P.FrameDecoder()
         self._wlock = asyncio.Lock()
         self._ops: dict[int, _Op] = {}
@@ -425,6 +429,21 @@ class AgentClient:
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
 
+    async def _next_alive(self, op: _Op) -> P.Frame | BaseException:
+        while True:
+            try:
+                async with asyncio.timeout(self.liveness_interval):
+                    return await op.queue.get()
+            except TimeoutError:
+                pass
+            if self._broken is not None:
+                raise self._err()
+            try:
+                await self.ping()
+            except AgentConnectionError as exc:
+                self._fail(AgentConnectionError(f"the agent stopped answering: {exc}"))
+                raise self._err() from None
+
     async def _next(self, op: _Op, timeout: float | None) -> P.Frame:
         """Next frame for ``op``; GuestOSError for ``error`` frames.
 
@@ -435,7 +454,7 @@ class AgentClient:
             raise self._err()
         try:
             if timeout is None:
-                item = await op.queue.get()
+                item = await self._next_alive(op)
             else:
                 async with asyncio.timeout(max(0.0, timeout)):
                     item = await op.queue.get()
