@@ -17,6 +17,10 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
 from tests.helpers import SandboxFactory, qemu_pids_under
 
+# Network safety: guests in tests never get the host's real resolver. The tests that need
+# DNS give their runtime a stub resolver inside a namespace they create.
+os.environ["PANDASTACK_DNS"] = "off"
+
 
 @pytest.fixture(scope="session")
 def state_dir() -> Iterator[Path]:

@@ -10,12 +10,14 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from pandastack.host.config import HostConfig
 from pandastack.host.network import NetworkManager, NetworkPolicy, Slot, list_netns
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
@@ -175,3 +177,36 @@ def test_policy_validation() -> None:
         NetworkPolicy.from_dict({"bogus": 1})
     assert NetworkPolicy.from_dict({"allow_out": ["203.0.113.7"]}).resolve()[0] == \
         ["203.0.113.7/32"]
+
+
+@pytest.fixture
+async def dns_runtime(internet_host: str, host_config: HostConfig) -> AsyncIterator[HostRuntime]:
+    """A runtime whose guests' DNS goes to a stub resolver in the test internet namespace."""
+    stub = subprocess.Popen(["ip", "netns", "exec", INET_NS, sys.executable,
+                             str(Path(__file__).with_name("dns_stub.py")), INET_IP,
+                             "files.pandastack.test", INET_IP],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = Path(tempfile.mkdtemp(prefix="psd-", dir="/tmp"))
+    rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state,
+                                snapshots_root=host_config.snapshots_root, dns=INET_IP),
+                     progress=lambda m: None)
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.kill_all()
+        await rt.close()
+        stub.kill()
+        stub.wait()
+        assert list(state.iterdir()) == []
+        state.rmdir()
+
+
+async def test_guest_dns_follows_the_policy(dns_runtime: HostRuntime) -> None:
+    online = await dns_runtime.create(network={"internet": True})
+    lookup = await online.exec(["getent", "ahostsv4", "files.pandastack.test"], timeout=30)
+    assert lookup.exit_code == 0 and INET_IP.encode() in lookup.stdout, lookup
+    assert await reaches(online, f"http://files.pandastack.test:{PORT}/")
+    offline = await dns_runtime.create(network={"internet": False})
+    lookup = await offline.exec(["getent", "ahostsv4", "files.pandastack.test"], timeout=30)
+    assert lookup.exit_code != 0, "DNS is a way out: closed when the sandbox has no egress"

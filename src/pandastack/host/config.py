@@ -23,6 +23,8 @@ class HostConfig:
     state_dir: Path | None = None
     snapshots_root: Path | None = None
     network_pool: str = "10.200.0.0/16"
+    # "auto": the host's own resolver; "off": no DNS for guests; or an IPv4 address.
+    dns: str = "auto"
     accel: str = "auto"
     tb_size_mb: int = 64
     tcg_cpu: str = "max"
@@ -41,6 +43,8 @@ class HostConfig:
             "home": Path(env.get("PANDASTACK_HOME", str(DEFAULT_HOME))),
             "accel": env.get("PANDASTACK_ACCEL", "auto"),
         }
+        if "PANDASTACK_DNS" in env:
+            values["dns"] = env["PANDASTACK_DNS"]
         if "PANDASTACK_NETWORK_POOL" in env:
             values["network_pool"] = env["PANDASTACK_NETWORK_POOL"]
         if "PANDASTACK_SNAPSHOTS_DIR" in env:
@@ -57,6 +61,16 @@ class HostConfig:
     @property
     def sandboxes_dir(self) -> Path:
         return self.state_dir if self.state_dir is not None else self.home / "sandboxes"
+
+    @property
+    def dns_upstream(self) -> str | None:
+        if self.dns == "off":
+            return None
+        if self.dns == "auto":
+            from .network import host_resolver
+
+            return host_resolver()
+        return self.dns
 
     @property
     def network_claims_dir(self) -> Path:

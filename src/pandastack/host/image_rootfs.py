@@ -268,8 +268,9 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
         f"127.0.0.1\tlocalhost\n127.0.1.1\t{HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n",
         0o644,
     )
-    # mmdebstrap copied the host's resolv.conf; the runtime writes one when it sets up DNS.
-    _replace_file(etc / "resolv.conf", "", 0o644)
+    # The guest asks its gateway; the sandbox's namespace forwards DNS to the host's
+    # upstream resolver, when its egress policy lets it out at all.
+    _replace_file(etc / "resolv.conf", "nameserver 169.254.0.22\noptions timeout:2\n", 0o644)
     _replace_symlink(etc / "machine-id", "/run/pandastack/machine-id")
     dbus_id = root / "var" / "lib" / "dbus" / "machine-id"
     if dbus_id.exists() and not dbus_id.is_symlink():

@@ -140,12 +140,36 @@ class Slot:
         return f"/run/netns/{self.netns}"
 
 
+def host_resolver() -> str | None:
+    """The host's first IPv4 nameserver that a namespace can reach (not loopback)."""
+    try:
+        lines = Path("/etc/resolv.conf").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            try:
+                addr = ipaddress.ip_address(parts[1])
+            except ValueError:
+                continue
+            if addr.version == 4 and not addr.is_loopback:
+                return str(addr)
+    return None
+
+
 @dataclass
 class NetworkManager:
-    """Claims slots, builds and removes namespaces, writes nftables rules."""
+    """Claims slots, builds and removes namespaces, writes nftables rules.
+
+    `dns_upstream` is where guests' DNS queries (to their gateway) are forwarded, or None for
+    no DNS at all. DNS is only open to a sandbox that may reach something outside (internet
+    on, or an allow list), since it is a channel out.
+    """
 
     claims_dir: Path
     pool: str = DEFAULT_POOL
+    dns_upstream: str | None = None
     _host_ready: bool = field(default=False, init=False)
 
     @property
@@ -285,6 +309,15 @@ table inet {HOST_TABLE} {{
 
         verdict = "accept" if internet else "drop"
         denied = ", ".join(ALWAYS_DENIED)
+        dns_nat = dns_forward = ""
+        if self.dns_upstream and (internet or allow):
+            up = self.dns_upstream
+            dns_nat = "\n".join(
+                f'        iifname "{TAP}" ip daddr {GATEWAY_IP} {proto} dport 53 '
+                f"dnat ip to {up}:53" for proto in ("udp", "tcp"))
+            dns_forward = "\n".join(
+                f'        iifname "{TAP}" oifname "{NS_VETH}" ip daddr {up} {proto} dport 53 accept'
+                for proto in ("udp", "tcp"))
         ruleset = f"""
 table inet pandastack
 delete table inet pandastack
@@ -300,6 +333,7 @@ table inet pandastack {{
     chain forward {{
         type filter hook forward priority 0; policy drop;
         ct state established,related accept
+{dns_forward}
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @allow_out accept
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @deny_out drop
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @always_denied drop
@@ -309,6 +343,7 @@ table inet pandastack {{
     chain prerouting {{
         type nat hook prerouting priority -100; policy accept;
         iifname "{NS_VETH}" ip daddr {slot.ns_ip} dnat ip to {GUEST_IP}
+{dns_nat}
     }}
     chain postrouting {{
         type nat hook postrouting priority 100; policy accept;

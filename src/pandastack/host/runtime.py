@@ -129,7 +129,8 @@ class HostRuntime:
         self.config = config or HostConfig.from_env()
         self.progress = progress
         self.snapshots = SnapshotStore(self.config.snapshots_dir)
-        self.network = NetworkManager(self.config.network_claims_dir, self.config.network_pool)
+        self.network = NetworkManager(self.config.network_claims_dir, self.config.network_pool,
+                                      dns_upstream=self.config.dns_upstream)
         self._spares: builtins.list[Slot] = []
         self._refill: asyncio.Task[None] | None = None
         self._closing = False
