@@ -28,6 +28,7 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy
+	$(BIN)/mypy bench
 
 layers: venv
 	$(BIN)/lint-imports
