@@ -90,3 +90,23 @@ async def test_commands_run_in_work_by_default(sandbox: SandboxHandle) -> None:
     result = await sandbox.exec("pwd; echo data > relative.txt")
     assert result.stdout == b"/work\n"
     assert await sandbox.read_file_bytes("/work/relative.txt") == b"data\n"
+
+
+async def test_pip_installs_into_the_sandbox_virtualenv(sandbox: SandboxHandle) -> None:
+    await sandbox.write_file("/work/pkg/pyproject.toml", b"""
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "hello_ps"
+version = "1.0"
+""")
+    await sandbox.write_file("/work/pkg/hello_ps.py", b"GREETING = 'hi'\n")
+    install = await sandbox.exec("pip install -q --no-index --no-build-isolation /work/pkg",
+                                 timeout=300)
+    assert install.exit_code == 0, install.stderr
+    assert b"externally-managed" not in install.stderr
+    run = await sandbox.exec("python -c 'import hello_ps; print(hello_ps.GREETING)'")
+    assert run.stdout == b"hi\n"
+    where = await sandbox.exec(["sh", "-c", "command -v pip; command -v python"])
+    assert where.stdout == b"/opt/venv/bin/pip\n/opt/venv/bin/python\n"

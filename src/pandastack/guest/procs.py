@@ -33,7 +33,10 @@ EXIT_GRACE = 1.0
 MAX_FINISHED = 64
 
 DEFAULT_ENV = {
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    # /opt/venv (see the image) comes first: `pip install` and `python` use the sandbox's
+    # virtualenv, which sees the system's packages too.
+    "PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "VIRTUAL_ENV": "/opt/venv",
     "HOME": "/root",
     "LANG": "C.UTF-8",
 }

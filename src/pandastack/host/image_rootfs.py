@@ -239,6 +239,9 @@ def build_rootfs(
              f"{size // 1024}k"], what="mkfs.ext4")
 
 
+VENV = "opt/venv"
+
+
 def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> None:
     root.chmod(0o755)
     agent_root = root / AGENT_DIR
@@ -252,6 +255,15 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
         # Byte-compile with the guest's own interpreter: the first start under TCG is faster.
         run(["chroot", root, "/usr/bin/python3", "-m", "compileall", "-q",
              "--invalidation-mode", "checked-hash", f"/{AGENT_DIR}"], what="compileall")
+    if (root / "usr/bin/python3").exists() and not (root / VENV / "bin/python").exists():
+        # Debian marks its Python "externally managed": `pip install` as the sandbox user
+        # would fail. A virtualenv first on PATH (seeing the system's packages) takes pip's
+        # installs instead, so the loop agents run (pip install, then python) just works.
+        run(["chroot", root, "/usr/bin/python3", "-m", "venv", "--system-site-packages",
+             f"/{VENV}"], what="virtualenv")
+        profile = root / "etc/profile.d/pandastack-venv.sh"
+        profile.write_text(f'export PATH="/{VENV}/bin:$PATH"\n')
+        profile.chmod(0o644)
     init = root / "sbin" / "pandastack-init"
     if init.is_symlink() or init.exists():
         init.unlink()

@@ -56,7 +56,7 @@ from pandastack.host.image_rootfs import (
 )
 
 # Bump when the build recipe changes in a way the hashed inputs do not capture.
-RECIPE_VERSION = 6
+RECIPE_VERSION = 7
 
 SUITE = "bookworm"
 VARIANT = "minbase"
