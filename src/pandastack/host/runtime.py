@@ -376,7 +376,11 @@ class HostRuntime:
             slot = self._spares.pop()
             self.network.reassign(slot, owner)
             if policy != NetworkPolicy():
-                await asyncio.to_thread(self.network.update, slot, policy)
+                try:
+                    await asyncio.to_thread(self.network.update, slot, policy)
+                except BaseException:
+                    await asyncio.to_thread(self._free_slot, slot)
+                    raise
         else:
             slot = self.network.claim(owner)
             await asyncio.to_thread(self.network.setup, slot, policy)
