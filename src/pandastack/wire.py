@@ -6,7 +6,7 @@ unknown fields are rejected, sizes and ranges are bounded.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,7 +29,7 @@ class Strict(BaseModel):
 ErrorCode = Literal[
     "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
     "validation_error", "rate_limited", "internal", "unavailable", "timeout",
-    "forbidden", "insufficient_storage",
+    "forbidden", "insufficient_storage", "bad_gateway",
 ]
 
 
@@ -47,6 +47,25 @@ class ErrorEnvelope(Strict):
 
 # -- sandboxes ----------------------------------------------------------------------------
 
+# -- network ------------------------------------------------------------------------------
+
+MAX_NETWORK_RULES = 256
+#: A CIDR (`203.0.113.0/24`, `198.51.100.7`) or a domain name (`pypi.org`).
+NetworkRule = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class NetworkSpec(Strict):
+    """A sandbox's egress policy, enforced on the host (outside the guest).
+
+    `allow_out` entries win over everything: over `deny_out`, over `internet: false` and over
+    the ranges that are otherwise always denied (private, loopback, link-local/metadata, other
+    sandboxes, the host). Domain names are resolved on the host when the policy is applied."""
+
+    internet: bool = True
+    allow_out: list[NetworkRule] = Field(default_factory=list, max_length=MAX_NETWORK_RULES)
+    deny_out: list[NetworkRule] = Field(default_factory=list, max_length=MAX_NETWORK_RULES)
+
+
 class CreateSandbox(Strict):
     template: str | None = Field(default=None, max_length=128)
     snapshot: str | None = Field(default=None, max_length=128)
@@ -57,6 +76,7 @@ class CreateSandbox(Strict):
     disk_mb: int | None = Field(default=None, ge=256, le=1 << 20)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
     metadata: dict[str, str] = Field(default_factory=dict, max_length=MAX_METADATA_ITEMS)
+    network: NetworkSpec | None = None  # None: the default policy (internet on, no lists)
 
 
 class SandboxInfo(Strict):
@@ -137,6 +157,22 @@ class ForkResult(Strict):
     parent: str
     sandboxes: list[SandboxInfo]
     duration_ms: float = 0.0
+
+
+# -- exposed ports ------------------------------------------------------------------------
+
+MAX_SIGNED_URL_TTL_SECONDS = 7 * 24 * 3600
+
+
+class SignedUrlRequest(Strict):
+    ttl_seconds: int = Field(default=3600, ge=1, le=MAX_SIGNED_URL_TTL_SECONDS)
+
+
+class SignedUrl(Strict):
+    """A URL that reaches the port without an API key until `expires_at` (UNIX seconds)."""
+
+    url: str
+    expires_at: float
 
 
 # -- exec and processes -------------------------------------------------------------------

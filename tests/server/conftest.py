@@ -9,11 +9,20 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
+import pandastack.host.network
 from pandastack.server.app import create_app
 from pandastack.server.runtime_port import RuntimePort
 from pandastack.server.settings import Settings
+from tests.server.fakes import OfflineDns
+
+
+@pytest.fixture(autouse=True)
+def _offline_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Network safety: a domain name in a policy never becomes a real DNS query."""
+    monkeypatch.setattr(pandastack.host.network, "socket", OfflineDns)
 
 
 def make_settings(tmp: Path, **overrides: object) -> Settings:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pandastack.host.agent_client import ExecResult, FileInfo
@@ -17,11 +19,44 @@ from pandastack.host.errors import (
     SnapshotNotFound,
     TemplateNotFound,
 )
+from pandastack.host.network import NetworkPolicy
 from pandastack.host.runtime import SnapshotResult
 from pandastack.host.snapshots import SnapshotInfo
 from pandastack.server.runtime_port import OutputCallback
 
 MAX_FORK = 16
+
+
+class OfflineDns:
+    """Replaces the `socket` module of `pandastack.host.network` in tests, so that checking a
+    policy's domain names sends no DNS query anywhere: names under `.test` (reserved, RFC
+    6761) resolve to 198.51.100.7, every other name does not resolve."""
+
+    AF_INET = socket.AF_INET
+    SOCK_STREAM = socket.SOCK_STREAM
+    gaierror = socket.gaierror
+    ADDRESS = "198.51.100.7"
+
+    @staticmethod
+    def getaddrinfo(host: str, port: object, family: int = 0, type: int = 0,
+                    *rest: object) -> list[tuple[object, ...]]:
+        if host.rstrip(".").lower().endswith(".test"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (OfflineDns.ADDRESS, 0))]
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known (offline test DNS)")
+
+
+def install_offline_dns() -> None:
+    """For a process that is a test server: policy names never reach a real resolver."""
+    import pandastack.host.network as network
+
+    network.socket = OfflineDns  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class FakeSlot:
+    """Stands in for `pandastack.host.network.Slot`: where the sandbox's ports are."""
+
+    ns_ip: str
 
 
 class FakeSandbox:
@@ -38,6 +73,7 @@ class FakeSandbox:
         self.files: dict[str, bytes] = {}
         self.last_env: Mapping[str, str] | None = None
         self.wakes = 0
+        self.network = NetworkPolicy()
 
     @property
     def workdir(self) -> os.PathLike[str]:
@@ -173,6 +209,8 @@ class FakeRuntime:
         self.fail_snapshot: BaseException | None = None
         self.fail_fork: BaseException | None = None
         self.fail_wake: BaseException | None = None
+        # Where describe() says every sandbox's ports are (None: no network, as before).
+        self.ns_ip: str | None = None
 
     async def start(self) -> object:
         return None
@@ -189,6 +227,7 @@ class FakeRuntime:
         disk_mb: int | None = None,
         sandbox_id: str | None = None,
         snapshot: str | None = None,
+        network: NetworkPolicy | None = None,
     ) -> FakeSandbox:
         files: dict[str, bytes] = {}
         if snapshot is not None:
@@ -202,6 +241,7 @@ class FakeRuntime:
         sandbox_id = sandbox_id or f"sbx-{secrets.token_hex(6)}"
         sbx = FakeSandbox(sandbox_id, self.root / sandbox_id, self, template, vcpus, memory_mb)
         sbx.files = files
+        sbx.network = network or NetworkPolicy()
         self.sandboxes[sandbox_id] = sbx
         return sbx
 
@@ -253,7 +293,9 @@ class FakeRuntime:
         try:
             if self.fail_fork is not None:
                 raise self.fail_fork
-            return [await self.create(snapshot=snap.info.id) for _ in range(count)]
+            policy = self.get(sandbox_id).network
+            return [await self.create(snapshot=snap.info.id, network=policy)
+                    for _ in range(count)]
         finally:
             self.delete_snapshot(snap.info.id)
 
@@ -272,3 +314,12 @@ class FakeRuntime:
         if self.snapshots.infos.pop(snapshot_id, None) is None:
             raise SnapshotNotFound(snapshot_id)
         self.snapshots.files.pop(snapshot_id, None)
+
+    async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
+        self.get(sandbox_id).network = network
+        return network
+
+    def describe(self, sandbox_id: str) -> dict[str, object]:
+        sbx = self.get(sandbox_id)
+        return {"id": sandbox_id, "state": sbx.state, "network": sbx.network.to_dict(),
+                "slot": FakeSlot(self.ns_ip) if self.ns_ip is not None else None}

@@ -271,8 +271,9 @@ class HostRuntime:
         """
         if disk_mb is not None and not 0 < disk_mb <= MAX_DISK_MB:
             raise ValueError(f"disk_mb must be between 1 and {MAX_DISK_MB}")
+        # Domain names in a policy are resolved here: off the event loop.
         policy = network if isinstance(network, NetworkPolicy) else \
-            NetworkPolicy.from_dict(network)
+            await asyncio.to_thread(NetworkPolicy.from_dict, network)
         base_dir: Path | None = None
         base_layers: tuple[str, ...] = ()
         if snapshot is not None:
@@ -429,7 +430,7 @@ class HostRuntime:
         """Replace the sandbox's egress policy; takes effect for new connections at once."""
         self.get(sandbox_id)
         policy = network if isinstance(network, NetworkPolicy) else \
-            NetworkPolicy.from_dict(network)
+            await asyncio.to_thread(NetworkPolicy.from_dict, network)
         record = self._records[sandbox_id]
         if record.slot is None:
             raise SandboxStateError(f"sandbox {sandbox_id} has no network")
@@ -532,8 +533,9 @@ class HostRuntime:
         at the fork instant, each with its own identity; the parent keeps running."""
         if not 1 <= count <= MAX_FORK:
             raise ValueError(f"count must be between 1 and {MAX_FORK}")
+        policy = await asyncio.to_thread(NetworkPolicy.from_dict,
+                                         self._records[sandbox_id].network)
         snap = await self.snapshot(sandbox_id, internal=True)
-        policy = self._records[sandbox_id].network
         try:
             results = await asyncio.gather(
                 *(self.create(snapshot=snap.info.id, network=policy) for _ in range(count)),

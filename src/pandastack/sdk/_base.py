@@ -51,8 +51,10 @@ from pandastack.wire import (
     KeyInfo,
     Lifecycle,
     Logs,
+    NetworkSpec,
     ProcessInfo,
     SandboxInfo,
+    SignedUrl,
     SnapshotInfo,
     WriteResult,
 )
@@ -224,8 +226,10 @@ _STATUS_CLASS: dict[int, type[APIError]] = {
 _CODE_STATUS: dict[str, int] = {
     "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
     "timeout": 408, "conflict": 409, "payload_too_large": 413, "validation_error": 422,
-    "rate_limited": 429, "internal": 500, "unavailable": 503, "insufficient_storage": 507,
+    "rate_limited": 429, "internal": 500, "bad_gateway": 502, "unavailable": 503,
+    "insufficient_storage": 507,
 }
+# A bare 502/504 (no envelope) comes from a proxy in front of the server: "unavailable".
 _STATUS_CODE: dict[int, str] = {v: k for k, v in _CODE_STATUS.items()} | {
     502: "unavailable", 504: "unavailable"}
 
@@ -396,10 +400,22 @@ def get_sandbox_call(sandbox_id: str) -> Call[SandboxInfo]:
 DEFAULT_TEMPLATE = "base"
 
 
+#: The egress policy as the SDK takes it: a `NetworkSpec` or a mapping of its fields,
+#: e.g. {"internet": False, "allow_out": ["pypi.org", "10.1.0.0/16"], "deny_out": []}.
+NetworkArg = NetworkSpec | Mapping[str, Any]
+
+
+def network_body(network: NetworkArg) -> dict[str, Any]:
+    """A policy validated locally (`InvalidRequestError` before anything is sent)."""
+    fields = network.model_dump() if isinstance(network, NetworkSpec) else dict(network)
+    return encode(wire.NetworkSpec, **fields)
+
+
 def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persistent: bool,
                         vcpus: int | None, memory_mb: int | None, disk_mb: int | None,
                         env: Mapping[str, str] | None, metadata: Mapping[str, str] | None,
-                        snapshot: str | None = None) -> Call[SandboxInfo]:
+                        snapshot: str | None = None,
+                        network: NetworkArg | None = None) -> Call[SandboxInfo]:
     """From a snapshot the template and shape are the snapshot's: the default template is
     then not sent (an explicit other one is, and the server refuses it)."""
     if snapshot is not None and template == DEFAULT_TEMPLATE:
@@ -408,6 +424,8 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
                   persistent=persistent, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
                   env=dict(env) if env else None, metadata=dict(metadata) if metadata else None,
                   snapshot=snapshot)
+    if network is not None:
+        body["network"] = network_body(network)
     return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body)
 
 
@@ -453,6 +471,34 @@ def update_lifecycle_call(sandbox_id: str, *, ttl_seconds: int | None = None,
     body = encode(wire.UpdateLifecycle, ttl_seconds=ttl_seconds, persistent=persistent)
     return Call("PATCH", sandbox_path(sandbox_id, "lifecycle"), model_decoder(Lifecycle),
                 json=body)
+
+
+def network_call(sandbox_id: str) -> Call[NetworkSpec]:
+    return Call("GET", sandbox_path(sandbox_id, "network"), model_decoder(NetworkSpec))
+
+
+def update_network_call(sandbox_id: str, network: NetworkArg) -> Call[NetworkSpec]:
+    """PUT: the policy becomes exactly `network` (fields left out take their defaults)."""
+    return Call("PUT", sandbox_path(sandbox_id, "network"), model_decoder(NetworkSpec),
+                json=network_body(network))
+
+
+def _port(port: int) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidRequestError(f"port must be an integer between 1 and 65535, not {port!r}",
+                                  status=422, code="validation_error")
+    return port
+
+
+def port_url(api_url: str, sandbox_id: str, port: int) -> str:
+    """The API address of a port inside the sandbox (requests need the API key)."""
+    return api_url.rstrip("/") + sandbox_path(sandbox_id, "ports", _port(port)) + "/"
+
+
+def signed_url_call(sandbox_id: str, port: int, ttl_seconds: int) -> Call[SignedUrl]:
+    body = encode(wire.SignedUrlRequest, ttl_seconds=ttl_seconds)
+    return Call("POST", sandbox_path(sandbox_id, "ports", _port(port), "signed-url"),
+                model_decoder(SignedUrl), json=body)
 
 
 def logs_call(sandbox_id: str) -> Call[Logs]:

@@ -46,12 +46,13 @@ class Sandboxes(_base.ClientBase[HTTP]):
                persistent: bool = False, vcpus: int | None = None,
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *,
-               disk_mb: int | None = None, snapshot: str | None = None) -> Sandbox:
+               disk_mb: int | None = None, snapshot: str | None = None,
+               network: _base.NetworkArg | None = None) -> Sandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return Sandbox(self._http.run(_base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot)), self._http)
+            snapshot=snapshot, network=network)), self._http)
 
     def connect(self, sandbox_id: str) -> Sandbox:
         """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
@@ -152,12 +153,13 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
                      persistent: bool = False, vcpus: int | None = None,
                      memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                      metadata: Mapping[str, str] | None = None, *,
-                     disk_mb: int | None = None, snapshot: str | None = None) -> AsyncSandbox:
+                     disk_mb: int | None = None, snapshot: str | None = None,
+                     network: _base.NetworkArg | None = None) -> AsyncSandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return AsyncSandbox(await self._http.run(_base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot)), self._http)
+            snapshot=snapshot, network=network)), self._http)
 
     async def connect(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on the existing sandbox `sandbox_id`, using this client's connections."""

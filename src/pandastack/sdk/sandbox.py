@@ -25,7 +25,14 @@ from pandastack.sdk.commands import Commands
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
 from pandastack.sdk.errors import NotFoundError, PandastackError
 from pandastack.sdk.filesystem import Filesystem
-from pandastack.sdk.models import ExecResult, Lifecycle, Logs, OutputCallback, SandboxInfo
+from pandastack.sdk.models import (
+    ExecResult,
+    Lifecycle,
+    Logs,
+    NetworkSpec,
+    OutputCallback,
+    SandboxInfo,
+)
 
 __all__ = ["Sandbox"]
 
@@ -64,7 +71,8 @@ class Sandbox(_base.SandboxBase[HTTP]):
                persistent: bool = False, vcpus: int | None = None,
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
-               snapshot: str | None = None, api_url: str | None = None, api_key: str | None = None,
+               snapshot: str | None = None, network: _base.NetworkArg | None = None,
+               api_url: str | None = None, api_key: str | None = None,
                timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                transport: httpx.BaseTransport | None = None) -> Sandbox:
         """Create a sandbox from `template` (or from `snapshot`) and return its handle.
@@ -74,14 +82,17 @@ class Sandbox(_base.SandboxBase[HTTP]):
         `memory_mb`, `disk_mb`: resources (server defaults when None). `env`: environment of
         every command. `metadata`: labels to filter `list()` by. `snapshot`: a snapshot id (see
         `snapshot()`): the sandbox resumes its memory, processes and files, and its template,
-        `vcpus` and `memory_mb` are the snapshot's. `api_url`/`api_key` override
+        `vcpus` and `memory_mb` are the snapshot's. `network`: the egress policy,
+        `{"internet": bool, "allow_out": [...], "deny_out": [...]}` with CIDRs or domain names
+        (default: internet on; see `update_network()`). `api_url`/`api_key` override
         the environment and config file; `timeout` is the HTTP timeout of ordinary requests;
         `transport` replaces httpx's (for tests).
         """
         call = _base.create_sandbox_call(template=template, ttl_seconds=ttl_seconds,
                                          persistent=persistent, vcpus=vcpus,
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
-                                         metadata=metadata, snapshot=snapshot)
+                                         metadata=metadata, snapshot=snapshot,
+                                         network=network)
         http = _open(api_url, api_key, timeout, transport)
         try:
             info = http.run(call)
@@ -191,6 +202,30 @@ class Sandbox(_base.SandboxBase[HTTP]):
     def set_persistent(self, flag: bool) -> Lifecycle:
         """Exempt the sandbox from the idle reaper (True) or not (False)."""
         return self._http.run(_base.update_lifecycle_call(self.id, persistent=flag))
+
+    def network(self) -> NetworkSpec:
+        """The sandbox's egress policy."""
+        return self._http.run(_base.network_call(self.id))
+
+    def update_network(self, network: _base.NetworkArg) -> NetworkSpec:
+        """Replace the egress policy with `network` (a `NetworkSpec` or a mapping of its
+        fields; fields left out take their defaults: internet on, empty lists). Entries are
+        CIDRs or domain names; `allow_out` wins over `deny_out`, over `internet: False` and
+        over the ranges that are otherwise always denied (private, loopback, link-local,
+        other sandboxes, the host). New connections follow it at once. Returns the policy."""
+        return self._http.run(_base.update_network_call(self.id, network))
+
+    def get_url(self, port: int) -> str:
+        """The API address of TCP `port` inside the sandbox, e.g. for a web server started
+        in it: HTTP requests to it (any path after its `/`) reach that server and need this
+        handle's API key (`Authorization: Bearer ...`). No request is made."""
+        return _base.port_url(self._http.config.api_url, self.id, port)
+
+    def signed_url(self, port: int, ttl_seconds: int = 3600) -> str:
+        """A URL of TCP `port` inside the sandbox that works without an API key (in a
+        browser, say) for `ttl_seconds` (up to 7 days); anyone holding it can use it until
+        then. Append any path after its `/` (keep the query string)."""
+        return (self._http.run(_base.signed_url_call(self.id, port, ttl_seconds))).url
 
     def logs(self) -> Logs:
         """The guest console log and the guest agent's log."""

@@ -21,10 +21,12 @@ from .lifecycle import reaper
 from .limits import BodyLimitMiddleware
 from .ratelimit import RateLimiter
 from .routes import exec as exec_routes
-from .routes import files, keys, lifecycle, processes, sandboxes, snapshots, state
+from .routes import files, keys, lifecycle, network, ports, processes, sandboxes, snapshots, state
+from .routes.ports import PortProxy
 from .runtime_port import RuntimePort
 from .service import SandboxService
 from .settings import Settings
+from .signing import UrlSigner
 from .store import open_store
 
 log = logging.getLogger("pandastack.server")
@@ -52,6 +54,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         store = open_store(settings.dsn)
         rt: RuntimePort = runtime if runtime is not None else default_runtime(settings)
         task: asyncio.Task[None] | None = None
+        proxy: PortProxy | None = None
         try:
             await rt.start()
             service = SandboxService(store, rt, settings)
@@ -60,6 +63,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                 log.warning("reconciled after start: %d rows failed, %d stray VMs killed",
                             len(failed), len(killed))
             ensure_admin_key(store, settings)
+            proxy = PortProxy(settings, UrlSigner.for_server(store, settings))
+            app.state.port_proxy = proxy
             app.state.store = store
             app.state.service = service
             app.state.ready = True
@@ -71,6 +76,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if proxy is not None:
+                await proxy.aclose()
             if owns_runtime:
                 await rt.close()
             store.close()
@@ -98,7 +105,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         return Health(status="ok")
 
     for module in (sandboxes, state, snapshots, exec_routes, processes, files, lifecycle,
-                   keys):
+                   network, ports, keys):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})

@@ -35,7 +35,7 @@ STATUS_CODES: dict[int, ErrorCode] = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
     405: "bad_request", 408: "timeout", 409: "conflict", 413: "payload_too_large",
     415: "bad_request", 422: "validation_error", 429: "rate_limited", 500: "internal",
-    503: "unavailable", 507: "insufficient_storage",
+    502: "bad_gateway", 503: "unavailable", 507: "insufficient_storage",
 }
 
 # errno name inside the guest -> (HTTP status, code)

@@ -15,10 +15,15 @@ from pandastack.wire import ErrorBody, ErrorEnvelope
 
 from .errors import request_id_of
 
-# Routes whose body is raw bytes streamed on to the guest (PUT …/files, POST …/stdin).
+# Routes whose body is raw bytes streamed on to the guest (PUT …/files, POST …/stdin, any
+# request to an exposed port except the API's own POST …/signed-url); "*": any method.
 RAW_BODY_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("PUT", re.compile(r"^/v1/sandboxes/[^/]+/files$")),
     ("POST", re.compile(r"^/v1/sandboxes/[^/]+/processes/[^/]+/stdin$")),
+    ("*", re.compile(r"^/v1/sandboxes/[^/]+/ports/[^/]+/")),
+)
+JSON_BODY_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("POST", re.compile(r"^/v1/sandboxes/[^/]+/ports/[^/]+/signed-url$")),
 )
 
 
@@ -51,7 +56,9 @@ class BodyLimitMiddleware:
 
     def limit_for(self, scope: Scope) -> int:
         method, path = scope.get("method", ""), scope.get("path", "")
-        if any(method == m and rx.match(path) for m, rx in RAW_BODY_ROUTES):
+        if any(m == method and rx.match(path) for m, rx in JSON_BODY_ROUTES):
+            return self.max_body_bytes
+        if any(m in (method, "*") and rx.match(path) for m, rx in RAW_BODY_ROUTES):
             return self.max_upload_bytes
         return self.max_body_bytes
 

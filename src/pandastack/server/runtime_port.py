@@ -8,13 +8,14 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from typing import Protocol
 
 from pandastack.host.agent_client import ExecResult, FileInfo
+from pandastack.host.network import NetworkPolicy
 from pandastack.host.runtime import SnapshotResult
 from pandastack.host.snapshots import SnapshotInfo
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
-__all__ = ["ExecResult", "FileInfo", "OutputCallback", "RuntimePort", "SandboxPort",
-           "SnapshotCatalog", "SnapshotInfo", "SnapshotResult"]
+__all__ = ["ExecResult", "FileInfo", "NetworkPolicy", "OutputCallback", "RuntimePort",
+           "SandboxPort", "SnapshotCatalog", "SnapshotInfo", "SnapshotResult"]
 
 
 class SandboxPort(Protocol):
@@ -84,7 +85,8 @@ class RuntimePort(Protocol):
 
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
-                     snapshot: str | None = None) -> SandboxPort: ...
+                     snapshot: str | None = None,
+                     network: NetworkPolicy | None = None) -> SandboxPort: ...
 
     def get(self, sandbox_id: str) -> SandboxPort: ...
 
@@ -106,6 +108,16 @@ class RuntimePort(Protocol):
     async def wake(self, sandbox_id: str) -> None: ...
 
     def delete_snapshot(self, snapshot_id: str) -> None: ...
+
+    async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
+        """Replace the egress policy (new connections follow it at once)."""
+        ...
+
+    def describe(self, sandbox_id: str) -> dict[str, object]:
+        """What the runtime knows of the sandbox; of it the API reads `"network"` (the policy
+        as a dict) and `"slot"` (an object whose `ns_ip` is the address that reaches the
+        guest's TCP ports, or None when the sandbox has no network)."""
+        ...
 
     @property
     def snapshots(self) -> SnapshotCatalog: ...

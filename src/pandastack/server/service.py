@@ -5,6 +5,7 @@ follows it after every change (and at startup). Snapshots and fork are in `snaps
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import re
@@ -15,7 +16,8 @@ from contextlib import asynccontextmanager, suppress
 from typing import TypeVar
 
 from pandastack.host.errors import HostError, SandboxNotFound, TemplateNotFound
-from pandastack.wire import ENDED_STATES, CreateSandbox, SandboxInfo, SandboxState
+from pandastack.host.network import NetworkPolicy
+from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInfo, SandboxState
 
 from .errors import ApiError, conflict, from_host_error, not_found
 from .runtime_port import RuntimePort, SandboxPort
@@ -42,6 +44,11 @@ def to_info(row: Sandbox) -> SandboxInfo:
         disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
         end_reason=row.end_reason, snapshot=row.snapshot,
     )
+
+
+def to_network_spec(data: object) -> NetworkSpec:
+    """The wire form of a runtime policy dict (the default policy when there is none)."""
+    return NetworkSpec.model_validate(data) if isinstance(data, dict) else NetworkSpec()
 
 
 class SandboxService:
@@ -207,6 +214,7 @@ class SandboxService:
 
     async def create(self, team: str, req: CreateSandbox) -> Sandbox:
         template, vcpus, memory_mb, disk_mb = self._shape(team, req)
+        policy = None if req.network is None else await self.network_policy(req.network)
         now = time.time()
         row = Sandbox(
             id=f"sbx-{secrets.token_hex(6)}", team=team, template=template, state="starting",
@@ -219,7 +227,7 @@ class SandboxService:
         try:
             await self.runtime.create(template, vcpus=vcpus, memory_mb=memory_mb,
                                       disk_mb=req.disk_mb, sandbox_id=row.id,
-                                      snapshot=req.snapshot)
+                                      snapshot=req.snapshot, network=policy)
         except BaseException as exc:
             self.store.end_sandbox(row.id, "failed", f"create failed: {exc}"[:2000])
             if isinstance(exc, TemplateNotFound):
@@ -273,6 +281,41 @@ class SandboxService:
         updated = self.store.update_sandbox(row.id, **values) if values else row
         assert updated is not None
         return updated
+
+    # -- network --------------------------------------------------------------------------
+
+    async def network_policy(self, spec: NetworkSpec) -> NetworkPolicy:
+        """The runtime's policy for `spec`, or 422. Domain names are resolved here (in a
+        thread: a slow resolver must not stall the event loop), so a name that does not
+        resolve is refused before anything changes."""
+        try:
+            return await asyncio.to_thread(NetworkPolicy.from_dict, spec.model_dump())
+        except ValueError as exc:
+            raise ApiError(422, "validation_error", str(exc)) from None
+
+    def describe(self, sandbox_id: str) -> dict[str, object]:
+        """The runtime's description of a sandbox (409 if it is not on this host)."""
+        try:
+            return self.runtime.describe(sandbox_id)
+        except HostError as exc:
+            raise from_host_error(exc) from None
+
+    def network(self, team: str, sandbox_id: str) -> NetworkSpec:
+        """The egress policy of the team's live sandbox (any live state: no wake needed)."""
+        row = self.live(team, sandbox_id)
+        return to_network_spec(self.describe(row.id).get("network"))
+
+    async def update_network(self, team: str, sandbox_id: str, spec: NetworkSpec, *,
+                             merge: bool) -> NetworkSpec:
+        """Replace the policy (`merge`: only the fields the request set change)."""
+        row = self.live(team, sandbox_id)
+        if merge:
+            current = to_network_spec(self.describe(row.id).get("network"))
+            spec = current.model_copy(update={name: getattr(spec, name)
+                                              for name in spec.model_fields_set})
+        policy = await self.network_policy(spec)
+        applied = await self.host_call(self.runtime.update_network(row.id, policy))
+        return to_network_spec(applied.to_dict())
 
     # -- startup --------------------------------------------------------------------------
 

@@ -36,6 +36,12 @@ class Settings:
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 200
     logs_max_bytes: int = 64 << 10
+    # Exposed ports: how long to wait for the sandbox's server to accept a connection, and
+    # for each read from it (between chunks of a streamed response).
+    port_connect_timeout_seconds: float = 5.0
+    port_read_timeout_seconds: float = 300.0
+    # The HMAC key of signed port URLs; None: generated once and kept in the database.
+    url_signing_secret: str | None = None
     client_config_path: Path = field(default_factory=_default_client_config)
     write_client_config: bool = True
 
@@ -54,6 +60,10 @@ class Settings:
             raise ValueError("max_body_bytes must be >= 1")
         if self.rate_limit_per_second <= 0 or self.rate_limit_burst < 1:
             raise ValueError("rate limit must be positive")
+        if self.port_connect_timeout_seconds <= 0 or self.port_read_timeout_seconds <= 0:
+            raise ValueError("port proxy timeouts must be > 0")
+        if self.url_signing_secret is not None and len(self.url_signing_secret) < 16:
+            raise ValueError("url_signing_secret must have at least 16 characters")
         if not 0 < self.port < 65536:
             raise ValueError("port must be between 1 and 65535")
 
@@ -101,6 +111,9 @@ class Settings:
         take("PANDASTACK_MAX_BODY_KB", "max_body_bytes", int, 1 << 10)
         take("PANDASTACK_RATE_LIMIT", "rate_limit_per_second", float)
         take("PANDASTACK_RATE_BURST", "rate_limit_burst", int)
+        take("PANDASTACK_PORT_CONNECT_TIMEOUT", "port_connect_timeout_seconds", float)
+        take("PANDASTACK_PORT_READ_TIMEOUT", "port_read_timeout_seconds", float)
+        take("PANDASTACK_URL_SIGNING_SECRET", "url_signing_secret", str)
         take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -72,3 +72,13 @@ class Snapshot(Base):
     disk_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+
+
+class ServerSecret(Base):
+    """Secrets of the server itself (e.g. the key that signs port URLs), generated once."""
+
+    __tablename__ = "server_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)

@@ -4,17 +4,18 @@ another's rows; the few team-less ones are for the reaper and startup reconcilia
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pandastack.wire import ENDED_STATES
 
-from .models import ApiKey, Sandbox, Snapshot, Team
+from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated")
 
@@ -84,6 +85,12 @@ class Store:
         with self.session() as s:
             row = s.get(Sandbox, sandbox_id)
             return row if row is not None and row.team == team else None
+
+    def sandbox_by_id(self, sandbox_id: str) -> Sandbox | None:
+        """Any team's sandbox: only for callers that proved their right to it another way
+        (a signed URL)."""
+        with self.session() as s:
+            return s.get(Sandbox, sandbox_id)
 
     def list_sandboxes(self, team: str, state: str | None = None) -> list[Sandbox]:
         with self.session() as s:
@@ -169,3 +176,23 @@ class Store:
             s.execute(update(Snapshot).where(Snapshot.id == snapshot_id,
                                              Snapshot.deleted_at.is_(None))
                       .values(deleted_at=time.time() if now is None else now))
+
+    # -- server secrets -------------------------------------------------------------------
+
+    def server_secret(self, name: str, make: Callable[[], str]) -> str:
+        """The secret `name`, created with `make()` the first time (the first writer wins
+        when several servers share the database)."""
+        with self.session() as s:
+            row = s.get(ServerSecret, name)
+            if row is not None:
+                return row.value
+        value = make()
+        try:
+            with self.session() as s:
+                s.add(ServerSecret(name=name, value=value, created_at=time.time()))
+        except IntegrityError:
+            with self.session() as s:
+                row = s.get(ServerSecret, name)
+                assert row is not None
+                return row.value
+        return value

@@ -1,0 +1,43 @@
+"""A sandbox's egress policy: read it, replace it (PUT) or change some of its fields (PATCH)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from pandastack.wire import NetworkSpec
+
+from ..auth import CurrentPrincipal
+from ..jsonbody import StrictJsonRoute
+from .deps import SandboxId, Service
+
+router = APIRouter(tags=["network"], route_class=StrictJsonRoute)
+
+POLICY_NOTES = ("Entries are CIDRs or domain names (resolved on the host when the policy is "
+                "applied; a name that does not resolve is a 422). `allow_out` wins over "
+                "`deny_out`, over `internet: false` and over the always-denied ranges "
+                "(private, loopback, link-local/metadata, the host, other sandboxes). "
+                "Takes effect for new connections at once; a hibernated sandbox stays "
+                "hibernated.")
+
+
+@router.get("/sandboxes/{sandbox_id}/network", response_model=NetworkSpec,
+            summary="The sandbox's egress policy")
+async def get_network(sandbox_id: SandboxId, who: CurrentPrincipal,
+                      service: Service) -> NetworkSpec:
+    return service.network(who.team, sandbox_id)
+
+
+@router.put("/sandboxes/{sandbox_id}/network", response_model=NetworkSpec,
+            summary="Replace the egress policy (fields left out take their defaults)",
+            description=POLICY_NOTES)
+async def put_network(sandbox_id: SandboxId, body: NetworkSpec, who: CurrentPrincipal,
+                      service: Service) -> NetworkSpec:
+    return await service.update_network(who.team, sandbox_id, body, merge=False)
+
+
+@router.patch("/sandboxes/{sandbox_id}/network", response_model=NetworkSpec,
+              summary="Change the fields of the egress policy that the body sets",
+              description=POLICY_NOTES)
+async def patch_network(sandbox_id: SandboxId, body: NetworkSpec, who: CurrentPrincipal,
+                        service: Service) -> NetworkSpec:
+    return await service.update_network(who.team, sandbox_id, body, merge=True)

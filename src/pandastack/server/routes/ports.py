@@ -1,0 +1,251 @@
+"""Exposed ports: HTTP to a TCP port inside the sandbox, through the server, and signed URLs
+that reach it without an API key.
+
+`/v1/sandboxes/{id}/ports/{port}/{path}` (any method) is proxied to `http://{slot}:{port}/
+{path}?{query}`, where the slot address is the one the sandbox's network namespace DNATs to
+the guest. Both bodies stream (nothing is buffered whole); hop-by-hop headers, the caller's
+credentials (Authorization, X-API-Key) and the `ps_expires`/`ps_sig` parameters are not
+forwarded. A proxied request wakes a hibernated sandbox and counts as activity; while its
+response streams, the idle reaper leaves the sandbox alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from typing import Annotated
+
+import anyio
+import httpx
+from fastapi import APIRouter, Path, Request, Response
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
+
+from pandastack.wire import ErrorEnvelope, SignedUrl, SignedUrlRequest
+
+from ..auth import CurrentPrincipal, principal
+from ..errors import ApiError, not_found
+from ..jsonbody import StrictJsonRoute
+from ..service import SANDBOX_ID_RE, SandboxService
+from ..settings import Settings
+from ..signing import EXPIRES_PARAM, SIGNATURE_PARAM, SIGNED_PARAMS, UrlSigner
+from .deps import AppSettings, SandboxId, Service
+
+log = logging.getLogger("pandastack.server")
+
+router = APIRouter(tags=["ports"], route_class=StrictJsonRoute)
+
+Port = Annotated[int, Path(ge=1, le=65535, description="TCP port inside the sandbox")]
+ProxyPath = Annotated[str, Path(description="path on the sandbox's server (may be empty)")]
+
+PROXY_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "trailers", "transfer-encoding", "upgrade", "proxy-connection",
+})
+# Never forwarded upstream: the caller's credentials for this API, and what httpx sets.
+REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "x-api-key"}
+SIGNED_KEYS = frozenset(p.encode() for p in SIGNED_PARAMS)
+
+
+class PortProxy:
+    """The connection pool to sandbox ports (one per app), and the URL signer."""
+
+    def __init__(self, settings: Settings, signer: UrlSigner) -> None:
+        self.signer = signer
+        self.timeout = httpx.Timeout(connect=settings.port_connect_timeout_seconds,
+                                     read=settings.port_read_timeout_seconds,
+                                     write=settings.port_read_timeout_seconds,
+                                     pool=settings.port_connect_timeout_seconds)
+        # A bare transport: no cookie jar, no redirects, no proxy from the environment.
+        self.transport = httpx.AsyncHTTPTransport(
+            retries=0, limits=httpx.Limits(max_connections=512, max_keepalive_connections=64,
+                                           keepalive_expiry=5.0))
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+def _proxy_of(request: Request) -> PortProxy:
+    proxy: PortProxy = request.app.state.port_proxy
+    return proxy
+
+
+def _dropped(headers: list[tuple[bytes, bytes]], drop: frozenset[str]) -> set[str]:
+    """`drop` plus the headers that a Connection header names (hop-by-hop as well)."""
+    named = {token.strip().lower() for name, value in headers if name.lower() == b"connection"
+             for token in value.decode("latin-1").split(",")}
+    return set(drop) | named
+
+
+def _forward_headers(request: Request, prefix: str) -> list[tuple[bytes, bytes]]:
+    raw = list(request.headers.raw)
+    drop = _dropped(raw, REQUEST_DROP)
+    headers = [(k, v) for k, v in raw if k.decode("latin-1").lower() not in drop
+               and not k.lower().startswith(b"x-forwarded-")]
+    client = request.client.host if request.client else ""
+    headers += [(b"x-forwarded-for", client.encode()),
+                (b"x-forwarded-proto", request.url.scheme.encode()),
+                (b"x-forwarded-prefix", prefix.encode())]
+    host = request.headers.get("host")
+    if host:
+        headers.append((b"x-forwarded-host", host.encode("latin-1")))
+    return headers
+
+
+def _upstream_target(request: Request, prefix: str, path: str) -> bytes:
+    """The path and query to send upstream, as the caller encoded them (minus ps_*)."""
+    raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    marker = (prefix + "/").encode()
+    at = raw_path.find(marker)
+    rest = raw_path[at + len(marker):] if at >= 0 else httpx.URL(path=path).raw_path[1:]
+    query = b"&".join(item for item in request.scope.get("query_string", b"").split(b"&")
+                      if item and item.split(b"=", 1)[0] not in SIGNED_KEYS)
+    return b"/" + rest + (b"?" + query if query else b"")
+
+
+async def _caller_team(request: Request, service: SandboxService, sandbox_id: str,
+                       port: int) -> str:
+    """The team the request acts for: by its signed URL, or else by its API key."""
+    params = request.query_params
+    if not any(name in params for name in SIGNED_PARAMS):
+        return (await principal(request)).team
+    expires, signature = params.getlist(EXPIRES_PARAM), params.getlist(SIGNATURE_PARAM)
+    if len(expires) != 1 or len(signature) != 1:
+        raise ApiError(403, "forbidden", "a signed URL needs one ps_expires and one ps_sig")
+    why = _proxy_of(request).signer.check(sandbox_id, port, expires[0], signature[0])
+    if why is not None:
+        raise ApiError(403, "forbidden", why)
+    wait = request.app.state.rate_limiter.take(f"url:{sandbox_id}")
+    if wait > 0:
+        raise ApiError(429, "rate_limited", "too many requests for this sandbox's URLs",
+                       {"Retry-After": str(max(1, math.ceil(wait)))})
+    row = service.store.sandbox_by_id(sandbox_id) if SANDBOX_ID_RE.match(sandbox_id) else None
+    if row is None:
+        raise not_found(f"sandbox {sandbox_id!r}")
+    return row.team
+
+
+class ProxyResponse(Response):
+    """Streams the upstream response to the client, raw (content-encoding kept). Ends early
+    when the client goes away; when the upstream fails mid-body, the connection is closed
+    without completing the response, so the client sees it truncated, not complete."""
+
+    def __init__(self, upstream: httpx.Response, cleanup: contextlib.AsyncExitStack,
+                 where: str) -> None:
+        super().__init__(status_code=upstream.status_code)
+        raw = list(upstream.headers.raw)
+        drop = _dropped(raw, HOP_BY_HOP)
+        self.raw_headers = [(k.lower(), v) for k, v in raw
+                            if k.decode("latin-1").lower() not in drop]
+        self._upstream = upstream
+        self._cleanup = cleanup
+        self._where = where
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        complete = False
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async with anyio.create_task_group() as tg:
+                async def watch_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch_disconnect)
+                try:
+                    async for chunk in self._upstream.aiter_raw():
+                        if chunk:
+                            await send({"type": "http.response.body", "body": chunk,
+                                        "more_body": True})
+                    complete = True
+                except httpx.HTTPError as exc:
+                    log.warning("%s: the sandbox's response broke off: %s: %s", self._where,
+                                type(exc).__name__, exc)
+                tg.cancel_scope.cancel()
+            if complete:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._upstream.aclose()
+                await self._cleanup.aclose()
+
+
+async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request: Request,
+                     service: Service) -> Response:
+    team = await _caller_team(request, service, sandbox_id, port)
+    row, _ = await service.running(team, sandbox_id)  # 404 / 409; wakes a hibernated one
+    ns_ip = getattr(service.describe(row.id).get("slot"), "ns_ip", None)
+    if not isinstance(ns_ip, str):
+        raise ApiError(409, "conflict", f"sandbox {row.id} has no network")
+    proxy = _proxy_of(request)
+    prefix = f"{request.scope.get('root_path', '')}/v1/sandboxes/{row.id}/ports/{port}"
+    target = _upstream_target(request, prefix, path)
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+    where = f"{request.method} {row.id}:{port}"
+    cleanup = contextlib.AsyncExitStack()
+    await cleanup.enter_async_context(service.busy(row.id))
+    try:
+        upstream_request = httpx.Request(
+            request.method, httpx.URL(scheme="http", host=ns_ip, port=port, raw_path=target),
+            headers=_forward_headers(request, prefix),
+            content=request.stream() if has_body else None,
+            extensions={"timeout": proxy.timeout.as_dict()})
+        upstream = await proxy.transport.handle_async_request(upstream_request)
+    except (httpx.InvalidURL, httpx.LocalProtocolError) as exc:
+        await cleanup.aclose()
+        raise ApiError(400, "bad_request", f"cannot forward this request: {exc}") from None
+    except httpx.HTTPError as exc:
+        await cleanup.aclose()
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise ApiError(502, "bad_gateway",
+                       f"port {port} of sandbox {row.id} did not answer ({detail})") from None
+    except ClientDisconnect:
+        await cleanup.aclose()
+        raise ApiError(400, "bad_request", "the client went away mid-request") from None
+    except BaseException:
+        await cleanup.aclose()
+        raise
+    return ProxyResponse(upstream, cleanup, where)
+
+
+@router.post("/sandboxes/{sandbox_id}/ports/{port}/signed-url", response_model=SignedUrl,
+             summary="A URL that reaches the port without an API key until it expires",
+             description="The URL carries `ps_expires` (UNIX seconds) and `ps_sig` (an "
+                         "HMAC-SHA256 by the server over `sandbox_id:port:expires`); append "
+                         "any path after its `/`. Anyone holding it reaches the port until "
+                         "it expires; it cannot be revoked earlier.")
+async def signed_url(sandbox_id: SandboxId, port: Port, body: SignedUrlRequest,
+                     who: CurrentPrincipal, service: Service, settings: AppSettings,
+                     request: Request) -> SignedUrl:
+    row = service.live(who.team, sandbox_id)
+    expires, signature = _proxy_of(request).signer.sign(row.id, port, body.ttl_seconds)
+    path = request.app.url_path_for("proxy_port_get", sandbox_id=row.id, port=str(port),
+                                    path="")
+    base = (settings.public_url or str(request.base_url)).rstrip("/")
+    url = f"{base}{path}?{EXPIRES_PARAM}={expires}&{SIGNATURE_PARAM}={signature}"
+    return SignedUrl(url=url, expires_at=float(expires))
+
+
+# After signed-url: Starlette takes the first route that matches path and method.
+PROXY_PATH = "/sandboxes/{sandbox_id}/ports/{port}/{path:path}"
+PROXY_DESCRIPTION = (
+    "Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies "
+    "streamed). Access with "
+    "an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query "
+    "parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the "
+    "sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing "
+    "listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is "
+    "the API's, not proxied.")
+
+for _method in PROXY_METHODS:
+    router.add_api_route(
+        PROXY_PATH, proxy_port, methods=[_method], name=f"proxy_port_{_method.lower()}",
+        include_in_schema=_method != "HEAD",  # served; a bodiless GET needs no entry
+        response_class=Response, summary="Reach a port inside the sandbox (HTTP)",
+        description=PROXY_DESCRIPTION,
+        responses={200: {"description": "the sandbox server's response",
+                         "content": {"*/*": {}}},
+                   502: {"model": ErrorEnvelope, "description": "nothing answered"}})

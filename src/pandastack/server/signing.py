@@ -1,0 +1,53 @@
+"""Signed port URLs: `?ps_expires=<unix>&ps_sig=<hex>`, where the signature is
+HMAC-SHA256(server key, "sandbox_id:port:expires"). The key is the `url_signing_secret`
+setting, or one generated once and kept in the database (so every server on that database
+accepts the URLs of the others)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import secrets
+import time
+
+from .settings import Settings
+from .store import Store
+
+EXPIRES_PARAM = "ps_expires"
+SIGNATURE_PARAM = "ps_sig"
+SIGNED_PARAMS = (EXPIRES_PARAM, SIGNATURE_PARAM)
+SECRET_NAME = "url_signing_key"
+
+
+class UrlSigner:
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    @classmethod
+    def for_server(cls, store: Store, settings: Settings) -> UrlSigner:
+        secret = settings.url_signing_secret or store.server_secret(
+            SECRET_NAME, lambda: secrets.token_hex(32))
+        return cls(secret.encode())
+
+    def signature(self, sandbox_id: str, port: int, expires: int) -> str:
+        message = f"{sandbox_id}:{port}:{expires}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def sign(self, sandbox_id: str, port: int, ttl_seconds: int,
+             now: float | None = None) -> tuple[int, str]:
+        """(expires, signature) of a URL valid for `ttl_seconds` from now (rounded up)."""
+        expires = math.ceil((time.time() if now is None else now) + ttl_seconds)
+        return expires, self.signature(sandbox_id, port, expires)
+
+    def check(self, sandbox_id: str, port: int, expires: str, signature: str,
+              now: float | None = None) -> str | None:
+        """None if the signature is this server's and has not expired; else why not."""
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
+            return "malformed ps_expires"
+        expected = self.signature(sandbox_id, port, int(expires))
+        if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):
+            return "invalid signature"
+        if (time.time() if now is None else now) > int(expires):
+            return "signed URL expired"
+        return None

@@ -1,0 +1,233 @@
+"""Egress policy routes, the port proxy and signed URLs over the in-memory runtime. The fake
+runtime's slot points at a loopback HTTP server this module starts (network safety: nothing
+leaves loopback; policy names are resolved by the offline test DNS)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.server.conftest import Api, assert_envelope, make_settings, running_app
+from tests.server.fakes import FakeRuntime
+from tests.server.live import fake_server, free_port
+
+
+class Echo(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    release = threading.Event()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _answer(self) -> None:
+        if self.path.startswith("/slow"):
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"5\r\nfirst\r\n")
+            self.wfile.flush()
+            Echo.release.wait(10)
+            self.wfile.write(b"6\r\nsecond\r\n0\r\n\r\n")
+            return
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        reply = json.dumps({"method": self.command, "path": self.path,
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "body": body.decode()}).encode()
+        self.send_response(201 if self.command == "POST" else 200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.send_header("Set-Cookie", "a=1")
+        self.send_header("Set-Cookie", "b=2")
+        self.send_header("Keep-Alive", "timeout=5")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield int(server.server_address[1])
+    Echo.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    runtime = FakeRuntime(tmp_path / "sandboxes")
+    runtime.ns_ip = "127.0.0.1"
+    async with running_app(make_settings(tmp_path, max_body_bytes=8192), runtime) as a:
+        yield a
+
+
+async def new_sandbox(api: Api, **body: object) -> str:
+    r = await api.client.post("/v1/sandboxes", json=body)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+# -- network policy ------------------------------------------------------------------------
+
+async def test_network_policy_routes(api: Api) -> None:
+    c = api.client
+    sid = await new_sandbox(api, network={"internet": False, "allow_out": ["10.1.0.0/16"]})
+    r = await c.get(f"/v1/sandboxes/{sid}/network")
+    assert r.json() == {"internet": False, "allow_out": ["10.1.0.0/16"], "deny_out": []}
+    r = await c.patch(f"/v1/sandboxes/{sid}/network", json={"deny_out": ["pkg.test"]})
+    assert r.json() == {"internet": False, "allow_out": ["10.1.0.0/16"], "deny_out": ["pkg.test"]}
+    r = await c.put(f"/v1/sandboxes/{sid}/network", json={"allow_out": ["1.2.3.4"]})
+    assert r.json() == {"internet": True, "allow_out": ["1.2.3.4"], "deny_out": []}
+    assert (await c.get(f"/v1/sandboxes/{sid}/network")).json() == r.json()
+    default = await new_sandbox(api)
+    r = await c.get(f"/v1/sandboxes/{default}/network")
+    assert r.json() == {"internet": True, "allow_out": [], "deny_out": []}
+
+    for bad in ({"allow_out": ["not a name!"]}, {"allow_out": ["nowhere.invalid"]},
+                {"deny_out": ["::1/128"]}, {"allow_out": ["1.1.1.1"] * 257},
+                {"internet": "maybe"}, {"other": 1}):
+        assert_envelope(await c.put(f"/v1/sandboxes/{sid}/network", json=bad), 422,
+                        "validation_error")
+        assert_envelope(await c.post("/v1/sandboxes", json={"network": bad}), 422,
+                        "validation_error")
+    assert (await c.get(f"/v1/sandboxes/{sid}/network")).json()["allow_out"] == ["1.2.3.4"]
+
+    other = api.headers(await api.new_key("other-team"))
+    assert_envelope(await c.get(f"/v1/sandboxes/{sid}/network", headers=other), 404)
+    assert_envelope(await c.put(f"/v1/sandboxes/{sid}/network", json={}, headers=other), 404)
+
+    # fork children inherit the parent's policy
+    r = await c.post(f"/v1/sandboxes/{sid}/fork", json={"count": 1})
+    child = r.json()["sandboxes"][0]["id"]
+    assert (await c.get(f"/v1/sandboxes/{child}/network")).json()["allow_out"] == ["1.2.3.4"]
+
+    await c.delete(f"/v1/sandboxes/{sid}")
+    assert_envelope(await c.get(f"/v1/sandboxes/{sid}/network"), 409, "conflict")
+
+
+# -- the proxy -----------------------------------------------------------------------------
+
+async def test_proxy_with_the_api_key(api: Api, upstream: int) -> None:
+    c = api.client
+    sid = await new_sandbox(api)
+    base = f"/v1/sandboxes/{sid}/ports/{upstream}"
+    before = (await c.get(f"/v1/sandboxes/{sid}/lifecycle")).json()["last_activity_at"]
+    r = await c.get(f"{base}/some/p%2Fath?x=1&y=%20z", headers={"X-Custom": "v"})
+    assert r.status_code == 200, r.text
+    seen = r.json()
+    assert seen["method"] == "GET" and seen["path"] == "/some/p%2Fath?x=1&y=%20z"
+    assert seen["headers"]["x-custom"] == "v"
+    assert "authorization" not in seen["headers"]
+    assert seen["headers"]["x-forwarded-prefix"] == base
+    assert r.headers.get_list("set-cookie") == ["a=1", "b=2"]
+    assert "keep-alive" not in r.headers
+    after = (await c.get(f"/v1/sandboxes/{sid}/lifecycle")).json()["last_activity_at"]
+    assert after > before
+
+    r = await c.post(f"{base}/", content=b"x" * 20000)  # over the JSON limit: streamed on
+    assert r.status_code == 201 and r.json()["body"] == "x" * 20000
+    r = await c.head(f"{base}/")
+    assert r.status_code == 200 and r.content == b""
+    assert_envelope(await c.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
+                                 content=b"{" + b" " * 10000 + b"}"), 413)
+
+    assert_envelope(await c.get(f"{base}/", headers={"Authorization": ""}), 401)
+    other = api.headers(await api.new_key("other-team"))
+    assert_envelope(await c.get(f"{base}/", headers=other), 404, "not_found")
+    assert_envelope(await c.get(f"/v1/sandboxes/{sid}/ports/0/"), 422)
+    assert_envelope(await c.get(f"/v1/sandboxes/{sid}/ports/{free_port()}/"), 502,
+                    "bad_gateway")
+    await c.post(f"/v1/sandboxes/{sid}/pause")
+    assert_envelope(await c.get(f"{base}/"), 409, "conflict")
+    await c.post(f"/v1/sandboxes/{sid}/hibernate")
+    assert (await c.get(f"{base}/")).status_code == 200  # woken by the request
+    assert (await c.get(f"/v1/sandboxes/{sid}")).json()["state"] == "running"
+
+
+async def test_no_network_is_a_conflict(tmp_path: Path) -> None:
+    async with running_app(make_settings(tmp_path), FakeRuntime(tmp_path / "s")) as api:
+        sid = await new_sandbox(api)
+        assert_envelope(await api.client.get(f"/v1/sandboxes/{sid}/ports/80/"), 409)
+
+
+async def test_signed_urls(api: Api, upstream: int) -> None:
+    c = api.client
+    sid = await new_sandbox(api)
+    r = await c.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
+                     json={"ttl_seconds": 60})
+    assert r.status_code == 200, r.text
+    signed = r.json()
+    assert time.time() + 55 < signed["expires_at"] <= time.time() + 61
+    parts = urlsplit(signed["url"])
+    assert parts.path == f"/v1/sandboxes/{sid}/ports/{upstream}/"
+    anonymous = {"Authorization": ""}
+    r = await c.get(f"{parts.path}x?{parts.query}&keep=1", headers=anonymous)
+    assert r.status_code == 200, r.text
+    assert r.json()["path"] == "/x?keep=1"  # ps_expires / ps_sig are not forwarded
+
+    params = dict(p.split("=") for p in parts.query.split("&"))
+    tampered = params["ps_sig"][:-1] + ("0" if params["ps_sig"][-1] != "0" else "1")
+    for query in (f"ps_expires={params['ps_expires']}&ps_sig={tampered}",
+                  f"ps_expires={int(params['ps_expires']) + 1}&ps_sig={params['ps_sig']}",
+                  f"ps_sig={params['ps_sig']}", f"{parts.query}&ps_sig=00"):
+        assert_envelope(await c.get(f"{parts.path}?{query}", headers=anonymous), 403,
+                        "forbidden")
+    other_port = f"/v1/sandboxes/{sid}/ports/{upstream + 1}/?{parts.query}"
+    assert_envelope(await c.get(other_port, headers=anonymous), 403)
+
+    signer = api.app.state.port_proxy.signer
+    expires, sig = signer.sign(sid, upstream, 1, now=time.time() - 10)
+    r = await c.get(f"{parts.path}?ps_expires={expires}&ps_sig={sig}", headers=anonymous)
+    assert_envelope(r, 403, "forbidden")
+    assert "expired" in r.json()["error"]["message"]
+
+    other = api.headers(await api.new_key("other-team"))
+    assert_envelope(await c.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
+                                 json={}, headers=other), 404)
+    assert_envelope(await c.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
+                                 json={"ttl_seconds": 0}), 422)
+    await c.delete(f"/v1/sandboxes/{sid}")
+    assert_envelope(await c.get(f"{parts.path}?{parts.query}", headers=anonymous), 409)
+
+
+async def test_signing_key_is_kept_in_the_database(tmp_path: Path, upstream: int) -> None:
+    settings = make_settings(tmp_path)
+    runtime = FakeRuntime(tmp_path / "s")
+    runtime.ns_ip = "127.0.0.1"
+    async with running_app(settings, runtime) as api:
+        sid = await new_sandbox(api)
+        url = (await api.client.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
+                                     json={})).json()["url"]
+    async with running_app(settings, runtime) as api:  # a restart: the same key
+        parts = urlsplit(url)
+        r = await api.client.get(f"{parts.path}?{parts.query}", headers={"Authorization": ""})
+        assert r.status_code == 200, r.text
+
+
+def test_responses_stream(tmp_path: Path, upstream: int) -> None:
+    """Through a real uvicorn: the first chunk arrives while the upstream holds the rest."""
+    Echo.release.clear()
+    with fake_server(tmp_path, fake_ns_ip="127.0.0.1") as srv, \
+            httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=10) as client:
+        sid = client.post("/v1/sandboxes", json={}).json()["id"]
+        with client.stream("GET", f"/v1/sandboxes/{sid}/ports/{upstream}/slow") as r:
+            assert r.status_code == 200
+            chunks = r.iter_raw()
+            assert next(chunks) == b"first"
+            Echo.release.set()
+            assert b"".join(chunks) == b"second"
+        assert "Traceback" not in srv.log_tail()
