@@ -533,6 +533,7 @@ class HostRuntime:
         at the fork instant, each with its own identity; the parent keeps running."""
         if not 1 <= count <= MAX_FORK:
             raise ValueError(f"count must be between 1 and {MAX_FORK}")
+        self._running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
         policy = await asyncio.to_thread(NetworkPolicy.from_dict,
                                          self._records[sandbox_id].network)
         snap = await self.snapshot(sandbox_id, internal=True)
