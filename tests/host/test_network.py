@@ -210,3 +210,25 @@ async def test_guest_dns_follows_the_policy(dns_runtime: HostRuntime) -> None:
     offline = await dns_runtime.create(network={"internet": False})
     lookup = await offline.exec(["getent", "ahostsv4", "files.pandastack.test"], timeout=30)
     assert lookup.exit_code != 0, "DNS is a way out: closed when the sandbox has no egress"
+
+
+async def test_fifty_vm_cycles_leave_no_namespace_link_or_claim(runtime: HostRuntime) -> None:
+    def ours() -> dict[int, Path]:
+        return {i: o for i, o in runtime.network.claims().items()
+                if str(o).startswith(str(runtime.sandboxes_dir))}
+
+    for _ in range(50):
+        sbx = await runtime.create()
+        await runtime.kill(sbx.id)
+    held = ours()
+    # What remains is the prepared spares, nothing per sandbox.
+    assert all(o.name == ".spare-slots" for o in held.values()), held
+    assert len(held) <= 2
+    claimed = runtime.network.claims()
+    for name in list_netns():
+        if name.startswith("psn-"):
+            assert int(name[4:]) in claimed, f"namespace {name} without a claim"
+    links = Path("/sys/class/net")
+    for link in links.iterdir():
+        if link.name.startswith("psv"):
+            assert int(link.name[3:]) in claimed, f"host veth {link.name} without a claim"
