@@ -3,10 +3,12 @@ that reach it without an API key.
 
 `/v1/sandboxes/{id}/ports/{port}/{path}` (any method) is proxied to `http://{slot}:{port}/
 {path}?{query}`, where the slot address is the one the sandbox's network namespace DNATs to
-the guest. Both bodies stream (nothing is buffered whole); hop-by-hop headers, the caller's
-credentials (Authorization, X-API-Key) and the `ps_expires`/`ps_sig` parameters are not
-forwarded. A proxied request wakes a hibernated sandbox and counts as activity; while its
-response streams, the idle reaper leaves the sandbox alone.
+the guest; a WebSocket handshake there is relayed to `ws://{slot}:{port}/{path}?{query}`
+(see wsproxy.py), with the same access rules. Both bodies stream (nothing is buffered
+whole); hop-by-hop headers, the caller's credentials (Authorization, X-API-Key) and the
+`ps_expires`/`ps_sig` parameters are not forwarded. A proxied request wakes a hibernated
+sandbox and counts as activity; while its response streams (or its WebSocket is open), the
+idle reaper leaves the sandbox alone.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from typing import Annotated
 
 import anyio
 import httpx
-from fastapi import APIRouter, Path, Request, Response
-from starlette.requests import ClientDisconnect
+from fastapi import APIRouter, Path, Request, Response, WebSocket
+from starlette.requests import ClientDisconnect, HTTPConnection
 from starlette.types import Receive, Scope, Send
 
+from pandastack.host.errors import HostError
 from pandastack.wire import ErrorEnvelope, SignedUrl, SignedUrlRequest
 
+from .. import wsproxy
 from ..auth import CurrentPrincipal, principal
-from ..errors import ApiError, not_found
+from ..errors import ApiError, error_response, from_host_error, not_found
 from ..jsonbody import StrictJsonRoute
 from ..service import SANDBOX_ID_RE, SandboxService
 from ..settings import Settings
@@ -46,6 +50,9 @@ HOP_BY_HOP = frozenset({
 })
 # Never forwarded upstream: the caller's credentials for this API, and what httpx sets.
 REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "x-api-key"}
+# A WebSocket handshake's own headers: the upstream connection makes its own.
+WS_REQUEST_DROP = REQUEST_DROP | {"sec-websocket-key", "sec-websocket-version",
+                                  "sec-websocket-extensions", "sec-websocket-protocol"}
 SIGNED_KEYS = frozenset(p.encode() for p in SIGNED_PARAMS)
 
 
@@ -67,7 +74,7 @@ class PortProxy:
         await self.transport.aclose()
 
 
-def _proxy_of(request: Request) -> PortProxy:
+def _proxy_of(request: HTTPConnection) -> PortProxy:
     proxy: PortProxy = request.app.state.port_proxy
     return proxy
 
@@ -79,14 +86,16 @@ def _dropped(headers: list[tuple[bytes, bytes]], drop: frozenset[str]) -> set[st
     return set(drop) | named
 
 
-def _forward_headers(request: Request, prefix: str) -> list[tuple[bytes, bytes]]:
+def _forward_headers(request: HTTPConnection, prefix: str,
+                     drop_always: frozenset[str] = REQUEST_DROP) -> list[tuple[bytes, bytes]]:
     raw = list(request.headers.raw)
-    drop = _dropped(raw, REQUEST_DROP)
+    drop = _dropped(raw, drop_always)
     headers = [(k, v) for k, v in raw if k.decode("latin-1").lower() not in drop
                and not k.lower().startswith(b"x-forwarded-")]
     client = request.client.host if request.client else ""
+    scheme = {"ws": "http", "wss": "https"}.get(request.url.scheme, request.url.scheme)
     headers += [(b"x-forwarded-for", client.encode()),
-                (b"x-forwarded-proto", request.url.scheme.encode()),
+                (b"x-forwarded-proto", scheme.encode()),
                 (b"x-forwarded-prefix", prefix.encode())]
     host = request.headers.get("host")
     if host:
@@ -94,7 +103,7 @@ def _forward_headers(request: Request, prefix: str) -> list[tuple[bytes, bytes]]
     return headers
 
 
-def _upstream_target(request: Request, prefix: str, path: str) -> bytes:
+def _upstream_target(request: HTTPConnection, prefix: str, path: str) -> bytes:
     """The path and query to send upstream, as the caller encoded them (minus ps_*)."""
     raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
     marker = (prefix + "/").encode()
@@ -105,12 +114,19 @@ def _upstream_target(request: Request, prefix: str, path: str) -> bytes:
     return b"/" + rest + (b"?" + query if query else b"")
 
 
-async def _caller_team(request: Request, service: SandboxService, sandbox_id: str,
+def _as_request(conn: HTTPConnection) -> Request:
+    """An HTTP request's view of `conn` (headers, query, app, state), for what takes one."""
+    if isinstance(conn, Request):
+        return conn
+    return Request({**conn.scope, "type": "http"})
+
+
+async def _caller_team(request: HTTPConnection, service: SandboxService, sandbox_id: str,
                        port: int) -> str:
     """The team the request acts for: by its signed URL, or else by its API key."""
     params = request.query_params
     if not any(name in params for name in SIGNED_PARAMS):
-        return (await principal(request)).team
+        return (await principal(_as_request(request))).team
     expires, signature = params.getlist(EXPIRES_PARAM), params.getlist(SIGNATURE_PARAM)
     if len(expires) != 1 or len(signature) != 1:
         raise ApiError(403, "forbidden", "a signed URL needs one ps_expires and one ps_sig")
@@ -173,20 +189,29 @@ class ProxyResponse(Response):
                 await self._cleanup.aclose()
 
 
-async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request: Request,
-                     service: Service) -> Response:
+async def _target_sandbox(request: HTTPConnection, service: SandboxService, sandbox_id: str,
+                          port: int) -> tuple[str, str]:
+    """(sandbox id, slot address) of the running sandbox the caller may reach: 401/403/404
+    as for any route, 409 if it is not running (a hibernated one is woken) or has no
+    network."""
     team = await _caller_team(request, service, sandbox_id, port)
     row, _ = await service.running(team, sandbox_id)  # 404 / 409; wakes a hibernated one
     ns_ip = getattr(service.describe(row.id).get("slot"), "ns_ip", None)
     if not isinstance(ns_ip, str):
         raise ApiError(409, "conflict", f"sandbox {row.id} has no network")
+    return row.id, ns_ip
+
+
+async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request: Request,
+                     service: Service) -> Response:
+    sandbox_id, ns_ip = await _target_sandbox(request, service, sandbox_id, port)
     proxy = _proxy_of(request)
-    prefix = f"{request.scope.get('root_path', '')}/v1/sandboxes/{row.id}/ports/{port}"
+    prefix = f"{request.scope.get('root_path', '')}/v1/sandboxes/{sandbox_id}/ports/{port}"
     target = _upstream_target(request, prefix, path)
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
-    where = f"{request.method} {row.id}:{port}"
+    where = f"{request.method} {sandbox_id}:{port}"
     cleanup = contextlib.AsyncExitStack()
-    await cleanup.enter_async_context(service.busy(row.id))
+    await cleanup.enter_async_context(service.busy(sandbox_id))
     try:
         upstream_request = httpx.Request(
             request.method, httpx.URL(scheme="http", host=ns_ip, port=port, raw_path=target),
@@ -201,7 +226,7 @@ async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request
         await cleanup.aclose()
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise ApiError(502, "bad_gateway",
-                       f"port {port} of sandbox {row.id} did not answer ({detail})") from None
+                       f"port {port} of sandbox {sandbox_id} did not answer ({detail})") from None
     except ClientDisconnect:
         await cleanup.aclose()
         raise ApiError(400, "bad_request", "the client went away mid-request") from None
@@ -249,3 +274,71 @@ for _method in PROXY_METHODS:
         responses={200: {"description": "the sandbox server's response",
                          "content": {"*/*": {}}},
                    502: {"model": ErrorEnvelope, "description": "nothing answered"}})
+
+
+# -- WebSocket -----------------------------------------------------------------------------
+
+async def _deny(websocket: WebSocket, exc: ApiError) -> None:
+    """Refuse the handshake with the error envelope as an HTTP response, where the server
+    supports that (uvicorn does); else by closing before accepting (the client sees 403)."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(error_response(
+            _as_request(websocket), exc.status, exc.code, exc.message, exc.headers))
+    else:
+        code = 1008 if exc.status < 500 else wsproxy.INTERNAL_ERROR
+        await websocket.close(code, wsproxy.close_reason(exc.message))
+
+
+async def proxy_port_ws(websocket: WebSocket, sandbox_id: str, port: str, path: str) -> None:
+    """A WebSocket to the port: the caller is checked as for HTTP (refusals are the error
+    envelope, as the handshake's HTTP response); then the sandbox's server is connected
+    (within the connect timeout), the handshake accepted with the subprotocol it chose, and
+    messages relayed until either side closes. When the sandbox's port does not complete a
+    handshake, the client's is accepted and closed at once with 1014 (bad gateway) and the
+    reason, which is what a browser can see."""
+    service: SandboxService = websocket.app.state.service
+    settings: Settings = websocket.app.state.settings
+    try:
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ApiError(422, "validation_error", "port: must be an integer in 1..65535")
+        number = int(port)
+        sandbox_id, ns_ip = await _target_sandbox(websocket, service, sandbox_id, number)
+        prefix = (f"{websocket.scope.get('root_path', '')}/v1/sandboxes/{sandbox_id}/ports/"
+                  f"{number}")
+        target = _upstream_target(websocket, prefix, path)
+        if not target.isascii():
+            raise ApiError(400, "bad_request", "cannot forward this request: non-ASCII path")
+    except HostError as exc:
+        await _deny(websocket, from_host_error(exc))
+        return
+    except ApiError as exc:
+        await _deny(websocket, exc)
+        return
+    host = f"[{ns_ip}]" if ":" in ns_ip else ns_ip
+    uri = f"ws://{host}:{number}{target.decode('ascii')}"
+    headers = [(k.decode("latin-1"), v.decode("latin-1"))
+               for k, v in _forward_headers(websocket, prefix, WS_REQUEST_DROP)]
+    where = f"WebSocket {sandbox_id}:{number}"
+    async with service.busy(sandbox_id):
+        try:
+            upstream = await wsproxy.open_upstream(
+                uri, headers, wsproxy.subprotocols_of(websocket),
+                settings.port_connect_timeout_seconds)
+        except Exception as exc:  # refused, timed out, not a WebSocket server, bad URI
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.info("%s: no WebSocket upstream: %s", where, detail)
+            await wsproxy.refuse_after_accept(
+                websocket, wsproxy.BAD_GATEWAY,
+                f"port {number} of sandbox {sandbox_id} did not answer ({detail})")
+            return
+        try:
+            await websocket.accept(subprotocol=upstream.subprotocol,
+                                   headers=wsproxy.response_headers(upstream, HOP_BY_HOP))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await upstream.close(wsproxy.GOING_AWAY)
+            raise
+        await wsproxy.relay(websocket, upstream, where)
+
+
+router.add_api_websocket_route(PROXY_PATH, proxy_port_ws, name="proxy_port_ws")
