@@ -53,3 +53,13 @@ def test_prunes_unused_old_versions_only(tmp_path: Path) -> None:
     assert sorted(p.name for p in gone) == ["img-orphan", "img-stale"]
     assert sorted(p.name for p in images.iterdir()) == [
         "img-busy", "img-current", "img-fresh", "img-new"]
+
+
+def test_prune_limited_to_named_templates(tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    current = _version(templates, "base", "new", "img-base", age=0)
+    stale = _version(templates, "base", "stale", "img-stale", age=3600)
+    node = _version(templates, "node", "current", "img-node", age=3600)
+    removed = prune_templates(templates, [current], names=["base"], progress=lambda m: None)
+    assert removed == [stale]
+    assert node.exists()

@@ -64,6 +64,7 @@ CHANGES: dict[str, Any] = {
     "rootfs_size": 4 << 30,
     "cmdline": "console=ttyS0 root=/dev/vda rw quiet",
     "recipe": images.RECIPE_VERSION + 1,
+    "variant": "node",
 }
 
 
@@ -117,6 +118,38 @@ def test_base_key() -> None:
         {"dpkg_options": ()},
     ):
         assert _spec(**change).key() != base.key(), change
+
+
+def test_base_variant_keys_as_before_variants_existed() -> None:
+    """The `base` image key hashes exactly the pre-variant fields (existing caches stay valid)."""
+    inputs = _inputs()
+    legacy = images.hash_json({
+        "recipe": inputs.recipe,
+        "kernel": [inputs.kernel_package, inputs.kernel_version],
+        "modules": list(inputs.modules),
+        "initramfs_init": images.sha256_bytes(inputs.initramfs_init),
+        "rootfs_init": images.sha256_bytes(inputs.rootfs_init),
+        "busybox": inputs.busybox_sha256,
+        "base": inputs.base_key,
+        "agent": {k: images.sha256_bytes(v) for k, v in sorted(inputs.agent.items())},
+        "rootfs_size": inputs.rootfs_size,
+        "cmdline": inputs.cmdline,
+    })[:32]
+    assert inputs.variant == images.BASE and image_key(inputs) == legacy
+
+
+def test_image_variants() -> None:
+    base, node = images.IMAGES["base"], images.IMAGES["node"]
+    assert base.packages == images.ROOTFS_PACKAGES
+    assert set(node.packages) == {*images.ROOTFS_PACKAGES, "nodejs", "npm"}
+    assert images.image_spec("node") is node
+    with pytest.raises(SetupError):
+        images.image_spec("no-such-variant")
+    # A package already in the base list is not listed twice.
+    assert images.ImageSpec("x", ("curl",)).packages == images.ROOTFS_PACKAGES
+    if shutil.which("apt-config") is not None:
+        assert images.base_spec().key() == images.base_spec(base).key()
+        assert images.base_spec(node).key() != images.base_spec(base).key()
 
 
 def test_real_inputs_are_deterministic() -> None:

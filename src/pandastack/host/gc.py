@@ -37,13 +37,21 @@ def _old(path: Path, now: float, grace: float) -> bool:
 
 
 def prune_templates(templates_dir: Path, keep: Iterable[Path], *, grace: float = GRACE_S,
+                    names: Iterable[str] | None = None,
                     progress: Callable[[str], None] = print) -> list[Path]:
-    """Remove template versions not in `keep`, not used by a running VMM, older than `grace`."""
+    """Remove template versions not in `keep`, not used by a running VMM, older than `grace`.
+
+    With `names`, only versions of those templates are considered: a process that has used only
+    some templates knows the current version of those alone, and must leave the others be.
+    """
     keep_set = {p.resolve() for p in keep}
+    only = None if names is None else set(names)
     in_use = _vmm_cmdlines()
     now = time.time()
     removed: list[Path] = []
     for version in sorted(templates_dir.glob("*/*")):
+        if only is not None and version.parent.name not in only:
+            continue
         if not version.is_dir() or version.resolve() in keep_set:
             continue
         if ".tmp-" in version.name:

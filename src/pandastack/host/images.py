@@ -1,6 +1,7 @@
 """Guest image build pipeline: kernel, initramfs and root filesystem, cached by content hash.
 
-    ensure_base_image(home) -> GuestImage
+    ensure_image(home, spec) -> GuestImage      one image variant (see ImageSpec, IMAGES)
+    ensure_base_image(home) -> GuestImage      the `base` variant
 
 Cache layout (every directory named by the hash of its inputs, built in a `.tmp-*` sibling and
 renamed into place, so a half-finished build is never reused):
@@ -8,7 +9,8 @@ renamed into place, so a half-finished build is never reused):
     home/cache/kernel/resolved.json           linux-image-amd64 -> exact package (memo)
     home/cache/kernel/debs/*.deb              downloaded kernel packages
     home/cache/kernel/<kernel-key>/           vmlinuz, vmlinux (PVH ELF), modules/*.ko, kernel.json
-    home/cache/rootfs-base/<base-key>/        base.tar (mmdebstrap output), host.list
+    home/cache/rootfs-base/<base-key>/        base.tar (mmdebstrap output), host.list; one per
+                                              variant, keyed by its full package list
     home/cache/images/<image-key>/            vmlinux, vmlinuz, initrd.img, rootfs.img, image.json
     home/cache/.lock                          fcntl.flock, held while building
 
@@ -103,6 +105,42 @@ REQUIRED_TOOLS = ("apt-get", "apt-cache", "apt-config", "dpkg-deb", "mmdebstrap"
 
 Progress = Callable[[str], None]
 
+BASE = "base"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """An image variant: the base package list plus `extra_packages` (Debian package names).
+
+    Built-in variants are trusted and assembled on the host (mmdebstrap installs the extra
+    packages into the rootfs); each variant has its own mmdebstrap tarball and image, keyed by
+    its full package list (and its name, for every variant but `base`).
+    """
+
+    name: str
+    extra_packages: tuple[str, ...] = ()
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        extra = tuple(p for p in self.extra_packages if p not in ROOTFS_PACKAGES)
+        return ROOTFS_PACKAGES + extra
+
+
+IMAGES: Mapping[str, ImageSpec] = {
+    spec.name: spec
+    for spec in (
+        ImageSpec(BASE),
+        ImageSpec("node", ("nodejs", "npm")),
+    )
+}
+
+
+def image_spec(name: str) -> ImageSpec:
+    try:
+        return IMAGES[name]
+    except KeyError:
+        raise SetupError(f"unknown guest image variant {name!r}") from None
+
 
 @dataclass(frozen=True)
 class GuestImage:
@@ -112,6 +150,7 @@ class GuestImage:
     rootfs: Path  # raw ext4 image, sparse, read-only (0444): put qcow2 overlays on it
     kernel_version: str  # uname -r inside the guest
     cmdline: str  # base kernel command line (CMDLINE + host_cmdline_extras())
+    variant: str = BASE  # ImageSpec.name
 
 
 @dataclass(frozen=True)
@@ -129,11 +168,15 @@ class ImageInputs:
     rootfs_size: int
     cmdline: str
     recipe: int = RECIPE_VERSION
+    variant: str = BASE
 
 
 def image_key(inputs: ImageInputs) -> str:
+    # `base` keys exactly as before variants existed, so existing caches stay valid.
+    named = {} if inputs.variant == BASE else {"variant": inputs.variant}
     return hash_json(
         {
+            **named,
             "recipe": inputs.recipe,
             "kernel": [inputs.kernel_package, inputs.kernel_version],
             "modules": list(inputs.modules),
@@ -160,22 +203,22 @@ def agent_package_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def base_spec() -> BaseSpec:
+def base_spec(image: ImageSpec = IMAGES[BASE]) -> BaseSpec:
+    """The mmdebstrap spec of an image variant (`base` by default)."""
     return BaseSpec(
         suite=SUITE,
         variant=VARIANT,
-        packages=ROOTFS_PACKAGES,
+        packages=image.packages,
         sources=host_apt_sources(SUITE),
         apt_options=host_apt_options(),
         dpkg_options=DPKG_OPTIONS,
     )
 
 
-def _gather(home: Path, progress: Progress, *, refresh: bool = False) -> tuple[
-    ImageInputs, KernelPackage, BaseSpec
-]:
+def _gather(home: Path, image: ImageSpec, progress: Progress, *,
+            refresh: bool = False) -> tuple[ImageInputs, KernelPackage, BaseSpec]:
     pkg = resolve_kernel_package(home / "cache" / "kernel", progress, refresh=refresh)
-    spec = base_spec()
+    spec = base_spec(image)
     if not BUSYBOX.is_file():
         raise SetupError(f"{BUSYBOX} not found: install busybox-static")
     inputs = ImageInputs(
@@ -189,6 +232,7 @@ def _gather(home: Path, progress: Progress, *, refresh: bool = False) -> tuple[
         agent=agent_files(agent_package_dir()),
         rootfs_size=ROOTFS_SIZE,
         cmdline=CMDLINE,
+        variant=image.name,
     )
     return inputs, pkg, spec
 
@@ -223,7 +267,7 @@ def host_cmdline_extras() -> str:
     return f" tsc_early_khz={khz}" if khz else ""
 
 
-def _load(final: Path, key: str) -> GuestImage:
+def _load(final: Path, key: str, variant: str) -> GuestImage:
     meta = json.loads((final / "image.json").read_text())
     return GuestImage(
         key=key,
@@ -232,23 +276,30 @@ def _load(final: Path, key: str) -> GuestImage:
         rootfs=final / "rootfs.img",
         kernel_version=meta["kernel_version"],
         cmdline=meta["cmdline"] + host_cmdline_extras(),
+        variant=variant,
     )
 
 
 def ensure_base_image(home: Path, *, progress: Progress = print) -> GuestImage:
-    """Build (or find in `home/cache`) the guest kernel, initramfs and rootfs image.
+    """The `base` image variant (see `ensure_image`)."""
+    return ensure_image(home, IMAGES[BASE], progress=progress)
+
+
+def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) -> GuestImage:
+    """Build (or find in `home/cache`) the guest kernel, initramfs and rootfs of a variant.
 
     A cached image is returned without taking the lock or starting any build step. Otherwise the
     missing steps run under an exclusive lock on `home/cache/.lock`; concurrent callers wait and
     then find the finished image.
     """
     home = Path(home)
-    inputs, pkg, spec = _gather(home, progress)
+    variant = image.name
+    inputs, pkg, spec = _gather(home, image, progress)
     key = image_key(inputs)
     images = home / "cache" / "images"
     final = images / key
     if (final / "image.json").exists():
-        return _load(final, key)
+        return _load(final, key, variant)
 
     check_root()
     missing = missing_tools(REQUIRED_TOOLS)
@@ -256,24 +307,24 @@ def ensure_base_image(home: Path, *, progress: Progress = print) -> GuestImage:
         raise SetupError(f"missing host tools: {', '.join(missing)} (run scripts/host-deps.sh)")
     with file_lock(
         home / "cache" / ".lock",
-        on_wait=lambda: progress("waiting for another process that is building the image"),
+        on_wait=lambda: progress("waiting for another process that is building an image"),
     ):
         if (final / "image.json").exists():
-            return _load(final, key)
+            return _load(final, key, variant)
         for sub in ("kernel", "kernel/debs", "rootfs-base", "images"):
             remove_stale_tmp(home / "cache" / sub)
-        progress(f"building guest image {key[:12]}")
+        progress(f"building guest image {variant} {key[:12]}")
         t0 = time.monotonic()
         kernel_cache = home / "cache" / "kernel"
         try:
             kernel = ensure_kernel(kernel_cache, pkg, inputs.modules, progress)
         except SetupError:
             # The package index may be stale (the version is gone from the registry): refresh.
-            inputs, pkg, spec = _gather(home, progress, refresh=True)
+            inputs, pkg, spec = _gather(home, image, progress, refresh=True)
             key = image_key(inputs)
             final = images / key
             if (final / "image.json").exists():
-                return _load(final, key)
+                return _load(final, key, variant)
             kernel = ensure_kernel(kernel_cache, pkg, inputs.modules, progress)
         base_tar = ensure_base_tar(home / "cache" / "rootfs-base", spec, progress)
         with atomic_dir(final) as out:
@@ -298,6 +349,8 @@ def ensure_base_image(home: Path, *, progress: Progress = print) -> GuestImage:
             )
             meta = {
                 "key": key,
+                "variant": variant,
+                "packages": list(spec.packages),
                 "kernel_package": pkg.name,
                 "kernel_package_version": pkg.version,
                 "kernel": kernel.boot_kernel.name,
@@ -312,5 +365,5 @@ def ensure_base_image(home: Path, *, progress: Progress = print) -> GuestImage:
             for name in ("vmlinuz", kernel.boot_kernel.name, "initrd.img", "rootfs.img"):
                 os.chmod(out / name, 0o444)
             (out / "image.json").write_text(json.dumps(meta, indent=2) + "\n")
-        progress(f"guest image {key[:12]} ready in {time.monotonic() - t0:.1f} s")
-    return _load(final, key)
+        progress(f"guest image {variant} {key[:12]} ready in {time.monotonic() - t0:.1f} s")
+    return _load(final, key, variant)

@@ -36,7 +36,7 @@ from .errors import (
     SetupError,
     SnapshotFailed,
 )
-from .images import GuestImage, ensure_base_image
+from .images import BASE, GuestImage, ensure_image, image_spec
 from .network import NetworkManager, NetworkPolicy, Slot
 from .qemu import QemuDriver
 from .sandbox import SandboxHandle
@@ -136,7 +136,8 @@ class HostRuntime:
         self._closing = False
         self._sandboxes: dict[str, SandboxHandle] = {}
         self._records: dict[str, SandboxRecord] = {}
-        self._image: GuestImage | None = None
+        self._images: dict[str, GuestImage] = {}  # by variant (images.ImageSpec name)
+        self._image_locks: dict[str, asyncio.Lock] = {}
         self._driver: VMMDriver | None = None
         self._templates: TemplateStore | None = None
         self._prepare_lock = asyncio.Lock()
@@ -155,22 +156,33 @@ class HostRuntime:
     # -- preparation ----------------------------------------------------------------------
 
     async def prepare(self) -> TemplateStore:
-        """Make sure the guest image exists and pick the accelerator (cached after first run)."""
+        """Make sure the base guest image exists and pick the accelerator (cached after first
+        run). Other image variants are built when a template first needs them."""
         async with self._prepare_lock:
             if self._templates is None:
-                image = await asyncio.to_thread(ensure_base_image, self.config.home,
-                                                progress=self.progress)
+                image = await self.image(BASE, self.progress)
                 kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
                 accel = await asyncio.to_thread(resolve_accel, self.config.accel, kernel,
                                                 self.config.cache_dir, self.config.qemu_binary)
-                self._image = image
                 self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
                                           tb_size_mb=self.config.tb_size_mb,
                                           tcg_cpu=self.config.tcg_cpu)
-                self._templates = TemplateStore(self.config.templates_dir, self._driver, image,
-                                                pinned=self._pinned_templates,
+                self._templates = TemplateStore(self.config.templates_dir, self._driver,
+                                                self.image, pinned=self._pinned_templates,
                                                 network=self.network)
             return self._templates
+
+    async def image(self, variant: str, progress: Progress | None = None) -> GuestImage:
+        """The guest image of a variant, built (or found in the cache) once per process."""
+        spec = image_spec(variant)
+        lock = self._image_locks.setdefault(variant, asyncio.Lock())
+        async with lock:
+            image = self._images.get(variant)
+            if image is None:
+                image = await asyncio.to_thread(ensure_image, self.config.home, spec,
+                                                progress=progress or self.progress)
+                self._images[variant] = image
+            return image
 
     def _pinned_templates(self) -> list[Path]:
         """Templates that must survive garbage collection although no VM runs from them."""

@@ -3,6 +3,10 @@
 A template snapshot is specific to the guest image, the driver (VMM version and accelerator)
 and the machine shape (vCPUs, memory), so its key hashes all of them. A shape that has no
 snapshot yet is baked on first use (one cold boot), then every create with that shape restores.
+
+The built-in templates (`BUILTIN_TEMPLATES`) each name a guest image variant (`images.IMAGES`),
+asked of an image provider on first use: a create that needs a template whose image is not built
+yet waits for the build, which reports through the progress callback.
 """
 
 from __future__ import annotations
@@ -15,15 +19,15 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .agent_client import AgentClient
 from .errors import SetupError, TemplateNotFound
 from .gc import prune_images, prune_templates
 from .image_common import fsync_path
-from .images import GuestImage
+from .images import BASE, GuestImage
 from .network import NetworkManager, NetworkPolicy
 from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths, VMProcess
 
@@ -34,6 +38,29 @@ BOOT_DEADLINE_S = 240.0
 WARMUP_COMMANDS = ("true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "cat /etc/os-release")
 
 Progress = Callable[[str], None]
+# The guest image of a variant (images.ImageSpec name), built on first use.
+ImageProvider = Callable[[str, Progress], Awaitable[GuestImage]]
+
+
+@dataclass(frozen=True)
+class BuiltinTemplate:
+    name: str
+    image: str  # images.ImageSpec name
+    warmup: tuple[str, ...] = ()  # run after WARMUP_COMMANDS before the snapshot
+    # Another built-in whose snapshot this one is, byte for byte (same image, same warm-up):
+    # creates restore that snapshot, so no second bake and no second memory file per shape.
+    same_as: str | None = None
+
+
+BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
+    t.name: t
+    for t in (
+        BuiltinTemplate(BASE, BASE),
+        # The base image already has python3, pip, venv and a virtualenv first on PATH.
+        BuiltinTemplate("python", BASE, same_as=BASE),
+        BuiltinTemplate("node", "node", warmup=("node -e 'console.log(6*7)'",)),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -46,9 +73,10 @@ class Template:
     disk_bytes: int
 
 
-def template_key(image: GuestImage, driver: VMMDriver, shape: MachineShape) -> str:
+def template_key(image: GuestImage, driver: VMMDriver, shape: MachineShape,
+                 warmup: tuple[str, ...] = ()) -> str:
     ident = "|".join([image.key, driver.identity(), str(shape.vcpus), str(shape.memory_mb),
-                      BAKE_VERSION, *WARMUP_COMMANDS])
+                      BAKE_VERSION, *WARMUP_COMMANDS, *warmup])
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
 
@@ -59,15 +87,16 @@ def qcow2_virtual_size(path: Path) -> int:
 
 
 class TemplateStore:
-    def __init__(self, root: Path, driver: VMMDriver, image: GuestImage, *,
+    def __init__(self, root: Path, driver: VMMDriver, images: ImageProvider, *,
                  pinned: Callable[[], list[Path]] = list,
                  network: NetworkManager | None = None):
         self.root = root
         self.driver = driver
-        self.image = image
+        self.images = images
         self.pinned = pinned
         self.network = network
         self._memo: dict[tuple[str, MachineShape], Template] = {}
+        self._image_keys: set[str] = set()  # images this process has used: GC keeps them
 
     def load_dir(self, name: str, directory: Path) -> Template:
         """A template version by its directory (snapshots and sandboxes record it)."""
@@ -97,9 +126,16 @@ class TemplateStore:
         memo = self._memo.get((name, shape))
         if memo is not None:
             return memo
-        if name != "base":
+        builtin = BUILTIN_TEMPLATES.get(name)
+        if builtin is None:
             raise TemplateNotFound(f"unknown template {name!r}")
-        key = template_key(self.image, self.driver, shape)
+        if builtin.same_as is not None:
+            alias = replace(await self.ensure(builtin.same_as, shape, progress), name=name)
+            self._memo[(name, shape)] = alias
+            return alias
+        image = await self.images(builtin.image, progress)
+        self._image_keys.add(image.key)
+        key = template_key(image, self.driver, shape, builtin.warmup)
         final = self.root / name / key
         template = self._load(name, final)
         if template is None:
@@ -108,7 +144,7 @@ class TemplateStore:
             try:
                 template = self._load(name, final)
                 if template is None:
-                    await self._bake(name, key, final, shape, progress)
+                    await self._bake(name, key, final, shape, image, builtin.warmup, progress)
                     template = self._load(name, final)
             finally:
                 os.close(lock)
@@ -116,24 +152,26 @@ class TemplateStore:
             raise SetupError(f"template {name} was baked but cannot be loaded from {final}")
         self._memo[(name, shape)] = template
         # Once per process and template: old versions left by earlier code go away.
-        await asyncio.to_thread(self._prune, final, progress)
+        await asyncio.to_thread(self._prune, name, final, image, progress)
         return template
 
-    def _prune(self, just_baked: Path, progress: Progress) -> None:
+    def _prune(self, name: str, just_baked: Path, image: GuestImage, progress: Progress) -> None:
         keep = [just_baked, *(t.path for t in self._memo.values()), *self.pinned()]
-        prune_templates(self.root, keep, progress=progress)
-        prune_images(self.image.rootfs.parent.parent, self.root, [self.image.key],
+        # Only this template's old versions: the current version of the others is not known
+        # here unless they were used (their images would have to be resolved first).
+        prune_templates(self.root, keep, names=[name], progress=progress)
+        prune_images(image.rootfs.parent.parent, self.root, sorted(self._image_keys),
                      progress=progress)
 
     async def _bake(self, name: str, key: str, final: Path, shape: MachineShape,
-                    progress: Progress) -> None:
+                    image: GuestImage, warmup: tuple[str, ...], progress: Progress) -> None:
         work = final.with_name(f"{key}.tmp-{os.getpid()}")
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        kernel = KernelSpec(self.image.kernel, self.image.initrd, self.image.cmdline)
+        kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
         disk = work / "disk.qcow2"
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
-                        "-b", str(self.image.rootfs), str(disk)], check=True)
+                        "-b", str(image.rootfs), str(disk)], check=True)
         paths = VMPaths(work / "vm")
         started = time.monotonic()
         progress(f"template {name}: cold boot ({self.driver.accel}, {shape.vcpus} vCPU, "
@@ -145,7 +183,8 @@ class TemplateStore:
         try:
             vm = self.driver.boot(paths, kernel, disk, work / "memory", shape,
                                   netns=slot.netns if slot else None)
-            await self._bake_running(name, vm, paths, work, started, progress)
+            await self._bake_running(name, vm, paths, work, started,
+                                     (*WARMUP_COMMANDS, *warmup), progress)
         finally:
             if slot is not None and self.network is not None:
                 await asyncio.to_thread(self.network.teardown, slot)
@@ -157,7 +196,7 @@ class TemplateStore:
         meta = {
             "name": name, "key": key, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
             "kernel": str(kernel.kernel), "initrd": str(kernel.initrd),
-            "cmdline": kernel.cmdline, "image_key": self.image.key,
+            "cmdline": kernel.cmdline, "image_key": image.key, "image": image.variant,
             "driver": self.driver.identity(), "disk_bytes": qcow2_virtual_size(disk),
             "baked_at": time.time(), "bake_seconds": round(time.monotonic() - started, 2),
         }
@@ -167,12 +206,13 @@ class TemplateStore:
         progress(f"template {name}: ready in {meta['bake_seconds']}s")
 
     async def _bake_running(self, name: str, vm: VMProcess, paths: VMPaths, work: Path,
-                            started: float, progress: Progress) -> None:
+                            started: float, warmup: tuple[str, ...],
+                            progress: Progress) -> None:
         agent: AgentClient | None = None
         try:
             agent = await _connect_booting(paths, vm.is_alive)
             progress(f"template {name}: agent up after {time.monotonic() - started:.1f}s; warming")
-            for cmd in WARMUP_COMMANDS:
+            for cmd in warmup:
                 result = await agent.exec(cmd, timeout=60)
                 if result.exit_code != 0:
                     raise SetupError(f"warm-up {cmd!r} failed: {result.stderr!r}")

@@ -1,0 +1,49 @@
+"""Built-in templates: `python` (the base image under its own name) and `node` (base plus
+Debian's nodejs and npm, its own image variant). Real VMs; the node image is built on first use
+(mmdebstrap downloads ~40 MB of packages once) and cached under PANDASTACK_HOME like the base."""
+
+from __future__ import annotations
+
+import pytest
+
+from pandastack.host.errors import TemplateNotFound
+from pandastack.host.runtime import HostRuntime
+from tests.helpers import SandboxFactory
+
+pytestmark = pytest.mark.vm
+
+
+async def test_python_template_runs_python(runtime: HostRuntime,
+                                           sandbox_factory: SandboxFactory) -> None:
+    sbx = await sandbox_factory(template="python")
+    result = await sbx.exec("python -c 'print(6*7)'", timeout=60)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, b"42\n", b"")
+    assert sbx.template == "python"
+    # Same image, same warm-up as `base`: it restores base's snapshot instead of baking a copy.
+    python = await runtime.ensure_template("python")
+    assert python.name == "python"
+    assert python.path == (await runtime.ensure_template("base")).path
+
+
+# A cold run builds the node image (mmdebstrap) and bakes its template inside this test.
+@pytest.mark.timeout(1800)
+async def test_node_template_runs_node(runtime: HostRuntime,
+                                       sandbox_factory: SandboxFactory) -> None:
+    sbx = await sandbox_factory(template="node")
+    result = await sbx.exec("node -e 'console.log(6*7)'", timeout=60)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, b"42\n", b"")
+    # Starting npm takes ~10 s under TCG: that it is installed is enough here.
+    npm = await sbx.exec("test -x /usr/bin/npm && test -d /usr/share/nodejs/npm", timeout=60)
+    assert npm.exit_code == 0, npm.stderr
+    tmpl = await runtime.ensure_template("node")
+    base = await runtime.ensure_template("base")
+    assert tmpl.path != base.path and tmpl.key != base.key
+
+
+async def test_unknown_template_is_template_not_found(runtime: HostRuntime) -> None:
+    before = {h.id for h in runtime.list()}
+    sid = "sbx-00000000dead"
+    with pytest.raises(TemplateNotFound):
+        await runtime.create("no-such-template", sandbox_id=sid)
+    assert {h.id for h in runtime.list()} == before
+    assert not (runtime.sandboxes_dir / sid).exists()
