@@ -113,6 +113,21 @@ def proc_memory_kib(pid: int) -> tuple[int, int]:
     return pss, private
 
 
+async def network_setup_cost(rt: HostRuntime, state: Path, count: int) -> list[float]:
+    times = []
+    for i in range(count):
+        owner = state / f"net-{i}"
+        owner.mkdir()
+        started = time.perf_counter()
+        slot = rt.network.claim(owner)
+        await asyncio.to_thread(rt.network.setup, slot, NetworkPolicy())
+        times.append((time.perf_counter() - started) * 1000)
+        await asyncio.to_thread(rt.network.teardown, slot)
+        rt.network.release(slot)
+        owner.rmdir()
+    return times
+
+
 async def idle_cost(rt: HostRuntime, count: int, window: float) -> dict[str, float]:
     sandboxes = [await rt.create("base") for _ in range(count)]
     for sbx in sandboxes:  # every sandbox did some real work once
@@ -166,6 +181,9 @@ async def main() -> None:
         print(f"product (create + first exec): p50 {p50:7.1f} ms  p99 {p99:7.1f} ms")
         print(f"product create() alone:        p50 {r50:7.1f} ms")
         print(f"ratio p50/floor-p50 {p50 / f50:.2f}   p99/floor-p50 {p99 / f50:.2f}")
+        net = await network_setup_cost(rt, state, 10)
+        print(f"network slot built from scratch (what a create pays without a prepared spare): "
+              f"p50 {pct(net, 50):.1f} ms  p99 {pct(net, 99):.1f} ms")
         if args.idle:
             idle = await idle_cost(rt, args.idle, args.idle_window)
             print(f"idle x{args.idle}: cpu mean {idle['cpu_pct_mean']:.2f}% of a core "

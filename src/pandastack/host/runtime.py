@@ -65,7 +65,7 @@ MIN_MEMORY_MB = 128
 MAX_DISK_MB = 1 << 20
 MAX_FORK = 16
 # Network slots kept ready (namespace, veth, tap, default policy), so that a create does not
-# wait ~50 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
+# wait ~20 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
 SPARE_SLOTS = 2
 MIB = 1 << 20
 HIBERNATION = "hibernate.stream"
