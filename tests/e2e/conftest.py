@@ -6,19 +6,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.helpers import qemu_pids_under
+from tests.server.live import free_port, wait_healthy
 
 
 @dataclass(frozen=True)
@@ -28,16 +26,10 @@ class LiveServer:
     state_dir: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def live_server() -> Iterator[LiveServer]:
     tmp = Path(tempfile.mkdtemp(prefix="pse-", dir="/tmp"))
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
@@ -50,18 +42,8 @@ def live_server() -> Iterator[LiveServer]:
         [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port)],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300  # may have to bake the template first
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("server did not come up:\n"
-                                     + (tmp / "server.log").read_text()[-3000:])
-            time.sleep(0.2)
+        wait_healthy(url, proc, tmp / "server.log", 300)  # may have to bake the template first
         key = json.loads((tmp / "client.json").read_text())["api_key"]
         yield LiveServer(url, key, tmp / "sandboxes")
     finally:
