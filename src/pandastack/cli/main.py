@@ -29,6 +29,11 @@ async def _setup(args: argparse.Namespace) -> int:
         await runtime.prepare()
         template = await runtime.ensure_template("base")
     console.log(f"accelerator: {runtime.driver.accel}; base template at {template.path}")
+    # The template the seed article's example uses: built ahead so a first create is fast.
+    with console.status("preparing the code-interpreter template (numpy, pandas, pyarrow, "
+                        "matplotlib)"):
+        interp = await runtime.ensure_template("code-interpreter")
+    console.log(f"code-interpreter template at {interp.path}")
     if args.smoke:
         async with runtime:
             sbx = await runtime.create()

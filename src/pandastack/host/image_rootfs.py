@@ -221,6 +221,8 @@ def build_rootfs(
     size: int,
     scratch_parent: Path,
     progress: Progress,
+    pip_packages: tuple[str, ...] = (),
+    pip_cache: Path | None = None,
 ) -> None:
     """Unpack the base, add the pandastack layer and write a sparse ext4 image (no mounting)."""
     with tempfile.TemporaryDirectory(dir=scratch_parent, prefix=".tmp-rootfs-") as tmp:
@@ -231,6 +233,9 @@ def build_rootfs(
              "--xattrs-include=*"], what="tar")
         progress(f"rootfs: installing agent ({len(agent)} files) and init")
         _customize(root, agent, init_script)
+        if pip_packages:
+            progress(f"rootfs: pip install {' '.join(pip_packages)}")
+            _pip_install(root, pip_packages, pip_cache or scratch_parent / "pip-cache")
         progress(f"rootfs: mkfs.ext4 ({size >> 20} MiB sparse)")
         image.unlink(missing_ok=True)
         with image.open("wb") as f:
@@ -240,6 +245,36 @@ def build_rootfs(
 
 
 VENV = "opt/venv"
+PIP_CACHE_IN_ROOT = "var/cache/pandastack-pip"
+
+
+def _pip_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
+    """Install wheels into the guest's virtualenv with the guest's own pip (so they match its
+    Python), downloading through the host's network; wheels are cached on the host."""
+    cache.mkdir(parents=True, exist_ok=True)
+    mount_point = root / PIP_CACHE_IN_ROOT
+    mount_point.mkdir(parents=True, exist_ok=True)
+    resolv = root / "etc" / "resolv.conf"
+    guest_resolv = resolv.read_bytes()
+    resolv.write_bytes(Path("/etc/resolv.conf").read_bytes())  # the build resolves on the host
+    # Trust what the host trusts for this download (it may sit behind its own CA); the bundle
+    # is removed again, so the guest keeps Debian's own certificate store.
+    host_ca = Path(os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+                   or "/etc/ssl/certs/ca-certificates.crt")
+    ca_in_root = root / "var" / "cache" / "pandastack-host-ca.crt"
+    shutil.copyfile(host_ca, ca_in_root)
+    run(["mount", "--bind", str(cache), str(mount_point)], what="mount pip cache")
+    try:
+        run(["chroot", str(root), "/usr/bin/env", "-i", f"PATH=/{VENV}/bin:/usr/bin:/bin",
+             "HOME=/root", "LANG=C.UTF-8", f"/{VENV}/bin/pip", "install", "--quiet",
+             "--disable-pip-version-check", "--cert", "/var/cache/pandastack-host-ca.crt",
+             "--cache-dir", f"/{PIP_CACHE_IN_ROOT}", *packages],
+            what="pip install")
+    finally:
+        run(["umount", str(mount_point)], what="umount pip cache")
+        resolv.write_bytes(guest_resolv)
+        ca_in_root.unlink(missing_ok=True)
+        mount_point.rmdir()
 
 
 def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> None:

@@ -119,6 +119,8 @@ class ImageSpec:
 
     name: str
     extra_packages: tuple[str, ...] = ()
+    # Installed from the package index into the guest's /opt/venv when the image is built.
+    pip_packages: tuple[str, ...] = ()
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -131,6 +133,8 @@ IMAGES: Mapping[str, ImageSpec] = {
     for spec in (
         ImageSpec(BASE),
         ImageSpec("node", ("nodejs", "npm")),
+        ImageSpec("code-interpreter", (),
+                  pip_packages=("numpy", "pandas", "pyarrow", "matplotlib")),
     )
 }
 
@@ -169,11 +173,14 @@ class ImageInputs:
     cmdline: str
     recipe: int = RECIPE_VERSION
     variant: str = BASE
+    pip_packages: tuple[str, ...] = ()
 
 
 def image_key(inputs: ImageInputs) -> str:
     # `base` keys exactly as before variants existed, so existing caches stay valid.
-    named = {} if inputs.variant == BASE else {"variant": inputs.variant}
+    named: dict[str, object] = {} if inputs.variant == BASE else {"variant": inputs.variant}
+    if inputs.pip_packages:
+        named["pip"] = list(inputs.pip_packages)
     return hash_json(
         {
             **named,
@@ -233,6 +240,7 @@ def _gather(home: Path, image: ImageSpec, progress: Progress, *,
         rootfs_size=ROOTFS_SIZE,
         cmdline=CMDLINE,
         variant=image.name,
+        pip_packages=image.pip_packages,
     )
     return inputs, pkg, spec
 
@@ -346,6 +354,8 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
                 size=inputs.rootfs_size,
                 scratch_parent=images,
                 progress=progress,
+                pip_packages=inputs.pip_packages,
+                pip_cache=home / "cache" / "pip",
             )
             meta = {
                 "key": key,

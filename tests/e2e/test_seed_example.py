@@ -1,19 +1,17 @@
 """The PandaStack example of the seed article, verbatim, against a live server.
 
-Needs a `live_server` fixture giving (api_url, api_key) (a tuple, a mapping, or an object with
-those attributes); it is defined where the server's end-to-end tests are wired. Without it the
-test is skipped. The server must offer the `code-interpreter` template and egress for pip.
+Uses the `live_server` fixture of tests/e2e (a real `pandastack serve`). The `code-interpreter`
+template has pandas and pyarrow installed, so the example's `pip install` finds them satisfied
+and needs no network (the test servers give guests no DNS).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 import pytest
 
 from pandastack import Client, NotFoundError
 from pandastack.wire import ENDED_STATES
+from tests.e2e.conftest import LiveServer
 
 # What "the model" wrote: reads nothing, writes the report the example downloads.
 MODEL_OUTPUT = """\
@@ -27,31 +25,15 @@ print("rows", len(df))
 """
 
 
-def _credentials(server: Any) -> tuple[str, str]:
-    if isinstance(server, Mapping):
-        return str(server["api_url"]), str(server["api_key"])
-    if hasattr(server, "api_url"):
-        return str(server.api_url), str(server.api_key)
-    api_url, api_key = server
-    return str(api_url), str(api_key)
-
-
 @pytest.fixture
-def live_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def live_env(live_server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """Configure the SDK for the live server through the environment only, as a user would."""
-    try:
-        server = request.getfixturevalue("live_server")
-    except pytest.FixtureLookupError:
-        pytest.skip(
-            "no live_server fixture (api_url, api_key): the seed-article example runs "
-            "only where the REST server's end-to-end fixtures are wired"
-        )
-    api_url, api_key = _credentials(server)
-    monkeypatch.setenv("PANDASTACK_API", api_url)
-    monkeypatch.setenv("PANDASTACK_API_KEY", api_key)
+    monkeypatch.setenv("PANDASTACK_API", live_server.api_url)
+    monkeypatch.setenv("PANDASTACK_API_KEY", live_server.api_key)
 
 
 @pytest.mark.e2e
+@pytest.mark.vm
 @pytest.mark.timeout(1500)
 def test_seed_article_example(live_env: None, capsys: pytest.CaptureFixture[str]) -> None:
     model_output = MODEL_OUTPUT
