@@ -65,6 +65,7 @@ CHANGES: dict[str, Any] = {
     "cmdline": "console=ttyS0 root=/dev/vda rw quiet",
     "recipe": images.RECIPE_VERSION + 1,
     "variant": "node",
+    "pip_packages": ("numpy",),
 }
 
 
