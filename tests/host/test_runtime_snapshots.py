@@ -31,6 +31,14 @@ while True:
 """
 
 
+async def _wait_for_counter(sbx: SandboxHandle) -> None:
+    # Python's start under TCG takes a while: wait for the first line, boundedly.
+    deadline = time.monotonic() + 30
+    while (await sbx.exec("test -s /work/counter", timeout=30)).exit_code != 0:
+        assert time.monotonic() < deadline, "the counter process never wrote"
+        await asyncio.sleep(0.1)
+
+
 async def _counter(sbx: SandboxHandle) -> tuple[str, int]:
     last = (await sbx.exec("tail -n 1 /work/counter", timeout=30)).stdout.decode().split()
     return last[0], int(last[1])
@@ -41,7 +49,7 @@ async def test_fork_keeps_processes_then_copies_diverge(
     parent = await sandbox_factory()
     await parent.write_file("/work/counter.py", COUNTER.encode())
     await parent.spawn(["python3", "/work/counter.py"])
-    await asyncio.sleep(1.0)
+    await _wait_for_counter(parent)
     token, _ = await _counter(parent)
     children = await runtime.fork(parent.id, count=3)
     try:
@@ -110,7 +118,7 @@ async def test_pause_and_resume(runtime: HostRuntime, sandbox_factory: SandboxFa
     sbx = await sandbox_factory()
     await sbx.write_file("/work/counter.py", COUNTER.encode())
     await sbx.spawn(["python3", "/work/counter.py"])
-    await asyncio.sleep(0.5)
+    await _wait_for_counter(sbx)
     await runtime.pause(sbx.id)
     with pytest.raises(SandboxStateError):
         await sbx.exec("true")
