@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pandastack.host.sandbox import SandboxHandle
-from pandastack.host.vmm import read_cmdline
+from pandastack.host.vmm import iter_cmdlines
 
 SandboxFactory = Callable[..., Awaitable[SandboxHandle]]
 
@@ -14,11 +14,5 @@ SandboxFactory = Callable[..., Awaitable[SandboxHandle]]
 def qemu_pids_under(directory: Path) -> list[int]:
     """Live QEMU processes whose command line mentions `directory`."""
     prefix = str(directory)
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        argv = read_cmdline(int(proc.name))
-        if argv and "qemu" in argv[0] and any(prefix in a for a in argv):
-            pids.append(int(proc.name))
-    return pids
+    return [pid for pid, argv in iter_cmdlines()
+            if "qemu" in argv[0] and any(prefix in a for a in argv)]

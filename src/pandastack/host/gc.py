@@ -14,19 +14,13 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .vmm import pid_is_running, read_cmdline
+from .vmm import iter_cmdlines, pid_is_running
 
 GRACE_S = 600.0
 
 
 def _vmm_cmdlines() -> list[str]:
-    lines = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            argv = read_cmdline(int(proc.name))
-            if argv and "qemu" in Path(argv[0]).name:
-                lines.append("\0".join(argv))
-    return lines
+    return ["\0".join(argv) for _, argv in iter_cmdlines() if "qemu" in Path(argv[0]).name]
 
 
 def _old(path: Path, now: float, grace: float) -> bool:

@@ -165,17 +165,9 @@ class QemuDriver:
         return vm
 
     async def save(self, vm: VMProcess, device_state: Path) -> None:
-        qmp = await connect_qmp(vm.paths.qmp_socket)
-        try:
-            await qmp.execute("stop")
-            await qmp.execute("migrate-set-capabilities", {
-                "capabilities": [{"capability": "x-ignore-shared", "state": True}]})
-            tmp = device_state.with_suffix(".partial")
-            await qmp.execute("migrate", {"uri": f"exec:cat > '{tmp}'"})
-            await wait_migration(qmp)
-            os.replace(tmp, device_state)
-        finally:
-            await qmp.disconnect()
+        # A template's RAM is a shared file, which x-ignore-shared leaves out of the stream:
+        # the same stopped save as hibernation writes only device state here.
+        await self.save_stopped(vm, device_state)
 
     async def pause(self, vm: VMProcess) -> None:
         await qmp_pipeline(vm.paths.qmp_socket, [("stop", {})], alive=vm.is_alive)

@@ -55,7 +55,7 @@ from .vmm import (
     VMMDriver,
     VMPaths,
     VMProcess,
-    read_cmdline,
+    iter_cmdlines,
 )
 
 SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
@@ -252,15 +252,13 @@ class HostRuntime:
         """Map sandbox id -> pid for every live VMM process that belongs to our state dir."""
         prefix = str(self.sandboxes_dir) + "/"
         found: dict[str, int] = {}
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            for arg in read_cmdline(int(proc.name)):
+        for pid, argv in iter_cmdlines():
+            for arg in argv:
                 idx = arg.find(prefix)
                 if idx != -1 and "agent.sock" in arg:
                     name = arg[idx + len(prefix):].split("/", 1)[0]
                     if SANDBOX_ID_RE.match(name):
-                        found[name] = int(proc.name)
+                        found[name] = pid
                     break
         return found
 

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -116,6 +117,16 @@ def pid_is_running(pid: int) -> bool:
         return False
     state = stat.rsplit(b")", 1)[-1].split()[0]
     return state not in (b"Z", b"X")
+
+
+def iter_cmdlines() -> Iterator[tuple[int, list[str]]]:
+    """(pid, argv) of every process that has a command line (zombies and kernel threads
+    have none)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            argv = read_cmdline(int(proc.name))
+            if argv:
+                yield int(proc.name), argv
 
 
 def read_cmdline(pid: int) -> list[str]:
