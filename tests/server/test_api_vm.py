@@ -213,6 +213,13 @@ async def test_auth_and_teams(api: Api, sbx: str) -> None:
     assert_envelope(await c.get(f"/v1/sandboxes/{sbx}", headers={"Authorization": ""}), 401)
 
 
+async def _until_gone(workdir: Path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while workdir.exists() or qemu_pids_under(workdir):
+        assert time.monotonic() < deadline, f"{workdir} or its VM is still there"
+        await asyncio.sleep(0.05)
+
+
 async def test_ttl_expiry_removes_the_vm(api: Api) -> None:
     r = await api.client.post("/v1/sandboxes", json={"ttl_seconds": 2})
     assert r.status_code == 201, r.text
@@ -226,7 +233,8 @@ async def test_ttl_expiry_removes_the_vm(api: Api) -> None:
             break
         await asyncio.sleep(0.2)
     assert info["state"] == "expired" and info["end_reason"]
-    assert not (state_dir / sid).exists() and not qemu_pids_under(state_dir / sid)
+    # The row is marked ended first (no new request may use it), then the VM is removed.
+    await _until_gone(state_dir / sid)
     assert_envelope(
         await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"}), 409, "conflict"
     )
@@ -247,7 +255,7 @@ async def test_idle_reaper() -> None:
             }
             assert states == {idle: "reaped", keep: "running"}
             state_dir = api.app.state.settings.state_dir
-            assert not (state_dir / idle).exists() and not qemu_pids_under(state_dir / idle)
+            await _until_gone(state_dir / idle)
             r = await c.post(f"/v1/sandboxes/{keep}/exec", json={"cmd": "echo alive"})
             assert r.json()["stdout"] == "alive\n"
             assert (await c.delete(f"/v1/sandboxes/{keep}")).status_code == 204
