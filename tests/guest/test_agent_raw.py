@@ -23,12 +23,12 @@ SRC = str(Path(P.__file__).resolve().parents[2])
 
 
 class Raw:
-    def __init__(self) -> None:
+    def __init__(self, *args: str) -> None:
         self.sock, agent_end = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pandastack.guest", "--fd", str(agent_end.fileno())],
+            [sys.executable, "-m", "pandastack.guest", "--fd", str(agent_end.fileno()), *args],
             pass_fds=[agent_end.fileno()],
             env=env,
         )

@@ -66,6 +66,7 @@ CHANGES: dict[str, Any] = {
     "recipe": images.RECIPE_VERSION + 1,
     "variant": "node",
     "pip_packages": ("numpy",),
+    "files": {"opt/pandastack/kernel_server.py": b"print('serve')\n"},
 }
 
 
@@ -253,6 +254,12 @@ def test_assets_are_shipped() -> None:
     assert pid1.startswith("#!/bin/sh\n")
     assert "pandastack-init: starting agent" in pid1
     assert "python3 -m pandastack_guest --guest" in pid1
+    # The code interpreter ships as an asset and is part of its variant's image.
+    server = images.read_asset(images.KERNEL_SERVER_ASSET).decode()
+    assert "jupyter_client" in server and "/run/pandastack/code.sock" in server
+    ci = images.IMAGES["code-interpreter"]
+    assert (images.KERNEL_SERVER_PATH, images.KERNEL_SERVER_ASSET) in ci.files
+    assert "ipykernel" in ci.pip_packages and images.IMAGES["base"].files == ()
 
 
 # --- the real image (data dir) ------------------------------------------------------------

@@ -38,6 +38,12 @@ async def test_node_template_runs_node(runtime: HostRuntime,
     tmpl = await runtime.ensure_template("node")
     base = await runtime.ensure_template("base")
     assert tmpl.path != base.path and tmpl.key != base.key
+    # The code interpreter runs JavaScript here, with state kept between calls.
+    first = [e async for e in sbx.run_code("let n = 6 * 7; n", language="javascript")]
+    assert [(e.type, e.data) for e in first if e.type == "result"] == [
+        ("result", {"text/plain": "42"})], first
+    again = [e async for e in sbx.run_code("console.log(n + 1)", language="javascript")]
+    assert "".join(e.text for e in again if e.type == "stdout") == "43\n", again
 
 
 async def test_unknown_template_is_template_not_found(runtime: HostRuntime) -> None:

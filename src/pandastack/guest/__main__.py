@@ -9,6 +9,7 @@ import sys
 from . import __version__
 from .agent import Agent
 from .channel import PORT_NAME, Channel, SocketChannel, open_port
+from .code import SOCKET_PATH
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--port-name", default=PORT_NAME, help="virtio-serial port name (--guest)")
     p.add_argument("--port-wait", type=float, default=10.0, help="seconds to wait for the port")
+    p.add_argument("--code-socket", default=SOCKET_PATH,
+                   help="unix socket of the code interpreter (the `code` op)")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chan = SocketChannel(args.fd)
     log.info("agent %s starting (%s)", __version__, "guest" if args.guest else "test mode")
-    agent = Agent(chan, guest=bool(args.guest))
+    agent = Agent(chan, guest=bool(args.guest), code_socket=args.code_socket)
     try:
         rc = agent.run()
     except KeyboardInterrupt:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, execs, files, sysinit
+from . import __version__, code, execs, files, sysinit
 from .cgroups import Cgroups
 from .channel import Channel
 from .ops import Op, OpError, oserror_reply
@@ -59,6 +59,7 @@ HANDLERS: dict[str, Handler] = {
     "remove": lambda a, op, f: files.remove(op, f),
     "rename": lambda a, op, f: files.rename(op, f),
     "sync": lambda a, op, f: files.sync(op, f),
+    "code": lambda a, op, f: code.code(op, f, a.code_socket),
 }
 # Frames that only make sense for an op in flight; late ones are dropped silently.
 STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof", "signal"})
@@ -66,10 +67,12 @@ STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof
 
 class Agent:
     procs: ProcessTable
+    code_socket: str
 
-    def __init__(self, chan: Channel, *, guest: bool) -> None:
+    def __init__(self, chan: Channel, *, guest: bool, code_socket: str = code.SOCKET_PATH) -> None:
         self.chan = chan
         self.guest = guest
+        self.code_socket = code_socket
         self.gen = 0
         self._wlock = threading.Lock()
         self._ops: dict[int, Op] = {}

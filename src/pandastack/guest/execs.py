@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from .ops import Op, OpError, arg_bool, arg_int, arg_opt_int, arg_opt_str
-from .procs import ManagedProcess, ProcessTable
+from .procs import ManagedProcess, ProcessTable, User, lookup_user
 from .protocol import Frame
 
 MAX_PROC_LIST = 900 * 1024
@@ -70,6 +70,16 @@ def _env(h: dict[str, Any]) -> dict[str, str] | None:
     return env
 
 
+def _user(h: dict[str, Any]) -> User | None:
+    name = arg_opt_str(h, "user")
+    if name is None:
+        return None
+    try:
+        return lookup_user(name)
+    except (KeyError, OverflowError, ValueError):
+        raise OpError("EINVAL", f"no such user: {name!r}") from None
+
+
 def _start(
     table: ProcessTable, h: dict[str, Any], *, background: bool, stdin: bool
 ) -> tuple[ManagedProcess | None, int, str]:
@@ -78,6 +88,7 @@ def _start(
     argv, display = _command(h)
     cwd = arg_opt_str(h, "cwd")
     timeout_ms = arg_opt_int(h, "timeout_ms", lo=1)
+    user = _user(h)
     try:
         proc = table.start(
             argv,
@@ -87,6 +98,7 @@ def _start(
             stdin=stdin,
             background=background,
             timeout=None if timeout_ms is None else timeout_ms / 1000,
+            user=user,
         )
     except OSError as e:
         if e.filename is None or (cwd is not None and e.filename == cwd):

@@ -14,12 +14,14 @@ import heapq
 import itertools
 import logging
 import os
+import pwd
 import select
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .cgroups import Cgroups
@@ -40,6 +42,29 @@ DEFAULT_ENV = {
     "HOME": "/root",
     "LANG": "C.UTF-8",
 }
+
+
+@dataclass(frozen=True)
+class User:
+    """Who a process runs as (resolved from the passwd database before spawning)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+def lookup_user(name: str) -> User:
+    """The passwd entry of a user name (or of a numeric uid); KeyError if there is none."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        if not name.isdigit():
+            raise
+        pw = pwd.getpwuid(int(name))
+    return User(pw.pw_name, pw.pw_uid, pw.pw_gid,
+                tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)), pw.pw_dir)
 
 
 class Sink(Protocol):
@@ -363,9 +388,15 @@ class ProcessTable:
         stdin: bool,
         background: bool,
         timeout: float | None,
+        user: User | None = None,
     ) -> ManagedProcess:
-        """Start a process in a new session (and cgroup leaf). Raises OSError."""
+        """Start a process in a new session (and cgroup leaf), as `user` if given (the child
+        sets its groups, gid and uid before exec). Raises OSError."""
         full_env = dict(DEFAULT_ENV)
+        ids: dict[str, Any] = {}
+        if user is not None:
+            full_env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+            ids = {"user": user.uid, "group": user.gid, "extra_groups": list(user.groups)}
         if env:
             full_env.update(env)
         t0 = time.monotonic()
@@ -381,6 +412,7 @@ class ProcessTable:
                 start_new_session=True,
                 close_fds=True,
                 bufsize=0,
+                **ids,
             )
 
         leaf: str | None = None

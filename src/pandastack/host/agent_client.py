@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pandastack.guest import protocol as P
+from pandastack.host.code_client import CodeEvent as CodeEvent  # re-exported
+from pandastack.host.code_client import CodeMethods
 from pandastack.host.errors import (
     AgentConnectionError,
     AgentError,
@@ -131,7 +133,7 @@ class _Op:
         self.ended = False  # a final frame (or failure) arrived
 
 
-class AgentClient:
+class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.py
     def __init__(
         self,
         reader: asyncio.StreamReader,
@@ -569,7 +571,8 @@ class AgentClient:
     # -- processes ------------------------------------------------------------------------
     @staticmethod
     def _cmd_fields(
-        cmd: str | Sequence[str], env: Mapping[str, str] | None, cwd: str | None
+        cmd: str | Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
+        user: str | None = None,
     ) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         if isinstance(cmd, str):
@@ -583,6 +586,8 @@ class AgentClient:
             fields["env"] = dict(env)
         if cwd is not None:
             fields["cwd"] = cwd
+        if user is not None:
+            fields["user"] = user
         return fields
 
     async def exec(
@@ -596,15 +601,17 @@ class AgentClient:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        user: str | None = None,
     ) -> ExecResult:
         """Run ``cmd`` (str: via /bin/sh -c; sequence: argv) and wait for it.
 
         With ``timeout`` the agent kills the whole process tree when it expires
         (``timed_out=True``); this call then waits at most ``timeout + op_timeout``.
         Without one, the call waits as long as the process runs (it still fails at once
-        if the channel breaks).
+        if the channel breaks). ``user`` (a name in the guest's passwd) runs it as that
+        user, with its groups, HOME, USER and LOGNAME (GuestOSError EINVAL if unknown).
         """
-        header: dict[str, Any] = {"t": "exec", **self._cmd_fields(cmd, env, cwd)}
+        header: dict[str, Any] = {"t": "exec", **self._cmd_fields(cmd, env, cwd, user)}
         if timeout is not None:
             header["timeout_ms"] = max(1, math.ceil(timeout * 1000))
         if stdin is not None:
@@ -681,10 +688,11 @@ class AgentClient:
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        user: str | None = None,
     ) -> int:
         """Start a background process (stdin open for ``send_stdin``); returns its pid."""
         f = await self._call(
-            "spawn", expect="spawned", stdin=True, **self._cmd_fields(cmd, env, cwd)
+            "spawn", expect="spawned", stdin=True, **self._cmd_fields(cmd, env, cwd, user)
         )
         pid: int = self._field(f, "pid", int)
         return pid

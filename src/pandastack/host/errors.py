@@ -8,6 +8,10 @@
     ├── SandboxNotFound       no such sandbox on this host
     ├── SnapshotNotFound      no such snapshot on this host
     ├── SandboxStateError     the sandbox is in a state that does not allow the operation
+    ├── CodeInterpreterError  the sandbox's code interpreter refused or could not run a request
+    │   ├── CodeInterpreterUnavailable  the sandbox's template has no (running) code interpreter
+    │   ├── CodeContextNotFound         no code context with that id
+    │   └── UnsupportedLanguage         no such language, or not in this template
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
@@ -55,6 +59,22 @@ class SandboxStateError(HostError):
     pass
 
 
+class CodeInterpreterError(HostError):
+    pass
+
+
+class CodeInterpreterUnavailable(CodeInterpreterError):
+    pass
+
+
+class CodeContextNotFound(CodeInterpreterError):
+    pass
+
+
+class UnsupportedLanguage(CodeInterpreterError):
+    pass
+
+
 class AgentError(HostError):
     pass
 
@@ -75,3 +95,17 @@ class GuestOSError(AgentError):
         self.errno_name = errno_name
         self.message = message
         self.path = path
+
+
+class BuildFailed(HostError):
+    """A template build failed at a step (or at its start command or ready check). The message
+    names the step and its instruction and ends with the last lines of its output; the same
+    parts are attributes for callers that format their own."""
+
+    def __init__(self, message: str, *, step: int | None = None, instruction: str = "",
+                 exit_code: int | None = None, output: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.instruction = instruction
+        self.exit_code = exit_code
+        self.output = output

@@ -223,8 +223,11 @@ def build_rootfs(
     progress: Progress,
     pip_packages: tuple[str, ...] = (),
     pip_cache: Path | None = None,
+    files: Mapping[str, bytes] | None = None,
 ) -> None:
-    """Unpack the base, add the pandastack layer and write a sparse ext4 image (no mounting)."""
+    """Unpack the base, add the pandastack layer and write a sparse ext4 image (no mounting).
+
+    `files` maps paths relative to the rootfs to their contents (mode 0644)."""
     with tempfile.TemporaryDirectory(dir=scratch_parent, prefix=".tmp-rootfs-") as tmp:
         root = Path(tmp) / "root"
         root.mkdir(mode=0o755)
@@ -233,6 +236,13 @@ def build_rootfs(
              "--xattrs-include=*"], what="tar")
         progress(f"rootfs: installing agent ({len(agent)} files) and init")
         _customize(root, agent, init_script)
+        for rel, data in sorted((files or {}).items()):
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise SetupError(f"image file {rel!r} is outside the rootfs")
+            dest = root / rel
+            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            dest.write_bytes(data)
+            dest.chmod(0o644)
         if pip_packages:
             progress(f"rootfs: pip install {' '.join(pip_packages)}")
             _pip_install(root, pip_packages, pip_cache or scratch_parent / "pip-cache")

@@ -106,6 +106,8 @@ REQUIRED_TOOLS = ("apt-get", "apt-cache", "apt-config", "dpkg-deb", "mmdebstrap"
 Progress = Callable[[str], None]
 
 BASE = "base"
+KERNEL_SERVER_ASSET = "kernel_server.py"
+KERNEL_SERVER_PATH = "opt/pandastack/kernel_server.py"
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class ImageSpec:
     extra_packages: tuple[str, ...] = ()
     # Installed from the package index into the guest's /opt/venv when the image is built.
     pip_packages: tuple[str, ...] = ()
+    # Extra files: (path in the rootfs, asset name under pandastack/host/assets).
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -132,9 +136,13 @@ IMAGES: Mapping[str, ImageSpec] = {
     spec.name: spec
     for spec in (
         ImageSpec(BASE),
-        ImageSpec("node", ("nodejs", "npm")),
+        # The interpreter gives node sandboxes `run_code(language="javascript")` (and bash).
+        ImageSpec("node", ("nodejs", "npm"), files=((KERNEL_SERVER_PATH, KERNEL_SERVER_ASSET),)),
+        # ipykernel (with jupyter_client and pyzmq) runs the code interpreter's python
+        # contexts; kernel_server.py is the interpreter (see templates.py).
         ImageSpec("code-interpreter", (),
-                  pip_packages=("numpy", "pandas", "pyarrow", "matplotlib")),
+                  pip_packages=("numpy", "pandas", "pyarrow", "matplotlib", "ipykernel"),
+                  files=((KERNEL_SERVER_PATH, KERNEL_SERVER_ASSET),)),
     )
 }
 
@@ -174,6 +182,7 @@ class ImageInputs:
     recipe: int = RECIPE_VERSION
     variant: str = BASE
     pip_packages: tuple[str, ...] = ()
+    files: Mapping[str, bytes] = field(default_factory=dict, hash=False)  # rootfs path -> bytes
 
 
 def image_key(inputs: ImageInputs) -> str:
@@ -181,6 +190,8 @@ def image_key(inputs: ImageInputs) -> str:
     named: dict[str, object] = {} if inputs.variant == BASE else {"variant": inputs.variant}
     if inputs.pip_packages:
         named["pip"] = list(inputs.pip_packages)
+    if inputs.files:
+        named["files"] = {k: sha256_bytes(v) for k, v in sorted(inputs.files.items())}
     return hash_json(
         {
             **named,
@@ -241,6 +252,7 @@ def _gather(home: Path, image: ImageSpec, progress: Progress, *,
         cmdline=CMDLINE,
         variant=image.name,
         pip_packages=image.pip_packages,
+        files={dest: read_asset(asset) for dest, asset in image.files},
     )
     return inputs, pkg, spec
 
@@ -356,6 +368,7 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
                 progress=progress,
                 pip_packages=inputs.pip_packages,
                 pip_cache=home / "cache" / "pip",
+                files=inputs.files,
             )
             meta = {
                 "key": key,
@@ -368,6 +381,7 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
                 "modules": [m.name for m in kernel.modules],
                 "base_key": spec.key(),
                 "agent_files": sorted(inputs.agent),
+                "files": sorted(inputs.files),
                 "rootfs_size": inputs.rootfs_size,
                 "cmdline": inputs.cmdline,
                 "built_at": time.time(),

@@ -7,13 +7,14 @@ garbage and the old connection was declared broken, the next call reconnects and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from .agent_client import AgentClient, ExecResult, FileInfo, InitParams
+from .agent_client import AgentClient, CodeEvent, ExecResult, FileInfo, InitParams
 from .errors import AgentConnectionError, SandboxStateError
 from .vmm import VMProcess
 
@@ -114,14 +115,15 @@ class SandboxHandle:
     async def exec(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                    stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
-                   on_stderr: OutputCallback | None = None) -> ExecResult:
+                   on_stderr: OutputCallback | None = None,
+                   user: str | None = None) -> ExecResult:
         agent = await self.agent()
         return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
-                                on_stdout=on_stdout, on_stderr=on_stderr)
+                                on_stdout=on_stdout, on_stderr=on_stderr, user=user)
 
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None) -> int:
-        return await (await self.agent()).spawn(cmd, env=env, cwd=cwd)
+                    cwd: str | None = None, user: str | None = None) -> int:
+        return await (await self.agent()).spawn(cmd, env=env, cwd=cwd, user=user)
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
                      on_stderr: OutputCallback | None = None) -> ExecResult:
@@ -162,3 +164,29 @@ class SandboxHandle:
 
     async def rename(self, src: str, dst: str) -> None:
         await (await self.agent()).rename(src, dst)
+
+    # -- code interpreter -----------------------------------------------------------------
+
+    async def run_code(self, code: str, *, language: str = "python",
+                       context_id: str | None = None, timeout: float | None = None,
+                       env: Mapping[str, str] | None = None) -> AsyncIterator[CodeEvent]:
+        """See `AgentClient.run_code`: the events of one run, the last always "end"."""
+        agent = await self.agent()
+        async with contextlib.aclosing(agent.run_code(
+                code, language=language, context_id=context_id, timeout=timeout,
+                env=env)) as events:
+            async for event in events:
+                yield event
+
+    async def create_code_context(self, language: str = "python",
+                                  cwd: str | None = None) -> dict[str, object]:
+        return await (await self.agent()).create_code_context(language, cwd)
+
+    async def list_code_contexts(self) -> list[dict[str, object]]:
+        return await (await self.agent()).list_code_contexts()
+
+    async def delete_code_context(self, context_id: str) -> None:
+        await (await self.agent()).delete_code_context(context_id)
+
+    async def restart_code_context(self, context_id: str) -> None:
+        await (await self.agent()).restart_code_context(context_id)

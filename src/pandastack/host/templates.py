@@ -12,6 +12,7 @@ yet waits for the build, which reports through the progress callback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -23,11 +24,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import code_client
 from .agent_client import AgentClient
-from .errors import SetupError, TemplateNotFound
+from .errors import GuestOSError, HostError, SetupError, TemplateNotFound
 from .gc import prune_images, prune_templates
 from .image_common import fsync_path
-from .images import BASE, GuestImage
+from .images import BASE, KERNEL_SERVER_PATH, GuestImage
 from .network import NetworkManager, NetworkPolicy
 from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths, VMProcess
 
@@ -37,9 +39,41 @@ BOOT_DEADLINE_S = 240.0
 # guest memory (page cache, dentries) instead of paying for them on its first exec.
 WARMUP_COMMANDS = ("true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "cat /etc/os-release")
 
+READY_POLL_S = 0.25
+CODE_WARMUP_TIMEOUT_S = 900.0  # the first kernel start and its imports, under TCG
+CODE_SOCKET = "/run/pandastack/code.sock"
+# Imported (then the names dropped, the modules stay loaded) and one figure rendered to PNG
+# in the default python context, so the first run after a create finds the kernel warm.
+CODE_INTERPRETER_WARMUP = """\
+import numpy, pandas, pyarrow, matplotlib
+import matplotlib.pyplot as plt
+_pandastack_fig = plt.figure(figsize=(1, 1))
+_pandastack_fig.savefig(__import__("io").BytesIO(), format="png")
+plt.close(_pandastack_fig)
+pandas.DataFrame({"a": [1]})._repr_html_()
+del _pandastack_fig, numpy, pandas, pyarrow, matplotlib, plt
+"""
+
 Progress = Callable[[str], None]
 # The guest image of a variant (images.ImageSpec name), built on first use.
 ImageProvider = Callable[[str, Progress], Awaitable[GuestImage]]
+
+
+@dataclass(frozen=True)
+class ReadyCheck:
+    """When a template's start command counts as ready: `file` (a path) exists, `port` (a
+    number) accepts a TCP connection on 127.0.0.1, or `command` (sh -c) exits 0."""
+
+    kind: str  # "file" | "port" | "command"
+    value: str
+    timeout_seconds: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("file", "port", "command"):
+            raise ValueError(f"unknown ready check kind {self.kind!r}")
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.value}"
 
 
 @dataclass(frozen=True)
@@ -50,6 +84,22 @@ class BuiltinTemplate:
     # Another built-in whose snapshot this one is, byte for byte (same image, same warm-up):
     # creates restore that snapshot, so no second bake and no second memory file per shape.
     same_as: str | None = None
+    # Started in the background (agent spawn) after the warm-up commands; the snapshot is
+    # taken once `ready` passes, so every sandbox has it running from the first instant.
+    start: str | None = None
+    ready: ReadyCheck | None = None
+    # Python code run in the code interpreter's default context (needs `start` to run the
+    # interpreter), after `ready`.
+    code_warmup: tuple[str, ...] = ()
+
+    def key_parts(self) -> tuple[str, ...]:
+        """What the guest does before its snapshot (part of the template key)."""
+        parts = list(self.warmup)
+        if self.start is not None:
+            parts.append(f"start:{self.start}")
+        if self.ready is not None:
+            parts.append(f"ready:{self.ready.kind}:{self.ready.value}")
+        return (*parts, *(f"code:{c}" for c in self.code_warmup))
 
 
 BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
@@ -58,11 +108,17 @@ BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
         BuiltinTemplate(BASE, BASE),
         # The base image already has python3, pip, venv and a virtualenv first on PATH.
         BuiltinTemplate("python", BASE, same_as=BASE),
-        BuiltinTemplate("node", "node", warmup=("node -e 'console.log(6*7)'",)),
+        BuiltinTemplate("node", "node", warmup=("node -e 'console.log(6*7)'",),
+                        start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
+                        ready=ReadyCheck("file", CODE_SOCKET)),
         # The seed article's stack, installed when the image is built, imported once before
         # the snapshot so that every sandbox finds it warm in memory.
+        # The interpreter (kernel_server.py) runs from the snapshot on, its default python
+        # kernel already started and the stack imported in it.
         BuiltinTemplate("code-interpreter", "code-interpreter",
-                        warmup=("python -c 'import numpy, pandas, pyarrow, matplotlib'",)),
+                        start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
+                        ready=ReadyCheck("file", CODE_SOCKET),
+                        code_warmup=(CODE_INTERPRETER_WARMUP,)),
     )
 }
 
@@ -139,7 +195,7 @@ class TemplateStore:
             return alias
         image = await self.images(builtin.image, progress)
         self._image_keys.add(image.key)
-        key = template_key(image, self.driver, shape, builtin.warmup)
+        key = template_key(image, self.driver, shape, builtin.key_parts())
         final = self.root / name / key
         template = self._load(name, final)
         if template is None:
@@ -148,7 +204,7 @@ class TemplateStore:
             try:
                 template = self._load(name, final)
                 if template is None:
-                    await self._bake(name, key, final, shape, image, builtin.warmup, progress)
+                    await self._bake(name, key, final, shape, image, builtin, progress)
                     template = self._load(name, final)
             finally:
                 os.close(lock)
@@ -168,7 +224,7 @@ class TemplateStore:
                      progress=progress)
 
     async def _bake(self, name: str, key: str, final: Path, shape: MachineShape,
-                    image: GuestImage, warmup: tuple[str, ...], progress: Progress) -> None:
+                    image: GuestImage, builtin: BuiltinTemplate, progress: Progress) -> None:
         work = final.with_name(f"{key}.tmp-{os.getpid()}")
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
@@ -187,8 +243,7 @@ class TemplateStore:
         try:
             vm = self.driver.boot(paths, kernel, disk, work / "memory", shape,
                                   netns=slot.netns if slot else None)
-            await self._bake_running(name, vm, paths, work, started,
-                                     (*WARMUP_COMMANDS, *warmup), progress)
+            await self._bake_running(name, vm, paths, work, started, builtin, progress)
         finally:
             if slot is not None and self.network is not None:
                 await asyncio.to_thread(self.network.teardown, slot)
@@ -210,16 +265,25 @@ class TemplateStore:
         progress(f"template {name}: ready in {meta['bake_seconds']}s")
 
     async def _bake_running(self, name: str, vm: VMProcess, paths: VMPaths, work: Path,
-                            started: float, warmup: tuple[str, ...],
+                            started: float, builtin: BuiltinTemplate,
                             progress: Progress) -> None:
         agent: AgentClient | None = None
         try:
             agent = await _connect_booting(paths, vm.is_alive)
             progress(f"template {name}: agent up after {time.monotonic() - started:.1f}s; warming")
-            for cmd in warmup:
+            for cmd in (*WARMUP_COMMANDS, *builtin.warmup):
                 result = await agent.exec(cmd, timeout=300)  # imports are slow under TCG
                 if result.exit_code != 0:
                     raise SetupError(f"warm-up {cmd!r} failed: {result.stderr!r}")
+            if builtin.start is not None:
+                t0 = time.monotonic()
+                pid = await start_service(agent, builtin.start, builtin.ready)
+                progress(f"template {name}: {builtin.start!r} ready after "
+                         f"{time.monotonic() - t0:.1f}s")
+                for code in builtin.code_warmup:
+                    t0 = time.monotonic()
+                    await _warm_code(agent, code, pid, builtin.start)
+                    progress(f"template {name}: code warm-up took {time.monotonic() - t0:.1f}s")
             await agent.sync()
             progress(f"template {name}: saving snapshot")
             await self.driver.save(vm, work / "device.state")
@@ -234,6 +298,76 @@ class TemplateStore:
             if agent is not None:
                 await agent.close()
         vm.kill()
+
+
+async def start_service(agent: AgentClient, start: str, ready: ReadyCheck | None) -> int:
+    """Spawn `start` (sh -c) in the guest and poll `ready` until it passes; its pid.
+
+    SetupError, naming the check and ending with the command's output, if the command exits
+    first or the check does not pass in time."""
+    pid = await agent.spawn(start)
+    if ready is None:
+        return pid
+    deadline = time.monotonic() + ready.timeout_seconds
+    while not await _is_ready(agent, ready):
+        exited = await _exit_code(agent, pid)
+        if exited is None and time.monotonic() < deadline:
+            await asyncio.sleep(READY_POLL_S)
+            continue
+        why = (f"exited with code {exited} before it was ready ({ready})" if exited is not None
+               else f"was not ready ({ready}) after {ready.timeout_seconds:g} s")
+        raise SetupError(f"start command {start!r} {why}; its output ends with:\n"
+                         + await _output_tail(agent, pid))
+    return pid
+
+
+async def _is_ready(agent: AgentClient, ready: ReadyCheck) -> bool:
+    if ready.kind == "file":
+        try:
+            await agent.stat(ready.value)
+        except GuestOSError:
+            return False
+        return True
+    if ready.kind == "port":
+        # bash's /dev/tcp: a connect without starting an interpreter (slow under TCG).
+        argv = ["bash", "-c", ': <>"/dev/tcp/127.0.0.1/$0"', ready.value]
+        return (await agent.exec(argv, timeout=10)).exit_code == 0
+    return (await agent.exec(ready.value, timeout=60)).exit_code == 0
+
+
+async def _exit_code(agent: AgentClient, pid: int) -> int | None:
+    for proc in await agent.procs():
+        if proc.get("pid") == pid and not proc.get("running"):
+            code = proc.get("exit_code")
+            return code if isinstance(code, int) else -1
+    return None
+
+
+async def _output_tail(agent: AgentClient, pid: int, lines: int = 30) -> str:
+    """The last lines a background process wrote (stdout, then stderr)."""
+    chunks: list[bytes] = []
+    try:
+        result = await agent.attach(pid, on_stdout=chunks.append, on_stderr=chunks.append,
+                                    timeout=1.0)
+        text = (result.stdout + result.stderr).decode(errors="replace")
+    except HostError:  # still running: what arrived before the wait ended
+        text = b"".join(chunks).decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+
+
+async def _warm_code(agent: AgentClient, code: str, pid: int, start: str) -> None:
+    try:
+        async with contextlib.aclosing(code_client.run_code(
+                agent, code, timeout=CODE_WARMUP_TIMEOUT_S, store_history=False)) as events:
+            async for event in events:
+                if event.type == "error":
+                    raise SetupError(f"code warm-up failed: {event.name}: {event.value}\n"
+                                     f"{event.traceback}")
+    except HostError as exc:
+        if isinstance(exc, SetupError):
+            raise
+        raise SetupError(f"code warm-up failed: {exc}; the output of {start!r} ends with:\n"
+                         + await _output_tail(agent, pid)) from exc
 
 
 async def _connect_booting(paths: VMPaths, alive: Callable[[], bool]) -> AgentClient:

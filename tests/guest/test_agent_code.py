@@ -1,0 +1,140 @@
+"""The `code` op (relay to the code interpreter's unix socket) and `user` on exec, driven with
+raw frames against the real agent in --fd test mode. The interpreter is a stand-in here: a
+unix socket server in this process that answers with canned lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.guest.test_agent_raw import Raw
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakeInterpreter:
+    """Accepts connections on a unix socket; records each request line, answers `reply`,
+    then waits for the client to close (or closes at once with `linger=False`)."""
+
+    def __init__(self, path: Path, reply: bytes, *, linger: bool = False) -> None:
+        self.path = path
+        self.reply = reply
+        self.linger = linger
+        self.requests: list[bytes] = []
+        self.closed_by_client = threading.Event()
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(path))
+        self.srv.listen(4)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as f:
+                self.requests.append(f.readline())
+                conn.sendall(self.reply)
+                if self.linger and conn.recv(1) == b"":
+                    self.closed_by_client.set()
+
+    def close(self) -> None:
+        self.srv.close()
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> Path:
+    return tmp_path / "code.sock"
+
+
+@pytest.fixture
+def raw(sock_path: Path) -> Iterator[Raw]:
+    r = Raw("--code-socket", str(sock_path))
+    yield r
+    r.sock.close()
+    try:
+        r.proc.wait(5)
+    except subprocess.TimeoutExpired:
+        r.proc.kill()
+        r.proc.wait()
+        raise
+
+
+def test_code_without_interpreter_is_code_unavailable(raw: Raw) -> None:
+    raw.hello()
+    raw.req("code", 1, b'{"op": "list_contexts"}')
+    f = raw.recv()
+    assert (f.t, f.header["code"]) == ("error", "code_unavailable")
+    assert "no code interpreter" in f.header["message"]
+
+
+def test_code_relays_request_and_answer(raw: Raw, sock_path: Path) -> None:
+    answer = b"".join(json.dumps({"type": "stdout", "text": "x" * 1000}).encode() + b"\n"
+                      for _ in range(500)) + b'{"type":"end","execution_count":1}\n'
+    fake = FakeInterpreter(sock_path, answer)
+    try:
+        raw.hello()
+        raw.req("code", 1, b'{"op": "run",\n "code": "print(1)"}')
+        frames = raw.recv_until(1, "eof")
+    finally:
+        fake.close()
+    assert [f.t for f in frames[:-1]] == ["data"] * (len(frames) - 1)
+    body = b"".join(f.payload for f in frames[:-1])
+    assert body == answer and frames[-1].header["size"] == len(answer)
+    # The request arrives as one compact line, whatever whitespace the host sent.
+    assert fake.requests == [b'{"op":"run","code":"print(1)"}\n']
+
+
+def test_code_cancel_closes_the_connection(raw: Raw, sock_path: Path) -> None:
+    fake = FakeInterpreter(sock_path, b'{"type":"stdout","text":"busy"}\n', linger=True)
+    try:
+        raw.hello()
+        raw.req("code", 1, b'{"op": "run", "code": "while True: pass"}')
+        f = raw.recv()
+        assert (f.t, f.id) == ("data", 1)
+        raw.req("cancel", 1)
+        # The interpreter sees the connection close: that is how it learns to interrupt.
+        assert fake.closed_by_client.wait(5)
+        raw.req("ping", 2)
+        assert raw.recv().header == {"t": "pong", "id": 2}
+    finally:
+        fake.close()
+
+
+@pytest.mark.parametrize("payload", [b"", b"not json", b"[1, 2]", b'{"no_op": 1}'])
+def test_code_rejects_a_bad_request(raw: Raw, payload: bytes) -> None:
+    raw.hello()
+    raw.req("code", 1, payload)
+    f = raw.recv()
+    assert (f.t, f.header["code"]) == ("error", "EINVAL")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_exec_as_user(raw: Raw) -> None:
+    raw.hello()
+    raw.req("exec", 1, argv=["sh", "-c", "id -u; id -g; echo $HOME $USER $LOGNAME"],
+            user="nobody")
+    frames = raw.recv_until(1, "exit")
+    out = b"".join(f.payload for f in frames if f.t == "stdout").decode().split("\n")
+    assert out[0] == "65534" and out[2] == "/nonexistent nobody nobody"
+    assert frames[-1].header["code"] == 0
+
+
+def test_exec_as_unknown_user_is_einval(raw: Raw) -> None:
+    raw.hello()
+    raw.req("exec", 1, cmd="true", user="no-such-user-here")
+    f = raw.recv()
+    assert (f.t, f.header["code"]) == ("error", "EINVAL")
+    assert "no-such-user-here" in f.header["message"]
+    raw.req("spawn", 2, cmd="true", user="no-such-user-here")
+    f = raw.recv()
+    assert (f.t, f.header["code"]) == ("error", "EINVAL")
