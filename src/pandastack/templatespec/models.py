@@ -1,0 +1,334 @@
+"""Wire models of a template spec: a base template, ordered build steps, a start command and a
+ready check. Everything a client sends is validated here, before any VM is involved: package
+names against safe patterns, no NUL bytes anywhere, bounded counts and sizes.
+
+Paths in steps are guest paths. A relative one (COPY destination, WORKDIR) is resolved when the
+build applies it, against the working directory at that point (`DEFAULT_WORKDIR` before any
+WORKDIR step, the directory every sandbox exec starts in).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pandastack.wirebase import Strict
+
+MAX_STEPS = 64  # every step that changes the guest adds a disk layer to the template's chain
+MAX_PACKAGES = 256
+MAX_COMMAND_CHARS = 64 * 1024
+MAX_PATH_CHARS = 4096
+MAX_COPY_BYTES = 64 * 2**20  # decoded bytes of every copied file of one spec together
+MAX_COPY_FILES = 10_000
+MAX_ENV_ITEMS = 256
+MAX_READY_TIMEOUT_SECONDS = 3600.0
+DEFAULT_READY_TIMEOUT_SECONDS = 120.0
+DEFAULT_WORKDIR = "/work"
+
+# Debian package names, optionally with `=version` or `:arch`.
+APT_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9]+)?(=[A-Za-z0-9.+~:-]+)?$")
+# A PEP 508 name with optional extras and version specifiers (no URLs, no markers, no
+# spaces), or an absolute guest path to a wheel or sdist the build put there.
+PIP_PACKAGE_RE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
+    r"(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+"
+    r"(?:,(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+)*)?"
+    r"|/[A-Za-z0-9._+/-]+)$")
+# An npm name (optionally scoped) with an optional version or range after `@`.
+NPM_PACKAGE_RE = re.compile(
+    r"^(?:@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*(?:@[A-Za-z0-9.^~<>=*|+_-]+)?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# A built-in template name, or `snapshot:<id>` (a user template version).
+FROM_RE = re.compile(r"^(?:snapshot:[A-Za-z0-9._-]{1,64}|[A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
+
+
+def _no_nul(value: str, what: str) -> str:
+    if "\0" in value:
+        raise ValueError(f"{what} must not contain NUL bytes")
+    return value
+
+
+def _packages(values: list[str], pattern: re.Pattern[str], what: str) -> list[str]:
+    if not values:
+        raise ValueError(f"{what} needs at least one package")
+    for value in values:
+        if not pattern.match(value) or len(value) > 256:
+            raise ValueError(f"invalid {what} package name {value!r}")
+    return values
+
+
+def _guest_path(value: str, what: str) -> str:
+    _no_nul(value, what)
+    if not value or len(value) > MAX_PATH_CHARS:
+        raise ValueError(f"{what} must be 1 to {MAX_PATH_CHARS} characters")
+    return value
+
+
+class AptStep(Strict):
+    """`apt-get install` of Debian packages (always as root: the package manager needs it)."""
+
+    kind: Literal["apt"] = "apt"
+    packages: list[str] = Field(max_length=MAX_PACKAGES)
+
+    @field_validator("packages")
+    @classmethod
+    def _check(cls, v: list[str]) -> list[str]:
+        return _packages(v, APT_PACKAGE_RE, "apt")
+
+
+class PipStep(Strict):
+    """`pip install` into the guest's virtualenv (first on PATH)."""
+
+    kind: Literal["pip"] = "pip"
+    packages: list[str] = Field(max_length=MAX_PACKAGES)
+
+    @field_validator("packages")
+    @classmethod
+    def _check(cls, v: list[str]) -> list[str]:
+        return _packages(v, PIP_PACKAGE_RE, "pip")
+
+
+class NpmStep(Strict):
+    """`npm install -g` (needs a base with node, e.g. the `node` template)."""
+
+    kind: Literal["npm"] = "npm"
+    packages: list[str] = Field(max_length=MAX_PACKAGES)
+
+    @field_validator("packages")
+    @classmethod
+    def _check(cls, v: list[str]) -> list[str]:
+        return _packages(v, NPM_PACKAGE_RE, "npm")
+
+
+class RunStep(Strict):
+    """A shell command (`sh -c`), or an argv list (run without a shell)."""
+
+    kind: Literal["run"] = "run"
+    command: str | list[str]
+
+    @field_validator("command")
+    @classmethod
+    def _check(cls, v: str | list[str]) -> str | list[str]:
+        parts = [v] if isinstance(v, str) else v
+        if not parts or not parts[0].strip():
+            raise ValueError("run needs a non-empty command")
+        if sum(len(p) for p in parts) > MAX_COMMAND_CHARS:
+            raise ValueError(f"run command is longer than {MAX_COMMAND_CHARS} characters")
+        for part in parts:
+            _no_nul(part, "run command")
+        return v
+
+
+class CopyFile(Strict):
+    """One file of a copy step: `path` is relative to the step's `dst`."""
+
+    path: str = Field(min_length=1, max_length=MAX_PATH_CHARS)
+    mode: int = Field(default=0o644, ge=0, le=0o777)
+    content_b64: str = Field(max_length=(MAX_COPY_BYTES // 3 + 1) * 4)
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        _no_nul(v, "copy path")
+        parts = v.split("/")
+        if v.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"copy path {v!r} must be relative, without '.', '..' or '//'")
+        return v
+
+    @field_validator("content_b64")
+    @classmethod
+    def _base64(cls, v: str) -> str:
+        try:
+            base64.b64decode(v, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError("content_b64 is not valid base64") from exc
+        return v
+
+    @property
+    def size(self) -> int:
+        """Decoded size, without decoding."""
+        return len(self.content_b64) * 3 // 4 - self.content_b64[-2:].count("=")
+
+    def content(self) -> bytes:
+        return base64.b64decode(self.content_b64)
+
+
+class CopyStep(Strict):
+    """Files written under `dst` (a directory; created with its parents)."""
+
+    kind: Literal["copy"] = "copy"
+    dst: str
+    files: list[CopyFile] = Field(max_length=MAX_COPY_FILES)
+
+    @field_validator("dst")
+    @classmethod
+    def _dst(cls, v: str) -> str:
+        return _guest_path(v, "copy dst")
+
+
+class EnvStep(Strict):
+    """Variables for every later step and for the start command. A value may name earlier
+    variables as `$NAME`, `${NAME}`, `${NAME:-default}` or `${NAME:+alt}` (`\\$` is a literal
+    dollar); they are expanded when the build reaches the step, against the guest's default
+    environment plus earlier ENV steps."""
+
+    kind: Literal["env"] = "env"
+    env: dict[str, str] = Field(min_length=1, max_length=MAX_ENV_ITEMS)
+
+    @field_validator("env")
+    @classmethod
+    def _check(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not ENV_NAME_RE.match(name) or len(name) > 256:
+                raise ValueError(f"invalid environment variable name {name!r}")
+            _no_nul(value, f"value of {name}")
+            if len(value) > MAX_COMMAND_CHARS:
+                raise ValueError(f"value of {name} is too long")
+        return v
+
+
+class WorkdirStep(Strict):
+    """The directory later steps (and the start command) run in; created if missing."""
+
+    kind: Literal["workdir"] = "workdir"
+    path: str
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _guest_path(v, "workdir")
+
+
+class UserStep(Strict):
+    """The user later run/pip/npm steps and the start command run as (`root` resets)."""
+
+    kind: Literal["user"] = "user"
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not USER_NAME_RE.match(v):
+            raise ValueError(f"invalid user name {v!r} (a name, not a uid or user:group)")
+        return v
+
+
+TemplateStep = Annotated[
+    AptStep | PipStep | NpmStep | RunStep | CopyStep | EnvStep | WorkdirStep | UserStep,
+    Field(discriminator="kind"),
+]
+# Steps that only change what later steps run with: nothing happens inside the guest.
+HOST_ONLY_STEPS = (EnvStep, UserStep)
+
+
+class ReadyCheck(Strict):
+    """When the started server counts as ready: `port` accepts a TCP connection on
+    127.0.0.1, `file` exists, or `command` exits 0. Polled until `timeout_seconds`."""
+
+    kind: Literal["port", "file", "command"]
+    value: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)
+    timeout_seconds: float = Field(default=DEFAULT_READY_TIMEOUT_SECONDS, gt=0,
+                                   le=MAX_READY_TIMEOUT_SECONDS)
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _port_as_text(cls, v: object) -> object:
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _check(self) -> ReadyCheck:
+        _no_nul(self.value, "ready value")
+        if self.kind == "port" and not (self.value.isdigit() and 1 <= int(self.value) <= 65535):
+            raise ValueError(f"ready port must be 1-65535, not {self.value!r}")
+        return self
+
+    @property
+    def port(self) -> int:
+        return int(self.value)
+
+
+class TemplateSpec(Strict):
+    from_template: str = Field(default="base", max_length=128)
+    steps: list[TemplateStep] = Field(default_factory=list, max_length=MAX_STEPS)
+    start: str | None = Field(default=None, min_length=1, max_length=MAX_COMMAND_CHARS)
+    ready: ReadyCheck | None = None
+
+    @field_validator("from_template")
+    @classmethod
+    def _from(cls, v: str) -> str:
+        if not FROM_RE.match(v):
+            raise ValueError(f"invalid base template {v!r}: a template name or snapshot:<id>")
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TemplateSpec:
+        if self.start is not None:
+            _no_nul(self.start, "start command")
+        if self.ready is not None and self.start is None:
+            raise ValueError("a ready check needs a start command")
+        files = [f for s in self.steps if isinstance(s, CopyStep) for f in s.files]
+        if len(files) > MAX_COPY_FILES:
+            raise ValueError(f"more than {MAX_COPY_FILES} copied files")
+        if sum(f.size for f in files) > MAX_COPY_BYTES:
+            raise ValueError(f"copied files exceed {MAX_COPY_BYTES // 2**20} MiB together")
+        return self
+
+
+def step_key(parent_key: str, step: TemplateStep) -> str:
+    """The cache key of the state after `step`: a hash of its parent's key and the step's
+    canonical JSON (copied files' contents and modes included)."""
+    canonical = json.dumps(step.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return hashlib.sha256(f"{parent_key}\n{canonical}".encode()).hexdigest()
+
+
+def describe_step(step: TemplateStep, limit: int = 200) -> str:
+    """One line naming the step the way a Dockerfile would (logs, error messages)."""
+    match step:
+        case AptStep(packages=pkgs):
+            text = "APT " + " ".join(pkgs)
+        case PipStep(packages=pkgs):
+            text = "PIP " + " ".join(pkgs)
+        case NpmStep(packages=pkgs):
+            text = "NPM " + " ".join(pkgs)
+        case RunStep(command=cmd):
+            text = "RUN " + (cmd if isinstance(cmd, str) else json.dumps(cmd))
+        case CopyStep(dst=dst, files=files):
+            text = f"COPY {len(files)} file{'s' if len(files) != 1 else ''} to {dst}"
+        case EnvStep(env=env):
+            text = "ENV " + " ".join(f"{k}={v}" for k, v in env.items())
+        case WorkdirStep(path=path):
+            text = f"WORKDIR {path}"
+        case UserStep(name=name):
+            text = f"USER {name}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+_VAR_RE = re.compile(r"\\\$|\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)"
+                     r"(?::([-+])([^}]*))?\})")
+
+
+def expand_env(value: str, env: dict[str, str]) -> str:
+    """Docker's ENV substitution: `$NAME`, `${NAME}`, `${NAME:-default}`, `${NAME:+alt}`;
+    unknown names expand to nothing; `\\$` is a literal `$`."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "\\$":
+            return "$"
+        name = m.group(1) or m.group(2)
+        current = env.get(name, "")
+        if m.group(3) == "-":
+            return current or m.group(4)
+        if m.group(3) == "+":
+            return m.group(4) if current else ""
+        return current
+
+    return _VAR_RE.sub(sub, value)
