@@ -175,7 +175,7 @@ def test_policy_validation() -> None:
         NetworkPolicy.from_dict({"allow_out": ["not a name!"]})
     with pytest.raises(ValueError):
         NetworkPolicy.from_dict({"bogus": 1})
-    assert NetworkPolicy.from_dict({"allow_out": ["203.0.113.7"]}).resolve()[0] == \
+    assert NetworkPolicy.from_dict({"allow_out": ["203.0.113.7"]}).cidrs()[0] == \
         ["203.0.113.7/32"]
 
 

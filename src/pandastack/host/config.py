@@ -25,6 +25,10 @@ class HostConfig:
     network_pool: str = "10.200.0.0/16"
     # "auto": the host's own resolver; "off": no DNS for guests; or an IPv4 address.
     dns: str = "auto"
+    # Host ports of the egress proxy that enforces domain rules (on each slot's host address;
+    # the same for every runtime on the host, and used by nothing else there).
+    egress_http_port: int = 15080
+    egress_tls_port: int = 15443
     accel: str = "auto"
     tb_size_mb: int = 64
     tcg_cpu: str = "max"
@@ -45,6 +49,9 @@ class HostConfig:
         }
         if "PANDASTACK_DNS" in env:
             values["dns"] = env["PANDASTACK_DNS"]
+        for port in ("egress_http_port", "egress_tls_port"):
+            if f"PANDASTACK_{port.upper()}" in env:
+                values[port] = int(env[f"PANDASTACK_{port.upper()}"])
         if "PANDASTACK_NETWORK_POOL" in env:
             values["network_pool"] = env["PANDASTACK_NETWORK_POOL"]
         if "PANDASTACK_SNAPSHOTS_DIR" in env:
@@ -83,6 +90,12 @@ class HostConfig:
     @property
     def templates_dir(self) -> Path:
         return self.home / "templates"
+
+    @property
+    def builds_dir(self) -> Path:
+        """The template build step cache. Its entries name snapshots of this runtime's
+        snapshot store, so it lives beside that store (a private store, private cache)."""
+        return self.snapshots_dir.parent / (self.snapshots_dir.name + "-build-cache")
 
     @property
     def cache_dir(self) -> Path:

@@ -5,7 +5,10 @@ the template, so restores and forks need no guest reconfiguration. What differs 
 the VM's namespace gets: a /30 out of a host pool (default 10.200.0.0/16, 16,384 slots) on a
 veth pair to the host. Inside the namespace nftables translates the guest address to the slot
 address and applies the egress policy; on the host one table stops sandboxes from reaching the
-host itself or each other, and masquerades their traffic to the outside.
+host itself or each other (but for the egress proxy's two ports), and masquerades their
+traffic to the outside. Domain entries of a policy are not turned into addresses: the
+namespace sends the guest's TCP to ports 80 and 443 to the egress proxy on the host, which
+decides by the name in the connection (egress_proxy.py).
 
 Slots are claimed host-wide by creating `claims/<index>` with O_EXCL (atomic, survives
 restarts, shared by every runtime on the machine). A claim records its owner's directory, so a
@@ -18,12 +21,12 @@ import ipaddress
 import json
 import os
 import random
-import socket
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .egress_wire import parse_domain_entry
 from .errors import HostError
 
 GUEST_IP = "169.254.0.21"
@@ -47,9 +50,20 @@ class NetworkError(HostError):
 
 
 @dataclass(frozen=True)
+class ProxyPorts:
+    """Host ports of the egress proxy (egress_proxy.py), the same for every runtime on the
+    host: the host table admits exactly these from sandbox slots."""
+
+    http: int = 15080
+    tls: int = 15443
+
+
+@dataclass(frozen=True)
 class NetworkPolicy:
-    """Egress rules. Entries are CIDRs or domain names (resolved on the host when applied, so
-    a DNS answer forged inside the guest changes nothing). `allow_out` wins over everything."""
+    """Egress rules. Entries are IPv4 CIDRs (enforced by nftables in the namespace) or domain
+    names: "example.com", "*.example.com" (names below it) or ".example.com" (both), enforced
+    by the host's egress proxy on ports 80 and 443 by the TLS SNI or HTTP Host the guest sends
+    (see egress_proxy.py). `allow_out` wins over everything."""
 
     internet: bool = True
     allow_out: tuple[str, ...] = ()
@@ -73,41 +87,45 @@ class NetworkPolicy:
                 raise ValueError(f"network.{key} has more than 256 entries")
             lists[key] = tuple(str(v) for v in value)
         policy = cls(internet, lists["allow_out"], lists["deny_out"])
-        policy.resolve()  # fail early on entries that are neither CIDRs nor names
+        policy.cidrs()  # fail early on entries that are neither CIDRs nor names
         return policy
 
     def to_dict(self) -> dict[str, object]:
         return {"internet": self.internet, "allow_out": list(self.allow_out),
                 "deny_out": list(self.deny_out)}
 
-    def resolve(self) -> tuple[list[str], list[str]]:
-        return _resolve_all(self.allow_out), _resolve_all(self.deny_out)
+    def cidrs(self) -> tuple[list[str], list[str]]:
+        """The CIDR entries of allow_out and deny_out (raises ValueError on a bad entry)."""
+        return _split(self.allow_out)[0], _split(self.deny_out)[0]
+
+    def domains(self) -> tuple[list[str], list[str]]:
+        """The normalized domain entries of allow_out and deny_out."""
+        return _split(self.allow_out)[1], _split(self.deny_out)[1]
+
+    @property
+    def needs_proxy(self) -> bool:
+        """Whether ports 80/443 go through the egress proxy: allowed names matter only with
+        the internet off, denied names only with it on (otherwise every name already is)."""
+        allow, deny = self.domains()
+        return bool(deny) if self.internet else bool(allow)
 
 
-def _resolve_all(entries: Iterable[str]) -> list[str]:
+def _split(entries: Iterable[str]) -> tuple[list[str], list[str]]:
     nets: list[str] = []
+    names: list[str] = []
     for entry in entries:
         try:
             net = ipaddress.ip_network(entry, strict=False)
         except ValueError:
-            nets.extend(f"{ip}/32" for ip in _resolve_name(entry))
+            name = parse_domain_entry(entry)
+            if name is None:
+                raise ValueError(f"not a CIDR or a domain name: {entry!r}") from None
+            names.append(name)
             continue
         if net.version != 4:
             raise ValueError(f"only IPv4 networks are supported: {entry}")
         nets.append(str(net))
-    return nets
-
-
-def _resolve_name(name: str) -> list[str]:
-    label_ok = all(part and len(part) <= 63 and part.replace("-", "").isalnum()
-                   for part in name.rstrip(".").split("."))
-    if not label_ok or len(name) > 253:
-        raise ValueError(f"not a CIDR or a domain name: {name!r}")
-    try:
-        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise ValueError(f"cannot resolve {name!r}: {exc}") from exc
-    return sorted({str(info[4][0]) for info in infos})
+    return nets, names
 
 
 @dataclass(frozen=True)
@@ -164,12 +182,14 @@ class NetworkManager:
 
     `dns_upstream` is where guests' DNS queries (to their gateway) are forwarded, or None for
     no DNS at all. DNS is only open to a sandbox that may reach something outside (internet
-    on, or an allow list), since it is a channel out.
+    on, or an allow list), since it is a channel out. `proxy_ports`: where a policy with
+    domain entries sends the guest's TCP to ports 80 and 443 (the slot's host address).
     """
 
     claims_dir: Path
     pool: str = DEFAULT_POOL
     dns_upstream: str | None = None
+    proxy_ports: ProxyPorts = ProxyPorts()
     _host_ready: bool = field(default=False, init=False)
 
     @property
@@ -249,6 +269,7 @@ class NetworkManager:
             return
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
         veths = f'"{HOST_VETH_PREFIX}*"'
+        ports = f"{self.proxy_ports.http}, {self.proxy_ports.tls}"
         ruleset = f"""
 table inet {HOST_TABLE}
 delete table inet {HOST_TABLE}
@@ -256,6 +277,7 @@ table inet {HOST_TABLE} {{
     chain input {{
         type filter hook input priority -10; policy accept;
         iifname {veths} ct state established,related accept
+        iifname {veths} ip saddr {self.pool} ip daddr {self.pool} tcp dport {{ {ports} }} accept
         iifname {veths} drop
     }}
     chain forward {{
@@ -273,7 +295,7 @@ table inet {HOST_TABLE} {{
 
     def setup(self, slot: Slot, policy: NetworkPolicy) -> None:
         self.ensure_host()
-        allow, deny = policy.resolve()
+        policy.cidrs()  # a bad entry fails before anything is built
         ns = slot.netns
         outside = [
             f"netns add {ns}",
@@ -293,22 +315,38 @@ table inet {HOST_TABLE} {{
         try:
             _run(["ip", "-batch", "-"], stdin="\n".join(outside) + "\n")
             _run(["ip", "-n", ns, "-batch", "-"], stdin="\n".join(inside) + "\n")
-            self._apply(slot, policy.internet, allow, deny, first=True)
+            self._apply(slot, policy, first=True)
         except NetworkError:
             self.teardown(slot)
             raise
 
     def update(self, slot: Slot, policy: NetworkPolicy) -> None:
-        allow, deny = policy.resolve()
-        self._apply(slot, policy.internet, allow, deny, first=False)
+        self.ensure_host()  # after a restart: the proxy ports may have changed
+        self._apply(slot, policy, first=False)
 
-    def _apply(self, slot: Slot, internet: bool, allow: Sequence[str], deny: Sequence[str],
-               *, first: bool) -> None:
+    def _apply(self, slot: Slot, policy: NetworkPolicy, *, first: bool) -> None:
         def elements(nets: Sequence[str]) -> str:
             return f"elements = {{ {', '.join(nets)} }}" if nets else ""
 
+        internet = policy.internet
+        allow, deny = policy.cidrs()
         verdict = "accept" if internet else "drop"
         denied = ", ".join(ALWAYS_DENIED)
+        proxy_nat = proxy_forward = proxy_quic = ""
+        if policy.needs_proxy:
+            # Addresses allowed by CIDR keep their direct path; everything else on 80/443 is
+            # decided by name, by the proxy, which never uses the address the guest dialled.
+            ports = self.proxy_ports
+            proxy_nat = "\n".join(
+                f'        iifname "{TAP}" ip daddr != @allow_out tcp dport {dport} '
+                f"dnat ip to {slot.host_ip}:{port}"
+                for dport, port in ((80, ports.http), (443, ports.tls)))
+            proxy_forward = (
+                f'        iifname "{TAP}" oifname "{NS_VETH}" ip daddr {slot.host_ip} '
+                f"tcp dport {{ {ports.http}, {ports.tls} }} ct status dnat accept")
+            # QUIC carries its name where the proxy cannot see it: without it, clients fall
+            # back to TCP 443, which the proxy judges.
+            proxy_quic = f'        iifname "{TAP}" oifname "{NS_VETH}" udp dport 443 drop'
         dns_nat = dns_forward = ""
         if self.dns_upstream and (internet or allow):
             up = self.dns_upstream
@@ -334,7 +372,10 @@ table inet pandastack {{
         type filter hook forward priority 0; policy drop;
         ct state established,related accept
 {dns_forward}
+{proxy_forward}
+        iifname "{TAP}" oifname "{NS_VETH}" ip daddr {self.pool} drop
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @allow_out accept
+{proxy_quic}
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @deny_out drop
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @always_denied drop
         iifname "{TAP}" oifname "{NS_VETH}" {verdict}
@@ -344,6 +385,7 @@ table inet pandastack {{
         type nat hook prerouting priority -100; policy accept;
         iifname "{NS_VETH}" ip daddr {slot.ns_ip} dnat ip to {GUEST_IP}
 {dns_nat}
+{proxy_nat}
     }}
     chain postrouting {{
         type nat hook postrouting priority 100; policy accept;

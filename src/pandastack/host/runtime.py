@@ -29,6 +29,7 @@ from typing import Any
 from .accel import resolve_accel
 from .config import HostConfig
 from .disk import create_overlay
+from .egress_proxy import EgressProxy, Resolver
 from .errors import (
     HostError,
     SandboxNotFound,
@@ -37,7 +38,7 @@ from .errors import (
     SnapshotFailed,
 )
 from .images import BASE, GuestImage, ensure_image, image_spec
-from .network import NetworkManager, NetworkPolicy, Slot
+from .network import NetworkManager, NetworkPolicy, ProxyPorts, Slot
 from .qemu import QemuDriver
 from .sandbox import SandboxHandle
 from .snapshots import (
@@ -125,12 +126,17 @@ class SnapshotResult:
 class HostRuntime:
     """Single-machine runtime. Use `async with HostRuntime(...) as rt:` or start()/close()."""
 
-    def __init__(self, config: HostConfig | None = None, *, progress: Progress = print):
+    def __init__(self, config: HostConfig | None = None, *, progress: Progress = print,
+                 resolver: Resolver | None = None):
+        """`resolver`: how the egress proxy resolves the names of domain rules (the host's
+        resolver by default)."""
         self.config = config or HostConfig.from_env()
         self.progress = progress
         self.snapshots = SnapshotStore(self.config.snapshots_dir)
+        ports = ProxyPorts(self.config.egress_http_port, self.config.egress_tls_port)
         self.network = NetworkManager(self.config.network_claims_dir, self.config.network_pool,
-                                      dns_upstream=self.config.dns_upstream)
+                                      dns_upstream=self.config.dns_upstream, proxy_ports=ports)
+        self.egress = EgressProxy(ports, self.config.network_pool, resolver=resolver)
         self._spares: builtins.list[Slot] = []
         self._refill: asyncio.Task[None] | None = None
         self._closing = False
@@ -201,6 +207,11 @@ class HostRuntime:
         store = await self.prepare()
         return await store.ensure(name, shape, progress=self.progress)
 
+    async def prepare_template(self, name: str, *, vcpus: int = 1, memory_mb: int = 512) -> None:
+        """Build (or find) built-in template `name` for that shape; creates then restore at
+        once. Unknown names raise TemplateNotFound."""
+        await self.ensure_template(name, MachineShape(vcpus, memory_mb))
+
     # -- adoption -------------------------------------------------------------------------
 
     async def start(self) -> AdoptReport:
@@ -238,6 +249,19 @@ class HostRuntime:
         self._spare_owner.unlink(missing_ok=True)
         await asyncio.to_thread(self.network.sweep)
         self._refill_spares()
+        # Their namespaces still send ports 80/443 to the proxy: it must listen again. The
+        # rules are written again too, in case the proxy ports (or this code) changed.
+        for record in list(self._records.values()):
+            if record.slot is None:
+                continue
+            try:
+                policy = NetworkPolicy.from_dict(record.network)
+                await self.egress.attach(self._slot(record.slot), policy)
+                if policy.needs_proxy:
+                    await asyncio.to_thread(self.network.update, self._slot(record.slot),
+                                            policy)
+            except (HostError, ValueError) as exc:  # its ports 80/443 stay closed
+                self.progress(f"egress proxy for {record.id}: {exc}")
         return AdoptReport(adopted, cleaned)
 
     def _adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
@@ -347,7 +371,7 @@ class HostRuntime:
             if vm is not None:
                 vm.kill()
             if slot is not None:
-                await asyncio.to_thread(self._free_slot, slot)
+                await self._release_slot(slot)
             self._records.pop(sid, None)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             if isinstance(exc, HostError | ValueError):
@@ -376,7 +400,7 @@ class HostRuntime:
         record = self._records.pop(sandbox_id, None)
         await handle.destroy()
         if record is not None and record.slot is not None:
-            await asyncio.to_thread(self._free_slot, self._slot(record.slot))
+            await self._release_slot(self._slot(record.slot))
 
     @property
     def _spare_owner(self) -> Path:
@@ -396,6 +420,11 @@ class HostRuntime:
             slot = self.network.claim(owner)
             await asyncio.to_thread(self.network.setup, slot, policy)
         self._refill_spares()
+        try:
+            await self.egress.attach(slot, policy)
+        except BaseException:
+            await self._release_slot(slot)
+            raise
         return slot
 
     def _refill_spares(self) -> None:
@@ -431,6 +460,10 @@ class HostRuntime:
     def _slot(self, index: int) -> Slot:
         return Slot(index, self.network.pool)
 
+    async def _release_slot(self, slot: Slot) -> None:
+        await self.egress.detach(slot.index)
+        await asyncio.to_thread(self._free_slot, slot)
+
     def _free_slot(self, slot: Slot) -> None:
         self.network.teardown(slot)
         self.network.release(slot)
@@ -444,7 +477,17 @@ class HostRuntime:
         record = self._records[sandbox_id]
         if record.slot is None:
             raise SandboxStateError(f"sandbox {sandbox_id} has no network")
-        await asyncio.to_thread(self.network.update, self._slot(record.slot), policy)
+        slot = self._slot(record.slot)
+        # The proxy listens (and judges by the new policy) before the namespace redirects to
+        # it, and stops only once nothing does.
+        await self.egress.attach(slot, policy)
+        try:
+            await asyncio.to_thread(self.network.update, slot, policy)
+        except BaseException:
+            await self.egress.attach(slot, NetworkPolicy.from_dict(record.network))
+            raise
+        if not policy.needs_proxy:
+            await self.egress.detach(slot.index)
         self._save(replace(record, network=policy.to_dict()))
         return policy
 
@@ -456,7 +499,9 @@ class HostRuntime:
         await self._drop_spares()
 
     async def close(self) -> None:
-        """Drop agent connections; the VMs keep running and a later start() re-adopts them."""
+        """Drop agent connections; the VMs keep running and a later start() re-adopts them.
+        The egress proxy's listeners close (proxied connections end with them)."""
+        await self.egress.close()
         await self._drop_spares()
         for handle in self._sandboxes.values():
             await handle.disconnect()
