@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from pandastack.templatespec.models import TemplateSpec
+from pandastack.wirebase import Strict
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "killed", "expired",
                        "reaped", "failed"]
@@ -20,16 +23,13 @@ MAX_METADATA_ITEMS = 64
 MAX_ENV_ITEMS = 256
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
 
 # -- errors -------------------------------------------------------------------------------
 
 ErrorCode = Literal[
     "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
     "validation_error", "rate_limited", "internal", "unavailable", "timeout",
-    "forbidden", "insufficient_storage", "bad_gateway",
+    "forbidden", "insufficient_storage", "bad_gateway", "template_building",
 ]
 
 
@@ -59,7 +59,8 @@ class NetworkSpec(Strict):
 
     `allow_out` entries win over everything: over `deny_out`, over `internet: false` and over
     the ranges that are otherwise always denied (private, loopback, link-local/metadata, other
-    sandboxes, the host). Domain names are resolved on the host when the policy is applied."""
+    sandboxes, the host). Domain names are judged on TCP 80/443 by the host's egress proxy,
+    by the TLS SNI or HTTP Host the guest sends (a forged DNS answer changes nothing)."""
 
     internet: bool = True
     allow_out: list[NetworkRule] = Field(default_factory=list, max_length=MAX_NETWORK_RULES)
@@ -249,6 +250,61 @@ class RenameRequest(Strict):
     dst: str = Field(min_length=1, max_length=4096)
 
 
+# -- code interpreter ---------------------------------------------------------------------
+
+MAX_CODE_CHARS = 1024 * 1024
+CodeLanguage = Literal["python", "bash", "javascript"]
+
+
+class RunCode(Strict):
+    """Run `code` in a code context (the language's default context when `context_id` is
+    not given). State (variables, imports, cwd) persists between runs in one context."""
+
+    code: str = Field(max_length=MAX_CODE_CHARS)
+    language: CodeLanguage = "python"
+    context_id: str | None = Field(default=None, min_length=1, max_length=64)
+    timeout_seconds: float = Field(default=300, gt=0, le=MAX_EXEC_TIMEOUT_SECONDS)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
+
+
+class CodeResult(Strict):
+    """One rich output: `data` maps a MIME type to its content (binary types such as
+    image/png are base64). `is_main_result` marks the value of the cell's last expression;
+    the others come from display calls (a matplotlib figure, `display(...)`)."""
+
+    data: dict[str, str]
+    is_main_result: bool = False
+
+
+class CodeError(Strict):
+    name: str
+    value: str
+    traceback: str
+
+
+class Execution(Strict):
+    stdout: str = ""
+    stderr: str = ""
+    results: list[CodeResult] = Field(default_factory=list)
+    error: CodeError | None = None
+    execution_count: int | None = None
+
+
+class CreateCodeContext(Strict):
+    language: CodeLanguage = "python"
+    cwd: str | None = Field(default=None, max_length=4096)
+
+
+class CodeContext(Strict):
+    id: str
+    language: str
+    cwd: str | None = None
+
+
+class CodeContextList(Strict):
+    contexts: list[CodeContext]
+
+
 # -- keys ---------------------------------------------------------------------------------
 
 class CreateKey(Strict):
@@ -271,3 +327,43 @@ class CreatedKey(KeyInfo):
 
 class KeyList(Strict):
     keys: list[KeyInfo]
+
+
+# -- templates ----------------------------------------------------------------------------
+
+#: A team template's name: lower-case letters, digits, ".", "_", "-" (a create names a version
+#: as `name:3`).
+TEMPLATE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+TemplateBuildStatus = Literal["building", "ready", "failed"]
+
+
+class BuildTemplate(Strict):
+    """Build a new version of the team template `name` from `spec`. The build runs inside a
+    microVM whose egress follows `network` (default: the default sandbox policy)."""
+
+    name: str = Field(pattern=TEMPLATE_NAME_PATTERN)
+    spec: TemplateSpec
+    vcpus: int = Field(default=1, ge=1, le=8)
+    memory_mb: int = Field(default=512, ge=128, le=16384)
+    network: NetworkSpec | None = None
+
+
+class TemplateBuildInfo(Strict):
+    build_id: str
+    name: str
+    version: int
+    status: TemplateBuildStatus
+    created_at: float
+    finished_at: float | None = None
+    error: str | None = None
+    steps_total: int | None = None
+    steps_cached: int | None = None
+
+
+class TemplateInfo(Strict):
+    name: str
+    versions: list[TemplateBuildInfo]
+
+
+class TemplateList(Strict):
+    templates: list[TemplateBuildInfo]

@@ -36,6 +36,9 @@ def live_server() -> Iterator[LiveServer]:
         "PANDASTACK_SNAPSHOTS_DIR": str(tmp / "snapshots"),
         "PANDASTACK_DB": f"sqlite:///{tmp / 'pandastack.db'}",
         "PANDASTACK_CLIENT_CONFIG": str(tmp / "client.json"),
+        # Build-step caching is tested on the host runtime; here no cache snapshot outlives
+        # its build, so the no-leftovers check below stays exact.
+        "PANDASTACK_BUILD_CACHE_ENTRIES": "0",
     }
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 (closed in teardown)
     proc = subprocess.Popen(

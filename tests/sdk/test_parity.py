@@ -13,6 +13,7 @@ import pytest
 import pandastack
 from pandastack.sdk import (
     AsyncClient,
+    AsyncCodeInterpreter,
     AsyncCommands,
     AsyncFilesystem,
     AsyncKeys,
@@ -21,6 +22,7 @@ from pandastack.sdk import (
     AsyncSandboxes,
     AsyncSnapshots,
     Client,
+    CodeInterpreter,
     Commands,
     Filesystem,
     Keys,
@@ -33,6 +35,7 @@ from pandastack.sdk import (
 TWINS = [
     (Sandbox, AsyncSandbox),
     (Commands, AsyncCommands),
+    (CodeInterpreter, AsyncCodeInterpreter),
     (Process, AsyncProcess),
     (Filesystem, AsyncFilesystem),
     (Client, AsyncClient),
@@ -98,6 +101,9 @@ def test_async_twin_methods_are_coroutines(sync: type, async_: type) -> None:
             assert isinstance(a, property), async_name
             continue
         assert not inspect.iscoroutinefunction(s), f"{sync.__name__}.{sync_name}"
+        if inspect.isgeneratorfunction(s):  # a sync iterator's twin is an async iterator
+            assert inspect.isasyncgenfunction(a), f"{async_.__name__}.{async_name}"
+            continue
         assert inspect.iscoroutinefunction(a), f"{async_.__name__}.{async_name}"
 
 

@@ -9,20 +9,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 from fastapi import FastAPI
 
-import pandastack.host.network
 from pandastack.server.app import create_app
 from pandastack.server.runtime_port import RuntimePort
 from pandastack.server.settings import Settings
-from tests.server.fakes import OfflineDns
-
-
-@pytest.fixture(autouse=True)
-def _offline_dns(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Network safety: a domain name in a policy never becomes a real DNS query."""
-    monkeypatch.setattr(pandastack.host.network, "socket", OfflineDns)
+from pandastack.server.templates import Builder
 
 
 def make_settings(tmp: Path, **overrides: object) -> Settings:
@@ -56,9 +48,10 @@ class Api:
 
 @asynccontextmanager
 async def running_app(
-    settings: Settings, runtime: RuntimePort | None = None, admin_key: str | None = None
+    settings: Settings, runtime: RuntimePort | None = None, admin_key: str | None = None,
+    builder: Builder | None = None,
 ) -> AsyncIterator[Api]:
-    app = create_app(settings, runtime)
+    app = create_app(settings, runtime, builder=builder)
     async with app.router.lifespan_context(app):
         if admin_key is None:
             admin_key = json.loads(settings.client_config_path.read_text())["api_key"]

@@ -3,16 +3,19 @@ errors, validation, lifecycle bookkeeping). Everything about real VMs is tested 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
-import socket
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pandastack.host.agent_client import ExecResult, FileInfo
+from pandastack.host.agent_client import CodeEvent, ExecResult, FileInfo
 from pandastack.host.errors import (
+    BuildFailed,
+    CodeContextNotFound,
     GuestOSError,
     SandboxNotFound,
     SandboxStateError,
@@ -23,33 +26,9 @@ from pandastack.host.network import NetworkPolicy
 from pandastack.host.runtime import SnapshotResult
 from pandastack.host.snapshots import SnapshotInfo
 from pandastack.server.runtime_port import OutputCallback
+from pandastack.templatespec import TemplateSpec
 
 MAX_FORK = 16
-
-
-class OfflineDns:
-    """Replaces the `socket` module of `pandastack.host.network` in tests, so that checking a
-    policy's domain names sends no DNS query anywhere: names under `.test` (reserved, RFC
-    6761) resolve to 198.51.100.7, every other name does not resolve."""
-
-    AF_INET = socket.AF_INET
-    SOCK_STREAM = socket.SOCK_STREAM
-    gaierror = socket.gaierror
-    ADDRESS = "198.51.100.7"
-
-    @staticmethod
-    def getaddrinfo(host: str, port: object, family: int = 0, type: int = 0,
-                    *rest: object) -> list[tuple[object, ...]]:
-        if host.rstrip(".").lower().endswith(".test"):
-            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (OfflineDns.ADDRESS, 0))]
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known (offline test DNS)")
-
-
-def install_offline_dns() -> None:
-    """For a process that is a test server: policy names never reach a real resolver."""
-    import pandastack.host.network as network
-
-    network.socket = OfflineDns  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -74,6 +53,7 @@ class FakeSandbox:
         self.last_env: Mapping[str, str] | None = None
         self.wakes = 0
         self.network = NetworkPolicy()
+        self.code_contexts: dict[str, dict[str, object]] = {}
 
     @property
     def workdir(self) -> os.PathLike[str]:
@@ -99,6 +79,7 @@ class FakeSandbox:
         stdin: bytes | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         await self._guest()
         self.last_env = env
@@ -116,6 +97,7 @@ class FakeSandbox:
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        user: str | None = None,
     ) -> int:
         await self._guest()
         return 42
@@ -185,6 +167,42 @@ class FakeSandbox:
         self.files[dst] = self.files.pop(src)
 
 
+    async def run_code(self, code: str, *, language: str = "python",
+                       context_id: str | None = None, timeout: float | None = None,
+                       env: Mapping[str, str] | None = None) -> AsyncIterator[CodeEvent]:
+        """Echoes the code as stdout and returns one text result; "raise" gives an error."""
+        await self._guest()
+        if context_id is not None and context_id not in self.code_contexts:
+            raise CodeContextNotFound(context_id)
+        yield CodeEvent("stdout", text=code)
+        if code.startswith("raise"):
+            yield CodeEvent("error", name="Exception", value="raised", traceback="tb")
+        else:
+            yield CodeEvent("result", data={"text/plain": "ok"}, is_main_result=True)
+        yield CodeEvent("end", execution_count=1)
+
+    async def create_code_context(self, language: str = "python",
+                                  cwd: str | None = None) -> dict[str, object]:
+        await self._guest()
+        cid = f"ctx-{secrets.token_hex(4)}"
+        self.code_contexts[cid] = {"id": cid, "language": language, "cwd": cwd}
+        return self.code_contexts[cid]
+
+    async def list_code_contexts(self) -> list[dict[str, object]]:
+        await self._guest()
+        return list(self.code_contexts.values())
+
+    async def delete_code_context(self, context_id: str) -> None:
+        await self._guest()
+        if self.code_contexts.pop(context_id, None) is None:
+            raise CodeContextNotFound(context_id)
+
+    async def restart_code_context(self, context_id: str) -> None:
+        await self._guest()
+        if context_id not in self.code_contexts:
+            raise CodeContextNotFound(context_id)
+
+
 class FakeSnapshots:
     def __init__(self) -> None:
         self.infos: dict[str, SnapshotInfo] = {}
@@ -244,6 +262,11 @@ class FakeRuntime:
         sbx.network = network or NetworkPolicy()
         self.sandboxes[sandbox_id] = sbx
         return sbx
+
+    async def prepare_template(self, name: str, *, vcpus: int = 1,
+                               memory_mb: int = 512) -> None:
+        if name != "base":
+            raise TemplateNotFound(f"unknown template {name!r}")
 
     def get(self, sandbox_id: str) -> FakeSandbox:
         try:
@@ -323,3 +346,47 @@ class FakeRuntime:
         sbx = self.get(sandbox_id)
         return {"id": sandbox_id, "state": sbx.state, "network": sbx.network.to_dict(),
                 "slot": FakeSlot(self.ns_ip) if self.ns_ip is not None else None}
+
+
+@dataclass
+class BuildResult:
+    snapshot_id: str
+    env: dict[str, str]
+    workdir: str | None
+    user: str | None
+    steps_total: int
+    steps_cached: int
+    seconds: float
+
+
+@dataclass
+class ScriptedBuilder:
+    """Builds that snapshot a fake sandbox (once `release` is set, when `gated`); a spec whose
+    first run step is "fail" fails like a real failed step."""
+
+    runtime: FakeRuntime
+    gated: bool = False
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    shapes: list[tuple[int, int]] = field(default_factory=list)
+
+    async def build(self, spec: TemplateSpec, *, log: Any, network: NetworkPolicy | None = None,
+                    vcpus: int = 1, memory_mb: int = 512) -> BuildResult:
+        self.shapes.append((vcpus, memory_mb))
+        log("Step 1/1 RUN something")
+        if self.gated:
+            await self.release.wait()
+        steps = spec.model_dump()["steps"]
+        if steps and steps[0].get("command") == "fail":
+            raise BuildFailed("step 1/1 RUN fail failed with exit code 3; last output:\nboom",
+                              step=1, instruction="RUN fail", exit_code=3, output="boom")
+        sbx = await self.runtime.create("base", vcpus=vcpus, memory_mb=memory_mb)
+        snap = await self.runtime.snapshot(sbx.id, internal=True)
+        await self.runtime.kill(sbx.id)
+        log("built")
+        return BuildResult(snap.info.id, {"FROM_TEMPLATE": "1"}, "/srv", None, 1, 0, 0.1)
+
+    def cache_entries(self) -> Sequence[Any]:
+        return []
+
+    def prune_cache(self, keep: Any = None) -> list[str]:
+        return []

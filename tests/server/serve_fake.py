@@ -12,17 +12,16 @@ import uvicorn
 
 from pandastack.server.app import create_app
 from tests.server.conftest import make_settings
-from tests.server.fakes import FakeRuntime, install_offline_dns
+from tests.server.fakes import FakeRuntime, ScriptedBuilder
 
 
 def main(argv: list[str]) -> int:
     port, tmp = int(argv[0]), Path(argv[1])
     overrides: dict[str, object] = json.loads(argv[2]) if len(argv) > 2 else {}
-    install_offline_dns()
     runtime = FakeRuntime(tmp / "sandboxes")
     runtime.ns_ip = overrides.pop("fake_ns_ip", None)  # type: ignore[assignment]
     settings = make_settings(tmp, port=port, **overrides)
-    app = create_app(settings, runtime)
+    app = create_app(settings, runtime, builder=ScriptedBuilder(runtime))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     return 0
 

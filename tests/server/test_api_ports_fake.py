@@ -97,7 +97,7 @@ async def test_network_policy_routes(api: Api) -> None:
     r = await c.get(f"/v1/sandboxes/{default}/network")
     assert r.json() == {"internet": True, "allow_out": [], "deny_out": []}
 
-    for bad in ({"allow_out": ["not a name!"]}, {"allow_out": ["nowhere.invalid"]},
+    for bad in ({"allow_out": ["not a name!"]},
                 {"deny_out": ["::1/128"]}, {"allow_out": ["1.1.1.1"] * 257},
                 {"internet": "maybe"}, {"other": 1}):
         assert_envelope(await c.put(f"/v1/sandboxes/{sid}/network", json=bad), 422,

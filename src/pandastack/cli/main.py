@@ -13,7 +13,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.errors import HostError
 from pandastack.host.runtime import HostRuntime
 
-from . import keys, sandbox, serve
+from . import keys, sandbox, serve, template
 
 console = Console(stderr=True)
 
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_parser(sub)
     keys.add_parser(sub)
     sandbox.add_parser(sub)
+    template.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "setup":
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             return keys.run(args)
         if args.command == "sandbox":
             return sandbox.run(args)
+        if args.command == "template":
+            return template.run(args)
     except (HostError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1

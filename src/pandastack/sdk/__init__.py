@@ -16,6 +16,13 @@ from pandastack.sdk.client import (
     Sandboxes,
     Snapshots,
 )
+from pandastack.sdk.code import (
+    AsyncCodeInterpreter,
+    CodeEvent,
+    CodeInterpreter,
+    Execution,
+    Result,
+)
 from pandastack.sdk.commands import AsyncCommands, AsyncProcess, Commands, Process
 from pandastack.sdk.config import DEFAULT_TIMEOUT, ClientConfig, resolve_config
 from pandastack.sdk.errors import (
@@ -35,6 +42,8 @@ from pandastack.sdk.errors import (
     RateLimitError,
     SandboxError,
     ServerError,
+    TemplateBuildError,
+    TemplateBuildingError,
     TimeoutError,
     TransportError,
     TransportTimeoutError,
@@ -44,6 +53,8 @@ from pandastack.sdk.errors import (
 from pandastack.sdk.filesystem import AsyncFilesystem, Filesystem
 from pandastack.sdk.models import (
     AsyncOutputCallback,
+    CodeContext,
+    CodeError,
     CreatedKey,
     ExecResult,
     FileEntry,
@@ -60,12 +71,22 @@ from pandastack.sdk.models import (
     WriteResult,
 )
 from pandastack.sdk.sandbox import Sandbox
+from pandastack.sdk.templates import AsyncTemplates, Templates
+from pandastack.templatespec import (
+    Template,
+    TemplateSpec,
+    from_dockerfile,
+    wait_for_command,
+    wait_for_file,
+    wait_for_port,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "APIConnectionError",
     "APIError",
     "AsyncClient",
+    "AsyncCodeInterpreter",
     "AsyncCommands",
     "AsyncFilesystem",
     "AsyncKeys",
@@ -74,15 +95,21 @@ __all__ = [
     "AsyncSandbox",
     "AsyncSandboxes",
     "AsyncSnapshots",
+    "AsyncTemplates",
     "AuthError",
     "AuthenticationError",
     "Client",
     "ClientConfig",
+    "CodeContext",
+    "CodeError",
+    "CodeEvent",
+    "CodeInterpreter",
     "Commands",
     "ConfigError",
     "ConflictError",
     "CreatedKey",
     "ExecResult",
+    "Execution",
     "FileEntry",
     "Filesystem",
     "ForkResult",
@@ -102,6 +129,7 @@ __all__ = [
     "ProcessInfo",
     "ProtocolError",
     "RateLimitError",
+    "Result",
     "Sandbox",
     "SandboxError",
     "SandboxInfo",
@@ -110,11 +138,20 @@ __all__ = [
     "ServerError",
     "SnapshotInfo",
     "Snapshots",
+    "Template",
+    "TemplateBuildError",
+    "TemplateBuildingError",
+    "TemplateSpec",
+    "Templates",
     "TimeoutError",
     "TransportError",
     "TransportTimeoutError",
     "ValidationError",
     "WaitTimeoutError",
     "WriteResult",
+    "from_dockerfile",
     "resolve_config",
+    "wait_for_command",
+    "wait_for_file",
+    "wait_for_port",
 ]

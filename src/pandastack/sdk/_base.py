@@ -40,6 +40,7 @@ from pandastack.sdk.errors import (
     ProtocolError,
     RateLimitError,
     ServerError,
+    TemplateBuildingError,
     TransportTimeoutError,
     WaitTimeoutError,
 )
@@ -65,6 +66,9 @@ H = TypeVar("H")
 
 #: How much longer than the command's own timeout the HTTP read timeout of exec/wait is.
 EXEC_TIMEOUT_MARGIN = 30.0
+#: How long a create keeps waiting for a template that is still building (a built-in template's
+#: first use on a fresh host builds its image: minutes under TCG).
+TEMPLATE_WAIT_SECONDS = 1800.0
 #: Chunk size of uploads read from disk.
 UPLOAD_CHUNK_SIZE = 256 * 1024
 
@@ -97,13 +101,18 @@ class Call(Generic[T]):
         return f"{self.method} {self.path}"
 
 
+def template_retry_delay(retry_after: float | None) -> float:
+    """Seconds to wait before asking again for a template that is building."""
+    return min(max(retry_after if retry_after is not None else 5.0, 1.0), 30.0)
+
+
 def client_headers(config: ClientConfig) -> dict[str, str]:
     """Headers sent with every request."""
     return {"Authorization": f"Bearer {config.api_key}", "User-Agent": USER_AGENT,
             "Accept": "application/json"}
 
 
-def _seg(value: str | int) -> str:
+def path_segment(value: str | int) -> str:
     text = str(value)
     if not text:
         raise InvalidRequestError("an id in the URL must not be empty", status=422,
@@ -113,7 +122,7 @@ def _seg(value: str | int) -> str:
 
 def sandbox_path(sandbox_id: str, *parts: str | int) -> str:
     """`/v1/sandboxes/{id}/{parts...}` with every segment percent-encoded."""
-    return "/".join(["/v1/sandboxes", _seg(sandbox_id), *(_seg(p) for p in parts)])
+    return "/".join(["/v1/sandboxes", path_segment(sandbox_id), *(path_segment(p) for p in parts)])
 
 
 def _bool(flag: bool) -> str:
@@ -227,7 +236,7 @@ _CODE_STATUS: dict[str, int] = {
     "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
     "timeout": 408, "conflict": 409, "payload_too_large": 413, "validation_error": 422,
     "rate_limited": 429, "internal": 500, "bad_gateway": 502, "unavailable": 503,
-    "insufficient_storage": 507,
+    "insufficient_storage": 507, "template_building": 409,
 }
 # A bare 502/504 (no envelope) comes from a proxy in front of the server: "unavailable".
 _STATUS_CODE: dict[int, str] = {v: k for k, v in _CODE_STATUS.items()} | {
@@ -243,6 +252,9 @@ def api_error(status: int, code: str | None, message: str | None, request_id: st
     if cls is RateLimitError:
         return RateLimitError(message, status=status, code=code, request_id=request_id,
                               retry_after=retry_after)
+    if code == "template_building":
+        return TemplateBuildingError(message, status=status, code=code, request_id=request_id,
+                                     retry_after=retry_after)
     return cls(message, status=status, code=code, request_id=request_id)
 
 
@@ -451,11 +463,11 @@ def list_snapshots_call() -> Call[list[SnapshotInfo]]:
 
 
 def get_snapshot_call(snapshot_id: str) -> Call[SnapshotInfo]:
-    return Call("GET", f"/v1/snapshots/{_seg(snapshot_id)}", model_decoder(SnapshotInfo))
+    return Call("GET", f"/v1/snapshots/{path_segment(snapshot_id)}", model_decoder(SnapshotInfo))
 
 
 def delete_snapshot_call(snapshot_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/snapshots/{_seg(snapshot_id)}", ignore_body)
+    return Call("DELETE", f"/v1/snapshots/{path_segment(snapshot_id)}", ignore_body)
 
 
 def kill_sandbox_call(sandbox_id: str) -> Call[None]:
@@ -604,7 +616,7 @@ def list_keys_call() -> Call[list[KeyInfo]]:
 
 
 def revoke_key_call(key_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/keys/{_seg(key_id)}", ignore_body)
+    return Call("DELETE", f"/v1/keys/{path_segment(key_id)}", ignore_body)
 
 
 def partial_path(dst: Path) -> Path:

@@ -11,22 +11,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import httpx
 
 from pandastack.sdk import _base
+from pandastack.sdk._code import Language
 from pandastack.sdk._http import AsyncHTTP
+from pandastack.sdk.code import (
+    DEFAULT_CODE_TIMEOUT,
+    AsyncCodeInterpreter,
+    AsyncEventCallback,
+    Execution,
+)
 from pandastack.sdk.commands import AsyncCommands
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
-from pandastack.sdk.errors import NotFoundError, PandastackError
+from pandastack.sdk.errors import NotFoundError, PandastackError, TemplateBuildingError
 from pandastack.sdk.filesystem import AsyncFilesystem
 from pandastack.sdk.models import (
     AsyncOutputCallback,
+    CodeContext,
     ExecResult,
     Lifecycle,
     Logs,
@@ -37,6 +47,20 @@ from pandastack.sdk.models import (
 __all__ = ["AsyncSandbox"]
 
 log = logging.getLogger("pandastack")
+
+
+async def create_waiting(http: AsyncHTTP, call: _base.Call[SandboxInfo]) -> SandboxInfo:
+    """Send a create; while its template is still building (409 template_building), wait as
+    the server asks and send it again, logging progress, for up to TEMPLATE_WAIT_SECONDS."""
+    deadline = time.monotonic() + _base.TEMPLATE_WAIT_SECONDS
+    while True:
+        try:
+            return await http.run(call)
+        except TemplateBuildingError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("%s; waiting", exc)
+            await asyncio.sleep(_base.template_retry_delay(exc.retry_after))
 
 
 def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
@@ -57,11 +81,17 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         super().__init__(info, http, owns_http=owns_http)
         self._commands = AsyncCommands(info.id, http)
         self._filesystem = AsyncFilesystem(info.id, http)
+        self._code = AsyncCodeInterpreter(info.id, http)
 
     @property
     def commands(self) -> AsyncCommands:
         """Run commands and drive background processes."""
         return self._commands
+
+    @property
+    def code(self) -> AsyncCodeInterpreter:
+        """The code interpreter: `run`/`stream` code, create and remove code contexts."""
+        return self._code
 
     @property
     def filesystem(self) -> AsyncFilesystem:
@@ -97,7 +127,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                                          network=network)
         http = _open(api_url, api_key, timeout, transport)
         try:
-            info = await http.run(call)
+            info = await create_waiting(http, call)
         except BaseException:
             await http.aclose()
             raise
@@ -147,6 +177,16 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         """Run `cmd` to completion; same as `commands.run()` (see there)."""
         return await self._commands.run(cmd, timeout_seconds=timeout_seconds, env=env, cwd=cwd,
                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    async def run_code(self, code: str, language: Language = "python",
+                 context: str | CodeContext | None = None,
+                 timeout_seconds: float = DEFAULT_CODE_TIMEOUT,
+                 env: Mapping[str, str] | None = None,
+                 on_event: AsyncEventCallback | None = None) -> Execution:
+        """Run `code` in the sandbox's kernel; same as `code.run()` (see there). State persists
+        between calls: a variable defined in one call is visible in the next."""
+        return await self._code.run(code, language=language, context=context,
+                              timeout_seconds=timeout_seconds, env=env, on_event=on_event)
 
     async def pause(self) -> SandboxInfo:
         """Stop the sandbox's vCPUs in place, state intact; commands and file operations fail

@@ -21,9 +21,11 @@ import httpx
 from pandastack.sdk import _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.async_sandbox import AsyncSandbox
+from pandastack.sdk.async_sandbox import create_waiting as acreate_waiting
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
 from pandastack.sdk.models import CreatedKey, KeyInfo, SandboxInfo, SnapshotInfo
-from pandastack.sdk.sandbox import Sandbox
+from pandastack.sdk.sandbox import Sandbox, create_waiting
+from pandastack.sdk.templates import AsyncTemplates, Templates
 
 __all__ = ["AsyncClient", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots", "Client", "Keys",
            "Sandboxes", "Snapshots"]
@@ -49,7 +51,7 @@ class Sandboxes(_base.ClientBase[HTTP]):
                disk_mb: int | None = None, snapshot: str | None = None,
                network: _base.NetworkArg | None = None) -> Sandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
-        return Sandbox(self._http.run(_base.create_sandbox_call(
+        return Sandbox(create_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
             snapshot=snapshot, network=network)), self._http)
@@ -108,6 +110,7 @@ class Client(_base.ClientBase[HTTP]):
         self._sandboxes = Sandboxes(config, self._http)
         self._keys = Keys(config, self._http)
         self._snapshots = Snapshots(config, self._http)
+        self._templates = Templates(config, self._http)
 
     @property
     def sandboxes(self) -> Sandboxes:
@@ -123,6 +126,11 @@ class Client(_base.ClientBase[HTTP]):
     def snapshots(self) -> Snapshots:
         """List, inspect and delete the team's snapshots."""
         return self._snapshots
+
+    @property
+    def templates(self) -> Templates:
+        """Build the team's templates; list, inspect and delete their versions."""
+        return self._templates
 
     def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""
@@ -156,7 +164,7 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
                      disk_mb: int | None = None, snapshot: str | None = None,
                      network: _base.NetworkArg | None = None) -> AsyncSandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
-        return AsyncSandbox(await self._http.run(_base.create_sandbox_call(
+        return AsyncSandbox(await acreate_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
             snapshot=snapshot, network=network)), self._http)
@@ -215,6 +223,7 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
         self._sandboxes = AsyncSandboxes(config, self._http)
         self._keys = AsyncKeys(config, self._http)
         self._snapshots = AsyncSnapshots(config, self._http)
+        self._templates = AsyncTemplates(config, self._http)
 
     @property
     def sandboxes(self) -> AsyncSandboxes:
@@ -230,6 +239,11 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
     def snapshots(self) -> AsyncSnapshots:
         """List, inspect and delete the team's snapshots."""
         return self._snapshots
+
+    @property
+    def templates(self) -> AsyncTemplates:
+        """Build the team's templates; list, inspect and delete their versions."""
+        return self._templates
 
     async def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""

@@ -13,6 +13,7 @@ older names are those leaves, or aliases::
     ├── TimeoutError                  any timeout; also a builtin TimeoutError
     │   ├── TransportTimeoutError     the client gave up (no status, no request id)
     │   └── WaitTimeoutError          408: the server stopped waiting (also an APIError)
+    ├── TemplateBuildError            a template build ended failed (`build`: its status)
     └── APIError                      the server answered with an error envelope: status, code, ...
         ├── AuthError                 401/403
         │   ├── AuthenticationError   401: no key, unknown or revoked key
@@ -23,6 +24,7 @@ older names are those leaves, or aliases::
         ├── RateLimitError            429 (`retry_after` seconds, when the server said)
         ├── SandboxError              the sandbox cannot do it
         │   ├── ConflictError         409: not running / ended, or the guest said EEXIST/EBUSY...
+        │   │   └── TemplateBuildingError  409: the template is still building (`retry_after`)
         │   └── InsufficientStorageError  507: the guest's disk is full (ENOSPC/EDQUOT)
         ├── ServerError               any other 5xx: internal error, unavailable, gateway timeout
         └── WaitTimeoutError          408 (see TimeoutError)
@@ -64,6 +66,8 @@ __all__ = [
     "RateLimitError",
     "SandboxError",
     "ServerError",
+    "TemplateBuildError",
+    "TemplateBuildingError",
     "TimeoutError",
     "TransportError",
     "TransportTimeoutError",
@@ -201,6 +205,16 @@ class ConflictError(SandboxError):
     """The request conflicts with the current state, e.g. the sandbox is not running (409)."""
 
 
+class TemplateBuildingError(ConflictError):
+    """The template the create names is still being built (409, code ``template_building``);
+    `retry_after` says when to ask again. `Sandbox.create` waits for the build by itself."""
+
+    def __init__(self, message: str, *, status: int, code: str,
+                 request_id: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, status=status, code=code, request_id=request_id)
+        self.retry_after = retry_after
+
+
 class InsufficientStorageError(SandboxError):
     """The sandbox's disk is full (507: the guest said ENOSPC or EDQUOT)."""
 
@@ -218,3 +232,12 @@ class WaitTimeoutError(TimeoutError, APIError):
 ValidationError = InvalidRequestError
 #: The older name of `APIConnectionError` (the same class).
 TransportError = APIConnectionError
+
+
+class TemplateBuildError(PandastackError):
+    """A template build ended in failure; the message names the failed step and shows its
+    output. `build` is the build's final status (a `TemplateBuildInfo`)."""
+
+    def __init__(self, message: str, build: object = None) -> None:
+        super().__init__(message)
+        self.build = build

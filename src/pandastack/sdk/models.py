@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from pandastack.wire import (
+    CodeContext,
+    CodeError,
     CreatedKey,
     ExecResult,
     FileEntry,
@@ -26,6 +28,8 @@ from pandastack.wire import (
 
 __all__ = [
     "AsyncOutputCallback",
+    "CodeContext",
+    "CodeError",
     "CreatedKey",
     "ExecResult",
     "FileEntry",

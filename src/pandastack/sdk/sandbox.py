@@ -14,18 +14,27 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import httpx
 
 from pandastack.sdk import _base
+from pandastack.sdk._code import Language
 from pandastack.sdk._http import HTTP
+from pandastack.sdk.code import (
+    DEFAULT_CODE_TIMEOUT,
+    CodeInterpreter,
+    EventCallback,
+    Execution,
+)
 from pandastack.sdk.commands import Commands
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
-from pandastack.sdk.errors import NotFoundError, PandastackError
+from pandastack.sdk.errors import NotFoundError, PandastackError, TemplateBuildingError
 from pandastack.sdk.filesystem import Filesystem
 from pandastack.sdk.models import (
+    CodeContext,
     ExecResult,
     Lifecycle,
     Logs,
@@ -37,6 +46,20 @@ from pandastack.sdk.models import (
 __all__ = ["Sandbox"]
 
 log = logging.getLogger("pandastack")
+
+
+def create_waiting(http: HTTP, call: _base.Call[SandboxInfo]) -> SandboxInfo:
+    """Send a create; while its template is still building (409 template_building), wait as
+    the server asks and send it again, logging progress, for up to TEMPLATE_WAIT_SECONDS."""
+    deadline = time.monotonic() + _base.TEMPLATE_WAIT_SECONDS
+    while True:
+        try:
+            return http.run(call)
+        except TemplateBuildingError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("%s; waiting", exc)
+            time.sleep(_base.template_retry_delay(exc.retry_after))
 
 
 def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
@@ -55,11 +78,17 @@ class Sandbox(_base.SandboxBase[HTTP]):
         super().__init__(info, http, owns_http=owns_http)
         self._commands = Commands(info.id, http)
         self._filesystem = Filesystem(info.id, http)
+        self._code = CodeInterpreter(info.id, http)
 
     @property
     def commands(self) -> Commands:
         """Run commands and drive background processes."""
         return self._commands
+
+    @property
+    def code(self) -> CodeInterpreter:
+        """The code interpreter: `run`/`stream` code, create and remove code contexts."""
+        return self._code
 
     @property
     def filesystem(self) -> Filesystem:
@@ -95,7 +124,7 @@ class Sandbox(_base.SandboxBase[HTTP]):
                                          network=network)
         http = _open(api_url, api_key, timeout, transport)
         try:
-            info = http.run(call)
+            info = create_waiting(http, call)
         except BaseException:
             http.close()
             raise
@@ -145,6 +174,16 @@ class Sandbox(_base.SandboxBase[HTTP]):
         """Run `cmd` to completion; same as `commands.run()` (see there)."""
         return self._commands.run(cmd, timeout_seconds=timeout_seconds, env=env, cwd=cwd,
                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def run_code(self, code: str, language: Language = "python",
+                 context: str | CodeContext | None = None,
+                 timeout_seconds: float = DEFAULT_CODE_TIMEOUT,
+                 env: Mapping[str, str] | None = None,
+                 on_event: EventCallback | None = None) -> Execution:
+        """Run `code` in the sandbox's kernel; same as `code.run()` (see there). State persists
+        between calls: a variable defined in one call is visible in the next."""
+        return self._code.run(code, language=language, context=context,
+                              timeout_seconds=timeout_seconds, env=env, on_event=on_event)
 
     def pause(self) -> SandboxInfo:
         """Stop the sandbox's vCPUs in place, state intact; commands and file operations fail

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from pandastack.host.builds import TemplateBuilds
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.wire import ErrorEnvelope
@@ -20,14 +21,27 @@ from .errors import ApiError, RequestIdMiddleware, install_handlers
 from .lifecycle import reaper
 from .limits import BodyLimitMiddleware
 from .ratelimit import RateLimiter
+from .routes import (
+    code,
+    files,
+    keys,
+    lifecycle,
+    network,
+    ports,
+    processes,
+    sandboxes,
+    snapshots,
+    state,
+)
 from .routes import exec as exec_routes
-from .routes import files, keys, lifecycle, network, ports, processes, sandboxes, snapshots, state
+from .routes import templates as template_routes
 from .routes.ports import PortProxy
 from .runtime_port import RuntimePort
 from .service import SandboxService
 from .settings import Settings
 from .signing import UrlSigner
 from .store import open_store
+from .templates import Builder, TemplateService
 
 log = logging.getLogger("pandastack.server")
 
@@ -43,9 +57,11 @@ def default_runtime(settings: Settings) -> HostRuntime:
     return HostRuntime(config, progress=lambda message: log.info("%s", message))
 
 
-def create_app(settings: Settings | None = None, runtime: RuntimePort | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, runtime: RuntimePort | None = None, *,
+               builder: Builder | None = None) -> FastAPI:
     """Build the app. With `runtime` given, the caller owns it: the app starts it (start() is
-    idempotent re-adoption) but never closes it."""
+    idempotent re-adoption) but never closes it. Template builds use `builder`, by default
+    the host runtime's (none for another runtime: builds answer 503)."""
     settings = settings or Settings.from_env()
     owns_runtime = runtime is None
 
@@ -54,6 +70,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         store = open_store(settings.dsn)
         rt: RuntimePort = runtime if runtime is not None else default_runtime(settings)
         task: asyncio.Task[None] | None = None
+        templates: TemplateService | None = None
         proxy: PortProxy | None = None
         try:
             await rt.start()
@@ -62,6 +79,14 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             if failed or killed:
                 log.warning("reconciled after start: %d rows failed, %d stray VMs killed",
                             len(failed), len(killed))
+            build_with = builder
+            if build_with is None and isinstance(rt, HostRuntime):
+                build_with = TemplateBuilds(rt)
+            templates = TemplateService(service, build_with,
+                                        cache_entries=settings.build_cache_entries)
+            templates.reconcile()
+            service.templates = templates
+            app.state.templates = templates
             ensure_admin_key(store, settings)
             proxy = PortProxy(settings, UrlSigner.for_server(store, settings))
             app.state.port_proxy = proxy
@@ -76,6 +101,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if templates is not None:
+                await templates.close()
             if proxy is not None:
                 await proxy.aclose()
             if owns_runtime:
@@ -95,7 +122,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     install_handlers(app)
     # The last one added is the outermost: the request id exists before a body is refused.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
-                       max_upload_bytes=settings.max_upload_bytes)
+                       max_upload_bytes=settings.max_upload_bytes,
+                       max_template_bytes=settings.max_template_bytes)
     app.add_middleware(RequestIdMiddleware)
 
     @app.get("/health", response_model=Health, tags=["health"])
@@ -104,8 +132,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             raise ApiError(503, "unavailable", "starting")
         return Health(status="ok")
 
-    for module in (sandboxes, state, snapshots, exec_routes, processes, files, lifecycle,
-                   network, ports, keys):
+    for module in (sandboxes, state, snapshots, exec_routes, code, processes, files,
+                   lifecycle, network, ports, keys, template_routes):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})

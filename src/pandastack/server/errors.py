@@ -17,6 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pandastack.host.errors import (
     AgentConnectionError,
     AgentError,
+    CodeContextNotFound,
+    CodeInterpreterUnavailable,
     GuestOSError,
     HostError,
     SandboxNotFound,
@@ -24,6 +26,7 @@ from pandastack.host.errors import (
     SetupError,
     SnapshotFailed,
     SnapshotNotFound,
+    UnsupportedLanguage,
 )
 from pandastack.wire import ErrorBody, ErrorCode, ErrorEnvelope
 
@@ -92,6 +95,13 @@ def from_host_error(exc: HostError) -> ApiError:
             return ApiError(507, "insufficient_storage",
                             f"{exc} (no space left for the snapshot; the sandbox keeps running)")
         return ApiError(503, "unavailable", f"{exc} (the sandbox keeps running)")
+    if isinstance(exc, CodeContextNotFound):
+        return ApiError(404, "not_found", f"code context {exc} not found")
+    if isinstance(exc, CodeInterpreterUnavailable):
+        return ApiError(409, "conflict", f"{exc} (create the sandbox from a template with a "
+                        "code interpreter, e.g. code-interpreter)")
+    if isinstance(exc, UnsupportedLanguage):
+        return ApiError(422, "validation_error", str(exc))
     if isinstance(exc, AgentConnectionError):
         return ApiError(503, "unavailable", f"sandbox agent unavailable: {exc}")
     if isinstance(exc, AgentError):

@@ -22,6 +22,10 @@ RAW_BODY_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("POST", re.compile(r"^/v1/sandboxes/[^/]+/processes/[^/]+/stdin$")),
     ("*", re.compile(r"^/v1/sandboxes/[^/]+/ports/[^/]+/")),
 )
+# Template builds carry the files their COPY steps copy (base64 in JSON): a limit of their own.
+TEMPLATE_BODY_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("POST", re.compile(r"^/v1/templates$")),
+)
 JSON_BODY_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("POST", re.compile(r"^/v1/sandboxes/[^/]+/ports/[^/]+/signed-url$")),
 )
@@ -49,15 +53,19 @@ class BodyLimitMiddleware:
     """Pure ASGI: refuses bodies over the limit with a 413 envelope and `Connection: close`,
     so the server drops the connection instead of draining the rest of the body."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int,
+                 max_template_bytes: int | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.max_upload_bytes = max_upload_bytes
+        self.max_template_bytes = max_template_bytes or max_body_bytes
 
     def limit_for(self, scope: Scope) -> int:
         method, path = scope.get("method", ""), scope.get("path", "")
         if any(m == method and rx.match(path) for m, rx in JSON_BODY_ROUTES):
             return self.max_body_bytes
+        if any(m == method and rx.match(path) for m, rx in TEMPLATE_BODY_ROUTES):
+            return self.max_template_bytes
         if any(m in (method, "*") and rx.match(path) for m, rx in RAW_BODY_ROUTES):
             return self.max_upload_bytes
         return self.max_body_bytes

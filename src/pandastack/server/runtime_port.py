@@ -7,14 +7,14 @@ import os
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-from pandastack.host.agent_client import ExecResult, FileInfo
+from pandastack.host.agent_client import CodeEvent, ExecResult, FileInfo
 from pandastack.host.network import NetworkPolicy
 from pandastack.host.runtime import SnapshotResult
 from pandastack.host.snapshots import SnapshotInfo
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
-__all__ = ["ExecResult", "FileInfo", "NetworkPolicy", "OutputCallback", "RuntimePort",
+__all__ = ["CodeEvent", "ExecResult", "FileInfo", "NetworkPolicy", "OutputCallback", "RuntimePort",
            "SandboxPort", "SnapshotCatalog", "SnapshotInfo", "SnapshotResult"]
 
 
@@ -37,10 +37,11 @@ class SandboxPort(Protocol):
     async def exec(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                    stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
-                   on_stderr: OutputCallback | None = None) -> ExecResult: ...
+                   on_stderr: OutputCallback | None = None,
+                   user: str | None = None) -> ExecResult: ...
 
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None) -> int: ...
+                    cwd: str | None = None, user: str | None = None) -> int: ...
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
                      on_stderr: OutputCallback | None = None) -> ExecResult: ...
@@ -66,6 +67,21 @@ class SandboxPort(Protocol):
 
     async def rename(self, src: str, dst: str) -> None: ...
 
+    def run_code(self, code: str, *, language: str = "python", context_id: str | None = None,
+                 timeout: float | None = None,
+                 env: Mapping[str, str] | None = None) -> AsyncIterator[CodeEvent]:
+        """The events of one run in a code context; the last one is always "end"."""
+        ...
+
+    async def create_code_context(self, language: str = "python",
+                                  cwd: str | None = None) -> dict[str, object]: ...
+
+    async def list_code_contexts(self) -> list[dict[str, object]]: ...
+
+    async def delete_code_context(self, context_id: str) -> None: ...
+
+    async def restart_code_context(self, context_id: str) -> None: ...
+
 
 class SnapshotCatalog(Protocol):
     """The snapshots a runtime holds (`SnapshotStore` in-process)."""
@@ -87,6 +103,12 @@ class RuntimePort(Protocol):
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None) -> SandboxPort: ...
+
+    async def prepare_template(self, name: str, *, vcpus: int = 1,
+                               memory_mb: int = 512) -> None:
+        """Build built-in template `name` for that shape if it is not built yet (minutes on
+        a fresh host); TemplateNotFound for unknown names."""
+        ...
 
     def get(self, sandbox_id: str) -> SandboxPort: ...
 

@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager, suppress
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pandastack.host.errors import HostError, SandboxNotFound, TemplateNotFound
 from pandastack.host.network import NetworkPolicy
@@ -22,7 +22,7 @@ from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInf
 from .errors import ApiError, conflict, from_host_error, not_found
 from .runtime_port import RuntimePort, SandboxPort
 from .settings import Settings
-from .store import Sandbox, Store
+from .store import Sandbox, Store, TemplateVersion
 
 log = logging.getLogger("pandastack.server")
 
@@ -31,8 +31,16 @@ SNAPSHOT_ID_RE = re.compile(r"^snap-[0-9a-f]{12}$")
 DEFAULT_TEMPLATE = "base"
 AWAKE_STATES = ("running", "paused", "hibernated")
 SNAPSHOT_SHAPE = ("template", "vcpus", "memory_mb")
+#: How long a create waits for a built-in template that is not built yet before it answers
+#: 409 template_building (a template found on disk is ready well within this).
+PREPARE_WAIT_SECONDS = 20.0
+PREPARE_RETRY_AFTER_SECONDS = 10
 
 T = TypeVar("T")
+
+
+class TemplateResolver(Protocol):
+    def resolve(self, team: str, ref: str) -> TemplateVersion | None: ...
 
 
 def to_info(row: Sandbox) -> SandboxInfo:
@@ -58,6 +66,9 @@ class SandboxService:
         self.settings = settings
         self._busy: dict[str, int] = {}
         self._transitions: dict[str, int] = {}
+        # Set by the app when team templates are enabled (`templates.TemplateService`).
+        self.templates: TemplateResolver | None = None
+        self._preparing: dict[tuple[str, int, int], asyncio.Task[None]] = {}
 
     # -- lookups --------------------------------------------------------------------------
 
@@ -212,22 +223,79 @@ class SandboxService:
                            f"snapshot's {', '.join(SNAPSHOT_SHAPE)}; leave them out")
         return snap.template, snap.vcpus, snap.memory_mb, req.disk_mb or snap.disk_mb
 
+    def _team_template(self, team: str, req: CreateSandbox) -> TemplateVersion | None:
+        """The ready version of the team template the request names, if it names one; its
+        shape is the template's (422 if the request names other values)."""
+        if req.snapshot is not None or self.templates is None:
+            return None
+        version = self.templates.resolve(team, req.template or DEFAULT_TEMPLATE)
+        if version is None:
+            return None
+        shape = {"vcpus": version.vcpus, "memory_mb": version.memory_mb}
+        clash = [name for name, value in shape.items() if name in req.model_fields_set
+                 and value is not None and getattr(req, name) != value]
+        if clash:
+            raise ApiError(422, "validation_error",
+                           f"{', '.join(clash)}: a sandbox created from template "
+                           f"{version.name}:{version.version} has the template's vcpus and "
+                           "memory_mb; leave them out")
+        return version
+
+    async def _prepared(self, template: str, vcpus: int, memory_mb: int) -> None:
+        """Return once built-in `template` is ready for this shape. Its first use builds it
+        (minutes under TCG): then answer at once with 409 template_building (Retry-After)
+        while the build goes on in the background, instead of holding the request open."""
+        key = (template, vcpus, memory_mb)
+        task = self._preparing.get(key)
+        if task is None:
+            task = asyncio.create_task(self.runtime.prepare_template(
+                template, vcpus=vcpus, memory_mb=memory_mb), name=f"prepare-{template}")
+            self._preparing[key] = task
+        if not task.done():
+            await asyncio.wait([task], timeout=PREPARE_WAIT_SECONDS)
+        if not task.done():
+            raise ApiError(409, "template_building",
+                           f"template {template!r} is being built for its first use "
+                           "(minutes on a fresh host); retry shortly",
+                           headers={"Retry-After": str(PREPARE_RETRY_AFTER_SECONDS)})
+        exc = task.exception()
+        if exc is not None:
+            del self._preparing[key]  # the next create tries again
+            if isinstance(exc, TemplateNotFound):
+                raise not_found(f"template {template!r}")
+            if isinstance(exc, HostError):
+                raise from_host_error(exc)
+            raise ApiError(503, "unavailable", f"template {template!r} could not be built: "
+                           f"{type(exc).__name__}: {exc}")
+
     async def create(self, team: str, req: CreateSandbox) -> Sandbox:
+        team_template = self._team_template(team, req)
         template, vcpus, memory_mb, disk_mb = self._shape(team, req)
+        if team_template is None and req.snapshot is None:
+            await self._prepared(template, vcpus, memory_mb)
+        snapshot_id, env, cwd, user = req.snapshot, dict(req.env), None, None
+        if team_template is not None:
+            template = f"{team_template.name}:{team_template.version}"
+            vcpus = team_template.vcpus or vcpus
+            memory_mb = team_template.memory_mb or memory_mb
+            snapshot_id = team_template.snapshot_id
+            env = {**(team_template.env or {}), **env}
+            cwd, user = team_template.cwd, team_template.user
         policy = None if req.network is None else await self.network_policy(req.network)
         now = time.time()
         row = Sandbox(
             id=f"sbx-{secrets.token_hex(6)}", team=team, template=template, state="starting",
             created_at=now, expires_at=now + req.ttl_seconds, ttl_seconds=req.ttl_seconds,
             persistent=req.persistent, vcpus=vcpus, memory_mb=memory_mb,
-            disk_mb=disk_mb, env=dict(req.env), meta=dict(req.metadata),
+            disk_mb=disk_mb, env=env, meta=dict(req.metadata),
             last_activity_at=now, ended_at=None, end_reason=None, snapshot=req.snapshot,
+            cwd=cwd, user=user,
         )
         self.store.add_sandbox(row)
         try:
             await self.runtime.create(template, vcpus=vcpus, memory_mb=memory_mb,
                                       disk_mb=req.disk_mb, sandbox_id=row.id,
-                                      snapshot=req.snapshot, network=policy)
+                                      snapshot=snapshot_id, network=policy)
         except BaseException as exc:
             self.store.end_sandbox(row.id, "failed", f"create failed: {exc}"[:2000])
             if isinstance(exc, TemplateNotFound):
@@ -285,11 +353,10 @@ class SandboxService:
     # -- network --------------------------------------------------------------------------
 
     async def network_policy(self, spec: NetworkSpec) -> NetworkPolicy:
-        """The runtime's policy for `spec`, or 422. Domain names are resolved here (in a
-        thread: a slow resolver must not stall the event loop), so a name that does not
-        resolve is refused before anything changes."""
+        """The runtime's policy for `spec`, or 422 (malformed entries are refused before
+        anything changes; names are judged per connection by the host's egress proxy)."""
         try:
-            return await asyncio.to_thread(NetworkPolicy.from_dict, spec.model_dump())
+            return NetworkPolicy.from_dict(spec.model_dump())
         except ValueError as exc:
             raise ApiError(422, "validation_error", str(exc)) from None
 

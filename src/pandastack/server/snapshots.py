@@ -78,7 +78,8 @@ async def fork(service: SandboxService, team: str, sandbox_id: str,
                 ttl_seconds=parent.ttl_seconds, persistent=parent.persistent,
                 vcpus=parent.vcpus, memory_mb=parent.memory_mb, disk_mb=parent.disk_mb,
                 env=dict(parent.env or {}), meta=dict(parent.meta or {}),
-                last_activity_at=now, ended_at=None, end_reason=None, snapshot=None)))
+                last_activity_at=now, ended_at=None, end_reason=None, snapshot=None,
+                cwd=parent.cwd, user=parent.user)))
     except BaseException:
         log.exception("recording the children of a fork of %s failed", parent.id)
         for row in children:

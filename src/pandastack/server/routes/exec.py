@@ -50,7 +50,8 @@ async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPri
     async with service.busy(row.id):
         try:
             result = await handle.exec(
-                body.cmd, timeout=body.timeout_seconds, env=env or None, cwd=body.cwd,
+                body.cmd, timeout=body.timeout_seconds, env=env or None,
+                cwd=body.cwd or row.cwd, user=row.user,
                 stdin=None if body.stdin is None else body.stdin.encode())
         except ValueError as exc:
             raise value_error(exc) from None
@@ -79,7 +80,8 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
         try:
             async with service.busy(row.id):
                 return await handle.exec(
-                    body.cmd, timeout=body.timeout_seconds, env=env or None, cwd=body.cwd,
+                    body.cmd, timeout=body.timeout_seconds, env=env or None,
+                cwd=body.cwd or row.cwd, user=row.user,
                     stdin=None if body.stdin is None else body.stdin.encode(),
                     on_stdout=on_stdout, on_stderr=on_stderr)
         finally:

@@ -12,8 +12,10 @@ from .deps import SandboxId, Service
 
 router = APIRouter(tags=["network"], route_class=StrictJsonRoute)
 
-POLICY_NOTES = ("Entries are CIDRs or domain names (resolved on the host when the policy is "
-                "applied; a name that does not resolve is a 422). `allow_out` wins over "
+POLICY_NOTES = ("Entries are CIDRs or domain names (`example.com`, `*.example.com` for the "
+                "names below it, `.example.com` for both), judged by the host's egress proxy "
+                "on TCP 80/443 by the TLS SNI or HTTP Host the guest sends, never by the "
+                "guest's DNS answers. `allow_out` wins over "
                 "`deny_out`, over `internet: false` and over the always-denied ranges "
                 "(private, loopback, link-local/metadata, the host, other sandboxes). "
                 "Takes effect for new connections at once; a hibernated sandbox stays "

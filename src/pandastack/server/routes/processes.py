@@ -36,7 +36,8 @@ async def start_process(sandbox_id: SandboxId, body: StartProcess, who: CurrentP
     row, handle = await service.running(who.team, sandbox_id)
     env = {**(row.env or {}), **body.env}
     try:
-        pid = await handle.spawn(body.cmd, env=env or None, cwd=body.cwd)
+        pid = await handle.spawn(body.cmd, env=env or None, cwd=body.cwd or row.cwd,
+                                 user=row.user)
     except ValueError as exc:
         raise value_error(exc) from None
     return ProcessInfo(pid=pid, cmd=body.cmd, running=True)

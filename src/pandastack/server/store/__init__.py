@@ -1,7 +1,8 @@
 """Persistence: SQLAlchemy models, repository functions and alembic migrations."""
 
 from .db import open_store
-from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team
+from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team, TemplateVersion
 from .repo import Store
 
-__all__ = ["ApiKey", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team", "open_store"]
+__all__ = ["ApiKey", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team", "TemplateVersion",
+           "open_store"]

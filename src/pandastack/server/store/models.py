@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -54,6 +65,9 @@ class Sandbox(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     snapshot: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    # Defaults for commands, from the template the sandbox came from (WORKDIR, USER).
+    cwd: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    user: Mapped[str | None] = mapped_column(String(64), nullable=True, default=None)
 
 
 class Snapshot(Base):
@@ -71,6 +85,37 @@ class Snapshot(Base):
     memory_mb: Mapped[int] = mapped_column(Integer)
     disk_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+
+
+class TemplateVersion(Base):
+    """One build of a team's template: `name` + `version` (1, 2, ...). `status` is
+    building, ready or failed; a ready version points at the snapshot creates restore.
+    `deleted_at` is set when it is deleted (the row is kept, so versions never repeat)."""
+
+    __tablename__ = "template_versions"
+    __table_args__ = (Index("ix_template_versions_team_name", "team", "name"),
+                      UniqueConstraint("team", "name", "version",
+                                       name="uq_template_versions_version"))
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # the build id
+    team: Mapped[str] = mapped_column(String(128), ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    snapshot_id: Mapped[str | None] = mapped_column(String(64), nullable=True, default=None)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    cwd: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    user: Mapped[str | None] = mapped_column(String(64), nullable=True, default=None)
+    vcpus: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    logs: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    steps_total: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    steps_cached: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
 

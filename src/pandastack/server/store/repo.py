@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pandastack.wire import ENDED_STATES
 
-from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team
+from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team, TemplateVersion
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated")
 
@@ -175,6 +175,61 @@ class Store:
         with self.session() as s:
             s.execute(update(Snapshot).where(Snapshot.id == snapshot_id,
                                              Snapshot.deleted_at.is_(None))
+                      .values(deleted_at=time.time() if now is None else now))
+
+    # -- templates ------------------------------------------------------------------------
+
+    def add_template_version(self, row: TemplateVersion, attempts: int = 5) -> TemplateVersion:
+        """Insert `row` as the next version of its team's template (deleted versions count,
+        so a version number never names two builds)."""
+        for attempt in range(attempts):
+            try:
+                with self.session() as s:
+                    self.ensure_team(s, row.team)
+                    latest = s.scalar(select(func.max(TemplateVersion.version)).where(
+                        TemplateVersion.team == row.team, TemplateVersion.name == row.name))
+                    row.version = (latest or 0) + 1
+                    s.add(row)
+                return row
+            except IntegrityError:  # another build took that number first
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def get_template_build(self, team: str, build_id: str) -> TemplateVersion | None:
+        with self.session() as s:
+            row = s.get(TemplateVersion, build_id)
+            return row if row is not None and row.team == team else None
+
+    def template_versions(self, team: str, name: str | None = None) -> list[TemplateVersion]:
+        """The team's versions that were not deleted (of one template, or all), oldest first."""
+        with self.session() as s:
+            q = (select(TemplateVersion)
+                 .where(TemplateVersion.team == team, TemplateVersion.deleted_at.is_(None))
+                 .order_by(TemplateVersion.name, TemplateVersion.version))
+            if name is not None:
+                q = q.where(TemplateVersion.name == name)
+            return list(s.scalars(q))
+
+    def all_template_versions(self) -> list[TemplateVersion]:
+        """Every team's versions that were not deleted: for startup reconciliation."""
+        with self.session() as s:
+            return list(s.scalars(select(TemplateVersion)
+                                  .where(TemplateVersion.deleted_at.is_(None))))
+
+    def update_template_version(self, build_id: str, **values: Any) -> TemplateVersion | None:
+        with self.session() as s:
+            row = s.get(TemplateVersion, build_id)
+            if row is None:
+                return None
+            for name, value in values.items():
+                setattr(row, name, value)
+            return row
+
+    def delete_template_version(self, build_id: str, now: float | None = None) -> None:
+        with self.session() as s:
+            s.execute(update(TemplateVersion).where(TemplateVersion.id == build_id,
+                                                    TemplateVersion.deleted_at.is_(None))
                       .values(deleted_at=time.time() if now is None else now))
 
     # -- server secrets -------------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""`pandastack template build|list|show|delete`: the team's own templates, through the API.
+
+`build` reads a Dockerfile in pandastack's subset (FROM a pandastack template, RUN, COPY, ENV,
+WORKDIR, USER, CMD/ENTRYPOINT), sends it with its COPY files, and follows the build: a spinner
+with the current step and elapsed time, every log line above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from pandastack.sdk import Client, PandastackError, resolve_config
+from pandastack.sdk.errors import TemplateBuildError
+from pandastack.wire import TemplateBuildInfo
+
+from .sandbox import format_error
+
+__all__ = ["add_parser", "run"]
+
+EXIT_API_ERROR = 1
+EXIT_BUILD_FAILED = 2
+STEP_RE = re.compile(r"^Step \d+/\d+")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("template", help="build and manage your team's templates",
+                       description="Templates through the API server; a build runs inside a "
+                                   "microVM on the server, step by step with a cache.",
+                       epilog="exit status: 0 ok; 1 the API or the configuration said no; "
+                              "2 the build failed (its log says which step).")
+    ts = p.add_subparsers(dest="template_command", required=True, metavar="COMMAND")
+    build = ts.add_parser("build", help="build a new version of a template from a Dockerfile")
+    build.add_argument("context", nargs="?", default=".",
+                       help="the folder COPY reads from (default: .)")
+    build.add_argument("-f", "--file", default=None,
+                       help="the Dockerfile (default: CONTEXT/Dockerfile)")
+    build.add_argument("-n", "--name", required=True, help="the template's name")
+    build.add_argument("--vcpus", type=int, default=1)
+    build.add_argument("--memory-mb", type=int, default=512)
+    build.add_argument("--no-wait", action="store_true",
+                       help="print the build id and return at once")
+    ts.add_parser("list", help="the team's templates (newest version of each)")
+    show = ts.add_parser("show", help="a template's versions")
+    show.add_argument("name")
+    delete = ts.add_parser("delete", help="delete a template (all versions, or --version)")
+    delete.add_argument("name")
+    delete.add_argument("--version", type=int, default=None)
+    for sp in (build, ts.choices["list"], show):
+        sp.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _print_info(info: TemplateBuildInfo, as_json: bool, console: Console) -> None:
+    if as_json:
+        print(json.dumps(info.model_dump()))
+    else:
+        console.print(f"{info.name}:{info.version} {info.status} (build {info.build_id})")
+
+
+def _build(client: Client, args: argparse.Namespace, console: Console) -> int:
+    context = Path(args.context)
+    dockerfile = Path(args.file) if args.file else context / "Dockerfile"
+    if args.no_wait:
+        info = client.templates.build(dockerfile, args.name, context_dir=context,
+                                      vcpus=args.vcpus, memory_mb=args.memory_mb, wait=False)
+        _print_info(info, args.json, console)
+        return 0
+    started = time.monotonic()
+    with console.status(f"building {args.name}") as status:
+        def on_log(line: str) -> None:
+            console.print(line, markup=False, highlight=False)
+            if STEP_RE.match(line):
+                status.update(f"building {args.name}: {line[:80]} "
+                              f"({time.monotonic() - started:.0f}s)")
+        try:
+            info = client.templates.build(dockerfile, args.name, context_dir=context,
+                                          vcpus=args.vcpus, memory_mb=args.memory_mb,
+                                          on_log=on_log)
+        except TemplateBuildError as exc:
+            console.print(f"[red]build failed:[/red] {exc}", highlight=False)
+            return EXIT_BUILD_FAILED
+    _print_info(info, args.json, console)
+    return 0
+
+
+def _list(client: Client, args: argparse.Namespace, console: Console) -> int:
+    infos = client.templates.list()
+    if args.json:
+        print(json.dumps([i.model_dump() for i in infos]))
+        return 0
+    table = Table("NAME", "VERSION", "STATUS", "BUILD", box=None)
+    for info in infos:
+        table.add_row(info.name, str(info.version), info.status, info.build_id)
+    Console().print(table)
+    return 0
+
+
+def _show(client: Client, args: argparse.Namespace, console: Console) -> int:
+    template = client.templates.get(args.name)
+    if args.json:
+        print(json.dumps(template.model_dump()))
+        return 0
+    table = Table("VERSION", "STATUS", "STEPS", "CACHED", "BUILD", "ERROR", box=None)
+    for v in template.versions:
+        table.add_row(str(v.version), v.status, str(v.steps_total or ""),
+                      str(v.steps_cached or ""), v.build_id, (v.error or "")[:60])
+    Console().print(table)
+    return 0
+
+
+def _delete(client: Client, args: argparse.Namespace, console: Console) -> int:
+    client.templates.delete(args.name, args.version)
+    return 0
+
+
+_COMMANDS = {"build": _build, "list": _list, "show": _show, "delete": _delete}
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    api_url: str | None = None
+    try:
+        config = resolve_config()
+        api_url = config.api_url
+        with Client(config.api_url, config.api_key) as client:
+            return _COMMANDS[args.template_command](client, args, console)
+    except PandastackError as exc:
+        sys.stderr.write(f"error: {format_error(exc, api_url)}\n")
+        return EXIT_API_ERROR
+    except (OSError, ValueError) as exc:  # an unreadable or invalid Dockerfile
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_API_ERROR

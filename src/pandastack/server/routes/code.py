@@ -1,0 +1,217 @@
+"""The code interpreter: run code in a sandbox's kernel (state kept between runs), wait for the
+`Execution` or stream its events; create, list, restart and delete code contexts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import StreamingResponse
+
+from pandastack.host.agent_client import CodeEvent
+from pandastack.host.errors import HostError
+from pandastack.wire import (
+    CodeContext,
+    CodeContextList,
+    CodeError,
+    CodeResult,
+    CreateCodeContext,
+    Execution,
+    RunCode,
+)
+
+from ..auth import CurrentPrincipal
+from ..errors import ApiError, clean_text, envelope, from_host_error, log, request_id_of
+from ..jsonbody import StrictJsonRoute
+from ..runtime_port import SandboxPort
+from .deps import SandboxId, Service, check_text
+
+router = APIRouter(tags=["code"], route_class=StrictJsonRoute)
+
+ContextId = Path(max_length=64, description="code context id")
+STREAM_QUEUE_EVENTS = 64
+
+SSE_DESCRIPTION = """Server-Sent Events (`text/event-stream`), in the order the kernel
+produced them: `event: stdout` / `event: stderr` with data `{"data": "<text>"}`,
+`event: result` with a CodeResult, `event: error` with a CodeError (the code raised),
+then exactly one `event: end` with `{"execution_count": n}`. If the run itself fails (the
+sandbox is gone, the template has no code interpreter...), the stream ends with one
+`event: failure` whose data is the error envelope."""
+
+
+class Collector:
+    """Folds code events into one `Execution`."""
+
+    def __init__(self) -> None:
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self.results: list[CodeResult] = []
+        self.error: CodeError | None = None
+        self.execution_count: int | None = None
+
+    def add(self, event: CodeEvent) -> None:
+        if event.type == "stdout":
+            self.stdout.append(event.text)
+        elif event.type == "stderr":
+            self.stderr.append(event.text)
+        elif event.type == "result":
+            self.results.append(to_result(event))
+        elif event.type == "error":
+            self.error = to_error(event)
+        elif event.type == "end":
+            self.execution_count = event.execution_count
+
+    def execution(self) -> Execution:
+        return Execution(stdout=clean_text("".join(self.stdout)),
+                         stderr=clean_text("".join(self.stderr)), results=self.results,
+                         error=self.error, execution_count=self.execution_count)
+
+
+def to_result(event: CodeEvent) -> CodeResult:
+    return CodeResult(data={clean_text(k): clean_text(v) for k, v in (event.data or {}).items()},
+                      is_main_result=event.is_main_result)
+
+
+def to_error(event: CodeEvent) -> CodeError:
+    return CodeError(name=clean_text(event.name), value=clean_text(event.value),
+                     traceback=clean_text(event.traceback))
+
+
+def sse(event: str, data: object) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def event_frame(event: CodeEvent) -> bytes | None:
+    if event.type in ("stdout", "stderr"):
+        return sse(event.type, {"data": clean_text(event.text)})
+    if event.type == "result":
+        return sse("result", to_result(event).model_dump())
+    if event.type == "error":
+        return sse("error", to_error(event).model_dump())
+    if event.type == "end":
+        return sse("end", {"execution_count": event.execution_count})
+    return None  # an event type this server does not know: not passed on
+
+
+def _validate(body: RunCode) -> None:
+    check_text(body.env, "env")
+    if "\x00" in body.code:
+        raise ApiError(400, "bad_request", "code must not contain NUL bytes")
+
+
+async def _events(handle: SandboxPort, body: RunCode) -> AsyncIterator[CodeEvent]:
+    async for event in handle.run_code(body.code, language=body.language,
+                                       context_id=body.context_id,
+                                       timeout=body.timeout_seconds, env=body.env or None):
+        yield event
+
+
+@router.post("/sandboxes/{sandbox_id}/code", response_model=Execution,
+             summary="Run code in the sandbox's kernel and wait for the Execution "
+                     "(an exception in the code is `error`, still 200)")
+async def run_code(sandbox_id: SandboxId, body: RunCode, who: CurrentPrincipal,
+                   service: Service) -> Execution:
+    _validate(body)
+    row, handle = await service.running(who.team, sandbox_id)
+    collector = Collector()
+    async with service.busy(row.id):
+        async def collect() -> None:
+            async for event in _events(handle, body):
+                collector.add(event)
+        await service.host_call(collect())
+    return collector.execution()
+
+
+@router.post("/sandboxes/{sandbox_id}/code/stream", summary="Run code, stream its events",
+             description=SSE_DESCRIPTION,
+             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                              "description": "the event stream"}})
+async def run_code_stream(sandbox_id: SandboxId, body: RunCode, who: CurrentPrincipal,
+                          service: Service, request: Request) -> StreamingResponse:
+    _validate(body)
+    rid = request_id_of(request)
+    row, handle = await service.running(who.team, sandbox_id)
+    queue: asyncio.Queue[CodeEvent | None] = asyncio.Queue(STREAM_QUEUE_EVENTS)
+
+    async def run() -> None:
+        try:
+            async with service.busy(row.id):
+                async for event in _events(handle, body):
+                    await queue.put(event)
+        finally:
+            await queue.put(None)
+
+    async def frames() -> AsyncIterator[bytes]:
+        task = asyncio.create_task(run())
+        try:
+            while (event := await queue.get()) is not None:
+                frame = event_frame(event)
+                if frame is not None:
+                    yield frame
+            try:
+                await task
+            except ApiError as exc:
+                yield sse("failure", envelope(exc.code, exc.message, rid))
+            except HostError as exc:
+                api = from_host_error(exc)
+                yield sse("failure", envelope(api.code, api.message, rid))
+            except ValueError as exc:
+                yield sse("failure", envelope("bad_request", str(exc), rid))
+            except Exception:
+                log.exception("code stream failed (request %s)", rid)
+                yield sse("failure", envelope("internal", "internal error", rid))
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    return StreamingResponse(frames(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def to_context(data: dict[str, object]) -> CodeContext:
+    cwd = data.get("cwd")
+    return CodeContext(id=str(data.get("id", "")), language=str(data.get("language", "")),
+                       cwd=None if cwd is None else str(cwd))
+
+
+@router.post("/sandboxes/{sandbox_id}/code/contexts", response_model=CodeContext,
+             status_code=201, summary="Create a code context (its own kernel and state)")
+async def create_context(sandbox_id: SandboxId, body: CreateCodeContext,
+                         who: CurrentPrincipal, service: Service) -> CodeContext:
+    if body.cwd is not None:
+        check_text(body.cwd, "cwd")
+    row, handle = await service.running(who.team, sandbox_id)
+    async with service.busy(row.id):
+        data = await service.host_call(handle.create_code_context(body.language, body.cwd))
+    return to_context(data)
+
+
+@router.get("/sandboxes/{sandbox_id}/code/contexts", response_model=CodeContextList,
+            summary="List the sandbox's code contexts")
+async def list_contexts(sandbox_id: SandboxId, who: CurrentPrincipal,
+                        service: Service) -> CodeContextList:
+    _, handle = await service.running(who.team, sandbox_id)
+    items = await service.host_call(handle.list_code_contexts())
+    return CodeContextList(contexts=[to_context(item) for item in items])
+
+
+@router.post("/sandboxes/{sandbox_id}/code/contexts/{context_id}/restart", status_code=204,
+             summary="Restart a code context's kernel (its state is lost)")
+async def restart_context(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
+                          context_id: str = ContextId) -> None:
+    row, handle = await service.running(who.team, sandbox_id)
+    async with service.busy(row.id):
+        await service.host_call(handle.restart_code_context(context_id))
+
+
+@router.delete("/sandboxes/{sandbox_id}/code/contexts/{context_id}", status_code=204,
+               summary="Delete a code context and stop its kernel")
+async def delete_context(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
+                         context_id: str = ContextId) -> None:
+    _, handle = await service.running(who.team, sandbox_id)
+    await service.host_call(handle.delete_code_context(context_id))

@@ -1,0 +1,95 @@
+"""Team templates: build (in the background, inside a microVM), follow a build's log, list,
+show and delete versions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
+
+from pandastack.wire import BuildTemplate, TemplateBuildInfo, TemplateInfo, TemplateList
+
+from ..auth import CurrentPrincipal
+from ..jsonbody import StrictJsonRoute
+from ..templates import TemplateService, to_build_info
+
+router = APIRouter(tags=["templates"], route_class=StrictJsonRoute)
+
+TemplateName = Annotated[str, Path(max_length=64, description="template name")]
+BuildId = Annotated[str, Path(max_length=64, description="build id, e.g. tb-0123456789ab")]
+
+LOG_DESCRIPTION = """Server-Sent Events (`text/event-stream`): every line so far as
+`event: log` with data `{"line": "..."}`, then (while the build runs) each new line as it comes,
+then exactly one `event: status` whose data is the build's TemplateBuildInfo."""
+
+
+def get_templates(request: Request) -> TemplateService:
+    templates: TemplateService = request.app.state.templates
+    return templates
+
+
+Templates = Annotated[TemplateService, Depends(get_templates)]
+
+
+def sse(event: str, data: object) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+@router.post("/templates", response_model=TemplateBuildInfo, status_code=202,
+             summary="Build a new version of a template (runs in the background)")
+async def build_template(body: BuildTemplate, who: CurrentPrincipal,
+                         templates: Templates) -> TemplateBuildInfo:
+    return to_build_info(templates.start_build(who.team, body))
+
+
+@router.get("/templates", response_model=TemplateList,
+            summary="The team's templates: the newest version of each name")
+async def list_templates(who: CurrentPrincipal, templates: Templates) -> TemplateList:
+    newest: dict[str, TemplateBuildInfo] = {}
+    for row in templates.store.template_versions(who.team):
+        newest[row.name] = to_build_info(row)
+    return TemplateList(templates=list(newest.values()))
+
+
+@router.get("/templates/{name}", response_model=TemplateInfo,
+            summary="A template's versions, oldest first")
+async def get_template(name: TemplateName, who: CurrentPrincipal,
+                       templates: Templates) -> TemplateInfo:
+    rows = templates.versions(who.team, name)
+    return TemplateInfo(name=name, versions=[to_build_info(r) for r in rows])
+
+
+@router.delete("/templates/{name}", status_code=204,
+               summary="Delete a template (all versions, or `version`); running sandboxes "
+                       "created from it keep running")
+async def delete_template(name: TemplateName, who: CurrentPrincipal, templates: Templates,
+                          version: Annotated[int | None, Query(ge=1)] = None) -> None:
+    await templates.delete(who.team, name, version)
+
+
+@router.get("/templates/builds/{build_id}", response_model=TemplateBuildInfo,
+            summary="A build's status")
+async def get_build(build_id: BuildId, who: CurrentPrincipal,
+                    templates: Templates) -> TemplateBuildInfo:
+    return to_build_info(templates.build_row(who.team, build_id))
+
+
+@router.get("/templates/builds/{build_id}/logs", summary="Follow a build's log",
+            description=LOG_DESCRIPTION,
+            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                             "description": "the event stream"}})
+async def build_logs(build_id: BuildId, who: CurrentPrincipal,
+                     templates: Templates) -> StreamingResponse:
+    templates.build_row(who.team, build_id)  # 404 before the stream starts
+
+    async def events() -> AsyncIterator[bytes]:
+        async for line in templates.follow_logs(who.team, build_id):
+            yield sse("log", {"line": line})
+        final = templates.build_row(who.team, build_id)
+        yield sse("status", to_build_info(final).model_dump())
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

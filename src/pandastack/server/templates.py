@@ -1,0 +1,294 @@
+"""Team templates at the API level: builds run in the background (inside microVMs, through the
+host's `TemplateBuilds`), their log lines are kept for followers, and each build becomes a new
+version of the team's template name. A create names a template as `name` (its newest ready
+version) or `name:version`; built-in names (base, python, node, code-interpreter) stay built-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pandastack.host.errors import BuildFailed, HostError, SnapshotNotFound
+from pandastack.host.network import NetworkPolicy
+from pandastack.host.templates import BUILTIN_TEMPLATES
+from pandastack.templatespec import TemplateSpec
+from pandastack.wire import BuildTemplate, TemplateBuildInfo
+
+from .errors import ApiError, conflict, not_found
+from .service import SandboxService
+from .store import TemplateVersion
+
+log = logging.getLogger("pandastack.server")
+
+BUILD_ID_RE = re.compile(r"^tb-[0-9a-f]{12}$")
+TEMPLATE_REF_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._-]{0,62})(?::(?P<version>[0-9]{1,9}))?$")
+#: Log lines kept per build (in memory while it runs, in the store after).
+MAX_LOG_LINES = 5000
+MAX_LOG_LINE = 4000
+
+
+class BuildResultLike(Protocol):
+    """What a finished build reports (`host.builds.BuildResult`)."""
+
+    @property
+    def snapshot_id(self) -> str: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def workdir(self) -> str | None: ...
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def steps_total(self) -> int: ...
+    @property
+    def steps_cached(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+
+class CacheEntryLike(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def last_used_at(self) -> float: ...
+    @property
+    def created_at(self) -> float: ...
+
+
+class Builder(Protocol):
+    """What the API needs of the host's template builds (`pandastack.host.builds`)."""
+
+    async def build(self, spec: TemplateSpec, *, log: Callable[[str], None],
+                    network: NetworkPolicy | None = None, vcpus: int = 1,
+                    memory_mb: int = 512) -> BuildResultLike: ...
+
+    def cache_entries(self) -> Sequence[CacheEntryLike]: ...
+
+    def prune_cache(self, keep: Callable[[Any], bool] | None = None) -> list[str]: ...
+
+
+@dataclass
+class BuildLog:
+    """The lines of one build so far; followers wait on `changed` for more."""
+
+    lines: list[str] = field(default_factory=list)
+    dropped: int = 0
+    done: bool = False
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line[:MAX_LOG_LINE])
+        if len(self.lines) > MAX_LOG_LINES:  # keep the newest; the head is rarely the news
+            del self.lines[0]
+            self.dropped += 1
+        self._wake()
+
+    def finish(self) -> None:
+        self.done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+def to_build_info(row: TemplateVersion) -> TemplateBuildInfo:
+    status = row.status if row.status in ("building", "ready", "failed") else "failed"
+    return TemplateBuildInfo(
+        build_id=row.id, name=row.name, version=row.version, status=status,  # type: ignore[arg-type]
+        created_at=row.created_at, finished_at=row.finished_at, error=row.error,
+        steps_total=row.steps_total, steps_cached=row.steps_cached)
+
+
+class TemplateService:
+    def __init__(self, sandboxes: SandboxService, builder: Builder | None, *,
+                 cache_entries: int = 32) -> None:
+        self.sandboxes = sandboxes
+        self.cache_entries = cache_entries
+        self.store = sandboxes.store
+        self.builder = builder
+        self._logs: dict[str, BuildLog] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- builds ---------------------------------------------------------------------------
+
+    def start_build(self, team: str, req: BuildTemplate) -> TemplateVersion:
+        if self.builder is None:
+            raise ApiError(503, "unavailable", "this server's runtime cannot build templates")
+        if req.name in BUILTIN_TEMPLATES:
+            raise ApiError(422, "validation_error",
+                           f"{req.name!r} is a built-in template name; choose another")
+        row = TemplateVersion(
+            id=f"tb-{secrets.token_hex(6)}", team=team, name=req.name, version=0,
+            status="building", spec=req.spec.model_dump(mode="json"), env={},
+            vcpus=req.vcpus, memory_mb=req.memory_mb, created_at=time.time())
+        row = self.store.add_template_version(row)
+        build_log = self._logs[row.id] = BuildLog()
+        task = asyncio.create_task(self._run(row, req, build_log), name=f"build-{row.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return row
+
+    async def _run(self, row: TemplateVersion, req: BuildTemplate, build_log: BuildLog) -> None:
+        assert self.builder is not None
+        build_log.add(f"build {row.id}: template {row.name} version {row.version}")
+        values: dict[str, object]
+        try:
+            policy = None
+            if req.network is not None:
+                policy = await self.sandboxes.network_policy(req.network)
+            result = await self.builder.build(req.spec, log=build_log.add, network=policy,
+                                              vcpus=req.vcpus, memory_mb=req.memory_mb)
+        except asyncio.CancelledError:
+            values = {"status": "failed", "error": "the server stopped during the build"}
+            raise
+        except (BuildFailed, HostError, ApiError, ValueError) as exc:
+            message = exc.message if isinstance(exc, ApiError) else str(exc)
+            build_log.add(f"build failed: {message}")
+            values = {"status": "failed", "error": message[:8000]}
+        except Exception as exc:
+            log.exception("template build %s failed", row.id)
+            build_log.add(f"build failed: internal error ({type(exc).__name__})")
+            values = {"status": "failed", "error": f"internal error ({type(exc).__name__})"}
+        else:
+            build_log.add(f"ready: {result.steps_total} steps ({result.steps_cached} cached) "
+                          f"in {result.seconds:.1f}s")
+            values = {"status": "ready", "snapshot_id": result.snapshot_id,
+                      "env": dict(result.env), "cwd": result.workdir, "user": result.user,
+                      "steps_total": result.steps_total, "steps_cached": result.steps_cached}
+        finally:
+            build_log.finish()
+            with contextlib.suppress(Exception):
+                self.store.update_template_version(
+                    row.id, finished_at=time.time(), logs="\n".join(build_log.lines),
+                    **values)
+            self._logs.pop(row.id, None)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.prune_cache)
+
+    def prune_cache(self) -> None:
+        """Keep the `cache_entries` most recently used step-cache entries (each holds a
+        snapshot: ~100+ MB of memory state); the rest and their snapshots go."""
+        if self.builder is None:
+            return
+        entries = sorted(self.builder.cache_entries(),
+                         key=lambda e: max(e.last_used_at, e.created_at), reverse=True)
+        kept = {e.key for e in entries[:self.cache_entries]}
+        self.builder.prune_cache(lambda entry: entry.key in kept)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+
+    def build_row(self, team: str, build_id: str) -> TemplateVersion:
+        row = (self.store.get_template_build(team, build_id)
+               if BUILD_ID_RE.match(build_id) else None)
+        if row is None or row.deleted_at is not None:
+            raise not_found(f"template build {build_id!r}")
+        return row
+
+    async def follow_logs(self, team: str, build_id: str) -> AsyncIterator[str]:
+        """Every log line of the build, then (while it runs) each new one until it ends."""
+        row = self.build_row(team, build_id)
+        build_log = self._logs.get(row.id)
+        if build_log is None:  # finished (or from before a restart): the stored lines
+            current = self.build_row(team, build_id)
+            for line in (current.logs or "").splitlines():
+                yield line
+            return
+        sent = 0  # index into the lines, adjusted when old lines are dropped
+        seen_dropped = build_log.dropped
+        while True:
+            waiter = build_log.changed
+            sent = max(0, sent - (build_log.dropped - seen_dropped))
+            seen_dropped = build_log.dropped
+            while sent < len(build_log.lines):
+                yield build_log.lines[sent]
+                sent += 1
+            if build_log.done:
+                return
+            await waiter.wait()
+
+    # -- names and versions ---------------------------------------------------------------
+
+    def versions(self, team: str, name: str) -> list[TemplateVersion]:
+        rows = self.store.template_versions(team, name)
+        if not rows:
+            raise not_found(f"template {name!r}")
+        return rows
+
+    def resolve(self, team: str, ref: str) -> TemplateVersion | None:
+        """The ready version a create names (None: not a team template, maybe a built-in).
+        409 when the template exists but has no ready version yet (building or failed)."""
+        match = TEMPLATE_REF_RE.match(ref)
+        if match is None or (match["version"] is None and ref in BUILTIN_TEMPLATES):
+            return None
+        rows = self.store.template_versions(team, match["name"])
+        if not rows:
+            if match["version"] is not None:
+                raise not_found(f"template {ref!r}")
+            return None
+        if match["version"] is not None:
+            wanted = [r for r in rows if r.version == int(match["version"])]
+            if not wanted:
+                raise not_found(f"template {ref!r}")
+            row = wanted[0]
+            if row.status != "ready":
+                raise _not_ready(row)
+            return row
+        ready = [r for r in rows if r.status == "ready"]
+        if ready:
+            return ready[-1]
+        raise _not_ready(rows[-1])
+
+    async def delete(self, team: str, name: str, version: int | None) -> None:
+        """Delete one version or all; sandboxes already created from them keep running
+        (they hold their own links to the snapshot's layers). A version still building is
+        refused (409)."""
+        rows = self.versions(team, name)
+        if version is not None:
+            rows = [r for r in rows if r.version == version]
+            if not rows:
+                raise not_found(f"template {name}:{version}")
+        if any(r.status == "building" for r in rows):
+            raise conflict(f"template {name} has a build in progress; wait for it to end")
+        for row in rows:
+            self.store.delete_template_version(row.id)
+            if row.snapshot_id:
+                with contextlib.suppress(SnapshotNotFound):
+                    self.sandboxes.runtime.delete_snapshot(row.snapshot_id)
+
+    def reconcile(self) -> None:
+        """After a restart: builds that were running failed; ready versions whose snapshot is
+        gone from the host are marked failed (they cannot be restored)."""
+        held = {info.id for info in self.sandboxes.runtime.snapshots.all(include_internal=True)}
+        for row in self.store.all_template_versions():
+            if row.status == "building":
+                self.store.update_template_version(
+                    row.id, status="failed", finished_at=time.time(),
+                    error="the server restarted during the build")
+            elif row.status == "ready" and row.snapshot_id not in held:
+                log.warning("template %s:%d of team %s lost its snapshot", row.name,
+                            row.version, row.team)
+                self.store.update_template_version(
+                    row.id, status="failed", error="its snapshot is gone from the host")
+
+
+def _not_ready(row: TemplateVersion) -> ApiError:
+    if row.status == "building":
+        return ApiError(409, "template_building",
+                        f"template {row.name}:{row.version} is still building "
+                        f"(build {row.id}); retry when it is ready",
+                        headers={"Retry-After": "5"})
+    return conflict(f"template {row.name}:{row.version} failed to build: {row.error}")

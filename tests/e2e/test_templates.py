@@ -1,0 +1,123 @@
+"""Team templates through a live server: build from a Dockerfile (SDK and CLI), follow the
+log, create sandboxes from the name, versions, failure, delete. The build installs a wheel
+made here (no package index: test guests have no internet)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pandastack import Client, ConflictError, NotFoundError, Sandbox
+from pandastack.sdk.errors import TemplateBuildError
+from tests.e2e.conftest import LiveServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vm, pytest.mark.timeout(1500)]
+
+
+def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
+    """A minimal pure-Python wheel holding module `name` with `source`."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": source.encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+                         b"Tag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, data in files.items():
+            zf.writestr(path, data)
+        zf.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+DOCKERFILE = """\
+FROM base
+# pandastack: ready port 8000
+COPY {wheel} /tmp/{wheel}
+RUN pip install --no-index /tmp/{wheel}
+ENV GREETING=hello
+WORKDIR /srv
+RUN echo "$GREETING from the template" > index.html
+CMD ["python", "-m", "http.server", "8000"]
+"""
+
+
+@pytest.fixture
+def client(live_server: LiveServer) -> Client:
+    return Client(live_server.api_url, live_server.api_key)
+
+
+def test_build_create_version_delete(live_server: LiveServer, client: Client,
+                                     tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "pandawheel", "1.0", "ANSWER = 42\n")
+    (tmp_path / "Dockerfile").write_text(DOCKERFILE.format(wheel=wheel.name))
+    lines: list[str] = []
+    info = client.templates.build(tmp_path / "Dockerfile", "web-app", on_log=lines.append)
+    assert info.status == "ready" and info.version == 1, info
+    assert any(line.startswith("Step ") for line in lines), lines
+    try:
+        with Sandbox.create(template="web-app", ttl_seconds=300, api_url=live_server.api_url,
+                            api_key=live_server.api_key) as sbx:
+            assert sbx.info.template == "web-app:1"
+            # The start command's server is up at once, and the defaults apply.
+            page = sbx.exec("curl -s localhost:8000/index.html")
+            assert page.stdout == "hello from the template\n", page
+            probe = sbx.exec("python -c 'import pandawheel; print(pandawheel.ANSWER)'; pwd; "
+                             "echo $GREETING")
+            assert probe.stdout == "42\n/srv\nhello\n", probe
+
+        # A second version through the CLI; the first stays usable by its number.
+        (tmp_path / "Dockerfile").write_text(
+            DOCKERFILE.format(wheel=wheel.name).replace("hello", "bonjour"))
+        env = {**os.environ, "PANDASTACK_API": live_server.api_url,
+               "PANDASTACK_API_KEY": live_server.api_key}
+        cli = subprocess.run([sys.executable, "-m", "pandastack.cli.main", "template", "build",
+                              str(tmp_path), "--name", "web-app", "--json"],
+                             env=env, capture_output=True, text=True, timeout=1200)
+        assert cli.returncode == 0, cli.stderr
+        assert json.loads(cli.stdout)["version"] == 2
+        assert "Step 1/" in cli.stderr  # the log was shown
+        with Sandbox.create(template="web-app", ttl_seconds=300, api_url=live_server.api_url,
+                            api_key=live_server.api_key) as v2, \
+             Sandbox.create(template="web-app:1", ttl_seconds=300,
+                            api_url=live_server.api_url, api_key=live_server.api_key) as v1:
+            assert v2.exec("curl -s localhost:8000/").stdout == "bonjour from the template\n"
+            assert v1.exec("curl -s localhost:8000/").stdout == "hello from the template\n"
+            client.templates.delete("web-app", version=1)
+            # A sandbox of a deleted version keeps running.
+            assert v1.exec("echo $GREETING").stdout == "hello\n"
+        assert [v.version for v in client.templates.get("web-app").versions] == [2]
+        with pytest.raises(NotFoundError):
+            Sandbox.create(template="web-app:1", ttl_seconds=60, api_url=live_server.api_url,
+                           api_key=live_server.api_key)
+    finally:
+        client.templates.delete("web-app")
+    with pytest.raises(NotFoundError):
+        client.templates.get("web-app")
+
+
+def test_failed_build_names_the_step(live_server: LiveServer, client: Client) -> None:
+    dockerfile = "FROM base\nRUN echo fine\nRUN echo boom && exit 3\nRUN echo never\n"
+    with pytest.raises(TemplateBuildError) as caught:
+        client.templates.build(dockerfile, "broken")
+    message = str(caught.value)
+    assert "step 2/3 run echo boom" in message.lower() and "exit" in message.lower(), message
+    assert "boom" in message.split("last output", 1)[-1], message
+    with pytest.raises(ConflictError, match="failed to build"):
+        Sandbox.create(template="broken", ttl_seconds=60, api_url=live_server.api_url,
+                       api_key=live_server.api_key)
+    client.templates.delete("broken")
