@@ -40,3 +40,5 @@ bench: deps venv
 	$(BIN)/python bench/create.py
 	$(BIN)/python bench/fork.py
 	$(BIN)/python bench/api.py
+	$(BIN)/python bench/code.py
+	$(BIN)/python bench/build.py

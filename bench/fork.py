@@ -17,8 +17,11 @@ import shutil
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
+from common import line as _line
+from common import pct
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
@@ -34,14 +37,7 @@ while True:
 """
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
-
-
-def line(label: str, values: list[float], unit: str = "ms") -> str:
-    return (f"{label:34s} p50 {pct(values, 50):8.1f} {unit}  p99 {pct(values, 99):8.1f} {unit}"
-            f"  (n={len(values)})")
+line = partial(_line, width=34)
 
 
 async def make_dirty(rt: HostRuntime, mb: int) -> SandboxHandle:

@@ -1,0 +1,44 @@
+"""What every benchmark script shares: percentiles, the result line, and a host runtime on
+private, temporary state and snapshot directories that are removed afterwards."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from pandastack.host.config import HostConfig
+from pandastack.host.runtime import HostRuntime
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-th percentile by nearest rank (no interpolation: a reported value was measured)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def line(label: str, values: list[float], unit: str = "ms", width: int = 40) -> str:
+    digits = 2 if unit == "s" else 1
+    return (f"{label:{width}s} p50 {pct(values, 50):8.{digits}f} {unit}  "
+            f"p99 {pct(values, 99):8.{digits}f} {unit}  (n={len(values)})")
+
+
+@asynccontextmanager
+async def temp_runtime(prefix: str) -> AsyncIterator[tuple[HostRuntime, Path]]:
+    """A started runtime whose sandboxes and snapshots live in temporary directories; on exit
+    every sandbox is killed, every snapshot deleted and the directories removed. Yields the
+    runtime and a scratch directory beside them."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    rt = HostRuntime(HostConfig.from_env(state_dir=root / "sandboxes",
+                                         snapshots_root=root / "snapshots"), progress=print)
+    try:
+        await rt.start()
+        yield rt, root / "scratch"
+    finally:
+        await rt.kill_all()
+        for info in rt.snapshots.all(include_internal=True):
+            rt.delete_snapshot(info.id)
+        await rt.close()
+        shutil.rmtree(root, ignore_errors=True)
