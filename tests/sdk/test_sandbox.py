@@ -7,7 +7,14 @@ import logging
 import httpx
 import pytest
 
-from pandastack import Client, NotFoundError, Sandbox, SandboxError, SandboxInfo
+from pandastack import (
+    Client,
+    NotFoundError,
+    Sandbox,
+    SandboxError,
+    SandboxInfo,
+    TemplateBuildingError,
+)
 from tests.sdk.fakes import (
     API_KEY,
     API_URL,
@@ -208,3 +215,30 @@ def test_client_keys() -> None:
     assert [k.id for k in keys.list()] == ["k1"]
     keys.revoke("k1")
     assert api.last("DELETE", "/v1/keys/k1")
+
+
+def test_create_waits_while_the_template_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """409 template_building is not an error to the caller: create asks again as told."""
+    slept: list[float] = []
+    monkeypatch.setattr("pandastack.sdk.sandbox.time.sleep", slept.append)
+    answers = iter([
+        httpx.Response(409, json=envelope("template_building", "template node is building"),
+                       headers={"Retry-After": "7"}),
+        httpx.Response(409, json=envelope("template_building", "template node is building")),
+        httpx.Response(201, json=SANDBOX),
+    ])
+    api = FakeAPI().with_sandbox().on("POST", "/v1/sandboxes", lambda request: next(answers))
+    sbx = create(api, template="node")
+    assert sbx.id == SANDBOX["id"]
+    assert len(api.calls("POST", "/v1/sandboxes")) == 3
+    assert slept == [7.0, 5.0]  # the server's hint, then the default
+
+
+def test_create_gives_up_waiting_after_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pandastack.sdk._base.TEMPLATE_WAIT_SECONDS", 0.0)
+    monkeypatch.setattr("pandastack.sdk.sandbox.time.sleep", lambda s: None)
+    api = FakeAPI().on("POST", "/v1/sandboxes", reply(
+        409, envelope("template_building", "still building"), {"Retry-After": "1"}))
+    with pytest.raises(TemplateBuildingError) as caught:
+        create(api, template="node")
+    assert caught.value.retry_after == 1.0 and isinstance(caught.value, SandboxError)

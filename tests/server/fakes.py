@@ -229,6 +229,8 @@ class FakeRuntime:
         self.fail_wake: BaseException | None = None
         # Where describe() says every sandbox's ports are (None: no network, as before).
         self.ns_ip: str | None = None
+        # Set: prepare_template() waits for it, as a first use that builds the template does.
+        self.template_built: asyncio.Event | None = None
 
     async def start(self) -> object:
         return None
@@ -267,6 +269,8 @@ class FakeRuntime:
                                memory_mb: int = 512) -> None:
         if name != "base":
             raise TemplateNotFound(f"unknown template {name!r}")
+        if self.template_built is not None:  # a first use that has to build the template
+            await self.template_built.wait()
 
     def get(self, sandbox_id: str) -> FakeSandbox:
         try:

@@ -128,3 +128,21 @@ async def test_names_isolation_and_bad_input(env: tuple[Api, ScriptedBuilder]) -
     r = await api.client.post("/v1/sandboxes", json={"template": "mine"}, headers=headers)
     assert_envelope(r, 404, "not_found")
     assert_envelope(await api.client.get("/v1/templates/builds/nope"), 404, "not_found")
+
+
+async def test_builtin_first_use_answers_building_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in template that is not built yet: the create answers 409 template_building
+    (with Retry-After) instead of holding the request for the whole build, and succeeds once
+    the build is done."""
+    monkeypatch.setattr("pandastack.server.service.PREPARE_WAIT_SECONDS", 0.05)
+    runtime = FakeRuntime(tmp_path)
+    runtime.template_built = asyncio.Event()
+    async with running_app(make_settings(tmp_path), runtime) as api:
+        r = await api.client.post("/v1/sandboxes", json={})
+        assert_envelope(r, 409, "template_building")
+        assert int(r.headers["retry-after"]) > 0
+        assert runtime.sandboxes == {}  # no row, no VM while it builds
+        runtime.template_built.set()
+        r = await api.client.post("/v1/sandboxes", json={})
+        assert r.status_code == 201, r.text
