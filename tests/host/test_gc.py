@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from pandastack.host.gc import prune_images, prune_templates
+from pandastack.host.gc import kill_orphan_vmms, prune_images, prune_templates
 
 
 def _version(root: Path, name: str, key: str, image_key: str, age: float) -> Path:
@@ -63,3 +63,34 @@ def test_prune_limited_to_named_templates(tmp_path: Path) -> None:
     removed = prune_templates(templates, [current], names=["base"], progress=lambda m: None)
     assert removed == [stale]
     assert node.exists()
+
+
+def _lookalike(workdir: Path) -> subprocess.Popen[bytes]:
+    """A process whose command line looks like a pandastack VMM of `workdir`."""
+    proc = subprocess.Popen(
+        ["qemu-lookalike", "-c", "sleep 300; true", "-name",
+         f"pandastack,process=pandastack-vm-{workdir.name}", "-chardev",
+         f"socket,id=agent,path={workdir}/agent.sock,server=on,wait=off"],
+        executable="/bin/sh")
+    deadline = time.monotonic() + 5
+    while b"agent.sock" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    return proc
+
+
+def test_vmms_whose_directory_is_gone_are_killed(tmp_path: Path) -> None:
+    owned, orphaned = tmp_path / "sbx-000000000001", tmp_path / "sbx-000000000002"
+    owned.mkdir()
+    orphaned.mkdir()
+    keep, orphan = _lookalike(owned), _lookalike(orphaned)
+    try:
+        orphaned.rmdir()  # as after a crash between the VMM's kill and the directory's removal
+        killed = kill_orphan_vmms(progress=lambda m: None)
+        assert orphan.pid in killed and keep.pid not in killed
+        assert orphan.wait(timeout=5) == -9
+        assert keep.poll() is None
+    finally:
+        for proc in (keep, orphan):
+            proc.kill()
+            proc.wait()

@@ -1,4 +1,5 @@
-"""Garbage collection of template versions and guest images nobody uses any more.
+"""Garbage collection of template versions and guest images nobody uses any more, and of VMM
+processes nobody owns.
 
 Every change to the guest agent or image recipe produces a new image (~300 MB) and new
 template snapshots (memory file, disk layer). Old versions are removed once no running VMM
@@ -9,14 +10,19 @@ picked a template but not yet started its VM must not lose it).
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .vmm import iter_cmdlines, pid_is_running
+from .vmm import iter_cmdlines, pid_is_running, read_cmdline
 
 GRACE_S = 600.0
+# The agent chardev names the VM's directory: `socket,id=agent,path=<workdir>/agent.sock,...`.
+AGENT_SOCKET_RE = re.compile(r"path=([^,]+/agent\.sock)")
 
 
 def _vmm_cmdlines() -> list[str]:
@@ -82,3 +88,42 @@ def prune_images(images_dir: Path, templates_dir: Path, keep: Iterable[str], *,
     if removed:
         progress(f"removed {len(removed)} unused guest image(s)")
     return removed
+
+
+def orphan_vmms() -> list[tuple[int, Path]]:
+    """(pid, workdir) of pandastack VMM processes whose working directory is gone.
+
+    Every VM's directory (sandbox or template bake) exists before its VMM starts and is
+    removed only after the VMM was killed, so a live VMM without one belongs to nobody: a
+    runtime that crashed between the two steps, or a script that died before its kill. No
+    runtime's adoption can see it (it looks only inside its own state directory)."""
+    found: list[tuple[int, Path]] = []
+    for pid, argv in iter_cmdlines():
+        if "qemu" not in Path(argv[0]).name or not any(
+                a.startswith("pandastack,process=pandastack-vm-") for a in argv):
+            continue
+        for arg in argv:
+            match = AGENT_SOCKET_RE.search(arg)
+            if match is not None:
+                workdir = Path(match.group(1)).parent
+                if not workdir.exists():
+                    found.append((pid, workdir))
+                break
+    return found
+
+
+def kill_orphan_vmms(progress: Callable[[str], None] = print) -> list[int]:
+    """Kill the VMMs `orphan_vmms()` finds; returns their pids."""
+    killed: list[int] = []
+    for pid, workdir in orphan_vmms():
+        # Checked again right before the kill: the pid must still be that VMM.
+        argv = read_cmdline(pid)
+        if not argv or not any(str(workdir) in a for a in argv) or workdir.exists():
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        progress(f"killed orphan VMM {pid} (its directory {workdir} is gone)")
+        killed.append(pid)
+    return killed

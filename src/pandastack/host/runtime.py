@@ -37,6 +37,7 @@ from .errors import (
     SetupError,
     SnapshotFailed,
 )
+from .gc import kill_orphan_vmms
 from .images import BASE, GuestImage, ensure_image, image_spec
 from .network import NetworkManager, NetworkPolicy, ProxyPorts, Slot
 from .qemu import QemuDriver
@@ -219,6 +220,8 @@ class HostRuntime:
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         await self.prepare()
         self.snapshots.sweep()
+        # Host-wide: VMMs whose directory is gone belong to no runtime, this one included.
+        await asyncio.to_thread(kill_orphan_vmms, self.progress)
         adopted: list[str] = []
         cleaned: list[str] = []
         running = self._scan_vmm_processes()
