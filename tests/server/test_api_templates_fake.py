@@ -146,3 +146,21 @@ async def test_builtin_first_use_answers_building_at_once(
         runtime.template_built.set()
         r = await api.client.post("/v1/sandboxes", json={})
         assert r.status_code == 201, r.text
+
+
+async def test_builds_beyond_the_limit_wait_their_turn(tmp_path: Path) -> None:
+    runtime = FakeRuntime(tmp_path)
+    builder = ScriptedBuilder(runtime, gated=True)
+    settings = make_settings(tmp_path, max_concurrent_builds=1)
+    async with running_app(settings, runtime, builder=builder) as api:
+        first = (await api.client.post("/v1/templates", json={"name": "a", "spec": SPEC})).json()
+        second = (await api.client.post("/v1/templates", json={"name": "b", "spec": SPEC})).json()
+        await asyncio.sleep(0.05)
+        assert len(builder.shapes) == 1  # only one build runs
+        builder.release.set()
+        for build in (first, second):
+            await wait_status(api, build["build_id"], "ready")
+        async with api.client.stream("GET", f"/v1/templates/builds/{second['build_id']}/logs") \
+                as response:
+            text = "".join([chunk async for chunk in response.aiter_text()])
+        assert "waiting for a build slot" in text

@@ -83,7 +83,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             if build_with is None and isinstance(rt, HostRuntime):
                 build_with = TemplateBuilds(rt)
             templates = TemplateService(service, build_with,
-                                        cache_entries=settings.build_cache_entries)
+                                        cache_entries=settings.build_cache_entries,
+                                        max_concurrent=settings.max_concurrent_builds)
             templates.reconcile()
             service.templates = templates
             app.state.templates = templates

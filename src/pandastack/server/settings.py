@@ -37,6 +37,8 @@ class Settings:
     max_template_bytes: int = 96 << 20
     # Template build step cache entries kept (newest used first); each holds a snapshot.
     build_cache_entries: int = 32
+    # Template builds running at once (each is a VM); more wait their turn.
+    max_concurrent_builds: int = 2
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 200
     logs_max_bytes: int = 64 << 10
@@ -64,6 +66,8 @@ class Settings:
             raise ValueError("max_body_bytes must be >= 1")
         if self.build_cache_entries < 0:
             raise ValueError("build_cache_entries must be >= 0")
+        if self.max_concurrent_builds < 1:
+            raise ValueError("max_concurrent_builds must be >= 1")
         if self.rate_limit_per_second <= 0 or self.rate_limit_burst < 1:
             raise ValueError("rate limit must be positive")
         if self.port_connect_timeout_seconds <= 0 or self.port_read_timeout_seconds <= 0:
@@ -117,6 +121,7 @@ class Settings:
         take("PANDASTACK_MAX_BODY_KB", "max_body_bytes", int, 1 << 10)
         take("PANDASTACK_MAX_TEMPLATE_MB", "max_template_bytes", int, 1 << 20)
         take("PANDASTACK_BUILD_CACHE_ENTRIES", "build_cache_entries", int)
+        take("PANDASTACK_MAX_BUILDS", "max_concurrent_builds", int)
         take("PANDASTACK_RATE_LIMIT", "rate_limit_per_second", float)
         take("PANDASTACK_RATE_BURST", "rate_limit_burst", int)
         take("PANDASTACK_PORT_CONNECT_TIMEOUT", "port_connect_timeout_seconds", float)

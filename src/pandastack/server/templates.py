@@ -110,9 +110,11 @@ def to_build_info(row: TemplateVersion) -> TemplateBuildInfo:
 
 class TemplateService:
     def __init__(self, sandboxes: SandboxService, builder: Builder | None, *,
-                 cache_entries: int = 32) -> None:
+                 cache_entries: int = 32, max_concurrent: int = 2) -> None:
         self.sandboxes = sandboxes
         self.cache_entries = cache_entries
+        # Each build is a VM doing heavy work: more at once only slows them all down.
+        self._slots = asyncio.Semaphore(max_concurrent)
         self.store = sandboxes.store
         self.builder = builder
         self._logs: dict[str, BuildLog] = {}
@@ -145,8 +147,11 @@ class TemplateService:
             policy = None
             if req.network is not None:
                 policy = await self.sandboxes.network_policy(req.network)
-            result = await self.builder.build(req.spec, log=build_log.add, network=policy,
-                                              vcpus=req.vcpus, memory_mb=req.memory_mb)
+            if self._slots.locked():
+                build_log.add("waiting for a build slot (other builds are running)")
+            async with self._slots:
+                result = await self.builder.build(req.spec, log=build_log.add, network=policy,
+                                                  vcpus=req.vcpus, memory_mb=req.memory_mb)
         except asyncio.CancelledError:
             values = {"status": "failed", "error": "the server stopped during the build"}
             raise
