@@ -23,6 +23,10 @@ OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
 Waker = Callable[[str], Awaitable[None]]
 
+# A VMM whose guest panicked closes the agent channel while it exits: how long to wait for the
+# process to end before blaming the channel alone.
+EXIT_GRACE_S = 1.0
+
 
 class SandboxHandle:
     """`state` is "running", "paused" or "hibernated" (then there is no VM process: the next
@@ -62,15 +66,22 @@ class SandboxHandle:
             raise SandboxStateError(f"sandbox {self.id} has no VM to initialize")
         started = time.monotonic()
         params = InitParams(time.time_ns(), os.urandom(64), self.hostname, machine_id)
-        early, self.vm.agent_connection = self.vm.agent_connection, None
-        if early is not None:
-            async with self._lock:
-                self._agent = await AgentClient.from_socket(
-                    early, timeout=self._agent_timeout, init=params)
-        else:
-            agent = await self.agent()
-            await agent.init(time_ns=params.time_ns, entropy=params.entropy,
-                             hostname=params.hostname, machine_id=params.machine_id)
+        vm = self.vm
+        early, vm.agent_connection = vm.agent_connection, None
+        try:
+            if early is not None:
+                async with self._lock:
+                    self._agent = await AgentClient.from_socket(
+                        early, timeout=self._agent_timeout, init=params)
+            else:
+                agent = await self.agent()
+                await agent.init(time_ns=params.time_ns, entropy=params.entropy,
+                                 hostname=params.hostname, machine_id=params.machine_id)
+        except AgentConnectionError as exc:
+            ended = await _vm_ended(vm)
+            if ended is None:
+                raise
+            raise AgentConnectionError(f"{exc} ({ended})") from exc
         self.ready_ms = (time.monotonic() - started) * 1000
 
     async def agent(self) -> AgentClient:
@@ -190,3 +201,30 @@ class SandboxHandle:
 
     async def restart_code_context(self, context_id: str) -> None:
         await (await self.agent()).restart_code_context(context_id)
+
+
+async def _vm_ended(vm: VMProcess) -> str | None:
+    """None while the VM process runs (after a short grace); else how it ended, with the last
+    words of the guest console (a restored guest that panics makes QEMU exit, -no-reboot)."""
+    deadline = time.monotonic() + EXIT_GRACE_S
+    while vm.is_alive():
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.02)
+    status = vm.exit_status()
+    said = f"the VM exited with status {status}" if status is not None else "the VM exited"
+    last = await asyncio.to_thread(_console_last_words, vm.paths.console_log)
+    return f"{said}; guest console: {last}" if last else said
+
+
+def _console_last_words(path: Path, tail: int = 8192) -> str:
+    """The guest console's kernel panic line if it has one near its end, else its last line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln]
+    panics = [ln for ln in lines if "Kernel panic" in ln]
+    return (panics or lines or [""])[-1][:200]

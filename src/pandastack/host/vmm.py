@@ -168,7 +168,9 @@ class VMMDriver(Protocol):
 
     async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path) -> float:
         """Write memory + device state to `stream` while the guest runs, moving its disk onto
-        the empty overlay `new_top` at the stop instant; return the guest pause in ms."""
+        the empty overlay `new_top` at the stop instant; return the guest pause in ms. A
+        driver whose dirty-page tracking cannot be trusted stops the guest for the whole save
+        instead: the stream must always be one instant of the guest."""
         ...
 
     async def save_stopped(self, vm: VMProcess, stream: Path) -> None:

@@ -22,7 +22,10 @@ SnapshotId = Annotated[str, Path(max_length=64, description="snapshot id, e.g. "
 
 @router.post("/sandboxes/{sandbox_id}/snapshots", status_code=201, response_model=SnapshotInfo,
              summary="Snapshot memory, processes and disk; the sandbox keeps running",
-             description="The pause window is kept short (pre-copy). Create sandboxes from it "
+             description="The sandbox pauses while its memory is saved: only for the final "
+                         "copy under KVM or QEMU >= 9 (pre-copy), for the whole save under "
+                         "older QEMU with TCG, whose pre-copy can lose guest writes (ADR "
+                         "0003). Create sandboxes from it "
                          "with `POST /v1/sandboxes {\"snapshot\": id}`, any number of times. "
                          "409 if the sandbox ended or is not on this host; 507 if the host "
                          "ran out of disk space (the sandbox keeps running).")

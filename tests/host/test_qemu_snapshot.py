@@ -1,0 +1,175 @@
+"""Snapshots of a running guest must be one instant of it, and a VM that dies while it starts
+must say so. No VM needed: QMP and the VM process are faked.
+
+QEMU before 9.0 loses guest writes in a pre-copy migration under TCG (its dirty-bitmap sync
+does not reset the TCG TLB). A child restored from such a stream had stale kernel pages, so its
+kernel panicked right after the restore, QEMU exited (-no-reboot) and the create failed with
+"agent channel closed during handshake". The driver now stops a TCG guest before it saves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pandastack.host import qemu
+from pandastack.host.errors import AgentConnectionError, SnapshotFailed
+from pandastack.host.qemu import QemuDriver, parse_release
+from pandastack.host.sandbox import SandboxHandle
+from pandastack.host.vmm import VMPaths, VMProcess
+
+pytestmark = pytest.mark.timeout(30)
+
+DEBIAN_7_2 = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"
+
+
+def test_parse_release() -> None:
+    assert parse_release(DEBIAN_7_2) == (7, 2)
+    assert parse_release("QEMU emulator version 9.0.0") == (9, 0)
+    assert parse_release("QEMU emulator version 10.1.2 (qemu-10.1.2-1)") == (10, 1)
+    assert parse_release("something else") == (0, 0)
+
+
+@pytest.mark.parametrize(("accel", "version", "live"), [
+    ("tcg", DEBIAN_7_2, False),
+    ("tcg", "QEMU emulator version 8.2.2", False),
+    ("tcg", "QEMU emulator version 9.0.0", True),
+    ("tcg", "not a version line", False),
+    ("kvm", DEBIAN_7_2, True),
+])
+def test_precopy_only_where_dirty_tracking_holds(monkeypatch: pytest.MonkeyPatch, accel: str,
+                                                 version: str, live: bool) -> None:
+    monkeypatch.setattr(qemu, "qemu_version", lambda binary: version)
+    assert QemuDriver(accel).live_precopy() is live
+    assert QemuDriver(accel, precopy=not live).live_precopy() is (not live)
+
+
+class FakeQMP:
+    """Answers the commands snapshot_live sends, and records them."""
+
+    def __init__(self, migration: str = "completed") -> None:
+        self.running = True
+        self.migration = migration
+        self.sent: list[str] = []
+
+    async def execute(self, cmd: str, args: dict[str, Any] | None = None) -> object:
+        self.sent.append(cmd)
+        if cmd == "query-status":
+            return {"running": self.running, "status": "running" if self.running else "paused"}
+        if cmd == "stop":
+            self.running = False
+        elif cmd == "cont":
+            self.running = True
+        elif cmd == "migrate":
+            self.running = False  # what QEMU does when a pre-copy migration completes
+        elif cmd == "query-migrate":
+            return {"status": self.migration, "downtime": 3}
+        return {}
+
+    def send_fd_scm(self, fd: int) -> None:
+        pass
+
+    async def disconnect(self) -> None:
+        pass
+
+
+def _vm(tmp_path: Path) -> VMProcess:
+    return VMProcess(0, VMPaths(tmp_path))
+
+
+async def _snapshot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, driver: QemuDriver,
+                    fake: FakeQMP) -> float:
+    async def connect(path: Path, timeout: float = 0) -> FakeQMP:
+        return fake
+
+    monkeypatch.setattr(qemu, "connect_qmp", connect)
+    return await driver.snapshot_live(_vm(tmp_path), tmp_path / "state.stream",
+                                      tmp_path / "new-top.qcow2")
+
+
+async def test_tcg_snapshot_stops_the_guest_before_saving(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeQMP()
+    pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake)
+    assert fake.sent[:2] == ["query-status", "stop"]
+    assert fake.sent.index("stop") < fake.sent.index("migrate")
+    assert fake.sent[-2:] == ["blockdev-snapshot-sync", "cont"]
+    assert fake.running
+    assert pause > 0  # the whole save, measured from the stop to the cont
+    assert (tmp_path / "state.stream").exists()
+
+
+async def test_precopy_snapshot_lets_the_guest_run(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeQMP()
+    await _snapshot(monkeypatch, tmp_path, QemuDriver("kvm"), fake)
+    assert "stop" not in fake.sent
+    assert fake.sent[-2:] == ["blockdev-snapshot-sync", "cont"]
+
+
+async def test_failed_stopped_snapshot_resumes_the_guest(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeQMP(migration="failed")
+    with pytest.raises(SnapshotFailed) as failed:
+        await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake)
+    assert not failed.value.disk_switched
+    assert "stop" in fake.sent and fake.sent[-1] == "cont"
+    assert fake.running
+    assert not (tmp_path / "state.partial").exists()
+
+
+async def _dies_unanswered(vmm_end: socket.socket) -> bytes:
+    """The VMM side of the agent channel: takes what the host sends, then goes away."""
+    vmm_end.setblocking(False)
+    got = await asyncio.get_running_loop().sock_recv(vmm_end, 1 << 16)
+    vmm_end.close()
+    return got
+
+
+PANIC_CONSOLE = """\
+[    5.306499] PKRU: 55555554
+[    5.306585] Kernel panic - not syncing: Fatal exception in interrupt
+[    5.307468] Kernel Offset: disabled
+"""
+
+
+async def test_vm_that_dies_during_the_handshake_is_named(tmp_path: Path) -> None:
+    """The sequence seen: the host sends hello + init, then the channel closes unanswered
+    because the guest panicked and QEMU exited (status 0). The error says so."""
+    (tmp_path / "console.log").write_text(PANIC_CONSOLE)
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    vm = VMProcess(proc.pid, VMPaths(tmp_path), proc)
+    host_end, vmm_end = socket.socketpair()
+    vm.agent_connection = host_end
+    dying = asyncio.create_task(_dies_unanswered(vmm_end))
+    handle = SandboxHandle("sbx-000000000000", vm, tmp_path, "sbx-000000000000", 0.0, 5.0)
+    with pytest.raises(AgentConnectionError) as err:
+        await handle.initialize("0" * 32)
+    assert b'"t":"hello"' in (await dying).replace(b" ", b"")  # hello (+ init) was sent
+    message = str(err.value)
+    assert "agent channel closed during handshake" in message
+    assert "the VM exited with status 0" in message
+    assert "Kernel panic - not syncing: Fatal exception in interrupt" in message
+
+
+async def test_channel_closed_while_the_vm_runs_is_reported_as_is(tmp_path: Path) -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        vm = VMProcess(proc.pid, VMPaths(tmp_path), proc)
+        host_end, vmm_end = socket.socketpair()
+        vm.agent_connection = host_end
+        dying = asyncio.create_task(_dies_unanswered(vmm_end))
+        handle = SandboxHandle("sbx-000000000000", vm, tmp_path, "sbx-000000000000", 0.0, 5.0)
+        with pytest.raises(AgentConnectionError) as err:
+            await handle.initialize("0" * 32)
+        assert str(err.value) == "agent channel closed during handshake"
+        await dying
+    finally:
+        proc.kill()
+        proc.wait()
