@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import StreamingResponse
 
 from pandastack.host.agent_client import CodeEvent
-from pandastack.host.errors import HostError
 from pandastack.wire import (
     CodeContext,
     CodeContextList,
@@ -24,9 +22,10 @@ from pandastack.wire import (
 )
 
 from ..auth import CurrentPrincipal
-from ..errors import ApiError, clean_text, envelope, from_host_error, log, request_id_of
+from ..errors import ApiError, clean_text, request_id_of
 from ..jsonbody import StrictJsonRoute
 from ..runtime_port import SandboxPort
+from ..sse import SSE_RESPONSES, event_stream, failure_envelope, sse
 from .deps import SandboxId, Service, check_text
 
 router = APIRouter(tags=["code"], route_class=StrictJsonRoute)
@@ -80,10 +79,6 @@ def to_error(event: CodeEvent) -> CodeError:
                      traceback=clean_text(event.traceback))
 
 
-def sse(event: str, data: object) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
 def event_frame(event: CodeEvent) -> bytes | None:
     if event.type in ("stdout", "stderr"):
         return sse(event.type, {"data": clean_text(event.text)})
@@ -127,8 +122,7 @@ async def run_code(sandbox_id: SandboxId, body: RunCode, who: CurrentPrincipal,
 
 @router.post("/sandboxes/{sandbox_id}/code/stream", summary="Run code, stream its events",
              description=SSE_DESCRIPTION,
-             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                              "description": "the event stream"}})
+             responses=SSE_RESPONSES)
 async def run_code_stream(sandbox_id: SandboxId, body: RunCode, who: CurrentPrincipal,
                           service: Service, request: Request) -> StreamingResponse:
     _validate(body)
@@ -153,24 +147,15 @@ async def run_code_stream(sandbox_id: SandboxId, body: RunCode, who: CurrentPrin
                     yield frame
             try:
                 await task
-            except ApiError as exc:
-                yield sse("failure", envelope(exc.code, exc.message, rid))
-            except HostError as exc:
-                api = from_host_error(exc)
-                yield sse("failure", envelope(api.code, api.message, rid))
-            except ValueError as exc:
-                yield sse("failure", envelope("bad_request", str(exc), rid))
-            except Exception:
-                log.exception("code stream failed (request %s)", rid)
-                yield sse("failure", envelope("internal", "internal error", rid))
+            except Exception as exc:
+                yield sse("failure", failure_envelope(exc, rid, "code stream"))
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
 
-    return StreamingResponse(frames(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return event_stream(frames())
 
 
 def to_context(data: dict[str, object]) -> CodeContext:

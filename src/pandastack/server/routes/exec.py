@@ -5,19 +5,18 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from pandastack.host.errors import HostError
 from pandastack.wire import ExecRequest, ExecResult
 
 from ..auth import CurrentPrincipal
-from ..errors import ApiError, envelope, from_host_error, log, request_id_of
+from ..errors import request_id_of
 from ..jsonbody import StrictJsonRoute
 from ..runtime_port import ExecResult as HostExecResult
+from ..sse import SSE_RESPONSES, event_stream, failure_envelope, sse
 from .deps import SandboxId, Service, check_text, to_exec_result, value_error
 
 router = APIRouter(tags=["exec"], route_class=StrictJsonRoute)
@@ -34,10 +33,6 @@ def _validate(body: ExecRequest) -> None:
     check_text(body.cmd, "cmd")
     check_text(body.env, "env")
     check_text(body.cwd, "cwd")
-
-
-def sse(event: str, data: object) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response_model=ExecResult,
@@ -60,8 +55,7 @@ async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPri
 
 @router.post("/sandboxes/{sandbox_id}/exec/stream", summary="Run a command, stream its output",
              description=SSE_DESCRIPTION,
-             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                              "description": "the event stream"}})
+             responses=SSE_RESPONSES)
 async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrincipal,
                       service: Service, request: Request) -> StreamingResponse:
     _validate(body)
@@ -102,16 +96,8 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
                     yield sse(name, {"data": tail})
             try:
                 result = await task
-            except ApiError as exc:
-                yield sse("error", envelope(exc.code, exc.message, rid))
-            except HostError as exc:
-                api = from_host_error(exc)
-                yield sse("error", envelope(api.code, api.message, rid))
-            except ValueError as exc:
-                yield sse("error", envelope("bad_request", str(exc), rid))
-            except Exception:
-                log.exception("exec stream failed (request %s)", rid)
-                yield sse("error", envelope("internal", "internal error", rid))
+            except Exception as exc:
+                yield sse("error", failure_envelope(exc, rid, "exec stream"))
             else:
                 yield sse("exit", to_exec_result(result, with_output=False).model_dump())
         finally:
@@ -120,5 +106,4 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
                 with contextlib.suppress(BaseException):
                     await task
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return event_stream(events())

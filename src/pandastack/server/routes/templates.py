@@ -3,7 +3,6 @@ show and delete versions."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -14,6 +13,7 @@ from pandastack.wire import BuildTemplate, TemplateBuildInfo, TemplateInfo, Temp
 
 from ..auth import CurrentPrincipal
 from ..jsonbody import StrictJsonRoute
+from ..sse import SSE_RESPONSES, event_stream, sse
 from ..templates import TemplateService, to_build_info
 
 router = APIRouter(tags=["templates"], route_class=StrictJsonRoute)
@@ -32,10 +32,6 @@ def get_templates(request: Request) -> TemplateService:
 
 
 Templates = Annotated[TemplateService, Depends(get_templates)]
-
-
-def sse(event: str, data: object) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 @router.post("/templates", response_model=TemplateBuildInfo, status_code=202,
@@ -79,8 +75,7 @@ async def get_build(build_id: BuildId, who: CurrentPrincipal,
 
 @router.get("/templates/builds/{build_id}/logs", summary="Follow a build's log",
             description=LOG_DESCRIPTION,
-            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                             "description": "the event stream"}})
+            responses=SSE_RESPONSES)
 async def build_logs(build_id: BuildId, who: CurrentPrincipal,
                      templates: Templates) -> StreamingResponse:
     templates.build_row(who.team, build_id)  # 404 before the stream starts
@@ -91,5 +86,4 @@ async def build_logs(build_id: BuildId, who: CurrentPrincipal,
         final = templates.build_row(who.team, build_id)
         yield sse("status", to_build_info(final).model_dump())
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return event_stream(events())

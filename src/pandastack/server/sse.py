@@ -1,0 +1,43 @@
+"""Server-Sent Events, as every streaming route sends them: the frame format, the envelope a
+stream ends with when the work behind it fails, and the response itself."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi.responses import StreamingResponse
+
+from pandastack.host.errors import HostError
+
+from .errors import ApiError, envelope, from_host_error, log
+
+#: The OpenAPI `responses` of a streaming route's 200.
+SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+          "description": "the event stream"}}
+
+
+def sse(event: str, data: object) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def failure_envelope(exc: BaseException, request_id: str, what: str) -> dict[str, Any]:
+    """The error envelope for a failure met after the stream's 200 was sent (mapped as the
+    non-streaming routes map it; anything unexpected is logged and told as "internal")."""
+    if isinstance(exc, ApiError):
+        return envelope(exc.code, exc.message, request_id)
+    if isinstance(exc, HostError):
+        api = from_host_error(exc)
+        return envelope(api.code, api.message, request_id)
+    if isinstance(exc, ValueError):
+        return envelope("bad_request", str(exc), request_id)
+    log.error("%s failed (request %s)", what, request_id, exc_info=exc)
+    return envelope("internal", "internal error", request_id)
+
+
+def event_stream(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    # No proxy buffering: events must reach the client as they happen.
+    return StreamingResponse(frames, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
