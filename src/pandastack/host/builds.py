@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pandastack.templatespec import HOST_ONLY_STEPS, TemplateSpec, describe_step, step_key
 
+from .agent_client import exit_code_of
 from .build_cache import CacheEntry, StepCache
 from .build_steps import BuildState, Log, Output, ready_probe, replay_step, run_step
 from .errors import AgentConnectionError, AgentError, BuildFailed, SandboxNotFound, SnapshotNotFound
@@ -245,7 +246,7 @@ class TemplateBuilds:
                     f"{time.monotonic() - started:.2f}s")
                 return
             # A start command that exits 0 may have left a daemon behind: keep polling it.
-            exited = await _exit_code(sandbox, pid)
+            exited = exit_code_of(await sandbox.procs(), pid)
             if exited not in (None, 0) or time.monotonic() >= deadline:
                 out = Output(log)
                 await _collect(sandbox, pid, out)
@@ -284,14 +285,6 @@ class TemplateBuilds:
                     self.runtime.delete_snapshot(sid)
                     deleted.append(sid)
         return deleted
-
-
-async def _exit_code(sandbox: SandboxHandle, pid: int) -> int | None:
-    for proc in await sandbox.procs():
-        if proc.get("pid") == pid and not proc.get("running"):
-            code = proc.get("exit_code")
-            return code if isinstance(code, int) else -1
-    return None
 
 
 async def _collect(sandbox: SandboxHandle, pid: int, out: Output) -> None:

@@ -24,8 +24,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pandastack.templatespec import ReadyCheck
+
 from . import code_client
-from .agent_client import AgentClient
+from .agent_client import AgentClient, exit_code_of
 from .errors import GuestOSError, HostError, SetupError, TemplateNotFound
 from .gc import prune_images, prune_templates
 from .image_common import fsync_path
@@ -57,23 +59,6 @@ del _pandastack_fig, numpy, pandas, pyarrow, matplotlib, plt
 Progress = Callable[[str], None]
 # The guest image of a variant (images.ImageSpec name), built on first use.
 ImageProvider = Callable[[str, Progress], Awaitable[GuestImage]]
-
-
-@dataclass(frozen=True)
-class ReadyCheck:
-    """When a template's start command counts as ready: `file` (a path) exists, `port` (a
-    number) accepts a TCP connection on 127.0.0.1, or `command` (sh -c) exits 0."""
-
-    kind: str  # "file" | "port" | "command"
-    value: str
-    timeout_seconds: float = 120.0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("file", "port", "command"):
-            raise ValueError(f"unknown ready check kind {self.kind!r}")
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.value}"
 
 
 @dataclass(frozen=True)
@@ -110,14 +95,14 @@ BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
         BuiltinTemplate("python", BASE, same_as=BASE),
         BuiltinTemplate("node", "node", warmup=("node -e 'console.log(6*7)'",),
                         start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
-                        ready=ReadyCheck("file", CODE_SOCKET)),
+                        ready=ReadyCheck(kind="file", value=CODE_SOCKET)),
         # The seed article's stack, installed when the image is built, imported once before
         # the snapshot so that every sandbox finds it warm in memory.
         # The interpreter (kernel_server.py) runs from the snapshot on, its default python
         # kernel already started and the stack imported in it.
         BuiltinTemplate("code-interpreter", "code-interpreter",
                         start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
-                        ready=ReadyCheck("file", CODE_SOCKET),
+                        ready=ReadyCheck(kind="file", value=CODE_SOCKET),
                         code_warmup=(CODE_INTERPRETER_WARMUP,)),
     )
 }
@@ -310,12 +295,13 @@ async def start_service(agent: AgentClient, start: str, ready: ReadyCheck | None
         return pid
     deadline = time.monotonic() + ready.timeout_seconds
     while not await _is_ready(agent, ready):
-        exited = await _exit_code(agent, pid)
+        exited = exit_code_of(await agent.procs(), pid)
         if exited is None and time.monotonic() < deadline:
             await asyncio.sleep(READY_POLL_S)
             continue
-        why = (f"exited with code {exited} before it was ready ({ready})" if exited is not None
-               else f"was not ready ({ready}) after {ready.timeout_seconds:g} s")
+        check = f"{ready.kind} {ready.value}"
+        why = (f"exited with code {exited} before it was ready ({check})" if exited is not None
+               else f"was not ready ({check}) after {ready.timeout_seconds:g} s")
         raise SetupError(f"start command {start!r} {why}; its output ends with:\n"
                          + await _output_tail(agent, pid))
     return pid
@@ -333,14 +319,6 @@ async def _is_ready(agent: AgentClient, ready: ReadyCheck) -> bool:
         argv = ["bash", "-c", ': <>"/dev/tcp/127.0.0.1/$0"', ready.value]
         return (await agent.exec(argv, timeout=10)).exit_code == 0
     return (await agent.exec(ready.value, timeout=60)).exit_code == 0
-
-
-async def _exit_code(agent: AgentClient, pid: int) -> int | None:
-    for proc in await agent.procs():
-        if proc.get("pid") == pid and not proc.get("running"):
-            code = proc.get("exit_code")
-            return code if isinstance(code, int) else -1
-    return None
 
 
 async def _output_tail(agent: AgentClient, pid: int, lines: int = 30) -> str:
