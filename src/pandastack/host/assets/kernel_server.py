@@ -36,6 +36,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 SOCKET_PATH = "/run/pandastack/code.sock"
@@ -429,11 +430,28 @@ class ProcessContext(Context):
         assert self.proc is not None
         return self.proc
 
-    def _begin(self) -> None:
-        """From now on output belongs to the run; what a pump queued since is not its own."""
-        self.active = True
+    def _drop_queued(self) -> None:
         while not self.queue.empty():
             self.queue.get_nowait()
+
+    async def _exchange(self, proc: asyncio.subprocess.Process, request: bytes,
+                        collect: Callable[[], Awaitable[tuple[int | None, str | None]]],
+                        ) -> tuple[int | None, str | None]:
+        """Send one request to the process and collect the run's answer with `collect`;
+        (None, None) if the process went away. Output belongs to the run only meanwhile:
+        what a pump queued before or after is not its own."""
+        assert proc.stdin is not None
+        self.active = True
+        self._drop_queued()
+        try:
+            proc.stdin.write(request)
+            await proc.stdin.drain()
+            return await collect()
+        except (ConnectionError, OSError):
+            return None, None
+        finally:
+            self.active = False
+            self._drop_queued()
 
     async def _next(self) -> tuple[str, bytes] | None:
         try:
@@ -468,17 +486,8 @@ class BashContext(ProcessContext):
         # stdin of the sourced code is /dev/null: it must not eat the commands that follow.
         line = (f"{pre}source {shlex.quote(script)} </dev/null; __pandastack_rc=$?; {post}"
                 f"printf '%s%d\\n' {marker} \"$__pandastack_rc\"; printf '%s\\n' {marker} >&2\n")
-        self._begin()
-        try:
-            proc.stdin.write(line.encode())
-            await proc.stdin.drain()
-            rc, reason = await self._collect(marker.encode(), proc, run)
-        except (ConnectionError, OSError):
-            rc, reason = None, None
-        finally:
-            self.active = False
-            while not self.queue.empty():
-                self.queue.get_nowait()
+        rc, reason = await self._exchange(
+            proc, line.encode(), lambda: self._collect(marker.encode(), proc, run))
         if reason is not None:
             if rc is None:
                 await self.stop()
@@ -652,17 +661,8 @@ class NodeContext(ProcessContext):
             req["timeout_ms"] = max(1, int(run.timeout * 1000))
         if env:
             req["env"] = env
-        self._begin()
-        try:
-            proc.stdin.write(json.dumps(req).encode() + b"\n")
-            await proc.stdin.drain()
-            count, reason = await self._collect(token, run)
-        except (ConnectionError, OSError):
-            count, reason = None, None
-        finally:
-            self.active = False
-            while not self.queue.empty():
-                self.queue.get_nowait()
+        count, reason = await self._exchange(
+            proc, json.dumps(req).encode() + b"\n", lambda: self._collect(token, run))
         if reason is not None:
             await self.stop()
             await run.stopped(reason, "; node did not stop and was restarted: its state is lost")
