@@ -21,16 +21,9 @@ import httpx
 import pytest
 
 from tests.helpers import qemu_pids_under
+from tests.server.live import free_port, wait_healthy
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServeProcess:
@@ -39,7 +32,7 @@ class ServeProcess:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.state_dir = tmp / "s"  # short: unix socket paths must stay under 108 bytes
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -55,16 +48,7 @@ class ServeProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(self.port)],
                 env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"server did not come up:\n{self.log_tail()}")
-            time.sleep(0.1)
+        wait_healthy(self.url, self.proc, self.log_path, timeout)
 
     def api_key(self) -> str:
         key: str = json.loads((self.tmp / "client.json").read_text())["api_key"]
