@@ -90,15 +90,17 @@ def prune_images(images_dir: Path, templates_dir: Path, keep: Iterable[str], *,
     return removed
 
 
-def orphan_vmms() -> list[tuple[int, Path]]:
+def orphan_vmms(cmdlines: Iterable[tuple[int, list[str]]] | None = None,
+                ) -> list[tuple[int, Path]]:
     """(pid, workdir) of pandastack VMM processes whose working directory is gone.
 
     Every VM's directory (sandbox or template bake) exists before its VMM starts and is
     removed only after the VMM was killed, so a live VMM without one belongs to nobody: a
     runtime that crashed between the two steps, or a script that died before its kill. No
-    runtime's adoption can see it (it looks only inside its own state directory)."""
+    runtime's adoption can see it (it looks only inside its own state directory).
+    `cmdlines`: a `vmm.iter_cmdlines()` walk the caller already made."""
     found: list[tuple[int, Path]] = []
-    for pid, argv in iter_cmdlines():
+    for pid, argv in iter_cmdlines() if cmdlines is None else cmdlines:
         if "qemu" not in Path(argv[0]).name or not any(
                 a.startswith("pandastack,process=pandastack-vm-") for a in argv):
             continue
@@ -112,10 +114,12 @@ def orphan_vmms() -> list[tuple[int, Path]]:
     return found
 
 
-def kill_orphan_vmms(progress: Callable[[str], None] = print) -> list[int]:
-    """Kill the VMMs `orphan_vmms()` finds; returns their pids."""
-    killed: list[int] = []
-    for pid, workdir in orphan_vmms():
+def kill_orphan_vmms(progress: Callable[[str], None] = print,
+                     cmdlines: Iterable[tuple[int, list[str]]] | None = None,
+                     ) -> list[tuple[int, Path]]:
+    """Kill the VMMs `orphan_vmms(cmdlines)` finds; returns (pid, workdir) of each."""
+    killed: list[tuple[int, Path]] = []
+    for pid, workdir in orphan_vmms(cmdlines):
         # Checked again right before the kill: the pid must still be that VMM.
         argv = read_cmdline(pid)
         if not argv or not any(str(workdir) in a for a in argv) or workdir.exists():
@@ -125,5 +129,5 @@ def kill_orphan_vmms(progress: Callable[[str], None] = print) -> list[int]:
         except ProcessLookupError:
             continue
         progress(f"killed orphan VMM {pid} (its directory {workdir} is gone)")
-        killed.append(pid)
+        killed.append((pid, workdir))
     return killed

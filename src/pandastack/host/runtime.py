@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -220,11 +220,12 @@ class HostRuntime:
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         await self.prepare()
         self.snapshots.sweep()
+        cmdlines = await asyncio.to_thread(lambda: list(iter_cmdlines()))  # one /proc walk
         # Host-wide: VMMs whose directory is gone belong to no runtime, this one included.
-        await asyncio.to_thread(kill_orphan_vmms, self.progress)
+        orphans = await asyncio.to_thread(kill_orphan_vmms, self.progress, cmdlines)
         adopted: list[str] = []
-        cleaned: list[str] = []
-        running = self._scan_vmm_processes()
+        cleaned = [workdir.name for _, workdir in orphans if workdir.parent == self.sandboxes_dir]
+        running = self._scan_vmm_processes(cmdlines)
         for entry in sorted(self.sandboxes_dir.iterdir()):
             if not entry.is_dir() or entry.name in self._sandboxes:
                 continue
@@ -244,9 +245,6 @@ class HostRuntime:
                 VMProcess(pid, paths).kill()
             await asyncio.to_thread(shutil.rmtree, entry, True)
             cleaned.append(entry.name)
-        for name, pid in running.items():  # VMM processes whose directory is already gone
-            VMProcess(pid, VMPaths(self.sandboxes_dir / name)).kill()
-            cleaned.append(name)
         # Network slots of sandboxes (of any runtime on this host) whose directory is gone,
         # and spare slots a crashed predecessor left.
         self._spare_owner.unlink(missing_ok=True)
@@ -275,11 +273,12 @@ class HostRuntime:
         self._records[record.id] = record
         return handle
 
-    def _scan_vmm_processes(self) -> dict[str, int]:
+    def _scan_vmm_processes(self, cmdlines: Iterable[tuple[int, list[str]]],
+                            ) -> dict[str, int]:
         """Map sandbox id -> pid for every live VMM process that belongs to our state dir."""
         prefix = str(self.sandboxes_dir) + "/"
         found: dict[str, int] = {}
-        for pid, argv in iter_cmdlines():
+        for pid, argv in cmdlines:
             for arg in argv:
                 idx = arg.find(prefix)
                 if idx != -1 and "agent.sock" in arg:
