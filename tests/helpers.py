@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import zipfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -16,3 +19,26 @@ def qemu_pids_under(directory: Path) -> list[int]:
     prefix = str(directory)
     return [pid for pid, argv in iter_cmdlines()
             if "qemu" in argv[0] and any(prefix in a for a in argv)]
+
+
+def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
+    """A minimal pure-Python wheel holding module `name` with `source` (a zip of the
+    module, METADATA, WHEEL and RECORD): template builds install it with no package index."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": source.encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+                         b"Tag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, data in files.items():
+            zf.writestr(path, data)
+        zf.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
+    return wheel

@@ -4,13 +4,10 @@ made here (no package index: test guests have no internet)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,30 +15,9 @@ import pytest
 from pandastack import Client, ConflictError, NotFoundError, Sandbox
 from pandastack.sdk.errors import TemplateBuildError
 from tests.e2e.conftest import LiveServer
+from tests.helpers import make_wheel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm, pytest.mark.timeout(1500)]
-
-
-def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
-    """A minimal pure-Python wheel holding module `name` with `source`."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": source.encode(),
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
-                         b"Tag: py3-none-any\n",
-    }
-    record = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    record.append(f"{dist}/RECORD,,")
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for path, data in files.items():
-            zf.writestr(path, data)
-        zf.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
-    return wheel
 
 
 DOCKERFILE = """\

@@ -5,11 +5,8 @@ package installed is a wheel the test makes and copies in."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import shutil
 import time
-import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from pandastack.host.errors import BuildFailed
 from pandastack.host.network import NetworkPolicy
 from pandastack.host.runtime import HostRuntime
 from pandastack.templatespec import Template, TemplateSpec, from_dockerfile, wait_for_port
-from tests.helpers import SandboxFactory, qemu_pids_under
+from tests.helpers import SandboxFactory, make_wheel, qemu_pids_under
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
@@ -29,31 +26,11 @@ WHEEL = "pstwheel-1.0-py3-none-any.whl"
 PAGE = b"<h1>built by pandastack</h1>\n"
 
 
-def make_wheel(directory: Path) -> Path:
-    """A minimal pure-Python wheel: a zip of the package, METADATA, WHEEL and RECORD."""
-    dist = "pstwheel-1.0.dist-info"
-    files = {
-        "pstwheel/__init__.py": b"VALUE = 42\n",
-        f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: pstwheel\nVersion: 1.0\n",
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: pandastack-tests\n"
-                         b"Root-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [f"{name},sha256="
-              f"{base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()}"
-              f",{len(data)}" for name, data in files.items()]
-    files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
-    path = directory / WHEEL
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    return path
-
-
 @pytest.fixture
 def context(tmp_path: Path) -> Path:
     ctx = tmp_path / "context"
     ctx.mkdir()
-    make_wheel(ctx)
+    make_wheel(ctx, "pstwheel", "1.0", "VALUE = 42\n")
     (ctx / "index.html").write_bytes(PAGE)
     return ctx
 
