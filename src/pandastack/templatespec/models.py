@@ -16,7 +16,7 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pandastack.wirebase import Strict
 
@@ -71,40 +71,34 @@ def _guest_path(value: str, what: str) -> str:
     return value
 
 
+# A step's package list: 1 to MAX_PACKAGES names, each matching the manager's pattern.
+AptPackages = Annotated[list[str], Field(max_length=MAX_PACKAGES),
+                        AfterValidator(lambda v: _packages(v, APT_PACKAGE_RE, "apt"))]
+PipPackages = Annotated[list[str], Field(max_length=MAX_PACKAGES),
+                        AfterValidator(lambda v: _packages(v, PIP_PACKAGE_RE, "pip"))]
+NpmPackages = Annotated[list[str], Field(max_length=MAX_PACKAGES),
+                        AfterValidator(lambda v: _packages(v, NPM_PACKAGE_RE, "npm"))]
+
+
 class AptStep(Strict):
     """`apt-get install` of Debian packages (always as root: the package manager needs it)."""
 
     kind: Literal["apt"] = "apt"
-    packages: list[str] = Field(max_length=MAX_PACKAGES)
-
-    @field_validator("packages")
-    @classmethod
-    def _check(cls, v: list[str]) -> list[str]:
-        return _packages(v, APT_PACKAGE_RE, "apt")
+    packages: AptPackages
 
 
 class PipStep(Strict):
     """`pip install` into the guest's virtualenv (first on PATH)."""
 
     kind: Literal["pip"] = "pip"
-    packages: list[str] = Field(max_length=MAX_PACKAGES)
-
-    @field_validator("packages")
-    @classmethod
-    def _check(cls, v: list[str]) -> list[str]:
-        return _packages(v, PIP_PACKAGE_RE, "pip")
+    packages: PipPackages
 
 
 class NpmStep(Strict):
     """`npm install -g` (needs a base with node, e.g. the `node` template)."""
 
     kind: Literal["npm"] = "npm"
-    packages: list[str] = Field(max_length=MAX_PACKAGES)
-
-    @field_validator("packages")
-    @classmethod
-    def _check(cls, v: list[str]) -> list[str]:
-        return _packages(v, NPM_PACKAGE_RE, "npm")
+    packages: NpmPackages
 
 
 class RunStep(Strict):
