@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_HOME = Path("/var/lib/pandastack")
+DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
 ACCEL_CHOICES = ("auto", "kvm", "tcg")
 
 
@@ -33,6 +34,9 @@ class HostConfig:
     tb_size_mb: int = 64
     tcg_cpu: str = "max"
     qemu_binary: str = "qemu-system-x86_64"
+    # Template memory files are copied to tmpfs so that snapshots can leave the guest running
+    # (host/memory_stage.py); None keeps them where they are (snapshots then stop the guest).
+    memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
     agent_timeout_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -60,6 +64,9 @@ class HostConfig:
             values["state_dir"] = Path(env["PANDASTACK_STATE_DIR"])
         if "PANDASTACK_TCG_CPU" in env:
             values["tcg_cpu"] = env["PANDASTACK_TCG_CPU"]
+        if "PANDASTACK_MEMORY_STAGE" in env:
+            stage = env["PANDASTACK_MEMORY_STAGE"]
+            values["memory_stage_dir"] = Path(stage) if stage not in ("", "off") else None
         if "PANDASTACK_TB_SIZE_MB" in env:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
         values.update(overrides)

@@ -32,6 +32,8 @@ from .errors import GuestOSError, HostError, SetupError, TemplateNotFound
 from .gc import prune_images, prune_templates
 from .image_common import fsync_path
 from .images import BASE, KERNEL_SERVER_PATH, GuestImage
+from .memory_stage import stage as stage_memory
+from .memory_stage import sweep as sweep_staged_memory
 from .network import NetworkManager, NetworkPolicy
 from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths, VMProcess
 
@@ -134,8 +136,9 @@ def qcow2_virtual_size(path: Path) -> int:
 class TemplateStore:
     def __init__(self, root: Path, driver: VMMDriver, images: ImageProvider, *,
                  pinned: Callable[[], list[Path]] = list,
-                 network: NetworkManager | None = None):
+                 network: NetworkManager | None = None, memory_stage: Path | None = None):
         self.root = root
+        self.memory_stage = memory_stage
         self.driver = driver
         self.images = images
         self.pinned = pinned
@@ -157,7 +160,7 @@ class TemplateStore:
         meta = json.loads(meta_path.read_text())
         shape = MachineShape(vcpus=meta["vcpus"], memory_mb=meta["memory_mb"])
         snapshot = SnapshotFiles(
-            memory=directory / "memory",
+            memory=stage_memory(directory / "memory", self.memory_stage),
             device_state=directory / "device.state",
             kernel=KernelSpec(Path(meta["kernel"]), Path(meta["initrd"]), meta["cmdline"]),
             shape=shape,
@@ -182,15 +185,15 @@ class TemplateStore:
         self._image_keys.add(image.key)
         key = template_key(image, self.driver, shape, builtin.key_parts())
         final = self.root / name / key
-        template = self._load(name, final)
+        template = await asyncio.to_thread(self._load, name, final)  # may stage its memory
         if template is None:
             final.parent.mkdir(parents=True, exist_ok=True)
             lock = await asyncio.to_thread(_lock, final.parent / ".lock")
             try:
-                template = self._load(name, final)
+                template = await asyncio.to_thread(self._load, name, final)
                 if template is None:
                     await self._bake(name, key, final, shape, image, builtin, progress)
-                    template = self._load(name, final)
+                    template = await asyncio.to_thread(self._load, name, final)
             finally:
                 os.close(lock)
         if template is None:
@@ -205,6 +208,7 @@ class TemplateStore:
         # Only this template's old versions: the current version of the others is not known
         # here unless they were used (their images would have to be resolved first).
         prune_templates(self.root, keep, names=[name], progress=progress)
+        sweep_staged_memory(self.memory_stage, progress)
         prune_images(image.rootfs.parent.parent, self.root, sorted(self._image_keys),
                      progress=progress)
 
