@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from qemu.qmp import ExecuteError
+from qemu.qmp.message import Message
+from qemu.qmp.models import ErrorResponse
 
 from pandastack.host import qemu
 from pandastack.host.errors import AgentConnectionError, SnapshotFailed
 from pandastack.host.qemu import QemuDriver, parse_release
 from pandastack.host.sandbox import SandboxHandle
-from pandastack.host.vmm import VMPaths, VMProcess
+from pandastack.host.vmm import SnapshotPause, VMPaths, VMProcess
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -50,25 +53,43 @@ def test_precopy_only_where_dirty_tracking_holds(monkeypatch: pytest.MonkeyPatch
 
 
 class FakeQMP:
-    """Answers the commands snapshot_live sends, and records them."""
+    """Answers the commands snapshot_live sends, and records them. `background`: whether
+    QEMU accepts a background snapshot (it refuses when guest RAM cannot be write-protected)."""
 
-    def __init__(self, migration: str = "completed") -> None:
+    def __init__(self, migration: str = "completed", background: bool = True,
+                 ram: int = 64 << 20) -> None:
+        self.ram = ram
         self.running = True
         self.migration = migration
+        self.accepts_background = background
+        self.background = False
         self.sent: list[str] = []
 
     async def execute(self, cmd: str, args: dict[str, Any] | None = None) -> object:
         self.sent.append(cmd)
         if cmd == "query-status":
             return {"running": self.running, "status": "running" if self.running else "paused"}
-        if cmd == "stop":
+        if cmd == "migrate-set-capabilities":
+            assert args is not None
+            wanted = {c["capability"]: c["state"] for c in args["capabilities"]}
+            if wanted["background-snapshot"] and not self.accepts_background:
+                raise ExecuteError(ErrorResponse({"error": {
+                    "class": "GenericError",
+                    "desc": "Background-snapshot is not compatible with guest memory "
+                            "configuration"}}), Message({}), Message({}))
+            self.background = wanted["background-snapshot"]
+        elif cmd == "stop":
             self.running = False
         elif cmd == "cont":
             self.running = True
         elif cmd == "migrate":
-            self.running = False  # what QEMU does when a pre-copy migration completes
+            # A background snapshot resumes the guest once its device state is captured; a
+            # completed pre-copy migration leaves it stopped.
+            self.running = self.background and self.migration == "completed"
         elif cmd == "query-migrate":
             return {"status": self.migration, "downtime": 3}
+        elif cmd == "query-memory-size-summary":
+            return {"base-memory": self.ram}
         return {}
 
     def send_fd_scm(self, fd: int) -> None:
@@ -83,32 +104,83 @@ def _vm(tmp_path: Path) -> VMProcess:
 
 
 async def _snapshot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, driver: QemuDriver,
-                    fake: FakeQMP) -> float:
+                    fake: FakeQMP, *, short_pause: bool = False) -> SnapshotPause:
     async def connect(path: Path, timeout: float = 0) -> FakeQMP:
         return fake
 
     monkeypatch.setattr(qemu, "connect_qmp", connect)
     return await driver.snapshot_live(_vm(tmp_path), tmp_path / "state.stream",
-                                      tmp_path / "new-top.qcow2")
+                                      tmp_path / "new-top.qcow2", short_pause=short_pause)
 
 
 async def test_tcg_snapshot_stops_the_guest_before_saving(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = FakeQMP()
     pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake)
-    assert fake.sent[:2] == ["query-status", "stop"]
+    assert fake.sent[0] == "query-status" and not fake.background
     assert fake.sent.index("stop") < fake.sent.index("migrate")
     assert fake.sent[-2:] == ["blockdev-snapshot-sync", "cont"]
     assert fake.running
-    assert pause > 0  # the whole save, measured from the stop to the cont
+    assert pause.method == "stopped"
+    assert pause.ms > 0  # the whole save, measured from the stop to the cont
     assert (tmp_path / "state.stream").exists()
+
+
+async def test_short_pause_snapshot_switches_the_disk_in_the_stop_qemu_ends(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A background snapshot: QEMU captures the device state in the stop and resumes the
+    guest itself; the disk must be switched in that same stop, and nobody sends `cont`."""
+    fake = FakeQMP()
+    pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake,
+                            short_pause=True)
+    assert fake.background
+    sent = fake.sent
+    assert sent.index("stop") < sent.index("blockdev-snapshot-sync") < sent.index("migrate")
+    assert "cont" not in sent
+    assert fake.running and pause.method == "background" and pause.ms > 0
+    # The reserved space is given back: the stream ends where QEMU stopped writing.
+    assert (tmp_path / "state.stream").stat().st_size == 0
+
+
+async def test_short_pause_falls_back_to_stopping_when_qemu_refuses(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeQMP(background=False)
+    pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake,
+                            short_pause=True)
+    assert not fake.background and pause.method == "stopped"
+    assert fake.sent.index("migrate") < fake.sent.index("blockdev-snapshot-sync")
+    assert fake.sent[-1] == "cont" and fake.running
+
+
+async def test_failed_short_pause_snapshot_keeps_the_guest_running_on_its_new_disk(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeQMP(migration="failed")
+    with pytest.raises(SnapshotFailed) as failed:
+        await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake,
+                        short_pause=True)
+    assert failed.value.disk_switched  # the caller must record the new top layer
+    assert fake.running
+    assert not (tmp_path / "state.partial").exists()
+
+
+async def test_short_pause_snapshot_reserves_its_stream_before_stopping_the_guest(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """QEMU 7.2 leaves the guest hung when a background snapshot cannot write its stream, so
+    the space is reserved first: no room means a clean error, the guest never stopped."""
+    fake = FakeQMP(ram=1 << 50)
+    with pytest.raises(SnapshotFailed) as failed:
+        await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake,
+                        short_pause=True)
+    assert not failed.value.disk_switched
+    assert "stop" not in fake.sent and "migrate" not in fake.sent and fake.running
+    assert list(tmp_path.iterdir()) == []
 
 
 async def test_precopy_snapshot_lets_the_guest_run(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = FakeQMP()
-    await _snapshot(monkeypatch, tmp_path, QemuDriver("kvm"), fake)
-    assert "stop" not in fake.sent
+    pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("kvm"), fake)
+    assert "stop" not in fake.sent and pause.method == "precopy"
     assert fake.sent[-2:] == ["blockdev-snapshot-sync", "cont"]
 
 

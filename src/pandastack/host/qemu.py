@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qemu.qmp import QMPClient
+from qemu.qmp import ExecuteError, QMPClient
 
 from .errors import SnapshotFailed, VMMError
 from .network import GUEST_MAC, TAP
@@ -34,6 +34,7 @@ from .vmm import (
     KernelSpec,
     MachineShape,
     SnapshotFiles,
+    SnapshotPause,
     VMPaths,
     VMProcess,
     read_cmdline,
@@ -199,41 +200,69 @@ class QemuDriver:
     async def resume(self, vm: VMProcess) -> None:
         await qmp_pipeline(vm.paths.qmp_socket, [("cont", {})], alive=vm.is_alive)
 
-    async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path) -> float:
-        """Save memory and device state while the guest runs; return the pause in ms.
+    async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path, *,
+                            short_pause: bool = False) -> SnapshotPause:
+        """Save memory and device state while the guest runs; report the guest's pause.
 
-        Pre-copy migration streams RAM while the guest keeps running and stops it only for
-        the last dirty pages. While it is stopped, the disk is switched onto `new_top` (an
-        empty overlay the caller made over the current top), so the old top is frozen in
-        exactly the state the memory refers to. Then the guest continues.
+        While the guest is stopped, the disk is switched onto `new_top` (an empty overlay the
+        caller made over the current top), so the old top is frozen in exactly the state the
+        memory refers to. Three ways, by what this QEMU can do correctly:
 
-        Without `live_precopy()` (TCG on QEMU < 9.0, whose dirty tracking loses writes) the
-        guest is stopped before the migration starts instead: the stream is then one instant
-        by construction, and the pause is the whole save (about what a hibernation takes).
+        - `live_precopy()` (KVM, or QEMU >= 9.0): pre-copy streams RAM while the guest runs
+          and stops it only for the last dirty pages.
+        - otherwise (TCG on QEMU < 9.0, whose dirty tracking loses writes), with
+          `short_pause`: a background snapshot. The guest is stopped only while its device
+          state is captured and its RAM write-protected (userfaultfd); then it runs while each
+          page is saved before its first write. Needs RAM that userfaultfd can protect
+          (anonymous, or a template file staged on tmpfs); QEMU refuses otherwise, and the
+          next way is taken. The save takes several times longer than a stopped one.
+        - otherwise: the guest is stopped for the whole save, which is then one instant by
+          construction (the pause is about what a hibernation takes).
         """
         qmp = await connect_qmp(vm.paths.qmp_socket)
         partial = stream.with_suffix(".partial")
-        switched = was_running = False
+        switched = was_running = background = False
         stopped_at: float | None = None
+        kept: int | None = None
         try:
             status = await qmp.execute("query-status")
             was_running = isinstance(status, dict) and bool(status.get("running"))
+            if was_running and not self.live_precopy() and short_pause:
+                background = await _prepare_migration(qmp, background=True)
+            if background:
+                # QEMU 7.2 leaves the guest hung (vCPUs blocked on write-protected pages) when
+                # a background snapshot fails to write: reserve the space while nothing is
+                # stopped yet, so running out of it is a clean error.
+                bound = _stream_bound(await qmp.execute("query-memory-size-summary"))
+                kept = await _pass_stream_fd(qmp, partial, reserve=bound)
+            else:
+                await _prepare_migration(qmp)
+                await _pass_stream_fd(qmp, partial)
             if was_running and not self.live_precopy():
                 stopped_at = time.monotonic()
                 await qmp.execute("stop")
-            await _prepare_migration(qmp)
-            await _migrate_to_file(qmp, partial)
-            info = await wait_migration(qmp, poll_s=0.001)
-            t_seen = time.monotonic()
-            await qmp.execute("blockdev-snapshot-sync", {
-                "device": "root", "snapshot-file": str(new_top), "format": "qcow2",
-                "mode": "existing"})
-            switched = True
-            if was_running:
-                await qmp.execute("cont")
-            resumed = time.monotonic()
+            if background:
+                # QEMU captures the device state in this same stop: switch the disk first.
+                await self._switch_disk(qmp, new_top)
+                switched = True
+                await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+                resumed = await _wait_running(qmp)  # QEMU resumes the guest by itself
+                await wait_migration(qmp, poll_s=0.002)
+                written, kept = kept, None
+                _trim(written)
+            else:
+                await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+                info = await wait_migration(qmp, poll_s=0.001)
+                t_seen = time.monotonic()
+                await self._switch_disk(qmp, new_top)
+                switched = True
+                if was_running:
+                    await qmp.execute("cont")
+                resumed = time.monotonic()
             os.replace(partial, stream)
         except BaseException as exc:
+            if kept is not None:
+                os.close(kept)
             with contextlib.suppress(Exception):
                 status = await qmp.execute("query-status")
                 if was_running and isinstance(status, dict) and not status.get("running"):
@@ -244,9 +273,16 @@ class QemuDriver:
         finally:
             await qmp.disconnect()
         if stopped_at is not None:
-            return (resumed - stopped_at) * 1000
+            return SnapshotPause((resumed - stopped_at) * 1000,
+                                 "background" if background else "stopped")
         downtime = float(info.get("downtime", 0)) if was_running else 0.0
-        return downtime + (resumed - t_seen) * 1000
+        return SnapshotPause(downtime + (resumed - t_seen) * 1000, "precopy")
+
+    @staticmethod
+    async def _switch_disk(qmp: QMPClient, new_top: Path) -> None:
+        await qmp.execute("blockdev-snapshot-sync", {
+            "device": "root", "snapshot-file": str(new_top), "format": "qcow2",
+            "mode": "existing"})
 
     async def save_stopped(self, vm: VMProcess, stream: Path) -> None:
         """Stop the guest and write its whole state (memory included) to `stream`."""
@@ -345,24 +381,89 @@ async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient
             await asyncio.sleep(0.02)
 
 
-async def _migrate_to_file(qmp: QMPClient, path: Path) -> None:
+STREAM_FD_NAME = "pandastack-migration"
+
+
+async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0) -> int | None:
+    """Hand QEMU a descriptor of a new stream file at `path` for the next `migrate`.
+
+    With `reserve`, that much disk space is allocated first (ENOSPC here, not mid-stream) and
+    a duplicate of the descriptor is returned: it shares QEMU's file offset, so `_trim` can
+    cut the file to what QEMU wrote."""
     # QEMU writes straight into a file descriptor we hand it: no shell, no pipe, no copy.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    kept: int | None = None
     try:
+        if reserve:
+            os.posix_fallocate(fd, 0, reserve)
+            kept = os.dup(fd)
         qmp.send_fd_scm(fd)
-        await qmp.execute("getfd", {"fdname": "pandastack-migration"})
+        await qmp.execute("getfd", {"fdname": STREAM_FD_NAME})
+    except BaseException:
+        if kept is not None:
+            os.close(kept)
+        raise
     finally:
         os.close(fd)
-    await qmp.execute("migrate", {"uri": "fd:pandastack-migration"})
+    return kept
 
 
-async def _prepare_migration(qmp: QMPClient) -> None:
+def _stream_bound(summary: object) -> int:
+    """An upper bound of a stream's size for a guest with this much RAM: each 4 KiB page at
+    most once, with its header, plus device state."""
+    ram = int(summary.get("base-memory", 0)) if isinstance(summary, dict) else 0
+    return ram + ram // 256 + (16 << 20)
+
+
+async def _migrate_to_file(qmp: QMPClient, path: Path) -> None:
+    await _pass_stream_fd(qmp, path)
+    await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+
+
+def _trim(kept: int | None) -> None:
+    """Cut a reserved stream file to the bytes QEMU wrote, and close the duplicate."""
+    if kept is None:
+        return
+    try:
+        os.ftruncate(kept, os.lseek(kept, 0, os.SEEK_CUR))
+    finally:
+        os.close(kept)
+
+
+async def _prepare_migration(qmp: QMPClient, *, background: bool = False) -> bool:
+    """Set the capabilities and parameters of the next save; False if QEMU refused a
+    background snapshot (its RAM cannot be write-protected), which leaves it a plain one."""
     # Same stream format as template saves (clones' RAM is not shared, so it is all sent);
     # no bandwidth cap (the stream goes to a local file) and a short stop at the end.
-    await qmp.execute("migrate-set-capabilities", {
-        "capabilities": [{"capability": "x-ignore-shared", "state": True}]})
+    # Capabilities persist in QEMU between migrations: each save sets all it depends on.
+    try:
+        await qmp.execute("migrate-set-capabilities", {"capabilities": [
+            {"capability": "x-ignore-shared", "state": True},
+            {"capability": "background-snapshot", "state": background}]})
+    except ExecuteError:
+        if not background:
+            raise
+        return False
     await qmp.execute("migrate-set-parameters", {
         "max-bandwidth": 64 << 30, "downtime-limit": 20})
+    return True
+
+
+async def _wait_running(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S) -> float:
+    """Wait until QEMU resumes the guest after a background snapshot's stop; return the
+    monotonic time it was first seen running. A failed migration never resumes it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await qmp.execute("query-status")
+        if isinstance(status, dict) and status.get("running"):
+            return time.monotonic()
+        migration = await qmp.execute("query-migrate")
+        if isinstance(migration, dict) and migration.get("status") in ("failed", "cancelled"):
+            raise VMMError(f"migration {migration.get('status')}: "
+                           f"{migration.get('error-desc', '')}")
+        if asyncio.get_running_loop().time() > deadline:
+            raise VMMError(f"the guest did not resume in {timeout}s after its snapshot")
+        await asyncio.sleep(0.001)
 
 
 async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S,

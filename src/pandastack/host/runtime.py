@@ -122,6 +122,7 @@ class AdoptReport:
 class SnapshotResult:
     info: SnapshotInfo
     pause_ms: float
+    method: str = "stopped"  # how the memory was saved (vmm.SnapshotPause)
 
 
 class HostRuntime:
@@ -176,7 +177,8 @@ class HostRuntime:
                                           tcg_cpu=self.config.tcg_cpu)
                 self._templates = TemplateStore(self.config.templates_dir, self._driver,
                                                 self.image, pinned=self._pinned_templates,
-                                                network=self.network)
+                                                network=self.network,
+                                                memory_stage=self.config.memory_stage_dir)
             return self._templates
 
     async def image(self, variant: str, progress: Progress | None = None) -> GuestImage:
@@ -535,8 +537,14 @@ class HostRuntime:
                 self._save(replace(self._records[sandbox_id], state="running"))
 
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
-                       internal: bool = False) -> SnapshotResult:
-        """Capture memory, device state and disk; the sandbox keeps running (or paused)."""
+                       internal: bool = False, short_pause: bool | None = None) -> SnapshotResult:
+        """Capture memory, device state and disk; the sandbox keeps running (or paused).
+
+        `short_pause` (default: for snapshots users keep) stops the guest as briefly as the
+        VMM allows even if the save takes longer; without it the save is as fast as possible
+        (what a fork wants: its children wait for the stream)."""
+        if short_pause is None:
+            short_pause = not internal
         handle, vm = self._running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
             record = self._records[sandbox_id]
@@ -554,8 +562,9 @@ class HostRuntime:
                 try:
                     create_overlay(handle.workdir / new_top, handle.workdir / record.top,
                                    record.disk_bytes, relative=True)
-                    pause_ms = await self.driver.snapshot_live(vm, work / "state.stream",
-                                                               handle.workdir / new_top)
+                    pause = await self.driver.snapshot_live(
+                        vm, work / "state.stream", handle.workdir / new_top,
+                        short_pause=short_pause)
                 except (SnapshotFailed, OSError) as exc:
                     if isinstance(exc, SnapshotFailed) and exc.disk_switched:
                         self._save(replace(record, layers=(*record.layers, new_top)))
@@ -583,7 +592,7 @@ class HostRuntime:
                     raise
                 raise SnapshotFailed(str(exc), disk_switched=switched,
                                      no_space=no_space) from exc
-        return SnapshotResult(info, pause_ms)
+        return SnapshotResult(info, pause.ms, pause.method)
 
     async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
         """`count` live copies of a running sandbox: memory, processes and files as they were

@@ -48,6 +48,16 @@ class SnapshotFiles:
 
 
 @dataclass(frozen=True)
+class SnapshotPause:
+    """How a live snapshot stopped its guest: for how long, and how it saved the memory:
+    "precopy" (while the guest ran), "background" (write-protected, saved while the guest
+    ran) or "stopped" (the guest was stopped for the whole save)."""
+
+    ms: float
+    method: str
+
+
+@dataclass(frozen=True)
 class VMPaths:
     """The files one VM owns, all inside its work directory (removed whole on kill)."""
 
@@ -166,11 +176,14 @@ class VMMDriver(Protocol):
         """Start the vCPUs again."""
         ...
 
-    async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path) -> float:
+    async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path, *,
+                            short_pause: bool = False) -> SnapshotPause:
         """Write memory + device state to `stream` while the guest runs, moving its disk onto
-        the empty overlay `new_top` at the stop instant; return the guest pause in ms. A
-        driver whose dirty-page tracking cannot be trusted stops the guest for the whole save
-        instead: the stream must always be one instant of the guest."""
+        the empty overlay `new_top` at the stop instant; report the guest's pause. The
+        stream must always be one instant of the guest: a driver whose dirty-page tracking
+        cannot be trusted either stops the guest for the whole save (the fastest save) or,
+        with `short_pause` and where it can, write-protects guest memory instead (a slower
+        save that stops the guest only to capture its device state)."""
         ...
 
     async def save_stopped(self, vm: VMProcess, stream: Path) -> None:
