@@ -38,9 +38,12 @@ def _fresh(staged: Path, durable: os.stat_result) -> bool:
     return st.st_size == durable.st_size and st.st_mtime_ns == durable.st_mtime_ns
 
 
-def _copy_sparse(src: Path, dst: Path, size: int) -> None:
-    # Zero chunks stay holes: a template's memory is mostly never-touched RAM, and on tmpfs
-    # every written page is resident memory.
+def _copy(src: Path, dst: Path, size: int) -> None:
+    """Copy the data of `src` (skipping its holes and zero chunks), then allocate the rest.
+
+    Allocated up front on purpose: a clone reading never-touched RAM, or QEMU pre-faulting it
+    for a background snapshot, would otherwise allocate tmpfs pages in the middle of running
+    the guest, and a full tmpfs would then kill the VMM with SIGBUS."""
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         offset = 0
         while offset < size:
@@ -60,13 +63,14 @@ def _copy_sparse(src: Path, dst: Path, size: int) -> None:
                 position += len(chunk)
             offset = hole_at
         fout.truncate(size)
+        os.posix_fallocate(fout.fileno(), 0, size)
 
 
 def stage(durable: Path, root: Path | None) -> Path:
     """The staged copy of the memory file `durable`, copied now if missing or stale.
 
     Falls back to `durable` itself (and snapshots to stopping the guest) when staging is off
-    (`root` is None) or impossible, e.g. tmpfs is full."""
+    (`root` is None) or impossible, e.g. tmpfs has no room for the whole file."""
     if root is None:
         return durable
     target = staged_path(durable, root)
@@ -76,7 +80,7 @@ def stage(durable: Path, root: Path | None) -> Path:
         if _fresh(target, source):
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
-        _copy_sparse(durable, partial, source.st_size)
+        _copy(durable, partial, source.st_size)
         os.utime(partial, ns=(source.st_atime_ns, source.st_mtime_ns))
         os.replace(partial, target)
         return target
