@@ -147,20 +147,22 @@ class TemplateStore:
         self._image_keys: set[str] = set()  # images this process has used: GC keeps them
 
     def load_dir(self, name: str, directory: Path) -> Template:
-        """A template version by its directory (snapshots and sandboxes record it)."""
-        template = self._load(name, directory)
+        """A template version by its directory (snapshots and sandboxes record it). Its
+        memory file is not staged: what restores from a snapshot or a hibernation loads
+        carries its own memory."""
+        template = self._load(name, directory, stage=False)
         if template is None:
             raise SetupError(f"template {name} at {directory} is gone")
         return template
 
-    def _load(self, name: str, directory: Path) -> Template | None:
+    def _load(self, name: str, directory: Path, *, stage: bool = True) -> Template | None:
         meta_path = directory / "template.json"
         if not meta_path.exists():
             return None
         meta = json.loads(meta_path.read_text())
         shape = MachineShape(vcpus=meta["vcpus"], memory_mb=meta["memory_mb"])
         snapshot = SnapshotFiles(
-            memory=stage_memory(directory / "memory", self.memory_stage),
+            memory=stage_memory(directory / "memory", self.memory_stage if stage else None),
             device_state=directory / "device.state",
             kernel=KernelSpec(Path(meta["kernel"]), Path(meta["initrd"]), meta["cmdline"]),
             shape=shape,
