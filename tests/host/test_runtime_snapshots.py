@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import tempfile
 import time
@@ -276,3 +277,25 @@ async def test_full_disk_during_snapshot_is_a_clear_error(
     assert rt.snapshots.all(include_internal=True) == []
     snapshot_root = rt.config.snapshots_dir
     assert [p.name for p in snapshot_root.iterdir()] == []
+
+
+def _thp_enabled(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as status:
+        return next(line.split()[1] for line in status if line.startswith("THP_enabled:"))
+
+
+async def test_template_clones_run_without_huge_pages_snapshot_restores_with(
+        runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
+    """A template clone's VMM starts with transparent huge pages off (its translated code then
+    costs memory 4 KiB at a time, not 2 MiB); a restore from a stream keeps them, its
+    anonymous RAM loads faster so. The starting host process keeps its own setting."""
+    own = _thp_enabled(os.getpid())
+    clone = await sandbox_factory()
+    assert clone.pid is not None and _thp_enabled(clone.pid) == "0"
+    snap = await runtime.snapshot(clone.id)
+    try:
+        restored = await sandbox_factory(snapshot=snap.info.id)
+        assert restored.pid is not None and _thp_enabled(restored.pid) == own
+    finally:
+        runtime.delete_snapshot(snap.info.id)
+    assert _thp_enabled(os.getpid()) == own

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -21,7 +22,7 @@ import re
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,10 @@ class QemuDriver:
             "-global", "migration.store-global-state=off",
         ]
 
-    def _spawn(self, argv: list[str], paths: VMPaths, pass_fds: tuple[int, ...] = ()) -> VMProcess:
+    def _spawn(self, argv: list[str], paths: VMPaths, pass_fds: tuple[int, ...] = (), *,
+               huge_pages: bool = True) -> VMProcess:
         paths.workdir.mkdir(parents=True, exist_ok=True)
-        with open(paths.vmm_log, "ab") as log:
+        with open(paths.vmm_log, "ab") as log, _huge_pages_inherited(huge_pages):
             try:
                 popen = subprocess.Popen(
                     argv,
@@ -169,7 +171,12 @@ class QemuDriver:
             argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,
                               share=False, disk=disk, netns=netns)
             argv += ["-incoming", "defer"]
-            vm = self._spawn(argv, paths, pass_fds=(fd,))
+            # QEMU asks for transparent huge pages for its TCG code buffer, so a clone's
+            # translated code grows 2 MiB at a time: without them an idle clone of a template
+            # costs ~3 MiB less (PSS 46.9 -> 44.0 MiB, no measurable change in speed). A
+            # restore from a stream keeps them: its RAM is anonymous and loads faster so.
+            vm = self._spawn(argv, paths, pass_fds=(fd,),
+                             huge_pages=snapshot.memory is None)
         finally:
             os.close(fd)
         try:
@@ -307,6 +314,30 @@ class QemuDriver:
         if not argv or not argv[0].endswith(Path(self.binary).name):
             return False
         return any(str(paths.agent_socket) in arg for arg in argv)
+
+
+PR_SET_THP_DISABLE, PR_GET_THP_DISABLE = 41, 42
+
+
+@contextlib.contextmanager
+def _huge_pages_inherited(allowed: bool) -> Iterator[None]:
+    """Processes started inside start with transparent huge pages off unless `allowed`.
+
+    The flag is per process, inherited across fork and kept across execve (nsenter passes it
+    on to QEMU); this process holds it only while it starts the child. Every VMM is started
+    from the event loop's thread, so no other VMM start sees it."""
+    if allowed:
+        yield
+        return
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    before = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0)
+    if before < 0 or prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+        yield  # not this kernel: only memory is at stake
+        return
+    try:
+        yield
+    finally:
+        prctl(PR_SET_THP_DISABLE, before, 0, 0, 0)
 
 
 async def connect_unix(path: Path, *, alive: Callable[[], bool],
