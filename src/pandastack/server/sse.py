@@ -3,15 +3,21 @@ stream ends with when the work behind it fails, and the response itself."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from fastapi.responses import StreamingResponse
 
 from pandastack.host.errors import HostError
 
 from .errors import ApiError, envelope, from_host_error, log
+
+T = TypeVar("T")
+Item = TypeVar("Item")
 
 #: The OpenAPI `responses` of a streaming route's 200.
 SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -41,3 +47,40 @@ def event_stream(frames: AsyncIterator[bytes]) -> StreamingResponse:
     # No proxy buffering: events must reach the client as they happen.
     return StreamingResponse(frames, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@dataclass(frozen=True)
+class Finished(Generic[T]):
+    """The end of `relayed`: what the work returned, or the exception it raised."""
+
+    result: T | None = None
+    error: Exception | None = None
+
+
+async def relayed(work: Callable[[asyncio.Queue[Item | None]], Awaitable[T]],
+                  queue_size: int) -> AsyncIterator[Item | Finished[T]]:
+    """Run `work` in a task, yield what it puts into its (bounded) queue as it arrives, then
+    one `Finished`. If the client goes away first, the work is cancelled and awaited."""
+    queue: asyncio.Queue[Item | None] = asyncio.Queue(queue_size)
+
+    async def run() -> T:
+        try:
+            return await work(queue)
+        finally:
+            await queue.put(None)
+
+    task = asyncio.create_task(run())
+    try:
+        while (item := await queue.get()) is not None:
+            yield item
+        try:
+            result = await task
+        except Exception as exc:
+            yield Finished(error=exc)
+        else:
+            yield Finished(result=result)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Path, Request
@@ -25,7 +24,7 @@ from ..auth import CurrentPrincipal
 from ..errors import ApiError, clean_text, request_id_of
 from ..jsonbody import StrictJsonRoute
 from ..runtime_port import SandboxPort
-from ..sse import SSE_RESPONSES, event_stream, failure_envelope, sse
+from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
 from .deps import SandboxId, Service, check_text
 
 router = APIRouter(tags=["code"], route_class=StrictJsonRoute)
@@ -128,32 +127,19 @@ async def run_code_stream(sandbox_id: SandboxId, body: RunCode, who: CurrentPrin
     _validate(body)
     rid = request_id_of(request)
     row, handle = await service.running(who.team, sandbox_id)
-    queue: asyncio.Queue[CodeEvent | None] = asyncio.Queue(STREAM_QUEUE_EVENTS)
 
-    async def run() -> None:
-        try:
-            async with service.busy(row.id):
-                async for event in _events(handle, body):
-                    await queue.put(event)
-        finally:
-            await queue.put(None)
+    async def run(queue: asyncio.Queue[CodeEvent | None]) -> None:
+        async with service.busy(row.id):
+            async for event in _events(handle, body):
+                await queue.put(event)
 
     async def frames() -> AsyncIterator[bytes]:
-        task = asyncio.create_task(run())
-        try:
-            while (event := await queue.get()) is not None:
-                frame = event_frame(event)
-                if frame is not None:
-                    yield frame
-            try:
-                await task
-            except Exception as exc:
-                yield sse("failure", failure_envelope(exc, rid, "code stream"))
-        finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        async for item in relayed(run, STREAM_QUEUE_EVENTS):
+            if isinstance(item, Finished):
+                if item.error is not None:
+                    yield sse("failure", failure_envelope(item.error, rid, "code stream"))
+            elif (frame := event_frame(item)) is not None:
+                yield frame
 
     return event_stream(frames())
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -16,7 +15,7 @@ from ..auth import CurrentPrincipal
 from ..errors import request_id_of
 from ..jsonbody import StrictJsonRoute
 from ..runtime_port import ExecResult as HostExecResult
-from ..sse import SSE_RESPONSES, event_stream, failure_envelope, sse
+from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
 from .deps import SandboxId, Service, check_text, to_exec_result, value_error
 
 router = APIRouter(tags=["exec"], route_class=StrictJsonRoute)
@@ -62,48 +61,37 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
     rid = request_id_of(request)
     row, handle = await service.running(who.team, sandbox_id)
     env = {**(row.env or {}), **body.env}
-    queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(STREAM_QUEUE_CHUNKS)
 
-    async def on_stdout(data: bytes) -> None:
-        await queue.put(("stdout", data))
+    async def run(queue: asyncio.Queue[tuple[str, bytes] | None]) -> HostExecResult:
+        async def on_stdout(data: bytes) -> None:
+            await queue.put(("stdout", data))
 
-    async def on_stderr(data: bytes) -> None:
-        await queue.put(("stderr", data))
+        async def on_stderr(data: bytes) -> None:
+            await queue.put(("stderr", data))
 
-    async def run() -> HostExecResult:
-        try:
-            async with service.busy(row.id):
-                return await handle.exec(
-                    body.cmd, timeout=body.timeout_seconds, env=env or None,
+        async with service.busy(row.id):
+            return await handle.exec(
+                body.cmd, timeout=body.timeout_seconds, env=env or None,
                 cwd=body.cwd or row.cwd, user=row.user,
-                    stdin=None if body.stdin is None else body.stdin.encode(),
-                    on_stdout=on_stdout, on_stderr=on_stderr)
-        finally:
-            await queue.put(None)
+                stdin=None if body.stdin is None else body.stdin.encode(),
+                on_stdout=on_stdout, on_stderr=on_stderr)
 
     async def events() -> AsyncIterator[bytes]:
         decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
                     for name in ("stdout", "stderr")}
-        task = asyncio.create_task(run())
-        try:
-            while (item := await queue.get()) is not None:
+        async for item in relayed(run, STREAM_QUEUE_CHUNKS):
+            if not isinstance(item, Finished):
                 text = decoders[item[0]].decode(item[1])
                 if text:
                     yield sse(item[0], {"data": text})
+                continue
             for name, decoder in decoders.items():
                 tail = decoder.decode(b"", final=True)
                 if tail:
                     yield sse(name, {"data": tail})
-            try:
-                result = await task
-            except Exception as exc:
-                yield sse("error", failure_envelope(exc, rid, "exec stream"))
-            else:
-                yield sse("exit", to_exec_result(result, with_output=False).model_dump())
-        finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+            if item.error is not None:
+                yield sse("error", failure_envelope(item.error, rid, "exec stream"))
+            elif item.result is not None:
+                yield sse("exit", to_exec_result(item.result, with_output=False).model_dump())
 
     return event_stream(events())
