@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Engine
@@ -18,6 +18,7 @@ from pandastack.wire import ENDED_STATES
 from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team, TemplateVersion
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated")
+Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
 class Store:
@@ -32,6 +33,16 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def _update(self, model: type[Row], key: str, values: dict[str, Any]) -> Row | None:
+        """Set `values` on the row of `model` with primary key `key`; None if there is none."""
+        with self.session() as s:
+            row = s.get(model, key)
+            if row is None:
+                return None
+            for name, value in values.items():
+                setattr(row, name, value)
+            return row
 
     # -- teams and keys -------------------------------------------------------------------
 
@@ -104,13 +115,7 @@ class Store:
             return list(s.scalars(select(Sandbox).where(Sandbox.state.in_(LIVE_STATES))))
 
     def update_sandbox(self, sandbox_id: str, **values: Any) -> Sandbox | None:
-        with self.session() as s:
-            row = s.get(Sandbox, sandbox_id)
-            if row is None:
-                return None
-            for name, value in values.items():
-                setattr(row, name, value)
-            return row
+        return self._update(Sandbox, sandbox_id, values)
 
     def set_live_state(self, sandbox_id: str, state: str) -> Sandbox | None:
         """Move a live row between running, paused and hibernated; an ended (or still
@@ -218,13 +223,7 @@ class Store:
                                   .where(TemplateVersion.deleted_at.is_(None))))
 
     def update_template_version(self, build_id: str, **values: Any) -> TemplateVersion | None:
-        with self.session() as s:
-            row = s.get(TemplateVersion, build_id)
-            if row is None:
-                return None
-            for name, value in values.items():
-                setattr(row, name, value)
-            return row
+        return self._update(TemplateVersion, build_id, values)
 
     def delete_template_version(self, build_id: str, now: float | None = None) -> None:
         with self.session() as s:
