@@ -41,8 +41,9 @@ def start_agent() -> tuple[socket.socket, subprocess.Popen[bytes]]:
     return host_end, proc
 
 
-@pytest.fixture
-async def agent() -> AsyncIterator[AgentClient]:
+@contextlib.asynccontextmanager
+async def local_agent() -> AsyncIterator[AgentClient]:
+    """A client of a real agent started by `start_agent`, closed and reaped on exit."""
     sock, proc = start_agent()
     client = await AgentClient.from_socket(sock, timeout=10)
     try:
@@ -54,6 +55,12 @@ async def agent() -> AsyncIterator[AgentClient]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[AgentClient]:
+    async with local_agent() as client:
+        yield client
 
 
 def pids_with_marker(marker: str) -> list[int]:

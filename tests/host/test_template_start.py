@@ -15,20 +15,15 @@ from pandastack.host.agent_client import AgentClient
 from pandastack.host.errors import SetupError
 from pandastack.host.templates import BUILTIN_TEMPLATES, start_service
 from pandastack.templatespec import ReadyCheck
-from tests.host.test_agent_client import start_agent
+from tests.host.test_agent_client import local_agent
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
 async def agent() -> AsyncIterator[AgentClient]:
-    sock, proc = start_agent()
-    client = await AgentClient.from_socket(sock, timeout=10)
-    try:
+    async with local_agent() as client:
         yield client
-    finally:
-        await client.close()
-        proc.wait(5)
 
 
 async def test_file_check_waits_for_the_file(agent: AgentClient, tmp_path: Path) -> None:
