@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,13 +59,7 @@ def sock_path(tmp_path: Path) -> Path:
 def raw(sock_path: Path) -> Iterator[Raw]:
     r = Raw("--code-socket", str(sock_path))
     yield r
-    r.sock.close()
-    try:
-        r.proc.wait(5)
-    except subprocess.TimeoutExpired:
-        r.proc.kill()
-        r.proc.wait()
-        raise
+    r.close()
 
 
 def test_code_without_interpreter_is_code_unavailable(raw: Raw) -> None:

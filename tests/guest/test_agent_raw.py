@@ -36,6 +36,16 @@ class Raw:
         self.sock.settimeout(10)
         self.dec = P.FrameDecoder()
 
+    def close(self) -> None:
+        """Close the channel; the agent must then exit by itself (killed and failed if not)."""
+        self.sock.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
@@ -79,13 +89,7 @@ class Raw:
 def raw() -> Iterator[Raw]:
     r = Raw()
     yield r
-    r.sock.close()
-    try:
-        r.proc.wait(5)
-    except subprocess.TimeoutExpired:
-        r.proc.kill()
-        r.proc.wait()
-        raise
+    r.close()
 
 
 def test_hello_reply(raw: Raw) -> None:
