@@ -203,6 +203,20 @@ async def _dies_unanswered(vmm_end: socket.socket) -> bytes:
     return got
 
 
+async def _initialize_unanswered(proc: subprocess.Popen[bytes],
+                                 tmp_path: Path) -> tuple[AgentConnectionError, bytes]:
+    """Initialize a sandbox whose VMM is `proc` over a channel the VMM side closes unanswered;
+    return the error raised and what the host sent."""
+    vm = VMProcess(proc.pid, VMPaths(tmp_path), proc)
+    host_end, vmm_end = socket.socketpair()
+    vm.agent_connection = host_end
+    dying = asyncio.create_task(_dies_unanswered(vmm_end))
+    handle = SandboxHandle("sbx-000000000000", vm, tmp_path, "sbx-000000000000", 0.0, 5.0)
+    with pytest.raises(AgentConnectionError) as err:
+        await handle.initialize("0" * 32)
+    return err.value, await dying
+
+
 PANIC_CONSOLE = """\
 [    5.306499] PKRU: 55555554
 [    5.306585] Kernel panic - not syncing: Fatal exception in interrupt
@@ -216,15 +230,9 @@ async def test_vm_that_dies_during_the_handshake_is_named(tmp_path: Path) -> Non
     (tmp_path / "console.log").write_text(PANIC_CONSOLE)
     proc = subprocess.Popen(["true"])
     proc.wait()
-    vm = VMProcess(proc.pid, VMPaths(tmp_path), proc)
-    host_end, vmm_end = socket.socketpair()
-    vm.agent_connection = host_end
-    dying = asyncio.create_task(_dies_unanswered(vmm_end))
-    handle = SandboxHandle("sbx-000000000000", vm, tmp_path, "sbx-000000000000", 0.0, 5.0)
-    with pytest.raises(AgentConnectionError) as err:
-        await handle.initialize("0" * 32)
-    assert b'"t":"hello"' in (await dying).replace(b" ", b"")  # hello (+ init) was sent
-    message = str(err.value)
+    error, sent = await _initialize_unanswered(proc, tmp_path)
+    assert b'"t":"hello"' in sent.replace(b" ", b"")  # hello (+ init) was sent
+    message = str(error)
     assert "agent channel closed during handshake" in message
     assert "the VM exited with status 0" in message
     assert "Kernel panic - not syncing: Fatal exception in interrupt" in message
@@ -233,15 +241,8 @@ async def test_vm_that_dies_during_the_handshake_is_named(tmp_path: Path) -> Non
 async def test_channel_closed_while_the_vm_runs_is_reported_as_is(tmp_path: Path) -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
-        vm = VMProcess(proc.pid, VMPaths(tmp_path), proc)
-        host_end, vmm_end = socket.socketpair()
-        vm.agent_connection = host_end
-        dying = asyncio.create_task(_dies_unanswered(vmm_end))
-        handle = SandboxHandle("sbx-000000000000", vm, tmp_path, "sbx-000000000000", 0.0, 5.0)
-        with pytest.raises(AgentConnectionError) as err:
-            await handle.initialize("0" * 32)
-        assert str(err.value) == "agent channel closed during handshake"
-        await dying
+        error, _ = await _initialize_unanswered(proc, tmp_path)
+        assert str(error) == "agent channel closed during handshake"
     finally:
         proc.kill()
         proc.wait()
