@@ -110,3 +110,25 @@ version = "1.0"
     assert run.stdout == b"hi\n"
     where = await sandbox.exec(["sh", "-c", "command -v pip; command -v python"])
     assert where.stdout == b"/opt/venv/bin/pip\n/opt/venv/bin/python\n"
+
+
+async def test_an_emptied_cgroup_leaf_is_reused_and_a_populated_one_is_not(
+        sandbox: SandboxHandle) -> None:
+    async def leaf() -> bytes:
+        result = await sandbox.exec(["cat", "/proc/self/cgroup"])
+        assert result.exit_code == 0, result
+        assert b"/pandastack/p" in result.stdout, result.stdout
+        return result.stdout
+
+    first = await leaf()
+    assert await leaf() == first, "the leaf of a finished exec should serve the next one"
+    # A process that outlives its exec keeps its leaf: the next exec must get another one,
+    # and killing that one must not touch the survivor.
+    lingering = await sandbox.exec(
+        "setsid sleep 307 >/dev/null 2>&1 </dev/null & cat /proc/self/cgroup")
+    assert lingering.exit_code == 0
+    later = await leaf()
+    assert later != lingering.stdout
+    survivor = await sandbox.exec(["pgrep", "-f", "sleep 307"])  # argv: no shell to match
+    assert survivor.exit_code == 0, "the lingering process should still run"
+    await sandbox.exec(["pkill", "-f", "sleep 307"])

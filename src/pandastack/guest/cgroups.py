@@ -1,8 +1,13 @@
 """cgroup v2 leaves for process trees (guest mode only).
 
-Each exec/spawn gets ``/sys/fs/cgroup/pandastack/p<N>``. The child is put there without
-a preexec_fn: under a lock the agent moves itself into the new leaf, spawns (the child
-inherits the cgroup) and moves itself back.
+Each exec/spawn gets a leaf ``/sys/fs/cgroup/pandastack/p<N>`` of its own. The child is
+put there without a preexec_fn: under a lock the agent moves itself into the leaf, spawns
+(the child inherits the cgroup) and moves itself back.
+
+A leaf whose process tree has ended is kept for the next exec instead of removed: creating a
+cgroup (its controllers' state and interface files) and removing it again is most of the
+kernel work of a short exec. The template's warm-up leaves its emptied leaves behind, so a
+clone's first exec finds one ready.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 # stays outside, keeps answering.
 USER_PIDS_MAX = 2048
 AGENT_RESERVE_BYTES = 64 << 20
+SPARE_LEAVES_MAX = 8
 
 
 def _is_cgroup2_mounted(root: str) -> bool:
@@ -73,6 +79,7 @@ class Cgroups:
         self._n = 0
         self._home = root
         self._stale: list[str] = []
+        self._spare: list[str] = []  # empty leaves, ready for the next spawn
 
     @classmethod
     def setup(cls, root: str = CGROUP_ROOT) -> Cgroups | None:
@@ -103,12 +110,15 @@ class Cgroups:
             log.warning("cannot limit user processes: %s", e)
 
     def spawn_in_leaf(self, spawn: Callable[[], T]) -> tuple[T, str | None]:
-        """Run ``spawn`` with the agent inside a fresh leaf; return (result, leaf path)."""
+        """Run ``spawn`` with the agent in an empty leaf (spare or new); return (result, leaf)."""
         with self._lock:
-            self._n += 1
-            leaf = os.path.join(self.base, f"p{self._n}")
+            spare = self._spare.pop() if self._spare else None
+            if spare is None:
+                self._n += 1
+            leaf = spare or os.path.join(self.base, f"p{self._n}")
             try:
-                os.mkdir(leaf)
+                if spare is None:
+                    os.mkdir(leaf)
                 _write(os.path.join(leaf, "cgroup.procs"), str(os.getpid()))
             except OSError as e:
                 log.warning("cgroup leaf %s: %s", leaf, e)
@@ -138,10 +148,25 @@ class Cgroups:
             return False
         return True
 
-    def remove(self, leaf: str) -> None:
-        """Remove the leaf now if it is empty, else retry on later calls."""
+    def release(self, leaf: str) -> None:
+        """Keep the leaf for reuse (or remove it) once it is empty; retry on later calls."""
         with self._lock:
-            stale = [p for p in self._stale if not self._rmdir(p)]
-            if not self._rmdir(leaf):
+            stale = [p for p in self._stale if not self._reclaim(p)]
+            if not self._reclaim(leaf):
                 stale.append(leaf)
             self._stale = stale[-1024:]
+
+    def _reclaim(self, leaf: str) -> bool:
+        """True if the leaf is empty and now spare or removed; False if processes remain."""
+        if len(self._spare) >= SPARE_LEAVES_MAX:
+            return self._rmdir(leaf)
+        try:
+            with open(os.path.join(leaf, "cgroup.events")) as f:
+                populated = "populated 1" in f.read()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not populated:
+            self._spare.append(leaf)
+        return not populated

@@ -312,7 +312,7 @@ class ManagedProcess:
                     pipe.close()
             self.close_stdin()
             if self._leaf is not None and self._cgroups is not None:
-                self._cgroups.remove(self._leaf)
+                self._cgroups.release(self._leaf)
 
     def _exit_fd(self) -> tuple[int, threading.Thread | None]:
         """A fd that becomes readable when the process exits: pidfd, else a waiter pipe."""
