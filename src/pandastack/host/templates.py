@@ -37,13 +37,20 @@ from .memory_stage import sweep as sweep_staged_memory
 from .network import NetworkManager, NetworkPolicy
 from .vmm import KernelSpec, MachineShape, SnapshotFiles, VMMDriver, VMPaths, VMProcess
 
-BAKE_VERSION = "3"
+BAKE_VERSION = "4"
 BOOT_DEADLINE_S = 240.0
 # Run once before the snapshot so that every clone finds these code paths and files already in
 # guest memory (page cache, dentries) instead of paying for them on its first exec.
-WARMUP_COMMANDS = ("true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "cat /etc/os-release")
+# The interpreter is read whole: the agent and most first commands are python3, and a C
+# function of it that no warm-up ran would otherwise fault its page in from disk in every clone.
+# `env true`, not `true`: the shell's builtin would leave /usr/bin/true and the exec path
+# through PATH cold.
+WARMUP_COMMANDS = ("env true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "cat /etc/os-release",
+                   'cat "$(readlink -f "$(command -v python3)")" >/dev/null')
+TEMPLATE_HOSTNAME = "pandastack"
 
 READY_POLL_S = 0.25
+SETTLE_S = 1.0
 CODE_WARMUP_TIMEOUT_S = 900.0  # the first kernel start and its imports, under TCG
 CODE_SOCKET = "/run/pandastack/code.sock"
 # Imported (then the names dropped, the modules stay loaded) and one figure rendered to PNG
@@ -262,6 +269,12 @@ class TemplateStore:
         try:
             agent = await _connect_booting(paths, vm.is_alive)
             progress(f"template {name}: agent up after {time.monotonic() - started:.1f}s; warming")
+            # The same `init` every clone gets first: the guest code and files it touches are
+            # then in the snapshot's memory, not read from disk by each clone. Each clone sets
+            # its own identity over this one.
+            await agent.init(time_ns=time.time_ns(), entropy=os.urandom(64),
+                             hostname=TEMPLATE_HOSTNAME,
+                             machine_id=hashlib.sha256(name.encode()).hexdigest()[:32])
             for cmd in (*WARMUP_COMMANDS, *builtin.warmup):
                 result = await agent.exec(cmd, timeout=300)  # imports are slow under TCG
                 if result.exit_code != 0:
@@ -276,6 +289,10 @@ class TemplateStore:
                     await _warm_code(agent, code, pid, builtin.start)
                     progress(f"template {name}: code warm-up took {time.monotonic() - t0:.1f}s")
             await agent.sync()
+            # Let the guest finish the work the warm-up left behind (RCU callbacks freeing
+            # exited tasks, cgroups being released) before the snapshot: otherwise every clone
+            # does it again, on its way to its first exec.
+            await asyncio.sleep(SETTLE_S)
             progress(f"template {name}: saving snapshot")
             await self.driver.save(vm, work / "device.state")
         except BaseException:
