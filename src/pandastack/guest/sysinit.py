@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import socket
+import string
 import struct
 import time
 
@@ -14,17 +14,28 @@ RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
 RNDRESEEDCRNG = 0x5207  # _IO('R', 0x07)
 ENTROPY_BYTES = 64
 
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_MACHINE_ID = re.compile(r"^[0-9a-f]{32}$")
+_HOSTNAME_CHARS = frozenset(string.ascii_letters + string.digits + "-")
+_MACHINE_ID_CHARS = frozenset("0123456789abcdef")
+
+
+# Plain string checks, not regular expressions: `init` is the first request of every restored
+# guest, and under TCG each piece of code it runs first (the regex engine too) is translated.
+def _is_dns_label(name: str) -> bool:
+    return (0 < len(name) <= 63 and name[0] != "-" and name[-1] != "-"
+            and _HOSTNAME_CHARS.issuperset(name))
+
+
+def _is_machine_id(text: str) -> bool:
+    return len(text) == 32 and _MACHINE_ID_CHARS.issuperset(text)
 
 
 def validate(time_ns: object, hostname: object, machine_id: object, entropy: bytes) -> None:
     """Raise ValueError unless the ``init`` arguments are well formed."""
     if not isinstance(time_ns, int) or isinstance(time_ns, bool) or time_ns <= 0:
         raise ValueError("time_ns must be a positive int")
-    if not isinstance(hostname, str) or not _HOSTNAME.match(hostname):
+    if not isinstance(hostname, str) or not _is_dns_label(hostname):
         raise ValueError("hostname must be a valid DNS label")
-    if not isinstance(machine_id, str) or not _MACHINE_ID.match(machine_id):
+    if not isinstance(machine_id, str) or not _is_machine_id(machine_id):
         raise ValueError("machine_id must be 32 lowercase hex digits")
     if len(entropy) != ENTROPY_BYTES:
         raise ValueError(f"entropy payload must be {ENTROPY_BYTES} bytes")
