@@ -134,6 +134,14 @@ async def test_forks_share_the_address_and_each_reach_out(internet_host: str,
             await runtime.kill(child.id)
 
 
+async def test_guest_network_is_ipv4_only(sandbox_factory: SandboxFactory) -> None:
+    sbx = await sandbox_factory()
+    eth0 = await sbx.exec("ip -6 -o addr show dev eth0")
+    assert eth0.exit_code == 0 and eth0.stdout == b"", eth0.stdout
+    lo = await sbx.exec("ip -6 -o addr show dev lo")
+    assert b"::1/128" in lo.stdout
+
+
 async def test_kill_removes_namespace_and_claim(sandbox_factory: SandboxFactory,
                                                 runtime: HostRuntime) -> None:
     sbx = await sandbox_factory()

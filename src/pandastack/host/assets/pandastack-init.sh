@@ -33,6 +33,11 @@ echo pandastack > /proc/sys/kernel/hostname  # /etc/hostname links here
 ip link set lo up || say "cannot bring up lo"
 # Every sandbox has the same guest address; the host maps it per sandbox outside the guest.
 if [ -e /sys/class/net/eth0 ]; then
+	# The sandbox network is IPv4 only (a /30, NAT and the egress policy); IPv6 on eth0
+	# would only send router solicitations and neighbour discovery, and a clone restored
+	# within seconds of the template's boot sends the ones still due.
+	v6=/proc/sys/net/ipv6/conf/eth0/disable_ipv6
+	[ -w "$v6" ] && echo 1 > "$v6"
 	{ ip link set eth0 up && ip addr add 169.254.0.21/30 dev eth0 \
 		&& ip route add default via 169.254.0.22; } || say "cannot configure eth0"
 fi
