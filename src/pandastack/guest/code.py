@@ -55,9 +55,10 @@ def code(op: Op, f: Frame, socket_path: str) -> None:
 
         op.set_handlers(lambda fr: None, on_cancel)
         total = 0
+        buf = memoryview(bytearray(READ_SIZE))  # one buffer, not an mmap per recv (channel.py)
         while True:
             try:
-                data = sock.recv(READ_SIZE)
+                data = bytes(buf[:sock.recv_into(buf)])
             except OSError:
                 data = b""
             if not data or op.cancelled.is_set():
