@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
 
 pytestmark = pytest.mark.vm
@@ -132,3 +133,18 @@ async def test_an_emptied_cgroup_leaf_is_reused_and_a_populated_one_is_not(
     survivor = await sandbox.exec(["pgrep", "-f", "sleep 307"])  # argv: no shell to match
     assert survivor.exit_code == 0, "the lingering process should still run"
     await sandbox.exec(["pkill", "-f", "sleep 307"])
+
+
+async def test_guest_aslr_follows_the_accelerator(sandbox: SandboxHandle,
+                                                  runtime: HostRuntime) -> None:
+    # Default "auto": off under TCG, where every process would translate its shared
+    # libraries again at new addresses (ADR 0009); on under KVM.
+    setting = await sandbox.exec(["cat", "/proc/sys/kernel/randomize_va_space"])
+    libc = "grep -m1 'libc.so' /proc/self/maps | cut -d- -f1"
+    first = await sandbox.exec(["sh", "-c", libc])
+    second = await sandbox.exec(["sh", "-c", libc])
+    if runtime.driver.accel == "tcg":
+        assert setting.stdout == b"0\n"
+        assert first.stdout == second.stdout != b""
+    else:
+        assert setting.stdout == b"2\n"

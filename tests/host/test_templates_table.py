@@ -9,8 +9,8 @@ import pytest
 
 from pandastack.host.errors import TemplateNotFound
 from pandastack.host.images import IMAGES, GuestImage
-from pandastack.host.templates import BUILTIN_TEMPLATES, TemplateStore
-from pandastack.host.vmm import VMMDriver
+from pandastack.host.templates import BUILTIN_TEMPLATES, TemplateStore, template_key
+from pandastack.host.vmm import MachineShape, VMMDriver
 
 
 def test_builtins_name_known_images() -> None:
@@ -37,3 +37,17 @@ async def test_unknown_template_asks_for_no_image(tmp_path: Path) -> None:
     with pytest.raises(TemplateNotFound):
         await store.ensure("no-such-template", progress=lambda m: None)
     assert asked == [] and list(tmp_path.iterdir()) == []
+
+
+def test_kernel_args_are_part_of_the_template_key(tmp_path: Path) -> None:
+    class Driver:
+        def identity(self) -> str:
+            return "qemu|tcg|max|microvm-v1"
+
+    image = GuestImage(key="img", kernel=tmp_path / "k", initrd=tmp_path / "i",
+                       rootfs=tmp_path / "r", kernel_version="6.1", cmdline="console=ttyS0",
+                       variant="base")
+    driver = cast(VMMDriver, Driver())
+    plain = template_key(image, driver, MachineShape())
+    assert template_key(image, driver, MachineShape(), (), " norandmaps") != plain
+    assert template_key(image, driver, MachineShape(), (), "") == plain

@@ -9,6 +9,7 @@ from pathlib import Path
 DEFAULT_HOME = Path("/var/lib/pandastack")
 DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
 ACCEL_CHOICES = ("auto", "kvm", "tcg")
+GUEST_ASLR_CHOICES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class HostConfig:
     accel: str = "auto"
     tb_size_mb: int = 64
     tcg_cpu: str = "max"
+    # Address-space randomization of processes inside the guest. "auto": off under TCG, where
+    # it makes every process translate its shared libraries again (ADR 0009), on under KVM.
+    guest_aslr: str = "auto"
     qemu_binary: str = "qemu-system-x86_64"
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
     # (host/memory_stage.py); None keeps them where they are (snapshots then stop the guest).
@@ -43,6 +47,9 @@ class HostConfig:
     def __post_init__(self) -> None:
         if self.accel not in ACCEL_CHOICES:
             raise ValueError(f"accel must be one of {ACCEL_CHOICES}, not {self.accel!r}")
+        if self.guest_aslr not in GUEST_ASLR_CHOICES:
+            raise ValueError(
+                f"guest_aslr must be one of {GUEST_ASLR_CHOICES}, not {self.guest_aslr!r}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> HostConfig:
@@ -62,6 +69,8 @@ class HostConfig:
             values["snapshots_root"] = Path(env["PANDASTACK_SNAPSHOTS_DIR"])
         if "PANDASTACK_STATE_DIR" in env:
             values["state_dir"] = Path(env["PANDASTACK_STATE_DIR"])
+        if "PANDASTACK_GUEST_ASLR" in env:
+            values["guest_aslr"] = env["PANDASTACK_GUEST_ASLR"]
         if "PANDASTACK_TCG_CPU" in env:
             values["tcg_cpu"] = env["PANDASTACK_TCG_CPU"]
         if "PANDASTACK_MEMORY_STAGE" in env:
@@ -71,6 +80,11 @@ class HostConfig:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
+
+    def guest_kernel_args(self, accel: str) -> str:
+        """Kernel parameters that templates baked under `accel` add to the image's own."""
+        aslr = self.guest_aslr == "on" or (self.guest_aslr == "auto" and accel == "kvm")
+        return "" if aslr else " norandmaps"
 
     @property
     def sandboxes_dir(self) -> Path:

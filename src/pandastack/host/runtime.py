@@ -178,7 +178,8 @@ class HostRuntime:
                 self._templates = TemplateStore(self.config.templates_dir, self._driver,
                                                 self.image, pinned=self._pinned_templates,
                                                 network=self.network,
-                                                memory_stage=self.config.memory_stage_dir)
+                                                memory_stage=self.config.memory_stage_dir,
+                                                kernel_args=self.config.guest_kernel_args(accel))
             return self._templates
 
     async def image(self, variant: str, progress: Progress | None = None) -> GuestImage:

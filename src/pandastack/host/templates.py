@@ -128,9 +128,9 @@ class Template:
 
 
 def template_key(image: GuestImage, driver: VMMDriver, shape: MachineShape,
-                 warmup: tuple[str, ...] = ()) -> str:
+                 warmup: tuple[str, ...] = (), kernel_args: str = "") -> str:
     ident = "|".join([image.key, driver.identity(), str(shape.vcpus), str(shape.memory_mb),
-                      BAKE_VERSION, *WARMUP_COMMANDS, *warmup])
+                      BAKE_VERSION, *WARMUP_COMMANDS, *warmup, kernel_args])
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
 
@@ -143,8 +143,10 @@ def qcow2_virtual_size(path: Path) -> int:
 class TemplateStore:
     def __init__(self, root: Path, driver: VMMDriver, images: ImageProvider, *,
                  pinned: Callable[[], list[Path]] = list,
-                 network: NetworkManager | None = None, memory_stage: Path | None = None):
+                 network: NetworkManager | None = None, memory_stage: Path | None = None,
+                 kernel_args: str = ""):
         self.root = root
+        self.kernel_args = kernel_args  # appended to each image's kernel command line
         self.memory_stage = memory_stage
         self.driver = driver
         self.images = images
@@ -192,7 +194,7 @@ class TemplateStore:
             return alias
         image = await self.images(builtin.image, progress)
         self._image_keys.add(image.key)
-        key = template_key(image, self.driver, shape, builtin.key_parts())
+        key = template_key(image, self.driver, shape, builtin.key_parts(), self.kernel_args)
         final = self.root / name / key
         template = await asyncio.to_thread(self._load, name, final)  # may stage its memory
         if template is None:
@@ -226,7 +228,7 @@ class TemplateStore:
         work = final.with_name(f"{key}.tmp-{os.getpid()}")
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
+        kernel = KernelSpec(image.kernel, image.initrd, image.cmdline + self.kernel_args)
         disk = work / "disk.qcow2"
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
                         "-b", str(image.rootfs), str(disk)], check=True)
