@@ -26,13 +26,14 @@ def line(label: str, values: list[float], unit: str = "ms", width: int = 40) -> 
 
 
 @asynccontextmanager
-async def temp_runtime(prefix: str) -> AsyncIterator[tuple[HostRuntime, Path]]:
+async def temp_runtime(prefix: str, **config: object) -> AsyncIterator[tuple[HostRuntime, Path]]:
     """A started runtime whose sandboxes and snapshots live in temporary directories; on exit
     every sandbox is killed, every snapshot deleted and the directories removed. Yields the
-    runtime and a scratch directory beside them."""
+    runtime and a scratch directory beside them. `config` overrides HostConfig fields."""
     root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     rt = HostRuntime(HostConfig.from_env(state_dir=root / "sandboxes",
-                                         snapshots_root=root / "snapshots"), progress=print)
+                                         snapshots_root=root / "snapshots", **config),
+                     progress=print)
     try:
         await rt.start()
         yield rt, root / "scratch"

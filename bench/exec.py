@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
-from common import line, pct
-from pandastack.host.config import HostConfig
-from pandastack.host.runtime import HostRuntime
+from common import line, pct, temp_runtime
 
 COMMANDS: dict[str, list[str]] = {
     "true": ["true"],
@@ -32,13 +27,8 @@ COMMANDS: dict[str, list[str]] = {
 
 async def measure(aslr: str, sandboxes: int, repeats: int) -> dict[str, tuple[list[float],
                                                                                 list[float]]]:
-    root = Path(tempfile.mkdtemp(prefix=f"psb-exec-{aslr}-", dir="/tmp"))
-    rt = HostRuntime(HostConfig.from_env(state_dir=root / "sandboxes",
-                                         snapshots_root=root / "snapshots", guest_aslr=aslr),
-                     progress=print)
     results: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in COMMANDS}
-    try:
-        await rt.start()
+    async with temp_runtime(f"psb-exec-{aslr}-", guest_aslr=aslr) as (rt, _):
         await rt.ensure_template("base")
         for _ in range(sandboxes):
             sbx = await rt.create("base")
@@ -50,10 +40,6 @@ async def measure(aslr: str, sandboxes: int, repeats: int) -> dict[str, tuple[li
                     (first if i == 0 else again).append((time.perf_counter() - t0) * 1000)
                     assert result.exit_code == 0, result
             await rt.kill(sbx.id)
-    finally:
-        await rt.kill_all()
-        await rt.close()
-        shutil.rmtree(root, ignore_errors=True)
     return results
 
 
