@@ -148,3 +148,16 @@ async def test_guest_aslr_follows_the_accelerator(sandbox: SandboxHandle,
         assert first.stdout == second.stdout != b""
     else:
         assert setting.stdout == b"2\n"
+
+
+async def test_killing_a_finished_process_spares_the_next_one_in_its_cgroup(
+        sandbox: SandboxHandle) -> None:
+    # Leaves are reused once empty: a late SIGKILL to a finished process (still listed, as
+    # background processes are) must not reach the processes that now use its leaf.
+    done = await sandbox.spawn("true")
+    assert (await sandbox.attach(done)).exit_code == 0
+    survivor = await sandbox.spawn("sleep 311")
+    await sandbox.signal(done, 9)
+    alive = await sandbox.exec(["kill", "-0", str(survivor)])
+    assert alive.exit_code == 0, "the process in the reused leaf was killed"
+    await sandbox.signal(survivor, 9)

@@ -164,6 +164,9 @@ class ManagedProcess:
         self.started_wall = time.time()
         self._cgroups = cgroups
         self._leaf = leaf
+        # The leaf goes back to the cgroup pool (and to the next exec) when this tree ends:
+        # a kill after that must not reach it, so both take this lock.
+        self._leaf_lock = threading.Lock()
         self._t0 = started
         self._lock = threading.Lock()
         self._stdin_lock = threading.Lock()
@@ -177,8 +180,10 @@ class ManagedProcess:
 
     # -- control ------------------------------------------------------------------
     def kill_tree(self, sig: int = signal.SIGKILL) -> None:
-        if sig == signal.SIGKILL and self._leaf is not None and self._cgroups is not None:
-            self._cgroups.kill(self._leaf)
+        if sig == signal.SIGKILL and self._cgroups is not None:
+            with self._leaf_lock:
+                if self._leaf is not None:
+                    self._cgroups.kill(self._leaf)
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:
@@ -311,8 +316,10 @@ class ManagedProcess:
                 if pipe is not None:
                     pipe.close()
             self.close_stdin()
-            if self._leaf is not None and self._cgroups is not None:
-                self._cgroups.release(self._leaf)
+            with self._leaf_lock:
+                leaf, self._leaf = self._leaf, None
+            if leaf is not None and self._cgroups is not None:
+                self._cgroups.release(leaf)
 
     def _exit_fd(self) -> tuple[int, threading.Thread | None]:
         """A fd that becomes readable when the process exits: pidfd, else a waiter pipe."""
