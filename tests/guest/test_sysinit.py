@@ -10,21 +10,6 @@ import pytest
 from pandastack.guest import sysinit
 
 
-def test_machine_id_path_follows_the_link(tmp_path: Path) -> None:
-    target = tmp_path / "run" / "machine-id"
-    target.parent.mkdir()
-    target.write_text("")
-    link = tmp_path / "etc-machine-id"
-    link.symlink_to(target)
-    assert sysinit.machine_id_path(str(link)) == str(target)
-
-
-def test_machine_id_path_of_a_plain_file_is_itself(tmp_path: Path) -> None:
-    plain = tmp_path / "machine-id"
-    plain.write_text("")
-    assert sysinit.machine_id_path(str(plain)) == str(plain)
-
-
 def test_rewrite_of_the_same_length_keeps_the_inode(tmp_path: Path) -> None:
     path = tmp_path / "machine-id"
     sysinit._write_in_place(str(path), "a" * 32 + "\n")

@@ -38,8 +38,7 @@ def _init(agent: Agent, op: Op, f: Frame) -> None:
     if agent.guest:
         assert isinstance(time_ns, int) and isinstance(hostname, str)
         assert isinstance(machine_id, str)
-        sysinit.apply(time_ns, hostname, machine_id, f.payload,
-                      machine_id_file=agent.machine_id_file)
+        sysinit.apply(time_ns, hostname, machine_id, f.payload)
     op.send("ok", applied=agent.guest)
 
 
@@ -69,7 +68,6 @@ STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof
 class Agent:
     procs: ProcessTable
     code_socket: str
-    machine_id_file: str
 
     def __init__(self, chan: Channel, *, guest: bool, code_socket: str = code.SOCKET_PATH) -> None:
         self.chan = chan
@@ -83,7 +81,6 @@ class Agent:
         # file an analysis writes, say) land next to the files the user uploaded there.
         self.procs = ProcessTable(Cgroups.setup() if guest else None,
                                   default_cwd="/work" if guest else None)
-        self.machine_id_file = sysinit.machine_id_path() if guest else "/etc/machine-id"
 
     # -- writing --------------------------------------------------------------------
     def send(self, header: dict[str, Any], payload: bytes, gen: int) -> bool:
