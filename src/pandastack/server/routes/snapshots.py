@@ -22,10 +22,11 @@ SnapshotId = Annotated[str, Path(max_length=64, description="snapshot id, e.g. "
 
 @router.post("/sandboxes/{sandbox_id}/snapshots", status_code=201, response_model=SnapshotInfo,
              summary="Snapshot memory, processes and disk; the sandbox keeps running",
-             description="The sandbox pauses while its memory is saved: only for the final "
-                         "copy under KVM or QEMU >= 9 (pre-copy), for the whole save under "
-                         "older QEMU with TCG, whose pre-copy can lose guest writes (ADR "
-                         "0003). Create sandboxes from it "
+             description="The sandbox pauses only briefly: for the final copy of its memory "
+                         "under KVM or QEMU >= 9 (pre-copy); under older QEMU with TCG, while "
+                         "its device state is captured and its memory write-protected, which "
+                         "is then saved as the guest runs (ADR 0008; where the memory cannot "
+                         "be write-protected, for the whole save). Create sandboxes from it "
                          "with `POST /v1/sandboxes {\"snapshot\": id}`, any number of times. "
                          "409 if the sandbox ended or is not on this host; 507 if the host "
                          "ran out of disk space (the sandbox keeps running).")
