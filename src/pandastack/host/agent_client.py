@@ -133,7 +133,6 @@ class _Op:
         self.ended = False  # a final frame (or failure) arrived
 
 
-
 def exit_code_of(procs: list[dict[str, object]], pid: int) -> int | None:
     """The exit code of background process `pid` in a `procs()` listing: None while it runs
     (or is not listed), -1 if it ended without one (killed by a signal)."""
@@ -142,6 +141,7 @@ def exit_code_of(procs: list[dict[str, object]], pid: int) -> int | None:
             code = proc.get("exit_code")
             return code if isinstance(code, int) else -1
     return None
+
 
 class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.py
     def __init__(

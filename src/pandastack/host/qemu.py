@@ -258,13 +258,13 @@ class QemuDriver:
                 # QEMU captures the device state in this same stop: switch the disk first.
                 await self._switch_disk(qmp, new_top)
                 switched = True
-                await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+                await _start_migration(qmp)
                 resumed = await _wait_running(qmp)  # QEMU resumes the guest by itself
                 await wait_migration(qmp, poll_s=0.002)
                 written, kept = kept, None
                 _trim(written)
             else:
-                await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+                await _start_migration(qmp)
                 info = await wait_migration(qmp, poll_s=0.001)
                 t_seen = time.monotonic()
                 await self._switch_disk(qmp, new_top)
@@ -452,9 +452,14 @@ def _stream_bound(summary: object) -> int:
     return ram + ram // 256 + (16 << 20)
 
 
+async def _start_migration(qmp: QMPClient) -> None:
+    """Start writing the stream into the descriptor `_pass_stream_fd` handed over."""
+    await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+
+
 async def _migrate_to_file(qmp: QMPClient, path: Path) -> None:
     await _pass_stream_fd(qmp, path)
-    await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+    await _start_migration(qmp)
 
 
 def _trim(kept: int | None) -> None:
