@@ -142,6 +142,17 @@ async def test_guest_network_is_ipv4_only(sandbox_factory: SandboxFactory) -> No
     assert b"::1/128" in lo.stdout
 
 
+async def test_a_restored_guest_sends_nothing_by_itself(sandbox_factory: SandboxFactory) -> None:
+    # No self-announce after the restore (QEMU's would send ~5 rounds of gratuitous ARP and
+    # neighbour adverts over ~0.5 s) and no IPv6 router solicitations.
+    sbx = await sandbox_factory()
+    count = ["cat", "/sys/class/net/eth0/statistics/tx_packets"]
+    before = int((await sbx.exec(count)).stdout)
+    await asyncio.sleep(1.5)
+    after = int((await sbx.exec(count)).stdout)
+    assert after == before, f"the guest sent {after - before} packets unasked"
+
+
 async def test_kill_removes_namespace_and_claim(sandbox_factory: SandboxFactory,
                                                 runtime: HostRuntime) -> None:
     sbx = await sandbox_factory()
