@@ -10,6 +10,7 @@ kernel panicked right after the restore, QEMU exited (-no-reboot) and the create
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -57,8 +58,10 @@ class FakeQMP:
     QEMU accepts a background snapshot (it refuses when guest RAM cannot be write-protected)."""
 
     def __init__(self, migration: str = "completed", background: bool = True,
-                 ram: int = 64 << 20) -> None:
+                 ram: int = 64 << 20, writes: bytes = b"") -> None:
         self.ram = ram
+        self.writes = writes  # what "QEMU" writes into the stream on migrate
+        self.stream_fd: int | None = None
         self.running = True
         self.migration = migration
         self.accepts_background = background
@@ -83,6 +86,10 @@ class FakeQMP:
         elif cmd == "cont":
             self.running = True
         elif cmd == "migrate":
+            if self.stream_fd is not None:
+                os.write(self.stream_fd, self.writes)
+                os.close(self.stream_fd)
+                self.stream_fd = None
             # A background snapshot resumes the guest once its device state is captured; a
             # completed pre-copy migration leaves it stopped.
             self.running = self.background and self.migration == "completed"
@@ -93,7 +100,7 @@ class FakeQMP:
         return {}
 
     def send_fd_scm(self, fd: int) -> None:
-        pass
+        self.stream_fd = os.dup(fd)
 
     async def disconnect(self) -> None:
         pass
@@ -104,13 +111,15 @@ def _vm(tmp_path: Path) -> VMProcess:
 
 
 async def _snapshot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, driver: QemuDriver,
-                    fake: FakeQMP, *, short_pause: bool = False) -> SnapshotPause:
+                    fake: FakeQMP, *, short_pause: bool = False,
+                    overwrite: bool = False) -> SnapshotPause:
     async def connect(path: Path, timeout: float = 0) -> FakeQMP:
         return fake
 
     monkeypatch.setattr(qemu, "connect_qmp", connect)
     return await driver.snapshot_live(_vm(tmp_path), tmp_path / "state.stream",
-                                      tmp_path / "new-top.qcow2", short_pause=short_pause)
+                                      tmp_path / "new-top.qcow2", short_pause=short_pause,
+                                      overwrite=overwrite)
 
 
 async def test_tcg_snapshot_stops_the_guest_before_saving(
@@ -118,12 +127,48 @@ async def test_tcg_snapshot_stops_the_guest_before_saving(
     fake = FakeQMP()
     pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake)
     assert fake.sent[0] == "query-status" and not fake.background
-    assert fake.sent.index("stop") < fake.sent.index("migrate")
-    assert fake.sent[-2:] == ["blockdev-snapshot-sync", "cont"]
+    # The disk is switched while the stopped guest's memory is written, not after it.
+    sent = fake.sent
+    assert sent.index("stop") < sent.index("migrate") < sent.index("blockdev-snapshot-sync")
+    assert sent.index("blockdev-snapshot-sync") < sent.index("query-migrate")
+    assert sent[-1] == "cont"
     assert fake.running
     assert pause.method == "stopped"
     assert pause.ms > 0  # the whole save, measured from the stop to the cont
     assert (tmp_path / "state.stream").exists()
+
+
+async def test_stopped_save_reports_what_it_wrote(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeQMP(writes=b"stream")
+    pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake)
+    assert pause.stream_bytes == 6
+    assert (tmp_path / "state.stream").read_bytes() == b"stream"
+
+
+async def test_overwrite_writes_into_the_file_in_place_and_keeps_its_tail(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A warm buffer is written from its start, never truncated (its pages stay allocated);
+    the stream's length comes back, and no short-pause (background) save is taken."""
+    (tmp_path / "state.stream").write_bytes(b"x" * 100)
+    fake = FakeQMP(writes=b"NEW")
+    pause = await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake,
+                            short_pause=True, overwrite=True)
+    assert not fake.background and pause.method == "stopped"
+    assert pause.stream_bytes == 3
+    assert (tmp_path / "state.stream").read_bytes() == b"NEW" + b"x" * 97
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.stream"]
+
+
+async def test_failed_overwrite_leaves_the_buffer_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "state.stream").write_bytes(b"x" * 10)
+    fake = FakeQMP(migration="failed")
+    with pytest.raises(SnapshotFailed):
+        await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake,
+                        overwrite=True)
+    assert fake.running
+    assert (tmp_path / "state.stream").read_bytes() == b"x" * 10
 
 
 async def test_short_pause_snapshot_switches_the_disk_in_the_stop_qemu_ends(
@@ -189,7 +234,7 @@ async def test_failed_stopped_snapshot_resumes_the_guest(
     fake = FakeQMP(migration="failed")
     with pytest.raises(SnapshotFailed) as failed:
         await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake)
-    assert not failed.value.disk_switched
+    assert failed.value.disk_switched  # during the save: the caller records the new top
     assert "stop" in fake.sent and fake.sent[-1] == "cont"
     assert fake.running
     assert not (tmp_path / "state.partial").exists()

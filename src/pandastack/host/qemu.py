@@ -38,6 +38,7 @@ from .vmm import (
     SnapshotPause,
     VMPaths,
     VMProcess,
+    max_stream_bytes,
     read_cmdline,
 )
 
@@ -214,7 +215,8 @@ class QemuDriver:
         await qmp_pipeline(vm.paths.qmp_socket, [("cont", {})], alive=vm.is_alive)
 
     async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path, *,
-                            short_pause: bool = False) -> SnapshotPause:
+                            short_pause: bool = False, overwrite: bool = False
+                            ) -> SnapshotPause:
         """Save memory and device state while the guest runs; report the guest's pause.
 
         While the guest is stopped, the disk is switched onto `new_top` (an empty overlay the
@@ -231,26 +233,29 @@ class QemuDriver:
           next way is taken. The save takes several times longer than a stopped one.
         - otherwise: the guest is stopped for the whole save, which is then one instant by
           construction (the pause is about what a hibernation takes).
+
+        With `overwrite` the stream goes straight into `stream` (see the protocol); a
+        background snapshot, which reserves its worst case first, never overwrites.
         """
         qmp = await connect_qmp(vm.paths.qmp_socket)
-        partial = stream.with_suffix(".partial")
+        target = stream if overwrite else stream.with_suffix(".partial")
         switched = was_running = background = False
         stopped_at: float | None = None
         kept: int | None = None
         try:
             status = await qmp.execute("query-status")
             was_running = isinstance(status, dict) and bool(status.get("running"))
-            if was_running and not self.live_precopy() and short_pause:
+            if was_running and not self.live_precopy() and short_pause and not overwrite:
                 background = await _prepare_migration(qmp, background=True)
             if background:
                 # QEMU 7.2 leaves the guest hung (vCPUs blocked on write-protected pages) when
                 # a background snapshot fails to write: reserve the space while nothing is
                 # stopped yet, so running out of it is a clean error.
                 bound = _stream_bound(await qmp.execute("query-memory-size-summary"))
-                kept = await _pass_stream_fd(qmp, partial, reserve=bound)
+                kept = await _pass_stream_fd(qmp, target, reserve=bound)
             else:
                 await _prepare_migration(qmp)
-                await _pass_stream_fd(qmp, partial)
+                kept = await _pass_stream_fd(qmp, target, truncate=not overwrite)
             if was_running and not self.live_precopy():
                 stopped_at = time.monotonic()
                 await qmp.execute("stop")
@@ -261,18 +266,25 @@ class QemuDriver:
                 await _start_migration(qmp)
                 resumed = await _wait_running(qmp)  # QEMU resumes the guest by itself
                 await wait_migration(qmp, poll_s=0.002)
-                written, kept = kept, None
-                _trim(written)
             else:
                 await _start_migration(qmp)
+                if stopped_at is not None or not was_running:
+                    # The guest is stopped already: switch its disk while QEMU writes the
+                    # memory (QEMU runs the two in turn under its big lock; the switch is
+                    # then no longer part of the pause). A pre-copy switches once stopped.
+                    await self._switch_disk(qmp, new_top)
+                    switched = True
                 info = await wait_migration(qmp, poll_s=0.001)
                 t_seen = time.monotonic()
-                await self._switch_disk(qmp, new_top)
-                switched = True
+                if not switched:
+                    await self._switch_disk(qmp, new_top)
+                    switched = True
                 if was_running:
                     await qmp.execute("cont")
                 resumed = time.monotonic()
-            os.replace(partial, stream)
+            written, kept = _written(kept, trim=background), None
+            if not overwrite:
+                os.replace(target, stream)
         except BaseException as exc:
             if kept is not None:
                 os.close(kept)
@@ -280,16 +292,17 @@ class QemuDriver:
                 status = await qmp.execute("query-status")
                 if was_running and isinstance(status, dict) and not status.get("running"):
                     await qmp.execute("cont")
-            with contextlib.suppress(OSError):
-                partial.unlink()
+            if not overwrite:
+                with contextlib.suppress(OSError):
+                    target.unlink()
             raise SnapshotFailed(str(exc) or type(exc).__name__, disk_switched=switched) from exc
         finally:
             await qmp.disconnect()
         if stopped_at is not None:
             return SnapshotPause((resumed - stopped_at) * 1000,
-                                 "background" if background else "stopped")
+                                 "background" if background else "stopped", written)
         downtime = float(info.get("downtime", 0)) if was_running else 0.0
-        return SnapshotPause(downtime + (resumed - t_seen) * 1000, "precopy")
+        return SnapshotPause(downtime + (resumed - t_seen) * 1000, "precopy", written)
 
     @staticmethod
     async def _switch_disk(qmp: QMPClient, new_top: Path) -> None:
@@ -304,7 +317,8 @@ class QemuDriver:
             await qmp.execute("stop")
             await _prepare_migration(qmp)
             partial = stream.with_suffix(".partial")
-            await _migrate_to_file(qmp, partial)
+            os.close(await _pass_stream_fd(qmp, partial))
+            await _start_migration(qmp)
             await wait_migration(qmp)
             os.replace(partial, stream)
         finally:
@@ -421,19 +435,22 @@ async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient
 STREAM_FD_NAME = "pandastack-migration"
 
 
-async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0) -> int | None:
-    """Hand QEMU a descriptor of a new stream file at `path` for the next `migrate`.
+async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
+                          truncate: bool = True) -> int:
+    """Hand QEMU a descriptor of the stream file at `path` for the next `migrate`; return a
+    duplicate the caller closes. It shares QEMU's file offset: `_written` reads the
+    stream's length off it.
 
-    With `reserve`, that much disk space is allocated first (ENOSPC here, not mid-stream) and
-    a duplicate of the descriptor is returned: it shares QEMU's file offset, so `_trim` can
-    cut the file to what QEMU wrote."""
+    With `reserve`, that much space is allocated first (ENOSPC here, not mid-stream).
+    Without `truncate`, an existing file is written over in place (a warm buffer)."""
     # QEMU writes straight into a file descriptor we hand it: no shell, no pipe, no copy.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+    fd = os.open(path, flags, 0o600)
     kept: int | None = None
     try:
         if reserve:
             os.posix_fallocate(fd, 0, reserve)
-            kept = os.dup(fd)
+        kept = os.dup(fd)
         qmp.send_fd_scm(fd)
         await qmp.execute("getfd", {"fdname": STREAM_FD_NAME})
     except BaseException:
@@ -446,10 +463,8 @@ async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0) -> in
 
 
 def _stream_bound(summary: object) -> int:
-    """An upper bound of a stream's size for a guest with this much RAM: each 4 KiB page at
-    most once, with its header, plus device state."""
     ram = int(summary.get("base-memory", 0)) if isinstance(summary, dict) else 0
-    return ram + ram // 256 + (16 << 20)
+    return max_stream_bytes(ram)
 
 
 async def _start_migration(qmp: QMPClient) -> None:
@@ -457,17 +472,14 @@ async def _start_migration(qmp: QMPClient) -> None:
     await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
 
 
-async def _migrate_to_file(qmp: QMPClient, path: Path) -> None:
-    await _pass_stream_fd(qmp, path)
-    await _start_migration(qmp)
-
-
-def _trim(kept: int | None) -> None:
-    """Cut a reserved stream file to the bytes QEMU wrote, and close the duplicate."""
-    if kept is None:
-        return
+def _written(kept: int, *, trim: bool) -> int:
+    """The stream's length (QEMU's offset in the shared descriptor); with `trim`, a reserved
+    file is cut to it. Closes the duplicate."""
     try:
-        os.ftruncate(kept, os.lseek(kept, 0, os.SEEK_CUR))
+        written = os.lseek(kept, 0, os.SEEK_CUR)
+        if trim:
+            os.ftruncate(kept, written)
+        return written
     finally:
         os.close(kept)
 

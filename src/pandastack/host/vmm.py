@@ -47,6 +47,12 @@ class SnapshotFiles:
     shape: MachineShape
 
 
+def max_stream_bytes(ram_bytes: int) -> int:
+    """An upper bound of a saved VM's stream for this much guest RAM: each 4 KiB page at most
+    once, with its header, plus device state."""
+    return ram_bytes + ram_bytes // 256 + (16 << 20)
+
+
 @dataclass(frozen=True)
 class SnapshotPause:
     """How a live snapshot stopped its guest: for how long, and how it saved the memory:
@@ -55,6 +61,7 @@ class SnapshotPause:
 
     ms: float
     method: str
+    stream_bytes: int = 0  # how much of the stream file the save wrote
 
 
 @dataclass(frozen=True)
@@ -177,13 +184,18 @@ class VMMDriver(Protocol):
         ...
 
     async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path, *,
-                            short_pause: bool = False) -> SnapshotPause:
+                            short_pause: bool = False, overwrite: bool = False
+                            ) -> SnapshotPause:
         """Write memory + device state to `stream` while the guest runs, moving its disk onto
         the empty overlay `new_top` at the stop instant; report the guest's pause. The
         stream must always be one instant of the guest: a driver whose dirty-page tracking
         cannot be trusted either stops the guest for the whole save (the fastest save) or,
         with `short_pause` and where it can, write-protects guest memory instead (a slower
-        save that stops the guest only to capture its device state)."""
+        save that stops the guest only to capture its device state).
+
+        With `overwrite`, `stream` is an existing file (a warm buffer) written in place from
+        its start and never truncated: bytes after the stream's end are left as they were,
+        and a restore reads no further than the stream's own end."""
         ...
 
     async def save_stopped(self, vm: VMProcess, stream: Path) -> None:
