@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pandastack.host.config import HostConfig
@@ -25,3 +27,16 @@ def test_a_bad_guest_aslr_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PANDASTACK_GUEST_ASLR", "sometimes")
     with pytest.raises(ValueError, match="guest_aslr"):
         HostConfig.from_env()
+
+
+def test_fork_buffer_keep_time_comes_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert HostConfig().fork_buffer_s == 60.0
+    monkeypatch.setenv("PANDASTACK_FORK_BUFFER_S", "0")
+    assert HostConfig.from_env().fork_buffer_s == 0.0
+
+
+def test_each_state_dir_has_its_own_fork_buffer(tmp_path: Path) -> None:
+    one = HostConfig(state_dir=tmp_path / "a").fork_buffer_dir
+    assert one == HostConfig(state_dir=tmp_path / "a").fork_buffer_dir
+    assert one != HostConfig(state_dir=tmp_path / "b").fork_buffer_dir

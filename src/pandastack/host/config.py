@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_HOME = Path("/var/lib/pandastack")
 DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
+FORK_BUFFERS_ROOT = Path("/run/pandastack-fork-buffers")
 ACCEL_CHOICES = ("auto", "kvm", "tcg")
 GUEST_ASLR_CHOICES = ("auto", "on", "off")
 
@@ -41,6 +43,9 @@ class HostConfig:
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
     # (host/memory_stage.py); None keeps them where they are (snapshots then stop the guest).
     memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
+    # Forks write their streams into a warm tmpfs buffer, released this many seconds after
+    # the last fork (host/fork_buffer.py, ADR 0010); 0: into the snapshot directory.
+    fork_buffer_s: float = 60.0
     agent_timeout_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -76,6 +81,8 @@ class HostConfig:
         if "PANDASTACK_MEMORY_STAGE" in env:
             stage = env["PANDASTACK_MEMORY_STAGE"]
             values["memory_stage_dir"] = Path(stage) if stage not in ("", "off") else None
+        if "PANDASTACK_FORK_BUFFER_S" in env:
+            values["fork_buffer_s"] = float(env["PANDASTACK_FORK_BUFFER_S"])
         if "PANDASTACK_TB_SIZE_MB" in env:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
         values.update(overrides)
@@ -107,6 +114,13 @@ class HostConfig:
     @property
     def snapshots_dir(self) -> Path:
         return self.snapshots_root if self.snapshots_root is not None else self.home / "snapshots"
+
+    @property
+    def fork_buffer_dir(self) -> Path:
+        """Where the fork buffer's tmpfs is mounted: one per state dir, so runtimes (and test
+        sessions) with their own state never share one."""
+        key = hashlib.sha256(str(self.sandboxes_dir.resolve()).encode()).hexdigest()[:16]
+        return FORK_BUFFERS_ROOT / key
 
     @property
     def templates_dir(self) -> Path:

@@ -37,12 +37,14 @@ from .errors import (
     SetupError,
     SnapshotFailed,
 )
+from .fork_buffer import ForkBuffer
 from .gc import kill_orphan_vmms
 from .images import BASE, GuestImage, ensure_image, image_spec
 from .network import NetworkManager, NetworkPolicy, ProxyPorts, Slot
 from .qemu import QemuDriver
 from .sandbox import SandboxHandle
 from .snapshots import (
+    STREAM,
     SnapshotInfo,
     SnapshotStore,
     allocated_bytes,
@@ -58,6 +60,7 @@ from .vmm import (
     VMPaths,
     VMProcess,
     iter_cmdlines,
+    max_stream_bytes,
 )
 
 SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
@@ -139,6 +142,8 @@ class HostRuntime:
         self.network = NetworkManager(self.config.network_claims_dir, self.config.network_pool,
                                       dns_upstream=self.config.dns_upstream, proxy_ports=ports)
         self.egress = EgressProxy(ports, self.config.network_pool, resolver=resolver)
+        self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
+                                      progress)
         self._spares: builtins.list[Slot] = []
         self._refill: asyncio.Task[None] | None = None
         self._closing = False
@@ -223,6 +228,7 @@ class HostRuntime:
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         await self.prepare()
         self.snapshots.sweep()
+        await asyncio.to_thread(self.fork_buffer.sweep)
         cmdlines = await asyncio.to_thread(lambda: list(iter_cmdlines()))  # one /proc walk
         # Host-wide: VMMs whose directory is gone belong to no runtime, this one included.
         orphans = await asyncio.to_thread(kill_orphan_vmms, self.progress, cmdlines)
@@ -506,12 +512,14 @@ class HostRuntime:
         for sid in list(self._sandboxes):
             await self.kill(sid)
         await self._drop_spares()
+        await self.fork_buffer.close()
 
     async def close(self) -> None:
         """Drop agent connections; the VMs keep running and a later start() re-adopts them.
         The egress proxy's listeners close (proxied connections end with them)."""
         await self.egress.close()
         await self._drop_spares()
+        await self.fork_buffer.close()
         for handle in self._sandboxes.values():
             await handle.disconnect()
         self._sandboxes.clear()
@@ -542,12 +550,15 @@ class HostRuntime:
                 self._save(replace(self._records[sandbox_id], state="running"))
 
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
-                       internal: bool = False, short_pause: bool | None = None) -> SnapshotResult:
+                       internal: bool = False, short_pause: bool | None = None,
+                       transient: bool = False) -> SnapshotResult:
         """Capture memory, device state and disk; the sandbox keeps running (or paused).
 
         `short_pause` (default: for snapshots users keep) stops the guest as briefly as the
         VMM allows even if the save takes longer; without it the save is as fast as possible
-        (what a fork wants: its children wait for the stream)."""
+        (what a fork wants: its children wait for the stream). `transient`: the snapshot is
+        deleted as soon as the sandboxes made from it run (a fork's), so its stream may go
+        into the fork buffer: memory, gone with a restart of the host."""
         if short_pause is None:
             short_pause = not internal
         handle, vm = self._running(sandbox_id, "running", "paused")
@@ -563,13 +574,18 @@ class HostRuntime:
                                                            needed)) from exc
             new_top = new_layer_name()
             switched = False
+            # A fork's stream lives only until its children run: into the warm buffer if
+            # there is one (the pause is then mostly the copy, ADR 0010).
+            buffer = self.fork_buffer.take(max_stream_bytes(needed)) if transient else None
             try:
                 try:
                     create_overlay(handle.workdir / new_top, handle.workdir / record.top,
                                    record.disk_bytes, relative=True)
                     pause = await self.driver.snapshot_live(
-                        vm, work / "state.stream", handle.workdir / new_top,
-                        short_pause=short_pause)
+                        vm, buffer or work / STREAM, handle.workdir / new_top,
+                        short_pause=short_pause, overwrite=buffer is not None)
+                    if buffer is not None:
+                        (work / STREAM).symlink_to(buffer)
                 except (SnapshotFailed, OSError) as exc:
                     if isinstance(exc, SnapshotFailed) and exc.disk_switched:
                         self._save(replace(record, layers=(*record.layers, new_top)))
@@ -584,11 +600,13 @@ class HostRuntime:
                     template_path=record.template_path, vcpus=record.vcpus,
                     memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
                     layers=record.layers, created_at=time.time(),
-                    state_bytes=(work / "state.stream").stat().st_size, internal=internal,
+                    state_bytes=pause.stream_bytes, internal=internal,
                     size_bytes=allocated_bytes(work))
                 self.snapshots.commit(work, info)
             except BaseException as exc:
                 self.snapshots.abort(work)
+                if buffer is not None:
+                    self.fork_buffer.give_back()
                 if not isinstance(exc, SnapshotFailed | OSError | subprocess.CalledProcessError):
                     raise
                 no_space = out_of_space(exc, self.snapshots.root, needed)
@@ -597,6 +615,8 @@ class HostRuntime:
                     raise
                 raise SnapshotFailed(str(exc), disk_switched=switched,
                                      no_space=no_space) from exc
+        if transient and buffer is None:
+            self.fork_buffer.prepare(pause.stream_bytes)  # for the next fork
         return SnapshotResult(info, pause.ms, pause.method)
 
     async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
@@ -607,14 +627,14 @@ class HostRuntime:
         self._running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
         policy = await asyncio.to_thread(NetworkPolicy.from_dict,
                                          self._records[sandbox_id].network)
-        snap = await self.snapshot(sandbox_id, internal=True)
+        snap = await self.snapshot(sandbox_id, internal=True, transient=True)
         try:
             results = await asyncio.gather(
                 *(self.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
                 return_exceptions=True)
         finally:
             # Children hold their own links to the layers: the snapshot itself can go.
-            self.snapshots.delete(snap.info.id)
+            self.delete_snapshot(snap.info.id)
         children = [r for r in results if isinstance(r, SandboxHandle)]
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
@@ -625,7 +645,10 @@ class HostRuntime:
         return children
 
     def delete_snapshot(self, snapshot_id: str) -> None:
+        in_buffer = self.fork_buffer.holds(self.snapshots.stream(snapshot_id))
         self.snapshots.delete(snapshot_id)
+        if in_buffer:
+            self.fork_buffer.give_back()
 
     # -- hibernation ----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Iterable
@@ -31,14 +32,15 @@ META = "snapshot.json"
 
 
 def allocated_bytes(directory: Path) -> int:
-    """Bytes allocated on disk by the regular files of `directory` (links count in full)."""
+    """Bytes allocated on disk by the regular files of `directory` (hard links count in full;
+    a symbolic link, such as a stream in the fork buffer, counts nothing)."""
     total = 0
     for entry in directory.iterdir():
         try:
-            st = entry.stat()
+            st = entry.lstat()
         except FileNotFoundError:
             continue
-        if entry.is_file():
+        if stat.S_ISREG(st.st_mode):
             total += st.st_blocks * 512
     return total
 
