@@ -40,3 +40,12 @@ def test_each_state_dir_has_its_own_fork_buffer(tmp_path: Path) -> None:
     one = HostConfig(state_dir=tmp_path / "a").fork_buffer_dir
     assert one == HostConfig(state_dir=tmp_path / "a").fork_buffer_dir
     assert one != HostConfig(state_dir=tmp_path / "b").fork_buffer_dir
+
+
+def test_stream_huge_pages_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert HostConfig().stream_huge_pages == "auto"
+    monkeypatch.setenv("PANDASTACK_STREAM_HUGE_PAGES", "off")
+    assert HostConfig.from_env().stream_huge_pages == "off"
+    monkeypatch.setenv("PANDASTACK_STREAM_HUGE_PAGES", "maybe")
+    with pytest.raises(ValueError, match="stream_huge_pages"):
+        HostConfig.from_env()

@@ -291,3 +291,19 @@ async def test_channel_closed_while_the_vm_runs_is_reported_as_is(tmp_path: Path
     finally:
         proc.kill()
         proc.wait()
+
+
+def _virtio_device(root: Path, name: str, device: str, features: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "device").write_text(device + "\n")
+    (root / name / "features").write_text(features + "\n")
+
+
+def test_free_page_reporting_is_read_off_the_balloon_device(tmp_path: Path) -> None:
+    assert not qemu.reports_free_pages(tmp_path)  # no virtio devices: not a VM of that kind
+    _virtio_device(tmp_path, "virtio1", "0x0002", "0110010100")  # a block device
+    assert not qemu.reports_free_pages(tmp_path)
+    _virtio_device(tmp_path, "virtio0", "0x0005", "0110000000")  # a balloon, no reporting
+    assert not qemu.reports_free_pages(tmp_path)
+    _virtio_device(tmp_path, "virtio9", "0x0005", "0110010100")  # bit 5: free page reporting
+    assert qemu.reports_free_pages(tmp_path)

@@ -12,6 +12,7 @@ DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
 FORK_BUFFERS_ROOT = Path("/run/pandastack-fork-buffers")
 ACCEL_CHOICES = ("auto", "kvm", "tcg")
 GUEST_ASLR_CHOICES = ("auto", "on", "off")
+STREAM_HUGE_PAGES_CHOICES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class HostConfig:
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
     # (host/memory_stage.py); None keeps them where they are (snapshots then stop the guest).
     memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
+    # Transparent huge pages for VMs restored from a stream (snapshot, fork, wake). "auto":
+    # on, unless the host hands freed memory back to its hypervisor (host/qemu.py).
+    stream_huge_pages: str = "auto"
     # Forks write their streams into a warm tmpfs buffer, released this many seconds after
     # the last fork (host/fork_buffer.py, ADR 0010); 0: into the snapshot directory.
     fork_buffer_s: float = 60.0
@@ -55,6 +59,9 @@ class HostConfig:
         if self.guest_aslr not in GUEST_ASLR_CHOICES:
             raise ValueError(
                 f"guest_aslr must be one of {GUEST_ASLR_CHOICES}, not {self.guest_aslr!r}")
+        if self.stream_huge_pages not in STREAM_HUGE_PAGES_CHOICES:
+            raise ValueError(f"stream_huge_pages must be one of {STREAM_HUGE_PAGES_CHOICES}, "
+                             f"not {self.stream_huge_pages!r}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> HostConfig:
@@ -81,6 +88,8 @@ class HostConfig:
         if "PANDASTACK_MEMORY_STAGE" in env:
             stage = env["PANDASTACK_MEMORY_STAGE"]
             values["memory_stage_dir"] = Path(stage) if stage not in ("", "off") else None
+        if "PANDASTACK_STREAM_HUGE_PAGES" in env:
+            values["stream_huge_pages"] = env["PANDASTACK_STREAM_HUGE_PAGES"]
         if "PANDASTACK_FORK_BUFFER_S" in env:
             values["fork_buffer_s"] = float(env["PANDASTACK_FORK_BUFFER_S"])
         if "PANDASTACK_TB_SIZE_MB" in env:

@@ -41,7 +41,7 @@ from .fork_buffer import ForkBuffer
 from .gc import kill_orphan_vmms
 from .images import BASE, GuestImage, ensure_image, image_spec
 from .network import NetworkManager, NetworkPolicy, ProxyPorts, Slot
-from .qemu import QemuDriver
+from .qemu import QemuDriver, reports_free_pages
 from .sandbox import SandboxHandle
 from .snapshots import (
     STREAM,
@@ -177,9 +177,13 @@ class HostRuntime:
                 kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
                 accel = await asyncio.to_thread(resolve_accel, self.config.accel, kernel,
                                                 self.config.cache_dir, self.config.qemu_binary)
+                huge = self.config.stream_huge_pages
+                if huge == "auto":
+                    huge = "off" if await asyncio.to_thread(reports_free_pages) else "on"
                 self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
                                           tb_size_mb=self.config.tb_size_mb,
-                                          tcg_cpu=self.config.tcg_cpu)
+                                          tcg_cpu=self.config.tcg_cpu,
+                                          stream_huge_pages=huge == "on")
                 self._templates = TemplateStore(self.config.templates_dir, self._driver,
                                                 self.image, pinned=self._pinned_templates,
                                                 network=self.network,
