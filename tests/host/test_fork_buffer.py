@@ -111,3 +111,17 @@ async def test_close_stops_a_buffer_being_prepared(buffer: ForkBuffer) -> None:
     await asyncio.sleep(0.05)
     await buffer.close()
     assert buffer.state == "none"
+
+
+async def test_a_buffer_that_cannot_be_made_is_not_retried_at_every_fork(
+        tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    said: list[str] = []
+    buf = ForkBuffer(tmp_path / "file" / "mnt", keep_s=30, progress=said.append)
+    buf.prepare(1 << 20)
+    await _ready(buf)
+    assert buf.state == "none" and len(said) == 1 and "cannot prepare" in said[0]
+    buf.prepare(1 << 20)
+    assert buf.state == "none"  # not again right away
+    await buf.close()
+    assert len(said) == 1

@@ -103,3 +103,33 @@ async def test_fork_streams_go_through_the_buffer_and_a_stale_tail_is_harmless(
     assert qemu_pids_under(state) == []
     state.rmdir()
     snaps.rmdir()
+
+
+async def test_a_forks_snapshot_left_by_a_crash_is_swept_at_start(
+        host_config: HostConfig) -> None:
+    """A fork deletes its snapshot once its children run; if the host process died in
+    between, the next start removes it (and its stream link into the buffer, now gone)."""
+    state = Path(tempfile.mkdtemp(prefix="psfb-", dir="/tmp"))
+    snaps = Path(tempfile.mkdtemp(prefix="psfb-snap-", dir="/tmp"))
+    config = HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps)
+    first = HostRuntime(config, progress=lambda m: None)
+    await first.start()
+    sbx = await first.create()
+    kept = await first.snapshot(sbx.id)
+    left = await first.snapshot(sbx.id, internal=True, transient=True, short_pause=False)
+    await first.close()  # as if it died here: the VM runs on, the snapshot stays
+    rt = HostRuntime(config, progress=lambda m: None)
+    try:
+        report = await rt.start()
+        assert report.adopted == [sbx.id]
+        ids = {i.id for i in rt.snapshots.all(include_internal=True)}
+        assert ids == {kept.info.id}, "the fork's snapshot outlived the crash"
+        assert not (snaps / left.info.id).exists()
+    finally:
+        await rt.kill_all()
+        for info in rt.snapshots.all(include_internal=True):
+            rt.delete_snapshot(info.id)
+        await rt.close()
+    assert list(state.iterdir()) == [] and list(snaps.iterdir()) == []
+    state.rmdir()
+    snaps.rmdir()

@@ -36,6 +36,7 @@ class ForkBuffer:
         self.state = "none"  # none -> warming -> idle <-> taken; back to none on release
         self._warming: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
+        self._retry_at = 0.0  # after a failed preparation, forks do not retry before this
 
     @property
     def enabled(self) -> bool:
@@ -72,11 +73,11 @@ class ForkBuffer:
 
     def prepare(self, size: int) -> None:
         """Start preparing a buffer with `size` bytes written, unless one exists."""
-        if not self.enabled or self.state != "none":
+        loop = asyncio.get_running_loop()
+        if not self.enabled or self.state != "none" or loop.time() < self._retry_at:
             return
         self.state = "warming"
-        self._warming = asyncio.get_running_loop().create_task(
-            self._warm(size), name="fork-buffer")
+        self._warming = loop.create_task(self._warm(size), name="fork-buffer")
 
     async def _warm(self, size: int) -> None:
         try:
@@ -98,6 +99,7 @@ class ForkBuffer:
                 raise OSError(f"dd exited with {proc.returncode}: {err.decode().strip()}")
         except Exception as exc:  # a fork without a buffer still works: say so, go on
             self.progress(f"cannot prepare a fork buffer: {exc}")
+            self._retry_at = asyncio.get_running_loop().time() + max(self.keep_s, 60.0)
             await asyncio.to_thread(self._release)
             return
         self.state = "idle"
@@ -130,7 +132,7 @@ class ForkBuffer:
         runtime left."""
         self._cancel_expiry()
         self.state = "none"
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             self.path.unlink()
         if os.path.ismount(self.mountpoint):
             done = subprocess.run(["umount", str(self.mountpoint)], capture_output=True)

@@ -605,7 +605,7 @@ class HostRuntime:
                     memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
                     layers=record.layers, created_at=time.time(),
                     state_bytes=pause.stream_bytes, internal=internal,
-                    size_bytes=allocated_bytes(work))
+                    size_bytes=allocated_bytes(work), transient=transient)
                 self.snapshots.commit(work, info)
             except BaseException as exc:
                 self.snapshots.abort(work)

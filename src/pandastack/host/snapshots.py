@@ -98,6 +98,8 @@ class SnapshotInfo:
     state_bytes: int
     internal: bool = False
     size_bytes: int = 0  # allocated bytes of the stream and the layers (shared ones included)
+    # Deleted as soon as its sandboxes run (a fork's): one found at start is a crash's leftover.
+    transient: bool = False
 
 
 class SnapshotStore:
@@ -163,7 +165,11 @@ class SnapshotStore:
         return [Path(info.template_path) for info in self.all(include_internal=True)]
 
     def sweep(self, max_age_s: float = 3600.0) -> None:
-        """Remove half-written snapshots left by a crash."""
+        """Remove what a crash left: half-written snapshots older than `max_age_s`, and the
+        transient snapshots of forks that were under way."""
+        for info in self.all(include_internal=True):
+            if info.transient:
+                self.delete(info.id)
         now = time.time()
         for entry in self.root.glob(".tmp-snap-*") if self.root.exists() else []:
             try:
