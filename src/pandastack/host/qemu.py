@@ -329,6 +329,35 @@ class QemuDriver:
         finally:
             await qmp.disconnect()
 
+    async def start_flatten(self, vm: VMProcess, base: Path) -> None:
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        try:
+            path = str(base.resolve())
+            # The top's header gets the same absolute backing name a fresh clone's has.
+            await qmp.execute("block-stream", {"job-id": FLATTEN_JOB, "device": "root",
+                                               "base": path, "backing-file": path})
+        finally:
+            await qmp.disconnect()
+
+    async def settle_flatten(self, vm: VMProcess, base: Path, wait_s: float) -> bool:
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait_s
+            cancelled = False
+            while True:
+                jobs = await qmp.execute("query-block-jobs")
+                if not isinstance(jobs, list) or not any(
+                        isinstance(j, dict) and j.get("device") == FLATTEN_JOB for j in jobs):
+                    break  # done or cancelled: QEMU drops a job once it has ended
+                if not cancelled and loop.time() > deadline:
+                    await qmp.execute("block-job-cancel", {"device": FLATTEN_JOB})
+                    cancelled = True
+                await asyncio.sleep(0.01)
+            return _root_backing(await qmp.execute("query-block")) == str(base.resolve())
+        finally:
+            await qmp.disconnect()
+
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         # The guest kernel learns the new capacity from virtio-blk's config-change interrupt.
         await qmp_pipeline(vm.paths.qmp_socket, [
@@ -457,6 +486,7 @@ async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient
 
 
 STREAM_FD_NAME = "pandastack-migration"
+FLATTEN_JOB = "pandastack-flatten"
 
 
 async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
@@ -484,6 +514,17 @@ async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
     finally:
         os.close(fd)
     return kept
+
+
+def _root_backing(blocks: object) -> str | None:
+    """The file name of the root disk's top layer's backing image, from `query-block`."""
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("device") == "root":
+            image = (block.get("inserted") or {}).get("image") or {}
+            backing = image.get("backing-image") or {}
+            name = backing.get("filename")
+            return name if isinstance(name, str) else None
+    return None
 
 
 def _stream_bound(summary: object) -> int:

@@ -69,6 +69,14 @@ MAX_MEMORY_MB = 16384
 MIN_MEMORY_MB = 128
 MAX_DISK_MB = 1 << 20
 MAX_FORK = 16
+# A sandbox's disk is a chain of layers over its template's, one more for each snapshot or
+# fork. Past this many, the layers below the top are merged into it in the background: each
+# layer made every later save's pause ~0.3 ms longer (QEMU reopens the whole chain at `cont`:
+# 2.5 ms at 2 layers, 20.7 ms at 62) and every restore open one more file.
+MAX_LAYERS = 8
+# How long a snapshot waits for a merge under way before cancelling it (the merge then
+# starts again after that snapshot).
+FLATTEN_WAIT_S = 1.0
 # Network slots kept ready (namespace, veth, tap, default policy), so that a create does not
 # wait ~20 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
 SPARE_SLOTS = 2
@@ -145,6 +153,8 @@ class HostRuntime:
         self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
                                       progress)
         self._spares: builtins.list[Slot] = []
+        # Sandboxes whose disk layers are being merged: the layers as the merge began.
+        self._flattening: dict[str, tuple[str, ...]] = {}
         self._refill: asyncio.Task[None] | None = None
         self._closing = False
         self._sandboxes: dict[str, SandboxHandle] = {}
@@ -417,6 +427,7 @@ class HostRuntime:
         handle = self._sandboxes.pop(sandbox_id, None)
         if handle is None:
             raise SandboxNotFound(sandbox_id)
+        self._flattening.pop(sandbox_id, None)
         record = self._records.pop(sandbox_id, None)
         await handle.destroy()
         if record is not None and record.slot is not None:
@@ -528,6 +539,7 @@ class HostRuntime:
             await handle.disconnect()
         self._sandboxes.clear()
         self._records.clear()
+        self._flattening.clear()
 
     # -- pause, snapshot, fork ------------------------------------------------------------
 
@@ -567,6 +579,7 @@ class HostRuntime:
             short_pause = not internal
         handle, vm = self._running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
+            await self._settle_flatten(sandbox_id, vm)
             record = self._records[sandbox_id]
             snap_id = self.snapshots.new_id()
             needed = record.memory_mb * MIB
@@ -619,6 +632,8 @@ class HostRuntime:
                     raise
                 raise SnapshotFailed(str(exc), disk_switched=switched,
                                      no_space=no_space) from exc
+            if len(record.layers) + 1 > MAX_LAYERS:
+                await self._start_flatten(sandbox_id, vm)
         if transient and buffer is None:
             self.fork_buffer.prepare(pause.stream_bytes)  # for the next fork
         return SnapshotResult(info, pause.ms, pause.method)
@@ -648,6 +663,42 @@ class HostRuntime:
             raise failures[0]
         return children
 
+    # -- disk layers ----------------------------------------------------------------------
+
+    async def _template_disk(self, record: SandboxRecord) -> Path:
+        store = await self.prepare()
+        return store.load_dir(record.template, Path(record.template_path)).disk
+
+    async def _start_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
+        """(Under the lifecycle lock.) Start merging the sandbox's layers into its top."""
+        record = self._records[sandbox_id]
+        try:
+            await self.driver.start_flatten(vm, await self._template_disk(record))
+        except Exception as exc:  # the chain only stays long: say so, go on
+            self.progress(f"cannot merge the disk layers of {sandbox_id}: {exc}")
+            return
+        self._flattening[sandbox_id] = record.layers
+
+    async def _settle_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
+        """(Under the lifecycle lock, before the disk changes.) End a merge under way; once
+        it is done the sandbox's own layers are its top alone, and the others' links go
+        (snapshots and children hold their own)."""
+        layers = self._flattening.pop(sandbox_id, None)
+        if layers is None:
+            return
+        record = self._records[sandbox_id]
+        try:
+            merged = await self.driver.settle_flatten(vm, await self._template_disk(record),
+                                                      FLATTEN_WAIT_S)
+        except Exception as exc:
+            self.progress(f"cannot end the merge of {sandbox_id}'s disk layers: {exc}")
+            return
+        if merged and record.layers == layers:
+            self._save(replace(record, layers=(record.top,)))
+            workdir = self.sandboxes_dir / sandbox_id
+            for name in layers[:-1]:
+                (workdir / name).unlink(missing_ok=True)
+
     def delete_snapshot(self, snapshot_id: str) -> None:
         in_buffer = self.fork_buffer.holds(self.snapshots.stream(snapshot_id))
         self.snapshots.delete(snapshot_id)
@@ -660,6 +711,7 @@ class HostRuntime:
         """Write the sandbox's whole state to disk and end its VM, freeing RAM and CPU."""
         handle, vm = self._running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
+            await self._settle_flatten(sandbox_id, vm)
             await handle.disconnect()
             await self.driver.save_stopped(vm, handle.workdir / HIBERNATION)
             await asyncio.to_thread(vm.kill)

@@ -202,6 +202,16 @@ class VMMDriver(Protocol):
         """Stop the guest and write its whole state, memory included, to `stream`."""
         ...
 
+    async def start_flatten(self, vm: VMProcess, base: Path) -> None:
+        """Start merging every disk layer between the running VM's top and `base` into the
+        top, while the guest runs; the top then has `base` for its backing file."""
+        ...
+
+    async def settle_flatten(self, vm: VMProcess, base: Path, wait_s: float) -> bool:
+        """End a flatten: wait up to `wait_s` for it, else cancel it. True if the top's
+        backing is `base` now (the layers between are merged and no longer used)."""
+        ...
+
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         """Grow the running VM's root disk; the guest sees the new capacity at once."""
         ...
