@@ -353,6 +353,8 @@ class QemuDriver:
                 if not cancelled and loop.time() > deadline:
                     await qmp.execute("block-job-cancel", {"device": FLATTEN_JOB})
                     cancelled = True
+                if loop.time() > deadline + QMP_TIMEOUT_S:
+                    raise VMMError("the disk merge job did not end after its cancel")
                 await asyncio.sleep(0.01)
             return _root_backing(await qmp.execute("query-block")) == str(base.resolve())
         finally:
