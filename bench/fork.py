@@ -72,6 +72,7 @@ async def main() -> None:
     bg_pause_ms: list[float] = []
     child_ms: list[float] = []
     fork_ms: list[float] = []
+    forked_ms: list[float] = []  # until fork() returns: the child's agent has answered
     stream_mb: list[float] = []
     try:
         await rt.start()
@@ -108,6 +109,7 @@ async def main() -> None:
 
             t0 = time.perf_counter()
             (kid,) = await rt.fork(parent.id, count=1)
+            forked_ms.append((time.perf_counter() - t0) * 1000)
             await kid.exec(["true"])
             fork_ms.append((time.perf_counter() - t0) * 1000)
             await rt.kill(kid.id)
@@ -130,6 +132,7 @@ async def main() -> None:
         if buffered_pause_ms:
             print(line("  the same, stream in the buffer", buffered_pause_ms))
         print(line("child from snapshot, to 1st exec", child_ms))
+        print(line("fork(count=1), until it returns", forked_ms))
         print(line("fork(count=1) to child's 1st exec", fork_ms))
         print(line("hibernate", hib_ms))
         print(line("wake (to first exec)", wake_ms))
