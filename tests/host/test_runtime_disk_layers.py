@@ -55,3 +55,17 @@ async def test_long_disk_chains_are_merged_and_nothing_is_lost(
     finally:
         runtime.delete_snapshot(snap.info.id)
         runtime.delete_snapshot(early.info.id)
+
+
+async def test_hibernation_ends_a_merge_under_way(
+        runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
+    sbx = await sandbox_factory()
+    for i in range(MAX_LAYERS):
+        await sbx.write_file(f"/work/f{i}", b"x")
+        runtime.delete_snapshot((await runtime.snapshot(sbx.id)).info.id)
+    layers = runtime.describe(sbx.id)["layers"]
+    assert len(layers) == MAX_LAYERS + 1  # a merge has begun
+    await runtime.hibernate(sbx.id)
+    assert runtime.describe(sbx.id)["layers"] == [layers[-1]]
+    files = " ".join(f"/work/f{i}" for i in range(MAX_LAYERS))
+    assert (await sbx.exec(f"cat {files}")).stdout == b"x" * MAX_LAYERS  # wakes it
