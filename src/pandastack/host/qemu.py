@@ -287,7 +287,10 @@ class QemuDriver:
                 if was_running:
                     await qmp.execute("cont")
                 resumed = time.monotonic()
-            written, kept = _written(kept, trim=background), None
+            # `_written` closes the duplicate, also when it fails: it is no longer ours to
+            # close below.
+            fd, kept = kept, None
+            written = _written(fd, trim=background)
             if not overwrite:
                 os.replace(target, stream)
         except BaseException as exc:
