@@ -153,8 +153,9 @@ class HostRuntime:
         self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
                                       progress)
         self._spares: builtins.list[Slot] = []
-        # Sandboxes whose disk layers are being merged: the layers as the merge began.
-        self._flattening: dict[str, tuple[str, ...]] = {}
+        # Sandboxes whose disk layers are being merged: their layers as the merge began, and
+        # the template disk the merge goes down to.
+        self._flattening: dict[str, tuple[tuple[str, ...], Path]] = {}
         self._refill: asyncio.Task[None] | None = None
         self._closing = False
         self._sandboxes: dict[str, SandboxHandle] = {}
@@ -665,31 +666,29 @@ class HostRuntime:
 
     # -- disk layers ----------------------------------------------------------------------
 
-    async def _template_disk(self, record: SandboxRecord) -> Path:
-        store = await self.prepare()
-        return store.load_dir(record.template, Path(record.template_path)).disk
-
     async def _start_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
         """(Under the lifecycle lock.) Start merging the sandbox's layers into its top."""
         record = self._records[sandbox_id]
         try:
-            await self.driver.start_flatten(vm, await self._template_disk(record))
+            store = await self.prepare()
+            base = store.load_dir(record.template, Path(record.template_path)).disk
+            await self.driver.start_flatten(vm, base)
         except Exception as exc:  # the chain only stays long: say so, go on
             self.progress(f"cannot merge the disk layers of {sandbox_id}: {exc}")
             return
-        self._flattening[sandbox_id] = record.layers
+        self._flattening[sandbox_id] = (record.layers, base)
 
     async def _settle_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
         """(Under the lifecycle lock, before the disk changes.) End a merge under way; once
         it is done the sandbox's own layers are its top alone, and the others' links go
         (snapshots and children hold their own)."""
-        layers = self._flattening.pop(sandbox_id, None)
-        if layers is None:
+        merging = self._flattening.pop(sandbox_id, None)
+        if merging is None:
             return
+        layers, base = merging
         record = self._records[sandbox_id]
         try:
-            merged = await self.driver.settle_flatten(vm, await self._template_disk(record),
-                                                      FLATTEN_WAIT_S)
+            merged = await self.driver.settle_flatten(vm, base, FLATTEN_WAIT_S)
         except Exception as exc:
             self.progress(f"cannot end the merge of {sandbox_id}'s disk layers: {exc}")
             return
