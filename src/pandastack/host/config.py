@@ -54,14 +54,11 @@ class HostConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.accel not in ACCEL_CHOICES:
-            raise ValueError(f"accel must be one of {ACCEL_CHOICES}, not {self.accel!r}")
-        if self.guest_aslr not in GUEST_ASLR_CHOICES:
-            raise ValueError(
-                f"guest_aslr must be one of {GUEST_ASLR_CHOICES}, not {self.guest_aslr!r}")
-        if self.stream_huge_pages not in STREAM_HUGE_PAGES_CHOICES:
-            raise ValueError(f"stream_huge_pages must be one of {STREAM_HUGE_PAGES_CHOICES}, "
-                             f"not {self.stream_huge_pages!r}")
+        for name, choices in (("accel", ACCEL_CHOICES), ("guest_aslr", GUEST_ASLR_CHOICES),
+                              ("stream_huge_pages", STREAM_HUGE_PAGES_CHOICES)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {choices}, not {value!r}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> HostConfig:
