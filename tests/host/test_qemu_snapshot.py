@@ -67,6 +67,7 @@ class FakeQMP:
         self.accepts_background = background
         self.background = False
         self.sent: list[str] = []
+        self.unfinalized_conts = 0  # `cont`s refused as if the migration thread had not ended
 
     async def execute(self, cmd: str, args: dict[str, Any] | None = None) -> object:
         self.sent.append(cmd)
@@ -83,6 +84,11 @@ class FakeQMP:
             self.background = wanted["background-snapshot"]
         elif cmd == "stop":
             self.running = False
+        elif cmd == "cont" and self.unfinalized_conts > 0:
+            self.unfinalized_conts -= 1
+            raise ExecuteError(ErrorResponse({"error": {
+                "class": "GenericError", "desc": "Migration is not finalized yet"}}),
+                Message({}), Message({}))
         elif cmd == "cont":
             self.running = True
         elif cmd == "migrate":
@@ -120,6 +126,15 @@ async def _snapshot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, driver: Qem
     return await driver.snapshot_live(_vm(tmp_path), tmp_path / "state.stream",
                                       tmp_path / "new-top.qcow2", short_pause=short_pause,
                                       overwrite=overwrite)
+
+
+async def test_cont_waits_for_qemu_to_finish_a_completed_migration(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = FakeQMP()
+    fake.unfinalized_conts = 3
+    await _snapshot(monkeypatch, tmp_path, QemuDriver("tcg", precopy=False), fake)
+    assert fake.sent.count("cont") == 4
+    assert fake.running
 
 
 async def test_tcg_snapshot_stops_the_guest_before_saving(

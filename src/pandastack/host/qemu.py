@@ -285,7 +285,7 @@ class QemuDriver:
                     await self._switch_disk(qmp, new_top)
                     switched = True
                 if was_running:
-                    await qmp.execute("cont")
+                    await _cont_after_migration(qmp)
                 resumed = time.monotonic()
             # `_written` closes the duplicate, also when it fails: it is no longer ours to
             # close below.
@@ -299,7 +299,7 @@ class QemuDriver:
             with contextlib.suppress(Exception):
                 status = await qmp.execute("query-status")
                 if was_running and isinstance(status, dict) and not status.get("running"):
-                    await qmp.execute("cont")
+                    await _cont_after_migration(qmp)
             if not overwrite:
                 with contextlib.suppress(OSError):
                     target.unlink()
@@ -475,6 +475,21 @@ def _log_tail(socket_path: Path) -> str:
         return (socket_path.parent / "vmm.log").read_text(errors="replace")[-500:]
     except OSError:
         return ""
+
+
+async def _cont_after_migration(qmp: QMPClient, within_s: float = 5.0) -> None:
+    """`cont` once a finished migration lets it. QEMU reports a migration "completed" a moment
+    before its migration thread leaves the finish-migrate run state, and refuses `cont` until
+    then (seen once in ~100 forks: the fork failed)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            await qmp.execute("cont")
+            return
+        except ExecuteError as exc:
+            if "not finalized" not in str(exc) or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.0005)
 
 
 async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient:
