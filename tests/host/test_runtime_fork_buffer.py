@@ -12,6 +12,7 @@ import pytest
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
+from pandastack.host.vmm import max_stream_bytes
 from tests.helpers import qemu_pids_under
 
 pytestmark = pytest.mark.vm
@@ -59,11 +60,13 @@ async def test_fork_streams_go_through_the_buffer_and_a_stale_tail_is_harmless(
         big = await rt.create()
         await _filled(big, 96)
         # The first fork finds no buffer: its stream goes to the snapshot directory, and a
-        # buffer of about its size is prepared for the next one.
+        # buffer is prepared for the next one, with all the space a fork of this size
+        # reserves already written (else that fork would allocate the rest itself).
         (first,) = await rt.fork(big.id)
         await rt.kill(first.id)
         await _buffer_ready(rt)
         assert config.fork_buffer_dir.is_dir()
+        assert rt.fork_buffer.path.stat().st_blocks * 512 >= max_stream_bytes(512 << 20)
 
         snap = await rt.snapshot(big.id, internal=True, transient=True, short_pause=False)
         stream = rt.snapshots.stream(snap.info.id)

@@ -636,7 +636,9 @@ class HostRuntime:
             if len(record.layers) + 1 > MAX_LAYERS:
                 await self._start_flatten(sandbox_id, vm)
         if transient and buffer is None:
-            self.fork_buffer.prepare(pause.stream_bytes)  # for the next fork
+            # For the next fork: as large as `take` will reserve, or that fork would allocate
+            # the rest itself (~240 MiB of fresh pages, up to ~560 ms here, before its pause).
+            self.fork_buffer.prepare(max_stream_bytes(needed))
         return SnapshotResult(info, pause.ms, pause.method)
 
     async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
