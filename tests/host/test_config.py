@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.config import HostConfig
+from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, HostConfig
 
 
 @pytest.mark.parametrize(("setting", "accel", "args"), [
@@ -49,3 +49,22 @@ def test_stream_huge_pages_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PANDASTACK_STREAM_HUGE_PAGES", "maybe")
     with pytest.raises(ValueError, match="stream_huge_pages"):
         HostConfig.from_env()
+
+
+def test_stream_hugetlb_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    auto = HostConfig()
+    assert auto.stream_hugetlb_mb is None
+    # "auto": a pool only where freed memory goes back to the hypervisor (huge_pool.py).
+    assert auto.stream_hugetlb_pages(True) == AUTO_STREAM_HUGETLB_MB // 2
+    assert auto.stream_hugetlb_pages(False) == 0
+    monkeypatch.setenv("PANDASTACK_STREAM_HUGETLB_MB", "512")
+    assert HostConfig.from_env().stream_hugetlb_pages(False) == 256
+    monkeypatch.setenv("PANDASTACK_STREAM_HUGETLB_MB", "0")
+    assert HostConfig.from_env().stream_hugetlb_pages(True) == 0
+    monkeypatch.setenv("PANDASTACK_STREAM_HUGETLB_MB", "auto")
+    assert HostConfig.from_env().stream_hugetlb_mb is None
+    with pytest.raises(ValueError, match="stream_hugetlb_mb"):
+        HostConfig(stream_hugetlb_mb=-2)
+    one = HostConfig(state_dir=tmp_path / "a").hugetlb_claim
+    assert one != HostConfig(state_dir=tmp_path / "b").hugetlb_claim
+    assert one.parent == HostConfig(state_dir=tmp_path / "b").hugetlb_claim.parent

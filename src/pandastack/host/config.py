@@ -10,6 +10,8 @@ from pathlib import Path
 DEFAULT_HOME = Path("/var/lib/pandastack")
 DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
 FORK_BUFFERS_ROOT = Path("/run/pandastack-fork-buffers")
+HUGETLB_CLAIMS_ROOT = Path("/run/pandastack-hugetlb")
+AUTO_STREAM_HUGETLB_MB = 2048  # four 512 MiB sandboxes
 ACCEL_CHOICES = ("auto", "kvm", "tcg")
 GUEST_ASLR_CHOICES = ("auto", "on", "off")
 STREAM_HUGE_PAGES_CHOICES = ("auto", "on", "off")
@@ -50,6 +52,10 @@ class HostConfig:
     # Forks write their streams into a warm tmpfs buffer, released this many seconds after
     # the last fork (host/fork_buffer.py, ADR 0010); 0: into the snapshot directory.
     fork_buffer_s: float = 60.0
+    # MiB of 2 MiB hugetlb pages this runtime adds to the kernel's pool for the RAM of VMs
+    # restored from a stream (host/huge_pool.py, ADR 0011); 0: none. None ("auto"):
+    # AUTO_STREAM_HUGETLB_MB where the host hands freed memory back to its hypervisor, else 0.
+    stream_hugetlb_mb: int | None = None
     agent_timeout_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -59,6 +65,8 @@ class HostConfig:
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, not {value!r}")
+        if self.stream_hugetlb_mb is not None and self.stream_hugetlb_mb < 0:
+            raise ValueError(f"stream_hugetlb_mb must be 0 or more, not {self.stream_hugetlb_mb}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> HostConfig:
@@ -89,6 +97,8 @@ class HostConfig:
             values["stream_huge_pages"] = env["PANDASTACK_STREAM_HUGE_PAGES"]
         if "PANDASTACK_FORK_BUFFER_S" in env:
             values["fork_buffer_s"] = float(env["PANDASTACK_FORK_BUFFER_S"])
+        if env.get("PANDASTACK_STREAM_HUGETLB_MB", "auto") != "auto":
+            values["stream_hugetlb_mb"] = int(env["PANDASTACK_STREAM_HUGETLB_MB"])
         if "PANDASTACK_TB_SIZE_MB" in env:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
         values.update(overrides)
@@ -125,8 +135,23 @@ class HostConfig:
     def fork_buffer_dir(self) -> Path:
         """Where the fork buffer's tmpfs is mounted: one per state dir, so runtimes (and test
         sessions) with their own state never share one."""
-        key = hashlib.sha256(str(self.sandboxes_dir.resolve()).encode()).hexdigest()[:16]
-        return FORK_BUFFERS_ROOT / key
+        return FORK_BUFFERS_ROOT / self._state_key
+
+    @property
+    def hugetlb_claim(self) -> Path:
+        """This runtime's claim on the kernel's hugetlb pool; one per state dir."""
+        return HUGETLB_CLAIMS_ROOT / f"{self._state_key}.claim"
+
+    def stream_hugetlb_pages(self, host_reports_free_pages: bool) -> int:
+        """The 2 MiB pages to add to the hugetlb pool, "auto" resolved for this host."""
+        mb = self.stream_hugetlb_mb
+        if mb is None:
+            mb = AUTO_STREAM_HUGETLB_MB if host_reports_free_pages else 0
+        return mb // 2
+
+    @property
+    def _state_key(self) -> str:
+        return hashlib.sha256(str(self.sandboxes_dir.resolve()).encode()).hexdigest()[:16]
 
     @property
     def templates_dir(self) -> Path:

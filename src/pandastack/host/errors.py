@@ -4,6 +4,7 @@
     ├── SetupError            host preparation (packages, images, templates) failed
     │   └── TemplateNotFound  no template of that name
     ├── VMMError              the VMM could not start, restore, snapshot or stop a VM
+    │   ├── HugePagesUnavailable  too few free hugetlb pages for a VM's RAM
     │   └── SnapshotFailed    a live snapshot failed (the sandbox keeps running)
     ├── SandboxNotFound       no such sandbox on this host
     ├── SnapshotNotFound      no such snapshot on this host
@@ -35,6 +36,10 @@ class TemplateNotFound(SetupError):
 
 class VMMError(HostError):
     pass
+
+
+class HugePagesUnavailable(VMMError):
+    """The hugetlb pool had too few free pages for a VM's RAM when QEMU mapped it."""
 
 
 class SnapshotFailed(VMMError):

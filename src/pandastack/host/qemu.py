@@ -28,7 +28,7 @@ from typing import Any
 
 from qemu.qmp import ExecuteError, QMPClient
 
-from .errors import SnapshotFailed, VMMError
+from .errors import HugePagesUnavailable, SnapshotFailed, VMMError
 from .network import GUEST_MAC, TAP
 from .vmm import (
     AGENT_PORT_NAME,
@@ -43,6 +43,8 @@ from .vmm import (
 )
 
 QMP_TIMEOUT_S = 30.0
+# What QEMU says when it cannot reserve hugetlb pages for a VM's RAM.
+NO_HUGE_PAGES = "unable to map backing store for guest RAM"
 # Before QEMU 9.0, a pre-copy migration under TCG loses guest writes: the dirty-bitmap sync
 # clears the bitmap 64 pages at a time without resetting the TCG TLB, so stores through entries
 # that were already marked dirty set no bit again, and a page sent while the guest ran stays
@@ -100,13 +102,18 @@ class QemuDriver:
 
     def _argv(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
               memory_file: Path | None, *, share: bool, disk: Path,
-              netns: str | None = None) -> list[str]:
+              netns: str | None = None, hugetlb: bool = False) -> list[str]:
         if self.accel == "kvm":
             accel, cpu = "kvm", self.cpu
         else:
             accel, cpu = f"tcg,tb-size={self.tb_size_mb}", self.cpu
         mem = f"{shape.memory_mb}M"
-        if memory_file is None:
+        if memory_file is None and hugetlb:
+            # Private, so the RAM is still sent whole by a later snapshot (x-ignore-shared
+            # leaves out shared RAM only): streams stay the same whatever backs the RAM.
+            backend = (f"memory-backend-memfd,id=ram,size={mem},hugetlb=on,hugetlbsize=2M,"
+                       "share=off")
+        elif memory_file is None:
             # Everything comes from the stream: anonymous memory (with transparent huge
             # pages) loads it several times faster than private copies of a file's pages.
             backend = f"memory-backend-ram,id=ram,size={mem}"
@@ -176,11 +183,13 @@ class QemuDriver:
                                       netns=netns), paths)
 
     async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
-                      netns: str | None = None) -> VMProcess:
+                      netns: str | None = None, hugetlb: bool = False) -> VMProcess:
+        if hugetlb and snapshot.memory is not None:
+            raise ValueError("hugetlb RAM is for restores from a stream only")
         fd = os.open(snapshot.device_state, os.O_RDONLY | os.O_CLOEXEC)
         try:
             argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,
-                              share=False, disk=disk, netns=netns)
+                              share=False, disk=disk, netns=netns, hugetlb=hugetlb)
             argv += ["-incoming", "defer"]
             # QEMU asks for transparent huge pages for its TCG code buffer, so a clone's
             # translated code grows 2 MiB at a time: without them an idle clone of a template
@@ -203,8 +212,16 @@ class QemuDriver:
                     {"capability": "x-ignore-shared", "state": True}]}),
                 ("migrate-incoming", {"uri": f"fd:{fd}"}),
             ], alive=vm.is_alive)
-        except BaseException:
+        except BaseException as exc:
             vm.kill()
+            if vm.agent_connection is not None:
+                vm.agent_connection.close()
+                vm.agent_connection = None
+            # QEMU makes its sockets before it maps RAM: a VMM that could not map it shows as
+            # an early exit or as a connection it reset; only its log says why.
+            log = _log_tail(paths.agent_socket) if hugetlb else ""
+            if isinstance(exc, Exception) and NO_HUGE_PAGES in log:
+                raise HugePagesUnavailable(f"no free hugetlb pages: {exc}") from exc
             raise
         return vm
 

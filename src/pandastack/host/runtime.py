@@ -32,6 +32,7 @@ from .disk import create_overlay
 from .egress_proxy import EgressProxy, Resolver
 from .errors import (
     HostError,
+    HugePagesUnavailable,
     SandboxNotFound,
     SandboxStateError,
     SetupError,
@@ -39,6 +40,7 @@ from .errors import (
 )
 from .fork_buffer import ForkBuffer
 from .gc import kill_orphan_vmms
+from .huge_pool import HugePagePool
 from .images import BASE, GuestImage, ensure_image, image_spec
 from .network import NetworkManager, NetworkPolicy, ProxyPorts, Slot
 from .qemu import QemuDriver, reports_free_pages
@@ -56,6 +58,7 @@ from .templates import Template, TemplateStore
 from .vmm import (
     KernelSpec,
     MachineShape,
+    SnapshotFiles,
     VMMDriver,
     VMPaths,
     VMProcess,
@@ -152,6 +155,7 @@ class HostRuntime:
         self.egress = EgressProxy(ports, self.config.network_pool, resolver=resolver)
         self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
                                       progress)
+        self.huge_pool = HugePagePool(self.config.hugetlb_claim, progress=progress)
         self._spares: builtins.list[Slot] = []
         # Sandboxes whose disk layers are being merged: their layers as the merge began, and
         # the template disk the merge goes down to.
@@ -188,9 +192,11 @@ class HostRuntime:
                 kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
                 accel = await asyncio.to_thread(resolve_accel, self.config.accel, kernel,
                                                 self.config.cache_dir, self.config.qemu_binary)
+                balloon = await asyncio.to_thread(reports_free_pages)
                 huge = self.config.stream_huge_pages
                 if huge == "auto":
-                    huge = "off" if await asyncio.to_thread(reports_free_pages) else "on"
+                    huge = "off" if balloon else "on"
+                self.huge_pool.pages = self.config.stream_hugetlb_pages(balloon)
                 self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
                                           tb_size_mb=self.config.tb_size_mb,
                                           tcg_cpu=self.config.tcg_cpu,
@@ -244,6 +250,7 @@ class HostRuntime:
         await self.prepare()
         self.snapshots.sweep()
         await asyncio.to_thread(self.fork_buffer.sweep)
+        await asyncio.to_thread(self.huge_pool.sweep)
         cmdlines = await asyncio.to_thread(lambda: list(iter_cmdlines()))  # one /proc walk
         # Host-wide: VMMs whose directory is gone belong to no runtime, this one included.
         orphans = await asyncio.to_thread(kill_orphan_vmms, self.progress, cmdlines)
@@ -381,8 +388,7 @@ class HostRuntime:
             # A snapshot's stream carries all of its memory; a template's memory is its file.
             files = replace(tmpl.snapshot, device_state=state_file,
                             memory=None if snapshot is not None else tmpl.snapshot.memory)
-            vm = await self.driver.restore(VMPaths(workdir), files, workdir / top,
-                                           netns=slot.netns)
+            vm = await self._restore(VMPaths(workdir), files, workdir / top, slot.netns)
             record = self._save(replace(record, pid=vm.pid))
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template,
@@ -412,6 +418,25 @@ class HostRuntime:
         # create + first exec ~5 ms slower at p50 and up to ~60 ms slower at p99.
         self._refill_spares()
         return handle
+
+    async def _restore(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
+                       netns: str | None) -> VMProcess:
+        """Restore a VM; one whose memory is all in its stream gets RAM from the hugetlb pool
+        when enough of it is free."""
+        pages = self.huge_pool.lease(files.shape.memory_mb) if files.memory is None else 0
+        try:
+            if pages:
+                try:
+                    vm = await self.driver.restore(paths, files, disk, netns=netns,
+                                                   hugetlb=True)
+                    self.huge_pool.served += 1
+                    return vm
+                except HugePagesUnavailable:  # another process took them since the lease
+                    for stale in (paths.agent_socket, paths.qmp_socket):
+                        stale.unlink(missing_ok=True)
+            return await self.driver.restore(paths, files, disk, netns=netns)
+        finally:
+            self.huge_pool.settle(pages)
 
     # -- lookup and kill ------------------------------------------------------------------
 
@@ -529,6 +554,7 @@ class HostRuntime:
             await self.kill(sid)
         await self._drop_spares()
         await self.fork_buffer.close()
+        await self.huge_pool.close()
 
     async def close(self) -> None:
         """Drop agent connections; the VMs keep running and a later start() re-adopts them.
@@ -536,6 +562,7 @@ class HostRuntime:
         await self.egress.close()
         await self._drop_spares()
         await self.fork_buffer.close()
+        await self.huge_pool.close()
         for handle in self._sandboxes.values():
             await handle.disconnect()
         self._sandboxes.clear()
@@ -733,9 +760,9 @@ class HostRuntime:
             for stale in ("agent.sock", "qmp.sock"):
                 (handle.workdir / stale).unlink(missing_ok=True)
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
-            vm = await self.driver.restore(
+            vm = await self._restore(
                 VMPaths(handle.workdir), files, handle.workdir / record.top,
-                netns=self._slot(record.slot).netns if record.slot is not None else None)
+                self._slot(record.slot).netns if record.slot is not None else None)
             handle.vm = vm
             handle.state = "running"
             try:

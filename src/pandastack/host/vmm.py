@@ -171,8 +171,11 @@ class VMMDriver(Protocol):
         ...
 
     async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
-                      netns: str | None = None) -> VMProcess:
-        """Start a VM from `snapshot`, mapping its memory privately; it runs when restored."""
+                      netns: str | None = None, hugetlb: bool = False) -> VMProcess:
+        """Start a VM from `snapshot`, mapping its memory privately; it runs when restored.
+        With `hugetlb` (only for a snapshot whose memory is all in its stream), the RAM is
+        private 2 MiB pages from the host's hugetlb pool; HugePagesUnavailable if the pool
+        has too few free."""
         ...
 
     async def pause(self, vm: VMProcess) -> None:
