@@ -6,7 +6,8 @@ the warm fork buffer when there is one: timed, with its pause), then one child r
 that to its first exec (timed), then `fork(count=1)` end to end (timed). Before the rounds,
 one fork (its time is printed) has the runtime prepare its fork buffer and huge page pool,
 as a server's first fork does; pauses are also shown for the rounds whose stream went into
-the buffer, and the count of children restored onto pool pages. Then hibernate and wake
+the buffer, and the count of children restored onto pool pages. Then a few `fork(count=3)`
+(timed until they return), and hibernate and wake
 (to the first exec) of a sandbox with the same dirty memory. The floor, measured in the same
 run: a create from the template plus its first exec (no memory to carry over).
 
@@ -134,6 +135,15 @@ async def main() -> None:
             pooled_children += rt.huge_pool.served - served
             await rt.kill(kid.id)
 
+        # Several children at once: they load their streams side by side.
+        trio_ms: list[float] = []
+        for _ in range(max(2, args.n // 2)):
+            t0 = time.perf_counter()
+            kids = await rt.fork(parent.id, count=3)
+            trio_ms.append((time.perf_counter() - t0) * 1000)
+            for kid in kids:
+                await rt.kill(kid.id)
+
         hib_ms: list[float] = []
         wake_ms: list[float] = []
         pooled_wakes = 0
@@ -157,6 +167,7 @@ async def main() -> None:
         print(line("child from snapshot, to 1st exec", child_ms))
         print(line("fork(count=1), until it returns", forked_ms))
         print(line("fork(count=1) to child's 1st exec", fork_ms))
+        print(line("fork(count=3), until it returns", trio_ms))
         print(line("hibernate", hib_ms))
         print(line("wake (to first exec)", wake_ms))
         print(f"state stream per snapshot: {statistics.mean(stream_mb):.0f} MiB")
