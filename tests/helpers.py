@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import shutil
+import signal
 import zipfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +22,20 @@ def qemu_pids_under(directory: Path) -> list[int]:
     prefix = str(directory)
     return [pid for pid, argv in iter_cmdlines()
             if "qemu" in argv[0] and any(prefix in a for a in argv)]
+
+
+def remove_private_dirs(state: Path, snaps: Path) -> tuple[list[str], list[str]]:
+    """Remove a test runtime's private state and snapshot directories, also when the test
+    failed; return what was left in them (VMM processes under `state` are killed first and
+    listed as "pid N")."""
+    pids = qemu_pids_under(state)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    left = ([f"pid {pid}" for pid in pids] + sorted(p.name for p in state.iterdir()),
+            sorted(p.name for p in snaps.iterdir()))
+    shutil.rmtree(state, ignore_errors=True)
+    shutil.rmtree(snaps, ignore_errors=True)
+    return left
 
 
 def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:

@@ -64,30 +64,38 @@ class HugePagePool:
         self.progress = progress
         self.state = "none"  # none -> warming -> ready; back to none at close
         self.granted = 0  # pages the kernel actually added for this runtime
-        self._pending = 0  # pages leased to VMs that are still starting
+        self._held: dict[str, int] = {}  # pages leased, by the VM (its directory) they are for
         self.served = 0  # VMs started on pool pages (benchmarks report which restores were)
         self._warming: asyncio.Task[None] | None = None
 
     # -- leases -----------------------------------------------------------------------------
 
-    def lease(self, memory_mb: int) -> int:
-        """Pages promised to a VM of `memory_mb` about to start, to be `settle`d once it has
-        mapped its RAM (or failed); 0: the VM uses anonymous memory. The first call starts
-        adding this runtime's share."""
+    def lease(self, owner: str, memory_mb: int) -> bool:
+        """Whether the VM `owner` (of `memory_mb`), about to start, may take its RAM from the
+        pool; if so, the pages are counted as its own until `release(owner)`. The first call
+        starts adding this runtime's share.
+
+        A runtime counts only its own share, and only by its own leases: the kernel's
+        counters show a VM's pages only once QEMU has mapped them, which is after the next
+        VM of the same fork may already have asked. The kernel is asked too, for pages other
+        processes hold; one may still take them before QEMU maps its RAM, and QEMU then
+        fails to start (`HugePagesUnavailable`): the caller falls back to anonymous memory."""
         if self.pages <= 0:
-            return 0
+            return False
         if self.state == "none":
             self.state = "warming"
             self._warming = asyncio.get_running_loop().create_task(self._fill(),
                                                                    name="huge-page-pool")
         need = pages_for(memory_mb)
-        if self.state != "ready" or need == 0 or self.available() - self._pending < need:
-            return 0
-        self._pending += need
-        return need
+        if (self.state != "ready" or need == 0 or owner in self._held
+                or self.granted - sum(self._held.values()) < need or self.available() < need):
+            return False
+        self._held[owner] = need
+        return True
 
-    def settle(self, pages: int) -> None:
-        self._pending -= pages
+    def release(self, owner: str) -> None:
+        """The VM `owner` ended, or will not use the pool: its pages are free again."""
+        self._held.pop(owner, None)
 
     def available(self) -> int:
         """Pool pages neither in use nor reserved by a mapping, whoever added them."""
@@ -175,6 +183,7 @@ class HugePagePool:
             await asyncio.to_thread(take_back)
         self.state = "none"
         self.granted = 0
+        self._held.clear()
 
     # -- files ------------------------------------------------------------------------------
 

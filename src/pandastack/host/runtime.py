@@ -402,6 +402,7 @@ class HostRuntime:
         except BaseException as exc:
             if vm is not None:
                 vm.kill()
+            self._vm_ended(workdir)
             if slot is not None:
                 await self._release_slot(slot)
                 self._refill_spares()
@@ -422,21 +423,25 @@ class HostRuntime:
     async def _restore(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
                        netns: str | None) -> VMProcess:
         """Restore a VM; one whose memory is all in its stream gets RAM from the hugetlb pool
-        when enough of it is free."""
-        pages = self.huge_pool.lease(files.shape.memory_mb) if files.memory is None else 0
-        try:
-            if pages:
-                try:
-                    vm = await self.driver.restore(paths, files, disk, netns=netns,
-                                                   hugetlb=True)
-                    self.huge_pool.served += 1
-                    return vm
-                except HugePagesUnavailable:  # another process took them since the lease
-                    for stale in (paths.agent_socket, paths.qmp_socket):
-                        stale.unlink(missing_ok=True)
-            return await self.driver.restore(paths, files, disk, netns=netns)
-        finally:
-            self.huge_pool.settle(pages)
+        when this runtime's share has room (released when the VM ends: `_vm_ended`)."""
+        owner = str(paths.workdir)
+        if files.memory is None and self.huge_pool.lease(owner, files.shape.memory_mb):
+            try:
+                vm = await self.driver.restore(paths, files, disk, netns=netns, hugetlb=True)
+                self.huge_pool.served += 1
+                return vm
+            except HugePagesUnavailable:  # another process took them since the lease
+                self.huge_pool.release(owner)
+                for stale in (paths.agent_socket, paths.qmp_socket):
+                    stale.unlink(missing_ok=True)
+            except BaseException:
+                self.huge_pool.release(owner)
+                raise
+        return await self.driver.restore(paths, files, disk, netns=netns)
+
+    def _vm_ended(self, workdir: Path) -> None:
+        """A sandbox's VMM process is gone: what it held on the host for its life is free."""
+        self.huge_pool.release(str(workdir))
 
     # -- lookup and kill ------------------------------------------------------------------
 
@@ -455,7 +460,10 @@ class HostRuntime:
             raise SandboxNotFound(sandbox_id)
         self._flattening.pop(sandbox_id, None)
         record = self._records.pop(sandbox_id, None)
-        await handle.destroy()
+        try:
+            await handle.destroy()
+        finally:
+            self._vm_ended(handle.workdir)
         if record is not None and record.slot is not None:
             await self._release_slot(self._slot(record.slot))
 
@@ -743,6 +751,7 @@ class HostRuntime:
             await handle.disconnect()
             await self.driver.save_stopped(vm, handle.workdir / HIBERNATION)
             await asyncio.to_thread(vm.kill)
+            self._vm_ended(handle.workdir)
             handle.vm = None
             handle.state = "hibernated"
             self._save(replace(self._records[sandbox_id], state="hibernated", pid=None))
@@ -769,6 +778,7 @@ class HostRuntime:
                 await handle.initialize(record.machine_id)
             except BaseException:
                 await asyncio.to_thread(vm.kill)
+                self._vm_ended(handle.workdir)
                 handle.vm = None
                 handle.state = "hibernated"
                 raise
