@@ -137,10 +137,13 @@ async def main() -> None:
 
         # Several children at once: they load their streams side by side.
         trio_ms: list[float] = []
+        pooled_trios = 0
         for _ in range(max(2, args.n // 2)):
+            served = rt.huge_pool.served
             t0 = time.perf_counter()
             kids = await rt.fork(parent.id, count=3)
             trio_ms.append((time.perf_counter() - t0) * 1000)
+            pooled_trios += rt.huge_pool.served - served
             for kid in kids:
                 await rt.kill(kid.id)
 
@@ -172,6 +175,7 @@ async def main() -> None:
         print(line("wake (to first exec)", wake_ms))
         print(f"state stream per snapshot: {statistics.mean(stream_mb):.0f} MiB")
         print(f"RAM on huge page pool pages: {pooled_children} of {2 * args.n} children, "
+              f"{pooled_trios} of {3 * len(trio_ms)} in threes, "
               f"{pooled_wakes} of {len(wake_ms)} wakes")
         print(f"ratio child p50 / floor p50: {pct(child_ms, 50) / pct(floor, 50):.2f}; "
               f"fork p50 / floor p50: {pct(fork_ms, 50) / pct(floor, 50):.2f}")
