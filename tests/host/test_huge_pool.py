@@ -102,3 +102,13 @@ async def test_a_dead_owners_share_is_taken_back_at_start(pool: HugePagePool) ->
     assert _pool() == before
     assert not orphan.exists()
     assert alive.exists()
+
+
+async def test_close_while_the_share_is_being_added_takes_it_back(pool: HugePagePool) -> None:
+    before = _pool()
+    assert not pool.lease("vm", 4)  # starts adding the share in a thread
+    await asyncio.sleep(0)  # the task starts that thread
+    await pool.close()  # at once: the thread has not written the claim yet
+    await asyncio.sleep(1)  # a thread left running would have added its pages by now
+    assert _pool() == before
+    assert not pool.claim.exists()

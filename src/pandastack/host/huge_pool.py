@@ -67,6 +67,7 @@ class HugePagePool:
         self._held: dict[str, int] = {}  # pages leased, by the VM (its directory) they are for
         self.served = 0  # VMs started on pool pages (benchmarks report which restores were)
         self._warming: asyncio.Task[None] | None = None
+        self._adding: asyncio.Future[int] | None = None
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -108,7 +109,9 @@ class HugePagePool:
 
     async def _fill(self) -> None:
         try:
-            self.granted = await asyncio.to_thread(self._add_share)
+            # A thread cannot be cancelled: `close` waits for this one before taking back.
+            self._adding = asyncio.ensure_future(asyncio.to_thread(self._add_share))
+            self.granted = await asyncio.shield(self._adding)
             if self.granted < self.pages:
                 self.progress(f"huge page pool: the kernel gave {self.granted} of "
                               f"{self.pages} pages")
@@ -176,6 +179,9 @@ class HugePagePool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warming
         self._warming = None
+        if self._adding is not None:
+            await asyncio.wait([self._adding])
+            self._adding = None
         if self.claim.exists():
             def take_back() -> None:
                 with self._locked():
