@@ -497,7 +497,7 @@ def _log_tail(socket_path: Path) -> str:
 async def _cont_after_migration(qmp: QMPClient, within_s: float = 5.0) -> None:
     """`cont` once a finished migration lets it. QEMU reports a migration "completed" a moment
     before its migration thread leaves the finish-migrate run state, and refuses `cont` until
-    then (seen once in ~100 forks: the fork failed)."""
+    then (seen once, in a benchmark's first fork, which failed on it)."""
     deadline = time.monotonic() + within_s
     while True:
         try:
