@@ -55,12 +55,13 @@ def test_stream_hugetlb_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     auto = HostConfig()
     assert auto.stream_hugetlb_mb is None
     # "auto": a pool only where freed memory goes back to the hypervisor (huge_pool.py).
-    assert auto.stream_hugetlb_pages(True) == AUTO_STREAM_HUGETLB_MB // 2
-    assert auto.stream_hugetlb_pages(False) == 0
+    assert auto.stream_hugetlb_pages(True, 24105) == AUTO_STREAM_HUGETLB_MB // 2
+    assert auto.stream_hugetlb_pages(True, 4096) == 256  # an eighth of a small host
+    assert auto.stream_hugetlb_pages(False, 24105) == 0
     monkeypatch.setenv("PANDASTACK_STREAM_HUGETLB_MB", "512")
-    assert HostConfig.from_env().stream_hugetlb_pages(False) == 256
+    assert HostConfig.from_env().stream_hugetlb_pages(False, 4096) == 256
     monkeypatch.setenv("PANDASTACK_STREAM_HUGETLB_MB", "0")
-    assert HostConfig.from_env().stream_hugetlb_pages(True) == 0
+    assert HostConfig.from_env().stream_hugetlb_pages(True, 24105) == 0
     monkeypatch.setenv("PANDASTACK_STREAM_HUGETLB_MB", "auto")
     assert HostConfig.from_env().stream_hugetlb_mb is None
     with pytest.raises(ValueError, match="stream_hugetlb_mb"):

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.huge_pool import POOL_SYSFS, HugePagePool, _start_time, pages_for
+from pandastack.host.huge_pool import (
+    POOL_SYSFS,
+    HugePagePool,
+    _start_time,
+    host_memory_mb,
+    pages_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,6 +44,13 @@ async def pool(tmp_path: Path) -> AsyncIterator[HugePagePool]:
     made = HugePagePool(tmp_path / "claims" / "me.claim", pages=4, progress=lambda m: None)
     yield made
     await made.close()
+
+
+def test_host_memory_from_meminfo(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24683520 kB\nMemFree:        21529000 kB\n")
+    assert host_memory_mb(meminfo) == 24105
+    assert host_memory_mb(tmp_path / "missing") == 0
 
 
 def test_pages_for_whole_huge_pages_only() -> None:

@@ -54,7 +54,8 @@ class HostConfig:
     fork_buffer_s: float = 60.0
     # MiB of 2 MiB hugetlb pages this runtime adds to the kernel's pool for the RAM of VMs
     # restored from a stream (host/huge_pool.py, ADR 0011); 0: none. None ("auto"):
-    # AUTO_STREAM_HUGETLB_MB where the host hands freed memory back to its hypervisor, else 0.
+    # AUTO_STREAM_HUGETLB_MB (at most 1/8 of the host's memory) where the host hands freed
+    # memory back to its hypervisor, else 0.
     stream_hugetlb_mb: int | None = None
     agent_timeout_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -142,11 +143,12 @@ class HostConfig:
         """This runtime's claim on the kernel's hugetlb pool; one per state dir."""
         return HUGETLB_CLAIMS_ROOT / f"{self._state_key}.claim"
 
-    def stream_hugetlb_pages(self, host_reports_free_pages: bool) -> int:
-        """The 2 MiB pages to add to the hugetlb pool, "auto" resolved for this host."""
+    def stream_hugetlb_pages(self, host_reports_free_pages: bool, host_memory_mb: int) -> int:
+        """The 2 MiB pages to add to the hugetlb pool, "auto" resolved for this host (never
+        more than an eighth of its memory: the pages are held whether VMs use them or not)."""
         mb = self.stream_hugetlb_mb
         if mb is None:
-            mb = AUTO_STREAM_HUGETLB_MB if host_reports_free_pages else 0
+            mb = min(AUTO_STREAM_HUGETLB_MB, host_memory_mb // 8) if host_reports_free_pages else 0
         return mb // 2
 
     @property

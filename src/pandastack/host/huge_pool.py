@@ -46,6 +46,17 @@ for offset in range(0, size, {PAGE}):
 """
 
 
+def host_memory_mb(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The host's memory (MemTotal) in MiB; 0 if it cannot be read."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def pages_for(memory_mb: int) -> int:
     """The 2 MiB pages a VM of `memory_mb` needs; 0 if its size is not a whole number of
     them (QEMU cannot back such RAM with them)."""

@@ -40,7 +40,7 @@ from .errors import (
 )
 from .fork_buffer import ForkBuffer
 from .gc import kill_orphan_vmms
-from .huge_pool import HugePagePool
+from .huge_pool import HugePagePool, host_memory_mb
 from .images import BASE, GuestImage, ensure_image, image_spec
 from .network import NetworkManager, NetworkPolicy, ProxyPorts, Slot
 from .qemu import QemuDriver, reports_free_pages
@@ -196,7 +196,8 @@ class HostRuntime:
                 huge = self.config.stream_huge_pages
                 if huge == "auto":
                     huge = "off" if balloon else "on"
-                self.huge_pool.pages = self.config.stream_hugetlb_pages(balloon)
+                self.huge_pool.pages = self.config.stream_hugetlb_pages(
+                    balloon, await asyncio.to_thread(host_memory_mb))
                 self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
                                           tb_size_mb=self.config.tb_size_mb,
                                           tcg_cpu=self.config.tcg_cpu,
