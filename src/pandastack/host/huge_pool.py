@@ -33,7 +33,6 @@ from pathlib import Path
 PAGE = 2 << 20
 MIB = 1 << 20
 POOL_SYSFS = Path("/sys/kernel/mm/hugepages/hugepages-2048kB")
-CLAIMS_ROOT = Path("/run/pandastack-hugetlb")
 MAP_HUGETLB = 0x40000  # Linux, every architecture QEMU runs guests on here
 
 # Touches each page once. Run as its own process: the pages go back to the pool when it exits.
