@@ -7,9 +7,9 @@ that to its first exec (timed), then `fork(count=1)` end to end (timed). Before 
 one fork (its time is printed) has the runtime prepare its fork buffer and huge page pool,
 as a server's first fork does; pauses are also shown for the rounds whose stream went into
 the buffer, and the count of children restored onto pool pages. Then a few `fork(count=3)`
-(timed until they return), and hibernate and wake
-(to the first exec) of a sandbox with the same dirty memory. The floor, measured in the same
-run: a create from the template plus its first exec (no memory to carry over).
+(timed until they return), and hibernate and wake (to the first exec) of a sandbox with the
+same dirty memory. The floor, measured in the same run: a create from the template plus its
+first exec (no memory to carry over).
 
 Usage: python bench/fork.py [--n 8] [--dirty-mb 200]
 """
