@@ -22,6 +22,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from .idle_work import run_at_idle_priority
+
 STREAM_NAME = "stream"
 CHUNK = 2 << 20  # one huge page
 
@@ -83,20 +85,9 @@ class ForkBuffer:
         try:
             await asyncio.to_thread(self._mount)
             chunks = -(-size // CHUNK)
-            # Idle priority: these pages are for a later fork, not worth a running guest's CPU.
-            proc = await asyncio.create_subprocess_exec(
-                "chrt", "--idle", "0", "dd", "if=/dev/zero", f"of={self.path}", f"bs={CHUNK}",
-                f"count={chunks}", "conv=notrunc", "status=none",
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                _, err = await proc.communicate()
-            except BaseException:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-                raise
-            if proc.returncode != 0:
-                raise OSError(f"dd exited with {proc.returncode}: {err.decode().strip()}")
+            await run_at_idle_priority(
+                ["dd", "if=/dev/zero", f"of={self.path}", f"bs={CHUNK}", f"count={chunks}",
+                 "conv=notrunc", "status=none"], "writing the buffer")
         except Exception as exc:  # a fork without a buffer still works: say so, go on
             self.progress(f"cannot prepare a fork buffer: {exc}")
             self._retry_at = asyncio.get_running_loop().time() + max(self.keep_s, 60.0)

@@ -25,10 +25,11 @@ import contextlib
 import fcntl
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from .idle_work import run_at_idle_priority
 
 PAGE = 2 << 20
 MIB = 1 << 20
@@ -127,25 +128,11 @@ class HugePagePool:
                               f"{self.pages} pages")
             count = min(self.granted, self.available())
             if count > 0:
-                await self._touch(count)
+                await run_at_idle_priority([sys.executable, "-c", WARM, str(count)],
+                                           f"touching {count} pages")
         except Exception as exc:  # restores still work on anonymous memory: say so, go on
             self.progress(f"huge page pool: {exc}")
         self.state = "ready"
-
-    async def _touch(self, count: int) -> None:
-        # Idle priority: these pages are for later restores, not worth a running guest's CPU.
-        proc = await asyncio.create_subprocess_exec(
-            "chrt", "--idle", "0", sys.executable, "-c", WARM, str(count),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            _, err = await proc.communicate()
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise
-        if proc.returncode != 0:
-            raise OSError(f"touching {count} pages failed: {err.decode().strip()[-200:]}")
 
     def _add_share(self) -> int:
         with self._locked():
