@@ -11,6 +11,7 @@ import zipfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
 from pandastack.host.vmm import iter_cmdlines
 
@@ -35,6 +36,20 @@ def remove_private_dirs(state: Path, snaps: Path) -> tuple[list[str], list[str]]
             sorted(p.name for p in snaps.iterdir()))
     shutil.rmtree(state, ignore_errors=True)
     shutil.rmtree(snaps, ignore_errors=True)
+    return left
+
+
+async def close_private_runtime(rt: HostRuntime, state: Path,
+                                snaps: Path) -> tuple[list[str], list[str]]:
+    """Kill a test's own runtime's sandboxes, delete its snapshots and close it, then
+    `remove_private_dirs` (also when one of those steps fails); return what was left."""
+    try:
+        await rt.kill_all()
+        for info in rt.snapshots.all(include_internal=True):
+            rt.delete_snapshot(info.id)
+        await rt.close()
+    finally:
+        left = remove_private_dirs(state, snaps)
     return left
 
 

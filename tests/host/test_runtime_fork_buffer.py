@@ -13,7 +13,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
 from pandastack.host.vmm import max_stream_bytes
-from tests.helpers import remove_private_dirs
+from tests.helpers import close_private_runtime
 
 pytestmark = pytest.mark.vm
 
@@ -97,11 +97,7 @@ async def test_fork_streams_go_through_the_buffer_and_a_stale_tail_is_harmless(
         for kid in kids:
             assert (await kid.exec("cat /work/mark")).stdout == b"small"
     finally:
-        await rt.kill_all()
-        for info in rt.snapshots.all(include_internal=True):
-            rt.delete_snapshot(info.id)
-        await rt.close()
-        leftovers = remove_private_dirs(state, snaps)
+        leftovers = await close_private_runtime(rt, state, snaps)
     assert not config.fork_buffer_dir.exists(), "the buffer's mount outlived the runtime"
     assert leftovers == ([], [])
 
@@ -127,9 +123,5 @@ async def test_a_forks_snapshot_left_by_a_crash_is_swept_at_start(
         assert ids == {kept.info.id}, "the fork's snapshot outlived the crash"
         assert not (snaps / left.info.id).exists()
     finally:
-        await rt.kill_all()
-        for info in rt.snapshots.all(include_internal=True):
-            rt.delete_snapshot(info.id)
-        await rt.close()
-        leftovers = remove_private_dirs(state, snaps)
+        leftovers = await close_private_runtime(rt, state, snaps)
     assert leftovers == ([], [])

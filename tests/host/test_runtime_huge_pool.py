@@ -16,7 +16,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.huge_pool import PAGE, POOL_SYSFS
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
-from tests.helpers import remove_private_dirs
+from tests.helpers import close_private_runtime
 
 pytestmark = pytest.mark.vm
 
@@ -134,11 +134,7 @@ async def test_stream_restores_take_ram_from_the_pool_and_do_without_it(
         rt.delete_snapshot(snap.info.id)
     finally:
         _release(grabber)
-        await rt.kill_all()
-        for info in rt.snapshots.all(include_internal=True):
-            rt.delete_snapshot(info.id)
-        await rt.close()
-        leftovers = remove_private_dirs(state, snaps)
+        leftovers = await close_private_runtime(rt, state, snaps)
     assert _pool_pages() == before, "the runtime's pages outlived it"
     assert not config.hugetlb_claim.exists()
     assert leftovers == ([], [])

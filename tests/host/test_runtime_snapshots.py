@@ -17,7 +17,7 @@ from pandastack.host.errors import SandboxNotFound, SandboxStateError, SnapshotF
 from pandastack.host.qemu import QemuDriver, reports_free_pages
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
-from tests.helpers import SandboxFactory, qemu_pids_under
+from tests.helpers import SandboxFactory, close_private_runtime, qemu_pids_under
 
 pytestmark = pytest.mark.vm
 
@@ -235,14 +235,8 @@ async def test_killing_the_parent_spares_children_and_nothing_is_left(
         late = children[0]
         assert (await late.exec("echo alive")).stdout == b"alive\n"
     finally:
-        await rt.kill_all()
-        for info in rt.snapshots.all(include_internal=True):
-            rt.delete_snapshot(info.id)
-    assert list(state.iterdir()) == []
-    assert list(snaps.iterdir()) == []
-    assert qemu_pids_under(state) == []
-    state.rmdir()
-    snaps.rmdir()
+        leftovers = await close_private_runtime(rt, state, snaps)
+    assert leftovers == ([], [])  # no VMM process, sandbox directory or snapshot
 
 
 @pytest.fixture
