@@ -186,6 +186,7 @@ class QemuDriver:
                       netns: str | None = None, hugetlb: bool = False) -> VMProcess:
         if hugetlb and snapshot.memory is not None:
             raise ValueError("hugetlb RAM is for restores from a stream only")
+        paths.remove_sockets()
         fd = os.open(snapshot.device_state, os.O_RDONLY | os.O_CLOEXEC)
         try:
             argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,

@@ -433,8 +433,6 @@ class HostRuntime:
                 return vm
             except HugePagesUnavailable:  # another process took them since the lease
                 self.huge_pool.release(owner)
-                for stale in (paths.agent_socket, paths.qmp_socket):
-                    stale.unlink(missing_ok=True)
             except BaseException:
                 self.huge_pool.release(owner)
                 raise
@@ -767,8 +765,6 @@ class HostRuntime:
             store = await self.prepare()
             tmpl = store.load_dir(record.template, Path(record.template_path))
             stream = handle.workdir / HIBERNATION
-            for stale in ("agent.sock", "qmp.sock"):
-                (handle.workdir / stale).unlink(missing_ok=True)
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
             vm = await self._restore(
                 VMPaths(handle.workdir), files, handle.workdir / record.top,

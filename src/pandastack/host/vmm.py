@@ -78,6 +78,12 @@ class VMPaths:
     def qmp_socket(self) -> Path:
         return self.workdir / "qmp.sock"
 
+    def remove_sockets(self) -> None:
+        """Remove sockets an earlier VMM left in this directory (before a wake, or a second
+        try), so that a new VMM's sockets are not mistaken for them."""
+        for socket_path in (self.agent_socket, self.qmp_socket):
+            socket_path.unlink(missing_ok=True)
+
     @property
     def console_log(self) -> Path:
         return self.workdir / "console.log"
@@ -175,7 +181,7 @@ class VMMDriver(Protocol):
         """Start a VM from `snapshot`, mapping its memory privately; it runs when restored.
         With `hugetlb` (only for a snapshot whose memory is all in its stream), the RAM is
         private 2 MiB pages from the host's hugetlb pool; HugePagesUnavailable if the pool
-        has too few free."""
+        has too few free. Sockets an earlier VMM left in `paths` are removed first."""
         ...
 
     async def pause(self, vm: VMProcess) -> None:
