@@ -8,7 +8,10 @@ with hand-made frames: no runtime bookkeeping, no init message, no client librar
 Idle cost: K sandboxes left idle; CPU share from /proc/PID/stat over a window, and PSS /
 private memory from /proc/PID/smaps_rollup.
 
-Usage: python bench/create.py [--n 30] [--idle 20] [--idle-window 20]
+With --init-cost R, the floor is also timed with a `ping`, and with an `init`, sent in its
+one write between hello and exec: what `init` costs the guest, without a round trip.
+
+Usage: python bench/create.py [--n 30] [--idle 20] [--idle-window 20] [--init-cost R]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from pandastack.guest import protocol
@@ -39,7 +43,8 @@ def pct(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
-async def floor_once(rt: HostRuntime, tmpl: Template, workdir: Path) -> float:
+async def floor_once(rt: HostRuntime, tmpl: Template, workdir: Path,
+                     extra: bytes = b"") -> float:
     # The VM needs a namespace with its tap; it is made before the clock starts (the product
     # takes a prepared one from its spares), so the floor is the restore and the exec alone.
     workdir.mkdir(parents=True)
@@ -54,7 +59,7 @@ async def floor_once(rt: HostRuntime, tmpl: Template, workdir: Path) -> float:
         sock = vm.agent_connection  # the driver connects before the guest resumes
         assert sock is not None
         sock.setblocking(True)
-        sock.sendall(protocol.frame("hello", 0, v=1, nonce="floor")
+        sock.sendall(protocol.frame("hello", 0, v=1, nonce="floor") + extra
                      + protocol.frame("exec", 1, argv=["true"]))
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
@@ -71,6 +76,8 @@ async def floor_once(rt: HostRuntime, tmpl: Template, workdir: Path) -> float:
                     continue
                 synced = True
             while (frame := decoder.next_frame()) is not None:
+                if frame.id == 2 and frame.t == "error":
+                    raise RuntimeError(f"floor's extra request failed: {frame.header}")
                 if frame.id == 1 and frame.t == "exit":
                     elapsed = time.perf_counter() - started
                     sock.close()
@@ -128,6 +135,28 @@ async def network_setup_cost(rt: HostRuntime, state: Path, count: int) -> list[f
     return times
 
 
+def init_frame() -> bytes:
+    """The `init` a create sends: a fresh clock, 64 bytes of entropy, hostname, machine-id."""
+    return protocol.encode({"t": "init", "id": 2, "time_ns": time.time_ns(),
+                            "hostname": f"sbx-{os.urandom(6).hex()}",
+                            "machine_id": uuid.uuid4().hex}, os.urandom(64))
+
+
+async def init_cost(rt: HostRuntime, tmpl: Template, state: Path,
+                    rounds: int) -> dict[str, list[float]]:
+    """What `init` adds to the floor's guest work, with no extra round trip: the floor as is,
+    with a `ping` between its hello and its exec (the cost of one more request), and with an
+    `init` there (the request and what it does). Interleaved, so drift hits all three."""
+    variants = {"floor": lambda: b"", "+ ping": lambda: protocol.frame("ping", 2),
+                "+ init": init_frame}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(rounds):
+        for k, (name, extra) in enumerate(variants.items()):
+            workdir = state / f"init-cost-{i}-{k}"
+            times[name].append(await floor_once(rt, tmpl, workdir, extra()) * 1000)
+    return times
+
+
 async def idle_cost(rt: HostRuntime, count: int, window: float) -> dict[str, float]:
     sandboxes = [await rt.create("base") for _ in range(count)]
     for sbx in sandboxes:  # every sandbox did some real work once
@@ -155,6 +184,9 @@ async def main() -> None:
     parser.add_argument("--n", type=int, default=30)
     parser.add_argument("--idle", type=int, default=20)
     parser.add_argument("--idle-window", type=float, default=20.0)
+    parser.add_argument("--init-cost", type=int, default=0, metavar="ROUNDS",
+                        help="also time the floor with a ping, and with an init, in its one "
+                             "write (ROUNDS of each, interleaved)")
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="psb-", dir="/tmp"))
     rt = HostRuntime(HostConfig.from_env(state_dir=state), progress=lambda m: print(m))
@@ -184,6 +216,12 @@ async def main() -> None:
         net = await network_setup_cost(rt, state, 10)
         print(f"network slot built from scratch (what a create pays without a prepared spare): "
               f"p50 {pct(net, 50):.1f} ms  p99 {pct(net, 99):.1f} ms")
+        if args.init_cost:
+            costs = await init_cost(rt, tmpl, state, args.init_cost)
+            base = pct(costs["floor"], 50)
+            for name, values in costs.items():
+                print(f"{name:8s} p50 {pct(values, 50):7.1f} ms  "
+                      f"({pct(values, 50) - base:+5.1f} ms over the floor)")
         if args.idle:
             idle = await idle_cost(rt, args.idle, args.idle_window)
             print(f"idle x{args.idle}: cpu mean {idle['cpu_pct_mean']:.2f}% of a core "
