@@ -22,7 +22,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from .idle_work import run_at_idle_priority
+from .idle_work import run_at_idle_priority, stop_idle_work
 
 STREAM_NAME = "stream"
 CHUNK = 2 << 20  # one huge page
@@ -138,9 +138,6 @@ class ForkBuffer:
 
     async def close(self) -> None:
         """Stop preparing and release the buffer. A fork that holds it must have ended."""
-        if self._warming is not None and not self._warming.done():
-            self._warming.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._warming
+        await stop_idle_work(self._warming)
         self._warming = None
         await asyncio.to_thread(self._release)

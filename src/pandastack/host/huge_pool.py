@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .idle_work import run_at_idle_priority
+from .idle_work import run_at_idle_priority, stop_idle_work
 
 PAGE = 2 << 20
 MIB = 1 << 20
@@ -171,10 +171,7 @@ class HugePagePool:
 
     async def close(self) -> None:
         """Stop touching pages and take this runtime's share back."""
-        if self._warming is not None and not self._warming.done():
-            self._warming.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._warming
+        await stop_idle_work(self._warming)
         self._warming = None
         if self._adding is not None:
             await asyncio.wait([self._adding])

@@ -22,3 +22,11 @@ async def run_at_idle_priority(argv: list[str], what: str) -> None:
         raise
     if proc.returncode != 0:
         raise OSError(f"{what} failed (exit {proc.returncode}): {err.decode().strip()[-200:]}")
+
+
+async def stop_idle_work(task: asyncio.Task[None] | None) -> None:
+    """Cancel background preparation, if it is still running, and wait until it has ended."""
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
