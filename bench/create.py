@@ -26,7 +26,9 @@ import time
 import uuid
 from pathlib import Path
 
+from common import pct
 from pandastack.guest import protocol
+from pandastack.host.agent_client import InitParams
 from pandastack.host.config import HostConfig
 from pandastack.host.disk import create_overlay
 from pandastack.host.network import NetworkPolicy
@@ -35,12 +37,6 @@ from pandastack.host.templates import Template
 from pandastack.host.vmm import VMPaths
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[idx]
 
 
 async def floor_once(rt: HostRuntime, tmpl: Template, workdir: Path,
@@ -137,9 +133,8 @@ async def network_setup_cost(rt: HostRuntime, state: Path, count: int) -> list[f
 
 def init_frame() -> bytes:
     """The `init` a create sends: a fresh clock, 64 bytes of entropy, hostname, machine-id."""
-    return protocol.encode({"t": "init", "id": 2, "time_ns": time.time_ns(),
-                            "hostname": f"sbx-{os.urandom(6).hex()}",
-                            "machine_id": uuid.uuid4().hex}, os.urandom(64))
+    return InitParams(time.time_ns(), os.urandom(64), f"sbx-{os.urandom(6).hex()}",
+                      uuid.uuid4().hex).frame(2)
 
 
 async def init_cost(rt: HostRuntime, tmpl: Template, state: Path,

@@ -26,6 +26,7 @@ from typing import Any
 
 from common import temp_runtime
 from pandastack.guest import protocol
+from pandastack.host.agent_client import InitParams
 from pandastack.host.disk import create_overlay
 from pandastack.host.network import NetworkPolicy
 from pandastack.host.qemu import QemuDriver
@@ -109,9 +110,8 @@ async def main() -> None:
             sock = vm.agent_connection
             assert sock is not None
             sock.setblocking(True)
-            init = protocol.encode({"t": "init", "id": 2, "time_ns": time.time_ns(),
-                                    "hostname": "trace", "machine_id": secrets.token_hex(16)},
-                                   os.urandom(64))
+            init = InitParams(time.time_ns(), os.urandom(64), "trace",
+                              secrets.token_hex(16)).frame(2)
             phases = [("restore, hello, ping", protocol.frame("hello", 0, v=1, nonce="t")
                        + protocol.frame("ping", 1), 3.0),
                       ("init", init, 3.0),

@@ -107,6 +107,10 @@ class InitParams:
         return {"time_ns": self.time_ns, "hostname": self.hostname,
                 "machine_id": self.machine_id}
 
+    def frame(self, op_id: int) -> bytes:
+        """The `init` request as it goes on the wire, with the entropy as its payload."""
+        return P.encode({"t": "init", "id": op_id, **self.fields()}, self.entropy)
+
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -219,7 +223,7 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
         preamble = b""
         if init is not None:
             init_op = self._register("init")
-            preamble = P.encode({"t": "init", "id": init_op.id, **init.fields()}, init.entropy)
+            preamble = init.frame(init_op.id)
         try:
             async with asyncio.timeout(timeout):
                 await self._handshake(preamble)
