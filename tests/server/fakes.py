@@ -372,10 +372,12 @@ class ScriptedBuilder:
     gated: bool = False
     release: asyncio.Event = field(default_factory=asyncio.Event)
     shapes: list[tuple[int, int]] = field(default_factory=list)
+    scopes: list[str] = field(default_factory=list)
 
     async def build(self, spec: TemplateSpec, *, log: Any, network: NetworkPolicy | None = None,
-                    vcpus: int = 1, memory_mb: int = 512) -> BuildResult:
+                    vcpus: int = 1, memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
         self.shapes.append((vcpus, memory_mb))
+        self.scopes.append(cache_scope)
         log("Step 1/1 RUN something")
         if self.gated:
             await self.release.wait()

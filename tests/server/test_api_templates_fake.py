@@ -53,6 +53,7 @@ async def test_build_version_create_and_delete(env: tuple[Api, ScriptedBuilder])
     builder.release.set()
     await wait_status(api, build["build_id"], "ready")
     assert builder.shapes == [(1, 1024)]
+    assert builder.scopes == ["default"]  # the step cache is the building team's
 
     r = await api.client.post("/v1/sandboxes", json={"template": "app"})
     assert r.status_code == 201, r.text

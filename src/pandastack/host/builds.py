@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,14 +75,18 @@ class TemplateBuilds:
     async def build(self, spec: TemplateSpec, *, log: Log,
                     network: NetworkPolicy | None = None, step_timeout: float | None = None,
                     cache: bool = True, vcpus: int = 1, memory_mb: int = 512,
-                    disk_mb: int | None = None) -> BuildResult:
+                    disk_mb: int | None = None, cache_scope: str = "") -> BuildResult:
         """Build `spec`; raises BuildFailed (naming the failing step, with its output's tail)
-        and the runtime's own errors (an unknown base template, a failed create)."""
+        and the runtime's own errors (an unknown base template, a failed create).
+
+        `cache_scope` names whose cache this build reads and fills (the control plane passes
+        the team): builds of different scopes never share a cached step, since a cached
+        state holds whatever its steps made (generated keys, fetched secrets)."""
         started = time.monotonic()
         timeout = step_timeout if step_timeout is not None else self.step_timeout
         if not 0 < timeout <= 24 * 3600:
             raise ValueError("step_timeout must be between 0 and 24 hours")
-        root = await self._root_key(spec, vcpus, memory_mb, disk_mb)
+        root = await self._root_key(spec, vcpus, memory_mb, disk_mb, cache_scope, network)
         keys: list[str] = []
         for step in spec.steps:
             keys.append(step_key(keys[-1] if keys else root, step))
@@ -140,9 +145,11 @@ class TemplateBuilds:
     # -- the build sandbox ----------------------------------------------------------------
 
     async def _root_key(self, spec: TemplateSpec, vcpus: int, memory_mb: int,
-                        disk_mb: int | None) -> str:
+                        disk_mb: int | None, scope: str, network: NetworkPolicy | None) -> str:
         """A key of the base the steps run on: for a built-in template its current version
-        (a rebuilt template starts a new chain), for a snapshot its immutable id."""
+        (a rebuilt template starts a new chain), for a snapshot its immutable id; with whose
+        cache it is and the network the steps had (a step that reached the internet under
+        one policy may have made something else under another)."""
         base = spec.from_template
         if base.startswith(SNAPSHOT_PREFIX):
             snapshot_id = base.removeprefix(SNAPSHOT_PREFIX)
@@ -151,7 +158,9 @@ class TemplateBuilds:
         else:
             template = await self.runtime.ensure_template(base, MachineShape(vcpus, memory_mb))
             ident = ["template", base, template.key, str(vcpus), str(memory_mb)]
-        ident += [f"disk={disk_mb}", CACHE_VERSION]
+        net = json.dumps((network or NetworkPolicy()).to_dict(), sort_keys=True)
+        ident += [f"disk={disk_mb}", CACHE_VERSION, f"network={net}",
+                  f"scope={json.dumps(scope)}"]
         return hashlib.sha256("|".join(ident).encode()).hexdigest()
 
     def _cached_prefix(self, keys: list[str]) -> tuple[int, str | None]:

@@ -24,10 +24,12 @@ from pandastack.wire import BuildTemplate, TemplateBuildInfo
 
 from .errors import ApiError, conflict, not_found
 from .service import SandboxService
+from .snapshots import snapshot_row
 from .store import TemplateVersion
 
 log = logging.getLogger("pandastack.server")
 
+SNAPSHOT_PREFIX = "snapshot:"
 BUILD_ID_RE = re.compile(r"^tb-[0-9a-f]{12}$")
 TEMPLATE_REF_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._-]{0,62})(?::(?P<version>[0-9]{1,9}))?$")
 #: Log lines kept per build (in memory while it runs, in the store after).
@@ -68,7 +70,7 @@ class Builder(Protocol):
 
     async def build(self, spec: TemplateSpec, *, log: Callable[[str], None],
                     network: NetworkPolicy | None = None, vcpus: int = 1,
-                    memory_mb: int = 512) -> BuildResultLike: ...
+                    memory_mb: int = 512, cache_scope: str = "") -> BuildResultLike: ...
 
     def cache_entries(self) -> Sequence[CacheEntryLike]: ...
 
@@ -132,14 +134,34 @@ class TemplateService:
             id=f"tb-{secrets.token_hex(6)}", team=team, name=req.name, version=0,
             status="building", spec=req.spec.model_dump(mode="json"), env={},
             vcpus=req.vcpus, memory_mb=req.memory_mb, created_at=time.time())
+        spec = req.spec.model_copy(update={"from_template": self._base(team, req.spec)})
         row = self.store.add_template_version(row)
         build_log = self._logs[row.id] = BuildLog()
-        task = asyncio.create_task(self._run(row, req, build_log), name=f"build-{row.id}")
+        task = asyncio.create_task(self._run(row, req, spec, build_log),
+                                   name=f"build-{row.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return row
 
-    async def _run(self, row: TemplateVersion, req: BuildTemplate, build_log: BuildLog) -> None:
+    def _base(self, team: str, spec: TemplateSpec) -> str:
+        """The host's name for the base the team's build starts from, resolved through the
+        team: `snapshot:<id>` must be one of the team's snapshots, any other name not
+        built in must be one of its ready templates (404 otherwise, the same answer as for an
+        unknown id). The host's catalogue also holds other teams' snapshots and internal ones
+        (step cache, template results): an id from the request never reaches it unchecked."""
+        base = spec.from_template
+        if base.startswith(SNAPSHOT_PREFIX):
+            return SNAPSHOT_PREFIX + snapshot_row(
+                self.sandboxes, team, base.removeprefix(SNAPSHOT_PREFIX)).id
+        if base in BUILTIN_TEMPLATES:
+            return base
+        version = self.resolve(team, base)
+        if version is None or not version.snapshot_id:
+            raise not_found(f"template {base!r}")
+        return SNAPSHOT_PREFIX + version.snapshot_id
+
+    async def _run(self, row: TemplateVersion, req: BuildTemplate, spec: TemplateSpec,
+                   build_log: BuildLog) -> None:
         assert self.builder is not None
         build_log.add(f"build {row.id}: template {row.name} version {row.version}")
         values: dict[str, object]
@@ -150,8 +172,11 @@ class TemplateService:
             if self._slots.locked():
                 build_log.add("waiting for a build slot (other builds are running)")
             async with self._slots:
-                result = await self.builder.build(req.spec, log=build_log.add, network=policy,
-                                                  vcpus=req.vcpus, memory_mb=req.memory_mb)
+                # The step cache is per team: an equal prefix of another team's steps holds
+                # what that team's build made (keys, secrets), and a hit would tell of it.
+                result = await self.builder.build(spec, log=build_log.add, network=policy,
+                                                  vcpus=req.vcpus, memory_mb=req.memory_mb,
+                                                  cache_scope=row.team)
         except asyncio.CancelledError:
             values = {"status": "failed", "error": "the server stopped during the build"}
             raise
