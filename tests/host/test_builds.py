@@ -143,6 +143,29 @@ async def test_rebuild_reuses_the_cached_prefix(
     assert fresh.steps_cached == 0
 
 
+async def test_step_cache_is_per_scope_and_network(
+        builds: Builds, sandbox_factory: SandboxFactory) -> None:
+    """A step's cached state holds what the step made (here: a key it generated). Another
+    team (scope) or another network policy never starts from it, and learns nothing of it."""
+    spec = Template("base").run("head -c 16 /dev/urandom | od -An -tx1 > /tmp/key").to_spec()
+    other_net = NetworkPolicy(internet=False, deny_out=("198.51.100.0/24",))
+
+    async def build(scope: str, network: NetworkPolicy = OFFLINE) -> tuple[int, bytes]:
+        result = await builds.builds.build(spec, log=builds.lines.append, network=network,
+                                           cache_scope=scope)
+        builds.results.append(result)
+        sbx = await sandbox_factory(snapshot=result.snapshot_id)
+        key = (await sbx.exec("cat /tmp/key", timeout=30)).stdout
+        return result.steps_cached, key
+
+    a_cached, a_key = await build("team-a")
+    b_cached, b_key = await build("team-b")
+    again_cached, again_key = await build("team-a")
+    net_cached, net_key = await build("team-a", other_net)
+    assert (a_cached, b_cached, again_cached, net_cached) == (0, 0, 1, 0)
+    assert again_key == a_key and len({a_key, b_key, net_key}) == 3
+
+
 async def test_failing_step_names_itself_and_leaves_nothing(
         builds: Builds, runtime: HostRuntime) -> None:
     before = {h.id for h in runtime.list()}
