@@ -18,8 +18,10 @@ from tests.host.test_egress_wire import real_client_hello
 SLOT = Slot(0, "127.77.0.0/30")  # host side 127.77.0.1, "namespace" side 127.77.0.2
 SITE_A, SITE_B = "127.77.1.1", "127.77.1.2"
 TABLE = {"allowed.test": [SITE_A], "other.test": [SITE_B]}
-# The sites are loopback addresses: only an explicit CIDR allow lets the proxy reach them.
-POLICY = NetworkPolicy(internet=False, allow_out=("allowed.test", "127.77.1.0/24"))
+# The sites are loopback addresses: only the operator's list and an explicit CIDR allow
+# together let the proxy reach them.
+SITES = ("127.77.1.0/24",)
+POLICY = NetworkPolicy(internet=False, allow_out=("allowed.test", *SITES))
 
 
 class Site:
@@ -81,7 +83,8 @@ async def make_env(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Factory]:
     monkeypatch.setattr(egress_proxy, "_is_local", lambda address: False)
     cleanup: list[Callable[[], Awaitable[None]]] = []
 
-    async def make(policy: NetworkPolicy = POLICY, idle_timeout: float = 30.0) -> Env:
+    async def make(policy: NetworkPolicy = POLICY, idle_timeout: float = 30.0,
+                   operator_allow: tuple[str, ...] = SITES) -> Env:
         a, b = Site(b"site-a\n"), Site(b"site-b\n")
         server_a = await asyncio.start_server(a.handle, SITE_A, 0)
         port = server_a.sockets[0].getsockname()[1]
@@ -95,7 +98,8 @@ async def make_env(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Factory]:
             return TABLE[name]
 
         proxy = EgressProxy(ProxyPorts(0, 0), SLOT.pool, resolver=table,
-                            idle_timeout=idle_timeout, upstream_ports=ProxyPorts(port, port))
+                            idle_timeout=idle_timeout, upstream_ports=ProxyPorts(port, port),
+                            operator_allow=operator_allow)
         await proxy.attach(SLOT, policy)
 
         async def close() -> None:
@@ -259,3 +263,17 @@ async def test_idle_connections_end(make_env: Factory) -> None:
         assert await reader.read() == b""
     writer.close()
     await settle(env.a)
+
+
+async def test_an_allowed_name_resolving_into_the_denied_set_is_refused(
+        make_env: Factory) -> None:
+    # allowed.test resolves to a loopback address; 0.0.0.0/0 must not open it, nor must an
+    # explicit CIDR outside the operator's list.
+    env = await make_env(NetworkPolicy(internet=False, allow_out=("allowed.test", "0.0.0.0/0")),
+                         operator_allow=())
+    assert await env.talk(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", tls=False) == b""
+    assert await env.talk(real_client_hello("allowed.test"), tls=True) == b""
+    assert env.a.connections == 0
+    await env.proxy.attach(SLOT, POLICY)
+    assert await env.talk(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", tls=False) == b""
+    assert env.a.connections == 0

@@ -132,9 +132,20 @@ def test_decisions() -> None:
                   "224.0.0.1", "not an address", "::1"):
         assert not address_allowed(open_, never, POOL), never
     assert egress_proxy._is_local("127.0.0.1")  # the host's own: never, whatever the policy
-    # A CIDR allow opens an always-denied range, never the slot pool.
-    assert address_allowed(closed, "10.9.1.1", POOL)
-    assert not address_allowed(NetworkPolicy(allow_out=("10.0.0.0/8",)), "10.200.0.1", POOL)
+    # A CIDR allow opens an always-denied range only where the operator's list holds it,
+    # and never the slot pool.
+    assert not address_allowed(closed, "10.9.1.1", POOL)
+    assert address_allowed(closed, "10.9.1.1", POOL, ("10.9.0.0/16",))
+    assert not address_allowed(closed, "10.9.2.1", POOL, ("10.9.1.0/24",))
+    assert not address_allowed(NetworkPolicy(allow_out=("10.0.0.0/8",)), "10.200.0.1", POOL,
+                               ("10.0.0.0/8",))
+    # A policy's wide allow (or a name resolving there) never reaches what is denied.
+    wide = NetworkPolicy(internet=False, allow_out=("allowed.test", "0.0.0.0/0"))
+    assert address_allowed(wide, "198.18.0.1", POOL)
+    for never in ("169.254.169.254", "127.0.0.1", "10.1.2.3", "192.168.1.1", "100.64.0.1"):
+        assert not address_allowed(wide, never, POOL), never
+    assert not address_allowed(wide, "10.1.2.3", POOL, ("10.9.0.0/16",))
+    assert address_allowed(wide, "10.9.1.1", POOL, ("10.9.0.0/16",))
 
 
 # -- TLS ------------------------------------------------------------------------------------

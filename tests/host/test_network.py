@@ -1,12 +1,15 @@
 """Per-sandbox networks: egress policy, isolation, forks, cleanup.
 
 Traffic only goes to a test "internet" host that lives in a namespace this module creates
-( the benchmarking range, routed to that namespace), never anywhere else.
+( the benchmarking range, routed to that namespace; plus one CGNAT address there, standing
+for the always-denied ranges), never anywhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +32,10 @@ INET_NS = f"pst-inet-{os.getpid()}"
 INET_VETH = f"pti{os.getpid()}"[:15]
 INET_IP = f"198.18.{_NET}.1"
 HOST_SIDE_IP = f"198.18.{_NET}.254"
+# An always-denied address (CGNAT) that lives in the test namespace too.
+DENIED_IP = f"100.64.{_NET}.1"
+DENIED_HOST_SIDE_IP = f"100.64.{_NET}.254"
+DENIED_NET = f"100.64.{_NET}.0/24"
 PORT = 8080
 
 
@@ -38,32 +45,36 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def internet_host() -> Iterator[str]:
-    server: subprocess.Popen[bytes] | None = None
+    servers: list[subprocess.Popen[bytes]] = []
     try:
         sh("ip", "netns", "add", INET_NS)
         sh("ip", "link", "add", INET_VETH, "type", "veth", "peer", "name", "eth0",
            "netns", INET_NS)
         sh("ip", "addr", "add", f"{HOST_SIDE_IP}/24", "dev", INET_VETH)
+        sh("ip", "addr", "add", f"{DENIED_HOST_SIDE_IP}/24", "dev", INET_VETH)
         sh("ip", "link", "set", INET_VETH, "up")
         sh("ip", "-n", INET_NS, "addr", "add", f"{INET_IP}/24", "dev", "eth0")
+        sh("ip", "-n", INET_NS, "addr", "add", f"{DENIED_IP}/24", "dev", "eth0")
         sh("ip", "-n", INET_NS, "link", "set", "eth0", "up")
         sh("ip", "-n", INET_NS, "link", "set", "lo", "up")
         sh("ip", "-n", INET_NS, "route", "add", "default", "via", HOST_SIDE_IP)
-        # Network safety: the address must route into our namespace before anything
-        # talks to it.
-        assert f"dev {INET_VETH}" in sh("ip", "route", "get", INET_IP).stdout
-        server = subprocess.Popen(["ip", "netns", "exec", INET_NS, sys.executable, "-m",
-                                   "http.server", str(PORT), "--bind", INET_IP],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  cwd=Path(__file__).parent)
+        # Network safety: the addresses must route into our namespace before anything
+        # talks to them.
+        for ip in (INET_IP, DENIED_IP):
+            assert f"dev {INET_VETH}" in sh("ip", "route", "get", ip).stdout
+        for ip in (INET_IP, DENIED_IP):
+            servers.append(subprocess.Popen(
+                ["ip", "netns", "exec", INET_NS, sys.executable, "-m", "http.server",
+                 str(PORT), "--bind", ip], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, cwd=Path(__file__).parent))
         deadline = time.monotonic() + 60
-        while f"{INET_IP}:{PORT}" not in sh("ip", "netns", "exec", INET_NS, "ss", "-ltn",
-                                            check=False).stdout:
+        while not all(f"{ip}:{PORT}" in sh("ip", "netns", "exec", INET_NS, "ss", "-ltn",
+                                           check=False).stdout for ip in (INET_IP, DENIED_IP)):
             assert time.monotonic() < deadline, "test internet host did not start"
             time.sleep(0.05)
         yield f"http://{INET_IP}:{PORT}/"
     finally:
-        if server is not None:
+        for server in servers:
             server.kill()
             server.wait()
         sh("ip", "netns", "del", INET_NS, check=False)
@@ -115,6 +126,122 @@ async def test_no_reaching_the_host_or_other_sandboxes(internet_host: str,
     finally:
         host_server.kill()
         host_server.wait()
+
+
+async def test_allow_out_never_opens_the_always_denied_set(internet_host: str,
+                                                          sandbox_factory: SandboxFactory,
+                                                          runtime: HostRuntime) -> None:
+    denied = f"http://{DENIED_IP}:{PORT}/"
+    wide = await sandbox_factory(network={"internet": False, "allow_out": ["0.0.0.0/0"]})
+    assert await reaches(wide, internet_host), "the public part of 0.0.0.0/0 is open"
+    assert not await reaches(wide, denied), "0.0.0.0/0 opened an always-denied range"
+    await runtime.update_network(wide.id, {"internet": False, "allow_out": [DENIED_NET]})
+    assert not await reaches(wide, denied), "a tenant's allow_out opened a denied range"
+
+
+async def test_the_operator_list_lets_allow_out_open_a_denied_range(
+        internet_host: str, host_config: HostConfig) -> None:
+    state = Path(tempfile.mkdtemp(prefix="pso-", dir="/tmp"))
+    rt = HostRuntime(dataclasses.replace(host_config, state_dir=state,
+                                         network_operator_allow=(DENIED_NET,)),
+                     progress=lambda m: None)
+    await rt.start()
+    denied = f"http://{DENIED_IP}:{PORT}/"
+    try:
+        sbx = await rt.create(network={"internet": False, "allow_out": [DENIED_NET]})
+        assert await reaches(sbx, denied)
+        # The operator's list only says what a policy may open: without the entry, closed.
+        await rt.update_network(sbx.id, {"internet": True})
+        assert not await reaches(sbx, denied)
+        assert await reaches(sbx, internet_host)
+    finally:
+        await rt.kill_all()
+        await rt.close()
+        assert list(state.iterdir()) == []
+        state.rmdir()
+
+
+COUNT_TABLE = "pst_count"
+FORGED_PORT, LEGIT_PORT = 9999, 9998
+FORGE = f"""
+import socket, struct, sys
+dst, forged, guest = sys.argv[1:4]
+def packet(src, dport):
+    payload = b"pandastack test"
+    udp = struct.pack("!HHHH", 40000, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0,
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    return ip + udp
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+for src, port in ((forged, {FORGED_PORT}), (guest, {LEGIT_PORT})):
+    for _ in range(3):
+        s.sendto(packet(src, port), (dst, 0))
+"""
+
+
+def inet_counter(name: str) -> int:
+    out = sh("ip", "netns", "exec", INET_NS, "nft", "-j", "list", "counter", "ip",
+             COUNT_TABLE, name).stdout
+    return int(next(item["counter"]["packets"] for item in json.loads(out)["nftables"]
+                    if "counter" in item))
+
+
+async def test_packets_with_a_forged_source_do_not_leave_the_namespace(
+        internet_host: str, sandbox_factory: SandboxFactory) -> None:
+    ruleset = f"""
+table ip {COUNT_TABLE} {{
+    counter forged {{}}
+    counter legit {{}}
+    chain pre {{
+        type filter hook prerouting priority -300; policy accept;
+        udp dport {FORGED_PORT} counter name "forged"
+        udp dport {LEGIT_PORT} counter name "legit"
+    }}
+}}
+"""
+    subprocess.run(["ip", "netns", "exec", INET_NS, "nft", "-f", "-"], input=ruleset,
+                   text=True, check=True)
+    try:
+        sbx = await sandbox_factory(network={"internet": True})
+        # The forged source lies in the test namespace's own subnet, so that even an answer
+        # to it (ICMP) stays there.
+        forged = f"198.18.{_NET}.77"
+        sent = await sbx.exec(["python3", "-c", FORGE, INET_IP, forged, "169.254.0.21"],
+                              timeout=60)
+        assert sent.exit_code == 0, sent
+        deadline = time.monotonic() + 10
+        while inet_counter("legit") < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert inet_counter("legit") == 3, "the guest's own packets get out"
+        assert inet_counter("forged") == 0, "packets with a forged source left the sandbox"
+    finally:
+        sh("ip", "netns", "exec", INET_NS, "nft", "delete", "table", "ip", COUNT_TABLE,
+           check=False)
+
+
+def curl(url: str, *prefix: str) -> bool:
+    return sh(*prefix, "curl", "-s", "-o", "/dev/null", "-m", "3", url,
+              check=False).returncode == 0
+
+
+async def test_only_the_runtime_opens_connections_into_a_guest(
+        internet_host: str, sandbox_factory: SandboxFactory, runtime: HostRuntime) -> None:
+    sbx = await sandbox_factory(network={"internet": True})
+    slot = runtime.describe(sbx.id)["slot"]
+    assert isinstance(slot, Slot)
+    await sbx.spawn(["python3", "-m", "http.server", "8000"], cwd="/tmp")
+    url = f"http://{slot.ns_ip}:8000/"
+    # What the port proxy does: from the host, as the runtime's user.
+    deadline = time.monotonic() + 30
+    while not curl(url):
+        assert time.monotonic() < deadline, "the guest's server is not reachable from the host"
+        await asyncio.sleep(0.2)
+    # A neighbour that routes to the pool (the test namespace's default route is the host).
+    assert not curl(url, "ip", "netns", "exec", INET_NS), "a neighbour reached the guest"
+    # Another user on the host.
+    assert not curl(url, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"), \
+        "an unprivileged local user reached the guest"
+    assert await reaches(sbx, internet_host), "replies to the guest's own connections pass"
 
 
 async def test_forks_share_the_address_and_each_reach_out(internet_host: str,

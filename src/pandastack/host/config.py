@@ -36,6 +36,9 @@ class HostConfig:
     # the same for every runtime on the host, and used by nothing else there).
     egress_http_port: int = 15080
     egress_tls_port: int = 15443
+    # CIDRs of the always-denied ranges (network.ALWAYS_DENIED: private, metadata...) that a
+    # sandbox policy may open by an allow_out entry; no other part of them is ever reachable.
+    network_operator_allow: tuple[str, ...] = ()
     accel: str = "auto"
     tb_size_mb: int = 64
     tcg_cpu: str = "max"
@@ -81,6 +84,9 @@ class HostConfig:
         for port in ("egress_http_port", "egress_tls_port"):
             if f"PANDASTACK_{port.upper()}" in env:
                 values[port] = int(env[f"PANDASTACK_{port.upper()}"])
+        if "PANDASTACK_NETWORK_OPERATOR_ALLOW" in env:
+            values["network_operator_allow"] = tuple(
+                e for e in env["PANDASTACK_NETWORK_OPERATOR_ALLOW"].split(",") if e.strip())
         if "PANDASTACK_NETWORK_POOL" in env:
             values["network_pool"] = env["PANDASTACK_NETWORK_POOL"]
         if "PANDASTACK_SNAPSHOTS_DIR" in env:

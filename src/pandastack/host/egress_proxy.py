@@ -12,9 +12,12 @@ IP with another name, reaches the allowed name's real address or nothing.
 Decision. A name passes if an `allow_out` domain entry matches it, else if no `deny_out`
 domain entry matches and the internet is on (egress_wire.domain_matches: "example.com" is
 that name only, "*.example.com" the names below it, ".example.com" both). Each resolved
-address then passes if an `allow_out` CIDR holds it, else if no `deny_out` CIDR and no
-always-denied range does. The slot pool and the host's own addresses never pass: they are
-what the host table fences sandboxes off from. No name (no SNI, no Host) is refused.
+address then never passes if it is in the slot pool, one of the host's own addresses (what
+the host table fences sandboxes off from), or an always-denied range outside the operator's
+list (network.hard_denied: an allowed name whose DNS answer is 169.254.169.254, 127.0.0.1
+or a private address reaches nothing, whatever the policy allows); else it passes if an
+`allow_out` CIDR holds it, else if no `deny_out` CIDR and no always-denied range does.
+No name (no SNI, no Host) is refused.
 
 Listeners. One pair (HTTP port, TLS port) per slot that needs it, bound to that slot's host
 address by the runtime owning the sandbox. Slots are claimed host-wide, so runtimes sharing a
@@ -50,7 +53,15 @@ from .egress_wire import (
     read_request_head,
     trailer_ends,
 )
-from .network import ALWAYS_DENIED, NetworkError, NetworkPolicy, ProxyPorts, Slot
+from .network import (
+    ALWAYS_DENIED,
+    NetworkError,
+    NetworkPolicy,
+    ProxyPorts,
+    Slot,
+    hard_denied,
+    parse_cidrs,
+)
 
 log = logging.getLogger("pandastack.host.egress")
 
@@ -114,12 +125,16 @@ def name_allowed(policy: NetworkPolicy, name: str) -> bool:
     return policy.internet
 
 
-def address_allowed(policy: NetworkPolicy, address: str, pool: str) -> bool:
+def address_allowed(policy: NetworkPolicy, address: str, pool: str,
+                    operator_allow: tuple[str, ...] = ()) -> bool:
+    """`operator_allow`: the always-denied ranges that policies may open (parse_cidrs)."""
     try:
         addr = ipaddress.IPv4Address(address)
     except ValueError:
         return False
     if addr in ipaddress.IPv4Network(pool) or _is_local(address):
+        return False
+    if any(addr in net for net in hard_denied(operator_allow)):
         return False
     rules = _rules(policy)
     if any(addr in net for net in rules.allow_nets):
@@ -163,11 +178,14 @@ class EgressProxy:
 
     def __init__(self, ports: ProxyPorts, pool: str, *, resolver: Resolver | None = None,
                  idle_timeout: float = IDLE_TIMEOUT,
-                 upstream_ports: ProxyPorts = UPSTREAM_PORTS) -> None:
+                 upstream_ports: ProxyPorts = UPSTREAM_PORTS,
+                 operator_allow: Sequence[str] = ()) -> None:
         """`upstream_ports`: where a proxied connection goes, the ports the guest dialled (the
-        only ones its namespace redirects); tests point them at unprivileged servers."""
+        only ones its namespace redirects); tests point them at unprivileged servers.
+        `operator_allow`: the CIDRs of always-denied ranges that policies may open."""
         self.ports = ports
         self.pool = pool
+        self.operator_allow = parse_cidrs(operator_allow)
         self.idle_timeout = idle_timeout
         self.upstream_ports = upstream_ports
         self._resolve: Resolver = resolver if resolver is not None else system_resolve
@@ -258,7 +276,8 @@ class EgressProxy:
                     addresses = list(await self._resolve(name))
             except (OSError, ValueError) as exc:
                 raise Refused(f"cannot resolve {name}: {exc}") from None
-        usable = [a for a in addresses if address_allowed(policy, a, self.pool)]
+        usable = [a for a in addresses
+                  if address_allowed(policy, a, self.pool, self.operator_allow)]
         if not usable:
             raise Refused(f"{name} resolves to no allowed address: {list(addresses)[:4]}")
         error: OSError | None = None

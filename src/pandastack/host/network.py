@@ -3,12 +3,18 @@
 Every guest has the same address and MAC (169.254.0.21 behind a tap named `tap0`), baked into
 the template, so restores and forks need no guest reconfiguration. What differs is the slot
 the VM's namespace gets: a /30 out of a host pool (default 10.200.0.0/16, 16,384 slots) on a
-veth pair to the host. Inside the namespace nftables translates the guest address to the slot
-address and applies the egress policy; on the host one table stops sandboxes from reaching the
-host itself or each other (but for the egress proxy's two ports), and masquerades their
-traffic to the outside. Domain entries of a policy are not turned into addresses: the
-namespace sends the guest's TCP to ports 80 and 443 to the egress proxy on the host, which
-decides by the name in the connection (egress_proxy.py).
+veth pair to the host. Inside the namespace nftables drops what the guest sends from any
+other address than its own, translates the guest address to the slot address, applies the
+egress policy, and lets in only replies and connections the host itself opens (the port
+proxy); on the host one table stops sandboxes from reaching the host itself or each other
+(but for the egress proxy's two ports), stops anything outside from opening a connection
+into a sandbox, and masquerades their traffic to the outside. Domain entries of a policy are
+not turned into addresses: the namespace sends the guest's TCP to ports 80 and 443 to the
+egress proxy on the host, which decides by the name in the connection (egress_proxy.py).
+
+The always-denied ranges (ALWAYS_DENIED) are closed whatever the policy says, before any
+`allow_out` entry is looked at, except the parts the operator lists (`operator_allow`,
+PANDASTACK_NETWORK_OPERATOR_ALLOW): only those a policy's `allow_out` CIDRs can open.
 
 Slots are claimed host-wide by creating `claims/<index>` with O_EXCL (atomic, survives
 restarts, shared by every runtime on the machine). A claim records its owner's directory, so a
@@ -17,6 +23,7 @@ sweep can release the claims, and delete the namespaces, of sandboxes that no lo
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -38,11 +45,13 @@ NS_PREFIX = "psn-"
 HOST_VETH_PREFIX = "psv"
 DEFAULT_POOL = "10.200.0.0/16"
 HOST_TABLE = "pandastack_host"
-# Never reachable from a guest unless an allow_out entry names them explicitly.
+# Private, loopback, link-local (cloud metadata), CGNAT, multicast and reserved ranges: never
+# reachable from a guest, but for the parts the operator lists that a policy then allows.
 ALWAYS_DENIED = (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
     "172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
 )
+OPERATOR_ALLOW_VAR = "PANDASTACK_NETWORK_OPERATOR_ALLOW"
 
 
 class NetworkError(HostError):
@@ -58,12 +67,50 @@ class ProxyPorts:
     tls: int = 15443
 
 
+def parse_cidrs(entries: Iterable[str]) -> tuple[str, ...]:
+    """IPv4 networks in their canonical form ("10.1.2.3" -> "10.1.2.3/32"); ValueError
+    naming the first entry that is none."""
+    nets = []
+    for entry in entries:
+        try:
+            net = ipaddress.ip_network(entry.strip(), strict=False)
+        except ValueError:
+            raise ValueError(f"not an IPv4 CIDR: {entry!r}") from None
+        if net.version != 4:
+            raise ValueError(f"not an IPv4 CIDR: {entry!r}")
+        nets.append(str(net))
+    return tuple(nets)
+
+
+@functools.lru_cache(maxsize=16)
+def hard_denied(operator_allow: tuple[str, ...] = ()) -> tuple[ipaddress.IPv4Network, ...]:
+    """ALWAYS_DENIED less the operator's list: what no policy opens."""
+    nets = [ipaddress.IPv4Network(n) for n in ALWAYS_DENIED]
+    for hole in (ipaddress.IPv4Network(n) for n in operator_allow):
+        kept: list[ipaddress.IPv4Network] = []
+        for net in nets:
+            if not net.overlaps(hole):
+                kept.append(net)
+            elif not hole.supernet_of(net):  # two CIDRs that overlap: one holds the other
+                kept.extend(net.address_exclude(hole))
+        nets = kept
+    return tuple(ipaddress.collapse_addresses(nets))
+
+
+def denied_part(cidr: str, operator_allow: tuple[str, ...] = ()) -> list[str]:
+    """The parts of `cidr` that no policy opens (empty when it lies outside them all)."""
+    net = ipaddress.IPv4Network(cidr, strict=False)
+    return [str(net if denied.supernet_of(net) else denied)
+            for denied in hard_denied(operator_allow) if net.overlaps(denied)]
+
+
 @dataclass(frozen=True)
 class NetworkPolicy:
     """Egress rules. Entries are IPv4 CIDRs (enforced by nftables in the namespace) or domain
     names: "example.com", "*.example.com" (names below it) or ".example.com" (both), enforced
     by the host's egress proxy on ports 80 and 443 by the TLS SNI or HTTP Host the guest sends
-    (see egress_proxy.py). `allow_out` wins over everything."""
+    (see egress_proxy.py). `allow_out` wins over `deny_out` and `internet: false`; it never
+    opens the always-denied ranges but for the parts the operator lists (`hard_denied`)."""
 
     internet: bool = True
     allow_out: tuple[str, ...] = ()
@@ -93,6 +140,23 @@ class NetworkPolicy:
     def to_dict(self) -> dict[str, object]:
         return {"internet": self.internet, "allow_out": list(self.allow_out),
                 "deny_out": list(self.deny_out)}
+
+    def check_allow_out(self, operator_allow: tuple[str, ...] = ()) -> None:
+        """Refuse (ValueError naming it) an `allow_out` CIDR that reaches into the
+        always-denied ranges outside the operator's list: it would not open them anyway."""
+        for entry in self.allow_out:
+            try:
+                net = ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                continue  # a domain entry: its addresses are judged per connection
+            denied = denied_part(str(net), operator_allow)
+            if denied:
+                shown = ", ".join(denied[:4]) + (", ..." if len(denied) > 4 else "")
+                raise ValueError(
+                    f"network.allow_out entry {entry!r} reaches always-denied addresses "
+                    f"({shown}: private, loopback, link-local/cloud metadata, CGNAT, "
+                    f"multicast or reserved), which only the server's operator can open "
+                    f"({OPERATOR_ALLOW_VAR}); for the public internet use \"internet\": true")
 
     def cidrs(self) -> tuple[list[str], list[str]]:
         """The CIDR entries of allow_out and deny_out (raises ValueError on a bad entry)."""
@@ -184,13 +248,18 @@ class NetworkManager:
     no DNS at all. DNS is only open to a sandbox that may reach something outside (internet
     on, or an allow list), since it is a channel out. `proxy_ports`: where a policy with
     domain entries sends the guest's TCP to ports 80 and 443 (the slot's host address).
+    `operator_allow`: the CIDRs of the always-denied ranges that policies may open.
     """
 
     claims_dir: Path
     pool: str = DEFAULT_POOL
     dns_upstream: str | None = None
     proxy_ports: ProxyPorts = ProxyPorts()
+    operator_allow: tuple[str, ...] = ()
     _host_ready: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.operator_allow = parse_cidrs(self.operator_allow)
 
     @property
     def capacity(self) -> int:
@@ -270,6 +339,10 @@ class NetworkManager:
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
         veths = f'"{HOST_VETH_PREFIX}*"'
         ports = f"{self.proxy_ports.http}, {self.proxy_ports.tls}"
+        # Into a sandbox, only replies and connections of the runtime's own user (the port
+        # proxy) pass: not a neighbour or container routing to the pool, nor another user.
+        # Out of one, only its slot address (the namespace drops the rest; this is the
+        # second fence). The table is host-wide: the last runtime to write it names the user.
         ruleset = f"""
 table inet {HOST_TABLE}
 delete table inet {HOST_TABLE}
@@ -283,6 +356,14 @@ table inet {HOST_TABLE} {{
     chain forward {{
         type filter hook forward priority -10; policy accept;
         iifname {veths} oifname {veths} drop
+        iifname {veths} ip saddr != {self.pool} drop
+        iifname {veths} meta nfproto ipv6 drop
+        oifname {veths} ct state established,related accept
+        oifname {veths} drop
+    }}
+    chain output {{
+        type filter hook output priority -10; policy accept;
+        oifname {veths} ct state new meta skuid != {os.geteuid()} drop
     }}
     chain postrouting {{
         type nat hook postrouting priority 100; policy accept;
@@ -332,6 +413,9 @@ table inet {HOST_TABLE} {{
         allow, deny = policy.cidrs()
         verdict = "accept" if internet else "drop"
         denied = ", ".join(ALWAYS_DENIED)
+        hard = [str(net) for net in hard_denied(self.operator_allow)]
+        # New connections into the guest: only those the host opens to the slot address.
+        from_host = f'iifname "{NS_VETH}" oifname "{TAP}" ip saddr {slot.host_ip}'
         proxy_nat = proxy_forward = proxy_quic = ""
         if policy.needs_proxy:
             # Addresses allowed by CIDR keep their direct path; everything else on 80/443 is
@@ -363,6 +447,12 @@ table inet pandastack {{
     set allow_out {{ type ipv4_addr; flags interval; auto-merge; {elements(allow)} }}
     set deny_out {{ type ipv4_addr; flags interval; auto-merge; {elements(deny)} }}
     set always_denied {{ type ipv4_addr; flags interval; elements = {{ {denied} }} }}
+    set hard_denied {{ type ipv4_addr; flags interval; {elements(hard)} }}
+    chain guard {{
+        type filter hook prerouting priority -300; policy accept;
+        iifname "{TAP}" ip saddr != {GUEST_IP} drop
+        iifname "{TAP}" meta nfproto ipv6 drop
+    }}
     chain input {{
         type filter hook input priority 0; policy drop;
         iifname "lo" accept
@@ -374,12 +464,13 @@ table inet pandastack {{
 {dns_forward}
 {proxy_forward}
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr {self.pool} drop
+        iifname "{TAP}" oifname "{NS_VETH}" ip daddr @hard_denied drop
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @allow_out accept
 {proxy_quic}
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @deny_out drop
         iifname "{TAP}" oifname "{NS_VETH}" ip daddr @always_denied drop
         iifname "{TAP}" oifname "{NS_VETH}" {verdict}
-        iifname "{NS_VETH}" oifname "{TAP}" ip daddr {GUEST_IP} accept
+        {from_host} ip daddr {GUEST_IP} ct status dnat accept
     }}
     chain prerouting {{
         type nat hook prerouting priority -100; policy accept;

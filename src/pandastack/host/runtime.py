@@ -151,8 +151,10 @@ class HostRuntime:
         self.snapshots = SnapshotStore(self.config.snapshots_dir)
         ports = ProxyPorts(self.config.egress_http_port, self.config.egress_tls_port)
         self.network = NetworkManager(self.config.network_claims_dir, self.config.network_pool,
-                                      dns_upstream=self.config.dns_upstream, proxy_ports=ports)
-        self.egress = EgressProxy(ports, self.config.network_pool, resolver=resolver)
+                                      dns_upstream=self.config.dns_upstream, proxy_ports=ports,
+                                      operator_allow=self.config.network_operator_allow)
+        self.egress = EgressProxy(ports, self.config.network_pool, resolver=resolver,
+                                  operator_allow=self.config.network_operator_allow)
         self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
                                       progress)
         self.huge_pool = HugePagePool(self.config.hugetlb_claim, progress=progress)
