@@ -85,11 +85,11 @@ async def new_sandbox(api: Api, **body: object) -> str:
 
 async def test_network_policy_routes(api: Api) -> None:
     c = api.client
-    sid = await new_sandbox(api, network={"internet": False, "allow_out": ["10.1.0.0/16"]})
+    sid = await new_sandbox(api, network={"internet": False, "allow_out": ["9.9.0.0/16"]})
     r = await c.get(f"/v1/sandboxes/{sid}/network")
-    assert r.json() == {"internet": False, "allow_out": ["10.1.0.0/16"], "deny_out": []}
+    assert r.json() == {"internet": False, "allow_out": ["9.9.0.0/16"], "deny_out": []}
     r = await c.patch(f"/v1/sandboxes/{sid}/network", json={"deny_out": ["pkg.test"]})
-    assert r.json() == {"internet": False, "allow_out": ["10.1.0.0/16"], "deny_out": ["pkg.test"]}
+    assert r.json() == {"internet": False, "allow_out": ["9.9.0.0/16"], "deny_out": ["pkg.test"]}
     r = await c.put(f"/v1/sandboxes/{sid}/network", json={"allow_out": ["1.2.3.4"]})
     assert r.json() == {"internet": True, "allow_out": ["1.2.3.4"], "deny_out": []}
     assert (await c.get(f"/v1/sandboxes/{sid}/network")).json() == r.json()

@@ -53,7 +53,8 @@ class Health(BaseModel):
 
 
 def default_runtime(settings: Settings) -> HostRuntime:
-    config = HostConfig.from_env(home=settings.home, state_dir=settings.state_dir)
+    config = HostConfig.from_env(home=settings.home, state_dir=settings.state_dir,
+                                 network_operator_allow=settings.network_operator_allow)
     return HostRuntime(config, progress=lambda message: log.info("%s", message))
 
 

@@ -12,7 +12,7 @@ from pandastack.host.errors import SandboxNotFound
 
 from .errors import ApiError
 from .service import AWAKE_STATES, SandboxService
-from .store import Sandbox
+from .store import Sandbox, Store
 
 log = logging.getLogger("pandastack.server")
 
@@ -57,11 +57,12 @@ def _vm_gone(service: SandboxService, row: Sandbox) -> bool:
 
 
 async def sweep(service: SandboxService, now: float | None = None) -> list[tuple[str, str]]:
-    """One pass: end what must end, fail what died, purge what is past retention."""
+    """One pass: end what must end, fail what died, purge what is past retention (ended
+    sandboxes, failed and deleted template versions)."""
     now = time.time() if now is None else now
     settings = service.settings
     ended: list[tuple[str, str]] = []
-    for row in service.store.live_sandboxes():
+    for row in await asyncio.to_thread(service.store.live_sandboxes):
         busy = service.is_busy(row.id)
         verdict = decide(state=row.state, persistent=row.persistent, expires_at=row.expires_at,
                          last_activity_at=row.last_activity_at, busy=busy, now=now,
@@ -86,8 +87,17 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
                          settings.hibernate_idle_seconds)
             except ApiError as exc:
                 log.warning("hibernating idle sandbox %s failed: %s", row.id, exc.message)
-    service.store.purge_ended(now - settings.retention_seconds)
+    await asyncio.to_thread(purge, service.store, now - settings.retention_seconds)
     return ended
+
+
+def purge(store: Store, before: float) -> None:
+    """Remove what ended before `before`: sandbox rows, and template versions that failed
+    or were deleted (with their specs and logs; their version numbers stay taken)."""
+    store.purge_ended(before)
+    pruned = store.purge_template_versions(before)
+    if pruned:
+        log.info("pruned %d failed or deleted template versions", pruned)
 
 
 async def reaper(service: SandboxService) -> None:

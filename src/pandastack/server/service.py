@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 
 class TemplateResolver(Protocol):
-    def resolve(self, team: str, ref: str) -> TemplateVersion | None: ...
+    async def resolve(self, team: str, ref: str) -> TemplateVersion | None: ...
 
 
 def to_info(row: Sandbox) -> SandboxInfo:
@@ -223,12 +223,12 @@ class SandboxService:
                            f"snapshot's {', '.join(SNAPSHOT_SHAPE)}; leave them out")
         return snap.template, snap.vcpus, snap.memory_mb, req.disk_mb or snap.disk_mb
 
-    def _team_template(self, team: str, req: CreateSandbox) -> TemplateVersion | None:
+    async def _team_template(self, team: str, req: CreateSandbox) -> TemplateVersion | None:
         """The ready version of the team template the request names, if it names one; its
         shape is the template's (422 if the request names other values)."""
         if req.snapshot is not None or self.templates is None:
             return None
-        version = self.templates.resolve(team, req.template or DEFAULT_TEMPLATE)
+        version = await self.templates.resolve(team, req.template or DEFAULT_TEMPLATE)
         if version is None:
             return None
         shape = {"vcpus": version.vcpus, "memory_mb": version.memory_mb}
@@ -269,8 +269,11 @@ class SandboxService:
                            f"{type(exc).__name__}: {exc}")
 
     async def create(self, team: str, req: CreateSandbox) -> Sandbox:
-        team_template = self._team_template(team, req)
-        template, vcpus, memory_mb, disk_mb = self._shape(team, req)
+        team_template = await self._team_template(team, req)
+        # The lookups run in a worker thread (one waiting on the database's lock must not stall
+        # every other request); the writes below stay inline: a create cancelled while one
+        # ran in a thread would leave its row `starting`, or its VM without a row update.
+        template, vcpus, memory_mb, disk_mb = await asyncio.to_thread(self._shape, team, req)
         if team_template is None and req.snapshot is None:
             await self._prepared(template, vcpus, memory_mb)
         snapshot_id, env, cwd, user = req.snapshot, dict(req.env), None, None
@@ -353,12 +356,16 @@ class SandboxService:
     # -- network --------------------------------------------------------------------------
 
     async def network_policy(self, spec: NetworkSpec) -> NetworkPolicy:
-        """The runtime's policy for `spec`, or 422 (malformed entries are refused before
-        anything changes; names are judged per connection by the host's egress proxy)."""
+        """The runtime's policy for `spec`, or 422 (malformed entries, and allow_out CIDRs
+        reaching into the always-denied ranges outside the operator's list, are refused
+        before anything changes; names are judged per connection by the host's egress
+        proxy, which never connects to those ranges either)."""
         try:
-            return NetworkPolicy.from_dict(spec.model_dump())
+            policy = NetworkPolicy.from_dict(spec.model_dump())
+            policy.check_allow_out(self.settings.network_operator_allow)
         except ValueError as exc:
             raise ApiError(422, "validation_error", str(exc)) from None
+        return policy
 
     def describe(self, sandbox_id: str) -> dict[str, object]:
         """The runtime's description of a sandbox (409 if it is not on this host)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pandastack.host.config import DEFAULT_HOME
+from pandastack.host.network import OPERATOR_ALLOW_VAR, parse_cidrs
 
 
 def _default_client_config() -> Path:
@@ -50,8 +51,14 @@ class Settings:
     url_signing_secret: str | None = None
     client_config_path: Path = field(default_factory=_default_client_config)
     write_client_config: bool = True
+    # CIDRs of the always-denied ranges (private, loopback, link-local/metadata, CGNAT,
+    # multicast) that tenants may open with allow_out; a request reaching into any other
+    # part of them is refused (422). The host runtime enforces the same list.
+    network_operator_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "network_operator_allow",
+                           parse_cidrs(self.network_operator_allow))
         if self.idle_timeout_seconds < 1:
             raise ValueError("idle_timeout_seconds must be >= 1")
         if self.hibernate_idle_seconds is not None and self.hibernate_idle_seconds < 1:
@@ -128,5 +135,10 @@ class Settings:
         take("PANDASTACK_PORT_READ_TIMEOUT", "port_read_timeout_seconds", float)
         take("PANDASTACK_URL_SIGNING_SECRET", "url_signing_secret", str)
         take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)
+        operator_allow = [e for e in env.get(OPERATOR_ALLOW_VAR, "").split(",") if e.strip()]
+        try:
+            values["network_operator_allow"] = parse_cidrs(operator_allow)
+        except ValueError as exc:
+            raise ValueError(f"{OPERATOR_ALLOW_VAR}: {exc}") from None
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pandastack.host.errors import BuildFailed, HostError, SnapshotNotFound
 from pandastack.host.network import NetworkPolicy
 from pandastack.host.templates import BUILTIN_TEMPLATES
-from pandastack.templatespec import TemplateSpec
+from pandastack.templatespec import CopyStep, TemplateSpec
 from pandastack.wire import BuildTemplate, TemplateBuildInfo
 
 from .errors import ApiError, conflict, not_found
@@ -28,6 +29,7 @@ from .snapshots import snapshot_row
 from .store import TemplateVersion
 
 log = logging.getLogger("pandastack.server")
+T = TypeVar("T")
 
 SNAPSHOT_PREFIX = "snapshot:"
 BUILD_ID_RE = re.compile(r"^tb-[0-9a-f]{12}$")
@@ -102,6 +104,21 @@ class BuildLog:
         self.changed = asyncio.Event()
 
 
+def stored_spec(spec: TemplateSpec) -> dict[str, Any]:
+    """The spec as kept after the build: each COPY file's body (base64, up to 64 MiB in all)
+    becomes its size and SHA-256. Nothing reads a stored spec back to build again; it tells
+    an operator what a version was built from, and the digests say which files went in."""
+    steps: list[dict[str, Any]] = []
+    for step in spec.steps:
+        if isinstance(step, CopyStep):
+            steps.append({"kind": step.kind, "dst": step.dst, "files": [
+                {"path": f.path, "mode": f.mode, "size": f.size,
+                 "sha256": hashlib.sha256(f.content()).hexdigest()} for f in step.files]})
+        else:
+            steps.append(step.model_dump(mode="json"))
+    return {**spec.model_dump(mode="json", exclude={"steps"}), "steps": steps}
+
+
 def to_build_info(row: TemplateVersion) -> TemplateBuildInfo:
     status = row.status if row.status in ("building", "ready", "failed") else "failed"
     return TemplateBuildInfo(
@@ -123,8 +140,10 @@ class TemplateService:
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- builds ---------------------------------------------------------------------------
+    # Store calls from requests and builds run in a worker thread (`asyncio.to_thread`): a
+    # query waiting on SQLite's lock (up to its 30 s timeout) must not stall every request.
 
-    def start_build(self, team: str, req: BuildTemplate) -> TemplateVersion:
+    async def start_build(self, team: str, req: BuildTemplate) -> TemplateVersion:
         if self.builder is None:
             raise ApiError(503, "unavailable", "this server's runtime cannot build templates")
         if req.name in BUILTIN_TEMPLATES:
@@ -132,18 +151,35 @@ class TemplateService:
                            f"{req.name!r} is a built-in template name; choose another")
         row = TemplateVersion(
             id=f"tb-{secrets.token_hex(6)}", team=team, name=req.name, version=0,
-            status="building", spec=req.spec.model_dump(mode="json"), env={},
-            vcpus=req.vcpus, memory_mb=req.memory_mb, created_at=time.time())
-        spec = req.spec.model_copy(update={"from_template": self._base(team, req.spec)})
-        row = self.store.add_template_version(row)
+            status="building", env={}, vcpus=req.vcpus, memory_mb=req.memory_mb,
+            created_at=time.time())
+        spec = req.spec.model_copy(update={"from_template": await self._base(team, req.spec)})
+        return await self._uncancellable(self._begin(row, req, spec), f"begin-{row.id}")
+
+    async def _begin(self, row: TemplateVersion, req: BuildTemplate,
+                     spec: TemplateSpec) -> TemplateVersion:
+        row = await asyncio.to_thread(self._add_version, row, req.spec)
         build_log = self._logs[row.id] = BuildLog()
-        task = asyncio.create_task(self._run(row, req, spec, build_log),
-                                   name=f"build-{row.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._track(asyncio.create_task(self._run(row, req, spec, build_log),
+                                        name=f"build-{row.id}"))
         return row
 
-    def _base(self, team: str, spec: TemplateSpec) -> str:
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _uncancellable(self, work: Coroutine[Any, Any, T], name: str) -> T:
+        """Await `work` to its end even if the request is cancelled meanwhile: a row
+        inserted in a worker thread must get its build task, a deleted version its snapshot
+        removed (only `close` stops it)."""
+        task = asyncio.create_task(work, name=name)
+        self._track(task)
+        return await asyncio.shield(task)
+
+    def _add_version(self, row: TemplateVersion, spec: TemplateSpec) -> TemplateVersion:
+        return self.store.add_template_version(row, stored_spec(spec))
+
+    async def _base(self, team: str, spec: TemplateSpec) -> str:
         """The host's name for the base the team's build starts from, resolved through the
         team: `snapshot:<id>` must be one of the team's snapshots, any other name not
         built in must be one of its ready templates (404 otherwise, the same answer as for an
@@ -151,11 +187,12 @@ class TemplateService:
         (step cache, template results): an id from the request never reaches it unchecked."""
         base = spec.from_template
         if base.startswith(SNAPSHOT_PREFIX):
-            return SNAPSHOT_PREFIX + snapshot_row(
-                self.sandboxes, team, base.removeprefix(SNAPSHOT_PREFIX)).id
+            snap = await asyncio.to_thread(snapshot_row, self.sandboxes, team,
+                                           base.removeprefix(SNAPSHOT_PREFIX))
+            return SNAPSHOT_PREFIX + snap.id
         if base in BUILTIN_TEMPLATES:
             return base
-        version = self.resolve(team, base)
+        version = await self.resolve(team, base)
         if version is None or not version.snapshot_id:
             raise not_found(f"template {base!r}")
         return SNAPSHOT_PREFIX + version.snapshot_id
@@ -195,14 +232,18 @@ class TemplateService:
                       "env": dict(result.env), "cwd": result.workdir, "user": result.user,
                       "steps_total": result.steps_total, "steps_cached": result.steps_cached}
         finally:
-            build_log.finish()
-            with contextlib.suppress(Exception):
-                self.store.update_template_version(
-                    row.id, finished_at=time.time(), logs="\n".join(build_log.lines),
-                    **values)
-            self._logs.pop(row.id, None)
+            try:  # stored before followers are told the build ended: they read its status
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self._finish, row.id, build_log.lines,
+                                            {**values, "finished_at": time.time()})
+            finally:
+                build_log.finish()
+                self._logs.pop(row.id, None)
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.prune_cache)
+
+    def _finish(self, build_id: str, lines: list[str], values: dict[str, Any]) -> None:
+        self.store.finish_template_build(build_id, "\n".join(lines), values)
 
     def prune_cache(self) -> None:
         """Keep the `cache_entries` most recently used step-cache entries (each holds a
@@ -221,20 +262,20 @@ class TemplateService:
             with contextlib.suppress(BaseException):
                 await task
 
-    def build_row(self, team: str, build_id: str) -> TemplateVersion:
-        row = (self.store.get_template_build(team, build_id)
+    async def build_row(self, team: str, build_id: str) -> TemplateVersion:
+        row = (await asyncio.to_thread(self.store.get_template_build, team, build_id)
                if BUILD_ID_RE.match(build_id) else None)
-        if row is None or row.deleted_at is not None:
+        if row is None:
             raise not_found(f"template build {build_id!r}")
         return row
 
     async def follow_logs(self, team: str, build_id: str) -> AsyncIterator[str]:
         """Every log line of the build, then (while it runs) each new one until it ends."""
-        row = self.build_row(team, build_id)
+        row = await self.build_row(team, build_id)
         build_log = self._logs.get(row.id)
         if build_log is None:  # finished (or from before a restart): the stored lines
-            current = self.build_row(team, build_id)
-            for line in (current.logs or "").splitlines():
+            logs = await asyncio.to_thread(self.store.template_build_logs, team, row.id)
+            for line in (logs or "").splitlines():
                 yield line
             return
         sent = 0  # index into the lines, adjusted when old lines are dropped
@@ -252,52 +293,65 @@ class TemplateService:
 
     # -- names and versions ---------------------------------------------------------------
 
-    def versions(self, team: str, name: str) -> list[TemplateVersion]:
-        rows = self.store.template_versions(team, name)
+    async def versions(self, team: str, name: str) -> list[TemplateVersion]:
+        rows = await asyncio.to_thread(self.store.template_versions, team, name)
         if not rows:
             raise not_found(f"template {name!r}")
         return rows
 
-    def resolve(self, team: str, ref: str) -> TemplateVersion | None:
+    async def newest(self, team: str) -> list[TemplateVersion]:
+        """The newest version of each of the team's templates, by name."""
+        return await asyncio.to_thread(self.store.newest_template_versions, team)
+
+    async def resolve(self, team: str, ref: str) -> TemplateVersion | None:
         """The ready version a create names (None: not a team template, maybe a built-in).
         409 when the template exists but has no ready version yet (building or failed)."""
         match = TEMPLATE_REF_RE.match(ref)
         if match is None or (match["version"] is None and ref in BUILTIN_TEMPLATES):
             return None
-        rows = self.store.template_versions(team, match["name"])
-        if not rows:
-            if match["version"] is not None:
-                raise not_found(f"template {ref!r}")
-            return None
-        if match["version"] is not None:
-            wanted = [r for r in rows if r.version == int(match["version"])]
-            if not wanted:
-                raise not_found(f"template {ref!r}")
-            row = wanted[0]
+        name, version = match["name"], match["version"]
+        return await asyncio.to_thread(
+            self._resolve, team, name, None if version is None else int(version))
+
+    def _resolve(self, team: str, name: str, version: int | None) -> TemplateVersion | None:
+        if version is not None:
+            row = self.store.template_version(team, name, version)
+            if row is None:
+                raise not_found(f"template {f'{name}:{version}'!r}")
             if row.status != "ready":
                 raise _not_ready(row)
             return row
-        ready = [r for r in rows if r.status == "ready"]
-        if ready:
-            return ready[-1]
-        raise _not_ready(rows[-1])
+        ready = self.store.template_version(team, name, ready=True)
+        if ready is not None:
+            return ready
+        newest = self.store.template_version(team, name)
+        if newest is None:
+            return None
+        raise _not_ready(newest)
 
     async def delete(self, team: str, name: str, version: int | None) -> None:
         """Delete one version or all; sandboxes already created from them keep running
         (they hold their own links to the snapshot's layers). A version still building is
         refused (409)."""
-        rows = self.versions(team, name)
+        rows = await self.versions(team, name)
         if version is not None:
             rows = [r for r in rows if r.version == version]
             if not rows:
                 raise not_found(f"template {name}:{version}")
         if any(r.status == "building" for r in rows):
             raise conflict(f"template {name} has a build in progress; wait for it to end")
+        await self._uncancellable(self._delete_rows(rows), f"delete-{name}")
+
+    async def _delete_rows(self, rows: list[TemplateVersion]) -> None:
+        await asyncio.to_thread(self._mark_deleted, [row.id for row in rows])
         for row in rows:
-            self.store.delete_template_version(row.id)
             if row.snapshot_id:
                 with contextlib.suppress(SnapshotNotFound):
                     self.sandboxes.runtime.delete_snapshot(row.snapshot_id)
+
+    def _mark_deleted(self, build_ids: list[str]) -> None:
+        for build_id in build_ids:
+            self.store.delete_template_version(build_id)
 
     def reconcile(self) -> None:
         """After a restart: builds that were running failed; ready versions whose snapshot is

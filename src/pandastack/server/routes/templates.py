@@ -38,23 +38,21 @@ Templates = Annotated[TemplateService, Depends(get_templates)]
              summary="Build a new version of a template (runs in the background)")
 async def build_template(body: BuildTemplate, who: CurrentPrincipal,
                          templates: Templates) -> TemplateBuildInfo:
-    return to_build_info(templates.start_build(who.team, body))
+    return to_build_info(await templates.start_build(who.team, body))
 
 
 @router.get("/templates", response_model=TemplateList,
             summary="The team's templates: the newest version of each name")
 async def list_templates(who: CurrentPrincipal, templates: Templates) -> TemplateList:
-    newest: dict[str, TemplateBuildInfo] = {}
-    for row in templates.store.template_versions(who.team):
-        newest[row.name] = to_build_info(row)
-    return TemplateList(templates=list(newest.values()))
+    rows = await templates.newest(who.team)
+    return TemplateList(templates=[to_build_info(row) for row in rows])
 
 
 @router.get("/templates/{name}", response_model=TemplateInfo,
             summary="A template's versions, oldest first")
 async def get_template(name: TemplateName, who: CurrentPrincipal,
                        templates: Templates) -> TemplateInfo:
-    rows = templates.versions(who.team, name)
+    rows = await templates.versions(who.team, name)
     return TemplateInfo(name=name, versions=[to_build_info(r) for r in rows])
 
 
@@ -70,7 +68,7 @@ async def delete_template(name: TemplateName, who: CurrentPrincipal, templates: 
             summary="A build's status")
 async def get_build(build_id: BuildId, who: CurrentPrincipal,
                     templates: Templates) -> TemplateBuildInfo:
-    return to_build_info(templates.build_row(who.team, build_id))
+    return to_build_info(await templates.build_row(who.team, build_id))
 
 
 @router.get("/templates/builds/{build_id}/logs", summary="Follow a build's log",
@@ -78,12 +76,12 @@ async def get_build(build_id: BuildId, who: CurrentPrincipal,
             responses=SSE_RESPONSES)
 async def build_logs(build_id: BuildId, who: CurrentPrincipal,
                      templates: Templates) -> StreamingResponse:
-    templates.build_row(who.team, build_id)  # 404 before the stream starts
+    await templates.build_row(who.team, build_id)  # 404 before the stream starts
 
     async def events() -> AsyncIterator[bytes]:
         async for line in templates.follow_logs(who.team, build_id):
             yield sse("log", {"line": line})
-        final = templates.build_row(who.team, build_id)
+        final = await templates.build_row(who.team, build_id)
         yield sse("status", to_build_info(final).model_dump())
 
     return event_stream(events())

@@ -1,8 +1,17 @@
 """Persistence: SQLAlchemy models, repository functions and alembic migrations."""
 
 from .db import open_store
-from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team, TemplateVersion
+from .models import (
+    ApiKey,
+    Sandbox,
+    ServerSecret,
+    Snapshot,
+    Team,
+    TemplateBlob,
+    TemplateName,
+    TemplateVersion,
+)
 from .repo import Store
 
-__all__ = ["ApiKey", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team", "TemplateVersion",
-           "open_store"]
+__all__ = ["ApiKey", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team", "TemplateBlob",
+           "TemplateName", "TemplateVersion", "open_store"]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
+from sqlalchemy.pool import StaticPool
 
 from .repo import Store
 
@@ -17,9 +19,12 @@ MIGRATIONS = "pandastack.server.store:migrations"
 def make_engine(dsn: str) -> Engine:
     if dsn.startswith("sqlite"):
         path = dsn.split(":///", 1)[1] if ":///" in dsn else ""
+        args: dict[str, Any] = {"check_same_thread": False, "timeout": 30}
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(dsn, connect_args={"check_same_thread": False, "timeout": 30})
+            engine = create_engine(dsn, connect_args=args)
+        else:  # one connection for every thread: store calls run in worker threads
+            engine = create_engine(dsn, connect_args=args, poolclass=StaticPool)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: object, _record: object) -> None:

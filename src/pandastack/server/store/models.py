@@ -91,10 +91,15 @@ class Snapshot(Base):
 class TemplateVersion(Base):
     """One build of a team's template: `name` + `version` (1, 2, ...). `status` is
     building, ready or failed; a ready version points at the snapshot creates restore.
-    `deleted_at` is set when it is deleted (the row is kept, so versions never repeat)."""
+    `deleted_at` is set when it is deleted; deleted and failed rows are pruned after the
+    retention (`template_names` keeps their numbers taken). The build's spec and logs are in
+    `template_blobs`: these rows are read on every create from a team template."""
 
     __tablename__ = "template_versions"
     __table_args__ = (Index("ix_template_versions_team_name", "team", "name"),
+                      # what the reaper's pruning looks for
+                      Index("ix_template_versions_status", "status"),
+                      Index("ix_template_versions_deleted_at", "deleted_at"),
                       UniqueConstraint("team", "name", "version",
                                        name="uq_template_versions_version"))
 
@@ -103,7 +108,6 @@ class TemplateVersion(Base):
     name: Mapped[str] = mapped_column(String(128))
     version: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16))
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     snapshot_id: Mapped[str | None] = mapped_column(String(64), nullable=True, default=None)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     cwd: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
@@ -111,12 +115,36 @@ class TemplateVersion(Base):
     vcpus: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     error: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
-    logs: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
     steps_total: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     steps_cached: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     created_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+
+
+class TemplateBlob(Base):
+    """The large parts of one build, read only when asked for: the spec as built (COPY files
+    as size and digest, not their bodies) and the log lines."""
+
+    __tablename__ = "template_blobs"
+
+    # No foreign key: a later batch migration of template_versions recreates that table on
+    # SQLite, and the DROP would cascade to (or fail on) these rows. The repo removes a
+    # build's blob with its row.
+    build_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    logs: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+
+
+class TemplateName(Base):
+    """The newest version number a team's template name ever had, so that numbers stay
+    monotonic after versions are pruned (a sandbox's `app:3` names one build, forever)."""
+
+    __tablename__ = "template_names"
+
+    team: Mapped[str] = mapped_column(String(128), ForeignKey("teams.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    last_version: Mapped[int] = mapped_column(Integer)
 
 
 class ServerSecret(Base):

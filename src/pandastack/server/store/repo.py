@@ -8,14 +8,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pandastack.wire import ENDED_STATES
 
-from .models import ApiKey, Sandbox, ServerSecret, Snapshot, Team, TemplateVersion
+from .models import (
+    ApiKey,
+    Sandbox,
+    ServerSecret,
+    Snapshot,
+    Team,
+    TemplateBlob,
+    TemplateName,
+    TemplateVersion,
+)
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
@@ -183,28 +192,45 @@ class Store:
                       .values(deleted_at=time.time() if now is None else now))
 
     # -- templates ------------------------------------------------------------------------
+    # Hot paths (a create from a team template, list, versions, build status) read only
+    # `template_versions` rows, never a build's spec or logs (`template_blobs`), and leave
+    # deleted rows out in SQL.
 
-    def add_template_version(self, row: TemplateVersion, attempts: int = 5) -> TemplateVersion:
-        """Insert `row` as the next version of its team's template (deleted versions count,
-        so a version number never names two builds)."""
+    def add_template_version(self, row: TemplateVersion, spec: dict[str, Any],
+                             attempts: int = 5) -> TemplateVersion:
+        """Insert `row` (and its `spec`) as the next version of its team's template. The
+        number is past every number the name ever had, pruned versions included."""
         for attempt in range(attempts):
             try:
                 with self.session() as s:
                     self.ensure_team(s, row.team)
-                    latest = s.scalar(select(func.max(TemplateVersion.version)).where(
-                        TemplateVersion.team == row.team, TemplateVersion.name == row.name))
-                    row.version = (latest or 0) + 1
+                    row.version = self._take_version_number(s, row.team, row.name)
                     s.add(row)
+                    s.flush()
+                    s.add(TemplateBlob(build_id=row.id, spec=spec))
                 return row
-            except IntegrityError:  # another build took that number first
+            except IntegrityError:  # another build (maybe another server) took that number
                 if attempt == attempts - 1:
                     raise
         raise AssertionError("unreachable")
 
+    def _take_version_number(self, s: Session, team: str, name: str) -> int:
+        counter = s.get(TemplateName, (team, name))
+        newest = s.scalar(select(func.max(TemplateVersion.version)).where(
+            TemplateVersion.team == team, TemplateVersion.name == name)) or 0
+        number = max(newest, counter.last_version if counter is not None else 0) + 1
+        if counter is None:
+            s.add(TemplateName(team=team, name=name, last_version=number))
+        else:
+            counter.last_version = number
+        return number
+
     def get_template_build(self, team: str, build_id: str) -> TemplateVersion | None:
+        """The team's build, unless it was deleted."""
         with self.session() as s:
-            row = s.get(TemplateVersion, build_id)
-            return row if row is not None and row.team == team else None
+            return s.scalars(select(TemplateVersion).where(
+                TemplateVersion.id == build_id, TemplateVersion.team == team,
+                TemplateVersion.deleted_at.is_(None))).first()
 
     def template_versions(self, team: str, name: str | None = None) -> list[TemplateVersion]:
         """The team's versions that were not deleted (of one template, or all), oldest first."""
@@ -216,6 +242,32 @@ class Store:
                 q = q.where(TemplateVersion.name == name)
             return list(s.scalars(q))
 
+    def newest_template_versions(self, team: str) -> list[TemplateVersion]:
+        """The newest version (any status) of each of the team's template names that has
+        one not deleted, by name."""
+        live = (TemplateVersion.team == team, TemplateVersion.deleted_at.is_(None))
+        newest = (select(TemplateVersion.name, func.max(TemplateVersion.version).label("v"))
+                  .where(*live).group_by(TemplateVersion.name).subquery())
+        with self.session() as s:
+            return list(s.scalars(
+                select(TemplateVersion).join(newest, (TemplateVersion.name == newest.c.name)
+                                             & (TemplateVersion.version == newest.c.v))
+                .where(*live).order_by(TemplateVersion.name)))
+
+    def template_version(self, team: str, name: str, version: int | None = None, *,
+                         ready: bool = False) -> TemplateVersion | None:
+        """Version `version` of the team's template (None: the newest; `ready`: the newest
+        ready one), unless deleted."""
+        q = select(TemplateVersion).where(TemplateVersion.team == team,
+                                          TemplateVersion.name == name,
+                                          TemplateVersion.deleted_at.is_(None))
+        if version is not None:
+            q = q.where(TemplateVersion.version == version)
+        if ready:
+            q = q.where(TemplateVersion.status == "ready")
+        with self.session() as s:
+            return s.scalars(q.order_by(TemplateVersion.version.desc()).limit(1)).first()
+
     def all_template_versions(self) -> list[TemplateVersion]:
         """Every team's versions that were not deleted: for startup reconciliation."""
         with self.session() as s:
@@ -225,11 +277,62 @@ class Store:
     def update_template_version(self, build_id: str, **values: Any) -> TemplateVersion | None:
         return self._update(TemplateVersion, build_id, values)
 
+    def finish_template_build(self, build_id: str, logs: str,
+                              values: dict[str, Any]) -> TemplateVersion | None:
+        """Record the end of a build: `values` on its row, `logs` in its blob."""
+        with self.session() as s:
+            s.execute(update(TemplateBlob).where(TemplateBlob.build_id == build_id)
+                      .values(logs=logs))
+            row = s.get(TemplateVersion, build_id)
+            if row is not None:
+                for name, value in values.items():
+                    setattr(row, name, value)
+            return row
+
+    def template_build_logs(self, team: str, build_id: str) -> str | None:
+        """The stored log of the team's build (None: no such build, or deleted)."""
+        with self.session() as s:
+            logs: str | None = s.scalar(
+                select(TemplateBlob.logs).join(TemplateVersion,
+                                               TemplateVersion.id == TemplateBlob.build_id)
+                .where(TemplateBlob.build_id == build_id, TemplateVersion.team == team,
+                       TemplateVersion.deleted_at.is_(None)))
+            return logs
+
     def delete_template_version(self, build_id: str, now: float | None = None) -> None:
         with self.session() as s:
             s.execute(update(TemplateVersion).where(TemplateVersion.id == build_id,
                                                     TemplateVersion.deleted_at.is_(None))
                       .values(deleted_at=time.time() if now is None else now))
+
+    def purge_template_versions(self, before: float) -> int:
+        """Delete, with their blobs, versions deleted before `before` and failed builds that
+        ended before it; returns how many. Their names keep their numbers taken."""
+        dead = or_(TemplateVersion.deleted_at < before,
+                   (TemplateVersion.status == "failed")
+                   & (func.coalesce(TemplateVersion.finished_at,
+                                    TemplateVersion.created_at) < before))
+        with self.session() as s:
+            rows = s.execute(select(TemplateVersion.id, TemplateVersion.team,
+                                    TemplateVersion.name, TemplateVersion.version)
+                             .where(dead)).all()
+            if not rows:
+                return 0
+            taken: dict[tuple[str, str], int] = {}
+            for _, team, name, version in rows:
+                taken[(team, name)] = max(version, taken.get((team, name), 0))
+            for (team, name), version in taken.items():
+                counter = s.get(TemplateName, (team, name))
+                if counter is None:
+                    s.add(TemplateName(team=team, name=name, last_version=version))
+                elif counter.last_version < version:
+                    counter.last_version = version
+            ids = [row[0] for row in rows]
+            for chunk in range(0, len(ids), 500):  # bound the statement's parameters
+                part = ids[chunk:chunk + 500]
+                s.execute(delete(TemplateBlob).where(TemplateBlob.build_id.in_(part)))
+                s.execute(delete(TemplateVersion).where(TemplateVersion.id.in_(part)))
+            return len(ids)
 
     # -- server secrets -------------------------------------------------------------------
 
