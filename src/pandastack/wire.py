@@ -57,14 +57,30 @@ NetworkRule = Annotated[str, Field(min_length=1, max_length=253)]
 class NetworkSpec(Strict):
     """A sandbox's egress policy, enforced on the host (outside the guest).
 
-    `allow_out` entries win over everything: over `deny_out`, over `internet: false` and over
-    the ranges that are otherwise always denied (private, loopback, link-local/metadata, other
-    sandboxes, the host). Domain names are judged on TCP 80/443 by the host's egress proxy,
-    by the TLS SNI or HTTP Host the guest sends (a forged DNS answer changes nothing)."""
+    `allow_out` entries win over `deny_out` and over `internet: false`, but never open the
+    always-denied ranges: private (10/8, 172.16/12, 192.168/16), loopback, link-local and
+    cloud metadata (169.254/16), CGNAT (100.64/10), multicast and reserved, the host's own
+    addresses and other sandboxes. A CIDR entry reaching into them (`0.0.0.0/0`,
+    `10.0.0.0/8`, `169.254.169.254/32`...) is refused with 422, unless that part lies in the
+    ranges the server's operator lets tenants open (`PANDASTACK_NETWORK_OPERATOR_ALLOW`).
+    Domain names are judged on TCP 80/443 by the host's egress proxy, by the TLS SNI or HTTP
+    Host the guest sends (a forged DNS answer changes nothing), and a name whose addresses
+    are always denied reaches nothing. Nothing outside the sandbox opens a connection into
+    it but the API's port proxy."""
 
-    internet: bool = True
-    allow_out: list[NetworkRule] = Field(default_factory=list, max_length=MAX_NETWORK_RULES)
-    deny_out: list[NetworkRule] = Field(default_factory=list, max_length=MAX_NETWORK_RULES)
+    internet: bool = Field(default=True, description="Whether public addresses are reachable "
+                           "(any port); the always-denied ranges never are.")
+    allow_out: list[NetworkRule] = Field(
+        default_factory=list, max_length=MAX_NETWORK_RULES,
+        description="CIDRs (any port) or domain names (TCP 80/443, by TLS SNI or HTTP Host) "
+                    "reachable even with `internet: false` and over `deny_out`. Only public "
+                    "addresses, plus the parts of the always-denied ranges (private, "
+                    "loopback, link-local/metadata, CGNAT, multicast) that the operator "
+                    "lists: a CIDR reaching into any other part of them is refused (422).")
+    deny_out: list[NetworkRule] = Field(
+        default_factory=list, max_length=MAX_NETWORK_RULES,
+        description="CIDRs (any port) or domain names (TCP 80/443) closed although "
+                    "`internet` is on.")
 
 
 class CreateSandbox(Strict):

@@ -413,7 +413,7 @@ DEFAULT_TEMPLATE = "base"
 
 
 #: The egress policy as the SDK takes it: a `NetworkSpec` or a mapping of its fields,
-#: e.g. {"internet": False, "allow_out": ["pypi.org", "10.1.0.0/16"], "deny_out": []}.
+#: e.g. {"internet": False, "allow_out": ["pypi.org", "203.0.113.0/24"], "deny_out": []}.
 NetworkArg = NetworkSpec | Mapping[str, Any]
 
 

@@ -249,9 +249,11 @@ class Sandbox(_base.SandboxBase[HTTP]):
     def update_network(self, network: _base.NetworkArg) -> NetworkSpec:
         """Replace the egress policy with `network` (a `NetworkSpec` or a mapping of its
         fields; fields left out take their defaults: internet on, empty lists). Entries are
-        CIDRs or domain names; `allow_out` wins over `deny_out`, over `internet: False` and
-        over the ranges that are otherwise always denied (private, loopback, link-local,
-        other sandboxes, the host). New connections follow it at once. Returns the policy."""
+        CIDRs or domain names; `allow_out` wins over `deny_out` and over `internet: False`,
+        but never opens the always-denied ranges (private, loopback, link-local/metadata,
+        CGNAT, multicast, other sandboxes, the host): a CIDR reaching into them is refused
+        (422, `InvalidRequestError`) unless the server's operator lets tenants open that part.
+        New connections follow it at once. Returns the policy."""
         return self._http.run(_base.update_network_call(self.id, network))
 
     def get_url(self, port: int) -> str:

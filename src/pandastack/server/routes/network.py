@@ -15,11 +15,15 @@ router = APIRouter(tags=["network"], route_class=StrictJsonRoute)
 POLICY_NOTES = ("Entries are CIDRs or domain names (`example.com`, `*.example.com` for the "
                 "names below it, `.example.com` for both), judged by the host's egress proxy "
                 "on TCP 80/443 by the TLS SNI or HTTP Host the guest sends, never by the "
-                "guest's DNS answers. `allow_out` wins over "
-                "`deny_out`, over `internet: false` and over the always-denied ranges "
-                "(private, loopback, link-local/metadata, the host, other sandboxes). "
-                "Takes effect for new connections at once; a hibernated sandbox stays "
-                "hibernated.")
+                "guest's DNS answers. `allow_out` wins over `deny_out` and over "
+                "`internet: false`, but never opens the always-denied ranges (private, "
+                "loopback, link-local/cloud metadata, CGNAT, multicast and reserved, the "
+                "host, other sandboxes): an `allow_out` CIDR reaching into them (e.g. "
+                "`0.0.0.0/0`, `10.0.0.0/8`, `169.254.169.254/32`) is refused with 422 naming "
+                "it, unless that part lies in the ranges the server's operator lets tenants "
+                "open (`PANDASTACK_NETWORK_OPERATOR_ALLOW`); a name whose addresses lie "
+                "there reaches nothing. Takes effect for new connections at once; a "
+                "hibernated sandbox stays hibernated.")
 
 
 @router.get("/sandboxes/{sandbox_id}/network", response_model=NetworkSpec,
