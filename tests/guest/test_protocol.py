@@ -174,3 +174,33 @@ def test_skip_bad_then_scan_finds_following_hello() -> None:
     dec.skip_bad()
     f = dec.scan(is_hello)
     assert f is not None and json.dumps(f.header["nonce"]) == '"h"'
+
+
+def test_deeply_nested_header_is_a_protocol_error() -> None:
+    """json.loads raises RecursionError on deep nesting; the decoder turns it into the
+    ProtocolError its callers handle (a guest could otherwise kill the host's reader)."""
+    header = b'{"t":"pong","id":1,"x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    dec = P.FrameDecoder()
+    dec.feed(raw(len(header), 0) + header)
+    with pytest.raises(P.ProtocolError, match="nested"):
+        dec.next_frame()
+    small = b'{"t":"hello","id":0,"x":' + b"[" * 2000 + b"]" * 2000 + b"}"
+    dec = P.FrameDecoder()
+    dec.feed(raw(len(small), 0) + small + P.frame("hello", 0, nonce="n"))
+    f = dec.scan(lambda fr: fr.t == "hello")  # a resync skips it like garbage
+    assert f is not None and f.header["nonce"] == "n"
+
+
+def test_parse_json_of_the_peer() -> None:
+    assert P.parse_json(b'[{"a": 1}]') == [{"a": 1}]
+    for bad in (b"[" * 100_000, b"{", b"\xff"):
+        with pytest.raises(ValueError):
+            P.parse_json(bad)
+
+
+def test_frames_know_their_header_size() -> None:
+    data = P.frame("pong", 3, b"xy", pad="z" * 100)
+    dec = P.FrameDecoder()
+    dec.feed(data)
+    f = dec.next_frame()
+    assert f is not None and f.header_size == len(data) - P.PREFIX_SIZE - 2

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MAGIC = b"PS"
@@ -50,6 +50,8 @@ class ProtocolError(ValueError):
 class Frame:
     header: dict[str, Any]
     payload: bytes = b""
+    header_size: int = field(default=0, compare=False)
+    """Bytes of the header on the wire (0 for frames not decoded from bytes)."""
 
     @property
     def t(self) -> str:
@@ -101,9 +103,18 @@ def parse_prefix(prefix: bytes | bytearray | memoryview) -> tuple[int, int]:
     return hlen, plen
 
 
+def parse_json(data: bytes | str) -> Any:
+    """``json.loads`` for bytes from the peer: ValueError for anything that is not JSON,
+    including nesting too deep for the interpreter (json raises RecursionError there)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def parse_header(raw: bytes) -> dict[str, Any]:
     try:
-        obj = json.loads(raw.decode("utf-8"))
+        obj = parse_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(f"header is not UTF-8 JSON: {e}") from None
     if not isinstance(obj, dict):
@@ -154,7 +165,7 @@ class FrameDecoder:
         with memoryview(buf) as mv:
             header = parse_header(bytes(mv[hstart : hstart + hlen]))
             payload = bytes(mv[hstart + hlen : hstart + hlen + plen])
-        return Frame(header, payload)
+        return Frame(header, payload, hlen)
 
     def next_frame(self) -> Frame | None:
         buf = self._buf
