@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from pandastack.guest import protocol as P
 from pandastack.host import agent_client as ac
 from pandastack.host.agent_client import AgentClient
 from pandastack.host.errors import AgentConnectionError, AgentProtocolError, GuestOSError
+from tests.host.fake_guest import FakeGuest, in_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -433,48 +434,11 @@ async def test_connect_waits_for_socket(tmp_path: Path) -> None:
 # -- a fake guest that misbehaves ----------------------------------------------------------
 
 
-class FakeGuest:
-    """The guest end of a socketpair, driven by the test (blocking socket in a thread)."""
-
-    def __init__(self) -> None:
-        self.host_end, self.sock = socket.socketpair()
-        self.sock.settimeout(5)
-        self.dec = P.FrameDecoder()
-
-    def recv_frame(self) -> P.Frame:
-        while (f := self.dec.next_frame()) is None:
-            data = self.sock.recv(65536)
-            assert data, "host closed"
-            self.dec.feed(data)
-        return f
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def answer_hello(self, prefix: bytes = b"") -> None:
-        f = self.recv_frame()
-        assert f.t == "hello" and f.id == 0
-        self.send(prefix + P.frame("hello", 0, v=1, nonce=f.header["nonce"], agent_version="f"))
-
-    async def client(self, **kw: float) -> AgentClient:
-        t = asyncio.get_running_loop().run_in_executor(None, self.answer_hello)
-        c = await AgentClient.from_socket(self.host_end, **kw)
-        await t
-        return c
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def fake() -> Iterator[FakeGuest]:
     g = FakeGuest()
     yield g
     g.close()
-
-
-async def in_thread(fn: Callable[[], object]) -> object:
-    return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
 async def test_handshake_skips_garbage(fake: FakeGuest) -> None:

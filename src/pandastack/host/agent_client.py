@@ -7,7 +7,13 @@ queues; frames are written whole under a lock. Many operations may run at once.
 Every wait on the guest is bounded: ``op_timeout`` (default 30 s) for ordinary calls and
 for each step of a file transfer; an exec with a ``timeout`` waits at most that timeout
 plus ``op_timeout``. Expiry raises AgentConnectionError. An invalid frame from the guest
-fails every pending operation with AgentProtocolError and marks the client ``broken``.
+fails every pending operation with AgentProtocolError and marks the client ``broken``; so
+does anything else that stops the reader task (as AgentConnectionError).
+
+The guest is untrusted: everything it can make the host hold is bounded. Data streams by
+their credit window; the frames queued for one operation by MAX_OP_BUFFER; what an operation
+collects (a listing, a process list, a file read whole) by its own limit. Crossing a bound
+fails that operation with AgentLimitError and drops what it held; the channel stays usable.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
+import logging
 import math
 import os
 import secrets
@@ -39,9 +45,12 @@ from pandastack.host.code_client import CodeMethods
 from pandastack.host.errors import (
     AgentConnectionError,
     AgentError,
+    AgentLimitError,
     AgentProtocolError,
     GuestOSError,
 )
+
+log = logging.getLogger(__name__)
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
@@ -55,9 +64,30 @@ HELLO_RETRY = 2.0
 MAX_RESYNC_BYTES = 64 * 2**20
 """Handshake gives up after discarding this many bytes that are not our hello reply."""
 READ_SIZE = 1 << 20
+MAX_OP_BUFFER = 16 * 2**20
+"""What the frames queued for one operation (received, not yet taken) may cost, counted as
+payload + HEADER_COST x header + FRAME_COST each. An honest agent stays far below: data is
+held to the credit window (1 MiB) and every other reply comes once, or (``entries``) is read
+as fast as it arrives. Crossing it abandons the operation (AgentLimitError)."""
+HEADER_COST = 32
+"""A parsed header can take ~24x its JSON bytes (measured: ``[{},{},...]``)."""
+FRAME_COST = 512
+"""The objects of one queued frame beyond its bytes, so empty frames are counted too."""
+MAX_LIST_ENTRIES = 100_000
+"""Entries of one ``list_dir``; a bigger directory fails (list its subdirectories)."""
+MAX_LIST_BYTES = 64 * 2**20
+"""JSON bytes of one ``list_dir``'s entries (long names count, not only many)."""
+MAX_PROCS = 10_000
+"""Entries of one ``procs`` listing (the agent keeps running ones and the last 64 ended)."""
+DEFAULT_MAX_READ_BYTES = 64 * 2**20
+"""Default limit of ``read_file_bytes`` (bigger files: stream them with ``read_file``)."""
+MAX_ERROR_TEXT = 4096
+"""Characters kept of an ``error`` frame's message and path."""
 
 _DATA = frozenset({"stdout", "stderr", "data"})
 _END = frozenset({"error", "exit", "written", "eof", "ok"})
+# The one reply of a request: nothing may follow it on that id.
+_SINGLE_REPLIES = frozenset({"pong", "spawned", "proc_list", "info"})
 _REPLIES = frozenset(
     {
         "pong",
@@ -134,6 +164,7 @@ class _Op:
         self.recv_window = P.INITIAL_WINDOW  # bytes the agent may still send us
         self.ungranted = 0  # consumed bytes not yet granted back
         self.buffered = 0  # data bytes sitting in ``queue``
+        self.cost = 0  # what the frames in ``queue`` cost (see MAX_OP_BUFFER)
         self.ended = False  # a final frame (or failure) arrived
 
 
@@ -367,6 +398,14 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
         except asyncio.CancelledError:
             self._fail(AgentConnectionError("client closed"))
             raise
+        except BaseException as e:
+            # A bug, or an input nobody foresaw: the reader is gone, so every pending and
+            # later operation must fail now rather than wait for a reply that cannot come.
+            log.exception("agent channel reader failed")
+            self._fail(AgentConnectionError(
+                f"the agent channel's reader failed: {type(e).__name__}: {e}"))
+            if not isinstance(e, Exception):
+                raise
 
     def _dispatch(self, f: P.Frame) -> None:
         t = f.t
@@ -381,8 +420,8 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
         if t not in _REPLIES:
             raise AgentProtocolError(f"unknown frame type {t!r} from agent")
         op = self._ops.get(f.id)
-        if op is None:
-            return  # late frame of an operation we gave up on
+        if op is None or op.ended:
+            return  # late frame of an operation we gave up on, or after its last reply
         if t == "credit":
             n = f.header.get("n")
             if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
@@ -396,11 +435,31 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
             op.recv_window -= len(f.payload)
             if op.recv_window < 0:
                 raise AgentProtocolError(f"agent overran the credit window on op {op.id}")
+        cost = _cost(f)
+        if op.cost + cost > MAX_OP_BUFFER:
+            self._abandon(op, AgentLimitError(
+                f"{op.kind}: the agent sent more than the host holds for one operation "
+                f"({MAX_OP_BUFFER >> 20} MiB of frames not yet read); the operation was "
+                "abandoned"))
+            return
+        op.cost += cost
+        if t in _DATA:
             op.buffered += len(f.payload)
-        elif t in _END:
+        elif t in _END or t in _SINGLE_REPLIES or (t == "entries" and not f.header.get("more")):
             op.ended = True
         op.queue.put_nowait(f)
         op.wake.set()
+
+    def _abandon(self, op: _Op, exc: AgentError) -> None:
+        """Fail one operation: drop what it has queued (freeing it), let its caller raise
+        ``exc``, ignore what the agent still sends for it, and tell the agent to stop."""
+        while not op.queue.empty():
+            op.queue.get_nowait()
+        op.buffered = op.cost = 0
+        op.ended = True
+        op.queue.put_nowait(exc)
+        op.wake.set()
+        self._cancel_soon(op)
 
     # -- operation plumbing -------------------------------------------------------------
     def _register(self, kind: str) -> _Op:
@@ -481,15 +540,16 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
         if isinstance(item, BaseException):
             op.queue.put_nowait(item)
             raise self._err() if self._broken is not None else item
+        op.cost -= _cost(item)
         if item.t in _DATA:
             op.buffered -= len(item.payload)
         if item.t == "error":
             h = item.header
             code, msg, path = h.get("code"), h.get("message"), h.get("path")
             raise GuestOSError(
-                code if isinstance(code, str) else "EIO",
-                msg if isinstance(msg, str) else "",
-                path if isinstance(path, str) else None,
+                code[:64] if isinstance(code, str) else "EIO",
+                msg[:MAX_ERROR_TEXT] if isinstance(msg, str) else "",
+                path[:MAX_ERROR_TEXT] if isinstance(path, str) else None,
             )
         return item
 
@@ -510,6 +570,15 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
             return f
         finally:
             self._unregister(op)
+
+    def _json_list(self, f: P.Frame, where: str) -> list[Any]:
+        try:
+            items = P.parse_json(f.payload)
+        except ValueError:
+            raise self._protocol_error(f"{where}: {f.t} payload is not JSON") from None
+        if not isinstance(items, list):
+            raise self._protocol_error(f"{where}: {f.t} payload is not a list")
+        return items
 
     def _field(self, f: P.Frame, key: str, typ: type | tuple[type, ...]) -> Any:
         v = f.header.get(key)
@@ -740,11 +809,11 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
 
     async def procs(self) -> list[dict[str, object]]:
         f = await self._call("procs", expect="proc_list")
-        try:
-            items = json.loads(f.payload)
-        except ValueError:
-            items = None
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        items = self._json_list(f, "procs")
+        if len(items) > MAX_PROCS:
+            raise AgentLimitError(f"procs: the agent listed {len(items)} processes, more than "
+                                  f"the {MAX_PROCS} the host accepts")
+        if not all(isinstance(i, dict) for i in items):
             raise self._protocol_error("proc_list payload is not a JSON list of objects")
         return items
 
@@ -790,8 +859,17 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
             if not done:
                 self._cancel_soon(op)
 
-    async def read_file_bytes(self, path: str) -> bytes:
-        chunks = [c async for c in self.read_file(path)]
+    async def read_file_bytes(self, path: str, *, limit: int = DEFAULT_MAX_READ_BYTES) -> bytes:
+        """The whole file; AgentLimitError (and the transfer cancelled) past ``limit`` bytes."""
+        chunks: list[bytes] = []
+        size = 0
+        async with contextlib.aclosing(self.read_file(path)) as it:
+            async for chunk in it:
+                size += len(chunk)
+                if size > limit:
+                    raise AgentLimitError(f"read_file: {path} is over {limit} bytes; "
+                                          "read it as a stream")
+                chunks.append(chunk)
         return b"".join(chunks)
 
     async def write_file(
@@ -838,25 +916,33 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
         return info
 
     async def list_dir(self, path: str) -> list[FileInfo]:
+        """The directory's entries; AgentLimitError past MAX_LIST_ENTRIES or MAX_LIST_BYTES."""
         op = self._register("list")
+        done = False
         try:
             await self._send({"t": "list", "id": op.id, "path": path})
             out: list[FileInfo] = []
+            size = 0
             while True:
                 f = await self._next(op, self.op_timeout)
                 if f.t != "entries":
                     raise self._protocol_error(f"list: expected 'entries', got {f.t!r}")
-                try:
-                    items = json.loads(f.payload)
-                except ValueError:
-                    raise self._protocol_error("list: entries payload is not JSON") from None
-                if not isinstance(items, list):
-                    raise self._protocol_error("list: entries payload is not a list")
+                size += len(f.payload)
+                if size > MAX_LIST_BYTES:
+                    raise AgentLimitError(f"list: the listing of {path} is over "
+                                          f"{MAX_LIST_BYTES >> 20} MiB")
+                items = self._json_list(f, "list")
+                if len(out) + len(items) > MAX_LIST_ENTRIES:
+                    raise AgentLimitError(f"list: {path} has more than {MAX_LIST_ENTRIES} "
+                                          "entries; list its subdirectories instead")
                 out.extend(self._info(d, "list") for d in items)
                 if not f.header.get("more"):
+                    done = True
                     return out
         finally:
             self._unregister(op)
+            if not done:
+                self._cancel_soon(op)
 
     async def stat(self, path: str) -> FileInfo:
         f = await self._call("stat", expect="info", path=path)
@@ -875,3 +961,8 @@ class AgentClient(CodeMethods):  # run_code and the code contexts: code_client.p
     def _buffered_bytes(self) -> int:
         """Data bytes received but not yet consumed, over all operations."""
         return sum(op.buffered for op in self._ops.values())
+
+
+def _cost(f: P.Frame) -> int:
+    """What holding frame ``f`` in a queue costs, for MAX_OP_BUFFER."""
+    return FRAME_COST + HEADER_COST * f.header_size + len(f.payload)

@@ -16,6 +16,7 @@
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
+        ├── AgentLimitError        the guest sent more than the host accepts for one operation
         └── GuestOSError           an operation failed inside the guest (errno + message)
 """
 
@@ -90,6 +91,12 @@ class AgentConnectionError(AgentError):
 
 class AgentProtocolError(AgentError):
     pass
+
+
+class AgentLimitError(AgentError):
+    """The guest sent more than the host accepts for one operation (a listing, a file read
+    whole, a code run's results, frames queued faster than they are read): that operation
+    failed and its buffers were dropped; the channel stays usable."""
 
 
 class GuestOSError(AgentError):

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pandastack.host.errors import (
     AgentConnectionError,
     AgentError,
+    AgentLimitError,
     CodeContextNotFound,
     CodeInterpreterUnavailable,
     GuestOSError,
@@ -102,6 +103,8 @@ def from_host_error(exc: HostError) -> ApiError:
                         "code interpreter, e.g. code-interpreter)")
     if isinstance(exc, UnsupportedLanguage):
         return ApiError(422, "validation_error", str(exc))
+    if isinstance(exc, AgentLimitError):  # the answer is bigger than the host takes
+        return ApiError(413, "payload_too_large", str(exc))
     if isinstance(exc, AgentConnectionError):
         return ApiError(503, "unavailable", f"sandbox agent unavailable: {exc}")
     if isinstance(exc, AgentError):
