@@ -4,6 +4,10 @@ The agent relays one JSON request to the interpreter inside the guest (kernel_se
 streams its newline-delimited JSON answer back as `data` frames (spec/guest-protocol.md,
 `code`). This module turns those lines into `CodeEvent`s and the interpreter's `failure`
 answers into host errors. `AgentClient` and `SandboxHandle` expose it as methods.
+
+The interpreter runs in the guest, so nothing it sends is trusted: lines are bounded, and so
+is what one run may produce (results, their size, output text) whatever the interpreter's own
+caps; crossing a bound ends the run (it is interrupted) with AgentLimitError.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pandastack.guest import protocol as P
 from pandastack.host.errors import (
+    AgentLimitError,
     CodeContextNotFound,
     CodeInterpreterError,
     CodeInterpreterUnavailable,
@@ -29,6 +34,13 @@ if TYPE_CHECKING:
 
 # Longest event line accepted from the interpreter; it caps its own lines at 32 MiB.
 MAX_EVENT_LINE = 40 * 2**20
+# A context operation is answered by one short `ok` line (at most 16 contexts described).
+MAX_ANSWER_LINE = 2**20
+# What one run may produce, above what the interpreter sends an honest run (it drops results
+# past 5 000 or 48 MiB and output past 16 Mi characters, with a note).
+MAX_RUN_RESULTS = 10_000
+MAX_RUN_RESULT_CHARS = 64 * 2**20  # mime types and data of all results together
+MAX_RUN_TEXT = 20 * 2**20  # characters of stdout and stderr together
 # Creating or restarting a context starts a kernel: tens of seconds under TCG.
 CONTEXT_TIMEOUT = 600.0
 # A run with a timeout is over at most this long after it: an interrupt that is not honoured
@@ -83,6 +95,7 @@ class LineSplitter:
     def __init__(self, limit: int = MAX_EVENT_LINE) -> None:
         self.limit = limit
         self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf known to hold no newline
 
     @property
     def pending(self) -> int:
@@ -92,10 +105,12 @@ class LineSplitter:
         self._buf += data
         lines: list[bytes] = []
         start = 0
-        while (nl := self._buf.find(b"\n", start)) >= 0:
+        pos = self._scanned  # a long line is searched once, not once per chunk
+        while (nl := self._buf.find(b"\n", pos)) >= 0:
             lines.append(bytes(self._buf[start:nl]))
-            start = nl + 1
+            start = pos = nl + 1
         del self._buf[:start]
+        self._scanned = len(self._buf)
         if len(self._buf) > self.limit or any(len(line) > self.limit for line in lines):
             raise CodeInterpreterError(
                 f"the code interpreter sent a line over {self.limit} bytes")
@@ -113,8 +128,35 @@ def _failure(obj: Mapping[str, Any]) -> Exception:
     return CodeInterpreterError(message)
 
 
-async def _lines(agent: AgentClient, req: dict[str, Any],
-                 deadline: float | None) -> AsyncGenerator[dict[str, Any], None]:
+class RunBudget:
+    """What one run has produced so far, against the MAX_RUN_* bounds."""
+
+    def __init__(self) -> None:
+        self.results = 0
+        self.result_chars = 0
+        self.text = 0
+
+    def add(self, event: CodeEvent) -> None:
+        """Count `event`; AgentLimitError if the run is now over a bound."""
+        if event.type in ("stdout", "stderr"):
+            self.text += len(event.text)
+            if self.text > MAX_RUN_TEXT:
+                raise AgentLimitError(f"code: the run's output is over {MAX_RUN_TEXT >> 20} "
+                                      "Mi characters; it was interrupted")
+        elif event.type == "result":
+            self.results += 1
+            self.result_chars += sum(len(k) + len(v) for k, v in (event.data or {}).items())
+            if self.results > MAX_RUN_RESULTS:
+                raise AgentLimitError(f"code: the run produced more than {MAX_RUN_RESULTS} "
+                                      "results; it was interrupted")
+            if self.result_chars > MAX_RUN_RESULT_CHARS:
+                raise AgentLimitError(f"code: the run's results are over "
+                                      f"{MAX_RUN_RESULT_CHARS >> 20} Mi characters; it was "
+                                      "interrupted")
+
+
+async def _lines(agent: AgentClient, req: dict[str, Any], deadline: float | None,
+                 line_limit: int = MAX_EVENT_LINE) -> AsyncGenerator[dict[str, Any], None]:
     """The interpreter's answer to `req`, line by line. Closing the generator early cancels
     the request (the interpreter then interrupts a run)."""
     payload = json.dumps(req, separators=(",", ":")).encode()
@@ -122,7 +164,7 @@ async def _lines(agent: AgentClient, req: dict[str, Any],
         raise ValueError(f"code request of {len(payload)} bytes is over {P.MAX_PAYLOAD}")
     op = agent._register("code")
     ended = False
-    splitter = LineSplitter()
+    splitter = LineSplitter(line_limit)
     try:
         await agent._send({"t": "code", "id": op.id}, payload)
         while True:
@@ -143,7 +185,7 @@ async def _lines(agent: AgentClient, req: dict[str, Any],
                 raise agent._protocol_error(f"code: unexpected {f.t!r} frame")
             for line in splitter.feed(f.payload):
                 try:
-                    obj = json.loads(line)
+                    obj = P.parse_json(line)
                 except ValueError:
                     obj = None
                 if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
@@ -174,6 +216,7 @@ async def run_code(agent: AgentClient, code: str, *, language: str = "python",
         req["store_history"] = False
     deadline = None if timeout is None else time.monotonic() + timeout + RUN_GRACE
     lines = _lines(agent, req, deadline)
+    budget = RunBudget()
     try:
         async for obj in lines:
             if obj["type"] == "failure":
@@ -182,6 +225,7 @@ async def run_code(agent: AgentClient, code: str, *, language: str = "python",
                 event = parse_event(obj)
             except ValueError as e:
                 raise CodeInterpreterError(f"bad event from the code interpreter: {e}") from None
+            budget.add(event)
             yield event
             if event.type == "end":
                 return
@@ -196,7 +240,7 @@ async def run_code(agent: AgentClient, code: str, *, language: str = "python",
 async def call(agent: AgentClient, req: dict[str, Any],
                timeout: float = CONTEXT_TIMEOUT) -> dict[str, Any]:
     """A request answered by one `ok` line (the context operations)."""
-    lines = _lines(agent, req, time.monotonic() + timeout)
+    lines = _lines(agent, req, time.monotonic() + timeout, MAX_ANSWER_LINE)
     try:
         async for obj in lines:
             if obj["type"] == "failure":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Path, Request
@@ -41,20 +42,22 @@ sandbox is gone, the template has no code interpreter...), the stream ends with 
 
 
 class Collector:
-    """Folds code events into one `Execution`."""
+    """Folds code events into one `Execution`. What a run may produce is bounded by the code
+    client (results, their size, output text: AgentLimitError, a 413); text is kept as text,
+    not one object per event, so a run of tiny events costs what its characters do."""
 
     def __init__(self) -> None:
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
+        self.stdout = io.StringIO()
+        self.stderr = io.StringIO()
         self.results: list[CodeResult] = []
         self.error: CodeError | None = None
         self.execution_count: int | None = None
 
     def add(self, event: CodeEvent) -> None:
         if event.type == "stdout":
-            self.stdout.append(event.text)
+            self.stdout.write(event.text)
         elif event.type == "stderr":
-            self.stderr.append(event.text)
+            self.stderr.write(event.text)
         elif event.type == "result":
             self.results.append(to_result(event))
         elif event.type == "error":
@@ -63,8 +66,8 @@ class Collector:
             self.execution_count = event.execution_count
 
     def execution(self) -> Execution:
-        return Execution(stdout=clean_text("".join(self.stdout)),
-                         stderr=clean_text("".join(self.stderr)), results=self.results,
+        return Execution(stdout=clean_text(self.stdout.getvalue()),
+                         stderr=clean_text(self.stderr.getvalue()), results=self.results,
                          error=self.error, execution_count=self.execution_count)
 
 
