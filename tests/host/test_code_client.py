@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -22,6 +23,7 @@ from types import ModuleType
 import pytest
 
 import pandastack
+from pandastack.host import code_client
 from pandastack.host.agent_client import AgentClient, CodeEvent
 from pandastack.host.code_client import LineSplitter, parse_event
 from pandastack.host.errors import (
@@ -79,6 +81,43 @@ def test_marker_prefix() -> None:
     assert server._marker_prefix(b"output __pan", b"__pandastack_done__") == 5
     assert server._marker_prefix(b"started\n", b"__pandastack_done__") == 0
     assert server._marker_prefix(b"x_", b"__pandastack_done__") == 1
+
+
+class Sink:
+    """The writer of an interpreter connection, keeping the lines written."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.lines.append(data)
+
+    async def drain(self) -> None:
+        pass
+
+
+async def test_interpreter_drops_results_past_its_bounds() -> None:
+    """The guest-side caps (a nicety: the host's own bounds are what protect it) keep an
+    honest run's results under the host's limits, with one note instead of an error."""
+    server = load_server()
+    assert server.MAX_RUN_RESULTS < code_client.MAX_RUN_RESULTS
+    assert server.MAX_RUN_RESULT_BYTES < code_client.MAX_RUN_RESULT_CHARS
+    assert server.MAX_RUN_OUTPUT < code_client.MAX_RUN_TEXT
+    sink = Sink()
+    out = server.Output(sink)
+    for _ in range(server.MAX_RUN_RESULTS + 10):
+        await out.result({"text/plain": "1"}, False)
+    events = [json.loads(line) for line in sink.lines]
+    assert sum(e["type"] == "result" for e in events) == server.MAX_RUN_RESULTS
+    notes = [e["text"] for e in events if e["type"] == "stderr"]
+    assert len(notes) == 1 and "dropped" in notes[0]
+    sink = Sink()
+    out = server.Output(sink)
+    for _ in range(10):
+        await out.result({"text/plain": "x" * (10 << 20)}, True)
+    events = [json.loads(line) for line in sink.lines]
+    assert sum(e["type"] == "result" for e in events) == 4  # 4 x 10 MiB fit in 48 MiB
+    assert sum(len(line) for line in sink.lines) < server.MAX_RUN_RESULT_BYTES + 4096
 
 
 def test_strip_ansi() -> None:

@@ -48,6 +48,10 @@ MAX_CONTEXTS = 16
 MAX_RUN_OUTPUT = 16 << 20  # characters of stdout+stderr per run; the rest is dropped
 MAX_TEXT_EVENT = 256 << 10  # characters per stdout/stderr event
 MAX_EVENT_BYTES = 32 << 20  # one encoded event line (a result bundle); bigger ones are dropped
+# Results of one run (displays, the last value); the rest is dropped with a note. The host
+# has its own, higher bounds (code_client.MAX_RUN_*): these keep an honest run under them.
+MAX_RUN_RESULTS = 5000
+MAX_RUN_RESULT_BYTES = 48 << 20  # encoded result lines of one run together
 MAX_ENV = 256
 KERNEL_START_TIMEOUT = 300.0  # ipykernel plus numpy under TCG on a busy host is slow
 SLICE = 0.5  # how often a waiting run looks at its deadline, its client and its process
@@ -76,6 +80,10 @@ class Failure(Exception):
         self.message = message
 
 
+def _encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
 class Output:
     """The event lines of one connection, bounded; once the client is gone, writes are dropped
     and `gone` is set so that a run stops."""
@@ -85,9 +93,14 @@ class Output:
         self.gone = asyncio.Event()
         self.text_chars = 0
         self.truncated = False
+        self.results = 0
+        self.result_bytes = 0
+        self.results_dropped = False
 
     async def send(self, obj: dict[str, Any]) -> bool:
-        line = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+        return await self._send_line(_encode(obj), obj)
+
+    async def _send_line(self, line: bytes, obj: dict[str, Any]) -> bool:
         if len(line) > MAX_EVENT_BYTES:
             return await self.send({"type": "stderr", "text": (
                 f"[pandastack: a {obj.get('type')} of {len(line)} bytes was dropped: over the "
@@ -101,6 +114,25 @@ class Output:
             self.gone.set()
             return False
         return True
+
+    async def result(self, data: dict[str, str], is_main_result: bool) -> None:
+        obj = {"type": "result", "data": data, "is_main_result": is_main_result}
+        line = _encode(obj)
+        size = len(line)
+        if size > MAX_EVENT_BYTES:
+            await self._send_line(line, obj)  # dropped there, with its own note
+            return
+        if (self.results >= MAX_RUN_RESULTS
+                or self.result_bytes + size > MAX_RUN_RESULT_BYTES):
+            if not self.results_dropped:
+                self.results_dropped = True
+                await self.send({"type": "stderr", "text": (
+                    f"\n[pandastack: further results of this run were dropped: over "
+                    f"{MAX_RUN_RESULTS} results or {MAX_RUN_RESULT_BYTES >> 20} MiB]\n")})
+            return
+        self.results += 1
+        self.result_bytes += size
+        await self._send_line(line, obj)
 
     async def text(self, stream: str, text: str) -> None:
         if not text or self.truncated:
@@ -331,8 +363,8 @@ class PythonContext(Context):
                 await out.text("stderr" if content.get("name") == "stderr" else "stdout",
                                str(content.get("text", "")))
             elif kind in ("execute_result", "display_data", "update_display_data"):
-                await out.send({"type": "result", "data": _bundle(content.get("data") or {}),
-                                "is_main_result": kind == "execute_result"})
+                await out.result(_bundle(content.get("data") or {}),
+                                 kind == "execute_result")
             elif kind == "error":
                 traceback = "\n".join(str(t) for t in content.get("traceback") or ())
                 if stopped is not None and content.get("ename") == "KeyboardInterrupt":
@@ -702,7 +734,7 @@ class NodeContext(ProcessContext):
                 line, self.partial = bytes(self.partial[:nl]), self.partial[nl + 1:]
                 try:
                     ev = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if not isinstance(ev, dict) or ev.get("token") != token:
                     continue  # a timer of an earlier run
@@ -710,8 +742,7 @@ class NodeContext(ProcessContext):
                 if t in ("stdout", "stderr"):
                     await run.out.text(t, str(ev.get("text", "")))
                 elif t == "result":
-                    await run.out.send({"type": "result", "is_main_result": True,
-                                        "data": {"text/plain": str(ev.get("text", ""))}})
+                    await run.out.result({"text/plain": str(ev.get("text", ""))}, True)
                 elif t == "error":
                     await run.out.error(str(ev.get("name", "Error")), str(ev.get("value", "")),
                                         str(ev.get("traceback", "")))
