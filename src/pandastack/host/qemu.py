@@ -135,7 +135,8 @@ class QemuDriver:
             "-m", mem, "-smp", str(shape.vcpus),
             "-kernel", str(kernel.kernel), "-initrd", str(kernel.initrd),
             "-append", kernel.cmdline,
-            "-chardev", f"file,id=console,path={paths.console_log}",
+            # Appended to, so that the runtime can trim it under a writing guest (console.py).
+            "-chardev", f"file,id=console,path={paths.console_log},append=on",
             "-serial", "chardev:console",
             "-drive", f"id=root,file={disk},format=qcow2,if=none,discard=unmap",
             "-device", "virtio-blk-device,drive=root",

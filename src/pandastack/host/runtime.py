@@ -28,6 +28,7 @@ from typing import Any
 
 from .accel import resolve_accel
 from .config import HostConfig
+from .console import watch_consoles
 from .disk import create_overlay
 from .egress_proxy import EgressProxy, Resolver
 from .errors import (
@@ -163,6 +164,7 @@ class HostRuntime:
         # the template disk the merge goes down to.
         self._flattening: dict[str, tuple[tuple[str, ...], Path]] = {}
         self._refill: asyncio.Task[None] | None = None
+        self._console_watch: asyncio.Task[None] | None = None
         self._closing = False
         self._sandboxes: dict[str, SandboxHandle] = {}
         self._records: dict[str, SandboxRecord] = {}
@@ -284,6 +286,9 @@ class HostRuntime:
         self._spare_owner.unlink(missing_ok=True)
         await asyncio.to_thread(self.network.sweep)
         self._refill_spares()
+        if self._console_watch is None:
+            self._console_watch = asyncio.get_running_loop().create_task(
+                watch_consoles(self.sandboxes_dir, self.progress), name="console-cap")
         # Their namespaces still send ports 80/443 to the proxy: it must listen again. The
         # rules are written again too, in case the proxy ports (or this code) changed.
         for record in list(self._records.values()):
@@ -568,6 +573,11 @@ class HostRuntime:
     async def close(self) -> None:
         """Drop agent connections; the VMs keep running and a later start() re-adopts them.
         The egress proxy's listeners close (proxied connections end with them)."""
+        if self._console_watch is not None:
+            self._console_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._console_watch
+            self._console_watch = None
         await self.egress.close()
         await self._drop_spares()
         await self.fork_buffer.close()
