@@ -64,7 +64,7 @@ def create_overlay(path: Path, backing: Path, size: int, backing_format: str = "
         REFCOUNT_ORDER, HEADER_LENGTH,
     )
     assert len(header) == HEADER_LENGTH
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the guest's data
     try:
         os.pwrite(fd, header + extensions + backing_name, 0)
         os.pwrite(fd, struct.pack(">Q", REFCOUNT_BLOCK_OFFSET), REFCOUNT_TABLE_OFFSET)

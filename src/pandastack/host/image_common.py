@@ -16,6 +16,7 @@ from pathlib import Path
 from pandastack.host.errors import SetupError
 
 _TMP_PREFIX = ".tmp-"
+GUEST_UMASK = 0o022
 
 
 def run(
@@ -25,12 +26,16 @@ def run(
     env: Mapping[str, str] | None = None,
     what: str | None = None,
 ) -> str:
-    """Run a command, return its stdout; raise SetupError with the tail of its output on failure."""
+    """Run a command, return its stdout; raise SetupError with the tail of its output on failure.
+
+    With umask 0022 whatever this process's is (the service's is 0077, host/file_modes.py):
+    what these commands write (tar, pip, venv, compileall) has the modes the guest needs."""
     argv = [str(c) for c in cmd]
     full_env = None if env is None else {**os.environ, **env}
     try:
         proc = subprocess.run(
-            argv, cwd=cwd, env=full_env, capture_output=True, text=True, check=False
+            argv, cwd=cwd, env=full_env, capture_output=True, text=True, check=False,
+            umask=GUEST_UMASK,
         )
     except FileNotFoundError as exc:
         raise SetupError(f"{what or argv[0]}: command not found: {argv[0]}") from exc

@@ -240,7 +240,7 @@ def build_rootfs(
             if Path(rel).is_absolute() or ".." in Path(rel).parts:
                 raise SetupError(f"image file {rel!r} is outside the rootfs")
             dest = root / rel
-            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            _guest_dirs(dest.parent)
             dest.write_bytes(data)
             dest.chmod(0o644)
         if pip_packages:
@@ -290,10 +290,10 @@ def _pip_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
 def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> None:
     root.chmod(0o755)
     agent_root = root / AGENT_DIR
-    agent_root.mkdir(parents=True, mode=0o755)
+    _guest_dirs(agent_root)
     for rel, data in agent.items():
         dest = agent_root / rel
-        dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        _guest_dirs(dest.parent)
         dest.write_bytes(data)
         dest.chmod(0o644)
     if agent and (root / "usr/bin/python3").exists():
@@ -334,8 +334,20 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
         dbus_id.unlink()
     shutil.rmtree(root / "var" / "cache" / "apt" / "archives" / "partial", ignore_errors=True)
     for d in ("proc", "sys", "dev", "run", "tmp"):
-        (root / d).mkdir(exist_ok=True)
+        _guest_dirs(root / d)
     (root / "tmp").chmod(0o1777)
+
+
+def _guest_dirs(path: Path) -> None:
+    """`mkdir -p` whose new directories are 0755 whatever the process umask is (the
+    service's is 0077, host/file_modes.py): these modes are the guest's."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir()
+        directory.chmod(0o755)
 
 
 def _replace_symlink(path: Path, target: str) -> None:

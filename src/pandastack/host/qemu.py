@@ -29,6 +29,7 @@ from typing import Any
 from qemu.qmp import ExecuteError, QMPClient
 
 from .errors import HugePagesUnavailable, SnapshotFailed, VMMError
+from .file_modes import PRIVATE_FILE, SERVICE_UMASK
 from .network import GUEST_MAC, TAP
 from .vmm import (
     AGENT_PORT_NAME,
@@ -161,16 +162,21 @@ class QemuDriver:
     def _spawn(self, argv: list[str], paths: VMPaths, pass_fds: tuple[int, ...] = (), *,
                huge_pages: bool = True) -> VMProcess:
         paths.workdir.mkdir(parents=True, exist_ok=True)
-        with open(paths.vmm_log, "ab") as log, _huge_pages_inherited(huge_pages):
+        log = os.open(paths.vmm_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                      PRIVATE_FILE)
+        with open(log, "ab") as log_file, _huge_pages_inherited(huge_pages):
             try:
                 popen = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
+                    stdout=log_file,
+                    stderr=log_file,
                     pass_fds=pass_fds,
                     start_new_session=True,  # survives the host process, immune to its signals
                     cwd=paths.workdir,
+                    # What QEMU creates (console log, sockets) is private whatever this
+                    # process's umask is (host/file_modes.py).
+                    umask=SERVICE_UMASK,
                 )
             except OSError as exc:
                 raise VMMError(f"cannot start {argv[0]}: {exc}") from exc

@@ -39,6 +39,7 @@ from .errors import (
     SetupError,
     SnapshotFailed,
 )
+from .file_modes import make_private
 from .fork_buffer import ForkBuffer
 from .gc import kill_orphan_vmms
 from .huge_pool import HugePagePool, host_memory_mb
@@ -189,9 +190,11 @@ class HostRuntime:
 
     async def prepare(self) -> TemplateStore:
         """Make sure the base guest image exists and pick the accelerator (cached after first
-        run). Other image variants are built when a template first needs them."""
+        run). Other image variants are built when a template first needs them. First, the
+        runtime's directories are made private and the process umask 0077 (file_modes.py)."""
         async with self._prepare_lock:
             if self._templates is None:
+                await asyncio.to_thread(make_private, self.config)
                 image = await self.image(BASE, self.progress)
                 kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
                 accel = await asyncio.to_thread(resolve_accel, self.config.accel, kernel,
@@ -373,7 +376,7 @@ class HostRuntime:
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
         workdir = self.sandboxes_dir / sid
-        workdir.mkdir(parents=True, exist_ok=False)
+        workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
         top = new_layer_name()
         record = SandboxRecord(
             id=sid, template=template, template_key=tmpl.key, template_path=str(tmpl.path),

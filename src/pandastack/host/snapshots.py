@@ -116,9 +116,9 @@ class SnapshotStore:
         return f"snap-{secrets.token_hex(6)}"
 
     def begin(self, snapshot_id: str) -> Path:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         work = self.root / f".tmp-{snapshot_id}"
-        work.mkdir()
+        work.mkdir(mode=0o700)  # the stream is the guest's memory
         return work
 
     def abort(self, work: Path) -> None:
@@ -126,7 +126,8 @@ class SnapshotStore:
 
     def commit(self, work: Path, info: SnapshotInfo) -> None:
         meta = work / META
-        meta.write_text(json.dumps(asdict(info)))
+        with open(os.open(meta, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(json.dumps(asdict(info)))
         if not info.internal and self.durable:
             for part in (STREAM, META):
                 fsync_path(work / part)
