@@ -72,3 +72,16 @@ async def test_an_honest_run_is_still_200(hostile: tuple[Api, str], fake: FakeGu
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["stdout"] == "hi\n" and len(body["results"]) == 2
+
+
+async def test_too_many_results_ends_the_stream_with_a_failure(
+    hostile: tuple[Api, str], fake: FakeGuest
+) -> None:
+    api, sandbox_id = hostile
+    guest = asyncio.create_task(in_thread(lambda: answer_code(fake, results(100_000))))
+    r = await api.client.post(f"/v1/sandboxes/{sandbox_id}/code/stream", json={"code": "x"})
+    await guest
+    assert r.status_code == 200
+    events = r.text.split("\n\n")
+    assert sum(e.startswith("event: result") for e in events) == 10_000
+    assert "event: failure" in events[-2] and "payload_too_large" in events[-2]
