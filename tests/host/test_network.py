@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import json
 import os
 import subprocess
@@ -21,7 +22,15 @@ from pathlib import Path
 import pytest
 
 from pandastack.host.config import HostConfig
-from pandastack.host.network import NetworkManager, NetworkPolicy, Slot, list_netns
+from pandastack.host.network import (
+    ALWAYS_DENIED,
+    NetworkManager,
+    NetworkPolicy,
+    Slot,
+    denied_part,
+    hard_denied,
+    list_netns,
+)
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.sandbox import SandboxHandle
 from tests.helpers import SandboxFactory
@@ -323,6 +332,34 @@ def test_policy_validation() -> None:
         NetworkPolicy.from_dict({"bogus": 1})
     assert NetworkPolicy.from_dict({"allow_out": ["203.0.113.7"]}).cidrs()[0] == \
         ["203.0.113.7/32"]
+
+
+def test_what_no_policy_opens_is_the_always_denied_set_less_the_operators_list() -> None:
+    everything = ipaddress.IPv4Network("0.0.0.0/0")
+    denied = set(ipaddress.collapse_addresses(ipaddress.IPv4Network(n) for n in ALWAYS_DENIED))
+    assert set(hard_denied()) == denied
+    holed = hard_denied(("10.1.0.0/16", "169.254.169.254/32"))
+    for inside in ("10.1.0.0", "10.1.255.255", "169.254.169.254"):
+        assert not any(ipaddress.IPv4Address(inside) in net for net in holed), inside
+    for outside in ("10.0.255.255", "10.2.0.0", "169.254.169.253", "169.254.169.255",
+                    "127.0.0.1"):
+        assert any(ipaddress.IPv4Address(outside) in net for net in holed), outside
+    # The holes are exact: what is left plus the holes is the whole denied set again.
+    left = sum(net.num_addresses for net in holed)
+    assert left == sum(net.num_addresses for net in denied) - (1 << 16) - 1
+    assert hard_denied((str(everything),)) == ()
+    assert denied_part("0.0.0.0/0") == [str(net) for net in hard_denied()]
+    assert denied_part("10.1.2.0/24") == ["10.1.2.0/24"]
+    assert denied_part("10.1.2.0/24", ("10.1.0.0/16",)) == []
+    assert denied_part("10.0.0.0/8", ("10.1.0.0/16",)) != []
+    assert denied_part("198.18.0.0/15") == []
+    with pytest.raises(ValueError, match=r"'169\.254\.169\.254'"):
+        NetworkPolicy(allow_out=("pypi.org", "169.254.169.254")).check_allow_out()
+    NetworkPolicy(allow_out=("10.1.2.3",)).check_allow_out(("10.1.0.0/16",))
+    NetworkPolicy(allow_out=("pypi.org", "203.0.113.0/24"), deny_out=("10.0.0.0/8",)) \
+        .check_allow_out()
+    with pytest.raises(ValueError):
+        NetworkManager(Path("/nonexistent"), operator_allow=("example.com",))
 
 
 @pytest.fixture
