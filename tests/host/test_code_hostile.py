@@ -135,3 +135,16 @@ async def test_honest_run_within_the_bounds_passes(fake: FakeGuest) -> None:
     assert [e.type for e in seen] == ["stdout", "result", "result", "result", "end"]
     assert outcome == "done"
 
+
+
+@pytest.mark.parametrize("line", [
+    {"type": "failure", "code": "internal", "message": "m" * (4 * MiB)},
+    {"type": "t" * (4 * MiB)},
+])
+async def test_error_messages_quote_the_guest_briefly(
+    fake: FakeGuest, line: dict[str, object]
+) -> None:
+    """What the interpreter says ends up in an API error message: a short part of it."""
+    with pytest.raises(CodeInterpreterError) as ei:
+        await run_hostile(fake, iter([event(line)]))
+    assert len(str(ei.value)) < 5000

@@ -41,6 +41,8 @@ MAX_ANSWER_LINE = 2**20
 MAX_RUN_RESULTS = 10_000
 MAX_RUN_RESULT_CHARS = 64 * 2**20  # mime types and data of all results together
 MAX_RUN_TEXT = 20 * 2**20  # characters of stdout and stderr together
+# Characters of the interpreter's words kept in an error message (a line can be 40 MiB).
+MAX_MESSAGE = 4096
 # Creating or restarting a context starts a kernel: tens of seconds under TCG.
 CONTEXT_TIMEOUT = 600.0
 # A run with a timeout is over at most this long after it: an interrupt that is not honoured
@@ -65,7 +67,7 @@ def parse_event(obj: Mapping[str, Any]) -> CodeEvent:
     """One event line of a run (already JSON-decoded); ValueError if it is malformed."""
     t = obj.get("type")
     if t not in EVENT_TYPES:
-        raise ValueError(f"unknown event type {t!r}")
+        raise ValueError(f"unknown event type {_short(t)}")
 
     def text(key: str) -> str:
         v = obj.get(key, "")
@@ -117,8 +119,13 @@ class LineSplitter:
         return lines
 
 
+def _short(value: object) -> str:
+    return repr(value)[:100]
+
+
 def _failure(obj: Mapping[str, Any]) -> Exception:
-    code, message = obj.get("code"), str(obj.get("message") or "the request failed")
+    code = obj.get("code")
+    message = str(obj.get("message") or "the request failed")[:MAX_MESSAGE]
     if code == "context_not_found":
         return CodeContextNotFound(message)
     if code == "unsupported_language":
@@ -247,7 +254,7 @@ async def call(agent: AgentClient, req: dict[str, Any],
                 raise _failure(obj)
             if obj["type"] == "ok":
                 return obj
-            raise CodeInterpreterError(f"unexpected answer {obj['type']!r} to {req['op']}")
+            raise CodeInterpreterError(f"unexpected answer {_short(obj['type'])} to {req['op']}")
     finally:
         await lines.aclose()
     raise CodeInterpreterError(f"the code interpreter did not answer {req['op']}")
