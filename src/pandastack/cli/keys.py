@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pandastack.server.auth import create_key
+from pandastack.server.bootstrap import private_database
 from pandastack.server.settings import Settings
 from pandastack.server.store import open_store
 
@@ -36,7 +37,9 @@ def _when(ts: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = open_store(Settings.from_env().dsn)
+    dsn = Settings.from_env().dsn
+    private_database(dsn)
+    store = open_store(dsn)
     try:
         if args.keys_command == "create":
             key, secret = create_key(store, args.name, args.team, admin=args.admin)

@@ -11,11 +11,15 @@ from rich.console import Console
 
 from pandastack.host.config import HostConfig
 from pandastack.host.errors import HostError
+from pandastack.host.file_modes import restrict_umask
 from pandastack.host.runtime import HostRuntime
 
 from . import keys, sandbox, serve, template
 
 console = Console(stderr=True)
+# The commands that write the service's files (host/file_modes.py); the API clients' downloads
+# keep the user's umask.
+SERVICE_COMMANDS = ("setup", "serve", "keys")
 
 
 def _progress(message: str) -> None:
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     sandbox.add_parser(sub)
     template.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command in SERVICE_COMMANDS:
+        restrict_umask()
     try:
         if args.command == "setup":
             return asyncio.run(_setup(args))

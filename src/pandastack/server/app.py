@@ -16,7 +16,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.wire import ErrorEnvelope
 
-from .bootstrap import ensure_admin_key
+from .bootstrap import ensure_admin_key, private_database
 from .errors import ApiError, RequestIdMiddleware, install_handlers
 from .lifecycle import reaper
 from .limits import BodyLimitMiddleware
@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        private_database(settings.dsn)
         store = open_store(settings.dsn)
         rt: RuntimePort = runtime if runtime is not None else default_runtime(settings)
         task: asyncio.Task[None] | None = None

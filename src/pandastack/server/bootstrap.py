@@ -1,11 +1,15 @@
-"""First start: make an admin key if there is none and hand it to the local user."""
+"""First start: make the database file private, make an admin key if there is none and hand
+it to the local user."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from pathlib import Path
+
+from sqlalchemy.engine import make_url
 
 from .auth import create_key
 from .settings import Settings
@@ -42,3 +46,22 @@ def ensure_admin_key(store: Store, settings: Settings) -> str | None:
         log.warning("created the first admin API key (not written anywhere: "
                     "write_client_config is off)")
     return secret
+
+
+def private_database(dsn: str) -> Path | None:
+    """Make a SQLite database file 0600 before SQLite opens it (it holds API key hashes, the
+    URL-signing key and env values); return its path (None: not a SQLite file).
+
+    A missing file is created empty (an empty file is an empty database), so it never exists
+    with another mode: SQLite gives its -wal and -shm files the database file's mode. Those of
+    an older install are made 0600 too."""
+    url = make_url(dsn)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    path = Path(url.database)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path.with_name(path.name + suffix), 0o600)
+    return path
