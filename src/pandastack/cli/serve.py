@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
 
 from pandastack.server.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,8 +20,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from pandastack.server.app import create_app
 
     overrides: dict[str, object] = {}
@@ -28,7 +30,14 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env().with_(**overrides)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                proxy_headers=False)
+    serve_app(create_app(settings), settings, args.log_level)
     return 0
+
+
+def serve_app(app: FastAPI, settings: Settings, log_level: str) -> None:
+    """Run `app` on uvicorn as `serve` does: its access log on, at `log_level`; signatures of
+    signed URLs are redacted from it by the app (server/signing.py)."""
+    import uvicorn
+
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
+                proxy_headers=False)

@@ -39,7 +39,7 @@ from .routes.ports import PortProxy
 from .runtime_port import RuntimePort
 from .service import SandboxService
 from .settings import Settings
-from .signing import UrlSigner
+from .signing import UrlSigner, redact_signatures_in_logs
 from .store import open_store
 from .templates import Builder, TemplateService
 
@@ -65,6 +65,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     the host runtime's (none for another runtime: builds answer 503)."""
     settings = settings or Settings.from_env()
     owns_runtime = runtime is None
+    redact_signatures_in_logs()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

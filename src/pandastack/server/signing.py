@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import math
+import re
 import secrets
 import time
+from urllib.parse import unquote_plus
 
 from .settings import Settings
 from .store import Store
@@ -18,6 +21,11 @@ EXPIRES_PARAM = "ps_expires"
 SIGNATURE_PARAM = "ps_sig"
 SIGNED_PARAMS = (EXPIRES_PARAM, SIGNATURE_PARAM)
 SECRET_NAME = "url_signing_key"
+REDACTED = "REDACTED"
+# The loggers that write request URLs: uvicorn's access log, and its WebSocket handshakes.
+URL_LOGGERS = ("uvicorn.access", "uvicorn.error")
+# One `name=value` item of a query string, as it stands in a logged URL.
+_QUERY_ITEM = re.compile(r"(?<=[?&])([^=&\s\"?#]*)=([^&\s\"#]*)")
 
 
 class UrlSigner:
@@ -51,3 +59,41 @@ class UrlSigner:
         if (time.time() if now is None else now) > int(expires):
             return "signed URL expired"
         return None
+
+
+def redact_signatures(text: str) -> str:
+    """`text` with the value of every signature parameter of a URL in it replaced by
+    REDACTED. Names are compared decoded (`ps%5Fsig` is `ps_sig` to the server too)."""
+    if "=" not in text:
+        return text
+
+    def item(match: re.Match[str]) -> str:
+        if unquote_plus(match.group(1)) != SIGNATURE_PARAM:
+            return match.group(0)
+        return f"{match.group(1)}={REDACTED}"
+
+    return _QUERY_ITEM.sub(item, text)
+
+
+class SignatureRedactor(logging.Filter):
+    """Rewrites a record's message and arguments so that no signature of a signed URL reaches
+    a log: whoever reads the log could use the URL until it expires."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_signatures(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_signatures(a) if isinstance(a, str) else a
+                                for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: redact_signatures(v) if isinstance(v, str) else v
+                           for k, v in record.args.items()}
+        return True
+
+
+def redact_signatures_in_logs() -> None:
+    """Put a SignatureRedactor on every logger that writes request URLs (once)."""
+    for name in URL_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, SignatureRedactor) for f in logger.filters):
+            logger.addFilter(SignatureRedactor())
