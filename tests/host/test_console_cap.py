@@ -16,7 +16,7 @@ from pandastack.host.console import (
     CONSOLE_KEEP_BYTES,
     trim_console,
 )
-from pandastack.host.sandbox import SandboxHandle
+from pandastack.host.sandbox import SandboxHandle, _console_last_words
 
 # What a guest may add between two checks, with room to spare: a TCG guest wrote 0.58 MB/s at
 # most (host/console.py), so one CONSOLE_CHECK_S is ~0.6 MB; this allows about three times that.
@@ -34,6 +34,7 @@ def test_trim_keeps_the_tail_and_an_appending_writer_writes_at_the_new_end(
         os.write(writer, b"b" * 300 + b"Kernel panic - not syncing\n")
         assert trim_console(log, cap=200, keep=27)
         assert log.read_bytes() == b"Kernel panic - not syncing\n"
+        assert _console_last_words(log) == "Kernel panic - not syncing"
         os.write(writer, b"after\n")
         assert log.read_bytes() == b"Kernel panic - not syncing\nafter\n"  # no hole
         assert log.stat().st_blocks * 512 < 64 << 10

@@ -36,6 +36,8 @@ def trim_console(path: Path, cap: int = CONSOLE_CAP_BYTES,
     between (microseconds) lands before the tail or, between the read and the truncate, is lost.
     Both only happen to a guest that writes flat out."""
     try:
+        if os.stat(path, follow_symlinks=False).st_size <= cap:
+            return False  # the common case: one stat per sandbox and check
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return False  # gone with its sandbox, or not a plain file of ours
