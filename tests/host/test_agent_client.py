@@ -323,6 +323,16 @@ async def test_fs_ops(agent: AgentClient, tmp_path: Path) -> None:
     await agent.sync()
 
 
+async def test_big_directory_lists_whole(agent: AgentClient, tmp_path: Path) -> None:
+    """An honest listing over several `entries` frames stays within the host's bounds."""
+    names = {f"file-with-a-longish-name-{i:06d}.txt" for i in range(30_000)}
+    for name in names:
+        (tmp_path / name).touch()
+    entries = await agent.list_dir(str(tmp_path))
+    assert {e.name for e in entries} == names
+    assert await agent.ping() > 0
+
+
 async def test_enoent(agent: AgentClient) -> None:
     for call in (
         agent.read_file_bytes("/nonexistent/pandastack/f"),
