@@ -49,7 +49,8 @@ def private_dirs(config: HostConfig) -> list[Path]:
 
 
 def make_private(config: HostConfig) -> None:
-    """Set the umask; create the runtime's directories 0700, or make existing ones so."""
+    """Set the umask and make the runtime's existing directories 0700 (the others are made
+    when first needed, under that umask: 0700)."""
     restrict_umask()
     for directory in private_dirs(config):
         make_private_dir(directory)
@@ -57,8 +58,10 @@ def make_private(config: HostConfig) -> None:
 
 def make_private_dir(directory: Path) -> None:
     try:
-        directory.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-        st = directory.stat()
+        try:
+            st = directory.stat()
+        except FileNotFoundError:
+            return
         if stat.S_IMODE(st.st_mode) & ~PRIVATE_DIR == 0:
             return
         if st.st_mode & stat.S_ISVTX:
