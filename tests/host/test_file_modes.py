@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +80,16 @@ def test_a_shared_directory_is_refused_not_closed(open_umask: None) -> None:
         with pytest.raises(SetupError, match="shared directory"):
             make_private_dir(shared)
         assert mode(shared) == 0o1777
+        with pytest.raises(SetupError, match="shared directory"):
+            make_private_dir(Path("/dev/shm"))
+        # A tmpfs of its own is 1777 when fresh, and is not shared.
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(shared)],
+                       check=True)
+        try:
+            make_private_dir(shared)
+            assert mode(shared) == 0o700
+        finally:
+            subprocess.run(["umount", str(shared)], check=True)
     finally:
         shutil.rmtree(shared)
 

@@ -32,6 +32,7 @@ PRIVATE_FILE = 0o600
 # Guest image build trees in progress (image_common.atomic_dir, tempfile prefixes): their
 # modes become the guest's, so a walk leaves them alone.
 BUILD_TREE_PREFIX = ".tmp-"
+SHARED_DIRS = frozenset({"/", "/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/lock"})
 
 
 def restrict_umask() -> None:
@@ -64,14 +65,21 @@ def make_private_dir(directory: Path) -> None:
             return
         if stat.S_IMODE(st.st_mode) & ~PRIVATE_DIR == 0:
             return
-        if st.st_mode & stat.S_ISVTX:
-            # /tmp or /dev/shm itself: closing it would break every other user of it.
+        if _shared(directory, st):
             raise SetupError(f"{directory} is a shared directory (sticky bit): give pandastack "
                              "a directory of its own there")
         _close_tree(directory)
         os.chmod(directory, PRIVATE_DIR)  # last: a walk cut short is done again next time
     except OSError as exc:
         raise SetupError(f"cannot make {directory} private to the service: {exc}") from exc
+
+
+def _shared(directory: Path, st: os.stat_result) -> bool:
+    """/tmp, /dev/shm and the like: closing one would break every other user of it. A sticky
+    directory that is a mount point of its own (a fresh tmpfs is 1777) is not shared."""
+    if str(directory.resolve()) in SHARED_DIRS:
+        return True
+    return bool(st.st_mode & stat.S_ISVTX) and not os.path.ismount(directory)
 
 
 def _close_tree(top: Path) -> None:
