@@ -31,6 +31,13 @@ def test_redaction_of_signature_parameters() -> None:
                                '%s - "%s %s"', ("1.2.3.4", "GET", "/p?ps_sig=abc"), None)
     assert SignatureRedactor().filter(record)
     assert record.getMessage() == f'1.2.3.4 - "GET /p?ps_sig={REDACTED}"'
+    # httpx logs the port proxy's upstream requests with URL objects.
+    url = httpx.URL("http://10.0.0.2:8000/x?ps%5Fsig=abc")
+    record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "HTTP Request: %s %s %d",
+                               ("GET", url, 200), None)
+    assert SignatureRedactor().filter(record)
+    assert record.getMessage() == \
+        f"HTTP Request: GET http://10.0.0.2:8000/x?ps%5Fsig={REDACTED} 200"
 
 
 @pytest.mark.timeout(120)

@@ -22,8 +22,10 @@ SIGNATURE_PARAM = "ps_sig"
 SIGNED_PARAMS = (EXPIRES_PARAM, SIGNATURE_PARAM)
 SECRET_NAME = "url_signing_key"
 REDACTED = "REDACTED"
-# The loggers that write request URLs: uvicorn's access log, and its WebSocket handshakes.
-URL_LOGGERS = ("uvicorn.access", "uvicorn.error")
+# The loggers that write request URLs: uvicorn's access log, its WebSocket handshakes, and
+# httpx's requests (the port proxy's, upstream; it drops ps_* parameters, but only by their
+# exact name).
+URL_LOGGERS = ("uvicorn.access", "uvicorn.error", "httpx")
 # One `name=value` item of a query string, as it stands in a logged URL.
 _QUERY_ITEM = re.compile(r"(?<=[?&])([^=&\s\"?#]*)=([^&\s\"#]*)")
 
@@ -83,12 +85,19 @@ class SignatureRedactor(logging.Filter):
         if isinstance(record.msg, str):
             record.msg = redact_signatures(record.msg)
         if isinstance(record.args, tuple):
-            record.args = tuple(redact_signatures(a) if isinstance(a, str) else a
-                                for a in record.args)
+            record.args = tuple(_redacted_arg(a) for a in record.args)
         elif isinstance(record.args, dict):
-            record.args = {k: redact_signatures(v) if isinstance(v, str) else v
-                           for k, v in record.args.items()}
+            record.args = {k: _redacted_arg(v) for k, v in record.args.items()}
         return True
+
+
+def _redacted_arg(arg: object) -> object:
+    """`arg`, or its text redacted if that holds a signature (httpx logs URL objects)."""
+    if isinstance(arg, int | float | bytes) or arg is None:
+        return arg
+    text = arg if isinstance(arg, str) else str(arg)
+    redacted = redact_signatures(text)
+    return arg if redacted == text else redacted
 
 
 def redact_signatures_in_logs() -> None:
