@@ -8,10 +8,18 @@ A leaf whose process tree has ended is kept for the next exec instead of removed
 cgroup (its controllers' state and interface files) and removing it again is most of the
 kernel work of a short exec. The template's warm-up leaves its emptied leaves behind, so a
 clone's first exec finds one ready.
+
+The agent must keep answering while user processes thrash (a fork bomb on the guest's one
+vCPU, under TCG): it lives in ``/sys/fs/cgroup/agent`` (the init script puts it there before
+Python starts, so the pages it loads are charged there), which outweighs the user subtree
+for CPU and whose memory is not reclaimed for it; the kernel's OOM killer picks user
+processes before the agent; and the user subtree's process count is capped low enough that
+the kernel memory of its tasks cannot exhaust the guest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -25,11 +33,25 @@ T = TypeVar("T")
 log = logging.getLogger("pandastack_guest")
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+AGENT_CGROUP = "agent"
 # User processes (everything under `pandastack/`) may not take the whole guest: a fork bomb
 # or a memory hog hits these limits and is killed inside its cgroup, while the agent, which
-# stays outside, keeps answering.
-USER_PIDS_MAX = 2048
+# stays outside, keeps answering. Each task also holds kernel memory that no cgroup is
+# charged for: at 2048 tasks a bash fork bomb exhausted a 512 MiB guest's memory and the
+# kernel's OOM killer took the agent.
+USER_PIDS_MAX = 1024
+# One process tree (one exec or spawn) may not take them all: another exec can still start
+# while a fork bomb holds its leaf's limit.
+LEAF_PIDS_MAX = USER_PIDS_MAX - 128
 AGENT_RESERVE_BYTES = 64 << 20
+# A busy agent outweighs the whole user subtree (default weight 100) a hundred to one.
+AGENT_CPU_WEIGHT = 10000
+# Memory of the agent's cgroup (its Python, its libraries, its heap) that reclaim leaves alone.
+AGENT_MEMORY_MIN = 32 << 20
+# Ranks the agent after every user process for the kernel's OOM killer; not -1000 (never),
+# because a user process that forks before it gets its own score back inherits this one.
+AGENT_OOM_SCORE_ADJ = -900
+USER_OOM_SCORE_ADJ = 0
 SPARE_LEAVES_MAX = 8
 
 
@@ -61,6 +83,14 @@ def _mem_total_bytes() -> int:
     raise OSError("no MemTotal in /proc/meminfo")
 
 
+def _own_cgroup(root: str) -> str:
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            if line.startswith("0::"):
+                return os.path.join(root, line[3:].strip().lstrip("/"))
+    return root
+
+
 def _write(path: str, data: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
@@ -90,10 +120,8 @@ class Cgroups:
                 _mount_cgroup2(root)
             os.makedirs(cg.base, exist_ok=True)
             cg._limit_user_processes()
-            with open("/proc/self/cgroup") as f:
-                for line in f:
-                    if line.startswith("0::"):
-                        cg._home = os.path.join(root, line[3:].strip().lstrip("/"))
+            cg._protect_agent()
+            cg._home = _own_cgroup(root)
         except OSError as e:
             log.warning("cgroups unavailable, using process groups only: %s", e)
             return None
@@ -101,13 +129,38 @@ class Cgroups:
 
     def _limit_user_processes(self) -> None:
         try:
-            _write(os.path.join(self.root, "cgroup.subtree_control"), "+pids +memory")
+            _write(os.path.join(self.root, "cgroup.subtree_control"), "+pids +memory +cpu")
             _write(os.path.join(self.base, "pids.max"), str(USER_PIDS_MAX))
             total = _mem_total_bytes()
             limit = max(total - AGENT_RESERVE_BYTES, total // 2)
             _write(os.path.join(self.base, "memory.max"), str(limit))
+            # Each leaf its own CPU share and process limit: a bomb in one exec does not starve
+            # the others (nor the agent while it spawns in a leaf of its own).
+            _write(os.path.join(self.base, "cgroup.subtree_control"), "+cpu +pids")
         except OSError as e:
             log.warning("cannot limit user processes: %s", e)
+
+    def _protect_agent(self) -> None:
+        """Weight, memory protection and OOM rank of the agent's own cgroup."""
+        agent = os.path.join(self.root, AGENT_CGROUP)
+        try:
+            os.makedirs(agent, exist_ok=True)
+            if _own_cgroup(self.root) != agent:  # started by hand, not by the init script
+                _write(os.path.join(agent, "cgroup.procs"), str(os.getpid()))
+            _write(os.path.join(agent, "cpu.weight"), str(AGENT_CPU_WEIGHT))
+            _write(os.path.join(agent, "memory.min"), str(AGENT_MEMORY_MIN))
+            _write("/proc/self/oom_score_adj", str(AGENT_OOM_SCORE_ADJ))
+        except OSError as e:
+            log.warning("cannot protect the agent from user processes: %s", e)
+
+    def unshield(self, pid: int) -> None:
+        """Give a user process (spawned by the agent, so ranked like it) the OOM rank of a user
+        process. Best effort: it may already have exited."""
+        try:
+            _write(f"/proc/{pid}/oom_score_adj", str(USER_OOM_SCORE_ADJ))
+        except OSError as e:
+            if e.errno != errno.ENOENT and e.errno != errno.ESRCH:
+                log.warning("oom_score_adj of %d: %s", pid, e)
 
     def spawn_in_leaf(self, spawn: Callable[[], T]) -> tuple[T, str | None]:
         """Run ``spawn`` with the agent in an empty leaf (spare or new); return (result, leaf)."""
@@ -119,6 +172,7 @@ class Cgroups:
             try:
                 if spare is None:
                     os.mkdir(leaf)
+                    self._limit_leaf(leaf)
                 _write(os.path.join(leaf, "cgroup.procs"), str(os.getpid()))
             except OSError as e:
                 log.warning("cgroup leaf %s: %s", leaf, e)
@@ -131,6 +185,11 @@ class Cgroups:
                     _write(os.path.join(self._home, "cgroup.procs"), str(os.getpid()))
                 except OSError as e:
                     log.error("moving agent back to %s: %s", self._home, e)
+
+    def _limit_leaf(self, leaf: str) -> None:
+        # No such file: setup could not give the leaves a pids controller.
+        with contextlib.suppress(FileNotFoundError):
+            _write(os.path.join(leaf, "pids.max"), str(LEAF_PIDS_MAX))
 
     def kill(self, leaf: str) -> None:
         try:

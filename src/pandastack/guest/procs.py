@@ -32,6 +32,10 @@ RING_BYTES = 1 << 20
 READ_SIZE = 64 * 1024
 EXIT_GRACE = 1.0
 """After the main process exited, how long to wait for descendants to close its pipes."""
+KILLED_GRACE = 10.0
+"""The same once its cgroup was killed: every descendant is dying, but a thousand of them
+(a fork bomb) take a few seconds to exit on one TCG vCPU; the exit is reported once they
+have, so the next exec does not meet them (nor a pids limit they still hold)."""
 MAX_FINISHED = 64
 
 DEFAULT_ENV = {
@@ -167,6 +171,7 @@ class ManagedProcess:
         # The leaf goes back to the cgroup pool (and to the next exec) when this tree ends:
         # a kill after that must not reach it, so both take this lock.
         self._leaf_lock = threading.Lock()
+        self._leaf_killed = False
         self._t0 = started
         self._lock = threading.Lock()
         self._stdin_lock = threading.Lock()
@@ -184,6 +189,7 @@ class ManagedProcess:
             with self._leaf_lock:
                 if self._leaf is not None:
                     self._cgroups.kill(self._leaf)
+                    self._leaf_killed = True
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:
@@ -271,7 +277,8 @@ class ManagedProcess:
             while fds or exited_at is None:
                 timeout: float | None = None
                 if exited_at is not None:
-                    left = exited_at + EXIT_GRACE - time.monotonic()
+                    grace = KILLED_GRACE if self._leaf_killed else EXIT_GRACE
+                    left = exited_at + grace - time.monotonic()
                     if left <= 0:
                         break
                     timeout = left * 1000
@@ -409,7 +416,7 @@ class ProcessTable:
         t0 = time.monotonic()
 
         def spawn() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
+            popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -421,6 +428,10 @@ class ProcessTable:
                 bufsize=0,
                 **ids,
             )
+            if self.cgroups is not None:
+                # At once: under TCG the program has barely started, let alone forked.
+                self.cgroups.unshield(popen.pid)
+            return popen
 
         leaf: str | None = None
         if self.cgroups is not None:

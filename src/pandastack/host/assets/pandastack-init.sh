@@ -42,10 +42,17 @@ if [ -e /sys/class/net/eth0 ]; then
 		&& ip route add default via 169.254.0.22; } || say "cannot configure eth0"
 fi
 
+# The agent runs in a cgroup of its own from its first instruction, so the pages Python loads
+# are charged there and protected from user processes that fill memory (the agent sets the
+# limits: guest/cgroups.py).
+cg=/sys/fs/cgroup
+{ echo "+cpu +memory +pids" > $cg/cgroup.subtree_control && mkdir -p $cg/agent; } \
+	|| say "cannot create the agent's cgroup"
+
 cd /opt/pandastack || say "no /opt/pandastack"
 while :; do
 	echo "pandastack-init: starting agent" > /dev/console
-	python3 -m pandastack_guest --guest
+	sh -c 'echo $$ > /sys/fs/cgroup/agent/cgroup.procs; exec python3 -m pandastack_guest --guest'
 	say "agent exited with status $?; restarting in 0.5 s"
 	sleep 0.5
 done

@@ -1,0 +1,102 @@
+"""A sandbox survives what its user does to it, through the public SDK against an in-process
+server with real microVMs: a fork bomb ends at its timeout with its whole tree killed and the
+next command answers at once; a memory hog is OOM-killed; an output flood is cut at 64 MiB.
+Each test gets a sandbox of its own, so one abuse cannot hide behind another."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from pandastack import AsyncSandbox
+from tests.server.conftest import Api, running_app
+from tests.server.test_api_vm import _wipe, short_tmp, vm_settings
+
+pytestmark = pytest.mark.vm
+
+BOMB = "bash -c ':(){ :|:& };:'; sleep 60"
+BOMB_TIMEOUT = 15.0
+# Returning at the timeout takes the kill, the exit grace and a loaded guest's reply; the
+# host's own deadline (timeout + 30 s) is what a starved agent hits, so stay well under it.
+SLACK = 20.0
+MAX_OUTPUT = 64 << 20
+PIDS_CURRENT = "cat /sys/fs/cgroup/pandastack/pids.current"
+# pids.current of the user subtree while the check itself runs: its shell and its `cat`.
+CHECK_PIDS_MAX = 3
+BOMB_PIDS_MIN = 256
+
+
+@pytest.fixture(scope="module")
+async def api() -> AsyncIterator[Api]:
+    tmp = short_tmp()
+    try:
+        async with running_app(vm_settings(tmp)) as a:
+            yield a
+    finally:
+        try:
+            await _wipe(tmp / "s")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+async def sbx(api: Api) -> AsyncIterator[AsyncSandbox]:
+    transport = httpx.ASGITransport(api.app, raise_app_exceptions=False)
+    async with await AsyncSandbox.create(ttl_seconds=300, api_url="http://test",
+                                         api_key=api.admin_key, transport=transport) as s:
+        yield s
+
+
+async def _user_pids(sbx: AsyncSandbox) -> int:
+    r = await sbx.exec(PIDS_CURRENT, timeout_seconds=30)
+    assert r.exit_code == 0, r
+    return int(r.stdout)
+
+
+async def test_fork_bomb_times_out_and_the_sandbox_keeps_answering(sbx: AsyncSandbox) -> None:
+    started = time.monotonic()
+    bomb_call = asyncio.create_task(sbx.exec(BOMB, timeout_seconds=BOMB_TIMEOUT))
+    await asyncio.sleep(BOMB_TIMEOUT / 2)  # the bomb is at its process limit by now
+    try:
+        asked = time.monotonic()
+        during = await sbx.exec(PIDS_CURRENT, timeout_seconds=BOMB_TIMEOUT)
+        answered_in = time.monotonic() - asked
+    finally:
+        bomb = await bomb_call
+    took = time.monotonic() - started
+    assert bomb.timed_out, bomb
+    assert took < BOMB_TIMEOUT + SLACK, f"the bomb's exec took {took:.1f} s"
+    # The bomb was in full swing (not still starting, nor over) when that exec answered.
+    assert during.exit_code == 0 and int(during.stdout) >= BOMB_PIDS_MIN, during
+    assert answered_in < SLACK, f"an exec during the bomb took {answered_in:.1f} s"
+    started = time.monotonic()
+    left = await _user_pids(sbx)  # the first exec after the bomb
+    took = time.monotonic() - started
+    assert left <= CHECK_PIDS_MAX, f"{left} user pids: the bomb's were not all killed"
+    assert took < SLACK, f"the exec after the bomb took {took:.1f} s"
+    after = await sbx.exec("echo alive", timeout_seconds=30)
+    assert after.stdout == "alive\n" and after.exit_code == 0, after
+
+
+async def test_memory_hog_is_oom_killed_and_the_sandbox_survives(sbx: AsyncSandbox) -> None:
+    hog = await sbx.exec(["python3", "-c", "h = []\nwhile True: h.append(b'x' * (32 << 20))"],
+                         timeout_seconds=120)
+    assert hog.signal == 9 and not hog.timed_out, hog
+    # The user subtree's limit struck, not the kernel's last resort (which could pick the agent).
+    events = await sbx.exec("grep oom_kill /sys/fs/cgroup/pandastack/memory.events")
+    assert int(events.stdout.split()[1]) >= 1, events
+    assert (await sbx.exec("echo alive")).stdout == "alive\n"
+    assert await _user_pids(sbx) <= CHECK_PIDS_MAX
+
+
+async def test_output_flood_is_truncated_and_the_sandbox_survives(sbx: AsyncSandbox) -> None:
+    flood = await sbx.exec("yes flood | head -c 80M", timeout_seconds=300)
+    assert flood.exit_code == 0 and not flood.timed_out, flood.exit_code
+    assert flood.truncated and len(flood.stdout) == MAX_OUTPUT
+    assert flood.stdout.startswith("flood\nflood\n")
+    assert (await sbx.exec("echo alive")).stdout == "alive\n"
