@@ -17,6 +17,7 @@ import contextlib
 import logging
 import math
 from typing import Annotated
+from urllib.parse import unquote_to_bytes
 
 import anyio
 import httpx
@@ -109,8 +110,11 @@ def _upstream_target(request: HTTPConnection, prefix: str, path: str) -> bytes:
     marker = (prefix + "/").encode()
     at = raw_path.find(marker)
     rest = raw_path[at + len(marker):] if at >= 0 else httpx.URL(path=path).raw_path[1:]
+    # Judged by the decoded name: the signature check reads `ps%5Fsig` as `ps_sig`, so
+    # forwarding it by its raw spelling would hand the signature to the guest.
     query = b"&".join(item for item in request.scope.get("query_string", b"").split(b"&")
-                      if item and item.split(b"=", 1)[0] not in SIGNED_KEYS)
+                      if item and unquote_to_bytes(item.split(b"=", 1)[0].replace(b"+", b" "))
+                      not in SIGNED_KEYS)
     return b"/" + rest + (b"?" + query if query else b"")
 
 
