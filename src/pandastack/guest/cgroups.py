@@ -26,6 +26,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -53,6 +54,7 @@ AGENT_MEMORY_MIN = 32 << 20
 AGENT_OOM_SCORE_ADJ = -900
 USER_OOM_SCORE_ADJ = 0
 SPARE_LEAVES_MAX = 8
+EMPTY_POLL_SECONDS = 0.02
 
 
 def _is_cgroup2_mounted(root: str) -> bool:
@@ -197,6 +199,20 @@ class Cgroups:
         except OSError as e:
             if e.errno != errno.ENOENT:
                 log.warning("cgroup.kill %s: %s", leaf, e)
+
+    def wait_empty(self, leaf: str, deadline: float) -> bool:
+        """Wait (until the monotonic ``deadline``) for a killed leaf to hold no task, not even
+        a zombie (a zombie's pid still counts towards the limits). True if it is empty."""
+        while True:
+            try:
+                with open(os.path.join(leaf, "pids.current")) as f:
+                    if int(f.read()) == 0:
+                        return True
+            except (OSError, ValueError):
+                return True  # no pids controller here: the caller's pipes were all it had
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(EMPTY_POLL_SECONDS)
 
     def _rmdir(self, leaf: str) -> bool:
         try:

@@ -300,6 +300,7 @@ class ManagedProcess:
                     else:
                         poller.unregister(fd)
                         del fds[fd]
+            self._await_killed_tree(exited_at + KILLED_GRACE)
             self._finish(exited_at)
             # Descendants still hold the pipes: keep draining into the ring until EOF,
             # so they never get SIGPIPE. Nothing is sent any more.
@@ -327,6 +328,12 @@ class ManagedProcess:
                 leaf, self._leaf = self._leaf, None
             if leaf is not None and self._cgroups is not None:
                 self._cgroups.release(leaf)
+
+    def _await_killed_tree(self, deadline: float) -> None:
+        with self._leaf_lock:
+            leaf = self._leaf if self._leaf_killed else None
+        if leaf is not None and self._cgroups is not None:
+            self._cgroups.wait_empty(leaf, deadline)
 
     def _exit_fd(self) -> tuple[int, threading.Thread | None]:
         """A fd that becomes readable when the process exits: pidfd, else a waiter pipe."""
