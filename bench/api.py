@@ -41,7 +41,7 @@ import httpx
 from pandastack import Client, Sandbox
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.vmm import read_cmdline
+from pandastack.host.vmm.driver import read_cmdline
 
 MAX_N = 1000
 SERVER_START_TIMEOUT = 300.0  # may have to bake the template first

@@ -17,7 +17,7 @@ from functools import partial
 
 from common import line as _line
 from common import pct, temp_runtime
-from pandastack.host.builds import TemplateBuilds
+from pandastack.host.templates.builds import TemplateBuilds
 from pandastack.templatespec import Template, TemplateSpec
 
 line = partial(_line, unit="s", width=44)

@@ -15,7 +15,7 @@ import asyncio
 import time
 
 from common import line, pct, temp_runtime
-from pandastack.host.sandbox import SandboxHandle
+from pandastack.host.runtime.sandbox import SandboxHandle
 
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
 

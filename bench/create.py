@@ -28,13 +28,13 @@ from pathlib import Path
 
 from common import pct
 from pandastack.guest import protocol
-from pandastack.host.agent_client import InitParams
+from pandastack.host.agentlink.client import InitParams
 from pandastack.host.config import HostConfig
-from pandastack.host.disk import create_overlay
-from pandastack.host.network import NetworkPolicy
+from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.templates import Template
-from pandastack.host.vmm import VMPaths
+from pandastack.host.templates.builtin import Template
+from pandastack.host.vmm.driver import VMPaths
+from pandastack.host.vmm.qcow2 import create_overlay
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

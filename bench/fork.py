@@ -29,7 +29,7 @@ from common import line as _line
 from common import pct
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.sandbox import SandboxHandle
+from pandastack.host.runtime.sandbox import SandboxHandle
 
 DIRTY = """
 import sys, time

@@ -26,11 +26,11 @@ from typing import Any
 
 from common import temp_runtime
 from pandastack.guest import protocol
-from pandastack.host.agent_client import InitParams
-from pandastack.host.disk import create_overlay
-from pandastack.host.network import NetworkPolicy
-from pandastack.host.qemu import QemuDriver
-from pandastack.host.vmm import VMPaths
+from pandastack.host.agentlink.client import InitParams
+from pandastack.host.network.manager import NetworkPolicy
+from pandastack.host.vmm.driver import VMPaths
+from pandastack.host.vmm.qcow2 import create_overlay
+from pandastack.host.vmm.qemu import QemuDriver
 
 # First matching pattern names the area of a kernel function (order matters).
 AREAS: tuple[tuple[str, str], ...] = (

@@ -14,7 +14,7 @@ import pytest
 
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.sandbox import SandboxHandle
+from pandastack.host.runtime.sandbox import SandboxHandle
 from tests.helpers import SandboxFactory, qemu_pids_under
 
 # Network safety: guests in tests never get the host's real resolver. The tests that need

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.sandbox import SandboxHandle
-from pandastack.host.vmm import iter_cmdlines
+from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.vmm.driver import iter_cmdlines
 
 SandboxFactory = Callable[..., Awaitable[SandboxHandle]]
 

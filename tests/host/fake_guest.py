@@ -11,7 +11,7 @@ import tracemalloc
 from collections.abc import Callable, Iterable, Iterator
 
 from pandastack.guest import protocol as P
-from pandastack.host.agent_client import AgentClient
+from pandastack.host.agentlink.client import AgentClient
 
 
 class FakeGuest:

@@ -54,7 +54,7 @@ def test_stream_huge_pages_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_stream_hugetlb_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     auto = HostConfig()
     assert auto.stream_hugetlb_mb is None
-    # "auto": a pool only where freed memory goes back to the hypervisor (huge_pool.py).
+    # "auto": a pool only where freed memory goes back to the hypervisor (memory/huge_pool.py).
     assert auto.stream_hugetlb_pages(True, 24105) == AUTO_STREAM_HUGETLB_MB // 2
     assert auto.stream_hugetlb_pages(True, 4096) == 256  # an eighth of a small host
     assert auto.stream_hugetlb_pages(False, 24105) == 0

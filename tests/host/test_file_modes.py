@@ -17,9 +17,9 @@ import pytest
 from pandastack.host.config import FORK_BUFFERS_ROOT, HUGETLB_CLAIMS_ROOT, HostConfig
 from pandastack.host.errors import SetupError
 from pandastack.host.file_modes import make_private, make_private_dir
-from pandastack.host.image_common import run
-from pandastack.host.image_rootfs import _guest_dirs
-from pandastack.host.runtime import HIBERNATION, HostRuntime
+from pandastack.host.images.common import run
+from pandastack.host.images.rootfs import _guest_dirs
+from pandastack.host.runtime.core import HIBERNATION, HostRuntime
 from tests.helpers import close_private_runtime
 
 

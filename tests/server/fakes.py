@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pandastack.host.agent_client import CodeEvent, ExecResult, FileInfo
+from pandastack.host.agentlink.client import CodeEvent, ExecResult, FileInfo
 from pandastack.host.errors import (
     BuildFailed,
     CodeContextNotFound,
@@ -22,9 +22,9 @@ from pandastack.host.errors import (
     SnapshotNotFound,
     TemplateNotFound,
 )
-from pandastack.host.network import NetworkPolicy
+from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import SnapshotResult
-from pandastack.host.snapshots import SnapshotInfo
+from pandastack.host.runtime.snapshots import SnapshotInfo
 from pandastack.server.runtime_port import OutputCallback
 from pandastack.templatespec import TemplateSpec
 
@@ -33,7 +33,7 @@ MAX_FORK = 16
 
 @dataclass(frozen=True)
 class FakeSlot:
-    """Stands in for `pandastack.host.network.Slot`: where the sandbox's ports are."""
+    """Stands in for `pandastack.host.network.manager.Slot`: where the sandbox's ports are."""
 
     ns_ip: str
 

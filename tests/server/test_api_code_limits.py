@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.host.agentlink.test_code_hostile import answer_code, event, results
 from tests.host.fake_guest import FakeGuest, in_thread
-from tests.host.test_code_hostile import answer_code, event, results
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 

@@ -47,16 +47,16 @@ class HostConfig:
     guest_aslr: str = "auto"
     qemu_binary: str = "qemu-system-x86_64"
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
-    # (host/memory_stage.py); None keeps them where they are (snapshots then stop the guest).
+    # (host/memory/stage.py); None keeps them where they are (snapshots then stop the guest).
     memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
     # Transparent huge pages for VMs restored from a stream (snapshot, fork, wake). "auto":
-    # on, unless the host hands freed memory back to its hypervisor (host/qemu.py).
+    # on, unless the host hands freed memory back to its hypervisor (host/vmm/qemu.py).
     stream_huge_pages: str = "auto"
     # Forks write their streams into a warm tmpfs buffer, released this many seconds after
-    # the last fork (host/fork_buffer.py, ADR 0010); 0: into the snapshot directory.
+    # the last fork (host/memory/fork_buffer.py, ADR 0010); 0: into the snapshot directory.
     fork_buffer_s: float = 60.0
     # MiB of 2 MiB hugetlb pages this runtime adds to the kernel's pool for the RAM of VMs
-    # restored from a stream (host/huge_pool.py, ADR 0011); 0: none. None ("auto"):
+    # restored from a stream (host/memory/huge_pool.py, ADR 0011); 0: none. None ("auto"):
     # AUTO_STREAM_HUGETLB_MB (at most 1/8 of the host's memory) where the host hands freed
     # memory back to its hypervisor, else 0.
     stream_hugetlb_mb: int | None = None
@@ -125,7 +125,7 @@ class HostConfig:
         if self.dns == "off":
             return None
         if self.dns == "auto":
-            from .network import host_resolver
+            from pandastack.host.network.manager import host_resolver
 
             return host_resolver()
         return self.dns

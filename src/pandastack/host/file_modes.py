@@ -6,13 +6,13 @@ data), the database (API key hashes, the URL-signing secret, env values). Two la
 - The process umask is SERVICE_UMASK, set first thing by `serve` and `setup` and again by the
   runtime's `prepare` (for every other user of the runtime). Every file this process creates,
   and every file its children create (QEMU: console log, sockets; qemu-img: template disks),
-  gets no group or other bits. QEMU is also started with it explicitly (host/qemu.py).
+  gets no group or other bits. QEMU is also started with it explicitly (host/vmm/qemu.py).
 - `make_private` makes every directory the runtime keeps files in 0700. An older install made
   them 0755 and its files 0644: a directory found open to others is made private with all it
   holds, once (afterwards it is 0700 and not walked again).
 
 Guest images are the exception: the modes their build gives files are the guest's own, so the
-build's commands run with the usual 0022 (host/image_common.py).
+build's commands run with the usual 0022 (host/images/common.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from .config import FORK_BUFFERS_ROOT, HUGETLB_CLAIMS_ROOT, HostConfig
-from .errors import SetupError
+from pandastack.host.config import FORK_BUFFERS_ROOT, HUGETLB_CLAIMS_ROOT, HostConfig
+from pandastack.host.errors import SetupError
 
 SERVICE_UMASK = 0o077
 PRIVATE_DIR = 0o700

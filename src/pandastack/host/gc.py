@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .vmm import iter_cmdlines, pid_is_running, read_cmdline
+from pandastack.host.vmm.driver import iter_cmdlines, pid_is_running, read_cmdline
 
 GRACE_S = 600.0
 # The agent chardev names the VM's directory: `socket,id=agent,path=<workdir>/agent.sock,...`.

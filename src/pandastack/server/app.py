@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from pandastack.host.builds import TemplateBuilds
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
+from pandastack.host.templates.builds import TemplateBuilds
 from pandastack.wire import ErrorEnvelope
 
 from .bootstrap import ensure_admin_key, private_database

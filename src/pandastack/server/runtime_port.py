@@ -7,10 +7,10 @@ import os
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-from pandastack.host.agent_client import CodeEvent, ExecResult, FileInfo
-from pandastack.host.network import NetworkPolicy
+from pandastack.host.agentlink.client import CodeEvent, ExecResult, FileInfo
+from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import SnapshotResult
-from pandastack.host.snapshots import SnapshotInfo
+from pandastack.host.runtime.snapshots import SnapshotInfo
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Protocol, TypeVar
 
 from pandastack.host.errors import HostError, SandboxNotFound, TemplateNotFound
-from pandastack.host.network import NetworkPolicy
+from pandastack.host.network.manager import NetworkPolicy
 from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInfo, SandboxState
 
 from .errors import ApiError, conflict, from_host_error, not_found

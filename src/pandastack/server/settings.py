@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pandastack.host.config import DEFAULT_HOME
-from pandastack.host.network import OPERATOR_ALLOW_VAR, parse_cidrs
+from pandastack.host.network.manager import OPERATOR_ALLOW_VAR, parse_cidrs
 
 
 def _default_client_config() -> Path:

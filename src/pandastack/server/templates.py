@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from pandastack.host.errors import BuildFailed, HostError, SnapshotNotFound
-from pandastack.host.network import NetworkPolicy
-from pandastack.host.templates import BUILTIN_TEMPLATES
+from pandastack.host.network.manager import NetworkPolicy
+from pandastack.host.templates.builtin import BUILTIN_TEMPLATES
 from pandastack.templatespec import CopyStep, TemplateSpec
 from pandastack.wire import BuildTemplate, TemplateBuildInfo
 
@@ -68,7 +68,7 @@ class CacheEntryLike(Protocol):
 
 
 class Builder(Protocol):
-    """What the API needs of the host's template builds (`pandastack.host.builds`)."""
+    """What the API needs of the host's template builds (`pandastack.host.templates.builds`)."""
 
     async def build(self, spec: TemplateSpec, *, log: Callable[[str], None],
                     network: NetworkPolicy | None = None, vcpus: int = 1,

@@ -4,8 +4,9 @@ host (stdlib, pydantic and `pandastack.wire` only).
 A spec names a base template, lists build steps (apt/pip/npm installs, commands, copied files,
 ENV, WORKDIR, USER), and optionally a start command with a ready check. It is written with the
 `Template` builder or read from a Dockerfile subset (`from_dockerfile`), travels as JSON
-(`TemplateSpec`), and is built on the host inside a microVM (`pandastack.host.builds`), one
-cached step at a time: `step_key` names the state after each step.
+(`TemplateSpec`), and is built on the host inside a microVM
+(`pandastack.host.templates.builds`), one cached step at a time: `step_key` names the state
+after each step.
 """
 
 from .builder import Template, copy_step, wait_for_command, wait_for_file, wait_for_port

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import StreamingResponse
 
-from pandastack.host.agent_client import CodeEvent
+from pandastack.host.agentlink.client import CodeEvent
 from pandastack.wire import (
     CodeContext,
     CodeContextList,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
-from pandastack.host.agent_client import ExecResult as HostExecResult
+from pandastack.host.agentlink.client import ExecResult as HostExecResult
 from pandastack.wire import ExecResult
 
 from ..errors import ApiError, bad_request

@@ -1,0 +1,1 @@
+"""Guest images: kernel, initramfs and root filesystem, cached by content hash."""

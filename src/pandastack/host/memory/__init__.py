@@ -1,0 +1,1 @@
+"""Host memory for VMs: staged template memory, the hugetlb pool, the fork buffer."""

@@ -1,0 +1,1 @@
+"""Sandbox networking: namespaces, nftables policies and the egress proxy."""

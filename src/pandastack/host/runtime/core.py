@@ -1,0 +1,815 @@
+"""The in-process host runtime: create sandboxes by restoring templates or snapshots, pause,
+snapshot, fork, hibernate and wake them, find them, kill them.
+
+Every sandbox owns exactly one directory under the state dir (its disk layers, sockets, logs
+and `sandbox.json`) and at most one VMM process, started in its own session so that it
+outlives this process. Kill removes both. `start()` re-adopts the VMs that are still running
+(and hibernated sandboxes) and removes the remains of dead ones, so a crash or restart of the
+host process loses nothing and leaks nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pandastack.host.config import HostConfig
+from pandastack.host.errors import (
+    HostError,
+    HugePagesUnavailable,
+    SandboxNotFound,
+    SandboxStateError,
+    SetupError,
+    SnapshotFailed,
+)
+from pandastack.host.file_modes import make_private
+from pandastack.host.gc import kill_orphan_vmms
+from pandastack.host.images.build import BASE, GuestImage, ensure_image, image_spec
+from pandastack.host.memory.fork_buffer import ForkBuffer
+from pandastack.host.memory.huge_pool import HugePagePool, host_memory_mb
+from pandastack.host.network.egress_proxy import EgressProxy, Resolver
+from pandastack.host.network.manager import NetworkManager, NetworkPolicy, ProxyPorts, Slot
+from pandastack.host.runtime.console import watch_consoles
+from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.runtime.snapshots import (
+    STREAM,
+    SnapshotInfo,
+    SnapshotStore,
+    allocated_bytes,
+    link_layers,
+    new_layer_name,
+    out_of_space,
+)
+from pandastack.host.templates.builtin import Template, TemplateStore
+from pandastack.host.vmm.accel import resolve_accel
+from pandastack.host.vmm.driver import (
+    KernelSpec,
+    MachineShape,
+    SnapshotFiles,
+    VMMDriver,
+    VMPaths,
+    VMProcess,
+    iter_cmdlines,
+    max_stream_bytes,
+)
+from pandastack.host.vmm.qcow2 import create_overlay
+from pandastack.host.vmm.qemu import QemuDriver, reports_free_pages
+
+SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
+MAX_VCPUS = 8
+MAX_MEMORY_MB = 16384
+MIN_MEMORY_MB = 128
+MAX_DISK_MB = 1 << 20
+MAX_FORK = 16
+# A sandbox's disk is a chain of layers over its template's, one more for each snapshot or
+# fork. Past this many, the layers below the top are merged into it in the background: each
+# layer made every later save's pause ~0.3 ms longer (QEMU reopens the whole chain at `cont`:
+# 2.5 ms at 2 layers, 20.7 ms at 62) and every restore open one more file.
+MAX_LAYERS = 8
+# How long a snapshot waits for a merge under way before cancelling it (the merge then
+# starts again after that snapshot).
+FLATTEN_WAIT_S = 1.0
+# Network slots kept ready (namespace, veth, tap, default policy), so that a create does not
+# wait ~20 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
+SPARE_SLOTS = 2
+MIB = 1 << 20
+HIBERNATION = "hibernate.stream"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    """What is persisted about a sandbox, enough to re-adopt or wake it after a restart."""
+
+    id: str
+    template: str
+    template_key: str
+    template_path: str
+    vcpus: int
+    memory_mb: int
+    disk_bytes: int
+    hostname: str
+    machine_id: str
+    created_at: float
+    layers: tuple[str, ...] = ()
+    snapshot: str | None = None
+    state: str = "running"
+    pid: int | None = None
+    slot: int | None = None
+    network: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def top(self) -> str:
+        return self.layers[-1]
+
+    @classmethod
+    def load(cls, path: Path) -> SandboxRecord:
+        data = json.loads(path.read_text())
+        data["layers"] = tuple(data.get("layers", ()))
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class AdoptReport:
+    adopted: list[str]
+    cleaned: list[str]
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    info: SnapshotInfo
+    pause_ms: float
+    method: str = "stopped"  # how the memory was saved (vmm.SnapshotPause)
+
+
+class HostRuntime:
+    """Single-machine runtime. Use `async with HostRuntime(...) as rt:` or start()/close()."""
+
+    def __init__(self, config: HostConfig | None = None, *, progress: Progress = print,
+                 resolver: Resolver | None = None):
+        """`resolver`: how the egress proxy resolves the names of domain rules (the host's
+        resolver by default)."""
+        self.config = config or HostConfig.from_env()
+        self.progress = progress
+        self.snapshots = SnapshotStore(self.config.snapshots_dir)
+        ports = ProxyPorts(self.config.egress_http_port, self.config.egress_tls_port)
+        self.network = NetworkManager(self.config.network_claims_dir, self.config.network_pool,
+                                      dns_upstream=self.config.dns_upstream, proxy_ports=ports,
+                                      operator_allow=self.config.network_operator_allow)
+        self.egress = EgressProxy(ports, self.config.network_pool, resolver=resolver,
+                                  operator_allow=self.config.network_operator_allow)
+        self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
+                                      progress)
+        self.huge_pool = HugePagePool(self.config.hugetlb_claim, progress=progress)
+        self._spares: builtins.list[Slot] = []
+        # Sandboxes whose disk layers are being merged: their layers as the merge began, and
+        # the template disk the merge goes down to.
+        self._flattening: dict[str, tuple[tuple[str, ...], Path]] = {}
+        self._refill: asyncio.Task[None] | None = None
+        self._console_watch: asyncio.Task[None] | None = None
+        self._closing = False
+        self._sandboxes: dict[str, SandboxHandle] = {}
+        self._records: dict[str, SandboxRecord] = {}
+        self._images: dict[str, GuestImage] = {}  # by variant (images.ImageSpec name)
+        self._image_locks: dict[str, asyncio.Lock] = {}
+        self._driver: VMMDriver | None = None
+        self._templates: TemplateStore | None = None
+        self._prepare_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> HostRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def sandboxes_dir(self) -> Path:
+        return self.config.sandboxes_dir
+
+    # -- preparation ----------------------------------------------------------------------
+
+    async def prepare(self) -> TemplateStore:
+        """Make sure the base guest image exists and pick the accelerator (cached after first
+        run). Other image variants are built when a template first needs them. First, the
+        runtime's directories are made private and the process umask 0077 (file_modes.py)."""
+        async with self._prepare_lock:
+            if self._templates is None:
+                await asyncio.to_thread(make_private, self.config)
+                image = await self.image(BASE, self.progress)
+                kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
+                accel = await asyncio.to_thread(resolve_accel, self.config.accel, kernel,
+                                                self.config.cache_dir, self.config.qemu_binary)
+                balloon = await asyncio.to_thread(reports_free_pages)
+                huge = self.config.stream_huge_pages
+                if huge == "auto":
+                    huge = "off" if balloon else "on"
+                self.huge_pool.pages = self.config.stream_hugetlb_pages(
+                    balloon, await asyncio.to_thread(host_memory_mb))
+                self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
+                                          tb_size_mb=self.config.tb_size_mb,
+                                          tcg_cpu=self.config.tcg_cpu,
+                                          stream_huge_pages=huge == "on")
+                self._templates = TemplateStore(self.config.templates_dir, self._driver,
+                                                self.image, pinned=self._pinned_templates,
+                                                network=self.network,
+                                                memory_stage=self.config.memory_stage_dir,
+                                                kernel_args=self.config.guest_kernel_args(accel))
+            return self._templates
+
+    async def image(self, variant: str, progress: Progress | None = None) -> GuestImage:
+        """The guest image of a variant, built (or found in the cache) once per process."""
+        spec = image_spec(variant)
+        lock = self._image_locks.setdefault(variant, asyncio.Lock())
+        async with lock:
+            image = self._images.get(variant)
+            if image is None:
+                image = await asyncio.to_thread(ensure_image, self.config.home, spec,
+                                                progress=progress or self.progress)
+                self._images[variant] = image
+            return image
+
+    def _pinned_templates(self) -> list[Path]:
+        """Templates that must survive garbage collection although no VM runs from them."""
+        pinned = self.snapshots.template_paths()
+        pinned += [Path(r.template_path) for r in self._records.values()]
+        return pinned
+
+    @property
+    def driver(self) -> VMMDriver:
+        if self._driver is None:
+            raise HostError("runtime not prepared")
+        return self._driver
+
+    async def ensure_template(self, name: str = "base",
+                              shape: MachineShape | None = None) -> Template:
+        store = await self.prepare()
+        return await store.ensure(name, shape, progress=self.progress)
+
+    async def prepare_template(self, name: str, *, vcpus: int = 1, memory_mb: int = 512) -> None:
+        """Build (or find) built-in template `name` for that shape; creates then restore at
+        once. Unknown names raise TemplateNotFound."""
+        await self.ensure_template(name, MachineShape(vcpus, memory_mb))
+
+    # -- adoption -------------------------------------------------------------------------
+
+    async def start(self) -> AdoptReport:
+        """Re-adopt running and hibernated sandboxes from the state dir; clean up dead ones."""
+        self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
+        await self.prepare()
+        self.snapshots.sweep()
+        await asyncio.to_thread(self.fork_buffer.sweep)
+        await asyncio.to_thread(self.huge_pool.sweep)
+        cmdlines = await asyncio.to_thread(lambda: list(iter_cmdlines()))  # one /proc walk
+        # Host-wide: VMMs whose directory is gone belong to no runtime, this one included.
+        orphans = await asyncio.to_thread(kill_orphan_vmms, self.progress, cmdlines)
+        adopted: list[str] = []
+        cleaned = [workdir.name for _, workdir in orphans if workdir.parent == self.sandboxes_dir]
+        running = self._scan_vmm_processes(cmdlines)
+        for entry in sorted(self.sandboxes_dir.iterdir()):
+            if not entry.is_dir() or entry.name in self._sandboxes:
+                continue
+            paths = VMPaths(entry)
+            pid = running.pop(entry.name, None)
+            record = _try_load(entry / "sandbox.json")
+            if record is not None and pid is not None and self.driver.owns(pid, paths):
+                self._adopt(record, VMProcess(pid, paths))
+                adopted.append(record.id)
+                continue
+            if (record is not None and pid is None and record.state == "hibernated"
+                    and (entry / HIBERNATION).exists()):
+                self._adopt(record, None)
+                adopted.append(record.id)
+                continue
+            if pid is not None:
+                VMProcess(pid, paths).kill()
+            await asyncio.to_thread(shutil.rmtree, entry, True)
+            cleaned.append(entry.name)
+        # Network slots of sandboxes (of any runtime on this host) whose directory is gone,
+        # and spare slots a crashed predecessor left.
+        self._spare_owner.unlink(missing_ok=True)
+        await asyncio.to_thread(self.network.sweep)
+        self._refill_spares()
+        if self._console_watch is None:
+            self._console_watch = asyncio.get_running_loop().create_task(
+                watch_consoles(self.sandboxes_dir, self.progress), name="console-cap")
+        # Their namespaces still send ports 80/443 to the proxy: it must listen again. The
+        # rules are written again too, in case the proxy ports (or this code) changed.
+        for record in list(self._records.values()):
+            if record.slot is None:
+                continue
+            try:
+                policy = NetworkPolicy.from_dict(record.network)
+                await self.egress.attach(self._slot(record.slot), policy)
+                if policy.needs_proxy:
+                    await asyncio.to_thread(self.network.update, self._slot(record.slot),
+                                            policy)
+            except (HostError, ValueError) as exc:  # its ports 80/443 stay closed
+                self.progress(f"egress proxy for {record.id}: {exc}")
+        return AdoptReport(adopted, cleaned)
+
+    def _adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
+        handle = SandboxHandle(record.id, vm, self.sandboxes_dir / record.id, record.hostname,
+                               record.created_at, self.config.agent_timeout_s,
+                               template=record.template, state=record.state, waker=self.wake)
+        self._sandboxes[record.id] = handle
+        self._records[record.id] = record
+        return handle
+
+    def _scan_vmm_processes(self, cmdlines: Iterable[tuple[int, list[str]]],
+                            ) -> dict[str, int]:
+        """Map sandbox id -> pid for every live VMM process that belongs to our state dir."""
+        prefix = str(self.sandboxes_dir) + "/"
+        found: dict[str, int] = {}
+        for pid, argv in cmdlines:
+            for arg in argv:
+                idx = arg.find(prefix)
+                if idx != -1 and "agent.sock" in arg:
+                    name = arg[idx + len(prefix):].split("/", 1)[0]
+                    if SANDBOX_ID_RE.match(name):
+                        found[name] = pid
+                    break
+        return found
+
+    def _save(self, record: SandboxRecord) -> SandboxRecord:
+        record.save(self.sandboxes_dir / record.id / "sandbox.json")
+        self._records[record.id] = record
+        return record
+
+    # -- create ---------------------------------------------------------------------------
+
+    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+                     disk_mb: int | None = None, sandbox_id: str | None = None,
+                     snapshot: str | None = None,
+                     network: NetworkPolicy | dict[str, Any] | None = None) -> SandboxHandle:
+        """Restore a new sandbox and return once its agent is ready.
+
+        From `template` (a fresh machine) or from `snapshot` (the snapshotted machine's memory,
+        processes and files; its shape and template come with it). `disk_mb` grows the root
+        filesystem (online, after the restore, so only creates that ask pay for it).
+        """
+        if disk_mb is not None and not 0 < disk_mb <= MAX_DISK_MB:
+            raise ValueError(f"disk_mb must be between 1 and {MAX_DISK_MB}")
+        # Domain names in a policy are resolved here: off the event loop.
+        policy = network if isinstance(network, NetworkPolicy) else \
+            await asyncio.to_thread(NetworkPolicy.from_dict, network)
+        base_dir: Path | None = None
+        base_layers: tuple[str, ...] = ()
+        if snapshot is not None:
+            snap = self.snapshots.get(snapshot)
+            store = await self.prepare()
+            tmpl = store.load_dir(snap.template, Path(snap.template_path))
+            state_file = self.snapshots.stream(snapshot)
+            base_dir, base_layers = self.snapshots.path(snapshot), snap.layers
+            base_bytes, template = snap.disk_bytes, snap.template
+        else:
+            if not 1 <= vcpus <= MAX_VCPUS:
+                raise ValueError(f"vcpus must be between 1 and {MAX_VCPUS}")
+            if not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB:
+                raise ValueError(
+                    f"memory_mb must be between {MIN_MEMORY_MB} and {MAX_MEMORY_MB}")
+            tmpl = await self.ensure_template(template, MachineShape(vcpus, memory_mb))
+            state_file, base_bytes = tmpl.snapshot.device_state, tmpl.disk_bytes
+        disk_bytes = base_bytes if disk_mb is None else disk_mb * MIB
+        if disk_bytes < base_bytes:
+            raise ValueError(f"disk_mb must be at least {base_bytes // MIB}")
+        sid = sandbox_id or f"sbx-{secrets.token_hex(6)}"
+        if not SANDBOX_ID_RE.match(sid):
+            raise ValueError(f"invalid sandbox id {sid!r}")
+        workdir = self.sandboxes_dir / sid
+        workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        top = new_layer_name()
+        record = SandboxRecord(
+            id=sid, template=template, template_key=tmpl.key, template_path=str(tmpl.path),
+            vcpus=tmpl.snapshot.shape.vcpus, memory_mb=tmpl.snapshot.shape.memory_mb,
+            disk_bytes=disk_bytes, hostname=sid, machine_id=uuid.uuid4().hex,
+            created_at=time.time(), layers=(*base_layers, top), snapshot=snapshot,
+            network=policy.to_dict(),
+        )
+        vm: VMProcess | None = None
+        slot: Slot | None = None
+        try:
+            slot = await self._network_slot(workdir, policy)
+            record = replace(record, slot=slot.index)
+            if base_dir is not None:
+                link_layers(base_dir, workdir, base_layers)
+                create_overlay(workdir / top, workdir / base_layers[-1], base_bytes,
+                               relative=True)
+            else:
+                create_overlay(workdir / top, tmpl.disk, base_bytes)
+            # A snapshot's stream carries all of its memory; a template's memory is its file.
+            files = replace(tmpl.snapshot, device_state=state_file,
+                            memory=None if snapshot is not None else tmpl.snapshot.memory)
+            vm = await self._restore(VMPaths(workdir), files, workdir / top, slot.netns)
+            record = self._save(replace(record, pid=vm.pid))
+            handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
+                                   self.config.agent_timeout_s, template=template,
+                                   waker=self.wake)
+            await handle.initialize(record.machine_id)
+            if disk_bytes > base_bytes:
+                await self.driver.resize_disk(vm, disk_bytes)
+                grown = await handle.exec(["resize2fs", "/dev/vda"], timeout=120)
+                if grown.exit_code != 0:
+                    raise SetupError(f"growing the root filesystem failed: {grown.stderr!r}")
+        except BaseException as exc:
+            if vm is not None:
+                vm.kill()
+            self._vm_ended(workdir)
+            if slot is not None:
+                await self._release_slot(slot)
+                self._refill_spares()
+            self._records.pop(sid, None)
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            if isinstance(exc, HostError | ValueError):
+                raise
+            if isinstance(exc, Exception):
+                raise SetupError(f"create from {snapshot or template!r} failed: {exc}") from exc
+            raise
+        self._sandboxes[sid] = handle
+        # Replace the spare network slot only now: its `ip` and `nft` runs (~20 ms of CPU and
+        # the kernel's rtnl lock) competed with this sandbox's own restore, which made
+        # create + first exec ~5 ms slower at p50 and up to ~60 ms slower at p99.
+        self._refill_spares()
+        return handle
+
+    async def _restore(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
+                       netns: str | None) -> VMProcess:
+        """Restore a VM; one whose memory is all in its stream gets RAM from the hugetlb pool
+        when this runtime's share has room (released when the VM ends: `_vm_ended`)."""
+        owner = str(paths.workdir)
+        if files.memory is None and self.huge_pool.lease(owner, files.shape.memory_mb):
+            try:
+                vm = await self.driver.restore(paths, files, disk, netns=netns, hugetlb=True)
+                self.huge_pool.served += 1
+                return vm
+            except HugePagesUnavailable:  # another process took them since the lease
+                self.huge_pool.release(owner)
+            except BaseException:
+                self.huge_pool.release(owner)
+                raise
+        return await self.driver.restore(paths, files, disk, netns=netns)
+
+    def _vm_ended(self, workdir: Path) -> None:
+        """A sandbox's VMM process is gone: what it held on the host for its life is free."""
+        self.huge_pool.release(str(workdir))
+
+    # -- lookup and kill ------------------------------------------------------------------
+
+    def get(self, sandbox_id: str) -> SandboxHandle:
+        try:
+            return self._sandboxes[sandbox_id]
+        except KeyError:
+            raise SandboxNotFound(sandbox_id) from None
+
+    def list(self) -> list[SandboxHandle]:
+        return list(self._sandboxes.values())
+
+    async def kill(self, sandbox_id: str) -> None:
+        handle = self._sandboxes.pop(sandbox_id, None)
+        if handle is None:
+            raise SandboxNotFound(sandbox_id)
+        self._flattening.pop(sandbox_id, None)
+        record = self._records.pop(sandbox_id, None)
+        try:
+            await handle.destroy()
+        finally:
+            self._vm_ended(handle.workdir)
+        if record is not None and record.slot is not None:
+            await self._release_slot(self._slot(record.slot))
+
+    @property
+    def _spare_owner(self) -> Path:
+        return self.sandboxes_dir / ".spare-slots"
+
+    async def _network_slot(self, owner: Path, policy: NetworkPolicy) -> Slot:
+        if self._spares:
+            slot = self._spares.pop()
+            self.network.reassign(slot, owner)
+            if policy != NetworkPolicy():
+                try:
+                    await asyncio.to_thread(self.network.update, slot, policy)
+                except BaseException:
+                    await asyncio.to_thread(self._free_slot, slot)
+                    raise
+        else:
+            slot = self.network.claim(owner)
+            await asyncio.to_thread(self.network.setup, slot, policy)
+        try:
+            await self.egress.attach(slot, policy)
+        except BaseException:
+            await self._release_slot(slot)
+            raise
+        return slot
+
+    def _refill_spares(self) -> None:
+        if self._refill is not None and not self._refill.done():
+            return
+
+        async def refill() -> None:
+            while len(self._spares) < SPARE_SLOTS and not self._closing:
+                self._spare_owner.touch()
+                slot = self.network.claim(self._spare_owner)
+                try:
+                    await asyncio.to_thread(self.network.setup, slot, NetworkPolicy())
+                except HostError as exc:
+                    self.network.release(slot)
+                    self.progress(f"cannot prepare a network slot: {exc}")
+                    return
+                self._spares.append(slot)
+
+        self._refill = asyncio.get_running_loop().create_task(refill(), name="network-spares")
+
+    async def _drop_spares(self) -> None:
+        # Let a slot being prepared finish (its `ip`/`nft` run in a thread that a cancel
+        # would not stop), then tear every spare down.
+        self._closing = True
+        if self._refill is not None:
+            with contextlib.suppress(Exception):
+                await self._refill
+        self._closing = False
+        while self._spares:
+            await asyncio.to_thread(self._free_slot, self._spares.pop())
+        self._spare_owner.unlink(missing_ok=True)
+
+    def _slot(self, index: int) -> Slot:
+        return Slot(index, self.network.pool)
+
+    async def _release_slot(self, slot: Slot) -> None:
+        await self.egress.detach(slot.index)
+        await asyncio.to_thread(self._free_slot, slot)
+
+    def _free_slot(self, slot: Slot) -> None:
+        self.network.teardown(slot)
+        self.network.release(slot)
+
+    async def update_network(self, sandbox_id: str,
+                             network: NetworkPolicy | dict[str, Any]) -> NetworkPolicy:
+        """Replace the sandbox's egress policy; takes effect for new connections at once."""
+        self.get(sandbox_id)
+        policy = network if isinstance(network, NetworkPolicy) else \
+            await asyncio.to_thread(NetworkPolicy.from_dict, network)
+        record = self._records[sandbox_id]
+        if record.slot is None:
+            raise SandboxStateError(f"sandbox {sandbox_id} has no network")
+        slot = self._slot(record.slot)
+        # The proxy listens (and judges by the new policy) before the namespace redirects to
+        # it, and stops only once nothing does.
+        await self.egress.attach(slot, policy)
+        try:
+            await asyncio.to_thread(self.network.update, slot, policy)
+        except BaseException:
+            await self.egress.attach(slot, NetworkPolicy.from_dict(record.network))
+            raise
+        if not policy.needs_proxy:
+            await self.egress.detach(slot.index)
+        self._save(replace(record, network=policy.to_dict()))
+        return policy
+
+    async def kill_all(self) -> None:
+        """Kill every sandbox and release the prepared network slots (a later create makes
+        new ones): after this, the runtime holds nothing on the host."""
+        for sid in list(self._sandboxes):
+            await self.kill(sid)
+        await self._drop_spares()
+        await self.fork_buffer.close()
+        await self.huge_pool.close()
+
+    async def close(self) -> None:
+        """Drop agent connections; the VMs keep running and a later start() re-adopts them.
+        The egress proxy's listeners close (proxied connections end with them)."""
+        if self._console_watch is not None:
+            self._console_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._console_watch
+            self._console_watch = None
+        await self.egress.close()
+        await self._drop_spares()
+        await self.fork_buffer.close()
+        await self.huge_pool.close()
+        for handle in self._sandboxes.values():
+            await handle.disconnect()
+        self._sandboxes.clear()
+        self._records.clear()
+        self._flattening.clear()
+
+    # -- pause, snapshot, fork ------------------------------------------------------------
+
+    def _running(self, sandbox_id: str, *allowed: str) -> tuple[SandboxHandle, VMProcess]:
+        handle = self.get(sandbox_id)
+        if handle.state not in allowed or handle.vm is None:
+            raise SandboxStateError(f"sandbox {sandbox_id} is {handle.state}")
+        return handle, handle.vm
+
+    async def pause(self, sandbox_id: str) -> None:
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            if handle.state == "running":
+                await self.driver.pause(vm)
+                handle.state = "paused"
+                self._save(replace(self._records[sandbox_id], state="paused"))
+
+    async def resume(self, sandbox_id: str) -> None:
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            if handle.state == "paused":
+                await self.driver.resume(vm)
+                handle.state = "running"
+                self._save(replace(self._records[sandbox_id], state="running"))
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
+                       internal: bool = False, short_pause: bool | None = None,
+                       transient: bool = False) -> SnapshotResult:
+        """Capture memory, device state and disk; the sandbox keeps running (or paused).
+
+        `short_pause` (default: for snapshots users keep) stops the guest as briefly as the
+        VMM allows even if the save takes longer; without it the save is as fast as possible
+        (what a fork wants: its children wait for the stream). `transient`: the snapshot is
+        deleted as soon as the sandboxes made from it run (a fork's), so its stream may go
+        into the fork buffer: memory, gone with a restart of the host."""
+        if short_pause is None:
+            short_pause = not internal
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            await self._settle_flatten(sandbox_id, vm)
+            record = self._records[sandbox_id]
+            snap_id = self.snapshots.new_id()
+            needed = record.memory_mb * MIB
+            try:
+                work = self.snapshots.begin(snap_id)
+            except OSError as exc:
+                raise SnapshotFailed(str(exc), disk_switched=False,
+                                     no_space=out_of_space(exc, self.snapshots.root,
+                                                           needed)) from exc
+            new_top = new_layer_name()
+            switched = False
+            # A fork's stream lives only until its children run: into the warm buffer if
+            # there is one (the pause is then mostly the copy, ADR 0010).
+            buffer = self.fork_buffer.take(max_stream_bytes(needed)) if transient else None
+            try:
+                try:
+                    create_overlay(handle.workdir / new_top, handle.workdir / record.top,
+                                   record.disk_bytes, relative=True)
+                    pause = await self.driver.snapshot_live(
+                        vm, buffer or work / STREAM, handle.workdir / new_top,
+                        short_pause=short_pause, overwrite=buffer is not None)
+                    if buffer is not None:
+                        (work / STREAM).symlink_to(buffer)
+                except (SnapshotFailed, OSError) as exc:
+                    if isinstance(exc, SnapshotFailed) and exc.disk_switched:
+                        self._save(replace(record, layers=(*record.layers, new_top)))
+                    else:
+                        (handle.workdir / new_top).unlink(missing_ok=True)
+                    raise
+                switched = True
+                self._save(replace(record, layers=(*record.layers, new_top)))
+                link_layers(handle.workdir, work, record.layers)
+                info = SnapshotInfo(
+                    id=snap_id, name=name, source=sandbox_id, template=record.template,
+                    template_path=record.template_path, vcpus=record.vcpus,
+                    memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
+                    layers=record.layers, created_at=time.time(),
+                    state_bytes=pause.stream_bytes, internal=internal,
+                    size_bytes=allocated_bytes(work), transient=transient)
+                self.snapshots.commit(work, info)
+            except BaseException as exc:
+                self.snapshots.abort(work)
+                if buffer is not None:
+                    self.fork_buffer.give_back()
+                if not isinstance(exc, SnapshotFailed | OSError | subprocess.CalledProcessError):
+                    raise
+                no_space = out_of_space(exc, self.snapshots.root, needed)
+                if isinstance(exc, SnapshotFailed):
+                    exc.no_space = exc.no_space or no_space
+                    raise
+                raise SnapshotFailed(str(exc), disk_switched=switched,
+                                     no_space=no_space) from exc
+            if len(record.layers) + 1 > MAX_LAYERS:
+                await self._start_flatten(sandbox_id, vm)
+        if transient and buffer is None:
+            # For the next fork: as large as `take` will reserve, or that fork would allocate
+            # the rest itself (~240 MiB of fresh pages, up to ~560 ms here, before its pause).
+            self.fork_buffer.prepare(max_stream_bytes(needed))
+        return SnapshotResult(info, pause.ms, pause.method)
+
+    async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
+        """`count` live copies of a running sandbox: memory, processes and files as they were
+        at the fork instant, each with its own identity; the parent keeps running."""
+        if not 1 <= count <= MAX_FORK:
+            raise ValueError(f"count must be between 1 and {MAX_FORK}")
+        self._running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
+        policy = await asyncio.to_thread(NetworkPolicy.from_dict,
+                                         self._records[sandbox_id].network)
+        snap = await self.snapshot(sandbox_id, internal=True, transient=True)
+        try:
+            results = await asyncio.gather(
+                *(self.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
+                return_exceptions=True)
+        finally:
+            # Children hold their own links to the layers: the snapshot itself can go.
+            self.delete_snapshot(snap.info.id)
+        children = [r for r in results if isinstance(r, SandboxHandle)]
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for child in children:
+                with contextlib.suppress(HostError):
+                    await self.kill(child.id)
+            raise failures[0]
+        return children
+
+    # -- disk layers ----------------------------------------------------------------------
+
+    async def _start_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
+        """(Under the lifecycle lock.) Start merging the sandbox's layers into its top."""
+        record = self._records[sandbox_id]
+        try:
+            store = await self.prepare()
+            base = store.load_dir(record.template, Path(record.template_path)).disk
+            await self.driver.start_flatten(vm, base)
+        except Exception as exc:  # the chain only stays long: say so, go on
+            self.progress(f"cannot merge the disk layers of {sandbox_id}: {exc}")
+            return
+        self._flattening[sandbox_id] = (record.layers, base)
+
+    async def _settle_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
+        """(Under the lifecycle lock, before the disk changes.) End a merge under way; once
+        it is done the sandbox's own layers are its top alone, and the others' links go
+        (snapshots and children hold their own)."""
+        merging = self._flattening.pop(sandbox_id, None)
+        if merging is None:
+            return
+        layers, base = merging
+        record = self._records[sandbox_id]
+        try:
+            merged = await self.driver.settle_flatten(vm, base, FLATTEN_WAIT_S)
+        except Exception as exc:
+            self.progress(f"cannot end the merge of {sandbox_id}'s disk layers: {exc}")
+            return
+        if merged and record.layers == layers:
+            self._save(replace(record, layers=(record.top,)))
+            workdir = self.sandboxes_dir / sandbox_id
+            for name in layers[:-1]:
+                (workdir / name).unlink(missing_ok=True)
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        in_buffer = self.fork_buffer.holds(self.snapshots.stream(snapshot_id))
+        self.snapshots.delete(snapshot_id)
+        if in_buffer:
+            self.fork_buffer.give_back()
+
+    # -- hibernation ----------------------------------------------------------------------
+
+    async def hibernate(self, sandbox_id: str) -> None:
+        """Write the sandbox's whole state to disk and end its VM, freeing RAM and CPU."""
+        handle, vm = self._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            await self._settle_flatten(sandbox_id, vm)
+            await handle.disconnect()
+            await self.driver.save_stopped(vm, handle.workdir / HIBERNATION)
+            await asyncio.to_thread(vm.kill)
+            self._vm_ended(handle.workdir)
+            handle.vm = None
+            handle.state = "hibernated"
+            self._save(replace(self._records[sandbox_id], state="hibernated", pid=None))
+
+    async def wake(self, sandbox_id: str) -> None:
+        """Restore a hibernated sandbox; a no-op for one that is awake."""
+        handle = self.get(sandbox_id)
+        async with handle.lifecycle_lock:
+            if handle.state != "hibernated":
+                return
+            record = self._records[sandbox_id]
+            store = await self.prepare()
+            tmpl = store.load_dir(record.template, Path(record.template_path))
+            stream = handle.workdir / HIBERNATION
+            files = replace(tmpl.snapshot, device_state=stream, memory=None)
+            vm = await self._restore(
+                VMPaths(handle.workdir), files, handle.workdir / record.top,
+                self._slot(record.slot).netns if record.slot is not None else None)
+            handle.vm = vm
+            handle.state = "running"
+            try:
+                await handle.initialize(record.machine_id)
+            except BaseException:
+                await asyncio.to_thread(vm.kill)
+                self._vm_ended(handle.workdir)
+                handle.vm = None
+                handle.state = "hibernated"
+                raise
+            self._save(replace(record, state="running", pid=vm.pid))
+            stream.unlink(missing_ok=True)
+
+    def describe(self, sandbox_id: str) -> dict[str, object]:
+        handle = self.get(sandbox_id)
+        record = self._records.get(sandbox_id)
+        return {"id": sandbox_id, "state": handle.state, "pid": handle.pid,
+                "layers": [*record.layers] if record else [],
+                "snapshot": record.snapshot if record else None,
+                "network": record.network if record else None,
+                "slot": self._slot(record.slot) if record and record.slot is not None else None}
+
+
+def _try_load(path: Path) -> SandboxRecord | None:
+    try:
+        record = SandboxRecord.load(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return record if record.layers else None

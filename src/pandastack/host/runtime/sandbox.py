@@ -1,0 +1,236 @@
+"""`SandboxHandle`: one live sandbox, its VMM process and its agent channel.
+
+The agent connection is (re)opened on demand: after a host restart, or after the guest sent
+garbage and the old connection was declared broken, the next call reconnects and resyncs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+
+from pandastack.host.agentlink.client import (
+    AgentClient,
+    CodeEvent,
+    ExecResult,
+    FileInfo,
+    InitParams,
+)
+from pandastack.host.errors import AgentConnectionError, SandboxStateError
+from pandastack.host.vmm.driver import VMProcess
+
+OutputCallback = Callable[[bytes], Awaitable[None] | None]
+
+
+Waker = Callable[[str], Awaitable[None]]
+
+# A VMM whose guest panicked closes the agent channel while it exits: how long to wait for the
+# process to end before blaming the channel alone.
+EXIT_GRACE_S = 1.0
+
+
+class SandboxHandle:
+    """`state` is "running", "paused" or "hibernated" (then there is no VM process: the next
+    guest operation wakes it through `waker`)."""
+
+    def __init__(self, sandbox_id: str, vm: VMProcess | None, workdir: Path, hostname: str,
+                 created_at: float, agent_timeout: float, *, template: str = "base",
+                 state: str = "running", waker: Waker | None = None):
+        self.id = sandbox_id
+        self.vm = vm
+        self.workdir = workdir
+        self.hostname = hostname
+        self.created_at = created_at
+        self.template = template
+        self.state = state
+        self.waker = waker
+        self._agent_timeout = agent_timeout
+        self._agent: AgentClient | None = None
+        self._lock = asyncio.Lock()
+        # Serializes lifecycle changes (pause, snapshot, hibernate, wake, kill) of this sandbox.
+        self.lifecycle_lock = asyncio.Lock()
+        self.ready_ms: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<SandboxHandle {self.id} {self.state} pid={self.pid}>"
+
+    @property
+    def pid(self) -> int | None:
+        return self.vm.pid if self.vm is not None else None
+
+    def is_alive(self) -> bool:
+        return self.vm is not None and self.vm.is_alive()
+
+    async def initialize(self, machine_id: str) -> None:
+        """First contact after restore: fresh clock, entropy, hostname and machine-id."""
+        if self.vm is None:
+            raise SandboxStateError(f"sandbox {self.id} has no VM to initialize")
+        started = time.monotonic()
+        params = InitParams(time.time_ns(), os.urandom(64), self.hostname, machine_id)
+        vm = self.vm
+        early, vm.agent_connection = vm.agent_connection, None
+        try:
+            if early is not None:
+                async with self._lock:
+                    self._agent = await AgentClient.from_socket(
+                        early, timeout=self._agent_timeout, init=params)
+            else:
+                agent = await self.agent()
+                await agent.init(time_ns=params.time_ns, entropy=params.entropy,
+                                 hostname=params.hostname, machine_id=params.machine_id)
+        except AgentConnectionError as exc:
+            ended = await _vm_ended(vm)
+            if ended is None:
+                raise
+            raise AgentConnectionError(f"{exc} ({ended})") from exc
+        self.ready_ms = (time.monotonic() - started) * 1000
+
+    async def agent(self) -> AgentClient:
+        if self.state == "hibernated":
+            if self.waker is None:
+                raise SandboxStateError(f"sandbox {self.id} is hibernated")
+            await self.waker(self.id)
+        if self.state == "paused":
+            raise SandboxStateError(f"sandbox {self.id} is paused; resume it first")
+        if self._agent is not None and not self._agent.broken:
+            return self._agent
+        async with self._lock:
+            if self._agent is not None and not self._agent.broken:
+                return self._agent
+            if self._agent is not None:
+                await self._agent.close()
+                self._agent = None
+            if self.vm is None or not self.vm.is_alive():
+                raise AgentConnectionError(f"sandbox {self.id}: VM process is not running")
+            early, self.vm.agent_connection = self.vm.agent_connection, None
+            if early is not None:
+                self._agent = await AgentClient.from_socket(early, timeout=self._agent_timeout)
+            else:
+                self._agent = await AgentClient.connect(self.vm.paths.agent_socket,
+                                                        timeout=self._agent_timeout)
+            return self._agent
+
+    async def disconnect(self) -> None:
+        if self._agent is not None:
+            await self._agent.close()
+            self._agent = None
+
+    async def destroy(self) -> None:
+        """Kill the VM and remove every file the sandbox had."""
+        await self.disconnect()
+        if self.vm is not None:
+            await asyncio.to_thread(self.vm.kill)
+        await asyncio.to_thread(shutil.rmtree, self.workdir, True)
+
+    # -- guest operations -----------------------------------------------------------------
+
+    async def exec(self, cmd: str | Sequence[str], *, timeout: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None,
+                   stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
+                   on_stderr: OutputCallback | None = None,
+                   user: str | None = None) -> ExecResult:
+        agent = await self.agent()
+        return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
+                                on_stdout=on_stdout, on_stderr=on_stderr, user=user)
+
+    async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
+                    cwd: str | None = None, user: str | None = None) -> int:
+        return await (await self.agent()).spawn(cmd, env=env, cwd=cwd, user=user)
+
+    async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
+                     on_stderr: OutputCallback | None = None) -> ExecResult:
+        return await (await self.agent()).attach(pid, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    async def procs(self) -> list[dict[str, object]]:
+        return await (await self.agent()).procs()
+
+    async def signal(self, pid: int, sig: int) -> None:
+        await (await self.agent()).signal(pid, sig)
+
+    async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None:
+        await (await self.agent()).send_stdin(pid, data, eof=eof)
+
+    async def read_file(self, path: str) -> AsyncIterator[bytes]:
+        agent = await self.agent()
+        async for chunk in agent.read_file(path):
+            yield chunk
+
+    async def read_file_bytes(self, path: str) -> bytes:
+        return await (await self.agent()).read_file_bytes(path)
+
+    async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *,
+                         mode: int = 0o644) -> int:
+        return await (await self.agent()).write_file(path, data, mode=mode)
+
+    async def list_dir(self, path: str) -> list[FileInfo]:
+        return await (await self.agent()).list_dir(path)
+
+    async def stat(self, path: str) -> FileInfo:
+        return await (await self.agent()).stat(path)
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        await (await self.agent()).mkdir(path, parents=parents)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await (await self.agent()).remove(path, recursive=recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await (await self.agent()).rename(src, dst)
+
+    # -- code interpreter -----------------------------------------------------------------
+
+    async def run_code(self, code: str, *, language: str = "python",
+                       context_id: str | None = None, timeout: float | None = None,
+                       env: Mapping[str, str] | None = None) -> AsyncIterator[CodeEvent]:
+        """See `AgentClient.run_code`: the events of one run, the last always "end"."""
+        agent = await self.agent()
+        async with contextlib.aclosing(agent.run_code(
+                code, language=language, context_id=context_id, timeout=timeout,
+                env=env)) as events:
+            async for event in events:
+                yield event
+
+    async def create_code_context(self, language: str = "python",
+                                  cwd: str | None = None) -> dict[str, object]:
+        return await (await self.agent()).create_code_context(language, cwd)
+
+    async def list_code_contexts(self) -> list[dict[str, object]]:
+        return await (await self.agent()).list_code_contexts()
+
+    async def delete_code_context(self, context_id: str) -> None:
+        await (await self.agent()).delete_code_context(context_id)
+
+    async def restart_code_context(self, context_id: str) -> None:
+        await (await self.agent()).restart_code_context(context_id)
+
+
+async def _vm_ended(vm: VMProcess) -> str | None:
+    """None while the VM process runs (after a short grace); else how it ended, with the last
+    words of the guest console (a restored guest that panics makes QEMU exit, -no-reboot)."""
+    deadline = time.monotonic() + EXIT_GRACE_S
+    while vm.is_alive():
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.02)
+    status = vm.exit_status()
+    said = f"the VM exited with status {status}" if status is not None else "the VM exited"
+    last = await asyncio.to_thread(_console_last_words, vm.paths.console_log)
+    return f"{said}; guest console: {last}" if last else said
+
+
+def _console_last_words(path: Path, tail: int = 8192) -> str:
+    """The guest console's kernel panic line if it has one near its end, else its last line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln]
+    panics = [ln for ln in lines if "Kernel panic" in ln]
+    return (panics or lines or [""])[-1][:200]

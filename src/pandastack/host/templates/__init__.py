@@ -1,0 +1,1 @@
+"""Templates: built-in ones, user template builds, their steps and step cache."""

@@ -1,0 +1,405 @@
+"""Templates: a guest booted once, warmed up, and saved as a snapshot that creates restore.
+
+A template snapshot is specific to the guest image, the driver (VMM version and accelerator)
+and the machine shape (vCPUs, memory), so its key hashes all of them. A shape that has no
+snapshot yet is baked on first use (one cold boot), then every create with that shape restores.
+
+The built-in templates (`BUILTIN_TEMPLATES`) each name a guest image variant (`images.IMAGES`),
+asked of an image provider on first use: a create that needs a template whose image is not built
+yet waits for the build, which reports through the progress callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pandastack.host.agentlink import code as code_client
+from pandastack.host.agentlink.client import AgentClient, exit_code_of
+from pandastack.host.errors import GuestOSError, HostError, SetupError, TemplateNotFound
+from pandastack.host.gc import prune_images, prune_templates
+from pandastack.host.images.build import BASE, KERNEL_SERVER_PATH, GuestImage
+from pandastack.host.images.common import fsync_path
+from pandastack.host.memory.stage import stage as stage_memory
+from pandastack.host.memory.stage import sweep as sweep_staged_memory
+from pandastack.host.network.manager import NetworkManager, NetworkPolicy
+from pandastack.host.vmm.driver import (
+    KernelSpec,
+    MachineShape,
+    SnapshotFiles,
+    VMMDriver,
+    VMPaths,
+    VMProcess,
+)
+from pandastack.templatespec import ReadyCheck
+
+BAKE_VERSION = "4"
+BOOT_DEADLINE_S = 240.0
+# Run once before the snapshot so that every clone finds these code paths and files already in
+# guest memory (page cache, dentries) instead of paying for them on its first exec.
+# The interpreter is read whole: the agent and most first commands are python3, and a C
+# function of it that no warm-up ran would otherwise fault its page in from disk in every clone.
+# `env true`, not `true`: the shell's builtin would leave /usr/bin/true and the exec path
+# through PATH cold.
+WARMUP_COMMANDS = ("env true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "cat /etc/os-release",
+                   'cat "$(readlink -f "$(command -v python3)")" >/dev/null')
+TEMPLATE_HOSTNAME = "pandastack"
+
+READY_POLL_S = 0.25
+SETTLE_S = 1.0
+CODE_WARMUP_TIMEOUT_S = 900.0  # the first kernel start and its imports, under TCG
+CODE_SOCKET = "/run/pandastack/code.sock"
+# Imported (then the names dropped, the modules stay loaded) and one figure rendered to PNG
+# in the default python context, so the first run after a create finds the kernel warm.
+CODE_INTERPRETER_WARMUP = """\
+import numpy, pandas, pyarrow, matplotlib
+import matplotlib.pyplot as plt
+_pandastack_fig = plt.figure(figsize=(1, 1))
+_pandastack_fig.savefig(__import__("io").BytesIO(), format="png")
+plt.close(_pandastack_fig)
+pandas.DataFrame({"a": [1]})._repr_html_()
+del _pandastack_fig, numpy, pandas, pyarrow, matplotlib, plt
+"""
+
+Progress = Callable[[str], None]
+# The guest image of a variant (images.ImageSpec name), built on first use.
+ImageProvider = Callable[[str, Progress], Awaitable[GuestImage]]
+
+
+@dataclass(frozen=True)
+class BuiltinTemplate:
+    name: str
+    image: str  # images.ImageSpec name
+    warmup: tuple[str, ...] = ()  # run after WARMUP_COMMANDS before the snapshot
+    # Another built-in whose snapshot this one is, byte for byte (same image, same warm-up):
+    # creates restore that snapshot, so no second bake and no second memory file per shape.
+    same_as: str | None = None
+    # Started in the background (agent spawn) after the warm-up commands; the snapshot is
+    # taken once `ready` passes, so every sandbox has it running from the first instant.
+    start: str | None = None
+    ready: ReadyCheck | None = None
+    # Python code run in the code interpreter's default context (needs `start` to run the
+    # interpreter), after `ready`.
+    code_warmup: tuple[str, ...] = ()
+
+    def key_parts(self) -> tuple[str, ...]:
+        """What the guest does before its snapshot (part of the template key)."""
+        parts = list(self.warmup)
+        if self.start is not None:
+            parts.append(f"start:{self.start}")
+        if self.ready is not None:
+            parts.append(f"ready:{self.ready.kind}:{self.ready.value}")
+        return (*parts, *(f"code:{c}" for c in self.code_warmup))
+
+
+BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
+    t.name: t
+    for t in (
+        BuiltinTemplate(BASE, BASE),
+        # The base image already has python3, pip, venv and a virtualenv first on PATH.
+        BuiltinTemplate("python", BASE, same_as=BASE),
+        BuiltinTemplate("node", "node", warmup=("node -e 'console.log(6*7)'",),
+                        start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
+                        ready=ReadyCheck(kind="file", value=CODE_SOCKET)),
+        # The seed article's stack, installed when the image is built, imported once before
+        # the snapshot so that every sandbox finds it warm in memory.
+        # The interpreter (kernel_server.py) runs from the snapshot on, its default python
+        # kernel already started and the stack imported in it.
+        BuiltinTemplate("code-interpreter", "code-interpreter",
+                        start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
+                        ready=ReadyCheck(kind="file", value=CODE_SOCKET),
+                        code_warmup=(CODE_INTERPRETER_WARMUP,)),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    key: str
+    path: Path
+    snapshot: SnapshotFiles
+    disk: Path
+    disk_bytes: int
+
+
+def template_key(image: GuestImage, driver: VMMDriver, shape: MachineShape,
+                 warmup: tuple[str, ...] = (), kernel_args: str = "") -> str:
+    ident = "|".join([image.key, driver.identity(), str(shape.vcpus), str(shape.memory_mb),
+                      BAKE_VERSION, *WARMUP_COMMANDS, *warmup, kernel_args])
+    return hashlib.sha256(ident.encode()).hexdigest()[:20]
+
+
+def qcow2_virtual_size(path: Path) -> int:
+    out = subprocess.run(["qemu-img", "info", "--output=json", "-U", str(path)],
+                         capture_output=True, text=True, check=True)
+    return int(json.loads(out.stdout)["virtual-size"])
+
+
+class TemplateStore:
+    def __init__(self, root: Path, driver: VMMDriver, images: ImageProvider, *,
+                 pinned: Callable[[], list[Path]] = list,
+                 network: NetworkManager | None = None, memory_stage: Path | None = None,
+                 kernel_args: str = ""):
+        self.root = root
+        self.kernel_args = kernel_args  # appended to each image's kernel command line
+        self.memory_stage = memory_stage
+        self.driver = driver
+        self.images = images
+        self.pinned = pinned
+        self.network = network
+        self._memo: dict[tuple[str, MachineShape], Template] = {}
+        self._image_keys: set[str] = set()  # images this process has used: GC keeps them
+
+    def load_dir(self, name: str, directory: Path) -> Template:
+        """A template version by its directory (snapshots and sandboxes record it). Its
+        memory file is not staged: what restores from a snapshot or a hibernation loads
+        carries its own memory."""
+        template = self._load(name, directory, stage=False)
+        if template is None:
+            raise SetupError(f"template {name} at {directory} is gone")
+        return template
+
+    def _load(self, name: str, directory: Path, *, stage: bool = True) -> Template | None:
+        meta_path = directory / "template.json"
+        if not meta_path.exists():
+            return None
+        meta = json.loads(meta_path.read_text())
+        shape = MachineShape(vcpus=meta["vcpus"], memory_mb=meta["memory_mb"])
+        snapshot = SnapshotFiles(
+            memory=stage_memory(directory / "memory", self.memory_stage if stage else None),
+            device_state=directory / "device.state",
+            kernel=KernelSpec(Path(meta["kernel"]), Path(meta["initrd"]), meta["cmdline"]),
+            shape=shape,
+        )
+        return Template(name, meta["key"], directory, snapshot, directory / "disk.qcow2",
+                        int(meta["disk_bytes"]))
+
+    async def ensure(self, name: str = "base", shape: MachineShape | None = None,
+                     progress: Progress = print) -> Template:
+        shape = shape or MachineShape()
+        memo = self._memo.get((name, shape))
+        if memo is not None:
+            return memo
+        builtin = BUILTIN_TEMPLATES.get(name)
+        if builtin is None:
+            raise TemplateNotFound(f"unknown template {name!r}")
+        if builtin.same_as is not None:
+            alias = replace(await self.ensure(builtin.same_as, shape, progress), name=name)
+            self._memo[(name, shape)] = alias
+            return alias
+        image = await self.images(builtin.image, progress)
+        self._image_keys.add(image.key)
+        key = template_key(image, self.driver, shape, builtin.key_parts(), self.kernel_args)
+        final = self.root / name / key
+        template = await asyncio.to_thread(self._load, name, final)  # may stage its memory
+        if template is None:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            lock = await asyncio.to_thread(_lock, final.parent / ".lock")
+            try:
+                template = await asyncio.to_thread(self._load, name, final)
+                if template is None:
+                    await self._bake(name, key, final, shape, image, builtin, progress)
+                    template = await asyncio.to_thread(self._load, name, final)
+            finally:
+                os.close(lock)
+        if template is None:
+            raise SetupError(f"template {name} was baked but cannot be loaded from {final}")
+        self._memo[(name, shape)] = template
+        # Once per process and template: old versions left by earlier code go away.
+        await asyncio.to_thread(self._prune, name, final, image, progress)
+        return template
+
+    def _prune(self, name: str, just_baked: Path, image: GuestImage, progress: Progress) -> None:
+        keep = [just_baked, *(t.path for t in self._memo.values()), *self.pinned()]
+        # Only this template's old versions: the current version of the others is not known
+        # here unless they were used (their images would have to be resolved first).
+        prune_templates(self.root, keep, names=[name], progress=progress)
+        sweep_staged_memory(self.memory_stage, progress)
+        prune_images(image.rootfs.parent.parent, self.root, sorted(self._image_keys),
+                     progress=progress)
+
+    async def _bake(self, name: str, key: str, final: Path, shape: MachineShape,
+                    image: GuestImage, builtin: BuiltinTemplate, progress: Progress) -> None:
+        work = final.with_name(f"{key}.tmp-{os.getpid()}")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        kernel = KernelSpec(image.kernel, image.initrd, image.cmdline + self.kernel_args)
+        disk = work / "disk.qcow2"
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
+                        "-b", str(image.rootfs), str(disk)], check=True)
+        paths = VMPaths(work / "vm")
+        started = time.monotonic()
+        progress(f"template {name}: cold boot ({self.driver.accel}, {shape.vcpus} vCPU, "
+                 f"{shape.memory_mb} MiB)")
+        slot = None
+        if self.network is not None:  # the template's NIC needs a tap to attach to
+            slot = self.network.claim(work)
+            await asyncio.to_thread(self.network.setup, slot, NetworkPolicy(internet=False))
+        try:
+            vm = self.driver.boot(paths, kernel, disk, work / "memory", shape,
+                                  netns=slot.netns if slot else None)
+            await self._bake_running(name, vm, paths, work, started, builtin, progress)
+        finally:
+            if slot is not None and self.network is not None:
+                await asyncio.to_thread(self.network.teardown, slot)
+                self.network.release(slot)
+        shutil.rmtree(paths.workdir, ignore_errors=True)
+        for part in ("memory", "device.state", "disk.qcow2"):
+            os.chmod(work / part, 0o444)
+            fsync_path(work / part)  # a template must survive a host crash whole
+        meta = {
+            "name": name, "key": key, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
+            "kernel": str(kernel.kernel), "initrd": str(kernel.initrd),
+            "cmdline": kernel.cmdline, "image_key": image.key, "image": image.variant,
+            "driver": self.driver.identity(), "disk_bytes": qcow2_virtual_size(disk),
+            "baked_at": time.time(), "bake_seconds": round(time.monotonic() - started, 2),
+        }
+        (work / "template.json").write_text(json.dumps(meta, indent=2))
+        fsync_path(work / "template.json")
+        os.replace(work, final)
+        progress(f"template {name}: ready in {meta['bake_seconds']}s")
+
+    async def _bake_running(self, name: str, vm: VMProcess, paths: VMPaths, work: Path,
+                            started: float, builtin: BuiltinTemplate,
+                            progress: Progress) -> None:
+        agent: AgentClient | None = None
+        try:
+            agent = await _connect_booting(paths, vm.is_alive)
+            progress(f"template {name}: agent up after {time.monotonic() - started:.1f}s; warming")
+            # The same `init` every clone gets first: the guest code and files it touches are
+            # then in the snapshot's memory, not read from disk by each clone. Each clone sets
+            # its own identity over this one.
+            await agent.init(time_ns=time.time_ns(), entropy=os.urandom(64),
+                             hostname=TEMPLATE_HOSTNAME,
+                             machine_id=hashlib.sha256(name.encode()).hexdigest()[:32])
+            for cmd in (*WARMUP_COMMANDS, *builtin.warmup):
+                result = await agent.exec(cmd, timeout=300)  # imports are slow under TCG
+                if result.exit_code != 0:
+                    raise SetupError(f"warm-up {cmd!r} failed: {result.stderr!r}")
+            if builtin.start is not None:
+                t0 = time.monotonic()
+                pid = await start_service(agent, builtin.start, builtin.ready)
+                progress(f"template {name}: {builtin.start!r} ready after "
+                         f"{time.monotonic() - t0:.1f}s")
+                for code in builtin.code_warmup:
+                    t0 = time.monotonic()
+                    await _warm_code(agent, code, pid, builtin.start)
+                    progress(f"template {name}: code warm-up took {time.monotonic() - t0:.1f}s")
+            await agent.sync()
+            # Let the guest finish the work the warm-up left behind (RCU callbacks freeing
+            # exited tasks, cgroups being released) before the snapshot: otherwise every clone
+            # does it again, on its way to its first exec.
+            await asyncio.sleep(SETTLE_S)
+            progress(f"template {name}: saving snapshot")
+            await self.driver.save(vm, work / "device.state")
+        except BaseException:
+            tail = _tail(paths.console_log)
+            vm.kill()
+            shutil.rmtree(work, ignore_errors=True)
+            if tail:
+                progress(f"template {name}: bake failed; guest console ends with:\n{tail}")
+            raise
+        finally:
+            if agent is not None:
+                await agent.close()
+        vm.kill()
+
+
+async def start_service(agent: AgentClient, start: str, ready: ReadyCheck | None) -> int:
+    """Spawn `start` (sh -c) in the guest and poll `ready` until it passes; its pid.
+
+    SetupError, naming the check and ending with the command's output, if the command exits
+    first or the check does not pass in time."""
+    pid = await agent.spawn(start)
+    if ready is None:
+        return pid
+    deadline = time.monotonic() + ready.timeout_seconds
+    while not await _is_ready(agent, ready):
+        exited = exit_code_of(await agent.procs(), pid)
+        if exited is None and time.monotonic() < deadline:
+            await asyncio.sleep(READY_POLL_S)
+            continue
+        check = f"{ready.kind} {ready.value}"
+        why = (f"exited with code {exited} before it was ready ({check})" if exited is not None
+               else f"was not ready ({check}) after {ready.timeout_seconds:g} s")
+        raise SetupError(f"start command {start!r} {why}; its output ends with:\n"
+                         + await _output_tail(agent, pid))
+    return pid
+
+
+async def _is_ready(agent: AgentClient, ready: ReadyCheck) -> bool:
+    if ready.kind == "file":
+        try:
+            await agent.stat(ready.value)
+        except GuestOSError:
+            return False
+        return True
+    if ready.kind == "port":
+        # bash's /dev/tcp: a connect without starting an interpreter (slow under TCG).
+        argv = ["bash", "-c", ': <>"/dev/tcp/127.0.0.1/$0"', ready.value]
+        return (await agent.exec(argv, timeout=10)).exit_code == 0
+    return (await agent.exec(ready.value, timeout=60)).exit_code == 0
+
+
+async def _output_tail(agent: AgentClient, pid: int, lines: int = 30) -> str:
+    """The last lines a background process wrote (stdout, then stderr)."""
+    chunks: list[bytes] = []
+    try:
+        result = await agent.attach(pid, on_stdout=chunks.append, on_stderr=chunks.append,
+                                    timeout=1.0)
+        text = (result.stdout + result.stderr).decode(errors="replace")
+    except HostError:  # still running: what arrived before the wait ended
+        text = b"".join(chunks).decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+
+
+async def _warm_code(agent: AgentClient, code: str, pid: int, start: str) -> None:
+    try:
+        async with contextlib.aclosing(code_client.run_code(
+                agent, code, timeout=CODE_WARMUP_TIMEOUT_S, store_history=False)) as events:
+            async for event in events:
+                if event.type == "error":
+                    raise SetupError(f"code warm-up failed: {event.name}: {event.value}\n"
+                                     f"{event.traceback}")
+    except HostError as exc:
+        if isinstance(exc, SetupError):
+            raise
+        raise SetupError(f"code warm-up failed: {exc}; the output of {start!r} ends with:\n"
+                         + await _output_tail(agent, pid)) from exc
+
+
+async def _connect_booting(paths: VMPaths, alive: Callable[[], bool]) -> AgentClient:
+    deadline = time.monotonic() + BOOT_DEADLINE_S
+    while True:
+        if not alive():
+            raise SetupError("the VM exited during boot: " + _tail(paths.console_log))
+        try:
+            return await AgentClient.connect(paths.agent_socket, timeout=5)
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise SetupError(f"guest agent did not come up in {BOOT_DEADLINE_S}s: {exc}; "
+                                 + _tail(paths.console_log)) from exc
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,1 @@
+"""Virtual machine monitors: the driver protocol, QEMU, accelerators, qcow2 disks."""

@@ -1,0 +1,647 @@
+"""QEMU `-M microvm` driver.
+
+Templates are booted with RAM in a `memory-backend-file` mapped `share=on`, so that once the VM
+is stopped the file *is* its memory. Saving writes only device state, with the migration
+capability `x-ignore-shared` (QEMU skips shared RAM blocks). A clone maps the same file with
+`share=off`: private copy-on-write pages, so any number of clones share one page cache and the
+file never changes. The clone loads device state from an inherited fd (`-incoming fd:N`) and,
+started without `-S`, runs as soon as the load completes: no QMP round trip on the create path.
+
+VMs are started in their own session and survive a restart of the host process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from qemu.qmp import ExecuteError, QMPClient
+
+from pandastack.host.errors import HugePagesUnavailable, SnapshotFailed, VMMError
+from pandastack.host.file_modes import PRIVATE_FILE, SERVICE_UMASK
+from pandastack.host.network.manager import GUEST_MAC, TAP
+from pandastack.host.vmm.driver import (
+    AGENT_PORT_NAME,
+    KernelSpec,
+    MachineShape,
+    SnapshotFiles,
+    SnapshotPause,
+    VMPaths,
+    VMProcess,
+    max_stream_bytes,
+    read_cmdline,
+)
+
+QMP_TIMEOUT_S = 30.0
+# What QEMU says when it cannot reserve hugetlb pages for a VM's RAM.
+NO_HUGE_PAGES = "unable to map backing store for guest RAM"
+# Before QEMU 9.0, a pre-copy migration under TCG loses guest writes: the dirty-bitmap sync
+# clears the bitmap 64 pages at a time without resetting the TCG TLB, so stores through entries
+# that were already marked dirty set no bit again, and a page sent while the guest ran stays
+# stale in the stream (fixed upstream by 03bfc2188f, "physmem: Fix migration dirty bitmap
+# coherency with TCG memory access"). Restored copies of such a stream crash or hang.
+TCG_PRECOPY_FIXED = (9, 0)
+
+
+@functools.cache
+def qemu_version(binary: str) -> str:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise VMMError(f"cannot run {binary}: {exc}") from exc
+    return out.stdout.splitlines()[0].strip()
+
+
+def parse_release(version: str) -> tuple[int, int]:
+    """(major, minor) from `qemu --version`'s first line; (0, 0) if it names none."""
+    match = re.search(r"version (\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+class QemuDriver:
+    name = "qemu"
+
+    def __init__(self, accel: str, *, binary: str = "qemu-system-x86_64", tb_size_mb: int = 64,
+                 tcg_cpu: str = "max", precopy: bool | None = None,
+                 stream_huge_pages: bool = True):
+        """`precopy`: whether snapshots copy memory while the guest runs; None decides by
+        accelerator and QEMU version (see `live_precopy`). `stream_huge_pages`: whether a VM
+        restored from a stream (a snapshot, fork or wake) gets transparent huge pages for its
+        anonymous RAM (see `reports_free_pages`)."""
+        if accel not in ("kvm", "tcg"):
+            raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
+        self.accel = accel
+        self.stream_huge_pages = stream_huge_pages
+        self.binary = binary
+        self.tb_size_mb = tb_size_mb
+        self.cpu = "host" if accel == "kvm" else tcg_cpu
+        self._precopy = precopy
+
+    def live_precopy(self) -> bool:
+        """Whether a snapshot may copy memory while the guest runs. Not under TCG before
+        QEMU 9.0 (TCG_PRECOPY_FIXED): there the guest is stopped for the whole save."""
+        if self._precopy is None:
+            self._precopy = (self.accel == "kvm"
+                             or parse_release(qemu_version(self.binary)) >= TCG_PRECOPY_FIXED)
+        return self._precopy
+
+    def identity(self) -> str:
+        return f"{qemu_version(self.binary)}|{self.accel}|{self.cpu}|microvm-v1"
+
+    # -- command line ---------------------------------------------------------------------
+
+    def _argv(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
+              memory_file: Path | None, *, share: bool, disk: Path,
+              netns: str | None = None, hugetlb: bool = False) -> list[str]:
+        if self.accel == "kvm":
+            accel, cpu = "kvm", self.cpu
+        else:
+            accel, cpu = f"tcg,tb-size={self.tb_size_mb}", self.cpu
+        mem = f"{shape.memory_mb}M"
+        if memory_file is None and hugetlb:
+            # Private, so the RAM is still sent whole by a later snapshot (x-ignore-shared
+            # leaves out shared RAM only): streams stay the same whatever backs the RAM.
+            backend = (f"memory-backend-memfd,id=ram,size={mem},hugetlb=on,hugetlbsize=2M,"
+                       "share=off")
+        elif memory_file is None:
+            # Everything comes from the stream: anonymous memory (with transparent huge
+            # pages) loads it several times faster than private copies of a file's pages.
+            backend = f"memory-backend-ram,id=ram,size={mem}"
+        else:
+            backend = (f"memory-backend-file,id=ram,size={mem},mem-path={memory_file},"
+                       f"share={'on' if share else 'off'}")
+        # The device order defines the virtio-mmio slots: it must be identical for boot and
+        # restore, so both paths share this one function.
+        # The VM runs inside its sandbox's network namespace, where its tap device lives.
+        prefix = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
+        return [
+            *prefix,
+            self.binary,
+            "-name", f"pandastack,process=pandastack-vm-{paths.workdir.name}",
+            "-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
+            "-accel", accel, "-cpu", cpu,
+            "-object", backend,
+            "-M", "microvm,memory-backend=ram,x-option-roms=off",
+            "-m", mem, "-smp", str(shape.vcpus),
+            "-kernel", str(kernel.kernel), "-initrd", str(kernel.initrd),
+            "-append", kernel.cmdline,
+            # Appended to, so that the runtime can trim it under a writing guest (console.py).
+            "-chardev", f"file,id=console,path={paths.console_log},append=on",
+            "-serial", "chardev:console",
+            "-drive", f"id=root,file={disk},format=qcow2,if=none,discard=unmap",
+            "-device", "virtio-blk-device,drive=root",
+            "-device", "virtio-serial-device,max_ports=2",
+            "-chardev", f"socket,id=agent,path={paths.agent_socket},server=on,wait=off",
+            "-device", f"virtserialport,chardev=agent,name={AGENT_PORT_NAME}",
+            "-chardev", f"socket,id=qmp,path={paths.qmp_socket},server=on,wait=off",
+            "-mon", "chardev=qmp,mode=control",
+            "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
+            "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
+            # Templates are saved stopped; without the run state in the stream, a restored
+            # clone is not held "paused" but starts as soon as its state is loaded.
+            "-global", "migration.store-global-state=off",
+            # After an incoming migration QEMU has the guest announce itself (gratuitous ARP,
+            # IPv6 neighbour adverts) five times over ~0.5 s, for switches that must relearn
+            # where a migrated VM now lives. A sandbox's tap is new and private, so there is
+            # nothing to relearn; every restore paid ~15 ms of guest time and ~1 MiB of
+            # translated code for it.
+            "-global", "migration.announce-rounds=0",
+        ]
+
+    def _spawn(self, argv: list[str], paths: VMPaths, pass_fds: tuple[int, ...] = (), *,
+               huge_pages: bool = True) -> VMProcess:
+        paths.workdir.mkdir(parents=True, exist_ok=True)
+        log = os.open(paths.vmm_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                      PRIVATE_FILE)
+        with open(log, "ab") as log_file, _huge_pages_inherited(huge_pages):
+            try:
+                popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    pass_fds=pass_fds,
+                    start_new_session=True,  # survives the host process, immune to its signals
+                    cwd=paths.workdir,
+                    # What QEMU creates (console log, sockets) is private whatever this
+                    # process's umask is (host/file_modes.py).
+                    umask=SERVICE_UMASK,
+                )
+            except OSError as exc:
+                raise VMMError(f"cannot start {argv[0]}: {exc}") from exc
+        return VMProcess(popen.pid, paths, popen)
+
+    # -- driver interface -----------------------------------------------------------------
+
+    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
+             shape: MachineShape, *, netns: str | None = None) -> VMProcess:
+        return self._spawn(self._argv(paths, kernel, shape, memory_file, share=True, disk=disk,
+                                      netns=netns), paths)
+
+    async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
+                      netns: str | None = None, hugetlb: bool = False) -> VMProcess:
+        if hugetlb and snapshot.memory is not None:
+            raise ValueError("hugetlb RAM is for restores from a stream only")
+        paths.remove_sockets()
+        fd = os.open(snapshot.device_state, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,
+                              share=False, disk=disk, netns=netns, hugetlb=hugetlb)
+            argv += ["-incoming", "defer"]
+            # QEMU asks for transparent huge pages for its TCG code buffer, so a clone's
+            # translated code grows 2 MiB at a time: without them an idle clone of a template
+            # costs ~3 MiB less (PSS 46.9 -> 44.0 MiB, no measurable change in speed). A
+            # restore from a stream may keep them: its RAM is anonymous and loads faster so,
+            # except where fresh memory is slow to touch in 2 MiB pages.
+            vm = self._spawn(argv, paths, pass_fds=(fd,),
+                             huge_pages=snapshot.memory is None and self.stream_huge_pages)
+        finally:
+            os.close(fd)
+        try:
+            # Connect to the agent port before the guest runs, so the guest sees the port
+            # already open when it resumes instead of an EOF and a back-off.
+            vm.agent_connection = await connect_unix(paths.agent_socket, alive=vm.is_alive)
+            # QEMU 7.2 cannot enable x-ignore-shared from the command line, so the capability
+            # and the load go through QMP: three commands pipelined in one write, one round
+            # trip. Without -S the guest runs as soon as the load completes.
+            await qmp_pipeline(paths.qmp_socket, [
+                ("migrate-set-capabilities", {"capabilities": [
+                    {"capability": "x-ignore-shared", "state": True}]}),
+                ("migrate-incoming", {"uri": f"fd:{fd}"}),
+            ], alive=vm.is_alive)
+        except BaseException as exc:
+            vm.kill()
+            if vm.agent_connection is not None:
+                vm.agent_connection.close()
+                vm.agent_connection = None
+            # QEMU makes its sockets before it maps RAM: a VMM that could not map it shows as
+            # an early exit or as a connection it reset; only its log says why.
+            log = _log_tail(paths.agent_socket) if hugetlb else ""
+            if isinstance(exc, Exception) and NO_HUGE_PAGES in log:
+                raise HugePagesUnavailable(f"no free hugetlb pages: {exc}") from exc
+            raise
+        return vm
+
+    async def save(self, vm: VMProcess, device_state: Path) -> None:
+        # A template's RAM is a shared file, which x-ignore-shared leaves out of the stream:
+        # the same stopped save as hibernation writes only device state here.
+        await self.save_stopped(vm, device_state)
+
+    async def pause(self, vm: VMProcess) -> None:
+        await qmp_pipeline(vm.paths.qmp_socket, [("stop", {})], alive=vm.is_alive)
+
+    async def resume(self, vm: VMProcess) -> None:
+        await qmp_pipeline(vm.paths.qmp_socket, [("cont", {})], alive=vm.is_alive)
+
+    async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path, *,
+                            short_pause: bool = False, overwrite: bool = False
+                            ) -> SnapshotPause:
+        """Save memory and device state while the guest runs; report the guest's pause.
+
+        While the guest is stopped, the disk is switched onto `new_top` (an empty overlay the
+        caller made over the current top), so the old top is frozen in exactly the state the
+        memory refers to. Three ways, by what this QEMU can do correctly:
+
+        - `live_precopy()` (KVM, or QEMU >= 9.0): pre-copy streams RAM while the guest runs
+          and stops it only for the last dirty pages.
+        - otherwise (TCG on QEMU < 9.0, whose dirty tracking loses writes), with
+          `short_pause`: a background snapshot. The guest is stopped only while its device
+          state is captured and its RAM write-protected (userfaultfd); then it runs while each
+          page is saved before its first write. Needs RAM that userfaultfd can protect
+          (anonymous, or a template file staged on tmpfs); QEMU refuses otherwise, and the
+          next way is taken. The save takes several times longer than a stopped one.
+        - otherwise: the guest is stopped for the whole save, which is then one instant by
+          construction (the pause is about what a hibernation takes).
+
+        With `overwrite` the stream goes straight into `stream` (see the protocol); a
+        background snapshot, which reserves its worst case first, never overwrites.
+        """
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        target = stream if overwrite else stream.with_suffix(".partial")
+        switched = was_running = background = False
+        stopped_at: float | None = None
+        kept: int | None = None
+        try:
+            status = await qmp.execute("query-status")
+            was_running = isinstance(status, dict) and bool(status.get("running"))
+            if was_running and not self.live_precopy() and short_pause and not overwrite:
+                background = await _prepare_migration(qmp, background=True)
+            if background:
+                # QEMU 7.2 leaves the guest hung (vCPUs blocked on write-protected pages) when
+                # a background snapshot fails to write: reserve the space while nothing is
+                # stopped yet, so running out of it is a clean error.
+                bound = _stream_bound(await qmp.execute("query-memory-size-summary"))
+                kept = await _pass_stream_fd(qmp, target, reserve=bound)
+            else:
+                await _prepare_migration(qmp)
+                kept = await _pass_stream_fd(qmp, target, truncate=not overwrite)
+            if was_running and not self.live_precopy():
+                stopped_at = time.monotonic()
+                await qmp.execute("stop")
+            if background:
+                # QEMU captures the device state in this same stop: switch the disk first.
+                await self._switch_disk(qmp, new_top)
+                switched = True
+                await _start_migration(qmp)
+                resumed = await _wait_running(qmp)  # QEMU resumes the guest by itself
+                await wait_migration(qmp, poll_s=0.002)
+            else:
+                await _start_migration(qmp)
+                if stopped_at is not None or not was_running:
+                    # The guest is stopped already: switch its disk while QEMU writes the
+                    # memory (QEMU runs the two in turn under its big lock; the switch is
+                    # then no longer part of the pause). A pre-copy switches once stopped.
+                    await self._switch_disk(qmp, new_top)
+                    switched = True
+                info = await wait_migration(qmp, poll_s=0.001)
+                t_seen = time.monotonic()
+                if not switched:
+                    await self._switch_disk(qmp, new_top)
+                    switched = True
+                if was_running:
+                    await _cont_after_migration(qmp)
+                resumed = time.monotonic()
+            # `_written` closes the duplicate, also when it fails: it is no longer ours to
+            # close below.
+            fd, kept = kept, None
+            written = _written(fd, trim=background)
+            if not overwrite:
+                os.replace(target, stream)
+        except BaseException as exc:
+            if kept is not None:
+                os.close(kept)
+            with contextlib.suppress(Exception):
+                status = await qmp.execute("query-status")
+                if was_running and isinstance(status, dict) and not status.get("running"):
+                    await _cont_after_migration(qmp)
+            if not overwrite:
+                with contextlib.suppress(OSError):
+                    target.unlink()
+            raise SnapshotFailed(str(exc) or type(exc).__name__, disk_switched=switched) from exc
+        finally:
+            await qmp.disconnect()
+        if stopped_at is not None:
+            return SnapshotPause((resumed - stopped_at) * 1000,
+                                 "background" if background else "stopped", written)
+        downtime = float(info.get("downtime", 0)) if was_running else 0.0
+        return SnapshotPause(downtime + (resumed - t_seen) * 1000, "precopy", written)
+
+    @staticmethod
+    async def _switch_disk(qmp: QMPClient, new_top: Path) -> None:
+        await qmp.execute("blockdev-snapshot-sync", {
+            "device": "root", "snapshot-file": str(new_top), "format": "qcow2",
+            "mode": "existing"})
+
+    async def save_stopped(self, vm: VMProcess, stream: Path) -> None:
+        """Stop the guest and write its whole state (memory included) to `stream`."""
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        try:
+            await qmp.execute("stop")
+            await _prepare_migration(qmp)
+            partial = stream.with_suffix(".partial")
+            os.close(await _pass_stream_fd(qmp, partial))
+            await _start_migration(qmp)
+            await wait_migration(qmp)
+            os.replace(partial, stream)
+        finally:
+            await qmp.disconnect()
+
+    async def start_flatten(self, vm: VMProcess, base: Path) -> None:
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        try:
+            path = str(base.resolve())
+            # The top's header gets the same absolute backing name a fresh clone's has.
+            await qmp.execute("block-stream", {"job-id": FLATTEN_JOB, "device": "root",
+                                               "base": path, "backing-file": path})
+        finally:
+            await qmp.disconnect()
+
+    async def settle_flatten(self, vm: VMProcess, base: Path, wait_s: float) -> bool:
+        qmp = await connect_qmp(vm.paths.qmp_socket)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait_s
+            cancelled = False
+            while True:
+                jobs = await qmp.execute("query-block-jobs")
+                if not isinstance(jobs, list) or not any(
+                        isinstance(j, dict) and j.get("device") == FLATTEN_JOB for j in jobs):
+                    break  # done or cancelled: QEMU drops a job once it has ended
+                if not cancelled and loop.time() > deadline:
+                    await qmp.execute("block-job-cancel", {"device": FLATTEN_JOB})
+                    cancelled = True
+                if loop.time() > deadline + QMP_TIMEOUT_S:
+                    raise VMMError("the disk merge job did not end after its cancel")
+                await asyncio.sleep(0.01)
+            return _root_backing(await qmp.execute("query-block")) == str(base.resolve())
+        finally:
+            await qmp.disconnect()
+
+    async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
+        # The guest kernel learns the new capacity from virtio-blk's config-change interrupt.
+        await qmp_pipeline(vm.paths.qmp_socket, [
+            ("block_resize", {"device": "root", "size": size_bytes})], alive=vm.is_alive)
+
+    def owns(self, pid: int, paths: VMPaths) -> bool:
+        argv = read_cmdline(pid)  # nsenter has exec'd the VMM: argv[0] is the VMM
+        if not argv or not argv[0].endswith(Path(self.binary).name):
+            return False
+        return any(str(paths.agent_socket) in arg for arg in argv)
+
+
+PR_SET_THP_DISABLE, PR_GET_THP_DISABLE = 41, 42
+VIRTIO_BALLOON_DEVICE = "0x0005"
+VIRTIO_BALLOON_F_REPORTING = 5
+
+
+def reports_free_pages(devices: Path = Path("/sys/bus/virtio/devices")) -> bool:
+    """Whether this host is itself a VM that hands the memory it frees back to its hypervisor
+    (virtio-balloon free page reporting). There, a 2 MiB page taken again after that is slow
+    to touch: a fork's child loading its 294 MiB stream into transparent huge pages took
+    1033 ms at p50 (424-1092), into 4 KiB pages 449 ms (439-484), n=10 each, interleaved."""
+    for device in devices.glob("*"):
+        try:
+            if (device / "device").read_text().strip() != VIRTIO_BALLOON_DEVICE:
+                continue
+            features = (device / "features").read_text().strip()
+        except OSError:
+            continue
+        if features[VIRTIO_BALLOON_F_REPORTING:VIRTIO_BALLOON_F_REPORTING + 1] == "1":
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _huge_pages_inherited(allowed: bool) -> Iterator[None]:
+    """Processes started inside start with transparent huge pages off unless `allowed`.
+
+    The flag is per process, inherited across fork and kept across execve (nsenter passes it
+    on to QEMU); this process holds it only while it starts the child. Every VMM is started
+    from the event loop's thread, so no other VMM start sees it."""
+    if allowed:
+        yield
+        return
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    before = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0)
+    if before < 0 or prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+        yield  # not this kernel: only memory is at stake
+        return
+    try:
+        yield
+    finally:
+        prctl(PR_SET_THP_DISABLE, before, 0, 0, 0)
+
+
+async def connect_unix(path: Path, *, alive: Callable[[], bool],
+                       timeout: float = QMP_TIMEOUT_S) -> socket.socket:
+    """Connect to a unix socket that a just-started VMM is about to create."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, str(path))
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            if not alive():
+                raise VMMError(f"VMM exited early: {_log_tail(path)}") from exc
+            if loop.time() > deadline:
+                raise VMMError(f"socket {path} did not appear") from exc
+            await asyncio.sleep(0.001)
+
+
+async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, Any]]], *,
+                       alive: Callable[[], bool], timeout: float = QMP_TIMEOUT_S) -> None:
+    """Connect to a fresh QMP socket, negotiate, and run `commands` in one write.
+
+    The full client library costs a round trip per command; on the create path every
+    millisecond counts, so this speaks the line protocol directly. Events are skipped.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    sock = await connect_unix(socket_path, alive=alive, timeout=timeout)
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    try:
+        lines: list[dict[str, Any]] = [{"execute": "qmp_capabilities"}]
+        lines += [{"execute": name, "arguments": args} for name, args in commands]
+        writer.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        await writer.drain()
+        answered = 0
+        while answered < len(lines):
+            raw = await asyncio.wait_for(reader.readline(), max(0.1, deadline - loop.time()))
+            if not raw:
+                raise VMMError(f"QMP closed early: {_log_tail(socket_path)}")
+            message = json.loads(raw)
+            if "error" in message:
+                raise VMMError(f"QMP {lines[answered]['execute']}: {message['error']}")
+            if "return" in message:
+                answered += 1
+    except (TimeoutError, ValueError) as exc:
+        raise VMMError(f"QMP did not answer: {exc}") from exc
+    finally:
+        writer.close()
+
+
+def _log_tail(socket_path: Path) -> str:
+    try:
+        return (socket_path.parent / "vmm.log").read_text(errors="replace")[-500:]
+    except OSError:
+        return ""
+
+
+async def _cont_after_migration(qmp: QMPClient, within_s: float = 5.0) -> None:
+    """`cont` once a finished migration lets it. QEMU reports a migration "completed" a moment
+    before its migration thread leaves the finish-migrate run state, and refuses `cont` until
+    then (seen once, in a benchmark's first fork, which failed on it)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            await qmp.execute("cont")
+            return
+        except ExecuteError as exc:
+            if "not finalized" not in str(exc) or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.0005)
+
+
+async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient:
+    client = QMPClient("pandastack")
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            await asyncio.wait_for(client.connect(str(socket)), timeout=5)
+            return client
+        except (TimeoutError, OSError, Exception) as exc:  # qemu.qmp wraps OSErrors
+            if asyncio.get_running_loop().time() > deadline:
+                raise VMMError(f"QMP at {socket} did not answer: {exc}") from exc
+            await asyncio.sleep(0.02)
+
+
+STREAM_FD_NAME = "pandastack-migration"
+FLATTEN_JOB = "pandastack-flatten"
+
+
+async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
+                          truncate: bool = True) -> int:
+    """Hand QEMU a descriptor of the stream file at `path` for the next `migrate`; return a
+    duplicate the caller closes. It shares QEMU's file offset: `_written` reads the
+    stream's length off it.
+
+    With `reserve`, that much space is allocated first (ENOSPC here, not mid-stream).
+    Without `truncate`, an existing file is written over in place (a warm buffer)."""
+    # QEMU writes straight into a file descriptor we hand it: no shell, no pipe, no copy.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+    fd = os.open(path, flags, 0o600)
+    kept: int | None = None
+    try:
+        if reserve:
+            os.posix_fallocate(fd, 0, reserve)
+        kept = os.dup(fd)
+        qmp.send_fd_scm(fd)
+        await qmp.execute("getfd", {"fdname": STREAM_FD_NAME})
+    except BaseException:
+        if kept is not None:
+            os.close(kept)
+        raise
+    finally:
+        os.close(fd)
+    return kept
+
+
+def _root_backing(blocks: object) -> str | None:
+    """The file name of the root disk's top layer's backing image, from `query-block`."""
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("device") == "root":
+            image = (block.get("inserted") or {}).get("image") or {}
+            backing = image.get("backing-image") or {}
+            name = backing.get("filename")
+            return name if isinstance(name, str) else None
+    return None
+
+
+def _stream_bound(summary: object) -> int:
+    ram = int(summary.get("base-memory", 0)) if isinstance(summary, dict) else 0
+    return max_stream_bytes(ram)
+
+
+async def _start_migration(qmp: QMPClient) -> None:
+    """Start writing the stream into the descriptor `_pass_stream_fd` handed over."""
+    await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
+
+
+def _written(kept: int, *, trim: bool) -> int:
+    """The stream's length (QEMU's offset in the shared descriptor); with `trim`, a reserved
+    file is cut to it. Closes the duplicate."""
+    try:
+        written = os.lseek(kept, 0, os.SEEK_CUR)
+        if trim:
+            os.ftruncate(kept, written)
+        return written
+    finally:
+        os.close(kept)
+
+
+async def _prepare_migration(qmp: QMPClient, *, background: bool = False) -> bool:
+    """Set the capabilities and parameters of the next save; False if QEMU refused a
+    background snapshot (its RAM cannot be write-protected), which leaves it a plain one."""
+    # Same stream format as template saves (clones' RAM is not shared, so it is all sent);
+    # no bandwidth cap (the stream goes to a local file) and a short stop at the end.
+    # Capabilities persist in QEMU between migrations: each save sets all it depends on.
+    try:
+        await qmp.execute("migrate-set-capabilities", {"capabilities": [
+            {"capability": "x-ignore-shared", "state": True},
+            {"capability": "background-snapshot", "state": background}]})
+    except ExecuteError:
+        if not background:
+            raise
+        return False
+    await qmp.execute("migrate-set-parameters", {
+        "max-bandwidth": 64 << 30, "downtime-limit": 20})
+    return True
+
+
+async def _wait_running(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S) -> float:
+    """Wait until QEMU resumes the guest after a background snapshot's stop; return the
+    monotonic time it was first seen running. A failed migration never resumes it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await qmp.execute("query-status")
+        if isinstance(status, dict) and status.get("running"):
+            return time.monotonic()
+        migration = await qmp.execute("query-migrate")
+        if isinstance(migration, dict) and migration.get("status") in ("failed", "cancelled"):
+            raise VMMError(f"migration {migration.get('status')}: "
+                           f"{migration.get('error-desc', '')}")
+        if asyncio.get_running_loop().time() > deadline:
+            raise VMMError(f"the guest did not resume in {timeout}s after its snapshot")
+        await asyncio.sleep(0.001)
+
+
+async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S,
+                         poll_s: float = 0.005) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        info = await qmp.execute("query-migrate")
+        if not isinstance(info, dict):
+            raise VMMError(f"unexpected query-migrate answer: {info!r}")
+        status = info.get("status")
+        if status == "completed":
+            return info
+        if status in ("failed", "cancelled"):
+            raise VMMError(f"migration {status}: {info.get('error-desc', '')}")
+        if asyncio.get_running_loop().time() > deadline:
+            raise VMMError(f"migration did not complete in {timeout}s (status {status})")
+        await asyncio.sleep(poll_s)

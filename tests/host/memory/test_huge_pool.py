@@ -1,0 +1,127 @@
+"""The huge page pool on its own, against the kernel's real hugetlb pool: a share is added on
+first use, touched, leased, taken back at close, and taken back by a later runtime when its
+owner died. No VM needed (root to resize the pool)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pandastack.host.memory.huge_pool import (
+    POOL_SYSFS,
+    HugePagePool,
+    _start_time,
+    host_memory_mb,
+    pages_for,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _pool(name: str = "nr_hugepages") -> int:
+    return int((POOL_SYSFS / name).read_text())
+
+
+async def _ready(pool: HugePagePool) -> None:
+    for _ in range(1200):
+        if pool.state == "ready":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the pool never became ready")
+
+
+@pytest.fixture
+async def pool(tmp_path: Path) -> AsyncIterator[HugePagePool]:
+    if os.geteuid() != 0 or not POOL_SYSFS.is_dir():
+        pytest.skip("resizing the hugetlb pool needs root and 2 MiB pages")
+    made = HugePagePool(tmp_path / "claims" / "me.claim", pages=4, progress=lambda m: None)
+    yield made
+    await made.close()
+
+
+def test_host_memory_from_meminfo(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24683520 kB\nMemFree:        21529000 kB\n")
+    assert host_memory_mb(meminfo) == 24105
+    assert host_memory_mb(tmp_path / "missing") == 0
+
+
+def test_pages_for_whole_huge_pages_only() -> None:
+    assert pages_for(512) == 256
+    assert pages_for(2) == 1
+    assert pages_for(129) == 0  # QEMU cannot back 129 MiB with 2 MiB pages
+
+
+async def test_share_is_added_on_first_lease_and_taken_back_at_close(
+        pool: HugePagePool) -> None:
+    before = _pool()
+    # The first lease only starts adding the share: that VM uses anonymous memory.
+    assert not pool.lease("vm-0", 4)
+    assert pool.state == "warming"
+    await _ready(pool)
+    assert pool.granted == 4
+    assert _pool() == before + 4
+    claim = json.loads(pool.claim.read_text())
+    assert claim["pid"] == os.getpid() and claim["pages"] == 4
+
+    # Leases count against this runtime's own share, whatever else the pool has free.
+    assert pool.lease("vm-1", 4)
+    assert not pool.lease("vm-1", 4)  # one lease per VM
+    assert not pool.lease("vm-2", 3)  # not a whole number of 2 MiB pages
+    assert not pool.lease("vm-2", 6)  # 3 pages: 2 are left
+    assert pool.lease("vm-2", 4)
+    assert not pool.lease("vm-3", 2)
+    pool.release("vm-1")
+    assert pool.lease("vm-3", 2)
+    assert pool.lease("vm-4", 2)
+    assert not pool.lease("vm-5", 2)
+
+    await pool.close()
+    assert _pool() == before
+    assert not pool.claim.exists()
+    assert pool.state == "none"
+
+
+async def test_no_share_no_pool(tmp_path: Path) -> None:
+    off = HugePagePool(tmp_path / "me.claim", pages=0)
+    assert not off.lease("vm", 512)
+    assert off.state == "none"
+    await off.close()
+
+
+async def test_a_dead_owners_share_is_taken_back_at_start(pool: HugePagePool) -> None:
+    before = _pool()
+    # A runtime that died: its pages are in the pool and its claim names a process gone.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    (POOL_SYSFS / "nr_hugepages").write_text(f"{before + 3}\n")
+    assert _pool() == before + 3
+    pool.claim.parent.mkdir(parents=True)
+    orphan = pool.claim.parent / "dead.claim"
+    orphan.write_text(json.dumps({"pid": int(dead.stdout), "start": "1", "pages": 3}))
+    # A live owner's claim (this process) stays.
+    alive = pool.claim.parent / "alive.claim"
+    alive.write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid()),
+                                 "pages": 0}))
+
+    pool.sweep()
+    assert _pool() == before
+    assert not orphan.exists()
+    assert alive.exists()
+
+
+async def test_close_while_the_share_is_being_added_takes_it_back(pool: HugePagePool) -> None:
+    before = _pool()
+    assert not pool.lease("vm", 4)  # starts adding the share in a thread
+    await asyncio.sleep(0)  # the task starts that thread
+    await pool.close()  # at once: the thread has not written the claim yet
+    await asyncio.sleep(1)  # a thread left running would have added its pages by now
+    assert _pool() == before
+    assert not pool.claim.exists()

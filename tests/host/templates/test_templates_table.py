@@ -1,0 +1,53 @@
+"""The built-in template table and unknown names, without VMs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from pandastack.host.errors import TemplateNotFound
+from pandastack.host.images.build import IMAGES, GuestImage
+from pandastack.host.templates.builtin import BUILTIN_TEMPLATES, TemplateStore, template_key
+from pandastack.host.vmm.driver import MachineShape, VMMDriver
+
+
+def test_builtins_name_known_images() -> None:
+    assert {"base", "python", "node"} <= set(BUILTIN_TEMPLATES)
+    for name, builtin in BUILTIN_TEMPLATES.items():
+        assert builtin.name == name
+        assert builtin.image in IMAGES
+        if builtin.same_as is not None:
+            target = BUILTIN_TEMPLATES[builtin.same_as]
+            assert (target.image, target.warmup, target.same_as) == (
+                builtin.image, builtin.warmup, None)
+    assert BUILTIN_TEMPLATES["python"].same_as == "base"
+    assert BUILTIN_TEMPLATES["node"].image == "node"
+
+
+async def test_unknown_template_asks_for_no_image(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def images(variant: str, progress: Any) -> GuestImage:
+        asked.append(variant)
+        raise AssertionError("no image should be needed")
+
+    store = TemplateStore(tmp_path, cast(VMMDriver, None), images)
+    with pytest.raises(TemplateNotFound):
+        await store.ensure("no-such-template", progress=lambda m: None)
+    assert asked == [] and list(tmp_path.iterdir()) == []
+
+
+def test_kernel_args_are_part_of_the_template_key(tmp_path: Path) -> None:
+    class Driver:
+        def identity(self) -> str:
+            return "qemu|tcg|max|microvm-v1"
+
+    image = GuestImage(key="img", kernel=tmp_path / "k", initrd=tmp_path / "i",
+                       rootfs=tmp_path / "r", kernel_version="6.1", cmdline="console=ttyS0",
+                       variant="base")
+    driver = cast(VMMDriver, Driver())
+    plain = template_key(image, driver, MachineShape())
+    assert template_key(image, driver, MachineShape(), (), " norandmaps") != plain
+    assert template_key(image, driver, MachineShape(), (), "") == plain
