@@ -19,7 +19,8 @@ from pandastack.host.errors import SetupError
 from pandastack.host.file_modes import make_private, make_private_dir
 from pandastack.host.images.common import run
 from pandastack.host.images.rootfs import _guest_dirs
-from pandastack.host.runtime.core import HIBERNATION, HostRuntime
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.runtime.records import HIBERNATION
 from tests.helpers import close_private_runtime
 
 

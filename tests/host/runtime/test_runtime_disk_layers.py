@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from pandastack.host.runtime.core import MAX_LAYERS, HostRuntime
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.runtime.disk_layers import MAX_LAYERS
 from tests.helpers import SandboxFactory
 
 pytestmark = pytest.mark.vm

@@ -13,16 +13,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import json
-import os
-import re
 import secrets
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +40,17 @@ from pandastack.host.memory.huge_pool import HugePagePool, host_memory_mb
 from pandastack.host.network.egress_proxy import EgressProxy, Resolver
 from pandastack.host.network.manager import NetworkManager, NetworkPolicy, ProxyPorts, Slot
 from pandastack.host.runtime.console import watch_consoles
+from pandastack.host.runtime.disk_layers import LayerMerges, needs_merge
+from pandastack.host.runtime.records import (
+    HIBERNATION,
+    SANDBOX_ID_RE,
+    AdoptReport,
+    SandboxRecord,
+    scan_vmm_processes,
+    sort_state_dir,
+)
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.runtime.slots import SandboxSlots
 from pandastack.host.runtime.snapshots import (
     STREAM,
     SnapshotInfo,
@@ -68,70 +75,14 @@ from pandastack.host.vmm.driver import (
 from pandastack.host.vmm.qcow2 import create_overlay
 from pandastack.host.vmm.qemu import QemuDriver, reports_free_pages
 
-SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
 MIN_MEMORY_MB = 128
 MAX_DISK_MB = 1 << 20
 MAX_FORK = 16
-# A sandbox's disk is a chain of layers over its template's, one more for each snapshot or
-# fork. Past this many, the layers below the top are merged into it in the background: each
-# layer made every later save's pause ~0.3 ms longer (QEMU reopens the whole chain at `cont`:
-# 2.5 ms at 2 layers, 20.7 ms at 62) and every restore open one more file.
-MAX_LAYERS = 8
-# How long a snapshot waits for a merge under way before cancelling it (the merge then
-# starts again after that snapshot).
-FLATTEN_WAIT_S = 1.0
-# Network slots kept ready (namespace, veth, tap, default policy), so that a create does not
-# wait ~20 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
-SPARE_SLOTS = 2
 MIB = 1 << 20
-HIBERNATION = "hibernate.stream"
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class SandboxRecord:
-    """What is persisted about a sandbox, enough to re-adopt or wake it after a restart."""
-
-    id: str
-    template: str
-    template_key: str
-    template_path: str
-    vcpus: int
-    memory_mb: int
-    disk_bytes: int
-    hostname: str
-    machine_id: str
-    created_at: float
-    layers: tuple[str, ...] = ()
-    snapshot: str | None = None
-    state: str = "running"
-    pid: int | None = None
-    slot: int | None = None
-    network: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def top(self) -> str:
-        return self.layers[-1]
-
-    @classmethod
-    def load(cls, path: Path) -> SandboxRecord:
-        data = json.loads(path.read_text())
-        data["layers"] = tuple(data.get("layers", ()))
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
-
-
-@dataclass(frozen=True)
-class AdoptReport:
-    adopted: list[str]
-    cleaned: list[str]
 
 
 @dataclass(frozen=True)
@@ -160,13 +111,10 @@ class HostRuntime:
         self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
                                       progress)
         self.huge_pool = HugePagePool(self.config.hugetlb_claim, progress=progress)
-        self._spares: builtins.list[Slot] = []
-        # Sandboxes whose disk layers are being merged: their layers as the merge began, and
-        # the template disk the merge goes down to.
-        self._flattening: dict[str, tuple[tuple[str, ...], Path]] = {}
-        self._refill: asyncio.Task[None] | None = None
+        self.slots = SandboxSlots(self.network, self.egress,
+                                  self.config.sandboxes_dir / ".spare-slots", progress)
+        self.merges = LayerMerges(lambda: self.driver, progress)
         self._console_watch: asyncio.Task[None] | None = None
-        self._closing = False
         self._sandboxes: dict[str, SandboxHandle] = {}
         self._records: dict[str, SandboxRecord] = {}
         self._images: dict[str, GuestImage] = {}  # by variant (images.ImageSpec name)
@@ -264,47 +212,24 @@ class HostRuntime:
         orphans = await asyncio.to_thread(kill_orphan_vmms, self.progress, cmdlines)
         adopted: list[str] = []
         cleaned = [workdir.name for _, workdir in orphans if workdir.parent == self.sandboxes_dir]
-        running = self._scan_vmm_processes(cmdlines)
-        for entry in sorted(self.sandboxes_dir.iterdir()):
-            if not entry.is_dir() or entry.name in self._sandboxes:
-                continue
-            paths = VMPaths(entry)
-            pid = running.pop(entry.name, None)
-            record = _try_load(entry / "sandbox.json")
-            if record is not None and pid is not None and self.driver.owns(pid, paths):
-                self._adopt(record, VMProcess(pid, paths))
-                adopted.append(record.id)
-                continue
-            if (record is not None and pid is None and record.state == "hibernated"
-                    and (entry / HIBERNATION).exists()):
-                self._adopt(record, None)
-                adopted.append(record.id)
-                continue
-            if pid is not None:
-                VMProcess(pid, paths).kill()
+        running = scan_vmm_processes(self.sandboxes_dir, cmdlines)
+        adopt, dead = sort_state_dir(self.sandboxes_dir, running, self._sandboxes,
+                                     self.driver.owns)
+        for record, vm in adopt:
+            self._adopt(record, vm)
+            adopted.append(record.id)
+        for entry in dead:
             await asyncio.to_thread(shutil.rmtree, entry, True)
             cleaned.append(entry.name)
         # Network slots of sandboxes (of any runtime on this host) whose directory is gone,
         # and spare slots a crashed predecessor left.
-        self._spare_owner.unlink(missing_ok=True)
+        self.slots.spare_owner.unlink(missing_ok=True)
         await asyncio.to_thread(self.network.sweep)
-        self._refill_spares()
+        self.slots.refill_spares()
         if self._console_watch is None:
             self._console_watch = asyncio.get_running_loop().create_task(
                 watch_consoles(self.sandboxes_dir, self.progress), name="console-cap")
-        # Their namespaces still send ports 80/443 to the proxy: it must listen again. The
-        # rules are written again too, in case the proxy ports (or this code) changed.
-        for record in list(self._records.values()):
-            if record.slot is None:
-                continue
-            try:
-                policy = NetworkPolicy.from_dict(record.network)
-                await self.egress.attach(self._slot(record.slot), policy)
-                if policy.needs_proxy:
-                    await asyncio.to_thread(self.network.update, self._slot(record.slot),
-                                            policy)
-            except (HostError, ValueError) as exc:  # its ports 80/443 stay closed
-                self.progress(f"egress proxy for {record.id}: {exc}")
+        await self.slots.reattach(list(self._records.values()))
         return AdoptReport(adopted, cleaned)
 
     def _adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
@@ -314,21 +239,6 @@ class HostRuntime:
         self._sandboxes[record.id] = handle
         self._records[record.id] = record
         return handle
-
-    def _scan_vmm_processes(self, cmdlines: Iterable[tuple[int, list[str]]],
-                            ) -> dict[str, int]:
-        """Map sandbox id -> pid for every live VMM process that belongs to our state dir."""
-        prefix = str(self.sandboxes_dir) + "/"
-        found: dict[str, int] = {}
-        for pid, argv in cmdlines:
-            for arg in argv:
-                idx = arg.find(prefix)
-                if idx != -1 and "agent.sock" in arg:
-                    name = arg[idx + len(prefix):].split("/", 1)[0]
-                    if SANDBOX_ID_RE.match(name):
-                        found[name] = pid
-                    break
-        return found
 
     def _save(self, record: SandboxRecord) -> SandboxRecord:
         record.save(self.sandboxes_dir / record.id / "sandbox.json")
@@ -388,7 +298,7 @@ class HostRuntime:
         vm: VMProcess | None = None
         slot: Slot | None = None
         try:
-            slot = await self._network_slot(workdir, policy)
+            slot = await self.slots.acquire(workdir, policy)
             record = replace(record, slot=slot.index)
             if base_dir is not None:
                 link_layers(base_dir, workdir, base_layers)
@@ -415,8 +325,8 @@ class HostRuntime:
                 vm.kill()
             self._vm_ended(workdir)
             if slot is not None:
-                await self._release_slot(slot)
-                self._refill_spares()
+                await self.slots.release(slot)
+                self.slots.refill_spares()
             self._records.pop(sid, None)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             if isinstance(exc, HostError | ValueError):
@@ -428,7 +338,7 @@ class HostRuntime:
         # Replace the spare network slot only now: its `ip` and `nft` runs (~20 ms of CPU and
         # the kernel's rtnl lock) competed with this sandbox's own restore, which made
         # create + first exec ~5 ms slower at p50 and up to ~60 ms slower at p99.
-        self._refill_spares()
+        self.slots.refill_spares()
         return handle
 
     async def _restore(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
@@ -467,79 +377,14 @@ class HostRuntime:
         handle = self._sandboxes.pop(sandbox_id, None)
         if handle is None:
             raise SandboxNotFound(sandbox_id)
-        self._flattening.pop(sandbox_id, None)
+        self.merges.forget(sandbox_id)
         record = self._records.pop(sandbox_id, None)
         try:
             await handle.destroy()
         finally:
             self._vm_ended(handle.workdir)
         if record is not None and record.slot is not None:
-            await self._release_slot(self._slot(record.slot))
-
-    @property
-    def _spare_owner(self) -> Path:
-        return self.sandboxes_dir / ".spare-slots"
-
-    async def _network_slot(self, owner: Path, policy: NetworkPolicy) -> Slot:
-        if self._spares:
-            slot = self._spares.pop()
-            self.network.reassign(slot, owner)
-            if policy != NetworkPolicy():
-                try:
-                    await asyncio.to_thread(self.network.update, slot, policy)
-                except BaseException:
-                    await asyncio.to_thread(self._free_slot, slot)
-                    raise
-        else:
-            slot = self.network.claim(owner)
-            await asyncio.to_thread(self.network.setup, slot, policy)
-        try:
-            await self.egress.attach(slot, policy)
-        except BaseException:
-            await self._release_slot(slot)
-            raise
-        return slot
-
-    def _refill_spares(self) -> None:
-        if self._refill is not None and not self._refill.done():
-            return
-
-        async def refill() -> None:
-            while len(self._spares) < SPARE_SLOTS and not self._closing:
-                self._spare_owner.touch()
-                slot = self.network.claim(self._spare_owner)
-                try:
-                    await asyncio.to_thread(self.network.setup, slot, NetworkPolicy())
-                except HostError as exc:
-                    self.network.release(slot)
-                    self.progress(f"cannot prepare a network slot: {exc}")
-                    return
-                self._spares.append(slot)
-
-        self._refill = asyncio.get_running_loop().create_task(refill(), name="network-spares")
-
-    async def _drop_spares(self) -> None:
-        # Let a slot being prepared finish (its `ip`/`nft` run in a thread that a cancel
-        # would not stop), then tear every spare down.
-        self._closing = True
-        if self._refill is not None:
-            with contextlib.suppress(Exception):
-                await self._refill
-        self._closing = False
-        while self._spares:
-            await asyncio.to_thread(self._free_slot, self._spares.pop())
-        self._spare_owner.unlink(missing_ok=True)
-
-    def _slot(self, index: int) -> Slot:
-        return Slot(index, self.network.pool)
-
-    async def _release_slot(self, slot: Slot) -> None:
-        await self.egress.detach(slot.index)
-        await asyncio.to_thread(self._free_slot, slot)
-
-    def _free_slot(self, slot: Slot) -> None:
-        self.network.teardown(slot)
-        self.network.release(slot)
+            await self.slots.release(self.slots.slot(record.slot))
 
     async def update_network(self, sandbox_id: str,
                              network: NetworkPolicy | dict[str, Any]) -> NetworkPolicy:
@@ -550,17 +395,8 @@ class HostRuntime:
         record = self._records[sandbox_id]
         if record.slot is None:
             raise SandboxStateError(f"sandbox {sandbox_id} has no network")
-        slot = self._slot(record.slot)
-        # The proxy listens (and judges by the new policy) before the namespace redirects to
-        # it, and stops only once nothing does.
-        await self.egress.attach(slot, policy)
-        try:
-            await asyncio.to_thread(self.network.update, slot, policy)
-        except BaseException:
-            await self.egress.attach(slot, NetworkPolicy.from_dict(record.network))
-            raise
-        if not policy.needs_proxy:
-            await self.egress.detach(slot.index)
+        await self.slots.change(self.slots.slot(record.slot), policy,
+                                NetworkPolicy.from_dict(record.network))
         self._save(replace(record, network=policy.to_dict()))
         return policy
 
@@ -569,7 +405,7 @@ class HostRuntime:
         new ones): after this, the runtime holds nothing on the host."""
         for sid in list(self._sandboxes):
             await self.kill(sid)
-        await self._drop_spares()
+        await self.slots.drop_spares()
         await self.fork_buffer.close()
         await self.huge_pool.close()
 
@@ -582,14 +418,14 @@ class HostRuntime:
                 await self._console_watch
             self._console_watch = None
         await self.egress.close()
-        await self._drop_spares()
+        await self.slots.drop_spares()
         await self.fork_buffer.close()
         await self.huge_pool.close()
         for handle in self._sandboxes.values():
             await handle.disconnect()
         self._sandboxes.clear()
         self._records.clear()
-        self._flattening.clear()
+        self.merges.clear()
 
     # -- pause, snapshot, fork ------------------------------------------------------------
 
@@ -682,7 +518,7 @@ class HostRuntime:
                     raise
                 raise SnapshotFailed(str(exc), disk_switched=switched,
                                      no_space=no_space) from exc
-            if len(record.layers) + 1 > MAX_LAYERS:
+            if needs_merge(record.layers):
                 await self._start_flatten(sandbox_id, vm)
         if transient and buffer is None:
             # For the next fork: as large as `take` will reserve, or that fork would allocate
@@ -720,30 +556,22 @@ class HostRuntime:
     async def _start_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
         """(Under the lifecycle lock.) Start merging the sandbox's layers into its top."""
         record = self._records[sandbox_id]
-        try:
+
+        async def template_disk() -> Path:
             store = await self.prepare()
-            base = store.load_dir(record.template, Path(record.template_path)).disk
-            await self.driver.start_flatten(vm, base)
-        except Exception as exc:  # the chain only stays long: say so, go on
-            self.progress(f"cannot merge the disk layers of {sandbox_id}: {exc}")
-            return
-        self._flattening[sandbox_id] = (record.layers, base)
+            return store.load_dir(record.template, Path(record.template_path)).disk
+
+        await self.merges.start(sandbox_id, vm, record.layers, template_disk)
 
     async def _settle_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
         """(Under the lifecycle lock, before the disk changes.) End a merge under way; once
         it is done the sandbox's own layers are its top alone, and the others' links go
         (snapshots and children hold their own)."""
-        merging = self._flattening.pop(sandbox_id, None)
-        if merging is None:
+        if not self.merges.under_way(sandbox_id):
             return
-        layers, base = merging
         record = self._records[sandbox_id]
-        try:
-            merged = await self.driver.settle_flatten(vm, base, FLATTEN_WAIT_S)
-        except Exception as exc:
-            self.progress(f"cannot end the merge of {sandbox_id}'s disk layers: {exc}")
-            return
-        if merged and record.layers == layers:
+        layers = await self.merges.settle(sandbox_id, vm)
+        if layers is not None and record.layers == layers:
             self._save(replace(record, layers=(record.top,)))
             workdir = self.sandboxes_dir / sandbox_id
             for name in layers[:-1]:
@@ -783,7 +611,7 @@ class HostRuntime:
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
             vm = await self._restore(
                 VMPaths(handle.workdir), files, handle.workdir / record.top,
-                self._slot(record.slot).netns if record.slot is not None else None)
+                self.slots.slot(record.slot).netns if record.slot is not None else None)
             handle.vm = vm
             handle.state = "running"
             try:
@@ -804,12 +632,6 @@ class HostRuntime:
                 "layers": [*record.layers] if record else [],
                 "snapshot": record.snapshot if record else None,
                 "network": record.network if record else None,
-                "slot": self._slot(record.slot) if record and record.slot is not None else None}
+                "slot": (self.slots.slot(record.slot) if record and record.slot is not None
+                         else None)}
 
-
-def _try_load(path: Path) -> SandboxRecord | None:
-    try:
-        record = SandboxRecord.load(path)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return record if record.layers else None

@@ -1,0 +1,112 @@
+"""What a runtime keeps on disk about its sandboxes (`sandbox.json` in each one's directory),
+and how `HostRuntime.start()` sorts a state dir it finds: sandboxes to re-adopt, remains of
+dead ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Container, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pandastack.host.vmm.driver import VMPaths, VMProcess
+
+SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
+HIBERNATION = "hibernate.stream"
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    """What is persisted about a sandbox, enough to re-adopt or wake it after a restart."""
+
+    id: str
+    template: str
+    template_key: str
+    template_path: str
+    vcpus: int
+    memory_mb: int
+    disk_bytes: int
+    hostname: str
+    machine_id: str
+    created_at: float
+    layers: tuple[str, ...] = ()
+    snapshot: str | None = None
+    state: str = "running"
+    pid: int | None = None
+    slot: int | None = None
+    network: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def top(self) -> str:
+        return self.layers[-1]
+
+    @classmethod
+    def load(cls, path: Path) -> SandboxRecord:
+        data = json.loads(path.read_text())
+        data["layers"] = tuple(data.get("layers", ()))
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class AdoptReport:
+    adopted: list[str]
+    cleaned: list[str]
+
+
+def try_load(path: Path) -> SandboxRecord | None:
+    try:
+        record = SandboxRecord.load(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return record if record.layers else None
+
+
+def scan_vmm_processes(sandboxes_dir: Path,
+                       cmdlines: Iterable[tuple[int, list[str]]]) -> dict[str, int]:
+    """Map sandbox id -> pid for every live VMM process that belongs to this state dir."""
+    prefix = str(sandboxes_dir) + "/"
+    found: dict[str, int] = {}
+    for pid, argv in cmdlines:
+        for arg in argv:
+            idx = arg.find(prefix)
+            if idx != -1 and "agent.sock" in arg:
+                name = arg[idx + len(prefix):].split("/", 1)[0]
+                if SANDBOX_ID_RE.match(name):
+                    found[name] = pid
+                break
+    return found
+
+
+def sort_state_dir(sandboxes_dir: Path, running: dict[str, int], known: Container[str],
+                   owns: Callable[[int, VMPaths], bool],
+                   ) -> tuple[list[tuple[SandboxRecord, VMProcess | None]], list[Path]]:
+    """The sandbox directories not `known` yet: those to re-adopt (with their VM, or None for
+    a hibernated one) and the dead ones to remove. A dead one's VMM process is killed here.
+    `running` (sandbox id -> VMM pid) loses the entries that are looked at."""
+    adopt: list[tuple[SandboxRecord, VMProcess | None]] = []
+    dead: list[Path] = []
+    for entry in sorted(sandboxes_dir.iterdir()):
+        if not entry.is_dir() or entry.name in known:
+            continue
+        paths = VMPaths(entry)
+        pid = running.pop(entry.name, None)
+        record = try_load(entry / "sandbox.json")
+        if record is not None and pid is not None and owns(pid, paths):
+            adopt.append((record, VMProcess(pid, paths)))
+            continue
+        if (record is not None and pid is None and record.state == "hibernated"
+                and (entry / HIBERNATION).exists()):
+            adopt.append((record, None))
+            continue
+        if pid is not None:
+            VMProcess(pid, paths).kill()
+        dead.append(entry)
+    return adopt, dead
