@@ -28,7 +28,7 @@ from pathlib import Path
 
 from common import pct
 from pandastack.guest import protocol
-from pandastack.host.agentlink.client import InitParams
+from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.config import HostConfig
 from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import HostRuntime

@@ -26,7 +26,7 @@ from typing import Any
 
 from common import temp_runtime
 from pandastack.guest import protocol
-from pandastack.host.agentlink.client import InitParams
+from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.vmm.qcow2 import create_overlay

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pandastack.host.agentlink.client import CodeEvent, ExecResult, FileInfo
+from pandastack.host.agentlink.client import CodeEvent, ExecResult
+from pandastack.host.agentlink.files import FileInfo
 from pandastack.host.errors import (
     BuildFailed,
     CodeContextNotFound,

@@ -7,7 +7,8 @@ import os
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-from pandastack.host.agentlink.client import CodeEvent, ExecResult, FileInfo
+from pandastack.host.agentlink.client import CodeEvent, ExecResult
+from pandastack.host.agentlink.files import FileInfo
 from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import SnapshotResult
 from pandastack.host.runtime.snapshots import SnapshotInfo

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from pandastack.guest import protocol as P
-from pandastack.host.agentlink import client as ac
+from pandastack.host.agentlink import files
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.errors import AgentConnectionError, AgentLimitError, AgentProtocolError
 from tests.host.fake_guest import FakeGuest, in_thread, traced_peak
@@ -22,7 +22,7 @@ from tests.host.fake_guest import FakeGuest, in_thread, traced_peak
 pytestmark = pytest.mark.timeout(120)
 
 MiB = 2**20
-# What the host may keep queued for one operation (agent_client.MAX_OP_BUFFER) is 16 MiB of
+# What the host may keep queued for one operation (channel.MAX_OP_BUFFER) is 16 MiB of
 # accounted bytes; every flood below sends ten times that or more.
 OP_BUFFER = 16 * MiB
 
@@ -160,7 +160,7 @@ async def test_list_dir_that_never_ends_is_cut_at_its_bound(
 ) -> None:
     """`more: true` forever: the listing stops at its entries bound with a clear error, the
     guest is told to cancel, and the partial list is freed (10x the bound was sent)."""
-    monkeypatch.setattr(ac, "MAX_LIST_ENTRIES", 10_000, raising=False)
+    monkeypatch.setattr(files, "MAX_LIST_ENTRIES", 10_000)
     client = await fake.client(op_timeout=10)
     task = asyncio.create_task(client.list_dir("/d"))
     req = await in_thread(lambda: fake.recv_until("list"))
@@ -180,7 +180,7 @@ async def test_list_dir_bytes_are_bounded_too(
     fake: FakeGuest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Few entries, but each with a name of almost 1 MiB."""
-    monkeypatch.setattr(ac, "MAX_LIST_BYTES", 4 * MiB, raising=False)
+    monkeypatch.setattr(files, "MAX_LIST_BYTES", 4 * MiB)
     client = await fake.client(op_timeout=10)
     task = asyncio.create_task(client.list_dir("/d"))
     req = await in_thread(lambda: fake.recv_until("list"))

@@ -14,13 +14,9 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from pandastack.host.agentlink.client import (
-    AgentClient,
-    CodeEvent,
-    ExecResult,
-    FileInfo,
-    InitParams,
-)
+from pandastack.host.agentlink.channel import InitParams
+from pandastack.host.agentlink.client import AgentClient, CodeEvent, ExecResult
+from pandastack.host.agentlink.files import FileInfo
 from pandastack.host.errors import AgentConnectionError, SandboxStateError
 from pandastack.host.vmm.driver import VMProcess
 

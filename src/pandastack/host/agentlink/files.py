@@ -1,0 +1,161 @@
+"""The file operations of `AgentClient`: read, write, list, stat, mkdir, remove, rename."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterable
+from dataclasses import dataclass
+from typing import Any
+
+from pandastack.host.agentlink.channel import AgentChannel
+from pandastack.host.errors import AgentLimitError
+
+MAX_LIST_ENTRIES = 100_000
+"""Entries of one ``list_dir``; a bigger directory fails (list its subdirectories)."""
+MAX_LIST_BYTES = 64 * 2**20
+"""JSON bytes of one ``list_dir``'s entries (long names count, not only many)."""
+DEFAULT_MAX_READ_BYTES = 64 * 2**20
+"""Default limit of ``read_file_bytes`` (bigger files: stream them with ``read_file``)."""
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+
+
+class FileOps(AgentChannel):
+    """File transfers stream under the agent's credit; every step waits `op_timeout` at most."""
+
+    async def read_file(
+        self, path: str, *, offset: int = 0, length: int | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """Yield the file's bytes in chunks; the agent sends ahead at most its credit.
+
+        (An async generator: ``aclose()`` it to abandon a transfer early.)"""
+        op = self._register("read_file")
+        fields: dict[str, Any] = {"path": path, "offset": offset}
+        if length is not None:
+            fields["length"] = length
+        done = False
+        try:
+            await self._send({"t": "read_file", "id": op.id, **fields})
+            f = await self._next(op, self.op_timeout)
+            if f.t != "file":
+                raise self._protocol_error(f"read_file: expected 'file', got {f.t!r}")
+            while True:
+                f = await self._next(op, self.op_timeout)
+                if f.t == "data":
+                    yield f.payload
+                    await self._consumed(op, len(f.payload))
+                elif f.t == "eof":
+                    done = True
+                    return
+                else:
+                    raise self._protocol_error(f"read_file: unexpected {f.t!r} frame")
+        finally:
+            self._unregister(op)
+            if not done:
+                self._cancel_soon(op)
+
+    async def read_file_bytes(self, path: str, *, limit: int = DEFAULT_MAX_READ_BYTES) -> bytes:
+        """The whole file; AgentLimitError (and the transfer cancelled) past ``limit`` bytes."""
+        chunks: list[bytes] = []
+        size = 0
+        async with contextlib.aclosing(self.read_file(path)) as it:
+            async for chunk in it:
+                size += len(chunk)
+                if size > limit:
+                    raise AgentLimitError(f"read_file: {path} is over {limit} bytes; "
+                                          "read it as a stream")
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def write_file(
+        self,
+        path: str,
+        data: bytes | AsyncIterable[bytes],
+        *,
+        mode: int = 0o644,
+        append: bool = False,
+    ) -> int:
+        """Write (create parents, truncate unless ``append``); returns bytes written."""
+        op = self._register("write_file")
+        finished = False
+        try:
+            await self._send(
+                {"t": "write_file", "id": op.id, "path": path, "mode": mode, "append": append}
+            )
+            await self._send_stream(op, data, "data", "eof", credit_timeout=self.op_timeout)
+            f = await self._next(op, self.op_timeout)
+            finished = True
+            if f.t != "written":
+                raise self._protocol_error(f"write_file: expected 'written', got {f.t!r}")
+            size: int = self._field(f, "size", int)
+            return size
+        finally:
+            self._unregister(op)
+            if not finished:
+                self._cancel_soon(op)
+
+    def _info(self, d: object, where: str) -> FileInfo:
+        if not isinstance(d, dict):
+            raise self._protocol_error(f"{where}: entry is not an object")
+        try:
+            info = FileInfo(
+                name=str(d["name"]),
+                path=str(d["path"]),
+                type=str(d["type"]),
+                size=int(d["size"]),
+                mode=int(d["mode"]),
+                mtime=float(d["mtime"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise self._protocol_error(f"{where}: bad entry ({e})") from None
+        return info
+
+    async def list_dir(self, path: str) -> list[FileInfo]:
+        """The directory's entries; AgentLimitError past MAX_LIST_ENTRIES or MAX_LIST_BYTES."""
+        op = self._register("list")
+        done = False
+        try:
+            await self._send({"t": "list", "id": op.id, "path": path})
+            out: list[FileInfo] = []
+            size = 0
+            while True:
+                f = await self._next(op, self.op_timeout)
+                if f.t != "entries":
+                    raise self._protocol_error(f"list: expected 'entries', got {f.t!r}")
+                size += len(f.payload)
+                if size > MAX_LIST_BYTES:
+                    raise AgentLimitError(f"list: the listing of {path} is over "
+                                          f"{MAX_LIST_BYTES >> 20} MiB")
+                items = self._json_list(f, "list")
+                if len(out) + len(items) > MAX_LIST_ENTRIES:
+                    raise AgentLimitError(f"list: {path} has more than {MAX_LIST_ENTRIES} "
+                                          "entries; list its subdirectories instead")
+                out.extend(self._info(d, "list") for d in items)
+                if not f.header.get("more"):
+                    done = True
+                    return out
+        finally:
+            self._unregister(op)
+            if not done:
+                self._cancel_soon(op)
+
+    async def stat(self, path: str) -> FileInfo:
+        f = await self._call("stat", expect="info", path=path)
+        return self._info(f.header, "stat")
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        await self._call("mkdir", expect="ok", path=path, parents=parents)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._call("remove", expect="ok", path=path, recursive=recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await self._call("rename", expect="ok", src=src, dst=dst)
