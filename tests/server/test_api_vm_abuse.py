@@ -20,6 +20,8 @@ from tests.server.test_api_vm import _wipe, short_tmp, vm_settings
 pytestmark = pytest.mark.vm
 
 BOMB = "bash -c ':(){ :|:& };:'; sleep 60"
+MEMORY_BOMB = ("python3 -c 'import os\nh = []\nwhile True:\n try:\n  os.fork()\n"
+               "  h.append(bytearray(1 << 20))\n except (OSError, MemoryError): pass'; sleep 60")
 BOMB_TIMEOUT = 15.0
 # Returning at the timeout takes the kill, the exit grace and a loaded guest's reply; the
 # host's own deadline (timeout + 30 s) is what a starved agent hits, so stay well under it.
@@ -92,6 +94,19 @@ async def test_memory_hog_is_oom_killed_and_the_sandbox_survives(sbx: AsyncSandb
     assert int(events.stdout.split()[1]) >= 1, events
     assert (await sbx.exec("echo alive")).stdout == "alive\n"
     assert await _user_pids(sbx) <= CHECK_PIDS_MAX
+
+
+async def test_fork_bomb_that_fills_memory_is_killed_not_the_agent(sbx: AsyncSandbox) -> None:
+    # Few processes, each a few MiB: the guest's memory runs out long before its process limit.
+    started = time.monotonic()
+    bomb = await sbx.exec(MEMORY_BOMB, timeout_seconds=BOMB_TIMEOUT)
+    took = time.monotonic() - started
+    assert bomb.timed_out, bomb
+    assert took < BOMB_TIMEOUT + SLACK, f"the bomb's exec took {took:.1f} s"
+    assert await _user_pids(sbx) <= CHECK_PIDS_MAX, "the bomb's processes were not all killed"
+    events = await sbx.exec("grep oom_kill /sys/fs/cgroup/pandastack/memory.events")
+    assert int(events.stdout.split()[1]) >= 1, events
+    assert (await sbx.exec("echo alive")).stdout == "alive\n"
 
 
 async def test_output_flood_is_truncated_and_the_sandbox_survives(sbx: AsyncSandbox) -> None:

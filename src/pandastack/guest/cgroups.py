@@ -12,9 +12,11 @@ clone's first exec finds one ready.
 The agent must keep answering while user processes thrash (a fork bomb on the guest's one
 vCPU, under TCG): it lives in ``/sys/fs/cgroup/agent`` (the init script puts it there before
 Python starts, so the pages it loads are charged there), which outweighs the user subtree
-for CPU and whose memory is not reclaimed for it; the kernel's OOM killer picks user
-processes before the agent; and the user subtree's process count is capped low enough that
-the kernel memory of its tasks cannot exhaust the guest.
+for CPU and whose memory is reclaimed last; and the user subtree's process count is
+capped low enough that the kernel memory of its tasks cannot exhaust the guest, so the
+kernel's own OOM killer (which would pick the agent, the largest process) is not reached.
+The agent's oom_score_adj is left alone: its children inherit it, and giving each one its
+own back costs a clone's first exec ~10 ms under TCG (a procfs write path to translate).
 """
 
 from __future__ import annotations
@@ -45,14 +47,17 @@ USER_PIDS_MAX = 1024
 # while a fork bomb holds its leaf's limit.
 LEAF_PIDS_MAX = USER_PIDS_MAX - 128
 AGENT_RESERVE_BYTES = 64 << 20
+# Kept free beyond what the guest had left when the agent started: the agent's own growth,
+# page tables and kernel memory of up to USER_PIDS_MAX tasks, the kernel's free watermarks.
+# With only AGENT_RESERVE_BYTES, 35 user processes of 11 MiB each ran a 512 MiB guest out of
+# memory (not their cgroup) and the kernel killed the agent.
+LATER_RESERVE_BYTES = 32 << 20
 # A busy agent outweighs the whole user subtree (default weight 100) a hundred to one.
 AGENT_CPU_WEIGHT = 10000
-# Memory of the agent's cgroup (its Python, its libraries, its heap) that reclaim leaves alone.
-AGENT_MEMORY_MIN = 32 << 20
-# Ranks the agent after every user process for the kernel's OOM killer; not -1000 (never),
-# because a user process that forks before it gets its own score back inherits this one.
-AGENT_OOM_SCORE_ADJ = -900
-USER_OOM_SCORE_ADJ = 0
+# Memory of the agent's cgroup (its Python, its libraries, its heap) that reclaim takes last:
+# memory.low, not memory.min, so that the kernel, if it must, evicts the agent's pages
+# rather than run out of memory (its OOM killer would take the agent, the largest process).
+AGENT_MEMORY_LOW = 32 << 20
 SPARE_LEAVES_MAX = 8
 EMPTY_POLL_SECONDS = 0.02
 
@@ -77,12 +82,24 @@ def _mount_cgroup2(root: str) -> None:
         raise OSError(e, os.strerror(e), root)
 
 
-def _mem_total_bytes() -> int:
+def _meminfo_bytes(*names: str) -> list[int]:
+    found: dict[str, int] = {}
     with open("/proc/meminfo") as f:
         for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("no MemTotal in /proc/meminfo")
+            name, _, rest = line.partition(":")
+            if name in names:
+                found[name] = int(rest.split()[0]) * 1024
+    if len(found) != len(names):
+        raise OSError(f"no {', '.join(n for n in names if n not in found)} in /proc/meminfo")
+    return [found[n] for n in names]
+
+
+def user_memory_limit(total: int, available: int) -> int:
+    """memory.max of the user subtree: what the guest can still give when the agent starts
+    (at boot: the kernel and the agent took the rest), less what the agent and the kernel
+    need later, so the user processes meet their cgroup's OOM killer before the kernel runs
+    out (whose OOM killer takes the largest process: the agent)."""
+    return max(min(total - AGENT_RESERVE_BYTES, available - LATER_RESERVE_BYTES), total // 2)
 
 
 def _own_cgroup(root: str) -> str:
@@ -133,9 +150,9 @@ class Cgroups:
         try:
             _write(os.path.join(self.root, "cgroup.subtree_control"), "+pids +memory +cpu")
             _write(os.path.join(self.base, "pids.max"), str(USER_PIDS_MAX))
-            total = _mem_total_bytes()
-            limit = max(total - AGENT_RESERVE_BYTES, total // 2)
-            _write(os.path.join(self.base, "memory.max"), str(limit))
+            total, available = _meminfo_bytes("MemTotal", "MemAvailable")
+            _write(os.path.join(self.base, "memory.max"),
+                   str(user_memory_limit(total, available)))
             # Each leaf its own CPU share and process limit: a bomb in one exec does not starve
             # the others (nor the agent while it spawns in a leaf of its own).
             _write(os.path.join(self.base, "cgroup.subtree_control"), "+cpu +pids")
@@ -143,26 +160,16 @@ class Cgroups:
             log.warning("cannot limit user processes: %s", e)
 
     def _protect_agent(self) -> None:
-        """Weight, memory protection and OOM rank of the agent's own cgroup."""
+        """CPU weight and memory protection of the agent's own cgroup."""
         agent = os.path.join(self.root, AGENT_CGROUP)
         try:
             os.makedirs(agent, exist_ok=True)
             if _own_cgroup(self.root) != agent:  # started by hand, not by the init script
                 _write(os.path.join(agent, "cgroup.procs"), str(os.getpid()))
             _write(os.path.join(agent, "cpu.weight"), str(AGENT_CPU_WEIGHT))
-            _write(os.path.join(agent, "memory.min"), str(AGENT_MEMORY_MIN))
-            _write("/proc/self/oom_score_adj", str(AGENT_OOM_SCORE_ADJ))
+            _write(os.path.join(agent, "memory.low"), str(AGENT_MEMORY_LOW))
         except OSError as e:
             log.warning("cannot protect the agent from user processes: %s", e)
-
-    def unshield(self, pid: int) -> None:
-        """Give a user process (spawned by the agent, so ranked like it) the OOM rank of a user
-        process. Best effort: it may already have exited."""
-        try:
-            _write(f"/proc/{pid}/oom_score_adj", str(USER_OOM_SCORE_ADJ))
-        except OSError as e:
-            if e.errno != errno.ENOENT and e.errno != errno.ESRCH:
-                log.warning("oom_score_adj of %d: %s", pid, e)
 
     def spawn_in_leaf(self, spawn: Callable[[], T]) -> tuple[T, str | None]:
         """Run ``spawn`` with the agent in an empty leaf (spare or new); return (result, leaf)."""

@@ -423,7 +423,7 @@ class ProcessTable:
         t0 = time.monotonic()
 
         def spawn() -> subprocess.Popen[bytes]:
-            popen = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -435,10 +435,6 @@ class ProcessTable:
                 bufsize=0,
                 **ids,
             )
-            if self.cgroups is not None:
-                # At once: under TCG the program has barely started, let alone forked.
-                self.cgroups.unshield(popen.pid)
-            return popen
 
         leaf: str | None = None
         if self.cgroups is not None:

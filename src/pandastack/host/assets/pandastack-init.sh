@@ -43,7 +43,7 @@ if [ -e /sys/class/net/eth0 ]; then
 fi
 
 # The agent runs in a cgroup of its own from its first instruction, so the pages Python loads
-# are charged there and protected from user processes that fill memory (the agent sets the
+# are charged there and reclaimed last when user processes fill memory (the agent sets the
 # limits: guest/cgroups.py).
 cg=/sys/fs/cgroup
 { echo "+cpu +memory +pids" > $cg/cgroup.subtree_control && mkdir -p $cg/agent; } \
