@@ -1,6 +1,8 @@
 """A sandbox survives what its user does to it, through the public SDK against an in-process
 server with real microVMs: a fork bomb ends at its timeout with its whole tree killed and the
-next command answers at once; a memory hog is OOM-killed; an output flood is cut at 64 MiB.
+next command answers at once (also one that is running while the bomb is); a bomb of big
+processes is killed by the user cgroup's OOM killer, not the kernel's (which would take the
+agent); a memory hog is OOM-killed; an output flood is cut at 64 MiB.
 Each test gets a sandbox of its own, so one abuse cannot hide behind another."""
 
 from __future__ import annotations
