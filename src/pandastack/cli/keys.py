@@ -1,5 +1,6 @@
 """`pandastack keys create|list|revoke`: works directly on the store (same DSN as the server),
-so it needs no running server."""
+so it needs no running server, but the server extra (imported in `run`, not here, so that the
+parser is built on a client-only install)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,6 @@ import datetime as dt
 
 from rich.console import Console
 from rich.table import Table
-
-from pandastack.server.auth import create_key
-from pandastack.server.bootstrap import private_database
-from pandastack.server.settings import Settings
-from pandastack.server.store import open_store
 
 out = Console()
 err = Console(stderr=True)
@@ -37,6 +33,11 @@ def _when(ts: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pandastack.server.auth import create_key
+    from pandastack.server.bootstrap import private_database
+    from pandastack.server.settings import Settings
+    from pandastack.server.store import open_store
+
     dsn = Settings.from_env().dsn
     private_database(dsn)
     store = open_store(dsn)

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import sys
 import time
 
 from rich.console import Console
-
-from pandastack.host.config import HostConfig
-from pandastack.host.errors import HostError
-from pandastack.host.file_modes import restrict_umask
-from pandastack.host.runtime import HostRuntime
+from rich.markup import escape
 
 from . import keys, sandbox, serve, template
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
-# keep the user's umask.
+# keep the user's umask. They run the server or the host, so they need the `server` extra; the
+# client commands (`sandbox`, `template`) need only the SDK and never import server or host.
 SERVICE_COMMANDS = ("setup", "serve", "keys")
+# The top-level modules of the `server` extra (pyproject.toml).
+SERVER_EXTRA = "pandastack[server]"
+SERVER_EXTRA_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "qemu.qmp", "websockets")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a missing parent package (`qemu` of `qemu.qmp`)
+        return False
+
+
+def missing_server_extra() -> list[str]:
+    """The server extra's modules that are not installed (none after `pip install
+    'pandastack[server]'`)."""
+    return [m for m in SERVER_EXTRA_MODULES if not _installed(m)]
 
 
 def _progress(message: str) -> None:
@@ -27,6 +41,9 @@ def _progress(message: str) -> None:
 
 
 async def _setup(args: argparse.Namespace) -> int:
+    from pandastack.host.config import HostConfig
+    from pandastack.host.runtime import HostRuntime
+
     started = time.monotonic()
     runtime = HostRuntime(HostConfig.from_env(), progress=_progress)
     with console.status("preparing host: guest image, accelerator, base template"):
@@ -58,8 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     sandbox.add_parser(sub)
     template.add_parser(sub)
     args = parser.parse_args(argv)
+    errors: tuple[type[Exception], ...] = (ValueError,)
     if args.command in SERVICE_COMMANDS:
+        missing = missing_server_extra()
+        if missing:
+            console.print(f"[red]error:[/red] pandastack {args.command} needs the server extra: "
+                          f"pip install '{escape(SERVER_EXTRA)}' (missing: {', '.join(missing)})",
+                          soft_wrap=True)
+            return 1
+        from pandastack.host.errors import HostError
+        from pandastack.host.file_modes import restrict_umask
+
         restrict_umask()
+        errors = (HostError, ValueError)
     try:
         if args.command == "setup":
             return asyncio.run(_setup(args))
@@ -71,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             return sandbox.run(args)
         if args.command == "template":
             return template.run(args)
-    except (HostError, ValueError) as exc:
+    except errors as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
     except KeyboardInterrupt:

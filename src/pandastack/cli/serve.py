@@ -1,4 +1,5 @@
-"""`pandastack serve`: the control plane on uvicorn, with the host runtime in-process."""
+"""`pandastack serve`: the control plane on uvicorn, with the host runtime in-process. The
+server is imported in `run`, not here, so that the parser is built on a client-only install."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import argparse
 import logging
 from typing import TYPE_CHECKING
 
-from pandastack.server.settings import Settings
-
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+    from pandastack.server.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     from pandastack.server.app import create_app
+    from pandastack.server.settings import Settings
 
     overrides: dict[str, object] = {}
     if args.host is not None:
