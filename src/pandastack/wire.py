@@ -10,6 +10,27 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+# The limits that used to be defined here are re-exported (`X as X`): clients import them
+# from `wire`, their one source is `rules`.
+from pandastack.rules import (
+    DEFAULT_MEMORY_MB,
+    DEFAULT_TTL_SECONDS,
+    DEFAULT_VCPUS,
+    MAX_DISK_MB,
+    MAX_MEMORY_MB,
+    MAX_VCPUS,
+    MIN_DISK_MB,
+    MIN_MEMORY_MB,
+    MIN_VCPUS,
+)
+from pandastack.rules import MAX_ENV_ITEMS as MAX_ENV_ITEMS
+from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS as MAX_EXEC_TIMEOUT_SECONDS
+from pandastack.rules import MAX_FORK as MAX_FORK
+from pandastack.rules import MAX_METADATA_ITEMS as MAX_METADATA_ITEMS
+from pandastack.rules import MAX_NETWORK_RULES as MAX_NETWORK_RULES
+from pandastack.rules import MAX_TTL_SECONDS as MAX_TTL_SECONDS
+from pandastack.rules import TEMPLATE_NAME_PATTERN as TEMPLATE_NAME_PATTERN
+from pandastack.rules import ErrorCode as ErrorCode
 from pandastack.templatespec.models import TemplateSpec
 from pandastack.wirebase import Strict
 
@@ -17,20 +38,8 @@ SandboxState = Literal["starting", "running", "paused", "hibernated", "killed", 
                        "reaped", "failed"]
 ENDED_STATES: frozenset[str] = frozenset({"killed", "expired", "reaped", "failed"})
 
-MAX_TTL_SECONDS = 30 * 24 * 3600
-MAX_EXEC_TIMEOUT_SECONDS = 24 * 3600
-MAX_METADATA_ITEMS = 64
-MAX_ENV_ITEMS = 256
-
-
 
 # -- errors -------------------------------------------------------------------------------
-
-ErrorCode = Literal[
-    "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
-    "validation_error", "rate_limited", "internal", "unavailable", "timeout",
-    "forbidden", "insufficient_storage", "bad_gateway", "template_building",
-]
 
 
 class ErrorBody(Strict):
@@ -49,7 +58,6 @@ class ErrorEnvelope(Strict):
 
 # -- network ------------------------------------------------------------------------------
 
-MAX_NETWORK_RULES = 256
 #: A CIDR (`203.0.113.0/24`, `198.51.100.7`) or a domain name (`pypi.org`).
 NetworkRule = Annotated[str, Field(min_length=1, max_length=253)]
 
@@ -86,11 +94,11 @@ class NetworkSpec(Strict):
 class CreateSandbox(Strict):
     template: str | None = Field(default=None, max_length=128)
     snapshot: str | None = Field(default=None, max_length=128)
-    ttl_seconds: int = Field(default=300, ge=1, le=MAX_TTL_SECONDS)
+    ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=MAX_TTL_SECONDS)
     persistent: bool = False
-    vcpus: int = Field(default=1, ge=1, le=8)
-    memory_mb: int = Field(default=512, ge=128, le=16384)
-    disk_mb: int | None = Field(default=None, ge=256, le=1 << 20)
+    vcpus: int = Field(default=DEFAULT_VCPUS, ge=MIN_VCPUS, le=MAX_VCPUS)
+    memory_mb: int = Field(default=DEFAULT_MEMORY_MB, ge=MIN_MEMORY_MB, le=MAX_MEMORY_MB)
+    disk_mb: int | None = Field(default=None, ge=MIN_DISK_MB, le=MAX_DISK_MB)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
     metadata: dict[str, str] = Field(default_factory=dict, max_length=MAX_METADATA_ITEMS)
     network: NetworkSpec | None = None  # None: the default policy (internet on, no lists)
@@ -138,9 +146,6 @@ class Logs(Strict):
 
 
 # -- snapshots and fork ------------------------------------------------------------------
-
-MAX_FORK = 16
-
 
 class SnapshotInfo(Strict):
     """A snapshot of a sandbox's memory, device state and disk; it belongs to the team."""
@@ -347,9 +352,6 @@ class KeyList(Strict):
 
 # -- templates ----------------------------------------------------------------------------
 
-#: A team template's name: lower-case letters, digits, ".", "_", "-" (a create names a version
-#: as `name:3`).
-TEMPLATE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 TemplateBuildStatus = Literal["building", "ready", "failed"]
 
 
@@ -359,8 +361,8 @@ class BuildTemplate(Strict):
 
     name: str = Field(pattern=TEMPLATE_NAME_PATTERN)
     spec: TemplateSpec
-    vcpus: int = Field(default=1, ge=1, le=8)
-    memory_mb: int = Field(default=512, ge=128, le=16384)
+    vcpus: int = Field(default=DEFAULT_VCPUS, ge=MIN_VCPUS, le=MAX_VCPUS)
+    memory_mb: int = Field(default=DEFAULT_MEMORY_MB, ge=MIN_MEMORY_MB, le=MAX_MEMORY_MB)
     network: NetworkSpec | None = None
 
 

@@ -25,24 +25,18 @@ import httpx
 import pydantic
 
 from pandastack import wire
+from pandastack.rules import DEFAULT_TEMPLATE, ERROR_STATUS, STATUS_ERROR_CODE
 from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
 from pandastack.sdk.config import ClientConfig
 from pandastack.sdk.errors import (
     APIConnectionError,
     APIError,
-    AuthenticationError,
-    ConflictError,
-    InsufficientStorageError,
     InvalidRequestError,
-    NotFoundError,
-    PayloadTooLargeError,
-    PermissionDeniedError,
     ProtocolError,
     RateLimitError,
-    ServerError,
     TemplateBuildingError,
     TransportTimeoutError,
-    WaitTimeoutError,
+    exception_class,
 )
 from pandastack.wire import (
     CreatedKey,
@@ -227,20 +221,10 @@ def ignore_body(response: httpx.Response) -> None:
 
 # -- errors -------------------------------------------------------------------------------
 
-_STATUS_CLASS: dict[int, type[APIError]] = {
-    400: InvalidRequestError, 401: AuthenticationError, 403: PermissionDeniedError,
-    404: NotFoundError, 408: WaitTimeoutError, 409: ConflictError, 413: PayloadTooLargeError,
-    422: InvalidRequestError, 429: RateLimitError, 507: InsufficientStorageError,
-}
-_CODE_STATUS: dict[str, int] = {
-    "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
-    "timeout": 408, "conflict": 409, "payload_too_large": 413, "validation_error": 422,
-    "rate_limited": 429, "internal": 500, "bad_gateway": 502, "unavailable": 503,
-    "insufficient_storage": 507, "template_building": 409,
-}
+# The codes, their statuses and classes are shared (pandastack.rules, sdk/errors.py).
+_CODE_STATUS: dict[str, int] = {code: status for code, status in ERROR_STATUS.items()}
 # A bare 502/504 (no envelope) comes from a proxy in front of the server: "unavailable".
-_STATUS_CODE: dict[int, str] = {v: k for k, v in _CODE_STATUS.items()} | {
-    502: "unavailable", 504: "unavailable"}
+_STATUS_CODE: dict[int, str] = {**STATUS_ERROR_CODE, 502: "unavailable", 504: "unavailable"}
 
 
 def api_error(status: int, code: str | None, message: str | None, request_id: str | None,
@@ -248,7 +232,7 @@ def api_error(status: int, code: str | None, message: str | None, request_id: st
     """The `APIError` subclass for an HTTP status (other 5xx: `ServerError`)."""
     code = code or _STATUS_CODE.get(status) or ("internal" if status >= 500 else "error")
     message = message or f"HTTP {status}"
-    cls = _STATUS_CLASS.get(status) or (ServerError if status >= 500 else APIError)
+    cls = exception_class(status, code)
     if cls is RateLimitError:
         return RateLimitError(message, status=status, code=code, request_id=request_id,
                               retry_after=retry_after)
@@ -407,9 +391,6 @@ def list_sandboxes_call(state: str | None,
 
 def get_sandbox_call(sandbox_id: str) -> Call[SandboxInfo]:
     return Call("GET", sandbox_path(sandbox_id), model_decoder(SandboxInfo))
-
-
-DEFAULT_TEMPLATE = "base"
 
 
 #: The egress policy as the SDK takes it: a `NetworkSpec` or a mapping of its fields,

@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import builtins
 
+from pandastack.rules import ERROR_STATUS, STATUS_ERROR_CODE, ErrorCode
+
 __all__ = [
     "APIConnectionError",
     "APIError",
@@ -241,3 +243,30 @@ class TemplateBuildError(PandastackError):
     def __init__(self, message: str, build: object = None) -> None:
         super().__init__(message)
         self.build = build
+
+
+# -- which class an error answer raises ----------------------------------------------------
+
+#: The class each error code of the server raises (`tests/sdk/test_shared_rules.py` holds it
+#: to every code the server has, and no other).
+CODE_EXCEPTIONS: dict[ErrorCode, type[APIError]] = {
+    "bad_request": InvalidRequestError, "validation_error": InvalidRequestError,
+    "unauthorized": AuthenticationError, "forbidden": PermissionDeniedError,
+    "not_found": NotFoundError, "timeout": WaitTimeoutError, "conflict": ConflictError,
+    "template_building": TemplateBuildingError, "payload_too_large": PayloadTooLargeError,
+    "rate_limited": RateLimitError, "insufficient_storage": InsufficientStorageError,
+    "internal": ServerError, "bad_gateway": ServerError, "unavailable": ServerError,
+}
+_BY_CODE: dict[str, type[APIError]] = {code: cls for code, cls in CODE_EXCEPTIONS.items()}
+_CODE_STATUS: dict[str, int] = {code: status for code, status in ERROR_STATUS.items()}
+_BY_STATUS: dict[int, type[APIError]] = {
+    status: CODE_EXCEPTIONS[code] for status, code in STATUS_ERROR_CODE.items()}
+
+
+def exception_class(status: int, code: str | None) -> type[APIError]:
+    """The class of an error answer: its code's, when the code is the server's and goes with
+    this status; else its status's (an unknown 5xx: `ServerError`; anything else: `APIError`)."""
+    by_code = _BY_CODE.get(code or "")
+    if by_code is not None and _CODE_STATUS.get(code or "") == status:
+        return by_code
+    return _BY_STATUS.get(status) or (ServerError if status >= 500 else APIError)

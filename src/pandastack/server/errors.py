@@ -29,18 +29,17 @@ from pandastack.host.errors import (
     SnapshotNotFound,
     UnsupportedLanguage,
 )
-from pandastack.wire import ErrorBody, ErrorCode, ErrorEnvelope
+from pandastack.rules import STATUS_ERROR_CODE, ErrorCode
+from pandastack.wire import ErrorBody, ErrorEnvelope
 
 log = logging.getLogger("pandastack.server")
 
 REQUEST_ID_HEADER = "X-Request-Id"
 
-STATUS_CODES: dict[int, ErrorCode] = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "bad_request", 408: "timeout", 409: "conflict", 413: "payload_too_large",
-    415: "bad_request", 422: "validation_error", 429: "rate_limited", 500: "internal",
-    502: "bad_gateway", 503: "unavailable", 507: "insufficient_storage",
-}
+#: The code of an HTTP error raised without one (Starlette's, FastAPI's): the shared table,
+#: plus statuses no code of ours stands for.
+STATUS_CODES: dict[int, ErrorCode] = {**STATUS_ERROR_CODE, 405: "bad_request",
+                                      415: "bad_request"}
 
 # errno name inside the guest -> (HTTP status, code)
 GUEST_ERRNO: dict[str, tuple[int, ErrorCode]] = {

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import re
-import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager, suppress
@@ -17,6 +15,7 @@ from typing import Protocol, TypeVar
 
 from pandastack.host.errors import HostError, SandboxNotFound, TemplateNotFound
 from pandastack.host.network.manager import NetworkPolicy
+from pandastack.rules import DEFAULT_TEMPLATE, SANDBOX_ID_RE, SNAPSHOT_ID_RE, new_sandbox_id
 from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInfo, SandboxState
 
 from .errors import ApiError, conflict, from_host_error, not_found
@@ -26,9 +25,6 @@ from .store import Sandbox, Store, TemplateVersion
 
 log = logging.getLogger("pandastack.server")
 
-SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
-SNAPSHOT_ID_RE = re.compile(r"^snap-[0-9a-f]{12}$")
-DEFAULT_TEMPLATE = "base"
 AWAKE_STATES = ("running", "paused", "hibernated")
 SNAPSHOT_SHAPE = ("template", "vcpus", "memory_mb")
 #: How long a create waits for a built-in template that is not built yet before it answers
@@ -287,7 +283,7 @@ class SandboxService:
         policy = None if req.network is None else await self.network_policy(req.network)
         now = time.time()
         row = Sandbox(
-            id=f"sbx-{secrets.token_hex(6)}", team=team, template=template, state="starting",
+            id=new_sandbox_id(), team=team, template=template, state="starting",
             created_at=now, expires_at=now + req.ttl_seconds, ttl_seconds=req.ttl_seconds,
             persistent=req.persistent, vcpus=vcpus, memory_mb=memory_mb,
             disk_mb=disk_mb, env=env, meta=dict(req.metadata),

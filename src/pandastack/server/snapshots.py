@@ -8,10 +8,11 @@ import contextlib
 import time
 
 from pandastack.host.errors import HostError, SandboxNotFound, SnapshotNotFound
+from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.wire import SnapshotInfo
 
 from .errors import not_found
-from .service import SNAPSHOT_ID_RE, SandboxService, log
+from .service import SandboxService, log
 from .store import Sandbox, Snapshot
 
 MIB = 1 << 20

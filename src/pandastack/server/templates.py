@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import logging
 import re
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 from pandastack.host.errors import BuildFailed, HostError, SnapshotNotFound
 from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.templates.builtin import BUILTIN_TEMPLATES
+from pandastack.rules import BUILD_ID_RE, TEMPLATE_NAME_BODY, new_build_id
 from pandastack.templatespec import CopyStep, TemplateSpec
 from pandastack.wire import BuildTemplate, TemplateBuildInfo
 
@@ -32,8 +32,7 @@ log = logging.getLogger("pandastack.server")
 T = TypeVar("T")
 
 SNAPSHOT_PREFIX = "snapshot:"
-BUILD_ID_RE = re.compile(r"^tb-[0-9a-f]{12}$")
-TEMPLATE_REF_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._-]{0,62})(?::(?P<version>[0-9]{1,9}))?$")
+TEMPLATE_REF_RE = re.compile(rf"^(?P<name>{TEMPLATE_NAME_BODY})(?::(?P<version>[0-9]{{1,9}}))?$")
 #: Log lines kept per build (in memory while it runs, in the store after).
 MAX_LOG_LINES = 5000
 MAX_LOG_LINE = 4000
@@ -150,7 +149,7 @@ class TemplateService:
             raise ApiError(422, "validation_error",
                            f"{req.name!r} is a built-in template name; choose another")
         row = TemplateVersion(
-            id=f"tb-{secrets.token_hex(6)}", team=team, name=req.name, version=0,
+            id=new_build_id(), team=team, name=req.name, version=0,
             status="building", env={}, vcpus=req.vcpus, memory_mb=req.memory_mb,
             created_at=time.time())
         spec = req.spec.model_copy(update={"from_template": await self._base(team, req.spec)})

@@ -26,13 +26,14 @@ from starlette.requests import ClientDisconnect, HTTPConnection
 from starlette.types import Receive, Scope, Send
 
 from pandastack.host.errors import HostError
+from pandastack.rules import SANDBOX_ID_RE
 from pandastack.wire import ErrorEnvelope, SignedUrl, SignedUrlRequest
 
 from .. import wsproxy
 from ..auth import CurrentPrincipal, principal
 from ..errors import ApiError, error_response, from_host_error, not_found
 from ..jsonbody import StrictJsonRoute
-from ..service import SANDBOX_ID_RE, SandboxService
+from ..service import SandboxService
 from ..settings import Settings
 from ..signing import EXPIRES_PARAM, SIGNATURE_PARAM, SIGNED_PARAMS, UrlSigner
 from .deps import AppSettings, SandboxId, Service

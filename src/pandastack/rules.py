@@ -1,0 +1,94 @@
+"""The rules the server, the SDK, the template spec and the host all hold to, in one place:
+machine-shape limits, the formats of the ids the server makes, the default template, and the
+error codes of the envelope with the HTTP status each stands for.
+
+Plain constants, no pydantic models and no imports from the rest of pandastack, so that every
+part can import it: `wire` (whose models quote these bounds) imports the template spec, so the
+template spec's default base template cannot come from `wire`; it comes from here.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Literal, get_args
+
+# -- machine shape ------------------------------------------------------------------------
+
+MIN_VCPUS = 1
+MAX_VCPUS = 8
+DEFAULT_VCPUS = 1
+MIN_MEMORY_MB = 128
+MAX_MEMORY_MB = 16384
+DEFAULT_MEMORY_MB = 512
+MIN_DISK_MB = 256
+MAX_DISK_MB = 1 << 20
+
+# -- sandbox lifetime and request sizes ----------------------------------------------------
+
+DEFAULT_TTL_SECONDS = 300
+MAX_TTL_SECONDS = 30 * 24 * 3600
+MAX_EXEC_TIMEOUT_SECONDS = 24 * 3600
+MAX_METADATA_ITEMS = 64
+MAX_ENV_ITEMS = 256
+#: Entries per list (`allow_out`, `deny_out`) of a network policy.
+MAX_NETWORK_RULES = 256
+#: Children of one fork.
+MAX_FORK = 16
+
+# -- templates ----------------------------------------------------------------------------
+
+#: What a sandbox (and a template build's FROM) starts from when it names no template.
+DEFAULT_TEMPLATE = "base"
+#: A team template's name: lower-case letters, digits, ".", "_", "-" (unanchored, so that a
+#: reference `name:3` can embed it).
+TEMPLATE_NAME_BODY = r"[a-z0-9][a-z0-9._-]{0,62}"
+TEMPLATE_NAME_PATTERN = rf"^{TEMPLATE_NAME_BODY}$"
+
+# -- ids the server makes -----------------------------------------------------------------
+# A prefix that says what it names, then 12 hex digits (48 random bits). Anything else is
+# not an id of ours: a lookup answers 404 without asking the store.
+
+_ID_HEX_BYTES = 6
+SANDBOX_ID_PREFIX = "sbx-"
+SNAPSHOT_ID_PREFIX = "snap-"
+BUILD_ID_PREFIX = "tb-"
+SANDBOX_ID_RE = re.compile(rf"^{SANDBOX_ID_PREFIX}[0-9a-f]{{12}}$")
+SNAPSHOT_ID_RE = re.compile(rf"^{SNAPSHOT_ID_PREFIX}[0-9a-f]{{12}}$")
+BUILD_ID_RE = re.compile(rf"^{BUILD_ID_PREFIX}[0-9a-f]{{12}}$")
+
+
+def new_sandbox_id() -> str:
+    return SANDBOX_ID_PREFIX + secrets.token_hex(_ID_HEX_BYTES)
+
+
+def new_snapshot_id() -> str:
+    return SNAPSHOT_ID_PREFIX + secrets.token_hex(_ID_HEX_BYTES)
+
+
+def new_build_id() -> str:
+    return BUILD_ID_PREFIX + secrets.token_hex(_ID_HEX_BYTES)
+
+
+# -- error codes --------------------------------------------------------------------------
+
+ErrorCode = Literal[
+    "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
+    "validation_error", "rate_limited", "internal", "unavailable", "timeout",
+    "forbidden", "insufficient_storage", "bad_gateway", "template_building",
+]
+ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
+
+#: The HTTP status each code is sent with (and stands for inside an event stream, where an
+#: error has no status of its own). Two codes share 409: `template_building` is a conflict
+#: the client may wait out.
+ERROR_STATUS: dict[ErrorCode, int] = {
+    "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
+    "timeout": 408, "conflict": 409, "template_building": 409, "payload_too_large": 413,
+    "validation_error": 422, "rate_limited": 429, "internal": 500, "bad_gateway": 502,
+    "unavailable": 503, "insufficient_storage": 507,
+}
+#: The code a bare status stands for (an error raised without a code, a reply without an
+#: envelope): the inverse of `ERROR_STATUS`, where a bare 409 is a plain `conflict`.
+STATUS_ERROR_CODE: dict[int, ErrorCode] = {
+    status: code for code, status in ERROR_STATUS.items() if code != "template_building"}
