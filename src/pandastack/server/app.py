@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from pandastack.host.config import HostConfig
@@ -50,6 +51,15 @@ API_PREFIX = "/v1"
 
 class Health(BaseModel):
     status: str
+
+
+def operation_id(route: APIRoute) -> str:
+    """A route's OpenAPI operationId: its endpoint's name in camelCase (`create_sandbox`:
+    `createSandbox`), or the `operation_id=` a route sets where its function's name would not
+    read as the operation. FastAPI's default (`create_sandbox_v1_sandboxes_post`) would change
+    with every path and leak into every generated client."""
+    first, *rest = route.name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
 
 
 def default_runtime(settings: Settings) -> HostRuntime:
@@ -114,6 +124,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             store.close()
 
     app = FastAPI(title="pandastack", version="0.1.0", lifespan=lifespan, redirect_slashes=False,
+                  generate_unique_id_function=operation_id,
                   description="Self-hostable microVM sandboxes. Every error response is "
                               "`{\"error\": {code, message, request_id}}`; every response "
                               "carries `X-Request-Id`. A JSON body over the server's limit "

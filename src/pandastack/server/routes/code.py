@@ -153,7 +153,8 @@ def to_context(data: dict[str, object]) -> CodeContext:
                        cwd=None if cwd is None else str(cwd))
 
 
-@router.post("/sandboxes/{sandbox_id}/code/contexts", response_model=CodeContext,
+@router.post("/sandboxes/{sandbox_id}/code/contexts",
+             operation_id="createCodeContext", response_model=CodeContext,
              status_code=201, summary="Create a code context (its own kernel and state)")
 async def create_context(sandbox_id: SandboxId, body: CreateCodeContext,
                          who: CurrentPrincipal, service: Service) -> CodeContext:
@@ -165,7 +166,8 @@ async def create_context(sandbox_id: SandboxId, body: CreateCodeContext,
     return to_context(data)
 
 
-@router.get("/sandboxes/{sandbox_id}/code/contexts", response_model=CodeContextList,
+@router.get("/sandboxes/{sandbox_id}/code/contexts",
+            operation_id="listCodeContexts", response_model=CodeContextList,
             summary="List the sandbox's code contexts")
 async def list_contexts(sandbox_id: SandboxId, who: CurrentPrincipal,
                         service: Service) -> CodeContextList:
@@ -174,7 +176,8 @@ async def list_contexts(sandbox_id: SandboxId, who: CurrentPrincipal,
     return CodeContextList(contexts=[to_context(item) for item in items])
 
 
-@router.post("/sandboxes/{sandbox_id}/code/contexts/{context_id}/restart", status_code=204,
+@router.post("/sandboxes/{sandbox_id}/code/contexts/{context_id}/restart",
+             operation_id="restartCodeContext", status_code=204,
              summary="Restart a code context's kernel (its state is lost)")
 async def restart_context(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
                           context_id: str = ContextId) -> None:
@@ -183,7 +186,8 @@ async def restart_context(sandbox_id: SandboxId, who: CurrentPrincipal, service:
         await service.host_call(handle.restart_code_context(context_id))
 
 
-@router.delete("/sandboxes/{sandbox_id}/code/contexts/{context_id}", status_code=204,
+@router.delete("/sandboxes/{sandbox_id}/code/contexts/{context_id}",
+               operation_id="deleteCodeContext", status_code=204,
                summary="Delete a code context and stop its kernel")
 async def delete_context(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
                          context_id: str = ContextId) -> None:

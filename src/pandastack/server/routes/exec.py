@@ -52,7 +52,8 @@ async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPri
     return to_exec_result(result)
 
 
-@router.post("/sandboxes/{sandbox_id}/exec/stream", summary="Run a command, stream its output",
+@router.post("/sandboxes/{sandbox_id}/exec/stream",
+             operation_id="execCommandStream", summary="Run a command, stream its output",
              description=SSE_DESCRIPTION,
              responses=SSE_RESPONSES)
 async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrincipal,

@@ -108,7 +108,8 @@ async def stat_file(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal
     return to_entry(await handle.stat(path))
 
 
-@router.post("/sandboxes/{sandbox_id}/files/mkdir", status_code=204, response_class=Response)
+@router.post("/sandboxes/{sandbox_id}/files/mkdir",
+             operation_id="makeDirectory", status_code=204, response_class=Response)
 async def make_dir(sandbox_id: SandboxId, body: MkdirRequest, who: CurrentPrincipal,
                    service: Service) -> Response:
     check_path(body.path)
@@ -117,7 +118,8 @@ async def make_dir(sandbox_id: SandboxId, body: MkdirRequest, who: CurrentPrinci
     return Response(status_code=204)
 
 
-@router.delete("/sandboxes/{sandbox_id}/files", status_code=204, response_class=Response)
+@router.delete("/sandboxes/{sandbox_id}/files",
+               operation_id="deleteFile", status_code=204, response_class=Response)
 async def remove_file(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal,
                       service: Service, recursive: Annotated[bool, Query()] = False) -> Response:
     check_path(path)

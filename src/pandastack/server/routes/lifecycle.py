@@ -35,7 +35,8 @@ async def get_lifecycle(sandbox_id: SandboxId, who: CurrentPrincipal, service: S
     return to_lifecycle(service.row(who.team, sandbox_id), settings.idle_timeout_seconds)
 
 
-@router.patch("/sandboxes/{sandbox_id}/lifecycle", response_model=Lifecycle,
+@router.patch("/sandboxes/{sandbox_id}/lifecycle",
+              operation_id="updateLifecycle", response_model=Lifecycle,
               summary="Change the TTL (expires_at = created_at + ttl_seconds) or persistence",
               description="Setting `ttl_seconds` recomputes `expires_at = created_at + "
                           "ttl_seconds`: a larger value extends the life, a value already in "
@@ -59,7 +60,8 @@ def tail(path: Path, limit: int) -> str:
     return data.decode("utf-8", "replace")
 
 
-@router.get("/sandboxes/{sandbox_id}/logs", response_model=Logs,
+@router.get("/sandboxes/{sandbox_id}/logs",
+            operation_id="getSandboxLogs", response_model=Logs,
             summary="The tail of the VM console and the guest agent's lines in it")
 async def get_logs(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
                    settings: AppSettings) -> Logs:

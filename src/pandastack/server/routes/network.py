@@ -26,14 +26,16 @@ POLICY_NOTES = ("Entries are CIDRs or domain names (`example.com`, `*.example.co
                 "hibernated sandbox stays hibernated.")
 
 
-@router.get("/sandboxes/{sandbox_id}/network", response_model=NetworkSpec,
+@router.get("/sandboxes/{sandbox_id}/network",
+            operation_id="getNetworkPolicy", response_model=NetworkSpec,
             summary="The sandbox's egress policy")
 async def get_network(sandbox_id: SandboxId, who: CurrentPrincipal,
                       service: Service) -> NetworkSpec:
     return service.network(who.team, sandbox_id)
 
 
-@router.put("/sandboxes/{sandbox_id}/network", response_model=NetworkSpec,
+@router.put("/sandboxes/{sandbox_id}/network",
+            operation_id="setNetworkPolicy", response_model=NetworkSpec,
             summary="Replace the egress policy (fields left out take their defaults)",
             description=POLICY_NOTES)
 async def put_network(sandbox_id: SandboxId, body: NetworkSpec, who: CurrentPrincipal,
@@ -41,7 +43,8 @@ async def put_network(sandbox_id: SandboxId, body: NetworkSpec, who: CurrentPrin
     return await service.update_network(who.team, sandbox_id, body, merge=False)
 
 
-@router.patch("/sandboxes/{sandbox_id}/network", response_model=NetworkSpec,
+@router.patch("/sandboxes/{sandbox_id}/network",
+              operation_id="updateNetworkPolicy", response_model=NetworkSpec,
               summary="Change the fields of the egress policy that the body sets",
               description=POLICY_NOTES)
 async def patch_network(sandbox_id: SandboxId, body: NetworkSpec, who: CurrentPrincipal,

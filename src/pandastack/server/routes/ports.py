@@ -241,7 +241,8 @@ async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request
     return ProxyResponse(upstream, cleanup, where)
 
 
-@router.post("/sandboxes/{sandbox_id}/ports/{port}/signed-url", response_model=SignedUrl,
+@router.post("/sandboxes/{sandbox_id}/ports/{port}/signed-url",
+             operation_id="createSignedUrl", response_model=SignedUrl,
              summary="A URL that reaches the port without an API key until it expires",
              description="The URL carries `ps_expires` (UNIX seconds) and `ps_sig` (an "
                          "HMAC-SHA256 by the server over `sandbox_id:port:expires`); append "

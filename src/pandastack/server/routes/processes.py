@@ -60,7 +60,8 @@ async def list_processes(sandbox_id: SandboxId, who: CurrentPrincipal,
     return ProcessList(processes=[i for i in infos if i is not None])
 
 
-@router.post("/sandboxes/{sandbox_id}/processes/{pid}/stdin", status_code=204,
+@router.post("/sandboxes/{sandbox_id}/processes/{pid}/stdin",
+             operation_id="writeProcessStdin", status_code=204,
              response_class=Response,
              summary="Write the raw request body to the process's stdin (eof=true closes it)",
              openapi_extra={"requestBody": {"content": {"application/octet-stream": {
@@ -84,7 +85,8 @@ async def process_stdin(sandbox_id: SandboxId, pid: Pid, request: Request,
     return Response(status_code=204)
 
 
-@router.post("/sandboxes/{sandbox_id}/processes/{pid}/signal", status_code=204,
+@router.post("/sandboxes/{sandbox_id}/processes/{pid}/signal",
+             operation_id="signalProcess", status_code=204,
              response_class=Response)
 async def process_signal(sandbox_id: SandboxId, pid: Pid, body: SignalRequest,
                          who: CurrentPrincipal, service: Service) -> Response:
@@ -93,7 +95,8 @@ async def process_signal(sandbox_id: SandboxId, pid: Pid, body: SignalRequest,
     return Response(status_code=204)
 
 
-@router.post("/sandboxes/{sandbox_id}/processes/{pid}/wait", response_model=ExecResult,
+@router.post("/sandboxes/{sandbox_id}/processes/{pid}/wait",
+             operation_id="waitProcess", response_model=ExecResult,
              summary="Wait for the process to exit; 408 `timeout` if it is still running",
              responses={408: {"description": "still running after timeout_seconds"}})
 async def process_wait(sandbox_id: SandboxId, pid: Pid, who: CurrentPrincipal,

@@ -47,7 +47,8 @@ async def get_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
     return to_snapshot_info(snapshot_row(service, who.team, snapshot_id))
 
 
-@router.delete("/snapshots/{snapshot_id}", status_code=204, response_class=Response,
+@router.delete("/snapshots/{snapshot_id}",
+               operation_id="deleteSnapshot", status_code=204, response_class=Response,
                summary="Delete a snapshot (sandboxes created from it keep running)")
 async def remove_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
                           service: Service) -> Response:

@@ -64,14 +64,16 @@ async def delete_template(name: TemplateName, who: CurrentPrincipal, templates: 
     await templates.delete(who.team, name, version)
 
 
-@router.get("/templates/builds/{build_id}", response_model=TemplateBuildInfo,
+@router.get("/templates/builds/{build_id}",
+            operation_id="getTemplateBuild", response_model=TemplateBuildInfo,
             summary="A build's status")
 async def get_build(build_id: BuildId, who: CurrentPrincipal,
                     templates: Templates) -> TemplateBuildInfo:
     return to_build_info(await templates.build_row(who.team, build_id))
 
 
-@router.get("/templates/builds/{build_id}/logs", summary="Follow a build's log",
+@router.get("/templates/builds/{build_id}/logs",
+            operation_id="getTemplateBuildLogs", summary="Follow a build's log",
             description=LOG_DESCRIPTION,
             responses=SSE_RESPONSES)
 async def build_logs(build_id: BuildId, who: CurrentPrincipal,
