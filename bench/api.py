@@ -177,9 +177,8 @@ def kill_everything(server: Server) -> None:
     """Kill whatever the API still runs (after an error mid-iteration)."""
     try:
         with Client(server.api_url, server.api_key) as client:
-            for info in client.sandboxes.list():
-                if info.state in ("starting", "running", "paused", "hibernated"):
-                    client.sandboxes.kill(info.id)
+            for sbx in client.sandboxes.list():  # the live ones
+                sbx.kill()
     except Exception as exc:  # the server may be the thing that broke
         print(f"cleanup through the API failed: {exc}", file=sys.stderr)
 

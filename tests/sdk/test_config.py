@@ -119,5 +119,5 @@ def test_config_file_configures_the_sdk(cfg_file: Path) -> None:
         return httpx.Response(200, json={"sandboxes": []})
 
     assert Sandbox.list(transport=httpx.MockTransport(handle)) == []
-    assert str(seen[0].url) == "http://file.test/v1/sandboxes"
+    assert str(seen[0].url) == "http://file.test/v1/sandboxes?include_ended=false"
     assert seen[0].headers["authorization"] == "Bearer file-key"

@@ -203,3 +203,10 @@ def test_package_exports() -> None:
     ):
         assert hasattr(pandastack, name), name
     assert set(pandastack.__all__) <= set(dir(pandastack))
+
+
+def test_every_list_of_sandboxes_returns_handles_of_live_ones_by_default() -> None:
+    for fn in (Sandbox.list, AsyncSandbox.list, Sandboxes.list, AsyncSandboxes.list):
+        param = inspect.signature(fn).parameters["include_ended"]
+        assert param.default is False and param.kind is inspect.Parameter.KEYWORD_ONLY, fn
+        assert normalize(inspect.signature(fn).return_annotation) == "builtins.list[Sandbox]", fn

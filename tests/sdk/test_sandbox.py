@@ -143,10 +143,21 @@ def test_list_builds_state_and_metadata_query() -> None:
     assert dict(params) == {"state": "running", "metadata.team": "a b", "metadata.env": "prod"}
 
 
-def test_list_without_filters_has_no_query() -> None:
+def test_list_asks_for_live_sandboxes_by_default() -> None:
     api = FakeAPI().on("GET", "/v1/sandboxes", reply(200, {"sandboxes": []}))
     assert Sandbox.list(api_url=API_URL, api_key=API_KEY, transport=api.transport) == []
+    assert api.last("GET", "/v1/sandboxes").url.query == b"include_ended=false"
+    Sandbox.list(include_ended=True, api_url=API_URL, api_key=API_KEY, transport=api.transport)
     assert api.last("GET", "/v1/sandboxes").url.query == b""
+
+
+def test_list_drops_ended_sandboxes_an_older_server_still_lists() -> None:
+    ended = {**SANDBOX, "id": "sb-2", "state": "killed"}
+    api = FakeAPI().on("GET", "/v1/sandboxes", reply(200, {"sandboxes": [SANDBOX, ended]}))
+    client = Client(API_URL, API_KEY, transport=api.transport)
+    assert [s.id for s in client.sandboxes.list()] == ["sb-1"]
+    assert [s.id for s in client.sandboxes.list(include_ended=True)] == ["sb-1", "sb-2"]
+    assert [s.id for s in client.sandboxes.list(state="killed")] == ["sb-1", "sb-2"]
 
 
 def test_lifecycle_ttl_persistent_and_logs() -> None:
@@ -185,7 +196,7 @@ def test_api_url_with_a_path_prefix() -> None:
     Client(
         "https://gw.example/pandastack/", API_KEY, transport=httpx.MockTransport(handle)
     ).sandboxes.list()
-    assert str(seen[0].url) == "https://gw.example/pandastack/v1/sandboxes"
+    assert str(seen[0].url) == "https://gw.example/pandastack/v1/sandboxes?include_ended=false"
 
 
 def test_client_sandboxes_share_the_clients_connections() -> None:

@@ -124,8 +124,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         metavar="KEY=VALUE", help="environment of every command")
     _json_flag(create)
 
-    ls = ss.add_parser("list", help="list this key's sandboxes")
-    ls.add_argument("--state", choices=STATES, help="only sandboxes in this state")
+    ls = ss.add_parser("list", help="list this key's live sandboxes")
+    ls.add_argument("--state", choices=STATES, help="only sandboxes in this state (also ended)")
+    ls.add_argument("--all", action="store_true", dest="include_ended",
+                    help="also the ended ones (killed, expired, reaped, failed)")
     ls.add_argument("--metadata", type=parse_kv, nargs="+", action="extend", default=[],
                     metavar="KEY=VALUE", help="only sandboxes carrying all these labels")
     _json_flag(ls)
@@ -276,7 +278,8 @@ def _create(client: Client, args: argparse.Namespace, io: _Streams) -> int:
 
 
 def _list(client: Client, args: argparse.Namespace, io: _Streams) -> int:
-    infos = client.sandboxes.list(state=args.state, metadata=dict(args.metadata) or None)
+    infos = [sbx.info for sbx in client.sandboxes.list(
+        state=args.state, metadata=dict(args.metadata) or None, include_ended=args.include_ended)]
     if args.json:
         io.print_json([info.model_dump(mode="json") for info in infos])
         return 0

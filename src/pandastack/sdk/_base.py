@@ -380,13 +380,26 @@ class ExecStreamDecoder:
 
 # -- the calls of each operation ----------------------------------------------------------
 
-def list_sandboxes_call(state: str | None,
-                        metadata: Mapping[str, str] | None) -> Call[list[SandboxInfo]]:
+def list_sandboxes_call(state: str | None, metadata: Mapping[str, str] | None,
+                        include_ended: bool = False) -> Call[list[SandboxInfo]]:
+    """`state` picks one state, ended or not; without it only live sandboxes unless
+    `include_ended`. The server filters (`include_ended=false`); so does the decoder, for a
+    server older than that parameter, which ignores it and lists every sandbox."""
     params = {f"metadata.{k}": v for k, v in (metadata or {}).items()}
+    decode = list_decoder(wire.SandboxList, "sandboxes", SandboxInfo)
     if state is not None:
         params["state"] = state
-    return Call("GET", "/v1/sandboxes", list_decoder(wire.SandboxList, "sandboxes", SandboxInfo),
-                params=params or None)
+    elif not include_ended:
+        params["include_ended"] = "false"
+        decode = _live_only(decode)
+    return Call("GET", "/v1/sandboxes", decode, params=params or None)
+
+
+def _live_only(decode: Callable[[httpx.Response], list[SandboxInfo]]
+               ) -> Callable[[httpx.Response], list[SandboxInfo]]:
+    def live(response: httpx.Response) -> list[SandboxInfo]:
+        return [i for i in decode(response) if i.state not in wire.ENDED_STATES]
+    return live
 
 
 def get_sandbox_call(sandbox_id: str) -> Call[SandboxInfo]:

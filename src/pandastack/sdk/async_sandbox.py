@@ -152,18 +152,23 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         return cls(info, http, owns_http=True)
 
     @classmethod
-    async def list(cls, state: str | None = None, metadata: Mapping[str, str] | None = None, *,
-             api_url: str | None = None, api_key: str | None = None,
-             timeout: TimeoutTypes = DEFAULT_TIMEOUT,
-             transport: httpx.AsyncBaseTransport | None = None) -> builtins.list[SandboxInfo]:
-        """The sandboxes of this key's team, optionally only in `state` and carrying every
-        `metadata` label given."""
-        call = _base.list_sandboxes_call(state, metadata)
+    async def list(cls, state: str | None = None, metadata: Mapping[str, str] | None = None,
+                   *, include_ended: bool = False, api_url: str | None = None,
+                   api_key: str | None = None, timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+                   transport: httpx.AsyncBaseTransport | None = None
+                   ) -> builtins.list[AsyncSandbox]:
+        """The sandboxes of this key's team: the live ones (starting, running, paused,
+        hibernated), or every one with `include_ended=True`, or those in `state` (ended or not);
+        only those carrying every `metadata` label given. Each item is a handle with its own
+        connections, opened on first use: use or `kill()` it without another lookup, and
+        `close()` it (or use it as a context manager, which kills it on exit)."""
+        call = _base.list_sandboxes_call(state, metadata, include_ended)
         http = _open(api_url, api_key, timeout, transport)
         try:
-            return await http.run(call)
+            infos = await http.run(call)
         finally:
             await http.aclose()
+        return [cls(info, http.sibling(), owns_http=True) for info in infos]
 
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current state; also updates `info`."""

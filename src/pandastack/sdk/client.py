@@ -3,8 +3,9 @@
     from pandastack import Client
 
     with Client() as client:
-        for info in client.sandboxes.list(state="running"):
-            print(info.id, info.template)
+        for old in client.sandboxes.list(metadata={"job": "nightly"}):  # live ones
+            print(old.id, old.info.template)
+            old.kill()
         sbx = client.sandboxes.create(template="base", ttl_seconds=600)
 
 Sandboxes made through a client share its connections; closing the client closes them.
@@ -34,11 +35,13 @@ __all__ = ["AsyncClient", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots", "Clie
 class Sandboxes(_base.ClientBase[HTTP]):
     """`client.sandboxes`: list, inspect, create and kill sandboxes."""
 
-    def list(self, state: str | None = None,
-             metadata: Mapping[str, str] | None = None) -> builtins.list[SandboxInfo]:
-        """The sandboxes of this key's team, optionally only in `state` and carrying every
-        `metadata` label given."""
-        return self._http.run(_base.list_sandboxes_call(state, metadata))
+    def list(self, state: str | None = None, metadata: Mapping[str, str] | None = None, *,
+             include_ended: bool = False) -> builtins.list[Sandbox]:
+        """The sandboxes of this key's team: the live ones, or every one with
+        `include_ended=True`, or those in `state` (ended or not); only those carrying every
+        `metadata` label given. Each item is a handle on this client's connections."""
+        infos = self._http.run(_base.list_sandboxes_call(state, metadata, include_ended))
+        return [Sandbox(info, self._http) for info in infos]
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         """The current state of sandbox `sandbox_id`."""
@@ -147,11 +150,13 @@ class Client(_base.ClientBase[HTTP]):
 class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
     """`client.sandboxes`: list, inspect, create and kill sandboxes (async)."""
 
-    async def list(self, state: str | None = None,
-                   metadata: Mapping[str, str] | None = None) -> builtins.list[SandboxInfo]:
-        """The sandboxes of this key's team, optionally only in `state` and carrying every
-        `metadata` label given."""
-        return await self._http.run(_base.list_sandboxes_call(state, metadata))
+    async def list(self, state: str | None = None, metadata: Mapping[str, str] | None = None,
+                   *, include_ended: bool = False) -> builtins.list[AsyncSandbox]:
+        """The sandboxes of this key's team: the live ones, or every one with
+        `include_ended=True`, or those in `state` (ended or not); only those carrying every
+        `metadata` label given. Each item is a handle on this client's connections."""
+        infos = await self._http.run(_base.list_sandboxes_call(state, metadata, include_ended))
+        return [AsyncSandbox(info, self._http) for info in infos]
 
     async def get(self, sandbox_id: str) -> SandboxInfo:
         """The current state of sandbox `sandbox_id`."""

@@ -150,17 +150,21 @@ class Sandbox(_base.SandboxBase[HTTP]):
 
     @classmethod
     def list(cls, state: str | None = None, metadata: Mapping[str, str] | None = None, *,
-             api_url: str | None = None, api_key: str | None = None,
-             timeout: TimeoutTypes = DEFAULT_TIMEOUT,
-             transport: httpx.BaseTransport | None = None) -> builtins.list[SandboxInfo]:
-        """The sandboxes of this key's team, optionally only in `state` and carrying every
-        `metadata` label given."""
-        call = _base.list_sandboxes_call(state, metadata)
+             include_ended: bool = False, api_url: str | None = None,
+             api_key: str | None = None, timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+             transport: httpx.BaseTransport | None = None) -> builtins.list[Sandbox]:
+        """The sandboxes of this key's team: the live ones (starting, running, paused,
+        hibernated), or every one with `include_ended=True`, or those in `state` (ended or not);
+        only those carrying every `metadata` label given. Each item is a handle with its own
+        connections, opened on first use: use or `kill()` it without another lookup, and
+        `close()` it (or use it as a context manager, which kills it on exit)."""
+        call = _base.list_sandboxes_call(state, metadata, include_ended)
         http = _open(api_url, api_key, timeout, transport)
         try:
-            return http.run(call)
+            infos = http.run(call)
         finally:
             http.close()
+        return [cls(info, http.sibling(), owns_http=True) for info in infos]
 
     def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current state; also updates `info`."""

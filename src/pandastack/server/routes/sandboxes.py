@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from pandastack.wire import CreateSandbox, SandboxInfo, SandboxList, SandboxState
+from pandastack.wire import ENDED_STATES, CreateSandbox, SandboxInfo, SandboxList, SandboxState
 
 from ..auth import CurrentPrincipal
 from ..errors import bad_request
@@ -33,7 +33,11 @@ async def create_sandbox(body: CreateSandbox, who: CurrentPrincipal,
 @router.get("/sandboxes", response_model=SandboxList,
             summary="List the team's sandboxes; filter with state= and metadata.KEY=VALUE")
 async def list_sandboxes(request: Request, who: CurrentPrincipal, service: Service,
-                         state: Annotated[SandboxState | None, Query()] = None) -> SandboxList:
+                         state: Annotated[SandboxState | None, Query()] = None,
+                         include_ended: Annotated[bool, Query(
+                             description="false: only live sandboxes (starting, running, "
+                                         "paused, hibernated); ignored with state=")] = True,
+                         ) -> SandboxList:
     wanted: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
         if name.startswith(METADATA_FILTER):
@@ -42,6 +46,8 @@ async def list_sandboxes(request: Request, who: CurrentPrincipal, service: Servi
                 raise bad_request("metadata filter needs a key: metadata.KEY=VALUE")
             wanted[key] = value
     rows = service.store.list_sandboxes(who.team, state)
+    if state is None and not include_ended:
+        rows = [r for r in rows if r.state not in ENDED_STATES]
     rows = [r for r in rows if all((r.meta or {}).get(k) == v for k, v in wanted.items())]
     return SandboxList(sandboxes=[to_info(r) for r in rows])
 
