@@ -256,6 +256,19 @@ def test_list_plain_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.usefixtures("configured")
+def test_list_shows_live_sandboxes_unless_all(capsys: pytest.CaptureFixture[str]) -> None:
+    ended = {**SANDBOX, "id": "sb-2", "state": "killed"}
+    api = FakeAPI().on("GET", "/v1/sandboxes", reply(200, {"sandboxes": [SANDBOX, ended]}))
+    assert run(api, "list") == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["sb-1"]
+    assert dict(api.last("GET", "/v1/sandboxes").url.params) == {"include_ended": "false"}
+    assert run(api, "list", "--all") == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == [
+        "sb-1", "sb-2"]
+    assert dict(api.last("GET", "/v1/sandboxes").url.params) == {}
+
+
+@pytest.mark.usefixtures("configured")
 def test_exec_streams_and_exits_with_the_code(capsys: pytest.CaptureFixture[str]) -> None:
     events = sse(("stdout", {"data": "out\n"}), ("stderr", {"data": "err\n"}),
                  ("exit", exec_result(exit_code=3, stdout="out\n", stderr="err\n")))
