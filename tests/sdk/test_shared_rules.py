@@ -3,12 +3,16 @@ answer raises the class of its code (pandastack.rules holds the codes and their 
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import httpx
 import pytest
 
 from pandastack import rules
-from pandastack.sdk import errors
+from pandastack.sdk import AsyncSandbox, Sandbox, errors
 from pandastack.sdk._base import api_error, error_from_event, error_from_response
+from pandastack.sdk.client import AsyncSandboxes, Sandboxes
 from pandastack.wire import ErrorBody, ErrorEnvelope
 
 
@@ -41,3 +45,10 @@ def test_a_status_without_a_code_of_ours_raises_by_status() -> None:
     assert type(api_error(504, None, None, None)) is errors.ServerError
     assert type(api_error(418, None, None, None)) is errors.APIError
     assert type(api_error(404, "gone_fishing", "m", None)) is errors.NotFoundError
+
+
+@pytest.mark.parametrize("create", [
+    Sandbox.create, AsyncSandbox.create, Sandboxes.create, AsyncSandboxes.create])
+def test_the_sdk_creates_from_the_default_template(create: Any) -> None:
+    """The SDK's signatures spell the default out (for help() and editors); it is the rule's."""
+    assert inspect.signature(create).parameters["template"].default == rules.DEFAULT_TEMPLATE
