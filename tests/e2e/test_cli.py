@@ -71,7 +71,8 @@ def test_create_exec_list_kill(cli: CLI) -> None:
 
     killed = cli("kill", sandbox_id)
     assert (killed.returncode, killed.stdout) == (0, f"killed {sandbox_id}\n"), killed.stderr
-    [entry] = json.loads(cli("list", "--json", "--metadata", "suite=cli-e2e").stdout)
+    assert json.loads(cli("list", "--json", "--metadata", "suite=cli-e2e").stdout) == []
+    [entry] = json.loads(cli("list", "--all", "--json", "--metadata", "suite=cli-e2e").stdout)
     assert entry["state"] == "killed"
 
     after = cli("exec", sandbox_id, "--", "true")
