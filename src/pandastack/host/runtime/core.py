@@ -32,15 +32,15 @@ from pandastack.host.errors import (
     SetupError,
     SnapshotFailed,
 )
-from pandastack.host.file_modes import make_private
 from pandastack.host.gc import kill_orphan_vmms
-from pandastack.host.images.build import BASE, GuestImage, ensure_image, image_spec
+from pandastack.host.images.build import GuestImage
 from pandastack.host.memory.fork_buffer import ForkBuffer
-from pandastack.host.memory.huge_pool import HugePagePool, host_memory_mb
+from pandastack.host.memory.huge_pool import HugePagePool
 from pandastack.host.network.egress_proxy import EgressProxy, Resolver
 from pandastack.host.network.manager import NetworkManager, NetworkPolicy, ProxyPorts, Slot
 from pandastack.host.runtime.console import watch_consoles
 from pandastack.host.runtime.disk_layers import LayerMerges, needs_merge
+from pandastack.host.runtime.machinery import Machinery
 from pandastack.host.runtime.records import (
     HIBERNATION,
     SANDBOX_ID_RE,
@@ -61,9 +61,7 @@ from pandastack.host.runtime.snapshots import (
     out_of_space,
 )
 from pandastack.host.templates.builtin import Template, TemplateStore
-from pandastack.host.vmm.accel import resolve_accel
 from pandastack.host.vmm.driver import (
-    KernelSpec,
     MachineShape,
     SnapshotFiles,
     VMMDriver,
@@ -73,7 +71,6 @@ from pandastack.host.vmm.driver import (
     max_stream_bytes,
 )
 from pandastack.host.vmm.qcow2 import create_overlay
-from pandastack.host.vmm.qemu import QemuDriver, reports_free_pages
 
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
@@ -117,11 +114,8 @@ class HostRuntime:
         self._console_watch: asyncio.Task[None] | None = None
         self._sandboxes: dict[str, SandboxHandle] = {}
         self._records: dict[str, SandboxRecord] = {}
-        self._images: dict[str, GuestImage] = {}  # by variant (images.ImageSpec name)
-        self._image_locks: dict[str, asyncio.Lock] = {}
-        self._driver: VMMDriver | None = None
-        self._templates: TemplateStore | None = None
-        self._prepare_lock = asyncio.Lock()
+        self.machinery = Machinery(self.config, self.network, self.huge_pool,
+                                   self._pinned_templates, progress)
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -140,41 +134,11 @@ class HostRuntime:
         """Make sure the base guest image exists and pick the accelerator (cached after first
         run). Other image variants are built when a template first needs them. First, the
         runtime's directories are made private and the process umask 0077 (file_modes.py)."""
-        async with self._prepare_lock:
-            if self._templates is None:
-                await asyncio.to_thread(make_private, self.config)
-                image = await self.image(BASE, self.progress)
-                kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
-                accel = await asyncio.to_thread(resolve_accel, self.config.accel, kernel,
-                                                self.config.cache_dir, self.config.qemu_binary)
-                balloon = await asyncio.to_thread(reports_free_pages)
-                huge = self.config.stream_huge_pages
-                if huge == "auto":
-                    huge = "off" if balloon else "on"
-                self.huge_pool.pages = self.config.stream_hugetlb_pages(
-                    balloon, await asyncio.to_thread(host_memory_mb))
-                self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
-                                          tb_size_mb=self.config.tb_size_mb,
-                                          tcg_cpu=self.config.tcg_cpu,
-                                          stream_huge_pages=huge == "on")
-                self._templates = TemplateStore(self.config.templates_dir, self._driver,
-                                                self.image, pinned=self._pinned_templates,
-                                                network=self.network,
-                                                memory_stage=self.config.memory_stage_dir,
-                                                kernel_args=self.config.guest_kernel_args(accel))
-            return self._templates
+        return await self.machinery.prepare()
 
     async def image(self, variant: str, progress: Progress | None = None) -> GuestImage:
         """The guest image of a variant, built (or found in the cache) once per process."""
-        spec = image_spec(variant)
-        lock = self._image_locks.setdefault(variant, asyncio.Lock())
-        async with lock:
-            image = self._images.get(variant)
-            if image is None:
-                image = await asyncio.to_thread(ensure_image, self.config.home, spec,
-                                                progress=progress or self.progress)
-                self._images[variant] = image
-            return image
+        return await self.machinery.image(variant, progress)
 
     def _pinned_templates(self) -> list[Path]:
         """Templates that must survive garbage collection although no VM runs from them."""
@@ -184,9 +148,7 @@ class HostRuntime:
 
     @property
     def driver(self) -> VMMDriver:
-        if self._driver is None:
-            raise HostError("runtime not prepared")
-        return self._driver
+        return self.machinery.driver
 
     async def ensure_template(self, name: str = "base",
                               shape: MachineShape | None = None) -> Template:
