@@ -44,6 +44,10 @@ def context(tmp_path: Path) -> Path:
     run.write_text("#!/bin/sh\necho run\n")
     run.chmod(0o755)
     (tmp_path / "index.html").write_text("<h1>hello</h1>\n")
+    # Modes are part of what COPY records: set them, whatever umask an earlier test left.
+    for path in (tmp_path / "app" / "main.py", tmp_path / "app" / "lib" / "util.py",
+                 tmp_path / "index.html"):
+        path.chmod(0o644)
     return tmp_path
 
 
