@@ -84,9 +84,9 @@ class HostConfig:
         for port in ("egress_http_port", "egress_tls_port"):
             if f"PANDASTACK_{port.upper()}" in env:
                 values[port] = int(env[f"PANDASTACK_{port.upper()}"])
-        if "PANDASTACK_NETWORK_OPERATOR_ALLOW" in env:
-            values["network_operator_allow"] = tuple(
-                e for e in env["PANDASTACK_NETWORK_OPERATOR_ALLOW"].split(",") if e.strip())
+        from pandastack.host.network.manager import operator_allow_from
+
+        values["network_operator_allow"] = operator_allow_from(env)
         if "PANDASTACK_NETWORK_POOL" in env:
             values["network_pool"] = env["PANDASTACK_NETWORK_POOL"]
         if "PANDASTACK_SNAPSHOTS_DIR" in env:

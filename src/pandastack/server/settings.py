@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pandastack.host.config import DEFAULT_HOME
-from pandastack.host.network.manager import OPERATOR_ALLOW_VAR, parse_cidrs
+from pandastack.host.network.manager import operator_allow_from, parse_cidrs
 
 
 def _default_client_config() -> Path:
@@ -135,10 +135,6 @@ class Settings:
         take("PANDASTACK_PORT_READ_TIMEOUT", "port_read_timeout_seconds", float)
         take("PANDASTACK_URL_SIGNING_SECRET", "url_signing_secret", str)
         take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)
-        operator_allow = [e for e in env.get(OPERATOR_ALLOW_VAR, "").split(",") if e.strip()]
-        try:
-            values["network_operator_allow"] = parse_cidrs(operator_allow)
-        except ValueError as exc:
-            raise ValueError(f"{OPERATOR_ALLOW_VAR}: {exc}") from None
+        values["network_operator_allow"] = operator_allow_from(env)
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ import json
 import os
 import random
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +80,16 @@ def parse_cidrs(entries: Iterable[str]) -> tuple[str, ...]:
             raise ValueError(f"not an IPv4 CIDR: {entry!r}")
         nets.append(str(net))
     return tuple(nets)
+
+
+def operator_allow_from(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The operator's list from the environment (comma-separated CIDRs), canonical;
+    ValueError naming the variable and the entry when one is not a CIDR."""
+    entries = [e for e in env.get(OPERATOR_ALLOW_VAR, "").split(",") if e.strip()]
+    try:
+        return parse_cidrs(entries)
+    except ValueError as exc:
+        raise ValueError(f"{OPERATOR_ALLOW_VAR}: {exc}") from None
 
 
 @functools.lru_cache(maxsize=16)
