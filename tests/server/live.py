@@ -53,14 +53,15 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
 
 
 @contextmanager
-def fake_server(tmp: Path, **settings: object) -> Iterator[FakeServer]:
-    """Start it, wait for /health, yield; SIGTERM (then SIGKILL) on the way out."""
+def fake_server(tmp: Path, *, module: str = "tests.server.serve_fake",
+                **settings: object) -> Iterator[FakeServer]:
+    """Start it (`python -m MODULE PORT DIR SETTINGS_JSON`), wait for /health, yield;
+    SIGTERM (then SIGKILL) on the way out."""
     port = free_port()
     log = tmp / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.server.serve_fake", str(port), str(tmp),
-             json.dumps(settings)],
+            [sys.executable, "-m", module, str(port), str(tmp), json.dumps(settings)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -4,11 +4,7 @@ URLs with the signature REDACTED."""
 
 from __future__ import annotations
 
-import json
 import logging
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -18,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from pandastack.server.signing import REDACTED, SignatureRedactor, redact_signatures
-from tests.server.live import ROOT, free_port, wait_healthy
+from tests.server.live import fake_server
 
 
 def test_redaction_of_signature_parameters() -> None:
@@ -42,39 +38,24 @@ def test_redaction_of_signature_parameters() -> None:
 
 @pytest.mark.timeout(120)
 def test_signed_url_signatures_stay_out_of_the_access_log(tmp_path: Path) -> None:
-    port = free_port()
-    log = tmp_path / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.server.serve_logged", str(port), str(tmp_path)],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    base = f"127.0.0.1:{port}"
-    try:
-        wait_healthy(f"http://{base}", proc, log, 30)
-        key = json.loads((tmp_path / "client" / "config.json").read_text())["api_key"]
-        with httpx.Client(base_url=f"http://{base}",
-                          headers={"Authorization": f"Bearer {key}"}, timeout=30) as api:
-            r = api.post("/v1/sandboxes", json={})
-            assert r.status_code == 201, r.text
-            sid = r.json()["id"]
-            r = api.post(f"/v1/sandboxes/{sid}/ports/8000/signed-url", json={"ttl_seconds": 60})
-            assert r.status_code == 200, r.text
-            parts = urlsplit(r.json()["url"])
-            signature = dict(p.split("=") for p in parts.query.split("&"))["ps_sig"]
-            anonymous = {"Authorization": ""}
-            for query in (parts.query, parts.query.replace("ps_sig", "ps%5Fsig")):
-                r = api.get(f"{parts.path}x?{query}", headers=anonymous)
-                assert r.status_code != 403, r.text  # the signature was accepted
-            with pytest.raises(InvalidStatus):
-                connect(f"ws://{base}{parts.path}ws?{parts.query}", open_timeout=30).close()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    text = log.read_text(errors="replace")
+    with fake_server(tmp_path, module="tests.server.serve_logged") as server, \
+            httpx.Client(base_url=server.url, headers=server.headers(), timeout=30) as api:
+        r = api.post("/v1/sandboxes", json={})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        r = api.post(f"/v1/sandboxes/{sid}/ports/8000/signed-url", json={"ttl_seconds": 60})
+        assert r.status_code == 200, r.text
+        parts = urlsplit(r.json()["url"])
+        signature = dict(p.split("=") for p in parts.query.split("&"))["ps_sig"]
+        anonymous = {"Authorization": ""}
+        for query in (parts.query, parts.query.replace("ps_sig", "ps%5Fsig")):
+            r = api.get(f"{parts.path}x?{query}", headers=anonymous)
+            assert r.status_code != 403, r.text  # the signature was accepted
+        with pytest.raises(InvalidStatus):
+            connect(f"{server.url.replace('http', 'ws', 1)}{parts.path}ws?{parts.query}",
+                    open_timeout=30).close()
+    # Read once the server has stopped: everything it logged is in the file.
+    text = server.log.read_text(errors="replace")
     assert f"{parts.path}x?" in text and f"{parts.path}ws?" in text, text[-3000:]
     assert signature not in text, text[-3000:]
     assert text.count(f"ps_sig={REDACTED}") >= 2 and f"ps%5Fsig={REDACTED}" in text
