@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -48,18 +49,25 @@ def short_tmp() -> Path:
     return Path(tempfile.mkdtemp(prefix="pss-", dir="/tmp"))
 
 
-@pytest.fixture(scope="module")
-async def api() -> AsyncIterator[Api]:
+@asynccontextmanager
+async def vm_app() -> AsyncIterator[Api]:
+    """A started app over a real runtime on a private state dir (sharing the template
+    cache); on the way out whatever it left running is killed, and the test fails on it."""
     tmp = short_tmp()
-    settings = vm_settings(tmp)
     try:
-        async with running_app(settings) as a:
+        async with running_app(vm_settings(tmp)) as a:
             yield a
     finally:
         try:
             await _wipe(tmp / "s")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+async def api() -> AsyncIterator[Api]:
+    async with vm_app() as a:
+        yield a
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ Each test gets a sandbox of its own, so one abuse cannot hide behind another."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator
 
@@ -16,8 +15,8 @@ import httpx
 import pytest
 
 from pandastack import AsyncSandbox
-from tests.server.conftest import Api, running_app
-from tests.server.test_api_vm import _wipe, short_tmp, vm_settings
+from tests.server.conftest import Api
+from tests.server.test_api_vm import vm_app
 
 pytestmark = pytest.mark.vm
 
@@ -37,15 +36,8 @@ BOMB_PIDS_MIN = 256
 
 @pytest.fixture(scope="module")
 async def api() -> AsyncIterator[Api]:
-    tmp = short_tmp()
-    try:
-        async with running_app(vm_settings(tmp)) as a:
-            yield a
-    finally:
-        try:
-            await _wipe(tmp / "s")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    async with vm_app() as a:
+        yield a
 
 
 @pytest.fixture

@@ -6,30 +6,22 @@ host: the server reaches the guest through the sandbox's namespace address."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.server.conftest import Api, assert_envelope, running_app
-from tests.server.test_api_vm import _wipe, short_tmp, vm_settings
+from tests.server.conftest import Api, assert_envelope
+from tests.server.test_api_vm import vm_app
 
 pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
 async def api() -> AsyncIterator[Api]:
-    tmp = short_tmp()
-    try:
-        async with running_app(vm_settings(tmp)) as a:
-            yield a
-    finally:
-        try:
-            await _wipe(tmp / "s")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    async with vm_app() as a:
+        yield a
 
 
 async def test_policy_and_exposed_port(api: Api) -> None:
