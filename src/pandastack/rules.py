@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import re
 import secrets
+from pathlib import Path
 from typing import Literal, get_args
+
+#: Where a host keeps its images, templates, snapshots and sandboxes, and a single-machine
+#: server its database, unless PANDASTACK_HOME says otherwise.
+DEFAULT_HOME = Path("/var/lib/pandastack")
 
 # -- machine shape ------------------------------------------------------------------------
 
@@ -40,6 +45,9 @@ MAX_FORK = 16
 
 #: What a sandbox (and a template build's FROM) starts from when it names no template.
 DEFAULT_TEMPLATE = "base"
+#: The templates every host has (a host builds one on its first use); a team template may not
+#: take one of these names.
+BUILTIN_TEMPLATE_NAMES = frozenset({"base", "python", "node", "code-interpreter"})
 #: A team template's name: lower-case letters, digits, ".", "_", "-" (unanchored, so that a
 #: reference `name:3` can embed it).
 TEMPLATE_NAME_BODY = r"[a-z0-9][a-z0-9._-]{0,62}"
@@ -75,20 +83,23 @@ def new_build_id() -> str:
 ErrorCode = Literal[
     "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
     "validation_error", "rate_limited", "internal", "unavailable", "timeout",
-    "forbidden", "insufficient_storage", "bad_gateway", "template_building",
+    "forbidden", "insufficient_storage", "bad_gateway", "template_building", "host_unavailable",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 
 #: The HTTP status each code is sent with (and stands for inside an event stream, where an
 #: error has no status of its own). Two codes share 409: `template_building` is a conflict
-#: the client may wait out.
+#: the client may wait out; two share 503: `host_unavailable` says the sandbox's host is out
+#: of reach (its sandboxes are not lost: retry once it is back).
 ERROR_STATUS: dict[ErrorCode, int] = {
     "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
     "timeout": 408, "conflict": 409, "template_building": 409, "payload_too_large": 413,
     "validation_error": 422, "rate_limited": 429, "internal": 500, "bad_gateway": 502,
-    "unavailable": 503, "insufficient_storage": 507,
+    "unavailable": 503, "host_unavailable": 503, "insufficient_storage": 507,
 }
 #: The code a bare status stands for (an error raised without a code, a reply without an
-#: envelope): the inverse of `ERROR_STATUS`, where a bare 409 is a plain `conflict`.
+#: envelope): the inverse of `ERROR_STATUS`, where a bare 409 is a plain `conflict` and a
+#: bare 503 plain `unavailable`.
 STATUS_ERROR_CODE: dict[int, ErrorCode] = {
-    status: code for code, status in ERROR_STATUS.items() if code != "template_building"}
+    status: code for code, status in ERROR_STATUS.items()
+    if code not in ("template_building", "host_unavailable")}

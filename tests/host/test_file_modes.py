@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from pandastack.host.config import FORK_BUFFERS_ROOT, HUGETLB_CLAIMS_ROOT, HostConfig
-from pandastack.host.errors import SetupError
 from pandastack.host.file_modes import make_private, make_private_dir
 from pandastack.host.images.common import run
 from pandastack.host.images.rootfs import _guest_dirs
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.records import HIBERNATION
+from pandastack.hostport.errors import SetupError
 from tests.helpers import close_private_runtime
 
 

@@ -11,10 +11,12 @@ from pathlib import Path
 import httpx
 from fastapi import FastAPI
 
+from pandastack.host.local import LocalHost
+from pandastack.host.runtime import HostRuntime
+from pandastack.hostport.protocols import RuntimePort
 from pandastack.server.app import create_app
-from pandastack.server.runtime_port import RuntimePort
 from pandastack.server.settings import Settings
-from pandastack.server.templates import Builder
+from tests.server.fakes import FakeRuntime, ScriptedBuilder
 
 
 def make_settings(tmp: Path, **overrides: object) -> Settings:
@@ -48,10 +50,16 @@ class Api:
 
 @asynccontextmanager
 async def running_app(
-    settings: Settings, runtime: RuntimePort | None = None, admin_key: str | None = None,
-    builder: Builder | None = None,
+    settings: Settings, runtime: RuntimePort | HostRuntime | None = None,
+    admin_key: str | None = None,
+    builder: ScriptedBuilder | None = None,
 ) -> AsyncIterator[Api]:
-    app = create_app(settings, runtime, builder=builder)
+    if builder is not None:
+        assert isinstance(runtime, FakeRuntime)
+        runtime.builder = builder
+    if isinstance(runtime, HostRuntime):  # the test owns it, and looks inside it after
+        runtime = LocalHost(runtime, owns_runtime=False)
+    app = create_app(settings, runtime)
     async with app.router.lifespan_context(app):
         if admin_key is None:
             admin_key = json.loads(settings.client_config_path.read_text())["api_key"]

@@ -12,31 +12,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pandastack.host.agentlink.client import CodeEvent, ExecResult
-from pandastack.host.agentlink.files import FileInfo
-from pandastack.host.errors import (
+from pandastack.hostport.errors import (
     BuildFailed,
     CodeContextNotFound,
     GuestOSError,
+    HostError,
     SandboxNotFound,
     SandboxStateError,
     SnapshotNotFound,
     TemplateNotFound,
 )
-from pandastack.host.network.manager import NetworkPolicy
-from pandastack.host.runtime import SnapshotResult
-from pandastack.host.runtime.snapshots import SnapshotInfo
-from pandastack.server.runtime_port import OutputCallback
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.protocols import BuildLog, OutputCallback, SandboxPlacement
+from pandastack.hostport.results import (
+    BuildResult,
+    CodeEvent,
+    ExecResult,
+    FileInfo,
+    SnapshotInfo,
+    SnapshotResult,
+)
 from pandastack.templatespec import TemplateSpec
 
 MAX_FORK = 16
-
-
-@dataclass(frozen=True)
-class FakeSlot:
-    """Stands in for `pandastack.host.network.manager.Slot`: where the sandbox's ports are."""
-
-    ns_ip: str
 
 
 class FakeSandbox:
@@ -232,8 +230,10 @@ class FakeRuntime:
         self.ns_ip: str | None = None
         # Set: prepare_template() waits for it, as a first use that builds the template does.
         self.template_built: asyncio.Event | None = None
+        # Template builds (None: the host refuses them, as one without images would).
+        self.builder: ScriptedBuilder | None = None
 
-    async def start(self) -> object:
+    async def start(self) -> None:
         return None
 
     async def close(self) -> None:
@@ -273,13 +273,16 @@ class FakeRuntime:
         if self.template_built is not None:  # a first use that has to build the template
             await self.template_built.wait()
 
-    def get(self, sandbox_id: str) -> FakeSandbox:
+    def sandbox(self, sandbox_id: str) -> FakeSandbox:
         try:
             return self.sandboxes[sandbox_id]
         except KeyError:
             raise SandboxNotFound(sandbox_id) from None
 
-    def list(self) -> list[FakeSandbox]:
+    async def get(self, sandbox_id: str) -> FakeSandbox:
+        return self.sandbox(sandbox_id)
+
+    async def list_sandboxes(self) -> list[FakeSandbox]:
         return list(self.sandboxes.values())
 
     async def kill(self, sandbox_id: str) -> None:
@@ -288,7 +291,7 @@ class FakeRuntime:
         self.killed.append(sandbox_id)
 
     def _awake(self, sandbox_id: str) -> FakeSandbox:
-        sbx = self.get(sandbox_id)
+        sbx = self.sandbox(sandbox_id)
         if sbx.state not in ("running", "paused"):
             raise SandboxStateError(f"sandbox {sandbox_id} is {sbx.state}")
         return sbx
@@ -321,47 +324,55 @@ class FakeRuntime:
         try:
             if self.fail_fork is not None:
                 raise self.fail_fork
-            policy = self.get(sandbox_id).network
+            policy = self.sandbox(sandbox_id).network
             return [await self.create(snapshot=snap.info.id, network=policy)
                     for _ in range(count)]
         finally:
-            self.delete_snapshot(snap.info.id)
+            await self.delete_snapshot(snap.info.id)
 
     async def hibernate(self, sandbox_id: str) -> None:
         self._awake(sandbox_id).state = "hibernated"
 
     async def wake(self, sandbox_id: str) -> None:
-        sbx = self.get(sandbox_id)
+        sbx = self.sandbox(sandbox_id)
         if sbx.state == "hibernated":
             if self.fail_wake is not None:
                 raise self.fail_wake
             sbx.state = "running"
             sbx.wakes += 1
 
-    def delete_snapshot(self, snapshot_id: str) -> None:
+    async def delete_snapshot(self, snapshot_id: str) -> None:
         if self.snapshots.infos.pop(snapshot_id, None) is None:
             raise SnapshotNotFound(snapshot_id)
         self.snapshots.files.pop(snapshot_id, None)
 
     async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
-        self.get(sandbox_id).network = network
+        self.sandbox(sandbox_id).network = network
         return network
 
-    def describe(self, sandbox_id: str) -> dict[str, object]:
-        sbx = self.get(sandbox_id)
-        return {"id": sandbox_id, "state": sbx.state, "network": sbx.network.to_dict(),
-                "slot": FakeSlot(self.ns_ip) if self.ns_ip is not None else None}
+    async def placement(self, sandbox_id: str) -> SandboxPlacement:
+        return SandboxPlacement(network=self.sandbox(sandbox_id).network, ns_ip=self.ns_ip)
 
+    async def console_log(self, sandbox_id: str, max_bytes: int) -> bytes:
+        path = Path(self.sandbox(sandbox_id).workdir) / "console.log"
+        return path.read_bytes()[-max_bytes:] if path.exists() else b""
 
-@dataclass
-class BuildResult:
-    snapshot_id: str
-    env: dict[str, str]
-    workdir: str | None
-    user: str | None
-    steps_total: int
-    steps_cached: int
-    seconds: float
+    async def snapshot_info(self, snapshot_id: str) -> SnapshotInfo:
+        return self.snapshots.get(snapshot_id)
+
+    async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
+        return self.snapshots.all(include_internal=include_internal)
+
+    async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
+                             network: NetworkPolicy | None = None, vcpus: int = 1,
+                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+        if self.builder is None:
+            raise HostError("this host cannot build templates")
+        return await self.builder.build(spec, log=log, network=network, vcpus=vcpus,
+                                        memory_mb=memory_mb, cache_scope=cache_scope)
+
+    async def prune_build_cache(self, keep_newest: int) -> list[str]:
+        return []
 
 
 @dataclass
@@ -390,10 +401,4 @@ class ScriptedBuilder:
         snap = await self.runtime.snapshot(sbx.id, internal=True)
         await self.runtime.kill(sbx.id)
         log("built")
-        return BuildResult(snap.info.id, {"FROM_TEMPLATE": "1"}, "/srv", None, 1, 0, 0.1)
-
-    def cache_entries(self) -> Sequence[Any]:
-        return []
-
-    def prune_cache(self, keep: Any = None) -> list[str]:
-        return []
+        return BuildResult(snap.info.id, {"FROM_TEMPLATE": "1"}, "/srv", None, None, 1, 0, 0.1)

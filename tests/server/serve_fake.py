@@ -21,7 +21,8 @@ def main(argv: list[str]) -> int:
     runtime = FakeRuntime(tmp / "sandboxes")
     runtime.ns_ip = overrides.pop("fake_ns_ip", None)  # type: ignore[assignment]
     settings = make_settings(tmp, port=port, **overrides)
-    app = create_app(settings, runtime, builder=ScriptedBuilder(runtime))
+    runtime.builder = ScriptedBuilder(runtime)
+    app = create_app(settings, runtime)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     return 0
 

@@ -125,7 +125,7 @@ async def test_exec_env_merge_and_decoding(api: Api) -> None:
     )
     assert r.status_code == 200, r.text
     assert r.json()["stdout"] == "echo hi\ufffd"
-    fake = api.app.state.service.runtime.get(sbx["id"])
+    fake = api.app.state.service.runtime.sandbox(sbx["id"])
     assert fake.last_env == {"A": "1", "B": "3"}
 
 
@@ -216,7 +216,7 @@ async def test_bad_input_is_always_a_4xx_envelope(api: Api) -> None:
 
 async def test_guest_strings_that_are_not_unicode_are_shown_with_replacement(api: Api) -> None:
     sid = (await create(api))["id"]
-    fake = api.app.state.service.runtime.get(sid)
+    fake = api.app.state.service.runtime.sandbox(sid)
     fake.files["/d/bad\udcff.txt"] = b"x"  # how a non-UTF-8 name arrives from the guest
     r = await api.client.get(f"/v1/sandboxes/{sid}/files/list", params={"path": "/d"})
     assert r.status_code == 200, r.text
@@ -338,7 +338,7 @@ async def test_unhandled_exception_is_a_500_envelope(api: Api) -> None:
     async def boom(*args: object, **kwargs: object) -> list[dict[str, object]]:
         raise RuntimeError("bug")
 
-    api.app.state.service.runtime.get(sid).procs = boom
+    api.app.state.service.runtime.sandbox(sid).procs = boom
     r = await api.client.get(f"/v1/sandboxes/{sid}/processes")
     assert_envelope(r, 500, "internal")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.errors import AgentConnectionError, SandboxStateError, SnapshotFailed
+from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, SnapshotFailed
 from pandastack.server.lifecycle import decide, should_hibernate, sweep
 from pandastack.server.service import SandboxService
 from pandastack.server.settings import Settings
@@ -54,7 +54,7 @@ async def test_pause_and_resume(api: Api) -> None:
     sid = (await create(api))["id"]
     assert (await post(api, f"/v1/sandboxes/{sid}/pause", 200))["state"] == "paused"
     assert await state_of(api, sid) == "paused"
-    assert runtime_of(api).get(str(sid)).state == "paused"
+    assert runtime_of(api).sandbox(str(sid)).state == "paused"
     assert (await post(api, f"/v1/sandboxes/{sid}/pause", 200))["state"] == "paused"  # again
     r = await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"})
     assert_envelope(r, 409, "conflict")
@@ -87,7 +87,7 @@ async def test_hibernate_then_any_request_wakes(api: Api) -> None:
         r = await api.client.request(method, path, **kwargs)  # type: ignore[arg-type]
         assert r.status_code == status, (path, r.text)
         assert await state_of(api, sid) == "running", path
-        assert rt.get(sid).wakes == n
+        assert rt.sandbox(sid).wakes == n
     # hibernate is idempotent; wake explicitly; wake of a running one is a no-op
     await post(api, f"/v1/sandboxes/{sid}/hibernate", 200)
     assert (await post(api, f"/v1/sandboxes/{sid}/hibernate", 200))["state"] == "hibernated"
@@ -134,7 +134,7 @@ async def test_snapshot_list_get_create_from_delete(api: Api) -> None:
         child = await create(api, snapshot=snap["id"], ttl_seconds=60)
         assert child["state"] == "running" and child["snapshot"] == snap["id"]
         assert child["template"] == "base" and child["ttl_seconds"] == 60
-        assert rt.get(str(child["id"])).files == {"/w/a": b"hi"}
+        assert rt.sandbox(str(child["id"])).files == {"/w/a": b"hi"}
     # the shape comes from the snapshot: naming the same values is fine, others a 422
     await create(api, snapshot=snap["id"], template="base", vcpus=1, memory_mb=512)
     r = await api.client.post("/v1/sandboxes", json={"snapshot": snap["id"], "vcpus": 2})
@@ -207,9 +207,9 @@ async def test_fork(api: Api) -> None:
         assert child["state"] == "running" and child["snapshot"] is None
         assert child["ttl_seconds"] == 1234 and child["persistent"] is True
         assert child["metadata"] == {"run": "7"} and child["template"] == "base"
-        assert rt.get(child["id"]).files == {"/w/a": b"p"}
+        assert rt.sandbox(child["id"]).files == {"/w/a": b"p"}
         await post(api, f"/v1/sandboxes/{child['id']}/exec", 200, cmd="true")
-        assert rt.get(child["id"]).last_env == {"A": "1"}
+        assert rt.sandbox(child["id"]).last_env == {"A": "1"}
     listed = (await api.client.get("/v1/sandboxes", params={"metadata.run": "7"})).json()
     assert {s["id"] for s in listed["sandboxes"]} == ids | {pid}
     assert rt.snapshots.all(include_internal=True) == []  # the fork's snapshot is gone
@@ -277,8 +277,8 @@ async def test_reconcile_keeps_the_runtime_state(tmp_path: Path) -> None:
         await post(api, f"/v1/sandboxes/{hib}/hibernate", 200)
         await post(api, f"/v1/sandboxes/{woke}/hibernate", 200)
     # while the server was down: one paused, one woken, one snapshot's files gone
-    runtime.get(paused).state = "paused"
-    runtime.get(woke).state = "running"
+    runtime.sandbox(paused).state = "paused"
+    runtime.sandbox(woke).state = "running"
     del runtime.snapshots.infos[str(lost["id"])]
     async with running_app(settings, runtime) as api:
         assert await state_of(api, hib) == "hibernated"
@@ -303,7 +303,7 @@ async def test_idle_policy_hibernates_persistent_sandboxes(tmp_path: Path) -> No
         assert await sweep(service, now=base + 5) == []
         assert await sweep(service, now=base + 20) == []
         assert await state_of(api, keep) == "hibernated"  # persistent and idle: hibernated
-        assert runtime.get(keep).state == "hibernated"
+        assert runtime.sandbox(keep).state == "hibernated"
         assert await state_of(api, plain) == "running"  # not persistent: left to the reaper
         assert await state_of(api, hib) == "hibernated"
         # hibernated persistent sandboxes are never reaped; a hibernated one still expires
@@ -322,11 +322,11 @@ async def test_sweep_follows_the_runtime_and_spares_transitions(tmp_path: Path) 
     async with running_app(settings, runtime) as api:
         service: SandboxService = api.app.state.service
         sid = str((await create(api, ttl_seconds=1000))["id"])
-        runtime.get(sid).state = "hibernated"  # e.g. woken or hibernated behind our back
+        runtime.sandbox(sid).state = "hibernated"  # e.g. woken or hibernated behind our back
         assert await sweep(service) == []
         assert await state_of(api, sid) == "hibernated"
-        runtime.get(sid).state = "running"
-        runtime.get(sid).alive = False
+        runtime.sandbox(sid).state = "running"
+        runtime.sandbox(sid).alive = False
         async with service.transition(sid):
             assert await sweep(service) == []  # a VM briefly gone mid-change is not a failure
         assert await sweep(service) == [(sid, "failed")]

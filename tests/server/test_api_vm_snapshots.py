@@ -129,6 +129,6 @@ async def test_fork_snapshot_hibernate_and_faults(api: Api) -> None:
 
 def no_vm_process(api: Api, sid: str) -> bool:
     """No QEMU process runs for the sandbox (it is hibernated)."""
-    runtime = api.app.state.service.runtime
+    runtime = api.app.state.service.runtime.runtime  # the LocalHost's HostRuntime
     workdir = Path(str(runtime.get(sid).workdir))
     return qemu_pids_under(workdir) == []

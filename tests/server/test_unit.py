@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.errors import AgentConnectionError, GuestOSError, SandboxNotFound
+from pandastack.hostport.errors import AgentConnectionError, GuestOSError, SandboxNotFound
 from pandastack.server.auth import generate_key, hash_key, looks_like_key, new_api_key
 from pandastack.server.errors import envelope, from_host_error
 from pandastack.server.lifecycle import decide

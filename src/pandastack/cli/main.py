@@ -11,13 +11,13 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from . import keys, sandbox, serve, template
+from . import agent, keys, sandbox, serve, template
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
 # keep the user's umask. They run the server or the host, so they need the `server` extra; the
 # client commands (`sandbox`, `template`) need only the SDK and never import server or host.
-SERVICE_COMMANDS = ("setup", "serve", "keys")
+SERVICE_COMMANDS = ("setup", "serve", "keys", "agent")
 # The top-level modules of the `server` extra (pyproject.toml).
 SERVER_EXTRA = "pandastack[server]"
 SERVER_EXTRA_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "qemu.qmp", "websockets")
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = sub.add_parser("setup", help="build the guest image and the base template")
     setup.add_argument("--smoke", action="store_true", help="create one sandbox and run a command")
     serve.add_parser(sub)
+    agent.add_parser(sub)
     keys.add_parser(sub)
     sandbox.add_parser(sub)
     template.add_parser(sub)
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"pip install '{escape(SERVER_EXTRA)}' (missing: {', '.join(missing)})",
                           soft_wrap=True)
             return 1
-        from pandastack.host.errors import HostError
         from pandastack.host.file_modes import restrict_umask
+        from pandastack.hostport.errors import HostError
 
         restrict_umask()
         errors = (HostError, ValueError)
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve.run(args)
         if args.command == "keys":
             return keys.run(args)
+        if args.command == "agent":
+            return agent.run(args)
         if args.command == "sandbox":
             return sandbox.run(args)
         if args.command == "template":

@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_HOME = Path("/var/lib/pandastack")
+from pandastack.rules import DEFAULT_HOME
+
 DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
 FORK_BUFFERS_ROOT = Path("/run/pandastack-fork-buffers")
 HUGETLB_CLAIMS_ROOT = Path("/run/pandastack-hugetlb")
@@ -45,6 +46,8 @@ class HostConfig:
     # Address-space randomization of processes inside the guest. "auto": off under TCG, where
     # it makes every process translate its shared libraries again (ADR 0009), on under KVM.
     guest_aslr: str = "auto"
+    # The VMM driver, by name (host/vmm/factory.py knows them): PANDASTACK_VMM.
+    vmm: str = "qemu"
     qemu_binary: str = "qemu-system-x86_64"
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
     # (host/memory/stage.py); None keeps them where they are (snapshots then stop the guest).
@@ -61,6 +64,10 @@ class HostConfig:
     # memory back to its hypervisor, else 0.
     stream_hugetlb_mb: int | None = None
     agent_timeout_s: float = 30.0
+    # False: sandboxes get no network at all (no slot, namespace, tap or egress proxy), and
+    # the runtime leaves the host's network alone. Only for drivers whose VMs have no NIC
+    # (the unit tests' fake VMM): the QEMU driver refuses it.
+    networking: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -78,13 +85,14 @@ class HostConfig:
         values: dict[str, object] = {
             "home": Path(env.get("PANDASTACK_HOME", str(DEFAULT_HOME))),
             "accel": env.get("PANDASTACK_ACCEL", "auto"),
+            "vmm": env.get("PANDASTACK_VMM", "qemu"),
         }
         if "PANDASTACK_DNS" in env:
             values["dns"] = env["PANDASTACK_DNS"]
         for port in ("egress_http_port", "egress_tls_port"):
             if f"PANDASTACK_{port.upper()}" in env:
                 values[port] = int(env[f"PANDASTACK_{port.upper()}"])
-        from pandastack.host.network.manager import operator_allow_from
+        from pandastack.hostport.network import operator_allow_from
 
         values["network_operator_allow"] = operator_allow_from(env)
         if "PANDASTACK_NETWORK_POOL" in env:

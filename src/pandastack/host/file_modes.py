@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pandastack.host.config import FORK_BUFFERS_ROOT, HUGETLB_CLAIMS_ROOT, HostConfig
-from pandastack.host.errors import SetupError
+from pandastack.hostport.errors import SetupError
 
 SERVICE_UMASK = 0o077
 PRIVATE_DIR = 0o700

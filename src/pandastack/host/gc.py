@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import time
@@ -19,14 +18,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pandastack.host.vmm.driver import iter_cmdlines, pid_is_running, read_cmdline
+from pandastack.host.vmm.factory import is_vmm_process, vm_workdir
 
 GRACE_S = 600.0
-# The agent chardev names the VM's directory: `socket,id=agent,path=<workdir>/agent.sock,...`.
-AGENT_SOCKET_RE = re.compile(r"path=([^,]+/agent\.sock)")
 
 
 def _vmm_cmdlines() -> list[str]:
-    return ["\0".join(argv) for _, argv in iter_cmdlines() if "qemu" in Path(argv[0]).name]
+    return ["\0".join(argv) for _, argv in iter_cmdlines() if is_vmm_process(argv)]
 
 
 def _old(path: Path, now: float, grace: float) -> bool:
@@ -101,16 +99,9 @@ def orphan_vmms(cmdlines: Iterable[tuple[int, list[str]]] | None = None,
     `cmdlines`: a `vmm.iter_cmdlines()` walk the caller already made."""
     found: list[tuple[int, Path]] = []
     for pid, argv in iter_cmdlines() if cmdlines is None else cmdlines:
-        if "qemu" not in Path(argv[0]).name or not any(
-                a.startswith("pandastack,process=pandastack-vm-") for a in argv):
-            continue
-        for arg in argv:
-            match = AGENT_SOCKET_RE.search(arg)
-            if match is not None:
-                workdir = Path(match.group(1)).parent
-                if not workdir.exists():
-                    found.append((pid, workdir))
-                break
+        workdir = vm_workdir(argv)  # any driver's: VMMs of other runtimes count too
+        if workdir is not None and not workdir.exists():
+            found.append((pid, workdir))
     return found
 
 

@@ -27,6 +27,7 @@ older names are those leaves, or aliases::
         │   │   └── TemplateBuildingError  409: the template is still building (`retry_after`)
         │   └── InsufficientStorageError  507: the guest's disk is full (ENOSPC/EDQUOT)
         ├── ServerError               any other 5xx: internal error, unavailable, gateway timeout
+        │   └── HostUnavailableError  503: the sandbox's host is out of reach for now (not lost)
         └── WaitTimeoutError          408 (see TimeoutError)
 
 Aliases (the same class objects): `ValidationError` is `InvalidRequestError`, `TransportError`
@@ -225,6 +226,11 @@ class ServerError(APIError):
     """The server failed (5xx other than 507): internal error, unavailable, gateway timeout."""
 
 
+class HostUnavailableError(ServerError):
+    """The host the sandbox runs on cannot be reached right now (503 `host_unavailable`): its
+    agent is down or restarting. The sandbox is not lost; retry once the host is back."""
+
+
 class WaitTimeoutError(TimeoutError, APIError):
     """The server stopped waiting (408), e.g. `Process.wait(timeout_seconds=...)` while the
     process is still running. The process keeps running; wait again or kill it."""
@@ -256,6 +262,7 @@ CODE_EXCEPTIONS: dict[ErrorCode, type[APIError]] = {
     "template_building": TemplateBuildingError, "payload_too_large": PayloadTooLargeError,
     "rate_limited": RateLimitError, "insufficient_storage": InsufficientStorageError,
     "internal": ServerError, "bad_gateway": ServerError, "unavailable": ServerError,
+    "host_unavailable": HostUnavailableError,
 }
 _BY_CODE: dict[str, type[APIError]] = {code: cls for code, cls in CODE_EXCEPTIONS.items()}
 _CODE_STATUS: dict[str, int] = {code: status for code, status in ERROR_STATUS.items()}

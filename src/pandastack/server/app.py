@@ -1,5 +1,6 @@
-"""The FastAPI application factory. The lifespan starts the host runtime (which re-adopts
-running VMs), reconciles it with the store, makes the first admin key, and runs the reaper."""
+"""The FastAPI application factory. The lifespan starts the host (in this process, or a
+`pandastack agent` reached over the host API; either re-adopts running VMs), reconciles it with
+the store, makes the first admin key, and runs the reaper."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from pandastack.host.config import HostConfig
-from pandastack.host.runtime import HostRuntime
-from pandastack.host.templates.builds import TemplateBuilds
+from pandastack.hostport.protocols import RuntimePort
 from pandastack.wire import ErrorEnvelope
 
 from .bootstrap import ensure_admin_key, private_database
@@ -37,12 +36,11 @@ from .routes import (
 from .routes import exec as exec_routes
 from .routes import templates as template_routes
 from .routes.ports import PortProxy
-from .runtime_port import RuntimePort
 from .service import SandboxService
 from .settings import Settings
 from .signing import UrlSigner, redact_signatures_in_logs
 from .store import open_store
-from .templates import Builder, TemplateService
+from .templates import TemplateService
 
 log = logging.getLogger("pandastack.server")
 
@@ -62,17 +60,19 @@ def operation_id(route: APIRoute) -> str:
     return first + "".join(word.capitalize() for word in rest)
 
 
-def default_runtime(settings: Settings) -> HostRuntime:
-    config = HostConfig.from_env(home=settings.home, state_dir=settings.state_dir,
-                                 network_operator_allow=settings.network_operator_allow)
-    return HostRuntime(config, progress=lambda message: log.info("%s", message))
+def default_host(settings: Settings) -> RuntimePort:
+    """The host the server drives when the caller gives none: the agent `settings.agent`
+    names, or else one composed in this process."""
+    if settings.agent is not None:
+        from .hostclient import HostClient, read_token
+        return HostClient(settings.agent, read_token(settings.agent_token_file))
+    from .embedded import embedded_host
+    return embedded_host(settings)
 
 
-def create_app(settings: Settings | None = None, runtime: RuntimePort | None = None, *,
-               builder: Builder | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, runtime: RuntimePort | None = None) -> FastAPI:
     """Build the app. With `runtime` given, the caller owns it: the app starts it (start() is
-    idempotent re-adoption) but never closes it. Template builds use `builder`, by default
-    the host runtime's (none for another runtime: builds answer 503)."""
+    idempotent re-adoption) but never closes it."""
     settings = settings or Settings.from_env()
     owns_runtime = runtime is None
     redact_signatures_in_logs()
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         private_database(settings.dsn)
         store = open_store(settings.dsn)
-        rt: RuntimePort = runtime if runtime is not None else default_runtime(settings)
+        rt: RuntimePort = runtime if runtime is not None else default_host(settings)
         task: asyncio.Task[None] | None = None
         templates: TemplateService | None = None
         proxy: PortProxy | None = None
@@ -92,13 +92,9 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             if failed or killed:
                 log.warning("reconciled after start: %d rows failed, %d stray VMs killed",
                             len(failed), len(killed))
-            build_with = builder
-            if build_with is None and isinstance(rt, HostRuntime):
-                build_with = TemplateBuilds(rt)
-            templates = TemplateService(service, build_with,
-                                        cache_entries=settings.build_cache_entries,
+            templates = TemplateService(service, cache_entries=settings.build_cache_entries,
                                         max_concurrent=settings.max_concurrent_builds)
-            templates.reconcile()
+            await templates.reconcile()
             service.templates = templates
             app.state.templates = templates
             ensure_admin_key(store, settings)

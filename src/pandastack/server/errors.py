@@ -1,9 +1,11 @@
 """The one error envelope, `{"error": {code, message, request_id}}`, and everything that maps
-exceptions onto it: API errors, validation errors, unknown routes, host runtime errors and
-unexpected exceptions (the last as a 500 from the request-id middleware)."""
+exceptions onto it: API errors, validation errors, unknown routes, what a host call raised
+(`api_error_of`, the one translation every route, stream and the service use) and unexpected
+exceptions (the last as a 500 from the request-id middleware)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import secrets
 from typing import Any, cast
@@ -14,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pandastack.host.errors import (
+from pandastack.hostport.errors import (
     AgentConnectionError,
     AgentError,
     AgentLimitError,
@@ -22,6 +24,7 @@ from pandastack.host.errors import (
     CodeInterpreterUnavailable,
     GuestOSError,
     HostError,
+    HostUnavailable,
     SandboxNotFound,
     SandboxStateError,
     SetupError,
@@ -48,6 +51,8 @@ GUEST_ERRNO: dict[str, tuple[int, ErrorCode]] = {
     "EACCES": (403, "forbidden"), "EPERM": (403, "forbidden"), "EROFS": (403, "forbidden"),
     "ENOSPC": (507, "insufficient_storage"), "EDQUOT": (507, "insufficient_storage"),
     "EFBIG": (413, "payload_too_large"),
+    # A fork or thread failed at the sandbox's process cap (or memory for one): retry later.
+    "EAGAIN": (429, "rate_limited"),
     "EISDIR": (400, "bad_request"), "ENOTDIR": (400, "bad_request"),
     "EINVAL": (400, "bad_request"), "ENAMETOOLONG": (400, "bad_request"),
     "ELOOP": (400, "bad_request"), "EXDEV": (400, "bad_request"),
@@ -84,6 +89,9 @@ def from_host_error(exc: HostError) -> ApiError:
         status, code = GUEST_ERRNO.get(exc.errno_name, (400, "bad_request"))
         message = f"{exc.errno_name}: {exc.message}" + (f" ({exc.path})" if exc.path else "")
         return ApiError(status, code, message)
+    if isinstance(exc, HostUnavailable):
+        return ApiError(503, "host_unavailable", f"{exc} (the sandbox is not lost: retry once "
+                        "its host is back)", headers={"Retry-After": "5"})
     if isinstance(exc, SandboxNotFound):
         return ApiError(409, "conflict", f"sandbox {exc} is not running on this host")
     if isinstance(exc, SandboxStateError):
@@ -111,6 +119,23 @@ def from_host_error(exc: HostError) -> ApiError:
     if isinstance(exc, SetupError):
         return ApiError(503, "unavailable", f"host setup failed: {exc}")
     return ApiError(503, "unavailable", f"host runtime error: {exc}")
+
+
+def api_error_of(exc: BaseException) -> ApiError | None:
+    """What a failed host call tells the client, or None for an exception that is a bug of
+    ours (then: logged, 500). A ValueError is an argument the host refused (422); an OSError
+    is the control plane's or the host's own disk or socket, not the guest's."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, HostError):
+        return from_host_error(exc)
+    if isinstance(exc, ValueError):
+        return ApiError(422, "validation_error", str(exc))
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return ApiError(507, "insufficient_storage", f"host: {exc}")
+        return ApiError(503, "unavailable", f"host: {exc}")
+    return None
 
 
 def clean_text(text: str) -> str:

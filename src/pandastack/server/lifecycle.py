@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from pandastack.host.errors import SandboxNotFound
+from pandastack.hostport.errors import HostUnavailable, SandboxNotFound
 
 from .errors import ApiError
 from .service import AWAKE_STATES, SandboxService
@@ -47,12 +47,15 @@ def should_hibernate(*, state: str, persistent: bool, last_activity_at: float, b
             and now - last_activity_at >= hibernate_idle)
 
 
-def _vm_gone(service: SandboxService, row: Sandbox) -> bool:
-    """Whether the VM of a live row died (a hibernated one has none and needs none)."""
+async def _vm_gone(service: SandboxService, row: Sandbox) -> bool:
+    """Whether the VM of a live row died (a hibernated one has none and needs none). A
+    host that cannot be reached says nothing: its sandboxes are not gone, only out of reach."""
     try:
-        handle = service.runtime.get(row.id)
+        handle = await service.runtime.get(row.id)
     except SandboxNotFound:
         return True
+    except HostUnavailable:
+        return False
     return handle.state != "hibernated" and not handle.is_alive()
 
 
@@ -70,10 +73,10 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
         # a state change in flight may have the VM process briefly gone: not a failure
         steady = row.state in AWAKE_STATES and not service.in_transition(row.id)
         if verdict is None and steady:
-            if _vm_gone(service, row):
+            if await _vm_gone(service, row):
                 verdict = Verdict("failed", "VM exited unexpectedly")
             else:
-                row = service.sync_state(row)
+                row = await service.sync_state(row)
         if verdict is not None:
             await service.end(row.id, verdict.state, verdict.reason)
             ended.append((row.id, verdict.state))

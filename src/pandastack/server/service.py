@@ -6,20 +6,24 @@ follows it after every change (and at startup). Snapshots and fork are in `snaps
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Protocol, TypeVar
 
-from pandastack.host.errors import HostError, SandboxNotFound, TemplateNotFound
-from pandastack.host.network.manager import NetworkPolicy
+from pandastack.hostport.errors import (
+    HostError,
+    HostUnavailable,
+    SandboxNotFound,
+    TemplateNotFound,
+)
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.protocols import RuntimePort, SandboxPlacement, SandboxPort
 from pandastack.rules import DEFAULT_TEMPLATE, SANDBOX_ID_RE, SNAPSHOT_ID_RE, new_sandbox_id
 from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInfo, SandboxState
 
-from .errors import ApiError, conflict, from_host_error, not_found
-from .runtime_port import RuntimePort, SandboxPort
+from .errors import ApiError, api_error_of, conflict, not_found
 from .settings import Settings
 from .store import Sandbox, Store, TemplateVersion
 
@@ -50,9 +54,9 @@ def to_info(row: Sandbox) -> SandboxInfo:
     )
 
 
-def to_network_spec(data: object) -> NetworkSpec:
-    """The wire form of a runtime policy dict (the default policy when there is none)."""
-    return NetworkSpec.model_validate(data) if isinstance(data, dict) else NetworkSpec()
+def to_network_spec(policy: NetworkPolicy | None) -> NetworkSpec:
+    """The wire form of a host's policy (the default policy when there is none)."""
+    return NetworkSpec() if policy is None else NetworkSpec.model_validate(policy.to_dict())
 
 
 class SandboxService:
@@ -95,10 +99,16 @@ class SandboxService:
             row = await self.wake_row(row)
         if row.state != "running":
             raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
-        try:
-            return row, self.runtime.get(row.id)
-        except SandboxNotFound:
-            raise conflict(f"sandbox {sandbox_id} is not running on this host") from None
+        return row, await self.host_call(self.runtime.get(row.id))
+
+    @staticmethod
+    def call_context(row: Sandbox, env: Mapping[str, str] | None,
+                     cwd: str | None) -> tuple[dict[str, str] | None, str | None, str | None]:
+        """(env, cwd, user) of a command a request runs in the sandbox: the request's env
+        over the sandbox's (its template's ENV and the create's env), the request's cwd or the
+        template's WORKDIR, and the template's USER."""
+        merged = {**(row.env or {}), **(env or {})}
+        return merged or None, cwd or row.cwd, row.user
 
     def is_busy(self, sandbox_id: str) -> bool:
         return self._busy.get(sandbox_id, 0) > 0
@@ -137,24 +147,21 @@ class SandboxService:
                 del self._transitions[sandbox_id]
 
     async def host_call(self, op: Awaitable[T]) -> T:
-        """Await a runtime operation; a ValueError (a bad argument) becomes 422, a host
-        error its API error (the runtime's SandboxNotFound: 409, not on this host)."""
+        """Await a host operation; what it raises becomes its API error (`api_error_of`:
+        the host's SandboxNotFound is 409, not on this host)."""
         try:
             return await op
-        except ValueError as exc:
-            raise ApiError(422, "validation_error", str(exc)) from None
-        except HostError as exc:
-            raise from_host_error(exc) from None
-        except OSError as exc:  # the host's own disk, not the guest's
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ApiError(507, "insufficient_storage", f"host: {exc}") from None
-            raise ApiError(503, "unavailable", f"host: {exc}") from None
+        except Exception as exc:
+            api = api_error_of(exc)
+            if api is None:
+                raise
+            raise api from None
 
-    def sync_state(self, row: Sandbox) -> Sandbox:
+    async def sync_state(self, row: Sandbox) -> Sandbox:
         """Make the row's state the runtime's (running, paused or hibernated)."""
         try:
-            state = self.runtime.get(row.id).state
-        except SandboxNotFound:
+            state = (await self.runtime.get(row.id)).state
+        except (SandboxNotFound, HostUnavailable):
             return row
         if state == row.state or state not in AWAKE_STATES:
             return row
@@ -166,7 +173,7 @@ class SandboxService:
     async def wake_row(self, row: Sandbox) -> Sandbox:
         async with self.transition(row.id):
             await self.host_call(self.runtime.wake(row.id))
-            return self.sync_state(row)
+            return await self.sync_state(row)
 
     async def awake(self, team: str, sandbox_id: str) -> Sandbox:
         """The team's live sandbox with a VM (running or paused); woken if hibernated."""
@@ -177,13 +184,13 @@ class SandboxService:
         row = await self.awake(team, sandbox_id)
         async with self.transition(row.id):
             await self.host_call(self.runtime.pause(row.id))
-            return self.sync_state(row)
+            return await self.sync_state(row)
 
     async def resume(self, team: str, sandbox_id: str) -> Sandbox:
         row = await self.awake(team, sandbox_id)
         async with self.transition(row.id):
             await self.host_call(self.runtime.resume(row.id))
-            return self.sync_state(row)
+            return await self.sync_state(row)
 
     async def hibernate(self, team: str, sandbox_id: str) -> Sandbox:
         """Idempotent: a hibernated sandbox stays as it is."""
@@ -193,7 +200,7 @@ class SandboxService:
     async def hibernate_row(self, row: Sandbox) -> Sandbox:
         async with self.transition(row.id):
             await self.host_call(self.runtime.hibernate(row.id))
-            return self.sync_state(row)
+            return await self.sync_state(row)
 
     async def wake(self, team: str, sandbox_id: str) -> Sandbox:
         """Idempotent: a sandbox that is awake (running or paused) stays as it is."""
@@ -259,8 +266,8 @@ class SandboxService:
             del self._preparing[key]  # the next create tries again
             if isinstance(exc, TemplateNotFound):
                 raise not_found(f"template {template!r}")
-            if isinstance(exc, HostError):
-                raise from_host_error(exc)
+            if isinstance(exc, HostError | ValueError | OSError):
+                raise api_error_of(exc) or ApiError(503, "unavailable", str(exc))
             raise ApiError(503, "unavailable", f"template {template!r} could not be built: "
                            f"{type(exc).__name__}: {exc}")
 
@@ -299,11 +306,10 @@ class SandboxService:
             self.store.end_sandbox(row.id, "failed", f"create failed: {exc}"[:2000])
             if isinstance(exc, TemplateNotFound):
                 raise not_found(f"template {template!r}") from None
-            if isinstance(exc, ValueError):
-                raise ApiError(422, "validation_error", str(exc)) from None
-            if isinstance(exc, HostError):
-                raise from_host_error(exc) from None
-            raise
+            api = api_error_of(exc) if isinstance(exc, Exception) else None
+            if api is None:
+                raise
+            raise api from None
         ready = time.time()
         current = self.store.get_sandbox(team, row.id)
         if current is None or current.state != "starting":  # deleted while it was starting
@@ -363,29 +369,26 @@ class SandboxService:
             raise ApiError(422, "validation_error", str(exc)) from None
         return policy
 
-    def describe(self, sandbox_id: str) -> dict[str, object]:
-        """The runtime's description of a sandbox (409 if it is not on this host)."""
-        try:
-            return self.runtime.describe(sandbox_id)
-        except HostError as exc:
-            raise from_host_error(exc) from None
+    async def placement(self, sandbox_id: str) -> SandboxPlacement:
+        """Where the sandbox's network is on its host (409 if it is not on this host)."""
+        return await self.host_call(self.runtime.placement(sandbox_id))
 
-    def network(self, team: str, sandbox_id: str) -> NetworkSpec:
+    async def network(self, team: str, sandbox_id: str) -> NetworkSpec:
         """The egress policy of the team's live sandbox (any live state: no wake needed)."""
         row = self.live(team, sandbox_id)
-        return to_network_spec(self.describe(row.id).get("network"))
+        return to_network_spec((await self.placement(row.id)).network)
 
     async def update_network(self, team: str, sandbox_id: str, spec: NetworkSpec, *,
                              merge: bool) -> NetworkSpec:
         """Replace the policy (`merge`: only the fields the request set change)."""
         row = self.live(team, sandbox_id)
         if merge:
-            current = to_network_spec(self.describe(row.id).get("network"))
+            current = to_network_spec((await self.placement(row.id)).network)
             spec = current.model_copy(update={name: getattr(spec, name)
                                               for name in spec.model_fields_set})
         policy = await self.network_policy(spec)
         applied = await self.host_call(self.runtime.update_network(row.id, policy))
-        return to_network_spec(applied.to_dict())
+        return to_network_spec(applied)
 
     # -- startup --------------------------------------------------------------------------
 
@@ -394,21 +397,21 @@ class SandboxService:
         killed; the rows of adopted sandboxes take the runtime's state (running, paused or
         hibernated); snapshot rows whose files are gone -> deleted. Rows still `starting` (a
         create interrupted by a restart) count as gone."""
-        on_host = {h.id for h in self.runtime.list()}
+        on_host = {h.id for h in await self.runtime.list_sandboxes()}
         failed: list[str] = []
         for row in self.store.live_sandboxes():
             if row.state == "starting" or row.id not in on_host:
                 self.store.end_sandbox(row.id, "failed", "VM gone after a server restart")
                 failed.append(row.id)
             else:
-                self.sync_state(row)
+                await self.sync_state(row)
         keep = {row.id for row in self.store.live_sandboxes()}
         killed: list[str] = []
         for sid in sorted(on_host - keep):
             with suppress(SandboxNotFound):
                 await self.runtime.kill(sid)
             killed.append(sid)
-        held = {info.id for info in self.runtime.snapshots.all()}
+        held = {info.id for info in await self.runtime.list_snapshots()}
         for snap in self.store.list_snapshots(None):
             if snap.id not in held:
                 log.warning("snapshot %s of team %s is gone from the host", snap.id, snap.team)

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pandastack.host.config import DEFAULT_HOME
-from pandastack.host.network.manager import operator_allow_from, parse_cidrs
+from pandastack.hostport.network import operator_allow_from, parse_cidrs
+from pandastack.rules import DEFAULT_HOME
 
 
 def _default_client_config() -> Path:
@@ -55,6 +55,10 @@ class Settings:
     # multicast) that tenants may open with allow_out; a request reaching into any other
     # part of them is refused (422). The host runtime enforces the same list.
     network_operator_allow: tuple[str, ...] = ()
+    # A separately started `pandastack agent` ("unix:/path/to.sock" or "http://host:port")
+    # and the file holding its token; None: the host runs inside this process.
+    agent: str | None = None
+    agent_token_file: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "network_operator_allow",
@@ -135,6 +139,8 @@ class Settings:
         take("PANDASTACK_PORT_READ_TIMEOUT", "port_read_timeout_seconds", float)
         take("PANDASTACK_URL_SIGNING_SECRET", "url_signing_secret", str)
         take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)
+        take("PANDASTACK_AGENT", "agent", str)
+        take("PANDASTACK_AGENT_TOKEN_FILE", "agent_token_file", Path)
         values["network_operator_allow"] = operator_allow_from(env)
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from pandastack.host.errors import HostError, SandboxNotFound, SnapshotNotFound
+from pandastack.hostport.errors import HostError, SandboxNotFound, SnapshotNotFound
 from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.wire import SnapshotInfo
 
@@ -49,16 +49,16 @@ async def take_snapshot(service: SandboxService, team: str, sandbox_id: str,
         return service.store.add_snapshot(snap)
     except BaseException:
         with contextlib.suppress(HostError):
-            service.runtime.delete_snapshot(info.id)
+            await service.runtime.delete_snapshot(info.id)
         raise
 
 
-def delete_snapshot(service: SandboxService, team: str, snapshot_id: str) -> None:
+async def delete_snapshot(service: SandboxService, team: str, snapshot_id: str) -> None:
     """Delete the team's snapshot; sandboxes created from it keep running (they hold their
     own links to its layers)."""
     row = snapshot_row(service, team, snapshot_id)
     with contextlib.suppress(SnapshotNotFound):
-        service.runtime.delete_snapshot(row.id)
+        await service.runtime.delete_snapshot(row.id)
     service.store.delete_snapshot(row.id)
 
 

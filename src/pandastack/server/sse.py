@@ -12,9 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from fastapi.responses import StreamingResponse
 
-from pandastack.host.errors import HostError
-
-from .errors import ApiError, envelope, from_host_error, log
+from .errors import api_error_of, envelope, log
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -32,13 +30,9 @@ def sse(event: str, data: object) -> bytes:
 def failure_envelope(exc: BaseException, request_id: str, what: str) -> dict[str, Any]:
     """The error envelope for a failure met after the stream's 200 was sent (mapped as the
     non-streaming routes map it; anything unexpected is logged and told as "internal")."""
-    if isinstance(exc, ApiError):
-        return envelope(exc.code, exc.message, request_id)
-    if isinstance(exc, HostError):
-        api = from_host_error(exc)
+    api = api_error_of(exc)
+    if api is not None:
         return envelope(api.code, api.message, request_id)
-    if isinstance(exc, ValueError):
-        return envelope("bad_request", str(exc), request_id)
     log.error("%s failed (request %s)", what, request_id, exc_info=exc)
     return envelope("internal", "internal error", request_id)
 

@@ -1,5 +1,5 @@
 """Team templates at the API level: builds run in the background (inside microVMs, through the
-host's `TemplateBuilds`), their log lines are kept for followers, and each build becomes a new
+host port's `build_template`), their log lines are kept for followers, and each build becomes a new
 version of the team's template name. A create names a template as `name` (its newest ready
 version) or `name:version`; built-in names (base, python, node, code-interpreter) stay built-in.
 """
@@ -12,14 +12,12 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from pandastack.host.errors import BuildFailed, HostError, SnapshotNotFound
-from pandastack.host.network.manager import NetworkPolicy
-from pandastack.host.templates.builtin import BUILTIN_TEMPLATES
-from pandastack.rules import BUILD_ID_RE, TEMPLATE_NAME_BODY, new_build_id
+from pandastack.hostport.errors import BuildFailed, HostError, SnapshotNotFound
+from pandastack.rules import BUILD_ID_RE, BUILTIN_TEMPLATE_NAMES, TEMPLATE_NAME_BODY, new_build_id
 from pandastack.templatespec import CopyStep, TemplateSpec
 from pandastack.wire import BuildTemplate, TemplateBuildInfo
 
@@ -36,46 +34,6 @@ TEMPLATE_REF_RE = re.compile(rf"^(?P<name>{TEMPLATE_NAME_BODY})(?::(?P<version>[
 #: Log lines kept per build (in memory while it runs, in the store after).
 MAX_LOG_LINES = 5000
 MAX_LOG_LINE = 4000
-
-
-class BuildResultLike(Protocol):
-    """What a finished build reports (`host.builds.BuildResult`)."""
-
-    @property
-    def snapshot_id(self) -> str: ...
-    @property
-    def env(self) -> dict[str, str]: ...
-    @property
-    def workdir(self) -> str | None: ...
-    @property
-    def user(self) -> str | None: ...
-    @property
-    def steps_total(self) -> int: ...
-    @property
-    def steps_cached(self) -> int: ...
-    @property
-    def seconds(self) -> float: ...
-
-
-class CacheEntryLike(Protocol):
-    @property
-    def key(self) -> str: ...
-    @property
-    def last_used_at(self) -> float: ...
-    @property
-    def created_at(self) -> float: ...
-
-
-class Builder(Protocol):
-    """What the API needs of the host's template builds (`pandastack.host.templates.builds`)."""
-
-    async def build(self, spec: TemplateSpec, *, log: Callable[[str], None],
-                    network: NetworkPolicy | None = None, vcpus: int = 1,
-                    memory_mb: int = 512, cache_scope: str = "") -> BuildResultLike: ...
-
-    def cache_entries(self) -> Sequence[CacheEntryLike]: ...
-
-    def prune_cache(self, keep: Callable[[Any], bool] | None = None) -> list[str]: ...
 
 
 @dataclass
@@ -127,14 +85,14 @@ def to_build_info(row: TemplateVersion) -> TemplateBuildInfo:
 
 
 class TemplateService:
-    def __init__(self, sandboxes: SandboxService, builder: Builder | None, *,
-                 cache_entries: int = 32, max_concurrent: int = 2) -> None:
+    def __init__(self, sandboxes: SandboxService, *, cache_entries: int = 32,
+                 max_concurrent: int = 2) -> None:
         self.sandboxes = sandboxes
         self.cache_entries = cache_entries
         # Each build is a VM doing heavy work: more at once only slows them all down.
         self._slots = asyncio.Semaphore(max_concurrent)
         self.store = sandboxes.store
-        self.builder = builder
+        self.runtime = sandboxes.runtime
         self._logs: dict[str, BuildLog] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -143,9 +101,7 @@ class TemplateService:
     # query waiting on SQLite's lock (up to its 30 s timeout) must not stall every request.
 
     async def start_build(self, team: str, req: BuildTemplate) -> TemplateVersion:
-        if self.builder is None:
-            raise ApiError(503, "unavailable", "this server's runtime cannot build templates")
-        if req.name in BUILTIN_TEMPLATES:
+        if req.name in BUILTIN_TEMPLATE_NAMES:
             raise ApiError(422, "validation_error",
                            f"{req.name!r} is a built-in template name; choose another")
         row = TemplateVersion(
@@ -189,7 +145,7 @@ class TemplateService:
             snap = await asyncio.to_thread(snapshot_row, self.sandboxes, team,
                                            base.removeprefix(SNAPSHOT_PREFIX))
             return SNAPSHOT_PREFIX + snap.id
-        if base in BUILTIN_TEMPLATES:
+        if base in BUILTIN_TEMPLATE_NAMES:
             return base
         version = await self.resolve(team, base)
         if version is None or not version.snapshot_id:
@@ -198,7 +154,6 @@ class TemplateService:
 
     async def _run(self, row: TemplateVersion, req: BuildTemplate, spec: TemplateSpec,
                    build_log: BuildLog) -> None:
-        assert self.builder is not None
         build_log.add(f"build {row.id}: template {row.name} version {row.version}")
         values: dict[str, object]
         try:
@@ -210,9 +165,9 @@ class TemplateService:
             async with self._slots:
                 # The step cache is per team: an equal prefix of another team's steps holds
                 # what that team's build made (keys, secrets), and a hit would tell of it.
-                result = await self.builder.build(spec, log=build_log.add, network=policy,
-                                                  vcpus=req.vcpus, memory_mb=req.memory_mb,
-                                                  cache_scope=row.team)
+                result = await self.runtime.build_template(
+                    spec, log=build_log.add, network=policy, vcpus=req.vcpus,
+                    memory_mb=req.memory_mb, cache_scope=row.team)
         except asyncio.CancelledError:
             values = {"status": "failed", "error": "the server stopped during the build"}
             raise
@@ -239,20 +194,15 @@ class TemplateService:
                 build_log.finish()
                 self._logs.pop(row.id, None)
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self.prune_cache)
+                await self.prune_cache()
 
     def _finish(self, build_id: str, lines: list[str], values: dict[str, Any]) -> None:
         self.store.finish_template_build(build_id, "\n".join(lines), values)
 
-    def prune_cache(self) -> None:
+    async def prune_cache(self) -> None:
         """Keep the `cache_entries` most recently used step-cache entries (each holds a
         snapshot: ~100+ MB of memory state); the rest and their snapshots go."""
-        if self.builder is None:
-            return
-        entries = sorted(self.builder.cache_entries(),
-                         key=lambda e: max(e.last_used_at, e.created_at), reverse=True)
-        kept = {e.key for e in entries[:self.cache_entries]}
-        self.builder.prune_cache(lambda entry: entry.key in kept)
+        await self.runtime.prune_build_cache(self.cache_entries)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -306,7 +256,7 @@ class TemplateService:
         """The ready version a create names (None: not a team template, maybe a built-in).
         409 when the template exists but has no ready version yet (building or failed)."""
         match = TEMPLATE_REF_RE.match(ref)
-        if match is None or (match["version"] is None and ref in BUILTIN_TEMPLATES):
+        if match is None or (match["version"] is None and ref in BUILTIN_TEMPLATE_NAMES):
             return None
         name, version = match["name"], match["version"]
         return await asyncio.to_thread(
@@ -346,16 +296,16 @@ class TemplateService:
         for row in rows:
             if row.snapshot_id:
                 with contextlib.suppress(SnapshotNotFound):
-                    self.sandboxes.runtime.delete_snapshot(row.snapshot_id)
+                    await self.runtime.delete_snapshot(row.snapshot_id)
 
     def _mark_deleted(self, build_ids: list[str]) -> None:
         for build_id in build_ids:
             self.store.delete_template_version(build_id)
 
-    def reconcile(self) -> None:
+    async def reconcile(self) -> None:
         """After a restart: builds that were running failed; ready versions whose snapshot is
         gone from the host are marked failed (they cannot be restored)."""
-        held = {info.id for info in self.sandboxes.runtime.snapshots.all(include_internal=True)}
+        held = {info.id for info in await self.runtime.list_snapshots(include_internal=True)}
         for row in self.store.all_template_versions():
             if row.status == "building":
                 self.store.update_template_version(

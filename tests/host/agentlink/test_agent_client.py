@@ -21,7 +21,7 @@ import pandastack
 from pandastack.guest import protocol as P
 from pandastack.host.agentlink import channel
 from pandastack.host.agentlink.client import AgentClient
-from pandastack.host.errors import AgentConnectionError, AgentProtocolError, GuestOSError
+from pandastack.hostport.errors import AgentConnectionError, AgentProtocolError, GuestOSError
 from tests.host.fake_guest import FakeGuest, in_thread
 
 pytestmark = pytest.mark.timeout(60)

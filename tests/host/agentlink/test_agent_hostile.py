@@ -16,7 +16,7 @@ import pytest
 from pandastack.guest import protocol as P
 from pandastack.host.agentlink import files
 from pandastack.host.agentlink.client import AgentClient
-from pandastack.host.errors import AgentConnectionError, AgentLimitError, AgentProtocolError
+from pandastack.hostport.errors import AgentConnectionError, AgentLimitError, AgentProtocolError
 from tests.host.fake_guest import FakeGuest, in_thread, traced_peak
 
 pytestmark = pytest.mark.timeout(120)

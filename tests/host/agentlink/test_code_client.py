@@ -24,15 +24,16 @@ import pytest
 
 import pandastack
 from pandastack.host.agentlink import code as code_client
-from pandastack.host.agentlink.client import AgentClient, CodeEvent
+from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.agentlink.code import LineSplitter, parse_event
-from pandastack.host.errors import (
+from pandastack.hostport.errors import (
     CodeContextNotFound,
     CodeInterpreterError,
     CodeInterpreterUnavailable,
     GuestOSError,
     UnsupportedLanguage,
 )
+from pandastack.hostport.results import CodeEvent
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,8 +12,8 @@ import pytest
 
 from pandastack.guest import protocol as P
 from pandastack.host.agentlink import code as cc
-from pandastack.host.agentlink.client import CodeEvent
-from pandastack.host.errors import AgentLimitError, CodeInterpreterError
+from pandastack.hostport.errors import AgentLimitError, CodeInterpreterError
+from pandastack.hostport.results import CodeEvent
 from tests.host.fake_guest import FakeGuest, in_thread, traced_peak
 
 pytestmark = pytest.mark.timeout(120)

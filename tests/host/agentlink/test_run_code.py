@@ -12,15 +12,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pandastack.host.agentlink.client import CodeEvent
-from pandastack.host.errors import (
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.hostport.errors import (
     CodeContextNotFound,
     CodeInterpreterUnavailable,
     GuestOSError,
     UnsupportedLanguage,
 )
-from pandastack.host.runtime import HostRuntime
-from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.hostport.results import CodeEvent
 from tests.helpers import SandboxFactory
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from pandastack.host.errors import SetupError
 from pandastack.host.images import build as images
 from pandastack.host.images.build import GuestImage, ImageInputs, image_key
 from pandastack.host.images.initramfs import (
@@ -33,6 +32,7 @@ from pandastack.host.images.initramfs import (
 )
 from pandastack.host.images.kernel import has_pvh_note, order_modules, read_modinfo
 from pandastack.host.images.rootfs import BaseSpec, _parse_deb822, _parse_one_line, agent_files
+from pandastack.hostport.errors import SetupError
 
 # --- pure: cache keys ---------------------------------------------------------------------
 

@@ -12,12 +12,8 @@ import pytest
 
 from pandastack.host.network import egress_proxy
 from pandastack.host.network.egress_proxy import EgressProxy
-from pandastack.host.network.manager import (
-    NetworkError,
-    NetworkPolicy,
-    ProxyPorts,
-    Slot,
-)
+from pandastack.host.network.manager import NetworkError, ProxyPorts, Slot
+from pandastack.hostport.network import NetworkPolicy
 from tests.host.network.test_egress_wire import real_client_hello
 
 SLOT = Slot(0, "127.77.0.0/30")  # host side 127.77.0.1, "namespace" side 127.77.0.2

@@ -14,16 +14,14 @@ from pandastack.host.network.egress_wire import (
     MAX_HEAD,
     Refused,
     domain_matches,
-    normalize_name,
     parse_chunk_line,
     parse_client_hello,
-    parse_domain_entry,
     parse_request_head,
     read_client_hello,
     read_request_head,
     trailer_ends,
 )
-from pandastack.host.network.manager import NetworkPolicy
+from pandastack.hostport.network import NetworkPolicy, normalize_name, parse_domain_entry
 
 POOL = "10.200.0.0/16"
 

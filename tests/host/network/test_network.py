@@ -22,17 +22,10 @@ from pathlib import Path
 import pytest
 
 from pandastack.host.config import HostConfig
-from pandastack.host.network.manager import (
-    ALWAYS_DENIED,
-    NetworkManager,
-    NetworkPolicy,
-    Slot,
-    denied_part,
-    hard_denied,
-    list_netns,
-)
+from pandastack.host.network.manager import NetworkManager, Slot, list_netns
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.hostport.network import ALWAYS_DENIED, NetworkPolicy, denied_part, hard_denied
 from tests.helpers import SandboxFactory
 
 # Per test process, so that concurrent sessions on one machine do not collide.

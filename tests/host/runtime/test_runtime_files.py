@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pandastack.host.errors import GuestOSError
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.hostport.errors import GuestOSError
 from tests.helpers import SandboxFactory
 
 pytestmark = pytest.mark.vm

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pandastack.host.config import HostConfig
-from pandastack.host.errors import AgentError
 from pandastack.host.runtime import HostRuntime
+from pandastack.hostport.errors import AgentError
 from tests.helpers import SandboxFactory, qemu_pids_under
 
 pytestmark = pytest.mark.vm

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from pandastack.host.config import HostConfig
-from pandastack.host.errors import SandboxNotFound, SandboxStateError, SnapshotFailed
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.qemu import QemuDriver, reports_free_pages
+from pandastack.hostport.errors import SandboxNotFound, SandboxStateError, SnapshotFailed
 from tests.helpers import SandboxFactory, close_private_runtime, qemu_pids_under
 
 pytestmark = pytest.mark.vm

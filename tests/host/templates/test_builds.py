@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.errors import BuildFailed
-from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.templates.builds import BuildResult, TemplateBuilds
+from pandastack.host.templates.builds import TemplateBuilds
+from pandastack.hostport.errors import BuildFailed
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.results import BuildResult
 from pandastack.templatespec import Template, TemplateSpec, from_dockerfile, wait_for_port
 from tests.helpers import SandboxFactory, make_wheel, qemu_pids_under
 

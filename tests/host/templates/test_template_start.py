@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pandastack.host.agentlink.client import AgentClient
-from pandastack.host.errors import SetupError
 from pandastack.host.templates.builtin import BUILTIN_TEMPLATES, start_service
+from pandastack.hostport.errors import SetupError
 from pandastack.templatespec import ReadyCheck
 from tests.host.agentlink.test_agent_client import local_agent
 

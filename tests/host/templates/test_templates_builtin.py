@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pandastack.host.errors import TemplateNotFound
 from pandastack.host.runtime import HostRuntime
+from pandastack.hostport.errors import TemplateNotFound
 from tests.helpers import SandboxFactory
 
 pytestmark = pytest.mark.vm

@@ -7,10 +7,10 @@ from typing import Any, cast
 
 import pytest
 
-from pandastack.host.errors import TemplateNotFound
 from pandastack.host.images.build import IMAGES, GuestImage
 from pandastack.host.templates.builtin import BUILTIN_TEMPLATES, TemplateStore, template_key
 from pandastack.host.vmm.driver import MachineShape, VMMDriver
+from pandastack.hostport.errors import TemplateNotFound
 
 
 def test_builtins_name_known_images() -> None:

@@ -21,11 +21,11 @@ from qemu.qmp import ExecuteError
 from qemu.qmp.message import Message
 from qemu.qmp.models import ErrorResponse
 
-from pandastack.host.errors import AgentConnectionError, SnapshotFailed
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm import qemu
 from pandastack.host.vmm.driver import SnapshotPause, VMPaths, VMProcess
 from pandastack.host.vmm.qemu import QemuDriver, parse_release
+from pandastack.hostport.errors import AgentConnectionError, SnapshotFailed
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from pandastack.guest import protocol as P
-from pandastack.host.errors import (
+from pandastack.hostport.errors import (
     AgentConnectionError,
     AgentError,
     AgentLimitError,

@@ -10,32 +10,21 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pandastack.guest import protocol as P
 from pandastack.host.agentlink.channel import InitParams, Op
-from pandastack.host.agentlink.code import CodeEvent as CodeEvent  # re-exported
 from pandastack.host.agentlink.code import CodeMethods
 from pandastack.host.agentlink.files import FileOps
-from pandastack.host.errors import AgentLimitError
+from pandastack.hostport.errors import AgentLimitError
+from pandastack.hostport.results import CodeEvent as CodeEvent  # re-exported
+from pandastack.hostport.results import ExecResult
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
 DEFAULT_MAX_OUTPUT = 64 * 2**20
 MAX_PROCS = 10_000
 """Entries of one ``procs`` listing (the agent keeps running ones and the last 64 ended)."""
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    duration_ms: float
-    timed_out: bool
-    signal: int | None
-    truncated: bool
 
 
 def exit_code_of(procs: list[dict[str, object]], pid: int) -> int | None:

@@ -16,11 +16,10 @@ import json
 import math
 import time
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from pandastack.guest import protocol as P
-from pandastack.host.errors import (
+from pandastack.hostport.errors import (
     AgentLimitError,
     CodeContextNotFound,
     CodeInterpreterError,
@@ -28,6 +27,7 @@ from pandastack.host.errors import (
     GuestOSError,
     UnsupportedLanguage,
 )
+from pandastack.hostport.results import CodeEvent
 
 if TYPE_CHECKING:
     from pandastack.host.agentlink.client import AgentClient
@@ -49,18 +49,6 @@ CONTEXT_TIMEOUT = 600.0
 # ends in a kernel restart, which under TCG takes a while.
 RUN_GRACE = 300.0
 EVENT_TYPES = frozenset({"stdout", "stderr", "result", "error", "end"})
-
-
-@dataclass
-class CodeEvent:
-    type: str  # "stdout" | "stderr" | "result" | "error" | "end"
-    text: str = ""
-    data: dict[str, str] | None = None  # result: mime type -> str (images base64)
-    is_main_result: bool = False  # the value of the last expression, not a display()
-    name: str = ""
-    value: str = ""
-    traceback: str = ""
-    execution_count: int | None = None
 
 
 def parse_event(obj: Mapping[str, Any]) -> CodeEvent:

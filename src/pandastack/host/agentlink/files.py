@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable
-from dataclasses import dataclass
 from typing import Any
 
 from pandastack.host.agentlink.channel import AgentChannel
-from pandastack.host.errors import AgentLimitError
+from pandastack.hostport.errors import AgentLimitError
+from pandastack.hostport.results import FileInfo
 
 MAX_LIST_ENTRIES = 100_000
 """Entries of one ``list_dir``; a bigger directory fails (list its subdirectories)."""
@@ -16,16 +16,6 @@ MAX_LIST_BYTES = 64 * 2**20
 """JSON bytes of one ``list_dir``'s entries (long names count, not only many)."""
 DEFAULT_MAX_READ_BYTES = 64 * 2**20
 """Default limit of ``read_file_bytes`` (bigger files: stream them with ``read_file``)."""
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    name: str
-    path: str
-    type: str
-    size: int
-    mode: int
-    mtime: float
 
 
 class FileOps(AgentChannel):

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from pandastack.host.errors import SetupError
 from pandastack.host.images.common import (
     atomic_dir,
     file_lock,
@@ -56,6 +55,7 @@ from pandastack.host.images.rootfs import (
     host_apt_sources,
     missing_tools,
 )
+from pandastack.hostport.errors import SetupError
 
 # Bump when the build recipe changes in a way the hashed inputs do not capture.
 RECIPE_VERSION = 7

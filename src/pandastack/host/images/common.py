@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from pandastack.host.errors import SetupError
+from pandastack.hostport.errors import SetupError
 
 _TMP_PREFIX = ".tmp-"
 GUEST_UMASK = 0o022

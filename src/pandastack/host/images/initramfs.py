@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pandastack.host.errors import SetupError
+from pandastack.hostport.errors import SetupError
 
 # Inside the initramfs: one module file name per line, in load order.
 MODULE_LIST = "etc/pandastack-modules"

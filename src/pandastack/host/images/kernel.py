@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pandastack.host.errors import SetupError
 from pandastack.host.images.common import (
     atomic_dir,
     hash_json,
@@ -28,6 +27,7 @@ from pandastack.host.images.common import (
     sha256_bytes,
     write_atomic,
 )
+from pandastack.hostport.errors import SetupError
 
 META_PACKAGE = "linux-image-amd64"
 # Bump when the layout of a kernel cache directory changes.

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pandastack.host.errors import SetupError
 from pandastack.host.images.common import atomic_dir, hash_json, run
 from pandastack.host.images.kernel import apt_config
+from pandastack.hostport.errors import SetupError
 
 Progress = Callable[[str], None]
 

@@ -53,15 +53,8 @@ from pandastack.host.network.egress_wire import (
     read_request_head,
     trailer_ends,
 )
-from pandastack.host.network.manager import (
-    ALWAYS_DENIED,
-    NetworkError,
-    NetworkPolicy,
-    ProxyPorts,
-    Slot,
-    hard_denied,
-    parse_cidrs,
-)
+from pandastack.host.network.manager import NetworkError, ProxyPorts, Slot
+from pandastack.hostport.network import ALWAYS_DENIED, NetworkPolicy, hard_denied, parse_cidrs
 
 log = logging.getLogger("pandastack.host.egress")
 

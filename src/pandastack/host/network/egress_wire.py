@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import re
-import socket
 from dataclasses import dataclass
 
-MAX_NAME = 253
+from pandastack.hostport.network import normalize_name
+
 # One TLS record carries at most 2^14 plaintext bytes; a ClientHello spread over several
 # records is reassembled up to this size (large post-quantum key shares are ~2 KiB).
 MAX_RECORD = 1 << 14
@@ -31,7 +31,6 @@ EXT_SERVER_NAME = 0
 # client-facing server would route it to any site it fronts, whatever the outer SNI says.
 EXT_ENCRYPTED_CLIENT_HELLO = 0xFE0D
 
-_LABEL = re.compile(r"[a-z0-9_-]{1,63}")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _METHOD = re.compile(rb"[A-Z]{1,20}")
 _TARGET = re.compile(rb"[\x21-\x7e]+")
@@ -45,38 +44,6 @@ class Refused(Exception):
 
 
 # -- names ----------------------------------------------------------------------------------
-
-def normalize_name(raw: str) -> str | None:
-    """`raw` as a lower-case DNS name without the trailing dot, or None if it is not one.
-
-    ASCII only (an IDN arrives as its xn-- form). Strings that the C library's resolver would
-    read as an address ("1.2.3", "0x7f000001", "017.0.0.1") are not names: they would turn a
-    name check into an address the check never saw.
-    """
-    name = raw.lower()
-    if name.endswith("."):
-        name = name[:-1]
-    if not name or len(name) > MAX_NAME or not name.isascii():
-        return None
-    labels = name.split(".")
-    if not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
-        return None
-    try:
-        socket.inet_aton(name)
-    except OSError:
-        return name
-    return None
-
-
-def parse_domain_entry(entry: str) -> str | None:
-    """A policy's domain entry, normalized: "example.com" (that name only), "*.example.com"
-    (names below it, not itself) or ".example.com" (itself and names below); else None."""
-    for prefix in ("*.", "."):
-        if entry.startswith(prefix):
-            rest = normalize_name(entry[len(prefix):])
-            return None if rest is None else prefix + rest
-    return normalize_name(entry)
-
 
 def domain_matches(entry: str, name: str) -> bool:
     """`entry` from parse_domain_entry, `name` from normalize_name."""

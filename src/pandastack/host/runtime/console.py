@@ -1,18 +1,19 @@
 """A cap on the guest console logs: a guest can write to its serial port flat out
-(`cat /dev/zero > /dev/ttyS0`), and QEMU appends everything to `console.log` on the host.
+(`cat /dev/zero > /dev/ttyS0`), and its VMM appends everything to `console.log` on the host.
 
 The runtime trims every console log of its state dir that grew past CONSOLE_CAP_BYTES, once
 every CONSOLE_CHECK_S, down to its last CONSOLE_KEEP_BYTES. The log stays a plain file, so its
-tail is still there after QEMU exits (the last words of a guest that panicked, the logs route).
-A ring buffer chardev would bound it inside QEMU, but its contents die with the process.
+tail is still there after the VMM exits (the last words of a guest that panicked, the logs
+route). A ring buffer inside the VMM would bound it, but its contents die with the process.
 
 Between two checks a guest can add what it writes in CONSOLE_CHECK_S: a TCG guest wrote
 0.45 MB/s on average (0.58 MB/s at most over 0.5 s, n=1, 15 s of `cat /dev/zero`), so the file
 stays under about CONSOLE_CAP_BYTES + 0.6 MB there. While no runtime runs (a restart of the
 host process), nothing trims: VMs keep running and their logs grow at that rate.
 
-QEMU opens the file with `append=on` (O_APPEND): after a trim, its writes land at the new end,
-not at its old offset (which would leave a hole as long as what was cut).
+Every driver's VMM opens the file with O_APPEND (`VMPaths.console_log`): after a trim, its
+writes land at the new end, not at its old offset (which would leave a hole as long as what
+was cut).
 """
 
 from __future__ import annotations

@@ -19,28 +19,20 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pandastack.host.config import HostConfig
-from pandastack.host.errors import (
-    HostError,
-    HugePagesUnavailable,
-    SandboxNotFound,
-    SandboxStateError,
-    SetupError,
-    SnapshotFailed,
-)
 from pandastack.host.gc import kill_orphan_vmms
 from pandastack.host.images.build import GuestImage
 from pandastack.host.memory.fork_buffer import ForkBuffer
 from pandastack.host.memory.huge_pool import HugePagePool
 from pandastack.host.network.egress_proxy import EgressProxy, Resolver
-from pandastack.host.network.manager import NetworkManager, NetworkPolicy, ProxyPorts, Slot
+from pandastack.host.network.manager import NetworkManager, ProxyPorts, Slot
 from pandastack.host.runtime.console import watch_consoles
 from pandastack.host.runtime.disk_layers import LayerMerges, needs_merge
-from pandastack.host.runtime.machinery import Machinery
+from pandastack.host.runtime.machinery import ImageSource, Machinery
 from pandastack.host.runtime.records import (
     HIBERNATION,
     SANDBOX_ID_RE,
@@ -53,7 +45,6 @@ from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.slots import SandboxSlots
 from pandastack.host.runtime.snapshots import (
     STREAM,
-    SnapshotInfo,
     SnapshotStore,
     allocated_bytes,
     link_layers,
@@ -70,7 +61,16 @@ from pandastack.host.vmm.driver import (
     iter_cmdlines,
     max_stream_bytes,
 )
-from pandastack.host.vmm.qcow2 import create_overlay
+from pandastack.hostport.errors import (
+    HostError,
+    HugePagesUnavailable,
+    SandboxNotFound,
+    SandboxStateError,
+    SetupError,
+    SnapshotFailed,
+)
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.results import SnapshotInfo, SnapshotResult
 
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
@@ -82,20 +82,14 @@ MIB = 1 << 20
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class SnapshotResult:
-    info: SnapshotInfo
-    pause_ms: float
-    method: str = "stopped"  # how the memory was saved (vmm.SnapshotPause)
-
-
 class HostRuntime:
     """Single-machine runtime. Use `async with HostRuntime(...) as rt:` or start()/close()."""
 
     def __init__(self, config: HostConfig | None = None, *, progress: Progress = print,
-                 resolver: Resolver | None = None):
+                 resolver: Resolver | None = None, images: ImageSource | None = None):
         """`resolver`: how the egress proxy resolves the names of domain rules (the host's
-        resolver by default)."""
+        resolver by default). `images`: where guest images come from (found in, or built
+        into, the cache under `config.home` by default)."""
         self.config = config or HostConfig.from_env()
         self.progress = progress
         self.snapshots = SnapshotStore(self.config.snapshots_dir)
@@ -109,13 +103,14 @@ class HostRuntime:
                                       progress)
         self.huge_pool = HugePagePool(self.config.hugetlb_claim, progress=progress)
         self.slots = SandboxSlots(self.network, self.egress,
-                                  self.config.sandboxes_dir / ".spare-slots", progress)
+                                  self.config.sandboxes_dir / ".spare-slots", progress,
+                                  enabled=self.config.networking)
         self.merges = LayerMerges(lambda: self.driver, progress)
         self._console_watch: asyncio.Task[None] | None = None
         self._sandboxes: dict[str, SandboxHandle] = {}
         self._records: dict[str, SandboxRecord] = {}
         self.machinery = Machinery(self.config, self.network, self.huge_pool,
-                                   self._pinned_templates, progress)
+                                   self._pinned_templates, progress, images)
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -174,7 +169,8 @@ class HostRuntime:
         orphans = await asyncio.to_thread(kill_orphan_vmms, self.progress, cmdlines)
         adopted: list[str] = []
         cleaned = [workdir.name for _, workdir in orphans if workdir.parent == self.sandboxes_dir]
-        running = scan_vmm_processes(self.sandboxes_dir, cmdlines)
+        running = scan_vmm_processes(self.sandboxes_dir, cmdlines,
+                                     self.driver.processes.vm_workdir)
         adopt, dead = sort_state_dir(self.sandboxes_dir, running, self._sandboxes,
                                      self.driver.owns)
         for record, vm in adopt:
@@ -185,8 +181,7 @@ class HostRuntime:
             cleaned.append(entry.name)
         # Network slots of sandboxes (of any runtime on this host) whose directory is gone,
         # and spare slots a crashed predecessor left.
-        self.slots.spare_owner.unlink(missing_ok=True)
-        await asyncio.to_thread(self.network.sweep)
+        await self.slots.sweep()
         self.slots.refill_spares()
         if self._console_watch is None:
             self._console_watch = asyncio.get_running_loop().create_task(
@@ -249,7 +244,8 @@ class HostRuntime:
             raise ValueError(f"invalid sandbox id {sid!r}")
         workdir = self.sandboxes_dir / sid
         workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
-        top = new_layer_name()
+        disks = self.driver.disks
+        top = new_layer_name(disks.suffix)
         record = SandboxRecord(
             id=sid, template=template, template_key=tmpl.key, template_path=str(tmpl.path),
             vcpus=tmpl.snapshot.shape.vcpus, memory_mb=tmpl.snapshot.shape.memory_mb,
@@ -261,17 +257,17 @@ class HostRuntime:
         slot: Slot | None = None
         try:
             slot = await self.slots.acquire(workdir, policy)
-            record = replace(record, slot=slot.index)
+            record = replace(record, slot=slot.index if slot is not None else None)
             if base_dir is not None:
                 link_layers(base_dir, workdir, base_layers)
-                create_overlay(workdir / top, workdir / base_layers[-1], base_bytes,
-                               relative=True)
+                disks.create_layer(workdir / top, workdir / base_layers[-1], base_bytes)
             else:
-                create_overlay(workdir / top, tmpl.disk, base_bytes)
+                disks.create_layer(workdir / top, tmpl.disk, base_bytes)
             # A snapshot's stream carries all of its memory; a template's memory is its file.
             files = replace(tmpl.snapshot, device_state=state_file,
                             memory=None if snapshot is not None else tmpl.snapshot.memory)
-            vm = await self._restore(VMPaths(workdir), files, workdir / top, slot.netns)
+            vm = await self._restore(VMPaths(workdir), files, workdir / top,
+                                     slot.netns if slot is not None else None)
             record = self._save(replace(record, pid=vm.pid))
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template,
@@ -437,15 +433,16 @@ class HostRuntime:
                 raise SnapshotFailed(str(exc), disk_switched=False,
                                      no_space=out_of_space(exc, self.snapshots.root,
                                                            needed)) from exc
-            new_top = new_layer_name()
+            new_top = new_layer_name(self.driver.disks.suffix)
             switched = False
             # A fork's stream lives only until its children run: into the warm buffer if
             # there is one (the pause is then mostly the copy, ADR 0010).
             buffer = self.fork_buffer.take(max_stream_bytes(needed)) if transient else None
             try:
                 try:
-                    create_overlay(handle.workdir / new_top, handle.workdir / record.top,
-                                   record.disk_bytes, relative=True)
+                    self.driver.disks.create_layer(handle.workdir / new_top,
+                                                   handle.workdir / record.top,
+                                                   record.disk_bytes)
                     pause = await self.driver.snapshot_live(
                         vm, buffer or work / STREAM, handle.workdir / new_top,
                         short_pause=short_pause, overwrite=buffer is not None)

@@ -1,6 +1,7 @@
-"""A sandbox's disk is a chain of qcow2 layers over its template's, one more for each snapshot
-or fork. Past MAX_LAYERS, the layers below the top are merged into it in the background, by
-its VMM, while the sandbox runs; this keeps the merges under way."""
+"""A sandbox's disk is a chain of copy-on-write layers over its template's (in its driver's
+format, `DiskLayers`), one more for each snapshot or fork. Past MAX_LAYERS, the layers below
+the top are merged into it in the background, by its VMM, while the sandbox runs; this keeps
+the merges under way."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 from pandastack.host.vmm.driver import VMMDriver, VMProcess
 
-# Each layer made every later save's pause ~0.3 ms longer (QEMU reopens the whole chain at
-# `cont`: 2.5 ms at 2 layers, 20.7 ms at 62) and every restore open one more file.
+# Each layer made every later save's pause ~0.3 ms longer (the VMM reopened the whole chain
+# at `cont`: 2.5 ms at 2 layers, 20.7 ms at 62) and every restore open one more file.
 MAX_LAYERS = 8
 # How long a snapshot waits for a merge under way before cancelling it (the merge then
 # starts again after that snapshot).
@@ -42,7 +43,7 @@ class LayerMerges:
         disk below them. A merge that cannot start is reported: the chain only stays long."""
         try:
             disk = await base()
-            await self._driver().start_flatten(vm, disk)
+            await self._driver().disks.start_flatten(vm, disk)
         except Exception as exc:
             self.progress(f"cannot merge the disk layers of {sandbox_id}: {exc}")
             return
@@ -56,7 +57,7 @@ class LayerMerges:
             return None
         layers, base = merging
         try:
-            merged = await self._driver().settle_flatten(vm, base, FLATTEN_WAIT_S)
+            merged = await self._driver().disks.settle_flatten(vm, base, FLATTEN_WAIT_S)
         except Exception as exc:
             self.progress(f"cannot end the merge of {sandbox_id}'s disk layers: {exc}")
             return None

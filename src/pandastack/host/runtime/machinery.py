@@ -8,26 +8,31 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pandastack.host.config import HostConfig
-from pandastack.host.errors import HostError
 from pandastack.host.file_modes import make_private
 from pandastack.host.images.build import BASE, GuestImage, ensure_image, image_spec
 from pandastack.host.memory.huge_pool import HugePagePool, host_memory_mb
 from pandastack.host.network.manager import NetworkManager
 from pandastack.host.templates.builtin import TemplateStore
-from pandastack.host.vmm.accel import resolve_accel
+from pandastack.host.vmm.accel import reports_free_pages
 from pandastack.host.vmm.driver import KernelSpec, VMMDriver
-from pandastack.host.vmm.qemu import QemuDriver, reports_free_pages
+from pandastack.host.vmm.factory import driver_for
+from pandastack.hostport.errors import HostError
 
 Progress = Callable[[str], None]
+# Finds or builds the guest image of a variant (images.ImageSpec name); blocking.
+ImageSource = Callable[[str, Progress], GuestImage]
 
 
 class Machinery:
     """Set up by the first `prepare()`; every later call returns what it made."""
 
     def __init__(self, config: HostConfig, network: NetworkManager, huge_pool: HugePagePool,
-                 pinned: Callable[[], list[Path]], progress: Progress):
-        """`pinned`: the templates garbage collection must keep although no VM runs them."""
+                 pinned: Callable[[], list[Path]], progress: Progress,
+                 images: ImageSource | None = None):
+        """`pinned`: the templates garbage collection must keep although no VM runs them.
+        `images`: where guest images come from (built under `config.home` by default)."""
         self.config = config
+        self._find_image = images or self._build_image
         self.network = network
         self.huge_pool = huge_pool
         self.pinned = pinned
@@ -45,23 +50,17 @@ class Machinery:
                 await asyncio.to_thread(make_private, self.config)
                 image = await self.image(BASE, self.progress)
                 kernel = KernelSpec(image.kernel, image.initrd, image.cmdline)
-                accel = await asyncio.to_thread(resolve_accel, self.config.accel, kernel,
-                                                self.config.cache_dir, self.config.qemu_binary)
                 balloon = await asyncio.to_thread(reports_free_pages)
-                huge = self.config.stream_huge_pages
-                if huge == "auto":
-                    huge = "off" if balloon else "on"
                 self.huge_pool.pages = self.config.stream_hugetlb_pages(
                     balloon, await asyncio.to_thread(host_memory_mb))
-                self._driver = QemuDriver(accel, binary=self.config.qemu_binary,
-                                          tb_size_mb=self.config.tb_size_mb,
-                                          tcg_cpu=self.config.tcg_cpu,
-                                          stream_huge_pages=huge == "on")
-                self._templates = TemplateStore(self.config.templates_dir, self._driver,
-                                                self.image, pinned=self.pinned,
-                                                network=self.network,
-                                                memory_stage=self.config.memory_stage_dir,
-                                                kernel_args=self.config.guest_kernel_args(accel))
+                # May boot the guest kernel once to probe the accelerator.
+                self._driver = await asyncio.to_thread(driver_for, self.config.vmm, self.config,
+                                                       kernel, reports_free_pages=balloon)
+                self._templates = TemplateStore(
+                    self.config.templates_dir, self._driver, self.image, pinned=self.pinned,
+                    network=self.network if self.config.networking else None,
+                    memory_stage=self.config.memory_stage_dir,
+                    kernel_args=self.config.guest_kernel_args(self._driver.accel))
             return self._templates
 
     async def image(self, variant: str, progress: Progress | None = None) -> GuestImage:
@@ -71,10 +70,13 @@ class Machinery:
         async with lock:
             image = self._images.get(variant)
             if image is None:
-                image = await asyncio.to_thread(ensure_image, self.config.home, spec,
-                                                progress=progress or self.progress)
+                image = await asyncio.to_thread(self._find_image, spec.name,
+                                                progress or self.progress)
                 self._images[variant] = image
             return image
+
+    def _build_image(self, variant: str, progress: Progress) -> GuestImage:
+        return ensure_image(self.config.home, image_spec(variant), progress=progress)
 
     @property
     def driver(self) -> VMMDriver:

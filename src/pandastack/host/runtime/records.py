@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,19 +69,17 @@ def try_load(path: Path) -> SandboxRecord | None:
     return record if record.layers else None
 
 
-def scan_vmm_processes(sandboxes_dir: Path,
-                       cmdlines: Iterable[tuple[int, list[str]]]) -> dict[str, int]:
-    """Map sandbox id -> pid for every live VMM process that belongs to this state dir."""
-    prefix = str(sandboxes_dir) + "/"
+def scan_vmm_processes(sandboxes_dir: Path, cmdlines: Iterable[tuple[int, list[str]]],
+                       vm_workdir: Callable[[Sequence[str]], Path | None]) -> dict[str, int]:
+    """Map sandbox id -> pid for every live VMM process that belongs to this state dir;
+    `vm_workdir` (the driver's `VMMProcesses.vm_workdir`) tells a VM's directory from its
+    command line."""
     found: dict[str, int] = {}
     for pid, argv in cmdlines:
-        for arg in argv:
-            idx = arg.find(prefix)
-            if idx != -1 and "agent.sock" in arg:
-                name = arg[idx + len(prefix):].split("/", 1)[0]
-                if SANDBOX_ID_RE.match(name):
-                    found[name] = pid
-                break
+        workdir = vm_workdir(argv)
+        if (workdir is not None and workdir.parent == sandboxes_dir
+                and SANDBOX_ID_RE.match(workdir.name)):
+            found[workdir.name] = pid
     return found
 
 

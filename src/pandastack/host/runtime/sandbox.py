@@ -15,10 +15,10 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from pathlib import Path
 
 from pandastack.host.agentlink.channel import InitParams
-from pandastack.host.agentlink.client import AgentClient, CodeEvent, ExecResult
-from pandastack.host.agentlink.files import FileInfo
-from pandastack.host.errors import AgentConnectionError, SandboxStateError
+from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.vmm.driver import VMProcess
+from pandastack.hostport.errors import AgentConnectionError, SandboxStateError
+from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 

@@ -8,10 +8,11 @@ import contextlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from pandastack.host.errors import HostError
 from pandastack.host.network.egress_proxy import EgressProxy
-from pandastack.host.network.manager import NetworkManager, NetworkPolicy, Slot
+from pandastack.host.network.manager import NetworkManager, Slot
 from pandastack.host.runtime.records import SandboxRecord
+from pandastack.hostport.errors import HostError
+from pandastack.hostport.network import NetworkPolicy
 
 # Network slots kept ready (namespace, veth, tap, default policy), so that a create does not
 # wait ~20 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
@@ -24,8 +25,11 @@ class SandboxSlots:
     """Claims, sets up and frees network slots for sandboxes, from spares when there are."""
 
     def __init__(self, network: NetworkManager, egress: EgressProxy, spare_owner: Path,
-                 progress: Progress):
-        """`spare_owner`: the path the spare slots are claimed for (no sandbox's)."""
+                 progress: Progress, *, enabled: bool = True):
+        """`spare_owner`: the path the spare slots are claimed for (no sandbox's). Not
+        `enabled` (HostConfig.networking off): no sandbox gets a slot, and the host's
+        network is never touched, not even swept."""
+        self.enabled = enabled
         self.network = network
         self.egress = egress
         self.spare_owner = spare_owner
@@ -37,8 +41,11 @@ class SandboxSlots:
     def slot(self, index: int) -> Slot:
         return Slot(index, self.network.pool)
 
-    async def acquire(self, owner: Path, policy: NetworkPolicy) -> Slot:
-        """A slot for the sandbox directory `owner`, with `policy` in force."""
+    async def acquire(self, owner: Path, policy: NetworkPolicy) -> Slot | None:
+        """A slot for the sandbox directory `owner`, with `policy` in force; None without
+        networking."""
+        if not self.enabled:
+            return None
         if self._spares:
             slot = self._spares.pop()
             self.network.reassign(slot, owner)
@@ -95,7 +102,17 @@ class SandboxSlots:
         self.network.teardown(slot)
         self.network.release(slot)
 
+    async def sweep(self) -> None:
+        """At start: free the slots of sandboxes (of any runtime on this host) whose directory
+        is gone, and the spares a crashed predecessor left."""
+        if not self.enabled:
+            return
+        self.spare_owner.unlink(missing_ok=True)
+        await asyncio.to_thread(self.network.sweep)
+
     def refill_spares(self) -> None:
+        if not self.enabled:
+            return
         if self._refill is not None and not self._refill.done():
             return
 

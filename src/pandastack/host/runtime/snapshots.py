@@ -1,8 +1,9 @@
 """Snapshots of running sandboxes: memory + device state in one stream, disk as shared layers.
 
-A sandbox disk is a chain of qcow2 layers named `layer-<id>.qcow2`. The oldest backs onto the
-template disk by absolute path; every later one names its parent *relatively*. A directory that
-holds hard links to every layer of a chain can therefore open it, wherever it is. A snapshot
+A sandbox disk is a chain of copy-on-write layers named `layer-<id><suffix>` (the driver's
+`DiskLayers` format and suffix). The oldest backs onto the template disk by absolute path; every
+later one names its parent *relatively*. A directory that holds hard links to every layer of a
+chain can therefore open it, wherever it is. A snapshot
 directory links the frozen layers of its source; a sandbox restored from it links the same
 layers into its own directory and adds an empty top layer. Deleting a snapshot only drops links:
 a layer lives until the last sandbox or snapshot that uses it is gone, and nothing is copied.
@@ -20,11 +21,12 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from pandastack.host.errors import SnapshotNotFound
 from pandastack.host.images.common import fsync_path
+from pandastack.hostport.errors import SnapshotNotFound
+from pandastack.hostport.results import SnapshotInfo
 
 SNAPSHOT_ID_RE = re.compile(r"^snap-[0-9a-f]{12}$")
 STREAM = "state.stream"
@@ -48,7 +50,7 @@ def allocated_bytes(directory: Path) -> int:
 def out_of_space(exc: BaseException, directory: Path, needed_bytes: int) -> bool:
     """Whether a failed write into `directory` most likely ran out of space: ENOSPC/EDQUOT
     somewhere in the exception chain, or less free space left there than `needed_bytes`
-    (QEMU reports a failed migration stream without the errno of the writer)."""
+    (a VMM may report a failed stream without the errno of the writer)."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -63,8 +65,9 @@ def out_of_space(exc: BaseException, directory: Path, needed_bytes: int) -> bool
     return st.f_bavail * st.f_frsize < needed_bytes
 
 
-def new_layer_name() -> str:
-    return f"layer-{secrets.token_hex(6)}.qcow2"
+def new_layer_name(suffix: str) -> str:
+    """A fresh layer file name; `suffix` is the driver's (`DiskLayers.suffix`)."""
+    return f"layer-{secrets.token_hex(6)}{suffix}"
 
 
 def link_layers(src_dir: Path, dst_dir: Path, names: Iterable[str]) -> None:
@@ -81,25 +84,6 @@ def link_layers(src_dir: Path, dst_dir: Path, names: Iterable[str]) -> None:
             # Another filesystem: a reflink where the filesystem has them, else a copy.
             subprocess.run(["cp", "--reflink=auto", "--sparse=always", str(src_dir / name),
                             str(dst)], check=True)
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    id: str
-    name: str | None
-    source: str
-    template: str
-    template_path: str
-    vcpus: int
-    memory_mb: int
-    disk_bytes: int
-    layers: tuple[str, ...]
-    created_at: float
-    state_bytes: int
-    internal: bool = False
-    size_bytes: int = 0  # allocated bytes of the stream and the layers (shared ones included)
-    # Deleted as soon as its sandboxes run (a fork's): one found at start is a crash's leftover.
-    transient: bool = False
 
 
 class SnapshotStore:

@@ -27,18 +27,9 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from pandastack.host.agentlink.client import exit_code_of
-from pandastack.host.errors import (
-    AgentConnectionError,
-    AgentError,
-    BuildFailed,
-    SandboxNotFound,
-    SnapshotNotFound,
-)
-from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.templates.step_cache import CacheEntry, StepCache
@@ -51,6 +42,15 @@ from pandastack.host.templates.steps import (
     run_step,
 )
 from pandastack.host.vmm.driver import MachineShape
+from pandastack.hostport.errors import (
+    AgentConnectionError,
+    AgentError,
+    BuildFailed,
+    SandboxNotFound,
+    SnapshotNotFound,
+)
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.results import BuildResult
 from pandastack.templatespec import HOST_ONLY_STEPS, TemplateSpec, describe_step, step_key
 
 CACHE_VERSION = "1"  # part of every key: bump when what a step does changes
@@ -58,21 +58,6 @@ DEFAULT_STEP_TIMEOUT_S = 20 * 60.0
 READY_POLL_S = 0.2
 PROBE_TIMEOUT_S = 30.0
 SNAPSHOT_PREFIX = "snapshot:"
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """`snapshot_id`: create sandboxes from it. `env`, `workdir` and `user` are what the
-    template's later commands should run with (the start command already does)."""
-
-    snapshot_id: str
-    env: dict[str, str]
-    workdir: str | None
-    user: str | None
-    start: str | None
-    steps_total: int
-    steps_cached: int
-    seconds: float
 
 
 class TemplateBuilds:

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -26,13 +25,12 @@ from pathlib import Path
 
 from pandastack.host.agentlink import code as code_client
 from pandastack.host.agentlink.client import AgentClient, exit_code_of
-from pandastack.host.errors import GuestOSError, HostError, SetupError, TemplateNotFound
 from pandastack.host.gc import prune_images, prune_templates
 from pandastack.host.images.build import BASE, KERNEL_SERVER_PATH, GuestImage
 from pandastack.host.images.common import fsync_path
 from pandastack.host.memory.stage import stage as stage_memory
 from pandastack.host.memory.stage import sweep as sweep_staged_memory
-from pandastack.host.network.manager import NetworkManager, NetworkPolicy
+from pandastack.host.network.manager import NetworkManager
 from pandastack.host.vmm.driver import (
     KernelSpec,
     MachineShape,
@@ -41,6 +39,8 @@ from pandastack.host.vmm.driver import (
     VMPaths,
     VMProcess,
 )
+from pandastack.hostport.errors import GuestOSError, HostError, SetupError, TemplateNotFound
+from pandastack.hostport.network import NetworkPolicy
 from pandastack.templatespec import ReadyCheck
 
 BAKE_VERSION = "4"
@@ -140,12 +140,6 @@ def template_key(image: GuestImage, driver: VMMDriver, shape: MachineShape,
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
 
-def qcow2_virtual_size(path: Path) -> int:
-    out = subprocess.run(["qemu-img", "info", "--output=json", "-U", str(path)],
-                         capture_output=True, text=True, check=True)
-    return int(json.loads(out.stdout)["virtual-size"])
-
-
 class TemplateStore:
     def __init__(self, root: Path, driver: VMMDriver, images: ImageProvider, *,
                  pinned: Callable[[], list[Path]] = list,
@@ -182,8 +176,12 @@ class TemplateStore:
             kernel=KernelSpec(Path(meta["kernel"]), Path(meta["initrd"]), meta["cmdline"]),
             shape=shape,
         )
-        return Template(name, meta["key"], directory, snapshot, directory / "disk.qcow2",
+        return Template(name, meta["key"], directory, snapshot, self._disk(directory),
                         int(meta["disk_bytes"]))
+
+    def _disk(self, directory: Path) -> Path:
+        """A template version's disk: the bottom layer of every chain made from it."""
+        return directory / f"disk{self.driver.disks.suffix}"
 
     async def ensure(self, name: str = "base", shape: MachineShape | None = None,
                      progress: Progress = print) -> Template:
@@ -235,9 +233,8 @@ class TemplateStore:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         kernel = KernelSpec(image.kernel, image.initrd, image.cmdline + self.kernel_args)
-        disk = work / "disk.qcow2"
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
-                        "-b", str(image.rootfs), str(disk)], check=True)
+        disk = self._disk(work)
+        self.driver.disks.create_base(disk, image.rootfs)
         paths = VMPaths(work / "vm")
         started = time.monotonic()
         progress(f"template {name}: cold boot ({self.driver.accel}, {shape.vcpus} vCPU, "
@@ -255,14 +252,15 @@ class TemplateStore:
                 await asyncio.to_thread(self.network.teardown, slot)
                 self.network.release(slot)
         shutil.rmtree(paths.workdir, ignore_errors=True)
-        for part in ("memory", "device.state", "disk.qcow2"):
+        for part in ("memory", "device.state", disk.name):
             os.chmod(work / part, 0o444)
             fsync_path(work / part)  # a template must survive a host crash whole
         meta = {
             "name": name, "key": key, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
             "kernel": str(kernel.kernel), "initrd": str(kernel.initrd),
             "cmdline": kernel.cmdline, "image_key": image.key, "image": image.variant,
-            "driver": self.driver.identity(), "disk_bytes": qcow2_virtual_size(disk),
+            "driver": self.driver.identity(),
+            "disk_bytes": self.driver.disks.virtual_size(disk),
             "baked_at": time.time(), "bake_seconds": round(time.monotonic() - started, 2),
         }
         (work / "template.json").write_text(json.dumps(meta, indent=2))

@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pandastack.host.agentlink.client import ExecResult
-from pandastack.host.errors import AgentError, BuildFailed
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.hostport.errors import AgentError, BuildFailed
+from pandastack.hostport.results import ExecResult
 from pandastack.templatespec import (
     DEFAULT_WORKDIR,
     AptStep,

@@ -3,8 +3,13 @@
 A driver cold-boots a VM (only to bake a template), saves a booted VM as a template snapshot,
 and restores VMs from such snapshots. Memory of a snapshot lives in one file that every clone
 maps privately (copy-on-write); device state is a small separate file; the disk is a
-copy-on-write layer the caller provides. QEMU implements this today; a Firecracker driver maps
-onto the same calls (its snapshot is also a memory file plus a small vmstate file).
+copy-on-write layer chain in the driver's own format (`DiskLayers`). QEMU implements this
+today; a Firecracker driver maps onto the same calls (its snapshot is also a memory file plus a
+small vmstate file; its disks raw images copied by reflink instead of a backing chain).
+
+Everything specific to one VMM stays behind these protocols: its command line and control
+socket, its disk format and tools, and how its processes look in /proc (adoption after a
+restart, garbage collection). The runtime gets its driver by name (`vmm.factory`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -75,17 +80,9 @@ class VMPaths:
         return self.workdir / "agent.sock"
 
     @property
-    def qmp_socket(self) -> Path:
-        return self.workdir / "qmp.sock"
-
-    def remove_sockets(self) -> None:
-        """Remove sockets an earlier VMM left in this directory (before a wake, or a second
-        try), so that a new VMM's sockets are not mistaken for them."""
-        for socket_path in (self.agent_socket, self.qmp_socket):
-            socket_path.unlink(missing_ok=True)
-
-    @property
     def console_log(self) -> Path:
+        """The guest's serial console. A VMM opens it O_APPEND: the runtime trims it under a
+        writing guest (runtime/console.py)."""
         return self.workdir / "console.log"
 
     @property
@@ -161,11 +158,73 @@ def read_cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+class DiskLayers(Protocol):
+    """A VM's root disk: a chain of copy-on-write layer files in the driver's own format.
+
+    The runtime names the layer files (each ends in `suffix`), keeps their order in its
+    records and links them between directories (snapshots and forks share layers so, without
+    copies); the driver writes and reads them. The bottom of every chain is a template's disk,
+    made once over the guest image's raw ext4 rootfs."""
+
+    suffix: str  # the end of every layer file's name (the runtime names the files)
+
+    def create_base(self, path: Path, rootfs: Path) -> None:
+        """Make a template's disk at `path`: an empty layer over the raw image `rootfs`."""
+        ...
+
+    def create_layer(self, path: Path, parent: Path, size_bytes: int) -> None:
+        """Make an empty layer of `size_bytes` at `path` over `parent`. A parent in the same
+        directory is named by its file name alone, so that any directory that holds links to
+        every layer of a chain opens it; any other (a template's disk) by its absolute path."""
+        ...
+
+    def virtual_size(self, path: Path) -> int:
+        """The size in bytes the guest sees of the disk whose top layer is `path`."""
+        ...
+
+    def layer_chain(self, top: Path) -> list[Path]:
+        """The files the disk whose top layer is `top` reads: `top` first, the rootfs last."""
+        ...
+
+    async def start_flatten(self, vm: VMProcess, base: Path) -> None:
+        """Start merging every disk layer between the running VM's top and `base` into the
+        top, while the guest runs; the top then has `base` for its parent."""
+        ...
+
+    async def settle_flatten(self, vm: VMProcess, base: Path, wait_s: float) -> bool:
+        """End a flatten: wait up to `wait_s` for it, else cancel it. True if the top's
+        parent is `base` now (the layers between are merged and no longer used)."""
+        ...
+
+
+class VMMProcesses(Protocol):
+    """Recognises a driver's VMM processes by their command lines alone, without a driver:
+    garbage collection asks every known driver's, whichever ones this host's runtimes use."""
+
+    def is_vmm(self, argv: Sequence[str]) -> bool:
+        """Whether `argv` runs this driver's VMM (for any VM, pandastack's or not)."""
+        ...
+
+    def vm_workdir(self, argv: Sequence[str]) -> Path | None:
+        """The work directory of the pandastack VM whose VMM `argv` runs; None for any other
+        process."""
+        ...
+
+
 class VMMDriver(Protocol):
     """What the runtime needs from a hypervisor."""
 
     name: str
     accel: str
+
+    @property
+    def disks(self) -> DiskLayers:
+        """Its disk format: layers are made, read and merged through this."""
+        ...
+
+    @property
+    def processes(self) -> VMMProcesses:
+        ...
 
     def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
              shape: MachineShape, *, netns: str | None = None) -> VMProcess:
@@ -196,11 +255,11 @@ class VMMDriver(Protocol):
                             short_pause: bool = False, overwrite: bool = False
                             ) -> SnapshotPause:
         """Write memory + device state to `stream` while the guest runs, moving its disk onto
-        the empty overlay `new_top` at the stop instant; report the guest's pause. The
-        stream must always be one instant of the guest: a driver whose dirty-page tracking
-        cannot be trusted either stops the guest for the whole save (the fastest save) or,
-        with `short_pause` and where it can, write-protects guest memory instead (a slower
-        save that stops the guest only to capture its device state).
+        the empty layer `new_top` (over its current top) at the stop instant; report the
+        guest's pause. The stream must always be one instant of the guest: a driver whose
+        dirty-page tracking cannot be trusted either stops the guest for the whole save (the
+        fastest save) or, with `short_pause` and where it can, write-protects guest memory
+        instead (a slower save that stops the guest only to capture its device state).
 
         With `overwrite`, `stream` is an existing file (a warm buffer) written in place from
         its start and never truncated: bytes after the stream's end are left as they were,
@@ -211,22 +270,13 @@ class VMMDriver(Protocol):
         """Stop the guest and write its whole state, memory included, to `stream`."""
         ...
 
-    async def start_flatten(self, vm: VMProcess, base: Path) -> None:
-        """Start merging every disk layer between the running VM's top and `base` into the
-        top, while the guest runs; the top then has `base` for its backing file."""
-        ...
-
-    async def settle_flatten(self, vm: VMProcess, base: Path, wait_s: float) -> bool:
-        """End a flatten: wait up to `wait_s` for it, else cancel it. True if the top's
-        backing is `base` now (the layers between are merged and no longer used)."""
-        ...
-
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         """Grow the running VM's root disk; the guest sees the new capacity at once."""
         ...
 
     def owns(self, pid: int, paths: VMPaths) -> bool:
-        """True if `pid` is this driver's VMM process for the VM in `paths` (for re-adoption)."""
+        """True if `pid` is this driver's VMM process for the VM in `paths` (for re-adoption;
+        checked again right before, since a pid can be reused)."""
         ...
 
     def identity(self) -> str:

@@ -7,7 +7,8 @@ capability `x-ignore-shared` (QEMU skips shared RAM blocks). A clone maps the sa
 file never changes. The clone loads device state from an inherited fd (`-incoming fd:N`) and,
 started without `-S`, runs as soon as the load completes: no QMP round trip on the create path.
 
-VMs are started in their own session and survive a restart of the host process.
+VMs are started in their own session and survive a restart of the host process. Their disks
+are qcow2 chains (qemu_disk.py); QMP is spoken in qmp.py.
 """
 
 from __future__ import annotations
@@ -16,19 +17,16 @@ import asyncio
 import contextlib
 import ctypes
 import functools
-import json
 import os
 import re
-import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from qemu.qmp import ExecuteError, QMPClient
 
-from pandastack.host.errors import HugePagesUnavailable, SnapshotFailed, VMMError
 from pandastack.host.file_modes import PRIVATE_FILE, SERVICE_UMASK
 from pandastack.host.network.manager import GUEST_MAC, TAP
 from pandastack.host.vmm.driver import (
@@ -42,8 +40,17 @@ from pandastack.host.vmm.driver import (
     max_stream_bytes,
     read_cmdline,
 )
+from pandastack.host.vmm.qemu_disk import ROOT_DRIVE, Qcow2Layers
+from pandastack.host.vmm.qmp import (
+    QMP_TIMEOUT_S,
+    connect_qmp,
+    connect_unix,
+    log_tail,
+    qmp_pipeline,
+    qmp_socket,
+)
+from pandastack.hostport.errors import HugePagesUnavailable, SnapshotFailed, VMMError
 
-QMP_TIMEOUT_S = 30.0
 # What QEMU says when it cannot reserve hugetlb pages for a VM's RAM.
 NO_HUGE_PAGES = "unable to map backing store for guest RAM"
 # Before QEMU 9.0, a pre-copy migration under TCG loses guest writes: the dirty-bitmap sync
@@ -52,6 +59,10 @@ NO_HUGE_PAGES = "unable to map backing store for guest RAM"
 # stale in the stream (fixed upstream by 03bfc2188f, "physmem: Fix migration dirty bitmap
 # coherency with TCG memory access"). Restored copies of such a stream crash or hang.
 TCG_PRECOPY_FIXED = (9, 0)
+# `-name` of every VM pandastack starts, followed by its work directory's name.
+VM_NAME_PREFIX = "pandastack,process=pandastack-vm-"
+# The agent chardev names the VM's directory: `socket,id=agent,path=<workdir>/agent.sock,...`.
+AGENT_SOCKET_RE = re.compile(r"path=([^,]+/agent\.sock)")
 
 
 @functools.cache
@@ -69,8 +80,26 @@ def parse_release(version: str) -> tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
+class QemuProcesses:
+    """`VMMProcesses` of QEMU: any `qemu*` binary; pandastack's VMs carry `VM_NAME_PREFIX`."""
+
+    def is_vmm(self, argv: Sequence[str]) -> bool:
+        return bool(argv) and "qemu" in Path(argv[0]).name
+
+    def vm_workdir(self, argv: Sequence[str]) -> Path | None:
+        if not self.is_vmm(argv) or not any(a.startswith(VM_NAME_PREFIX) for a in argv):
+            return None
+        for arg in argv:
+            match = AGENT_SOCKET_RE.search(arg)
+            if match is not None:
+                return Path(match.group(1)).parent
+        return None
+
+
 class QemuDriver:
     name = "qemu"
+    disks = Qcow2Layers()
+    processes = QemuProcesses()
 
     def __init__(self, accel: str, *, binary: str = "qemu-system-x86_64", tb_size_mb: int = 64,
                  tcg_cpu: str = "max", precopy: bool | None = None,
@@ -78,7 +107,7 @@ class QemuDriver:
         """`precopy`: whether snapshots copy memory while the guest runs; None decides by
         accelerator and QEMU version (see `live_precopy`). `stream_huge_pages`: whether a VM
         restored from a stream (a snapshot, fork or wake) gets transparent huge pages for its
-        anonymous RAM (see `reports_free_pages`)."""
+        anonymous RAM (see `accel.reports_free_pages`)."""
         if accel not in ("kvm", "tcg"):
             raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
         self.accel = accel
@@ -128,7 +157,7 @@ class QemuDriver:
         return [
             *prefix,
             self.binary,
-            "-name", f"pandastack,process=pandastack-vm-{paths.workdir.name}",
+            "-name", f"{VM_NAME_PREFIX}{paths.workdir.name}",
             "-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
             "-accel", accel, "-cpu", cpu,
             "-object", backend,
@@ -139,12 +168,12 @@ class QemuDriver:
             # Appended to, so that the runtime can trim it under a writing guest (console.py).
             "-chardev", f"file,id=console,path={paths.console_log},append=on",
             "-serial", "chardev:console",
-            "-drive", f"id=root,file={disk},format=qcow2,if=none,discard=unmap",
-            "-device", "virtio-blk-device,drive=root",
+            "-drive", f"id={ROOT_DRIVE},file={disk},format=qcow2,if=none,discard=unmap",
+            "-device", f"virtio-blk-device,drive={ROOT_DRIVE}",
             "-device", "virtio-serial-device,max_ports=2",
             "-chardev", f"socket,id=agent,path={paths.agent_socket},server=on,wait=off",
             "-device", f"virtserialport,chardev=agent,name={AGENT_PORT_NAME}",
-            "-chardev", f"socket,id=qmp,path={paths.qmp_socket},server=on,wait=off",
+            "-chardev", f"socket,id=qmp,path={qmp_socket(paths)},server=on,wait=off",
             "-mon", "chardev=qmp,mode=control",
             "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
             "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
@@ -193,7 +222,10 @@ class QemuDriver:
                       netns: str | None = None, hugetlb: bool = False) -> VMProcess:
         if hugetlb and snapshot.memory is not None:
             raise ValueError("hugetlb RAM is for restores from a stream only")
-        paths.remove_sockets()
+        # Sockets an earlier VMM left (before a wake, or a second try) must not be mistaken
+        # for the new one's.
+        for stale in (paths.agent_socket, qmp_socket(paths)):
+            stale.unlink(missing_ok=True)
         fd = os.open(snapshot.device_state, os.O_RDONLY | os.O_CLOEXEC)
         try:
             argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,
@@ -215,7 +247,7 @@ class QemuDriver:
             # QEMU 7.2 cannot enable x-ignore-shared from the command line, so the capability
             # and the load go through QMP: three commands pipelined in one write, one round
             # trip. Without -S the guest runs as soon as the load completes.
-            await qmp_pipeline(paths.qmp_socket, [
+            await qmp_pipeline(qmp_socket(paths), [
                 ("migrate-set-capabilities", {"capabilities": [
                     {"capability": "x-ignore-shared", "state": True}]}),
                 ("migrate-incoming", {"uri": f"fd:{fd}"}),
@@ -227,7 +259,7 @@ class QemuDriver:
                 vm.agent_connection = None
             # QEMU makes its sockets before it maps RAM: a VMM that could not map it shows as
             # an early exit or as a connection it reset; only its log says why.
-            log = _log_tail(paths.agent_socket) if hugetlb else ""
+            log = log_tail(paths.agent_socket) if hugetlb else ""
             if isinstance(exc, Exception) and NO_HUGE_PAGES in log:
                 raise HugePagesUnavailable(f"no free hugetlb pages: {exc}") from exc
             raise
@@ -239,10 +271,10 @@ class QemuDriver:
         await self.save_stopped(vm, device_state)
 
     async def pause(self, vm: VMProcess) -> None:
-        await qmp_pipeline(vm.paths.qmp_socket, [("stop", {})], alive=vm.is_alive)
+        await qmp_pipeline(qmp_socket(vm.paths), [("stop", {})], alive=vm.is_alive)
 
     async def resume(self, vm: VMProcess) -> None:
-        await qmp_pipeline(vm.paths.qmp_socket, [("cont", {})], alive=vm.is_alive)
+        await qmp_pipeline(qmp_socket(vm.paths), [("cont", {})], alive=vm.is_alive)
 
     async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path, *,
                             short_pause: bool = False, overwrite: bool = False
@@ -267,7 +299,7 @@ class QemuDriver:
         With `overwrite` the stream goes straight into `stream` (see the protocol); a
         background snapshot, which reserves its worst case first, never overwrites.
         """
-        qmp = await connect_qmp(vm.paths.qmp_socket)
+        qmp = await connect_qmp(qmp_socket(vm.paths))
         target = stream if overwrite else stream.with_suffix(".partial")
         switched = was_running = background = False
         stopped_at: float | None = None
@@ -340,12 +372,12 @@ class QemuDriver:
     @staticmethod
     async def _switch_disk(qmp: QMPClient, new_top: Path) -> None:
         await qmp.execute("blockdev-snapshot-sync", {
-            "device": "root", "snapshot-file": str(new_top), "format": "qcow2",
+            "device": ROOT_DRIVE, "snapshot-file": str(new_top), "format": "qcow2",
             "mode": "existing"})
 
     async def save_stopped(self, vm: VMProcess, stream: Path) -> None:
         """Stop the guest and write its whole state (memory included) to `stream`."""
-        qmp = await connect_qmp(vm.paths.qmp_socket)
+        qmp = await connect_qmp(qmp_socket(vm.paths))
         try:
             await qmp.execute("stop")
             await _prepare_migration(qmp)
@@ -357,41 +389,10 @@ class QemuDriver:
         finally:
             await qmp.disconnect()
 
-    async def start_flatten(self, vm: VMProcess, base: Path) -> None:
-        qmp = await connect_qmp(vm.paths.qmp_socket)
-        try:
-            path = str(base.resolve())
-            # The top's header gets the same absolute backing name a fresh clone's has.
-            await qmp.execute("block-stream", {"job-id": FLATTEN_JOB, "device": "root",
-                                               "base": path, "backing-file": path})
-        finally:
-            await qmp.disconnect()
-
-    async def settle_flatten(self, vm: VMProcess, base: Path, wait_s: float) -> bool:
-        qmp = await connect_qmp(vm.paths.qmp_socket)
-        try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + wait_s
-            cancelled = False
-            while True:
-                jobs = await qmp.execute("query-block-jobs")
-                if not isinstance(jobs, list) or not any(
-                        isinstance(j, dict) and j.get("device") == FLATTEN_JOB for j in jobs):
-                    break  # done or cancelled: QEMU drops a job once it has ended
-                if not cancelled and loop.time() > deadline:
-                    await qmp.execute("block-job-cancel", {"device": FLATTEN_JOB})
-                    cancelled = True
-                if loop.time() > deadline + QMP_TIMEOUT_S:
-                    raise VMMError("the disk merge job did not end after its cancel")
-                await asyncio.sleep(0.01)
-            return _root_backing(await qmp.execute("query-block")) == str(base.resolve())
-        finally:
-            await qmp.disconnect()
-
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         # The guest kernel learns the new capacity from virtio-blk's config-change interrupt.
-        await qmp_pipeline(vm.paths.qmp_socket, [
-            ("block_resize", {"device": "root", "size": size_bytes})], alive=vm.is_alive)
+        await qmp_pipeline(qmp_socket(vm.paths), [
+            ("block_resize", {"device": ROOT_DRIVE, "size": size_bytes})], alive=vm.is_alive)
 
     def owns(self, pid: int, paths: VMPaths) -> bool:
         argv = read_cmdline(pid)  # nsenter has exec'd the VMM: argv[0] is the VMM
@@ -401,25 +402,6 @@ class QemuDriver:
 
 
 PR_SET_THP_DISABLE, PR_GET_THP_DISABLE = 41, 42
-VIRTIO_BALLOON_DEVICE = "0x0005"
-VIRTIO_BALLOON_F_REPORTING = 5
-
-
-def reports_free_pages(devices: Path = Path("/sys/bus/virtio/devices")) -> bool:
-    """Whether this host is itself a VM that hands the memory it frees back to its hypervisor
-    (virtio-balloon free page reporting). There, a 2 MiB page taken again after that is slow
-    to touch: a fork's child loading its 294 MiB stream into transparent huge pages took
-    1033 ms at p50 (424-1092), into 4 KiB pages 449 ms (439-484), n=10 each, interleaved."""
-    for device in devices.glob("*"):
-        try:
-            if (device / "device").read_text().strip() != VIRTIO_BALLOON_DEVICE:
-                continue
-            features = (device / "features").read_text().strip()
-        except OSError:
-            continue
-        if features[VIRTIO_BALLOON_F_REPORTING:VIRTIO_BALLOON_F_REPORTING + 1] == "1":
-            return True
-    return False
 
 
 @contextlib.contextmanager
@@ -443,65 +425,6 @@ def _huge_pages_inherited(allowed: bool) -> Iterator[None]:
         prctl(PR_SET_THP_DISABLE, before, 0, 0, 0)
 
 
-async def connect_unix(path: Path, *, alive: Callable[[], bool],
-                       timeout: float = QMP_TIMEOUT_S) -> socket.socket:
-    """Connect to a unix socket that a just-started VMM is about to create."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, str(path))
-            return sock
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            sock.close()
-            if not alive():
-                raise VMMError(f"VMM exited early: {_log_tail(path)}") from exc
-            if loop.time() > deadline:
-                raise VMMError(f"socket {path} did not appear") from exc
-            await asyncio.sleep(0.001)
-
-
-async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, Any]]], *,
-                       alive: Callable[[], bool], timeout: float = QMP_TIMEOUT_S) -> None:
-    """Connect to a fresh QMP socket, negotiate, and run `commands` in one write.
-
-    The full client library costs a round trip per command; on the create path every
-    millisecond counts, so this speaks the line protocol directly. Events are skipped.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    sock = await connect_unix(socket_path, alive=alive, timeout=timeout)
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
-    try:
-        lines: list[dict[str, Any]] = [{"execute": "qmp_capabilities"}]
-        lines += [{"execute": name, "arguments": args} for name, args in commands]
-        writer.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
-        await writer.drain()
-        answered = 0
-        while answered < len(lines):
-            raw = await asyncio.wait_for(reader.readline(), max(0.1, deadline - loop.time()))
-            if not raw:
-                raise VMMError(f"QMP closed early: {_log_tail(socket_path)}")
-            message = json.loads(raw)
-            if "error" in message:
-                raise VMMError(f"QMP {lines[answered]['execute']}: {message['error']}")
-            if "return" in message:
-                answered += 1
-    except (TimeoutError, ValueError) as exc:
-        raise VMMError(f"QMP did not answer: {exc}") from exc
-    finally:
-        writer.close()
-
-
-def _log_tail(socket_path: Path) -> str:
-    try:
-        return (socket_path.parent / "vmm.log").read_text(errors="replace")[-500:]
-    except OSError:
-        return ""
-
-
 async def _cont_after_migration(qmp: QMPClient, within_s: float = 5.0) -> None:
     """`cont` once a finished migration lets it. QEMU reports a migration "completed" a moment
     before its migration thread leaves the finish-migrate run state, and refuses `cont` until
@@ -517,21 +440,7 @@ async def _cont_after_migration(qmp: QMPClient, within_s: float = 5.0) -> None:
         await asyncio.sleep(0.0005)
 
 
-async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient:
-    client = QMPClient("pandastack")
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            await asyncio.wait_for(client.connect(str(socket)), timeout=5)
-            return client
-        except (TimeoutError, OSError, Exception) as exc:  # qemu.qmp wraps OSErrors
-            if asyncio.get_running_loop().time() > deadline:
-                raise VMMError(f"QMP at {socket} did not answer: {exc}") from exc
-            await asyncio.sleep(0.02)
-
-
 STREAM_FD_NAME = "pandastack-migration"
-FLATTEN_JOB = "pandastack-flatten"
 
 
 async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
@@ -559,17 +468,6 @@ async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
     finally:
         os.close(fd)
     return kept
-
-
-def _root_backing(blocks: object) -> str | None:
-    """The file name of the root disk's top layer's backing image, from `query-block`."""
-    for block in blocks if isinstance(blocks, list) else []:
-        if isinstance(block, dict) and block.get("device") == "root":
-            image = (block.get("inserted") or {}).get("image") or {}
-            backing = image.get("backing-image") or {}
-            name = backing.get("filename")
-            return name if isinstance(name, str) else None
-    return None
 
 
 def _stream_bound(summary: object) -> int:

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import StreamingResponse
 
-from pandastack.host.agentlink.client import CodeEvent
+from pandastack.hostport.protocols import SandboxPort
+from pandastack.hostport.results import CodeEvent
 from pandastack.wire import (
     CodeContext,
     CodeContextList,
@@ -24,7 +25,6 @@ from pandastack.wire import (
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, clean_text, request_id_of
 from ..jsonbody import StrictJsonRoute
-from ..runtime_port import SandboxPort
 from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
 from .deps import SandboxId, Service, check_text
 

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
-from pandastack.host.agentlink.client import ExecResult as HostExecResult
+from pandastack.hostport.results import ExecResult as HostExecResult
 from pandastack.wire import ExecResult
 
-from ..errors import ApiError, bad_request
+from ..errors import bad_request
 from ..service import SandboxService
 from ..settings import Settings
 
@@ -62,7 +62,3 @@ def to_exec_result(res: HostExecResult, *, with_output: bool = True) -> ExecResu
         duration_ms=res.duration_ms, timed_out=res.timed_out, signal=res.signal,
         truncated=res.truncated,
     )
-
-
-def value_error(exc: ValueError) -> ApiError:
-    return bad_request(str(exc))

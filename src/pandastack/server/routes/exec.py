@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from pandastack.hostport.results import ExecResult as HostExecResult
 from pandastack.wire import ExecRequest, ExecResult
 
 from ..auth import CurrentPrincipal
 from ..errors import request_id_of
 from ..jsonbody import StrictJsonRoute
-from ..runtime_port import ExecResult as HostExecResult
 from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
-from .deps import SandboxId, Service, check_text, to_exec_result, value_error
+from .deps import SandboxId, Service, check_text, to_exec_result
 
 router = APIRouter(tags=["exec"], route_class=StrictJsonRoute)
 
@@ -40,15 +40,11 @@ async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPri
                        service: Service) -> ExecResult:
     _validate(body)
     row, handle = await service.running(who.team, sandbox_id)
-    env = {**(row.env or {}), **body.env}
+    env, cwd, user = service.call_context(row, body.env, body.cwd)
     async with service.busy(row.id):
-        try:
-            result = await handle.exec(
-                body.cmd, timeout=body.timeout_seconds, env=env or None,
-                cwd=body.cwd or row.cwd, user=row.user,
-                stdin=None if body.stdin is None else body.stdin.encode())
-        except ValueError as exc:
-            raise value_error(exc) from None
+        result = await service.host_call(handle.exec(
+            body.cmd, timeout=body.timeout_seconds, env=env, cwd=cwd, user=user,
+            stdin=None if body.stdin is None else body.stdin.encode()))
     return to_exec_result(result)
 
 
@@ -61,7 +57,7 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
     _validate(body)
     rid = request_id_of(request)
     row, handle = await service.running(who.team, sandbox_id)
-    env = {**(row.env or {}), **body.env}
+    env, cwd, user = service.call_context(row, body.env, body.cwd)
 
     async def run(queue: asyncio.Queue[tuple[str, bytes] | None]) -> HostExecResult:
         async def on_stdout(data: bytes) -> None:
@@ -72,8 +68,7 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
 
         async with service.busy(row.id):
             return await handle.exec(
-                body.cmd, timeout=body.timeout_seconds, env=env or None,
-                cwd=body.cwd or row.cwd, user=row.user,
+                body.cmd, timeout=body.timeout_seconds, env=env, cwd=cwd, user=user,
                 stdin=None if body.stdin is None else body.stdin.encode(),
                 on_stdout=on_stdout, on_stderr=on_stderr)
 

@@ -10,12 +10,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from pandastack.hostport.results import FileInfo
 from pandastack.wire import FileEntry, FileList, MkdirRequest, RenameRequest, WriteResult
 
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, bad_request, clean_text
 from ..jsonbody import StrictJsonRoute
-from ..runtime_port import FileInfo
 from .deps import AppSettings, SandboxId, Service, check_path
 
 router = APIRouter(tags=["files"], route_class=StrictJsonRoute)

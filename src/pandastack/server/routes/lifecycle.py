@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from fastapi import APIRouter
 
-from pandastack.host.errors import SandboxNotFound
+from pandastack.hostport.errors import SandboxNotFound
 from pandastack.wire import Lifecycle, Logs, SandboxState, UpdateLifecycle
 
 from ..auth import CurrentPrincipal
@@ -48,18 +45,6 @@ async def patch_lifecycle(sandbox_id: SandboxId, body: UpdateLifecycle, who: Cur
     return to_lifecycle(row, settings.idle_timeout_seconds)
 
 
-def tail(path: Path, limit: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            data = f.read(limit)
-    except OSError:
-        return ""
-    return data.decode("utf-8", "replace")
-
-
 @router.get("/sandboxes/{sandbox_id}/logs",
             operation_id="getSandboxLogs", response_model=Logs,
             summary="The tail of the VM console and the guest agent's lines in it")
@@ -67,10 +52,10 @@ async def get_logs(sandbox_id: SandboxId, who: CurrentPrincipal, service: Servic
                    settings: AppSettings) -> Logs:
     row = service.row(who.team, sandbox_id)
     try:
-        workdir = Path(os.fspath(service.runtime.get(row.id).workdir))
+        data = await service.runtime.console_log(row.id, settings.logs_max_bytes)
     except SandboxNotFound:
         return Logs(console="", agent="")
-    console = tail(workdir / "console.log", settings.logs_max_bytes)
+    console = data.decode("utf-8", "replace")
     agent = "".join(line for line in console.splitlines(keepends=True)
                     if any(m in line for m in AGENT_LINE_MARKERS))
     return Logs(console=console, agent=agent)

@@ -31,7 +31,7 @@ POLICY_NOTES = ("Entries are CIDRs or domain names (`example.com`, `*.example.co
             summary="The sandbox's egress policy")
 async def get_network(sandbox_id: SandboxId, who: CurrentPrincipal,
                       service: Service) -> NetworkSpec:
-    return service.network(who.team, sandbox_id)
+    return await service.network(who.team, sandbox_id)
 
 
 @router.put("/sandboxes/{sandbox_id}/network",

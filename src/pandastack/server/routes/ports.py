@@ -25,7 +25,7 @@ from fastapi import APIRouter, Path, Request, Response, WebSocket
 from starlette.requests import ClientDisconnect, HTTPConnection
 from starlette.types import Receive, Scope, Send
 
-from pandastack.host.errors import HostError
+from pandastack.hostport.errors import HostError
 from pandastack.rules import SANDBOX_ID_RE
 from pandastack.wire import ErrorEnvelope, SignedUrl, SignedUrlRequest
 
@@ -201,7 +201,7 @@ async def _target_sandbox(request: HTTPConnection, service: SandboxService, sand
     network."""
     team = await _caller_team(request, service, sandbox_id, port)
     row, _ = await service.running(team, sandbox_id)  # 404 / 409; wakes a hibernated one
-    ns_ip = getattr(service.describe(row.id).get("slot"), "ns_ip", None)
+    ns_ip = (await service.placement(row.id)).ns_ip
     if not isinstance(ns_ip, str):
         raise ApiError(409, "conflict", f"sandbox {row.id} has no network")
     return row.id, ns_ip

@@ -19,7 +19,7 @@ from pandastack.wire import (
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, clean_text
 from ..jsonbody import StrictJsonRoute
-from .deps import AppSettings, SandboxId, Service, check_text, to_exec_result, value_error
+from .deps import AppSettings, SandboxId, Service, check_text, to_exec_result
 
 router = APIRouter(tags=["processes"], route_class=StrictJsonRoute)
 
@@ -34,12 +34,8 @@ async def start_process(sandbox_id: SandboxId, body: StartProcess, who: CurrentP
     check_text(body.env, "env")
     check_text(body.cwd, "cwd")
     row, handle = await service.running(who.team, sandbox_id)
-    env = {**(row.env or {}), **body.env}
-    try:
-        pid = await handle.spawn(body.cmd, env=env or None, cwd=body.cwd or row.cwd,
-                                 user=row.user)
-    except ValueError as exc:
-        raise value_error(exc) from None
+    env, cwd, user = service.call_context(row, body.env, body.cwd)
+    pid = await service.host_call(handle.spawn(body.cmd, env=env, cwd=cwd, user=user))
     return ProcessInfo(pid=pid, cmd=body.cmd, running=True)
 
 

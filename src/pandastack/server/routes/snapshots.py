@@ -52,7 +52,7 @@ async def get_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
                summary="Delete a snapshot (sandboxes created from it keep running)")
 async def remove_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
                           service: Service) -> Response:
-    delete_snapshot(service, who.team, snapshot_id)
+    await delete_snapshot(service, who.team, snapshot_id)
     return Response(status_code=204)
 
 

@@ -1,4 +1,5 @@
-"""Errors raised by the host runtime.
+"""Errors a host raises through the host port (in-process, or carried over the host API by
+type name and re-raised by its client: the control plane sees the same classes either way).
 
     HostError
     ├── SetupError            host preparation (packages, images, templates) failed
@@ -13,6 +14,7 @@
     │   ├── CodeInterpreterUnavailable  the sandbox's template has no (running) code interpreter
     │   ├── CodeContextNotFound         no code context with that id
     │   └── UnsupportedLanguage         no such language, or not in this template
+    ├── HostUnavailable       the host agent cannot be reached (its process is down or restarting)
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
@@ -79,6 +81,11 @@ class CodeContextNotFound(CodeInterpreterError):
 
 class UnsupportedLanguage(CodeInterpreterError):
     pass
+
+
+class HostUnavailable(HostError):
+    """The host agent did not answer (connection refused, reset or timed out): its
+    sandboxes are not lost, only out of reach until it is back."""
 
 
 class AgentError(HostError):

@@ -1,32 +1,42 @@
-"""What the API needs from a host runtime. `pandastack.host.runtime.HostRuntime` satisfies it
-structurally (in-process); a remote host runtime can implement the same protocols later."""
+"""The host port: everything the control plane may ask of one host, and nothing more.
+
+Two implementations: `pandastack.host.local.LocalHost` (the runtime in this process) and
+`pandastack.server.hostclient.HostClient` (a `pandastack agent` process reached over the host
+API, spec/host-openapi.json). Both raise the errors of `hostport.errors`; a host that cannot
+be reached raises `HostUnavailable`. Everything is async, lookups included, because for the
+client every call is a round trip.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from pandastack.host.agentlink.client import CodeEvent, ExecResult
-from pandastack.host.agentlink.files import FileInfo
-from pandastack.host.network.manager import NetworkPolicy
-from pandastack.host.runtime import SnapshotResult
-from pandastack.host.runtime.snapshots import SnapshotInfo
+from pandastack.templatespec import TemplateSpec
+
+from .network import NetworkPolicy
+from .results import BuildResult, CodeEvent, ExecResult, FileInfo, SnapshotInfo, SnapshotResult
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
+BuildLog = Callable[[str], None]
 
-__all__ = ["CodeEvent", "ExecResult", "FileInfo", "NetworkPolicy", "OutputCallback", "RuntimePort",
-           "SandboxPort", "SnapshotCatalog", "SnapshotInfo", "SnapshotResult"]
+
+@dataclass(frozen=True)
+class SandboxPlacement:
+    """Where a sandbox's network is on its host. `ns_ip`: the address that reaches the
+    guest's TCP ports from that host (None without a network)."""
+
+    network: NetworkPolicy | None
+    ns_ip: str | None
 
 
 class SandboxPort(Protocol):
-    """One live sandbox (a `SandboxHandle` in-process)."""
+    """One sandbox on a host. `state` and `is_alive()` describe it as of the lookup that
+    returned this object (in-process: as of now)."""
 
     @property
     def id(self) -> str: ...
-
-    @property
-    def workdir(self) -> os.PathLike[str]: ...
 
     @property
     def state(self) -> str:
@@ -84,19 +94,12 @@ class SandboxPort(Protocol):
     async def restart_code_context(self, context_id: str) -> None: ...
 
 
-class SnapshotCatalog(Protocol):
-    """The snapshots a runtime holds (`SnapshotStore` in-process)."""
-
-    def get(self, snapshot_id: str) -> SnapshotInfo: ...
-
-    def all(self, *, include_internal: bool = False) -> list[SnapshotInfo]: ...
-
-
 class RuntimePort(Protocol):
-    """Creates, finds and kills sandboxes; pauses, snapshots, forks and hibernates them.
-    `start()` re-adopts VMs that are still running and sandboxes that are hibernated."""
+    """Creates, finds and kills sandboxes; pauses, snapshots, forks and hibernates them; builds
+    templates. `start()` re-adopts VMs that are still running and sandboxes that are
+    hibernated (idempotent)."""
 
-    async def start(self) -> object: ...
+    async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -111,9 +114,11 @@ class RuntimePort(Protocol):
         a fresh host); TemplateNotFound for unknown names."""
         ...
 
-    def get(self, sandbox_id: str) -> SandboxPort: ...
+    async def get(self, sandbox_id: str) -> SandboxPort:
+        """SandboxNotFound if the host has no such sandbox."""
+        ...
 
-    def list(self) -> Sequence[SandboxPort]: ...
+    async def list_sandboxes(self) -> Sequence[SandboxPort]: ...
 
     async def kill(self, sandbox_id: str) -> None: ...
 
@@ -130,17 +135,33 @@ class RuntimePort(Protocol):
 
     async def wake(self, sandbox_id: str) -> None: ...
 
-    def delete_snapshot(self, snapshot_id: str) -> None: ...
-
     async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
         """Replace the egress policy (new connections follow it at once)."""
         ...
 
-    def describe(self, sandbox_id: str) -> dict[str, object]:
-        """What the runtime knows of the sandbox; of it the API reads `"network"` (the policy
-        as a dict) and `"slot"` (an object whose `ns_ip` is the address that reaches the
-        guest's TCP ports, or None when the sandbox has no network)."""
+    async def placement(self, sandbox_id: str) -> SandboxPlacement: ...
+
+    async def console_log(self, sandbox_id: str, max_bytes: int) -> bytes:
+        """The last `max_bytes` of the guest's console (empty if there is none yet)."""
         ...
 
-    @property
-    def snapshots(self) -> SnapshotCatalog: ...
+    async def snapshot_info(self, snapshot_id: str) -> SnapshotInfo:
+        """SnapshotNotFound if the host holds no such snapshot."""
+        ...
+
+    async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]: ...
+
+    async def delete_snapshot(self, snapshot_id: str) -> None: ...
+
+    async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
+                             network: NetworkPolicy | None = None, vcpus: int = 1,
+                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+        """Build a template from `spec` , reusing the step
+        cache of `cache_scope` (one team's, under one network policy); `log` gets each line
+        of output as it comes. BuildFailed names the step that failed."""
+        ...
+
+    async def prune_build_cache(self, keep_newest: int) -> list[str]:
+        """Keep the `keep_newest` most recently used step-cache entries; returns the ids of
+        the snapshots deleted."""
+        ...

@@ -1,0 +1,126 @@
+"""`LocalHost`: this host's runtime and template builds as the host port
+(`pandastack.hostport.protocols.RuntimePort`). The control plane composes one in its own
+process on a single machine; the `pandastack agent` process serves one over the host API.
+
+A live `SandboxHandle` already is a `SandboxPort`; what this adds is the async face of the
+runtime's synchronous lookups and its files (the console log), so the same calls work for a
+host in another process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.protocols import BuildLog, SandboxPlacement, SandboxPort
+from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
+from pandastack.templatespec import TemplateSpec
+
+from .runtime import HostRuntime
+from .templates.builds import TemplateBuilds
+
+
+class LocalHost:
+    """With `owns_runtime` false, `close()` leaves the runtime running (its caller owns it)."""
+
+    def __init__(self, runtime: HostRuntime, *, owns_runtime: bool = True) -> None:
+        self.runtime = runtime
+        self.builds = TemplateBuilds(runtime)
+        self.owns_runtime = owns_runtime
+
+    async def start(self) -> None:
+        await self.runtime.start()
+
+    async def close(self) -> None:
+        if self.owns_runtime:
+            await self.runtime.close()
+
+    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+                     disk_mb: int | None = None, sandbox_id: str | None = None,
+                     snapshot: str | None = None,
+                     network: NetworkPolicy | None = None) -> SandboxPort:
+        return await self.runtime.create(template, vcpus=vcpus, memory_mb=memory_mb,
+                                         disk_mb=disk_mb, sandbox_id=sandbox_id,
+                                         snapshot=snapshot, network=network)
+
+    async def prepare_template(self, name: str, *, vcpus: int = 1,
+                               memory_mb: int = 512) -> None:
+        await self.runtime.prepare_template(name, vcpus=vcpus, memory_mb=memory_mb)
+
+    async def get(self, sandbox_id: str) -> SandboxPort:
+        return self.runtime.get(sandbox_id)
+
+    async def list_sandboxes(self) -> Sequence[SandboxPort]:
+        return self.runtime.list()
+
+    async def kill(self, sandbox_id: str) -> None:
+        await self.runtime.kill(sandbox_id)
+
+    async def pause(self, sandbox_id: str) -> None:
+        await self.runtime.pause(sandbox_id)
+
+    async def resume(self, sandbox_id: str) -> None:
+        await self.runtime.resume(sandbox_id)
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
+                       internal: bool = False) -> SnapshotResult:
+        return await self.runtime.snapshot(sandbox_id, name, internal=internal)
+
+    async def fork(self, sandbox_id: str, count: int = 1) -> Sequence[SandboxPort]:
+        return await self.runtime.fork(sandbox_id, count)
+
+    async def hibernate(self, sandbox_id: str) -> None:
+        await self.runtime.hibernate(sandbox_id)
+
+    async def wake(self, sandbox_id: str) -> None:
+        await self.runtime.wake(sandbox_id)
+
+    async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
+        return await self.runtime.update_network(sandbox_id, network)
+
+    async def placement(self, sandbox_id: str) -> SandboxPlacement:
+        described = self.runtime.describe(sandbox_id)
+        network = described.get("network")
+        slot = described.get("slot")
+        return SandboxPlacement(
+            network=NetworkPolicy.from_dict(network) if isinstance(network, dict) else None,
+            ns_ip=getattr(slot, "ns_ip", None))
+
+    async def console_log(self, sandbox_id: str, max_bytes: int) -> bytes:
+        workdir = self.runtime.get(sandbox_id).workdir
+        return await asyncio.to_thread(_tail, workdir / "console.log", max_bytes)
+
+    async def snapshot_info(self, snapshot_id: str) -> SnapshotInfo:
+        return await asyncio.to_thread(self.runtime.snapshots.get, snapshot_id)
+
+    async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
+        return await asyncio.to_thread(self.runtime.snapshots.all,
+                                       include_internal=include_internal)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        await asyncio.to_thread(self.runtime.delete_snapshot, snapshot_id)
+
+    async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
+                             network: NetworkPolicy | None = None, vcpus: int = 1,
+                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+        return await self.builds.build(spec, log=log, network=network, vcpus=vcpus,
+                                       memory_mb=memory_mb, cache_scope=cache_scope)
+
+    async def prune_build_cache(self, keep_newest: int) -> list[str]:
+        def prune() -> list[str]:
+            entries = sorted(self.builds.cache_entries(),
+                             key=lambda e: max(e.last_used_at, e.created_at), reverse=True)
+            kept = {e.key for e in entries[:max(0, keep_newest)]}
+            return self.builds.prune_cache(lambda entry: entry.key in kept)
+        return await asyncio.to_thread(prune)
+
+
+def _tail(path: Path, max_bytes: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+            return f.read(max_bytes)
+    except FileNotFoundError:
+        return b""

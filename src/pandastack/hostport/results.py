@@ -1,0 +1,80 @@
+"""What host port operations return: plain frozen values, the same whether the host is in
+this process or behind the host API (whose client rebuilds them from JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration_ms: float
+    timed_out: bool
+    signal: int | None
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+
+
+@dataclass
+class CodeEvent:
+    type: str  # "stdout" | "stderr" | "result" | "error" | "end"
+    text: str = ""
+    data: dict[str, str] | None = None  # result: mime type -> str (images base64)
+    is_main_result: bool = False  # the value of the last expression, not a display()
+    name: str = ""
+    value: str = ""
+    traceback: str = ""
+    execution_count: int | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    id: str
+    name: str | None
+    source: str
+    template: str
+    template_path: str
+    vcpus: int
+    memory_mb: int
+    disk_bytes: int
+    layers: tuple[str, ...]
+    created_at: float
+    state_bytes: int
+    internal: bool = False
+    size_bytes: int = 0  # allocated bytes of the stream and the layers (shared ones included)
+    # Deleted as soon as its sandboxes run (a fork's): one found at start is a crash's leftover.
+    transient: bool = False
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    info: SnapshotInfo
+    pause_ms: float
+    method: str = "stopped"  # how the memory was saved (vmm.SnapshotPause)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """`snapshot_id`: create sandboxes from it. `env`, `workdir` and `user` are what the
+    template's later commands should run with (the start command already does)."""
+
+    snapshot_id: str
+    env: dict[str, str]
+    workdir: str | None
+    user: str | None
+    start: str | None
+    steps_total: int
+    steps_cached: int
+    seconds: float

@@ -1,0 +1,432 @@
+"""What the host API carries (spec/host-openapi.json): the pydantic models of its requests and
+results, shared by the agent's routes (`pandastack.host.api`) and their client
+(`pandastack.server.hostclient`), the conversions between them and the port's values
+(`hostport.results`, `hostport.network`), and the error envelope.
+
+Errors travel by class name: `{"error": {"type": "GuestOSError", "message": str(exc),
+"attributes": {"errno_name": "ENOENT", ...}}}`. The attributes are the exception's own public
+scalar attributes (GuestOSError's errno_name/message/path, SnapshotFailed's disk_switched and
+no_space, BuildFailed's step/instruction/exit_code/output), nested so that none can collide
+with the envelope's `message`. The client rebuilds the same class from `hostport.errors` with
+the same `str()` and attributes; a name it does not know becomes a plain HostError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Literal
+
+from pydantic import Base64Bytes, Field
+
+from pandastack.templatespec import TemplateSpec
+from pandastack.wirebase import Strict
+
+from . import errors as errors_module
+from .errors import HostError
+from .network import NetworkPolicy
+from .protocols import SandboxPlacement, SandboxPort
+from .results import BuildResult, CodeEvent, ExecResult, FileInfo, SnapshotInfo, SnapshotResult
+
+ErrorValue = str | int | float | bool | None
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class ErrorBody(Strict):
+    type: str = Field(description="the error's class in pandastack.hostport.errors, or "
+                                  "ValueError (a request the host refused as invalid)")
+    message: str
+    attributes: dict[str, ErrorValue] = Field(default_factory=dict)
+
+
+class ErrorEnvelope(Strict):
+    error: ErrorBody
+
+
+def error_classes() -> dict[str, type[Exception]]:
+    """Every error class the wire names: those of `hostport.errors`, and ValueError."""
+    found: dict[str, type[Exception]] = {"ValueError": ValueError}
+    for name, value in vars(errors_module).items():
+        if isinstance(value, type) and issubclass(value, HostError):
+            found[name] = value
+    return found
+
+
+_CLASSES = error_classes()
+_BY_CLASS = {cls: name for name, cls in _CLASSES.items()}
+
+# The HTTP status of each error (nearest class in the MRO wins). The client re-raises by
+# type, not by status; statuses are for people reading logs and for generic HTTP tools.
+_STATUS: dict[type[Exception], int] = {
+    ValueError: 400,
+    errors_module.UnsupportedLanguage: 400,
+    errors_module.SandboxNotFound: 404,
+    errors_module.SnapshotNotFound: 404,
+    errors_module.TemplateNotFound: 404,
+    errors_module.CodeContextNotFound: 404,
+    errors_module.SandboxStateError: 409,
+    errors_module.CodeInterpreterUnavailable: 409,
+    errors_module.CodeInterpreterError: 422,
+    errors_module.GuestOSError: 422,
+    errors_module.BuildFailed: 422,
+    errors_module.AgentError: 502,
+    errors_module.HugePagesUnavailable: 503,
+    errors_module.HostUnavailable: 503,
+    HostError: 500,
+}
+
+
+def _wire_class(exc: BaseException) -> type[Exception] | None:
+    for cls in type(exc).__mro__:
+        if cls in _BY_CLASS:
+            return cls
+    return None
+
+
+def status_of(exc: BaseException) -> int:
+    for cls in type(exc).__mro__:
+        if cls in _STATUS:
+            return _STATUS[cls]
+    return 500
+
+
+def encode_error(exc: BaseException) -> ErrorEnvelope:
+    """The envelope of `exc`. An exception that is neither a HostError nor a ValueError is a
+    bug in the host: it goes as a HostError naming its class."""
+    cls = _wire_class(exc)
+    if cls is None:
+        return ErrorEnvelope(error=ErrorBody(
+            type="HostError", message=f"internal error in the host agent: "
+                                      f"{type(exc).__name__}: {exc}"))
+    attributes = {key: value for key, value in vars(exc).items()
+                  if not key.startswith("_")
+                  and (value is None or isinstance(value, str | int | float | bool))}
+    return ErrorEnvelope(error=ErrorBody(type=_BY_CLASS[cls], message=str(exc),
+                                         attributes=attributes))
+
+
+def decode_error(body: ErrorBody) -> Exception:
+    """The exception `body` names, with its message and attributes (not raised)."""
+    cls = _CLASSES.get(body.type, HostError)
+    if cls is ValueError:
+        return ValueError(body.message)
+    # Not through __init__: the message is already formatted (GuestOSError, SnapshotFailed
+    # prefix theirs), and the attributes are set as they were.
+    exc = cls.__new__(cls, body.message)
+    exc.args = (body.message,)
+    for key, value in body.attributes.items():
+        setattr(exc, key, value)
+    return exc
+
+
+# -- sandboxes and their host-side state ----------------------------------------------------
+
+
+class SandboxInfo(Strict):
+    id: str
+    state: str = Field(description='"running", "paused" or "hibernated"')
+    alive: bool = Field(description="the VM process runs (false when hibernated or dead)")
+
+    @classmethod
+    def of(cls, sandbox: SandboxPort) -> SandboxInfo:
+        return cls(id=sandbox.id, state=sandbox.state, alive=sandbox.is_alive())
+
+
+class SandboxList(Strict):
+    sandboxes: list[SandboxInfo]
+
+
+class Network(Strict):
+    internet: bool = True
+    allow_out: list[str] = Field(default_factory=list)
+    deny_out: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, policy: NetworkPolicy) -> Network:
+        return cls(internet=policy.internet, allow_out=list(policy.allow_out),
+                   deny_out=list(policy.deny_out))
+
+    def policy(self) -> NetworkPolicy:
+        return NetworkPolicy.from_dict(self.model_dump())
+
+
+def network_of(model: Network | None) -> NetworkPolicy | None:
+    return None if model is None else model.policy()
+
+
+def network_model(policy: NetworkPolicy | None) -> Network | None:
+    return None if policy is None else Network.of(policy)
+
+
+class CreateRequest(Strict):
+    template: str = "base"
+    vcpus: int = 1
+    memory_mb: int = 512
+    disk_mb: int | None = None
+    sandbox_id: str | None = None
+    snapshot: str | None = None
+    network: Network | None = None
+
+
+class PrepareTemplateRequest(Strict):
+    vcpus: int = 1
+    memory_mb: int = 512
+
+
+class SnapshotRequest(Strict):
+    name: str | None = None
+    internal: bool = False
+
+
+class ForkRequest(Strict):
+    count: int = 1
+
+
+class Placement(Strict):
+    network: Network | None
+    ns_ip: str | None
+
+    @classmethod
+    def of(cls, placement: SandboxPlacement) -> Placement:
+        return cls(network=network_model(placement.network), ns_ip=placement.ns_ip)
+
+    def value(self) -> SandboxPlacement:
+        return SandboxPlacement(network=network_of(self.network), ns_ip=self.ns_ip)
+
+
+# -- snapshots ------------------------------------------------------------------------------
+
+
+class SnapshotInfoModel(Strict):
+    id: str
+    name: str | None
+    source: str
+    template: str
+    template_path: str
+    vcpus: int
+    memory_mb: int
+    disk_bytes: int
+    layers: list[str]
+    created_at: float
+    state_bytes: int
+    internal: bool = False
+    size_bytes: int = 0
+    transient: bool = False
+
+    @classmethod
+    def of(cls, info: SnapshotInfo) -> SnapshotInfoModel:
+        return cls.model_validate({**asdict(info), "layers": list(info.layers)})
+
+    def value(self) -> SnapshotInfo:
+        return SnapshotInfo(**{**self.model_dump(), "layers": tuple(self.layers)})
+
+
+class SnapshotList(Strict):
+    snapshots: list[SnapshotInfoModel]
+
+
+class SnapshotResultModel(Strict):
+    info: SnapshotInfoModel
+    pause_ms: float
+    method: str
+
+    @classmethod
+    def of(cls, result: SnapshotResult) -> SnapshotResultModel:
+        return cls(info=SnapshotInfoModel.of(result.info), pause_ms=result.pause_ms,
+                   method=result.method)
+
+    def value(self) -> SnapshotResult:
+        return SnapshotResult(info=self.info.value(), pause_ms=self.pause_ms,
+                              method=self.method)
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+class ExecRequest(Strict):
+    cmd: str | list[str] = Field(description="a string runs through /bin/sh -c; a list is "
+                                             "the argv")
+    timeout: float | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    stdin: Base64Bytes | None = None
+    user: str | None = None
+
+
+class ExecDone(Strict):
+    """The final RESULT frame of an exec or an attach: the output came before it, in STDOUT
+    and STDERR frames (the client keeps it for the ExecResult)."""
+
+    exit_code: int
+    duration_ms: float
+    timed_out: bool
+    signal: int | None
+    truncated: bool
+
+    @classmethod
+    def of(cls, result: ExecResult) -> ExecDone:
+        return cls(exit_code=result.exit_code, duration_ms=result.duration_ms,
+                   timed_out=result.timed_out, signal=result.signal,
+                   truncated=result.truncated)
+
+    def value(self, stdout: bytes, stderr: bytes, truncated: bool) -> ExecResult:
+        return ExecResult(exit_code=self.exit_code, stdout=stdout, stderr=stderr,
+                          duration_ms=self.duration_ms, timed_out=self.timed_out,
+                          signal=self.signal, truncated=self.truncated or truncated)
+
+
+class SpawnRequest(Strict):
+    cmd: str | list[str]
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    user: str | None = None
+
+
+class Spawned(Strict):
+    pid: int
+
+
+class ProcessList(Strict):
+    processes: list[dict[str, Any]]
+
+
+class SignalRequest(Strict):
+    signal: int
+
+
+class StdinRequest(Strict):
+    data: Base64Bytes = b""
+    eof: bool = False
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+class FileInfoModel(Strict):
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+
+    @classmethod
+    def of(cls, info: FileInfo) -> FileInfoModel:
+        return cls.model_validate(asdict(info))
+
+    def value(self) -> FileInfo:
+        return FileInfo(**self.model_dump())
+
+
+class DirList(Strict):
+    entries: list[FileInfoModel]
+
+
+class Written(Strict):
+    size: int = Field(description="bytes written")
+
+
+class ReadDone(Strict):
+    """The final RESULT frame of a file read (its bytes came before it, in DATA frames)."""
+
+    size: int
+
+
+class MkdirRequest(Strict):
+    path: str
+    parents: bool = True
+
+
+class RenameRequest(Strict):
+    src: str
+    dst: str
+
+
+# -- code interpreter -----------------------------------------------------------------------
+
+
+class RunCodeRequest(Strict):
+    code: str
+    language: str = "python"
+    context_id: str | None = None
+    timeout: float | None = None
+    env: dict[str, str] | None = None
+
+
+class CodeEventModel(Strict):
+    type: str
+    text: str = ""
+    data: dict[str, str] | None = None
+    is_main_result: bool = False
+    name: str = ""
+    value: str = ""
+    traceback: str = ""
+    execution_count: int | None = None
+
+    @classmethod
+    def of(cls, event: CodeEvent) -> CodeEventModel:
+        return cls.model_validate(asdict(event))
+
+    def event(self) -> CodeEvent:
+        return CodeEvent(**self.model_dump())
+
+
+class RunDone(Strict):
+    """The final RESULT frame of a code run (its events, "end" last, came before it)."""
+
+    events: int
+
+
+class CodeContextRequest(Strict):
+    language: str = "python"
+    cwd: str | None = None
+
+
+class CodeContext(Strict):
+    context: dict[str, Any]
+
+
+class CodeContextList(Strict):
+    contexts: list[dict[str, Any]]
+
+
+# -- templates ------------------------------------------------------------------------------
+
+
+class BuildRequest(Strict):
+    spec: TemplateSpec
+    network: Network | None = None
+    vcpus: int = 1
+    memory_mb: int = 512
+    cache_scope: str = ""
+
+
+class BuildResultModel(Strict):
+    snapshot_id: str
+    env: dict[str, str]
+    workdir: str | None
+    user: str | None
+    start: str | None
+    steps_total: int
+    steps_cached: int
+    seconds: float
+
+    @classmethod
+    def of(cls, result: BuildResult) -> BuildResultModel:
+        return cls.model_validate(asdict(result))
+
+    def value(self) -> BuildResult:
+        return BuildResult(**self.model_dump())
+
+
+class PruneRequest(Strict):
+    keep_newest: int
+
+
+class Pruned(Strict):
+    deleted: list[str]
+
+
+class HostStatus(Strict):
+    status: Literal["ok"] = "ok"
+    sandboxes: int
