@@ -1,0 +1,129 @@
+"""The host API's error envelope (hostport/wire.py): every error class of hostport.errors
+travels by name and comes back as the same class with the same message and attributes; the
+values the port returns survive their models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pandastack.hostport import errors as E
+from pandastack.hostport.frames import FrameError
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.protocols import SandboxPlacement
+from pandastack.hostport.results import (
+    BuildResult,
+    CodeEvent,
+    ExecResult,
+    FileInfo,
+    SnapshotInfo,
+    SnapshotResult,
+)
+from pandastack.hostport.wire import (
+    BuildResultModel,
+    CodeEventModel,
+    ErrorEnvelope,
+    ExecDone,
+    FileInfoModel,
+    Placement,
+    SnapshotResultModel,
+    decode_error,
+    encode_error,
+    error_classes,
+    status_of,
+)
+
+
+def sample(cls: type[Exception]) -> Exception:
+    """An instance of `cls` with every attribute its constructor takes set."""
+    if cls is E.GuestOSError:
+        return E.GuestOSError("ENOENT", "no such file or directory", "/nope")
+    if cls is E.SnapshotFailed:
+        return E.SnapshotFailed("the disk is full", disk_switched=True, no_space=True)
+    if cls is E.BuildFailed:
+        return E.BuildFailed("step 2/3 RUN make failed", step=2, instruction="RUN make",
+                             exit_code=2, output="make: *** [all] Error 1")
+    return cls(f"a {cls.__name__} happened")
+
+
+CLASSES = sorted(error_classes().items())
+
+
+def test_every_host_error_class_is_named() -> None:
+    named = set(error_classes())
+    declared = {n for n, v in vars(E).items() if isinstance(v, type) and issubclass(v, E.HostError)}
+    assert declared <= named and "ValueError" in named
+    assert {"GuestOSError", "SnapshotFailed", "BuildFailed", "HostUnavailable"} <= named
+
+
+@pytest.mark.parametrize(("name", "cls"), CLASSES, ids=[n for n, _ in CLASSES])
+def test_error_round_trip(name: str, cls: type[Exception]) -> None:
+    original = sample(cls)
+    envelope = ErrorEnvelope.model_validate_json(encode_error(original).model_dump_json())
+    assert envelope.error.type == name
+    again = decode_error(envelope.error)
+    assert type(again) is cls
+    assert str(again) == str(original)
+    assert vars(again) == vars(original)
+
+
+def test_attributes_travel_nested_beside_the_message() -> None:
+    body = encode_error(sample(E.GuestOSError)).model_dump()["error"]
+    assert body == {"type": "GuestOSError",
+                    "message": "ENOENT: no such file or directory (/nope)",
+                    "attributes": {"errno_name": "ENOENT",
+                                   "message": "no such file or directory", "path": "/nope"}}
+    built = encode_error(sample(E.BuildFailed)).error.attributes
+    assert built == {"step": 2, "instruction": "RUN make", "exit_code": 2,
+                     "output": "make: *** [all] Error 1"}
+
+
+def test_subclasses_and_strangers() -> None:
+    frame = encode_error(FrameError("bad frame")).error  # a HostError defined elsewhere
+    assert (frame.type, frame.message) == ("HostError", "bad frame")
+    bug = encode_error(KeyError("x")).error
+    assert bug.type == "HostError" and "KeyError" in bug.message
+    assert status_of(KeyError("x")) == 500
+    unknown = decode_error(ErrorEnvelope.model_validate(
+        {"error": {"type": "FromTheFuture", "message": "m"}}).error)
+    assert type(unknown) is E.HostError and str(unknown) == "m"
+    value = decode_error(encode_error(ValueError("vcpus must be 1-8")).error)
+    assert type(value) is ValueError and str(value) == "vcpus must be 1-8"
+
+
+def test_statuses() -> None:
+    assert status_of(E.SandboxNotFound("x")) == 404
+    assert status_of(E.TemplateNotFound("x")) == 404  # nearer than SetupError's 500
+    assert status_of(E.SandboxStateError("x")) == 409
+    assert status_of(ValueError("x")) == 400
+    assert status_of(sample(E.GuestOSError)) == 422
+    assert status_of(E.AgentConnectionError("x")) == 502
+    assert status_of(E.HostUnavailable("x")) == 503
+    assert status_of(E.VMMError("x")) == 500
+
+
+def test_values_survive_their_models() -> None:
+    info = SnapshotInfo(id="snap-1", name="n", source="sbx-1", template="base",
+                        template_path="/t", vcpus=2, memory_mb=1024, disk_bytes=10,
+                        layers=("a", "b"), created_at=1.5, state_bytes=3, internal=True,
+                        size_bytes=9, transient=True)
+    result = SnapshotResult(info=info, pause_ms=2.5, method="background")
+    dumped = SnapshotResultModel.of(result).model_dump_json()
+    assert SnapshotResultModel.model_validate_json(dumped).value() == result
+    fi = FileInfo(name="f", path="/f", type="file", size=1, mode=0o644, mtime=2.0)
+    assert FileInfoModel.model_validate_json(FileInfoModel.of(fi).model_dump_json()).value() == fi
+    event = CodeEvent("result", data={"text/plain": "42"}, is_main_result=True,
+                      execution_count=3)
+    assert CodeEventModel.of(event).event() == event
+    build = BuildResult(snapshot_id="snap-2", env={"A": "1"}, workdir="/w", user=None,
+                        start=None, steps_total=3, steps_cached=1, seconds=4.0)
+    assert BuildResultModel.of(build).value() == build
+    placement = SandboxPlacement(NetworkPolicy(False, ("1.2.3.4/32",), ("example.com",)),
+                                 "10.200.0.2")
+    assert Placement.model_validate(json.loads(Placement.of(placement).model_dump_json())
+                                    ).value() == placement
+    done = ExecResult(exit_code=3, stdout=b"o", stderr=b"e", duration_ms=1.0, timed_out=False,
+                      signal=None, truncated=False)
+    assert ExecDone.of(done).value(b"o", b"e", truncated=False) == done
+    assert ExecDone.of(done).value(b"o", b"e", truncated=True).truncated
