@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
+from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.wire import ErrorEnvelope
 
@@ -86,15 +87,25 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         templates: TemplateService | None = None
         proxy: PortProxy | None = None
         try:
-            await rt.start()
             service = SandboxService(store, rt, settings)
-            failed, killed = await service.reconcile()
-            if failed or killed:
-                log.warning("reconciled after start: %d rows failed, %d stray VMs killed",
-                            len(failed), len(killed))
             templates = TemplateService(service, cache_entries=settings.build_cache_entries,
                                         max_concurrent=settings.max_concurrent_builds)
-            await templates.reconcile()
+
+            async def reconcile() -> None:
+                await rt.start()
+                failed, killed = await service.reconcile()
+                if failed or killed:
+                    log.warning("reconciled after start: %d rows failed, %d stray VMs killed",
+                                len(failed), len(killed))
+                await templates.reconcile()
+
+            try:
+                await reconcile()
+            except HostUnavailable as exc:
+                # Serve anyway: requests for its sandboxes answer 503 host_unavailable, and
+                # the reaper reconciles as soon as the host answers.
+                log.warning("the host is out of reach at startup (%s)", exc)
+                service.needs_reconcile = True
             service.templates = templates
             app.state.templates = templates
             ensure_admin_key(store, settings)
@@ -103,7 +114,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             app.state.store = store
             app.state.service = service
             app.state.ready = True
-            task = asyncio.create_task(reaper(service), name="pandastack-reaper")
+            task = asyncio.create_task(reaper(service, reconcile), name="pandastack-reaper")
             yield
         finally:
             app.state.ready = False

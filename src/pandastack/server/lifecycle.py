@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pandastack.hostport.errors import HostUnavailable, SandboxNotFound
@@ -103,10 +104,28 @@ def purge(store: Store, before: float) -> None:
         log.info("pruned %d failed or deleted template versions", pruned)
 
 
-async def reaper(service: SandboxService) -> None:
+async def catch_up(service: SandboxService, reconcile: Callable[[], Awaitable[None]]) -> None:
+    """What waits for the host to answer again: the reconcile a startup without it skipped
+    (`reconcile`), and the kills of sandboxes that ended while it was out of reach."""
+    if service.needs_reconcile:
+        try:
+            await reconcile()
+        except HostUnavailable:
+            return
+        service.needs_reconcile = False
+        log.info("host answers again: reconciled with the store")
+    if service.unkilled:
+        for sid in await service.retry_kills():
+            log.info("sandbox %s: its VM was killed after its host came back", sid)
+
+
+async def reaper(service: SandboxService,
+                 reconcile: Callable[[], Awaitable[None]] | None = None) -> None:
     """Runs until cancelled; a failing pass is logged and the next one tries again."""
     while True:
         try:
+            if reconcile is not None:
+                await catch_up(service, reconcile)
             for sid, state in await sweep(service):
                 log.info("sandbox %s ended: %s", sid, state)
         except asyncio.CancelledError:

@@ -69,6 +69,11 @@ class SandboxService:
         # Set by the app when team templates are enabled (`templates.TemplateService`).
         self.templates: TemplateResolver | None = None
         self._preparing: dict[tuple[str, int, int], asyncio.Task[None]] = {}
+        # Sandboxes that ended while their host was out of reach: their VMs may still run
+        # there (an agent that comes back re-adopts them), so the reaper kills them later.
+        self.unkilled: set[str] = set()
+        # Set when the host did not answer at startup: the reaper reconciles once it does.
+        self.needs_reconcile = False
 
     # -- lookups --------------------------------------------------------------------------
 
@@ -329,10 +334,31 @@ class SandboxService:
             await self.runtime.kill(sandbox_id)
         except SandboxNotFound:
             pass
+        except HostUnavailable as exc:
+            log.warning("sandbox %s ended but its host is out of reach (%s): its VM is "
+                        "killed once the host is back", sandbox_id, exc)
+            self.unkilled.add(sandbox_id)
         except HostError:
             log.exception("killing sandbox %s failed", sandbox_id)
         self._busy.pop(sandbox_id, None)
         return row
+
+    async def retry_kills(self) -> list[str]:
+        """Kill the VMs of sandboxes that ended while their host was out of reach; returns
+        those the host has confirmed gone (stops at the first host still out of reach)."""
+        done: list[str] = []
+        for sandbox_id in sorted(self.unkilled):
+            try:
+                await self.runtime.kill(sandbox_id)
+            except SandboxNotFound:
+                pass
+            except HostUnavailable:
+                break
+            except HostError:
+                log.exception("killing sandbox %s failed", sandbox_id)
+            self.unkilled.discard(sandbox_id)
+            done.append(sandbox_id)
+        return done
 
     async def delete(self, team: str, sandbox_id: str) -> None:
         """Kill; idempotent on a sandbox that already ended (its row is left unchanged)."""
