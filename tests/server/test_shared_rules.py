@@ -101,3 +101,9 @@ def test_new_ids_have_their_format_and_no_other(make: Any, pattern: Any, other: 
     ids = {make() for _ in range(50)}
     assert len(ids) == 50
     assert all(pattern.match(i) and not other.match(i) for i in ids)
+
+
+def test_builtin_template_names_are_the_hosts_table() -> None:
+    from pandastack.host.templates.builtin import BUILTIN_TEMPLATES
+
+    assert rules.BUILTIN_TEMPLATE_NAMES == set(BUILTIN_TEMPLATES)
