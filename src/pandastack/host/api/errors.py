@@ -1,0 +1,52 @@
+"""How the host API answers a failed request: the error envelope of `hostport.wire` with the
+status of its class. The routes raise the port's own errors; nothing here translates them."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from pandastack.hostport.errors import HostError
+from pandastack.hostport.wire import ErrorBody, ErrorEnvelope, encode_error, status_of
+
+from .auth import Unauthorized
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    return JSONResponse(encode_error(exc).model_dump(), status_code=status_of(exc))
+
+
+def _plain(status: int, type_: str, message: str) -> JSONResponse:
+    body = ErrorEnvelope(error=ErrorBody(type=type_, message=message))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+def install_handlers(app: FastAPI) -> None:
+    async def host_error(_request: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc)
+
+    async def invalid(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                 for e in exc.errors()[:5]]
+        return _plain(422, "ValueError", "invalid request: " + "; ".join(parts))
+
+    async def unauthorized(_request: Request, exc: Exception) -> JSONResponse:
+        return _plain(401, "Unauthorized", str(exc))
+
+    async def http_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        return _plain(exc.status_code, "HTTPError", str(exc.detail))
+
+    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        # Starlette re-raises it after this answer, for the server to log with its traceback.
+        return error_response(exc)
+
+    app.add_exception_handler(HostError, host_error)
+    app.add_exception_handler(ValueError, host_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(Unauthorized, unauthorized)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,71 @@
+"""Routes of a sandbox's files. Bodies stream both ways: a read is DATA frames (so that a
+failure midway is told, not mistaken for the end of the file); a write is the raw request
+body, handed to the guest chunk by chunk as it arrives."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request, Response
+
+from pandastack.hostport.frames import Kind
+from pandastack.hostport.wire import (
+    DirList,
+    FileInfoModel,
+    MkdirRequest,
+    ReadDone,
+    RenameRequest,
+    Written,
+)
+
+from .deps import Sandbox
+from .framed import FramedResponse, Outbox, framed_responses
+
+router = APIRouter(prefix="/sandboxes/{sandbox_id}/files", tags=["files"])
+Path = Query(description="an absolute path in the guest")
+RAW_BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
+    "schema": {"type": "string", "format": "binary"}}}}}
+
+
+@router.get("/content", operation_id="readFile", response_class=FramedResponse,
+            responses=framed_responses(ReadDone, "the file's bytes in DATA frames"))
+async def read_file(sandbox: Sandbox, path: str = Path) -> FramedResponse:
+    async def run(outbox: Outbox) -> ReadDone:
+        size = 0
+        async for chunk in sandbox.read_file(path):
+            size += len(chunk)
+            await outbox.put(Kind.DATA, chunk)
+        return ReadDone(size=size)
+    return FramedResponse(run)
+
+
+@router.put("/content", operation_id="writeFile", openapi_extra=RAW_BODY)
+async def write_file(request: Request, sandbox: Sandbox, path: str = Path,
+                     mode: int = Query(0o644, ge=0, le=0o7777)) -> Written:
+    return Written(size=await sandbox.write_file(path, request.stream(), mode=mode))
+
+
+@router.get("", operation_id="listDir")
+async def list_dir(sandbox: Sandbox, path: str = Path) -> DirList:
+    return DirList(entries=[FileInfoModel.of(i) for i in await sandbox.list_dir(path)])
+
+
+@router.get("/stat", operation_id="statFile")
+async def stat_file(sandbox: Sandbox, path: str = Path) -> FileInfoModel:
+    return FileInfoModel.of(await sandbox.stat(path))
+
+
+@router.post("/mkdir", status_code=204, operation_id="makeDir")
+async def make_dir(body: MkdirRequest, sandbox: Sandbox) -> Response:
+    await sandbox.mkdir(body.path, parents=body.parents)
+    return Response(status_code=204)
+
+
+@router.delete("", status_code=204, operation_id="removeFile")
+async def remove_file(sandbox: Sandbox, path: str = Path, recursive: bool = False) -> Response:
+    await sandbox.remove(path, recursive=recursive)
+    return Response(status_code=204)
+
+
+@router.post("/rename", status_code=204, operation_id="renameFile")
+async def rename_file(body: RenameRequest, sandbox: Sandbox) -> Response:
+    await sandbox.rename(body.src, body.dst)
+    return Response(status_code=204)
