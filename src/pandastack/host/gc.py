@@ -117,7 +117,7 @@ def kill_orphan_vmms(progress: Callable[[str], None] = print,
             continue
         try:
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):  # gone, or another user's VMM
             continue
         progress(f"killed orphan VMM {pid} (its directory {workdir} is gone)")
         killed.append((pid, workdir))

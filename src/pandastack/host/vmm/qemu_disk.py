@@ -1,0 +1,94 @@
+"""The QEMU driver's disks: qcow2 layer chains over the guest image's raw rootfs.
+
+A template's disk is a qcow2 image backed by the raw rootfs (`qemu-img create`, once per
+bake). A sandbox's top layer is an empty qcow2 overlay over the layer below it, written
+directly (`qcow2.create_overlay`: on the create path a `qemu-img` fork+exec would cost ~10 ms).
+A running VM's chain is merged into its top by QEMU itself (`block-stream` over QMP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from pandastack.host.vmm.driver import VMProcess
+from pandastack.host.vmm.qcow2 import create_overlay
+from pandastack.host.vmm.qmp import QMP_TIMEOUT_S, connect_qmp, qmp_socket
+from pandastack.hostport.errors import VMMError
+
+QEMU_IMG = "qemu-img"
+FLATTEN_JOB = "pandastack-flatten"
+ROOT_DRIVE = "root"  # the drive's id on the command line (QemuDriver._argv)
+
+
+class Qcow2Layers:
+    """`DiskLayers` in qcow2."""
+
+    suffix = ".qcow2"
+
+    def create_base(self, path: Path, rootfs: Path) -> None:
+        subprocess.run([QEMU_IMG, "create", "-q", "-f", "qcow2", "-F", "raw",
+                        "-b", str(rootfs), str(path)], check=True)
+
+    def create_layer(self, path: Path, parent: Path, size_bytes: int) -> None:
+        relative = parent.parent.resolve() == path.parent.resolve()
+        create_overlay(path, parent, size_bytes, relative=relative)
+
+    def virtual_size(self, path: Path) -> int:
+        return int(_info(path)["virtual-size"])
+
+    def layer_chain(self, top: Path) -> list[Path]:
+        chain = _info(top, "--backing-chain")
+        return [Path(image["filename"]) for image in chain]
+
+    async def start_flatten(self, vm: VMProcess, base: Path) -> None:
+        qmp = await connect_qmp(qmp_socket(vm.paths))
+        try:
+            path = str(base.resolve())
+            # The top's header gets the same absolute backing name a fresh clone's has.
+            await qmp.execute("block-stream", {"job-id": FLATTEN_JOB, "device": ROOT_DRIVE,
+                                               "base": path, "backing-file": path})
+        finally:
+            await qmp.disconnect()
+
+    async def settle_flatten(self, vm: VMProcess, base: Path, wait_s: float) -> bool:
+        qmp = await connect_qmp(qmp_socket(vm.paths))
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait_s
+            cancelled = False
+            while True:
+                jobs = await qmp.execute("query-block-jobs")
+                if not isinstance(jobs, list) or not any(
+                        isinstance(j, dict) and j.get("device") == FLATTEN_JOB for j in jobs):
+                    break  # done or cancelled: QEMU drops a job once it has ended
+                if not cancelled and loop.time() > deadline:
+                    await qmp.execute("block-job-cancel", {"device": FLATTEN_JOB})
+                    cancelled = True
+                if loop.time() > deadline + QMP_TIMEOUT_S:
+                    raise VMMError("the disk merge job did not end after its cancel")
+                await asyncio.sleep(0.01)
+            return _root_backing(await qmp.execute("query-block")) == str(base.resolve())
+        finally:
+            await qmp.disconnect()
+
+
+def _info(path: Path, *options: str) -> Any:
+    # -U (force share): the image may be open in a running VM.
+    out = subprocess.run([QEMU_IMG, "info", "--output=json", "-U", *options, str(path)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def _root_backing(blocks: object) -> str | None:
+    """The file name of the root disk's top layer's backing image, from `query-block`."""
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("device") == ROOT_DRIVE:
+            image = (block.get("inserted") or {}).get("image") or {}
+            backing = image.get("backing-image") or {}
+            name = backing.get("filename")
+            return name if isinstance(name, str) else None
+    return None

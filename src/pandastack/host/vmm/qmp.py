@@ -1,0 +1,97 @@
+"""Talking to a QEMU that is starting or running: its unix sockets and QMP.
+
+The create path speaks QMP's line protocol directly (`qmp_pipeline`, one round trip); the rest
+uses the `qemu.qmp` client library (`connect_qmp`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qemu.qmp import QMPClient
+
+from pandastack.host.vmm.driver import VMPaths
+from pandastack.hostport.errors import VMMError
+
+QMP_TIMEOUT_S = 30.0
+
+
+def qmp_socket(paths: VMPaths) -> Path:
+    return paths.workdir / "qmp.sock"
+
+
+async def connect_unix(path: Path, *, alive: Callable[[], bool],
+                       timeout: float = QMP_TIMEOUT_S) -> socket.socket:
+    """Connect to a unix socket that a just-started VMM is about to create."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, str(path))
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            if not alive():
+                raise VMMError(f"VMM exited early: {log_tail(path)}") from exc
+            if loop.time() > deadline:
+                raise VMMError(f"socket {path} did not appear") from exc
+            await asyncio.sleep(0.001)
+
+
+async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, Any]]], *,
+                       alive: Callable[[], bool], timeout: float = QMP_TIMEOUT_S) -> None:
+    """Connect to a fresh QMP socket, negotiate, and run `commands` in one write.
+
+    The full client library costs a round trip per command; on the create path every
+    millisecond counts, so this speaks the line protocol directly. Events are skipped.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    sock = await connect_unix(socket_path, alive=alive, timeout=timeout)
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    try:
+        lines: list[dict[str, Any]] = [{"execute": "qmp_capabilities"}]
+        lines += [{"execute": name, "arguments": args} for name, args in commands]
+        writer.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        await writer.drain()
+        answered = 0
+        while answered < len(lines):
+            raw = await asyncio.wait_for(reader.readline(), max(0.1, deadline - loop.time()))
+            if not raw:
+                raise VMMError(f"QMP closed early: {log_tail(socket_path)}")
+            message = json.loads(raw)
+            if "error" in message:
+                raise VMMError(f"QMP {lines[answered]['execute']}: {message['error']}")
+            if "return" in message:
+                answered += 1
+    except (TimeoutError, ValueError) as exc:
+        raise VMMError(f"QMP did not answer: {exc}") from exc
+    finally:
+        writer.close()
+
+
+def log_tail(socket_path: Path) -> str:
+    try:
+        return (socket_path.parent / "vmm.log").read_text(errors="replace")[-500:]
+    except OSError:
+        return ""
+
+
+async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient:
+    client = QMPClient("pandastack")
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            await asyncio.wait_for(client.connect(str(socket)), timeout=5)
+            return client
+        except (TimeoutError, OSError, Exception) as exc:  # qemu.qmp wraps OSErrors
+            if asyncio.get_running_loop().time() > deadline:
+                raise VMMError(f"QMP at {socket} did not answer: {exc}") from exc
+            await asyncio.sleep(0.02)
