@@ -25,6 +25,7 @@ from pandastack.hostport.wire import (
     CodeEventModel,
     ErrorEnvelope,
     ExecDone,
+    ExecRequest,
     FileInfoModel,
     Placement,
     SnapshotResultModel,
@@ -127,3 +128,14 @@ def test_values_survive_their_models() -> None:
                       signal=None, truncated=False)
     assert ExecDone.of(done).value(b"o", b"e", truncated=False) == done
     assert ExecDone.of(done).value(b"o", b"e", truncated=True).truncated
+
+
+def test_bytes_are_base64_in_json_and_bytes_in_python() -> None:
+    raw = b"\x00piped\xff"
+    request = ExecRequest(cmd=["cat"], stdin=raw)
+    assert request.stdin == raw  # given as bytes, kept as they are
+    text = request.model_dump_json()
+    assert '"stdin":"AHBpcGVk/w=="' in text
+    assert ExecRequest.model_validate_json(text).stdin == raw
+    with pytest.raises(ValueError, match="base64"):
+        ExecRequest.model_validate_json('{"cmd": "cat", "stdin": "!!"}')

@@ -13,10 +13,11 @@ the same `str()` and attributes; a name it does not know becomes a plain HostErr
 
 from __future__ import annotations
 
+import base64
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Base64Bytes, Field
+from pydantic import Field, PlainSerializer, PlainValidator, WithJsonSchema
 
 from pandastack.templatespec import TemplateSpec
 from pandastack.wirebase import Strict
@@ -28,6 +29,23 @@ from .protocols import SandboxPlacement, SandboxPort
 from .results import BuildResult, CodeEvent, ExecResult, FileInfo, SnapshotInfo, SnapshotResult
 
 ErrorValue = str | int | float | bool | None
+
+
+def _bytes_or_base64(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return base64.b64decode(value, validate=True)
+    raise ValueError("expected base64 text")
+
+
+# Bytes in JSON: base64 there, the bytes themselves in Python (pydantic's Base64Bytes would
+# also decode bytes given in Python, as if they were base64).
+Base64 = Annotated[
+    bytes, PlainValidator(_bytes_or_base64),
+    PlainSerializer(lambda b: base64.b64encode(b).decode(), return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64"}),
+]
 
 # -- errors ---------------------------------------------------------------------------------
 
@@ -249,7 +267,7 @@ class ExecRequest(Strict):
     timeout: float | None = None
     env: dict[str, str] | None = None
     cwd: str | None = None
-    stdin: Base64Bytes | None = None
+    stdin: Base64 | None = None
     user: str | None = None
 
 
@@ -295,7 +313,7 @@ class SignalRequest(Strict):
 
 
 class StdinRequest(Strict):
-    data: Base64Bytes = b""
+    data: Base64 = b""
     eof: bool = False
 
 

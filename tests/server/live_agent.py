@@ -1,0 +1,116 @@
+"""A real `pandastack agent` process on a unix socket, with its own state and snapshot
+directories under a temporary directory (sharing the template cache under PANDASTACK_HOME),
+and the check that nothing of it is left once it is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+
+from pandastack.host.config import HostConfig
+from pandastack.host.runtime import HostRuntime
+from tests.helpers import close_private_runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 300.0  # a first run may have to build the guest image
+
+
+class LiveAgent:
+    """`start()` (again after a `signal`: the same dirs, socket and token file)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.state_dir = tmp / "s"  # short: unix socket paths must stay under 108 bytes
+        self.snapshots_dir = tmp / "snap"
+        self.socket = tmp / "agent.sock"
+        self.token_file = tmp / "agent.token"
+        self.url = f"unix:{self.socket}"
+        self.log_path = tmp / "agent.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    def start(self) -> None:
+        env = {**os.environ, "PANDASTACK_STATE_DIR": str(self.state_dir),
+               "PANDASTACK_SNAPSHOTS_DIR": str(self.snapshots_dir)}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pandastack", "agent", "--listen", self.url,
+                 "--token-file", str(self.token_file), "--log-level", "warning"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT
+        transport = httpx.HTTPTransport(uds=str(self.socket))
+        with httpx.Client(transport=transport, base_url="http://agent") as client:
+            while True:
+                with contextlib.suppress(httpx.TransportError, OSError):
+                    headers = {"Authorization": f"Bearer {self.token}"}
+                    if client.get("/v1/host", headers=headers, timeout=5).status_code == 200:
+                        return
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the agent did not come up:\n{self.log_tail()}")
+                time.sleep(0.05)
+
+    def signal(self, sig: int, timeout: float = 60) -> int:
+        """Send `sig` and wait for the process to end; its exit status."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"the agent ignored signal {sig}:\n{self.log_tail()}") from None
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+
+async def leftovers(agent: LiveAgent) -> tuple[list[str], list[str], list[str]]:
+    """Kill what the agent's state dir still holds and remove its directories; return the
+    sandboxes, snapshots and other entries that were left (empty after a clean run)."""
+    for directory in (agent.state_dir, agent.snapshots_dir):  # an agent that never started
+        directory.mkdir(parents=True, exist_ok=True)
+    config = HostConfig.from_env(state_dir=agent.state_dir, snapshots_root=agent.snapshots_dir)
+    rt = HostRuntime(config, progress=lambda _m: None)
+    await rt.start()
+    sandboxes = sorted(h.id for h in rt.list())
+    snapshots = sorted(i.id for i in rt.snapshots.all(include_internal=True))
+    left, _ = await close_private_runtime(rt, agent.state_dir, agent.snapshots_dir)
+    return sandboxes, snapshots, left
+
+
+@contextlib.asynccontextmanager
+async def live_agent() -> AsyncIterator[LiveAgent]:
+    """A started agent; on the way out it gets SIGTERM (which must end it cleanly), then
+    whatever it left is killed and the test fails on it."""
+    tmp = Path(tempfile.mkdtemp(prefix="pag-", dir="/tmp"))
+    agent = LiveAgent(tmp)
+    try:
+        agent.start()
+        yield agent
+        if agent.proc is not None and agent.proc.poll() is None:
+            status = agent.signal(signal.SIGTERM)
+            assert status == 0, f"SIGTERM: exit status {status}\n{agent.log_tail()}"
+    finally:
+        if agent.proc is not None and agent.proc.poll() is None:
+            agent.proc.kill()
+            agent.proc.wait()
+        try:
+            sandboxes, snapshots, left = await leftovers(agent)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        assert not sandboxes and not snapshots, (f"left by the tests: sandboxes {sandboxes}, "
+                                                 f"snapshots {snapshots}")
+        assert not [e for e in left if e != ".spare-slots"], f"left in the state dir: {left}"
