@@ -1,0 +1,224 @@
+"""The runtime's own logic with the fake VMM driver (tests/host/fake_vmm.py): no root, no VM.
+
+Create rolls back whatever it made when the driver fails, a restarted runtime re-adopts what
+its records and the driver's `owns` vouch for (and nothing else), and a failed snapshot leaves
+the sandbox running and no snapshot behind. The sandboxes have no network
+(`HostConfig.networking=False`), and guest images are empty files.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from pandastack.host import config as config_module
+from pandastack.host.config import HostConfig
+from pandastack.host.images.build import GuestImage
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.runtime.records import SandboxRecord
+from pandastack.hostport.errors import SnapshotFailed, VMMError
+from tests.helpers import close_private_runtime, vmm_pids_under
+from tests.host import fake_vmm
+from tests.host.fake_vmm import FakeDriver
+
+pytestmark = pytest.mark.timeout(120)
+
+MIB = 1 << 20
+ROOTFS_MB = 64
+_numbers = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def root() -> Iterator[Path]:
+    """Home (shared by the module's runtimes: the template is baked once), state dirs, and
+    the host-wide claim directories, all private to this module."""
+    path = Path(tempfile.mkdtemp(prefix="psf-", dir="/tmp"))  # short: socket paths
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(config_module, "FORK_BUFFERS_ROOT", path / "fork-buffers")
+        patch.setattr(config_module, "HUGETLB_CLAIMS_ROOT", path / "hugetlb")
+        yield path
+    leftovers = vmm_pids_under(path)
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)
+    assert not leftovers, f"fake VMMs leaked: {leftovers}"
+
+
+def fake_images(home: Path) -> Callable[[str, object], GuestImage]:
+    def find(variant: str, progress: object) -> GuestImage:
+        directory = home / "images" / f"fake-{variant}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in ("vmlinux", "initrd.img"):
+            (directory / name).touch()
+        rootfs = directory / "rootfs.img"
+        with open(rootfs, "ab") as f:
+            f.truncate(ROOTFS_MB * MIB)
+        return GuestImage(key=f"fake-{variant}", kernel=directory / "vmlinux",
+                          initrd=directory / "initrd.img", rootfs=rootfs,
+                          kernel_version="fake", cmdline="console=ttyS0", variant=variant)
+    return find
+
+
+@pytest.fixture
+def config(root: Path) -> HostConfig:
+    n = next(_numbers)
+    state, snapshots = root / f"s{n}", root / f"snaps{n}"
+    for directory in (state, snapshots):
+        directory.mkdir(mode=0o700)
+    return HostConfig(home=root / "home", state_dir=state, snapshots_root=snapshots,
+                      vmm=fake_vmm.NAME, networking=False, memory_stage_dir=None,
+                      fork_buffer_s=0, stream_hugetlb_mb=0, dns="off")
+
+
+def new_runtime(config: HostConfig) -> HostRuntime:
+    return HostRuntime(config, progress=lambda message: None, images=fake_images(config.home))
+
+
+@pytest.fixture
+async def rt(config: HostConfig) -> AsyncIterator[HostRuntime]:
+    runtime = new_runtime(config)
+    await runtime.start()
+    yield runtime
+    left = await close_private_runtime(runtime, config.sandboxes_dir, config.snapshots_dir)
+    assert left == ([], []), left
+
+
+def driver_of(runtime: HostRuntime) -> FakeDriver:
+    return cast(FakeDriver, runtime.driver)
+
+
+def assert_holds_only(runtime: HostRuntime, *sandbox_ids: str) -> None:
+    """The runtime holds these sandboxes and nothing else: no other directory, VMM process,
+    network slot or snapshot."""
+    assert sorted(h.id for h in runtime.list()) == sorted(sandbox_ids)
+    assert sorted(p.name for p in runtime.sandboxes_dir.iterdir()) == sorted(sandbox_ids)
+    expected = sorted(h.pid for h in runtime.list() if h.pid is not None)
+    assert sorted(vmm_pids_under(runtime.sandboxes_dir)) == expected
+    assert runtime.network.claims() == {}
+    assert list(runtime.config.snapshots_dir.iterdir()) == []
+
+
+async def test_a_sandbox_runs_on_the_fake_vmm_and_leaves_nothing(rt: HostRuntime) -> None:
+    sbx = await rt.create()
+    assert (await sbx.exec(["echo", "hello"])).stdout == b"hello\n"
+    top = sbx.workdir / rt.describe(sbx.id)["layers"][-1]  # type: ignore[index]
+    chain = rt.driver.disks.layer_chain(top)
+    assert chain[0] == top and chain[-1].name == "rootfs.img" and len(chain) == 3
+    assert rt.driver.disks.virtual_size(top) == ROOTFS_MB * MIB
+    await rt.kill(sbx.id)
+    assert_holds_only(rt)
+
+
+async def test_create_rolls_back_when_the_restore_fails(rt: HostRuntime) -> None:
+    driver_of(rt).fail["restore"] = [VMMError("no restore today")]
+    with pytest.raises(VMMError, match="no restore today"):
+        await rt.create()
+    assert_holds_only(rt)
+    sbx = await rt.create()  # the runtime is none the worse for it
+    assert_holds_only(rt, sbx.id)
+
+
+async def test_create_rolls_back_a_vm_that_already_runs(rt: HostRuntime) -> None:
+    driver = driver_of(rt)
+    driver.fail["resize_disk"] = [VMMError("the disk cannot grow")]
+    with pytest.raises(VMMError, match="cannot grow"):
+        await rt.create(disk_mb=2 * ROOTFS_MB)
+    assert driver.calls[-2:] == ["restore", "resize_disk"]  # its VMM had started
+    assert_holds_only(rt)
+
+
+async def test_a_failed_fork_kills_the_children_it_made(rt: HostRuntime) -> None:
+    parent = await rt.create()
+    driver_of(rt).fail["restore"] = [None, VMMError("the second child fails")]
+    with pytest.raises(VMMError, match="second child"):
+        await rt.fork(parent.id, count=2)
+    assert_holds_only(rt, parent.id)
+    assert (await parent.exec(["echo", "parent"])).stdout == b"parent\n"
+
+
+async def test_a_failed_snapshot_leaves_the_sandbox_running_and_no_snapshot(
+        rt: HostRuntime) -> None:
+    sbx = await rt.create()
+    driver = driver_of(rt)
+
+    def layers() -> list[str]:
+        listed = rt.describe(sbx.id)["layers"]
+        assert isinstance(listed, list)
+        on_disk = sorted(p.name for p in sbx.workdir.glob(f"layer-*{rt.driver.disks.suffix}"))
+        assert on_disk == sorted(listed)  # no layer left over, none missing
+        return listed
+
+    before = layers()
+    driver.fail["snapshot_live"] = [SnapshotFailed("the stream broke", disk_switched=False)]
+    with pytest.raises(SnapshotFailed, match="the stream broke"):
+        await rt.snapshot(sbx.id)
+    assert sbx.state == "running" and sbx.is_alive()
+    assert (await sbx.exec(["echo", "still here"])).stdout == b"still here\n"
+    assert layers() == before
+    assert_holds_only(rt, sbx.id)
+    # Failed after the disk moved onto the new layer: that layer is the sandbox's top now.
+    driver.fail["snapshot_live"] = [SnapshotFailed("late", disk_switched=True)]
+    with pytest.raises(SnapshotFailed, match="late"):
+        await rt.snapshot(sbx.id)
+    after = layers()
+    assert after[:-1] == before and len(after) == len(before) + 1
+    assert_holds_only(rt, sbx.id)
+    snap = await rt.snapshot(sbx.id)  # and the next one works
+    assert list(snap.info.layers) == after
+    child = await rt.create(snapshot=snap.info.id)
+    assert rt.describe(child.id)["layers"][:-1] == after  # type: ignore[index]
+    rt.delete_snapshot(snap.info.id)
+
+
+async def test_a_restarted_runtime_adopts_what_its_records_and_the_driver_vouch_for(
+        config: HostConfig) -> None:
+    first = new_runtime(config)
+    await first.start()
+    try:
+        keep, sleeper, doomed = [await first.create() for _ in range(3)]
+        await first.hibernate(sleeper.id)
+        keep_pid = keep.pid
+    finally:
+        await first.close()  # the VMs keep running
+    assert doomed.vm is not None
+    doomed.vm.kill()  # its VMM died while no runtime ran
+    state = config.sandboxes_dir
+    # A directory whose record is fine, but whose "VMM" is not that VM's (the driver's
+    # `owns` says no: another VM's agent socket), and one without a record.
+    impostor_dir, junk = state / "sbx-0000000000aa", state / "sbx-0000000000bb"
+    impostor_dir.mkdir()
+    junk.mkdir()
+    record = SandboxRecord.load(state / keep.id / "sandbox.json")
+    replace(record, id=impostor_dir.name).save(impostor_dir / "sandbox.json")
+    impostor = fake_vmm.lookalike("--workdir", str(impostor_dir), "--agent-socket",
+                                  str(keep.workdir / "agent.sock"),
+                                  "--disk", str(impostor_dir / "layer-0.fake"))
+    second = new_runtime(config)
+    try:
+        report = await second.start()
+        assert sorted(report.adopted) == sorted([keep.id, sleeper.id])
+        assert set(report.cleaned) == {doomed.id, impostor_dir.name, junk.name}
+        assert impostor.wait(timeout=5) == -signal.SIGKILL
+        adopted = second.get(keep.id)
+        assert (adopted.pid, adopted.state) == (keep_pid, "running")
+        assert (await adopted.exec(["echo", "again"])).stdout == b"again\n"
+        woken = second.get(sleeper.id)
+        assert woken.state == "hibernated" and woken.pid is None
+        assert (await woken.exec(["echo", "awake"])).stdout == b"awake\n"
+        assert woken.state == "running"
+        assert_holds_only(second, keep.id, sleeper.id)
+    finally:
+        if impostor.poll() is None:
+            impostor.kill()
+            impostor.wait()
+        left = await close_private_runtime(second, state, config.snapshots_dir)
+    assert left == ([], []), left
