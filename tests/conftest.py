@@ -15,7 +15,7 @@ import pytest
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
-from tests.helpers import SandboxFactory, qemu_pids_under
+from tests.helpers import SandboxFactory, vmm_pids_under
 
 # Network safety: guests in tests never get the host's real resolver. The tests that need
 # DNS give their runtime a stub resolver inside a namespace they create.
@@ -27,7 +27,7 @@ def state_dir() -> Iterator[Path]:
     # Short path: unix socket paths inside it must stay under 108 bytes.
     path = Path(tempfile.mkdtemp(prefix="pst-", dir="/tmp"))
     yield path
-    leftovers = qemu_pids_under(path)
+    leftovers = vmm_pids_under(path)
     for pid in leftovers:
         os.kill(pid, 9)
     shutil.rmtree(path, ignore_errors=True)
@@ -47,7 +47,7 @@ def snapshots_dir(state_dir: Path) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def host_config(state_dir: Path, snapshots_dir: Path) -> HostConfig:
     if os.geteuid() != 0:
-        pytest.fail("VM tests need root (QEMU, network namespaces, /var/lib/pandastack)")
+        pytest.fail("VM tests need root (the VMM, network namespaces, /var/lib/pandastack)")
     return HostConfig.from_env(state_dir=state_dir, snapshots_root=snapshots_dir)
 
 

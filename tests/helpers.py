@@ -14,22 +14,26 @@ from pathlib import Path
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import iter_cmdlines
+from pandastack.host.vmm.factory import is_vmm_process
 
 SandboxFactory = Callable[..., Awaitable[SandboxHandle]]
 
 
-def qemu_pids_under(directory: Path) -> list[int]:
-    """Live QEMU processes whose command line mentions `directory`."""
+def vmm_pids_under(directory: Path) -> list[int]:
+    """Live VMM processes (of any known driver) whose command line mentions `directory`."""
     prefix = str(directory)
     return [pid for pid, argv in iter_cmdlines()
-            if "qemu" in argv[0] and any(prefix in a for a in argv)]
+            if is_vmm_process(argv) and any(prefix in a for a in argv)]
+
+
+qemu_pids_under = vmm_pids_under  # the name the server and e2e tests import
 
 
 def remove_private_dirs(state: Path, snaps: Path) -> tuple[list[str], list[str]]:
     """Remove a test runtime's private state and snapshot directories, also when the test
     failed; return what was left in them (VMM processes under `state` are killed first and
     listed as "pid N")."""
-    pids = qemu_pids_under(state)
+    pids = vmm_pids_under(state)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     left = ([f"pid {pid}" for pid in pids] + sorted(p.name for p in state.iterdir()),

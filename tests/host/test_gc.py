@@ -1,4 +1,6 @@
-"""Old template versions and images are removed, but never while a VM uses them."""
+"""Old template versions and images are removed, but never while a VM uses them; VMMs whose
+directory is gone are killed. The VMMs here are lookalikes of the fake driver's (any known
+driver's processes count: tests/host/vmm/test_factory.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 from pathlib import Path
 
 from pandastack.host.gc import kill_orphan_vmms, prune_images, prune_templates
+from tests.host.fake_vmm import lookalike
 
 
 def _version(root: Path, name: str, key: str, image_key: str, age: float) -> Path:
@@ -28,15 +31,8 @@ def test_prunes_unused_old_versions_only(tmp_path: Path) -> None:
     fresh = _version(templates, "base", "fresh", "img-fresh", age=5)
     busy = _version(templates, "base", "busy", "img-busy", age=3600)
     # A process that looks like a VMM using `busy`'s memory file.
-    vmm = subprocess.Popen(["qemu-lookalike", "-c", "sleep 300; true", f"mem-path={busy}/memory"],
-                           executable="/bin/sh")
+    vmm = lookalike("--memory", f"{busy}/memory")
     try:
-        # The exec completes in the kernel a moment after Popen returns (the close-on-exec
-        # pipe Popen waits for closes before the new command line is in place).
-        deadline = time.monotonic() + 5
-        while b"mem-path" not in Path(f"/proc/{vmm.pid}/cmdline").read_bytes():
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
         removed = prune_templates(templates, [current], progress=lambda m: None)
     finally:
         vmm.kill()
@@ -67,16 +63,7 @@ def test_prune_limited_to_named_templates(tmp_path: Path) -> None:
 
 def _lookalike(workdir: Path) -> subprocess.Popen[bytes]:
     """A process whose command line looks like a pandastack VMM of `workdir`."""
-    proc = subprocess.Popen(
-        ["qemu-lookalike", "-c", "sleep 300; true", "-name",
-         f"pandastack,process=pandastack-vm-{workdir.name}", "-chardev",
-         f"socket,id=agent,path={workdir}/agent.sock,server=on,wait=off"],
-        executable="/bin/sh")
-    deadline = time.monotonic() + 5
-    while b"agent.sock" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    return proc
+    return lookalike("--workdir", str(workdir), "--agent-socket", f"{workdir}/agent.sock")
 
 
 def test_vmms_whose_directory_is_gone_are_killed(tmp_path: Path) -> None:

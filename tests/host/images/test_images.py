@@ -32,6 +32,7 @@ from pandastack.host.images.initramfs import (
 )
 from pandastack.host.images.kernel import has_pvh_note, order_modules, read_modinfo
 from pandastack.host.images.rootfs import BaseSpec, _parse_deb822, _parse_one_line, agent_files
+from pandastack.host.vmm.qemu_disk import Qcow2Layers
 from pandastack.hostport.errors import SetupError
 
 # --- pure: cache keys ---------------------------------------------------------------------
@@ -336,22 +337,11 @@ def test_initramfs_modules_in_dependency_order(built: GuestImage) -> None:
 
 @pytest.fixture
 def overlay(built: GuestImage, tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "overlay.qcow2"
-    subprocess.run(
-        [
-            "qemu-img",
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-F",
-            "raw",
-            "-b",
-            str(built.rootfs),
-            str(disk),
-        ],
-        check=True,
-    )
+    """A disk over the image's rootfs, made as templates make theirs (QEMU's format: the
+    boots below are QEMU's)."""
+    disks = Qcow2Layers()
+    disk = tmp_path / f"overlay{disks.suffix}"
+    disks.create_base(disk, built.rootfs)
     yield disk
 
 

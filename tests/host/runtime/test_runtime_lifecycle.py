@@ -16,7 +16,7 @@ import pytest
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.hostport.errors import AgentError
-from tests.helpers import SandboxFactory, qemu_pids_under
+from tests.helpers import SandboxFactory, vmm_pids_under
 
 pytestmark = pytest.mark.vm
 
@@ -50,10 +50,10 @@ async def test_twenty_sandboxes_each_see_only_their_own_files(
 async def test_kill_removes_process_and_files(runtime: HostRuntime) -> None:
     sbx = await runtime.create()
     workdir = Path(sbx.workdir)
-    assert qemu_pids_under(workdir)
+    assert vmm_pids_under(workdir)
     await runtime.kill(sbx.id)
     assert not workdir.exists()
-    assert not qemu_pids_under(workdir)
+    assert not vmm_pids_under(workdir)
     assert sbx.id not in {h.id for h in runtime.list()}
 
 
@@ -134,8 +134,8 @@ async def test_host_crash_then_restart_adopts_running_and_cleans_dead(
         await rt.kill(alive_id)
         await rt.close()  # also releases the network slots it prepared ahead
         assert list(state.iterdir()) == []
-        assert qemu_pids_under(state) == []
+        assert vmm_pids_under(state) == []
     finally:
-        for pid in qemu_pids_under(state):
+        for pid in vmm_pids_under(state):
             os.kill(pid, signal.SIGKILL)
         subprocess.run(["rm", "-rf", str(state)], check=False)

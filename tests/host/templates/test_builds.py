@@ -18,7 +18,7 @@ from pandastack.hostport.errors import BuildFailed
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import BuildResult
 from pandastack.templatespec import Template, TemplateSpec, from_dockerfile, wait_for_port
-from tests.helpers import SandboxFactory, make_wheel, qemu_pids_under
+from tests.helpers import SandboxFactory, make_wheel, vmm_pids_under
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
@@ -207,7 +207,7 @@ async def test_cancelled_build_leaves_nothing(builds: Builds, runtime: HostRunti
         await task
     assert {h.id for h in runtime.list()} == before
     assert set(runtime.sandboxes_dir.iterdir()) == dirs_before
-    assert sorted(qemu_pids_under(runtime.sandboxes_dir)) == sorted(
+    assert sorted(vmm_pids_under(runtime.sandboxes_dir)) == sorted(
         h.pid for h in runtime.list() if h.pid is not None)
 
 

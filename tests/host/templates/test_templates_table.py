@@ -42,7 +42,7 @@ async def test_unknown_template_asks_for_no_image(tmp_path: Path) -> None:
 def test_kernel_args_are_part_of_the_template_key(tmp_path: Path) -> None:
     class Driver:
         def identity(self) -> str:
-            return "qemu|tcg|max|microvm-v1"
+            return "some-vmm|tcg|max|v1"
 
     image = GuestImage(key="img", kernel=tmp_path / "k", initrd=tmp_path / "i",
                        rootfs=tmp_path / "r", kernel_version="6.1", cmdline="console=ttyS0",

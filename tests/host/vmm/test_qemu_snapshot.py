@@ -23,6 +23,7 @@ from qemu.qmp.models import ErrorResponse
 
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm import qemu
+from pandastack.host.vmm.accel import reports_free_pages
 from pandastack.host.vmm.driver import SnapshotPause, VMPaths, VMProcess
 from pandastack.host.vmm.qemu import QemuDriver, parse_release
 from pandastack.hostport.errors import AgentConnectionError, SnapshotFailed
@@ -315,48 +316,10 @@ def _virtio_device(root: Path, name: str, device: str, features: str) -> None:
 
 
 def test_free_page_reporting_is_read_off_the_balloon_device(tmp_path: Path) -> None:
-    assert not qemu.reports_free_pages(tmp_path)  # no virtio devices: not a VM of that kind
+    assert not reports_free_pages(tmp_path)  # no virtio devices: not a VM of that kind
     _virtio_device(tmp_path, "virtio1", "0x0002", "0110010100")  # a block device
-    assert not qemu.reports_free_pages(tmp_path)
+    assert not reports_free_pages(tmp_path)
     _virtio_device(tmp_path, "virtio0", "0x0005", "0110000000")  # a balloon, no reporting
-    assert not qemu.reports_free_pages(tmp_path)
+    assert not reports_free_pages(tmp_path)
     _virtio_device(tmp_path, "virtio9", "0x0005", "0110010100")  # bit 5: free page reporting
-    assert qemu.reports_free_pages(tmp_path)
-
-
-class FlattenQMP:
-    """A merge job that never ends by itself: only a cancel ends it."""
-
-    def __init__(self, backing: str) -> None:
-        self.backing = backing
-        self.job = True
-        self.sent: list[str] = []
-
-    async def execute(self, cmd: str, args: dict[str, Any] | None = None) -> object:
-        self.sent.append(cmd)
-        if cmd == "query-block-jobs":
-            return [{"device": qemu.FLATTEN_JOB, "status": "running"}] if self.job else []
-        if cmd == "block-job-cancel":
-            self.job = False
-        if cmd == "query-block":
-            return [{"device": "other"}, {"device": "root", "inserted": {"image": {
-                "filename": "/x/top.qcow2", "backing-image": {"filename": self.backing}}}}]
-        return {}
-
-    async def disconnect(self) -> None:
-        pass
-
-
-@pytest.mark.parametrize(("backing", "merged"), [("base", True), ("/x/middle.qcow2", False)])
-async def test_settle_flatten_cancels_a_slow_merge_and_reads_the_chain(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backing: str, merged: bool) -> None:
-    base = tmp_path / "base.qcow2"
-    fake = FlattenQMP(str(base) if backing == "base" else backing)
-
-    async def connect(path: Path, timeout: float = 0) -> FlattenQMP:
-        return fake
-
-    monkeypatch.setattr(qemu, "connect_qmp", connect)
-    done = await QemuDriver("tcg").settle_flatten(_vm(tmp_path), base, wait_s=0.05)
-    assert done is merged
-    assert fake.sent.count("block-job-cancel") == 1 and fake.sent[-1] == "query-block"
+    assert reports_free_pages(tmp_path)
