@@ -160,7 +160,7 @@ class GuestImage:
     key: str  # content hash of all inputs
     kernel: Path  # for -kernel: uncompressed PVH ELF `vmlinux` (bzImage `vmlinuz` as fallback)
     initrd: Path  # initramfs (gzip-compressed newc cpio)
-    rootfs: Path  # raw ext4 image, sparse, read-only (0444): put qcow2 overlays on it
+    rootfs: Path  # raw ext4 image, sparse, read-only (0444): template disks layer over it
     kernel_version: str  # uname -r inside the guest
     cmdline: str  # base kernel command line (CMDLINE + host_cmdline_extras())
     variant: str = BASE  # ImageSpec.name
