@@ -7,8 +7,10 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from pandastack.host.local import LocalHost
@@ -17,6 +19,15 @@ from pandastack.hostport.protocols import RuntimePort
 from pandastack.server.app import create_app
 from pandastack.server.settings import Settings
 from tests.server.fakes import FakeRuntime, ScriptedBuilder
+
+#: The host port's implementations every API VM suite runs against (tests/server/vm_app.py).
+HOST_MODES = ("in-process", "agent")
+
+
+@pytest.fixture(scope="module", params=HOST_MODES)
+def host_mode(request: pytest.FixtureRequest) -> str:
+    mode: str = request.param
+    return mode
 
 
 def make_settings(tmp: Path, **overrides: object) -> Settings:
@@ -37,6 +48,8 @@ class Api:
         self.app = app
         self.client = client
         self.admin_key = admin_key
+        # The `pandastack agent` the app drives (tests/server/live_agent.LiveAgent), if any.
+        self.agent: Any = None
 
     def headers(self, key: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {key or self.admin_key}"}

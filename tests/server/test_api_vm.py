@@ -1,5 +1,7 @@
-"""The REST API against real microVMs: the app owns a real HostRuntime on a private state dir
-(sharing the template cache) and a temp SQLite DB. Few VMs: about five in the whole module."""
+"""The REST API against real microVMs, over each of the host port's implementations (the
+runtime in the server's process, and a `pandastack agent` process: tests/server/vm_app.py) on
+a private state dir (sharing the template cache) and a temp SQLite DB. Few VMs: about five in
+the whole module per host mode."""
 
 from __future__ import annotations
 
@@ -7,66 +9,22 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from pandastack.host.config import HostConfig
-from pandastack.host.runtime import HostRuntime
-from pandastack.server.settings import Settings
 from tests.helpers import qemu_pids_under
-from tests.server.conftest import Api, assert_envelope, make_settings, running_app
+from tests.server.conftest import Api, assert_envelope, running_app
+from tests.server.vm_app import vm_app, vm_host
 
 pytestmark = pytest.mark.vm
 
 
-async def _wipe(state_dir: Path) -> None:
-    """Kill whatever a test left in `state_dir` and assert nothing was left."""
-    rt = HostRuntime(HostConfig.from_env(state_dir=state_dir), progress=lambda _m: None)
-    await rt.start()
-    leaked = [h.id for h in rt.list()]
-    await rt.kill_all()
-    pids = qemu_pids_under(state_dir)
-    for pid in pids:
-        os.kill(pid, 9)
-    shutil.rmtree(state_dir, ignore_errors=True)
-    assert not leaked and not pids, f"leaked sandboxes {leaked}, VMM pids {pids}"
-
-
-def vm_settings(tmp: Path, **overrides: object) -> Settings:
-    if os.geteuid() != 0:
-        pytest.fail("VM tests need root")
-    state = tmp / "s"  # short: unix socket paths must stay under 108 bytes
-    return make_settings(tmp, state_dir=state, **overrides)
-
-
-def short_tmp() -> Path:
-    return Path(tempfile.mkdtemp(prefix="pss-", dir="/tmp"))
-
-
-@asynccontextmanager
-async def vm_app() -> AsyncIterator[Api]:
-    """A started app over a real runtime on a private state dir (sharing the template
-    cache); on the way out whatever it left running is killed, and the test fails on it."""
-    tmp = short_tmp()
-    try:
-        async with running_app(vm_settings(tmp)) as a:
-            yield a
-    finally:
-        try:
-            await _wipe(tmp / "s")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
-async def api() -> AsyncIterator[Api]:
-    async with vm_app() as a:
+async def api(host_mode: str) -> AsyncIterator[Api]:
+    async with vm_app(host_mode) as a:
         yield a
 
 
@@ -248,36 +206,30 @@ async def test_ttl_expiry_removes_the_vm(api: Api) -> None:
     )
 
 
-async def test_idle_reaper() -> None:
-    tmp = short_tmp()
-    try:
-        async with running_app(vm_settings(tmp, idle_timeout_seconds=2)) as api:
-            c = api.client
-            idle = (await c.post("/v1/sandboxes", json={})).json()["id"]
-            # persistent: exempt from the idle reaper and from its (short) TTL alike
-            r = await c.post("/v1/sandboxes", json={"persistent": True, "ttl_seconds": 1})
-            keep = r.json()["id"]
-            await asyncio.sleep(3.5)
-            states = {
-                s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
-            }
-            assert states == {idle: "reaped", keep: "running"}
-            state_dir = api.app.state.settings.state_dir
-            await _until_gone(state_dir / idle)
-            r = await c.post(f"/v1/sandboxes/{keep}/exec", json={"cmd": "echo alive"})
-            assert r.json()["stdout"] == "alive\n"
-            assert (await c.delete(f"/v1/sandboxes/{keep}")).status_code == 204
-    finally:
-        try:
-            await _wipe(tmp / "s")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+async def test_idle_reaper(host_mode: str) -> None:
+    async with vm_app(host_mode, idle_timeout_seconds=2) as api:
+        c = api.client
+        idle = (await c.post("/v1/sandboxes", json={})).json()["id"]
+        # persistent: exempt from the idle reaper and from its (short) TTL alike
+        r = await c.post("/v1/sandboxes", json={"persistent": True, "ttl_seconds": 1})
+        keep = r.json()["id"]
+        await asyncio.sleep(3.5)
+        states = {
+            s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
+        }
+        assert states == {idle: "reaped", keep: "running"}
+        state_dir = api.app.state.settings.state_dir
+        await _until_gone(state_dir / idle)
+        r = await c.post(f"/v1/sandboxes/{keep}/exec", json={"cmd": "echo alive"})
+        assert r.json()["stdout"] == "alive\n"
+        assert (await c.delete(f"/v1/sandboxes/{keep}")).status_code == 204
 
 
-async def test_restart_adopts_running_sandbox() -> None:
-    tmp = short_tmp()
-    settings = vm_settings(tmp)
-    try:
+async def test_restart_adopts_running_sandbox(host_mode: str) -> None:
+    """A restarted server (in-process: with a new runtime in it, which re-adopts the VM; with
+    an agent: the agent and its VM untouched) finds the sandbox as it was."""
+    async with vm_host(host_mode) as host:
+        settings = host.settings
         async with running_app(settings) as api:
             r = await api.client.post("/v1/sandboxes", json={"env": {"K": "v"}})
             sid = r.json()["id"]
@@ -292,8 +244,3 @@ async def test_restart_adopts_running_sandbox() -> None:
             )
             assert r.status_code == 200 and r.json()["stdout"] == "keptv\n"
             assert (await api.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
-    finally:
-        try:
-            await _wipe(tmp / "s")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)

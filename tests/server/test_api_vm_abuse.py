@@ -16,7 +16,7 @@ import pytest
 
 from pandastack import AsyncSandbox
 from tests.server.conftest import Api
-from tests.server.test_api_vm import vm_app
+from tests.server.vm_app import vm_app
 
 pytestmark = pytest.mark.vm
 
@@ -35,8 +35,8 @@ BOMB_PIDS_MIN = 256
 
 
 @pytest.fixture(scope="module")
-async def api() -> AsyncIterator[Api]:
-    async with vm_app() as a:
+async def api(host_mode: str) -> AsyncIterator[Api]:
+    async with vm_app(host_mode) as a:
         yield a
 
 

@@ -6,17 +6,13 @@ a template built from that snapshot; team B knows every id and gets 404 for each
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 
-from pandastack.host.config import HostConfig
-from pandastack.host.runtime import HostRuntime
-from tests.helpers import qemu_pids_under
-from tests.server.conftest import Api, assert_envelope, running_app
-from tests.server.test_api_vm import short_tmp, vm_settings
+from tests.server.conftest import Api, assert_envelope
+from tests.server.vm_app import vm_app
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
@@ -24,26 +20,11 @@ SECRET = b"team-a-secret"
 
 
 @pytest.fixture(scope="module")
-async def api() -> AsyncIterator[Api]:
-    tmp = short_tmp()
+async def api(host_mode: str) -> AsyncIterator[Api]:
     # No step cache kept: every cache snapshot a build takes is pruned when it ends, so the
     # test can assert that no layer is left behind.
-    settings = vm_settings(tmp, build_cache_entries=0)
-    assert settings.state_dir is not None
-    snaps = tmp / "snaps"
-    runtime = HostRuntime(HostConfig.from_env(state_dir=settings.state_dir,
-                                              snapshots_root=snaps), progress=lambda _m: None)
-    try:
-        async with running_app(settings, runtime) as a:
-            yield a
-        leaked = [h.id for h in runtime.list()]
-        await runtime.kill_all()
-        await runtime.close()
-        assert not leaked, f"sandboxes left running: {leaked}"
-        assert qemu_pids_under(tmp) == []
-        assert not snaps.exists() or list(snaps.iterdir()) == [], "snapshot layers left"
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    async with vm_app(host_mode, build_cache_entries=0) as a:
+        yield a
 
 
 def build_body(name: str, base: str) -> dict[str, object]:

@@ -13,14 +13,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.server.conftest import Api, assert_envelope
-from tests.server.test_api_vm import vm_app
+from tests.server.vm_app import vm_app
 
 pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
-async def api() -> AsyncIterator[Api]:
-    async with vm_app() as a:
+async def api(host_mode: str) -> AsyncIterator[Api]:
+    async with vm_app(host_mode) as a:
         yield a
 
 

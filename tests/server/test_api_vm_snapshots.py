@@ -1,49 +1,29 @@
 """Fork, snapshots and hibernation through the REST API, on real microVMs: a parent, a fork of
 two, one sandbox restored from a snapshot, and hibernate/wake on one of them (four VMs). The
-app runs over a HostRuntime with a private state dir and a private snapshot dir, so the test
-can assert that nothing (no VM, no layer file) is left behind."""
+app runs over each host mode (tests/server/vm_app.py) with a private state dir and a private
+snapshot dir, so the test can assert that nothing (no VM, no layer file) is left behind."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from pandastack.host.config import HostConfig
-from pandastack.host.runtime import HostRuntime
 from tests.helpers import qemu_pids_under
-from tests.server.conftest import Api, assert_envelope, running_app
-from tests.server.test_api_vm import short_tmp, vm_settings
+from tests.server.conftest import Api, assert_envelope
+from tests.server.vm_app import vm_app
 
 pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
-async def api() -> AsyncIterator[Api]:
-    tmp = short_tmp()
-    settings = vm_settings(tmp)
-    assert settings.state_dir is not None
-    snaps = tmp / "snaps"
-    runtime = HostRuntime(HostConfig.from_env(state_dir=settings.state_dir,
-                                              snapshots_root=snaps), progress=lambda _m: None)
-    try:
-        async with running_app(settings, runtime) as a:
-            yield a
-            for row in (await a.client.get("/v1/sandboxes")).json()["sandboxes"]:
-                await a.client.delete(f"/v1/sandboxes/{row['id']}")
-            for snap in (await a.client.get("/v1/snapshots")).json()["snapshots"]:
-                await a.client.delete(f"/v1/snapshots/{snap['id']}")
-        leaked = [h.id for h in runtime.list()]
-        await runtime.kill_all()
-        await runtime.close()
-        assert not leaked, f"sandboxes left running: {leaked}"
-        assert qemu_pids_under(tmp) == []
-        assert list(settings.state_dir.iterdir()) == []
-        assert not snaps.exists() or list(snaps.iterdir()) == [], "snapshot layers left"
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+async def api(host_mode: str) -> AsyncIterator[Api]:
+    async with vm_app(host_mode) as a:
+        yield a
+        for row in (await a.client.get("/v1/sandboxes")).json()["sandboxes"]:
+            await a.client.delete(f"/v1/sandboxes/{row['id']}")
+        for snap in (await a.client.get("/v1/snapshots")).json()["snapshots"]:
+            await a.client.delete(f"/v1/snapshots/{snap['id']}")
 
 
 async def exec_out(api: Api, sid: object, cmd: str) -> str:
@@ -129,6 +109,4 @@ async def test_fork_snapshot_hibernate_and_faults(api: Api) -> None:
 
 def no_vm_process(api: Api, sid: str) -> bool:
     """No QEMU process runs for the sandbox (it is hibernated)."""
-    runtime = api.app.state.service.runtime.runtime  # the LocalHost's HostRuntime
-    workdir = Path(str(runtime.get(sid).workdir))
-    return qemu_pids_under(workdir) == []
+    return qemu_pids_under(api.app.state.settings.state_dir / sid) == []

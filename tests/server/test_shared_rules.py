@@ -106,4 +106,4 @@ def test_new_ids_have_their_format_and_no_other(make: Any, pattern: Any, other: 
 def test_builtin_template_names_are_the_hosts_table() -> None:
     from pandastack.host.templates.builtin import BUILTIN_TEMPLATES
 
-    assert rules.BUILTIN_TEMPLATE_NAMES == set(BUILTIN_TEMPLATES)
+    assert set(BUILTIN_TEMPLATES) == rules.BUILTIN_TEMPLATE_NAMES

@@ -1,10 +1,12 @@
-"""`pandastack serve`: the control plane on uvicorn, with the host runtime in-process. The
-server is imported in `run`, not here, so that the parser is built on a client-only install."""
+"""`pandastack serve`: the control plane on uvicorn, with the host runtime in-process, or
+driving a separately started `pandastack agent` (`--agent`). The server is imported in `run`,
+not here, so that the parser is built on a client-only install."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,9 +16,15 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="serve the REST API (host runtime in-process)")
+    p = sub.add_parser("serve", help="serve the REST API (host runtime in-process, or an agent)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 8080)")
+    p.add_argument("--agent", default=None, metavar="unix:PATH|URL",
+                   help="drive this `pandastack agent` instead of a host runtime in this "
+                        "process (PANDASTACK_AGENT)")
+    p.add_argument("--agent-token-file", default=None, metavar="PATH",
+                   help="the agent's token (PANDASTACK_AGENT_TOKEN_FILE; default: the "
+                        "agent's default token file)")
     p.add_argument("--log-level", default="info")
 
 
@@ -29,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
         overrides["host"] = args.host
     if args.port is not None:
         overrides["port"] = args.port
+    if args.agent is not None:
+        overrides["agent"] = args.agent
+    if args.agent_token_file is not None:
+        overrides["agent_token_file"] = Path(args.agent_token_file)
     settings = Settings.from_env().with_(**overrides)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
