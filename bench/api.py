@@ -9,19 +9,24 @@ in the same run.
   an HTTP client costs from what the server adds.
 - **Runtime**: `HostRuntime` in this process, on its own private state dir. Timed:
   `create("base")` then `exec(...)`. The kill is not timed.
+- **Agent** (with `--agent`): a real `pandastack agent` subprocess on a unix socket (private
+  state dir and token file), driven by one long-lived `HostClient`, the way the control
+  plane reaches a separate agent. Timed as the runtime is. Compared with the runtime, it is
+  what the host API hop adds (target: <= 5 ms at p50).
 
 Both run the same command (`true` as an argv by default, `--shell` for the string `"true"`,
 which goes through `/bin/sh -c` in the guest). The two sides alternate, iteration by
 iteration, with the order flipped every time, so drift hits both alike. One untimed warm-up
 round each comes first.
 
-Usage: python bench/api.py [--n 30] [--shell]
+Usage: python bench/api.py [--n 30] [--shell] [--agent [--no-api]]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -31,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +47,7 @@ from pandastack import Client, Sandbox
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.vmm.driver import read_cmdline
+from pandastack.server.hostclient import HostClient
 
 MAX_N = 1000
 SERVER_START_TIMEOUT = 300.0  # may have to bake the template first
@@ -119,6 +125,43 @@ def live_server(tmp: Path) -> Iterator[Server]:
                 os.kill(pid, signal.SIGKILL)
 
 
+@contextmanager
+def live_agent(tmp: Path) -> Iterator[HostClient]:
+    """`pandastack agent` on a unix socket with everything private under `tmp`, and a
+    client of it. Stopped with SIGTERM (SIGKILL after 30 s); any VM left behind is killed."""
+    sock, token_file = tmp / "agent.sock", tmp / "agent.token"
+    env = {**os.environ, "PANDASTACK_STATE_DIR": str(tmp / "sandboxes")}
+    with open(tmp / "agent.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pandastack", "agent", "--listen", f"unix:{sock}",
+             "--token-file", str(token_file), "--log-level", "warning"],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + SERVER_START_TIMEOUT
+            transport = httpx.HTTPTransport(uds=str(sock))
+            with httpx.Client(transport=transport, base_url="http://agent") as probe:
+                while True:
+                    try:
+                        if probe.get("/health", timeout=2).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("agent did not come up:\n"
+                                           + (tmp / "agent.log").read_text()[-3000:])
+                    time.sleep(0.2)
+            yield HostClient(f"unix:{sock}", token_file.read_text().strip())
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pid in qemu_pids_under(tmp):
+                os.kill(pid, signal.SIGKILL)
+
+
 @dataclass
 class Side:
     """Timings of one side, in seconds: create alone, and create + first exec."""
@@ -173,6 +216,19 @@ async def runtime_once(rt: HostRuntime, cmd: str | list[str]) -> tuple[float, fl
     return created - started, done - started
 
 
+async def agent_once(client: HostClient, cmd: str | list[str]) -> tuple[float, float]:
+    started = time.perf_counter()
+    sbx = await client.create("base")
+    created = time.perf_counter()
+    try:
+        result = await sbx.exec(cmd)
+        done = time.perf_counter()
+        assert result.exit_code == 0, result
+    finally:
+        await client.kill(sbx.id)
+    return created - started, done - started
+
+
 def kill_everything(server: Server) -> None:
     """Kill whatever the API still runs (after an error mid-iteration)."""
     try:
@@ -187,24 +243,39 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:7.1f} ms"
 
 
-def report(n: int, cmd: str | list[str], api: Side, pooled: Side, runtime: Side) -> None:
+SIDE_NAMES = {
+    "runtime": "runtime  HostRuntime in-process       ",
+    "api": "API      Sandbox.create (own client)  ",
+    "pooled": "API      Client().sandboxes.create    ",
+    "agent": "agent    HostClient -> pandastack agent",
+}
+
+
+def report(n: int, cmd: str | list[str], sides: dict[str, Side]) -> None:
     print(f"\n{n} sequential iterations each, command {cmd!r}, interleaved")
-    sides = (("runtime  HostRuntime in-process       ", runtime),
-             ("API      Sandbox.create (own client)  ", api),
-             ("API      Client().sandboxes.create    ", pooled))
-    for name, side in sides:
+    for key, side in sides.items():
         execs = [t - c for c, t in zip(side.created, side.total, strict=True)]
-        print(f"{name} create+exec p50 {ms(pct(side.total, 50))}  "
+        print(f"{SIDE_NAMES[key]} create+exec p50 {ms(pct(side.total, 50))}  "
               f"p99 {ms(pct(side.total, 99))}   create p50 {ms(pct(side.created, 50))}  "
               f"exec p50 {ms(pct(execs, 50))}")
-    for label, side in (("Sandbox.create", api), ("pooled Client ", pooled)):
+    runtime = sides["runtime"]
+    labels = (("api", "API overhead, Sandbox.create"), ("pooled", "API overhead, pooled Client "),
+              ("agent", "agent hop                  "))
+    for key, label in labels:
+        if key not in sides:
+            continue
         for q in (50, 99):
-            a, r = pct(side.total, q), pct(runtime.total, q)
-            print(f"API overhead, {label}, at p{q}: {ms(a - r)}  ratio {a / r:.3f}")
-    diffs = [a - r for a, r in zip(api.total, runtime.total, strict=True)]
-    print(f"per-iteration difference (Sandbox.create - runtime): p50 {ms(pct(diffs, 50))}  "
-          f"min {ms(min(diffs))}  max {ms(max(diffs))}")
-    print("target: the API adds <= 15 ms at p50")
+            a, r = pct(sides[key].total, q), pct(runtime.total, q)
+            print(f"{label} at p{q}: {ms(a - r)}  ratio {a / r:.3f}")
+    for key in ("api", "agent"):
+        if key in sides:
+            diffs = [a - r for a, r in zip(sides[key].total, runtime.total, strict=True)]
+            print(f"per-iteration difference ({key} - runtime): p50 {ms(pct(diffs, 50))}  "
+                  f"min {ms(min(diffs))}  max {ms(max(diffs))}")
+    if "api" in sides:
+        print("target: the API adds <= 15 ms at p50")
+    if "agent" in sides:
+        print("target: the agent hop adds <= 5 ms at p50")
 
 
 async def main() -> int:
@@ -212,9 +283,15 @@ async def main() -> int:
     parser.add_argument("--n", type=int, default=30, help=f"iterations per side (<= {MAX_N})")
     parser.add_argument("--shell", action="store_true",
                         help='exec the string "true" (via /bin/sh -c) instead of ["true"]')
+    parser.add_argument("--agent", action="store_true",
+                        help="also time a separate `pandastack agent` through HostClient")
+    parser.add_argument("--no-api", action="store_true",
+                        help="skip the REST API sides (with --agent: runtime against agent)")
     args = parser.parse_args()
     if not 1 <= args.n <= MAX_N:
         parser.error(f"--n must be between 1 and {MAX_N}")
+    if args.no_api and not args.agent:
+        parser.error("--no-api leaves only the runtime: add --agent")
     cmd: str | list[str] = "true" if args.shell else ["true"]
     tmp = Path(tempfile.mkdtemp(prefix="psa-", dir="/tmp"))
     runtime_state = tmp / "runtime-sandboxes"
@@ -223,28 +300,37 @@ async def main() -> int:
         await rt.start()
         await rt.ensure_template("base")
         print(f"accelerator: {rt.driver.accel}")
-        (tmp / "server").mkdir()
-        with live_server(tmp / "server") as server:
-            print(f"server up at {server.api_url}")
-            client = Client(server.api_url, server.api_key)
-            try:
-                await runtime_once(rt, cmd)  # warm-up, untimed, every side
-                api_once(server, cmd)
-                pooled_once(client, cmd)
-                api, pooled, runtime = Side(), Side(), Side()
-                for i in range(args.n):
-                    if i % 2:
-                        runtime.add(*await runtime_once(rt, cmd))
-                        pooled.add(*pooled_once(client, cmd))
-                        api.add(*api_once(server, cmd))
-                    else:
-                        api.add(*api_once(server, cmd))
-                        pooled.add(*pooled_once(client, cmd))
-                        runtime.add(*await runtime_once(rt, cmd))
-            finally:
-                client.close()
-                kill_everything(server)
-        report(args.n, cmd, api, pooled, runtime)
+        async with contextlib.AsyncExitStack() as stack:
+            runs: dict[str, Callable[[], Awaitable[tuple[float, float]]]] = {
+                "runtime": lambda: runtime_once(rt, cmd)}
+            if not args.no_api:
+                (tmp / "server").mkdir()
+                server = stack.enter_context(live_server(tmp / "server"))
+                stack.callback(kill_everything, server)
+                print(f"server up at {server.api_url}")
+                client = stack.enter_context(Client(server.api_url, server.api_key))
+
+                async def api() -> tuple[float, float]:
+                    return api_once(server, cmd)
+
+                async def pooled() -> tuple[float, float]:
+                    return pooled_once(client, cmd)
+
+                runs.update(api=api, pooled=pooled)
+            if args.agent:
+                (tmp / "agent").mkdir()
+                host = stack.enter_context(live_agent(tmp / "agent"))
+                await stack.enter_async_context(host)
+                print(f"agent up at {host.address}")
+                runs["agent"] = lambda: agent_once(host, cmd)
+            for run in runs.values():  # warm-up, untimed, every side
+                await run()
+            sides = {key: Side() for key in runs}
+            order = list(runs)
+            for i in range(args.n):
+                for key in (reversed(order) if i % 2 else order):
+                    sides[key].add(*await runs[key]())
+        report(args.n, cmd, sides)
         return 0
     finally:
         await rt.kill_all()
