@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,10 @@ POLL = 0.01
 
 
 @pytest.fixture
-def tmp() -> Path:
-    return Path(tempfile.mkdtemp(prefix="phc-", dir="/tmp"))  # short: a socket lives in it
+def tmp() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="phc-", dir="/tmp"))  # short: a socket lives in it
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
