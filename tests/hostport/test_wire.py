@@ -139,3 +139,18 @@ def test_bytes_are_base64_in_json_and_bytes_in_python() -> None:
     assert ExecRequest.model_validate_json(text).stdin == raw
     with pytest.raises(ValueError, match="base64"):
         ExecRequest.model_validate_json('{"cmd": "cat", "stdin": "!!"}')
+
+
+def test_guest_strings_with_undecodable_bytes_cross_unchanged() -> None:
+    """A guest file name with a byte that is not UTF-8 arrives as a lone surrogate; pydantic's
+    JSON (and Starlette's UTF-8) refuse it, the host API's JSON escapes it."""
+    from pandastack.hostport.results import FileInfo
+    from pandastack.hostport.wire import DirList, FileInfoModel, dump_json, load_json
+
+    name = b"caf\xff.txt".decode("utf-8", "surrogateescape")
+    listed = DirList(entries=[FileInfoModel.of(FileInfo(name, "/w/" + name, "file", 1, 0o644,
+                                                        0.0))])
+    payload = dump_json(listed)
+    assert payload.isascii()
+    back = load_json(DirList, payload)
+    assert back.entries[0].name == name and back.entries[0].path == "/w/" + name

@@ -14,10 +14,11 @@ the same `str()` and attributes; a name it does not know becomes a plain HostErr
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import asdict
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic import BaseModel, Field, PlainSerializer, PlainValidator, WithJsonSchema
 
 from pandastack.templatespec import TemplateSpec
 from pandastack.wirebase import Strict
@@ -29,6 +30,21 @@ from .protocols import SandboxPlacement, SandboxPort
 from .results import BuildResult, CodeEvent, ExecResult, FileInfo, SnapshotInfo, SnapshotResult
 
 ErrorValue = str | int | float | bool | None
+M = TypeVar("M", bound=BaseModel)
+
+
+def dump_json(value: BaseModel | Any) -> bytes:
+    """The host API's JSON of a model (or of plain JSON data), ASCII only. Strings from the
+    guest (file names, command lines, messages) carry each byte that is not UTF-8 as a lone
+    surrogate (surrogateescape); UTF-8 cannot hold those but a `\\u` escape can, so they
+    cross unchanged and the control plane sees what it would see in-process."""
+    data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    return json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def load_json(model: type[M], payload: bytes | str) -> M:
+    """The model `dump_json` wrote (pydantic's own JSON parser refuses lone surrogates)."""
+    return model.model_validate(json.loads(payload))
 
 
 def _bytes_or_base64(value: object) -> bytes:

@@ -66,7 +66,7 @@ def default_host(settings: Settings) -> RuntimePort:
     names, or else one composed in this process."""
     if settings.agent is not None:
         from .hostclient import HostClient, read_token
-        return HostClient(settings.agent, read_token(settings.agent_token_file))
+        return HostClient(settings.agent, read_token(settings.agent_token_file, settings.agent))
     from .embedded import embedded_host
     return embedded_host(settings)
 

@@ -18,7 +18,7 @@ from pandastack.hostport.wire import ErrorEnvelope, HostStatus
 from . import code, files, processes, sandboxes, snapshots, templates
 from .auth import require_token
 from .deps import Host
-from .errors import install_handlers
+from .errors import WireJSONResponse, install_handlers
 
 API_PREFIX = "/v1"
 # Every route may answer one of these (a streamed one only before its stream starts; after
@@ -73,6 +73,7 @@ def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False)
 
     app = FastAPI(title="pandastack host agent", version="0.1.0", lifespan=lifespan,
                   redirect_slashes=False, generate_unique_id_function=operation_id,
+                  default_response_class=WireJSONResponse,
                   description="The host API: what the control plane asks of one host "
                               "(pandastack.hostport.protocols). Streamed bodies are "
                               "frames (pandastack.hostport.frames); errors are an "

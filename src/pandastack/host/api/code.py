@@ -14,6 +14,7 @@ from pandastack.hostport.wire import (
     CodeEventModel,
     RunCodeRequest,
     RunDone,
+    dump_json,
 )
 
 from .deps import Sandbox
@@ -34,8 +35,7 @@ async def run_code(body: RunCodeRequest, sandbox: Sandbox) -> FramedResponse:
         async with contextlib.aclosing(events) as stream:  # type: ignore[type-var]
             async for event in stream:
                 count += 1
-                await outbox.put(Kind.EVENT,
-                                 CodeEventModel.of(event).model_dump_json().encode())
+                await outbox.put(Kind.EVENT, dump_json(CodeEventModel.of(event)))
         return RunDone(events=count)
     return FramedResponse(run)
 

@@ -3,24 +3,35 @@ status of its class. The routes raise the port's own errors; nothing here transl
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from pandastack.hostport.errors import HostError
-from pandastack.hostport.wire import ErrorBody, ErrorEnvelope, encode_error, status_of
+from pandastack.hostport.wire import ErrorBody, ErrorEnvelope, dump_json, encode_error, status_of
 
 from .auth import Unauthorized
 
 
+class WireJSONResponse(JSONResponse):
+    """Every JSON answer of the host API, written by `hostport.wire.dump_json` (guest strings
+    with undecodable bytes cross unchanged; Starlette's UTF-8 encoding would refuse them)."""
+
+    def render(self, content: Any) -> bytes:
+        return dump_json(content)
+
+
 def error_response(exc: BaseException) -> JSONResponse:
-    return JSONResponse(encode_error(exc).model_dump(), status_code=status_of(exc))
+    return WireJSONResponse(encode_error(exc).model_dump(mode="json"),
+                            status_code=status_of(exc))
 
 
 def _plain(status: int, type_: str, message: str) -> JSONResponse:
     body = ErrorEnvelope(error=ErrorBody(type=type_, message=message))
-    return JSONResponse(body.model_dump(), status_code=status)
+    return WireJSONResponse(body.model_dump(mode="json"), status_code=status)
 
 
 def install_handlers(app: FastAPI) -> None:

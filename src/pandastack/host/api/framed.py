@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from pandastack.hostport.errors import HostError
 from pandastack.hostport.frames import MEDIA_TYPE, Kind, encode, encode_chunks
-from pandastack.hostport.wire import ErrorEnvelope, encode_error
+from pandastack.hostport.wire import ErrorEnvelope, dump_json, encode_error
 
 log = logging.getLogger("pandastack.agent")
 
@@ -89,8 +89,8 @@ Operation = Callable[[Outbox], Awaitable[BaseModel]]
 def final_frame(result: BaseModel | None, exc: BaseException | None) -> bytes:
     if exc is None:
         assert result is not None
-        return encode(Kind.RESULT, result.model_dump_json().encode())
-    return encode(Kind.ERROR, encode_error(exc).model_dump_json().encode())
+        return encode(Kind.RESULT, dump_json(result))
+    return encode(Kind.ERROR, dump_json(encode_error(exc)))
 
 
 class FramedResponse(Response):

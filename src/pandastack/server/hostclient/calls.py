@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from pandastack.hostport.errors import HostError, HostUnavailable
 from pandastack.hostport.frames import Decoder, Frame, FrameError, Kind
-from pandastack.hostport.wire import ErrorEnvelope, decode_error
+from pandastack.hostport.wire import ErrorEnvelope, decode_error, load_json
 
 from .transport import Timeouts, parse_address, reaching
 
@@ -28,7 +28,7 @@ def api_path(*parts: str | int) -> str:
 
 def parse(model: type[M], payload: bytes, address: str) -> M:
     try:
-        return model.model_validate_json(payload)
+        return load_json(model, payload)
     except ValidationError as exc:
         raise FrameError(f"host agent at {address} sent a {model.__name__} that is not "
                          f"one: {exc.errors()[:1]}") from None
@@ -84,7 +84,7 @@ class Caller:
             return HostError(f"host agent at {self.address} refused the token (401): the "
                              "control plane's token file is not the agent's")
         try:
-            return decode_error(ErrorEnvelope.model_validate_json(response.content).error)
+            return decode_error(load_json(ErrorEnvelope, response.content).error)
         except ValidationError:
             return HostError(f"host agent at {self.address} answered {response.status_code}: "
                              f"{response.text[:300]}")
