@@ -311,7 +311,7 @@ class FakeRuntime:
         info = SnapshotInfo(
             id=sid, name=name, source=sandbox_id, template=sbx.template,
             template_path="/nonexistent", vcpus=sbx.vcpus, memory_mb=sbx.memory_mb,
-            disk_bytes=2048 << 20, layers=("layer-0.qcow2",), created_at=time.time(),
+            disk_bytes=2048 << 20, layers=("layer-0",), created_at=time.time(),
             state_bytes=1234, internal=internal, size_bytes=4096)
         self.snapshots.infos[sid] = info
         self.snapshots.files[sid] = dict(sbx.files)

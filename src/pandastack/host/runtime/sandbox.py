@@ -207,7 +207,8 @@ class SandboxHandle:
 
 async def _vm_ended(vm: VMProcess) -> str | None:
     """None while the VM process runs (after a short grace); else how it ended, with the last
-    words of the guest console (a restored guest that panics makes QEMU exit, -no-reboot)."""
+    words of the guest console (a restored guest that panics ends its VMM process: drivers
+    run VMs without reboot)."""
     deadline = time.monotonic() + EXIT_GRACE_S
     while vm.is_alive():
         if time.monotonic() >= deadline:
