@@ -282,6 +282,9 @@ class FakeRuntime:
     async def get(self, sandbox_id: str) -> FakeSandbox:
         return self.sandbox(sandbox_id)
 
+    def handle(self, sandbox_id: str) -> FakeSandbox:
+        return self.sandbox(sandbox_id)
+
     async def list_sandboxes(self) -> list[FakeSandbox]:
         return list(self.sandboxes.values())
 

@@ -18,19 +18,32 @@ from tests.server.fakes import FakeRuntime
 
 
 class Reachable:
-    """The fake host's port, answering HostUnavailable for every call while `down`."""
+    """The fake host's port, answering HostUnavailable for every call while `down` (the
+    handles it gives out too, as a host client's do)."""
 
-    def __init__(self, inner: FakeRuntime) -> None:
+    def __init__(self, inner: Any, host: Reachable | None = None) -> None:
         self.inner = inner
+        self.host = host or self
         self.down = False
+
+    def handle(self, sandbox_id: str) -> Reachable:
+        return Reachable(self.inner.handle(sandbox_id), self)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
+        if inspect.isasyncgenfunction(attr):
+            async def stream(*args: Any, **kwargs: Any) -> Any:
+                if self.host.down:
+                    raise HostUnavailable("host agent unix:/nonexistent.sock: connection "
+                                          "refused")
+                async for item in attr(*args, **kwargs):
+                    yield item
+            return stream
         if not inspect.iscoroutinefunction(attr):
             return attr
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            if self.down:
+            if self.host.down:
                 raise HostUnavailable("host agent unix:/nonexistent.sock: connection refused")
             return await attr(*args, **kwargs)
         return call

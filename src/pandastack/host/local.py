@@ -52,6 +52,9 @@ class LocalHost:
     async def get(self, sandbox_id: str) -> SandboxPort:
         return self.runtime.get(sandbox_id)
 
+    def handle(self, sandbox_id: str) -> SandboxPort:
+        return self.runtime.get(sandbox_id)
+
     async def list_sandboxes(self) -> Sequence[SandboxPort]:
         return self.runtime.list()
 

@@ -118,6 +118,13 @@ class RuntimePort(Protocol):
         """SandboxNotFound if the host has no such sandbox."""
         ...
 
+    def handle(self, sandbox_id: str) -> SandboxPort:
+        """A handle for guest operations on a sandbox the caller's records say is running,
+        made without a round trip to the host (the API's hot path: one lookup fewer per
+        request). Its `state` is "running"; if the host has no such sandbox its operations
+        raise SandboxNotFound (in-process: at once)."""
+        ...
+
     async def list_sandboxes(self) -> Sequence[SandboxPort]: ...
 
     async def kill(self, sandbox_id: str) -> None: ...

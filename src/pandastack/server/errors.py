@@ -216,7 +216,7 @@ def install_handlers(app: FastAPI) -> None:
     async def host_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HostError)
         api = from_host_error(exc)
-        return error_response(request, api.status, api.code, api.message)
+        return error_response(request, api.status, api.code, api.message, api.headers)
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, validation)

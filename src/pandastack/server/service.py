@@ -104,7 +104,10 @@ class SandboxService:
             row = await self.wake_row(row)
         if row.state != "running":
             raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
-        return row, await self.host_call(self.runtime.get(row.id))
+        try:
+            return row, self.runtime.handle(row.id)
+        except SandboxNotFound:
+            raise conflict(f"sandbox {sandbox_id} is not running on this host") from None
 
     @staticmethod
     def call_context(row: Sandbox, env: Mapping[str, str] | None,

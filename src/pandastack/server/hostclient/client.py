@@ -122,6 +122,9 @@ class HostClient:
                                         read=self._t.lookup)
         return self._sandbox(info)
 
+    def handle(self, sandbox_id: str) -> RemoteSandbox:
+        return self._sandbox(SandboxInfo(id=sandbox_id, state="running", alive=True))
+
     async def list_sandboxes(self) -> Sequence[RemoteSandbox]:
         listed = await self._caller.model(SandboxList, "GET", api_path("sandboxes"),
                                           read=self._t.lookup)
