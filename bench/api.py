@@ -13,6 +13,9 @@ in the same run.
   state dir and token file), driven by one long-lived `HostClient`, the way the control
   plane reaches a separate agent. Timed as the runtime is. Compared with the runtime, it is
   what the host API hop adds (target: <= 5 ms at p50).
+- **API over the agent** (with `--agent` and the API): a second `pandastack serve`, started
+  with `--agent` on that agent, timed like the pooled API side: the remote-agent column of
+  the REST API, against the pooled API with its runtime in-process.
 
 Both run the same command (`true` as an argv by default, `--shell` for the string `"true"`,
 which goes through `/bin/sh -c` in the guest). The two sides alternate, iteration by
@@ -84,10 +87,12 @@ class Server:
 
 
 @contextmanager
-def live_server(tmp: Path) -> Iterator[Server]:
-    """`pandastack serve` on a free loopback port with everything private under `tmp`.
-    Stopped with SIGTERM (SIGKILL after 30 s); any VM left behind is killed."""
+def live_server(tmp: Path, agent: tuple[str, Path] | None = None) -> Iterator[Server]:
+    """`pandastack serve` on a free loopback port with everything private under `tmp`
+    (driving `agent`, its address and token file, when given). Stopped with SIGTERM
+    (SIGKILL after 30 s); any VM left behind is killed."""
     port = free_port()
+    drive = ["--agent", agent[0], "--agent-token-file", str(agent[1])] if agent else []
     env = {
         **os.environ,
         "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
@@ -98,7 +103,7 @@ def live_server(tmp: Path) -> Iterator[Server]:
     with open(tmp / "server.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port),
-             "--log-level", "warning"],
+             "--log-level", "warning", *drive],
             env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + SERVER_START_TIMEOUT
@@ -248,6 +253,7 @@ SIDE_NAMES = {
     "api": "API      Sandbox.create (own client)  ",
     "pooled": "API      Client().sandboxes.create    ",
     "agent": "agent    HostClient -> pandastack agent",
+    "api_agent": "API      Client() -> serve --agent    ",
 }
 
 
@@ -267,6 +273,14 @@ def report(n: int, cmd: str | list[str], sides: dict[str, Side]) -> None:
         for q in (50, 99):
             a, r = pct(sides[key].total, q), pct(runtime.total, q)
             print(f"{label} at p{q}: {ms(a - r)}  ratio {a / r:.3f}")
+    if "api_agent" in sides:
+        for q in (50, 99):
+            a, r = pct(sides["api_agent"].total, q), pct(sides["pooled"].total, q)
+            print(f"remote agent, pooled Client at p{q}: {ms(a - r)}  ratio {a / r:.3f}")
+        diffs = [a - r for a, r in zip(sides["api_agent"].total, sides["pooled"].total,
+                                       strict=True)]
+        print(f"per-iteration difference (api_agent - pooled): p50 {ms(pct(diffs, 50))}  "
+              f"min {ms(min(diffs))}  max {ms(max(diffs))}")
     for key in ("api", "agent"):
         if key in sides:
             diffs = [a - r for a, r in zip(sides[key].total, runtime.total, strict=True)]
@@ -274,7 +288,7 @@ def report(n: int, cmd: str | list[str], sides: dict[str, Side]) -> None:
                   f"min {ms(min(diffs))}  max {ms(max(diffs))}")
     if "api" in sides:
         print("target: the API adds <= 15 ms at p50")
-    if "agent" in sides:
+    if "agent" in sides or "api_agent" in sides:
         print("target: the agent hop adds <= 5 ms at p50")
 
 
@@ -323,6 +337,20 @@ async def main() -> int:
                 await stack.enter_async_context(host)
                 print(f"agent up at {host.address}")
                 runs["agent"] = lambda: agent_once(host, cmd)
+                if not args.no_api:
+                    (tmp / "server-agent").mkdir()
+                    agent_dir = tmp / "agent"
+                    remote = stack.enter_context(live_server(
+                        tmp / "server-agent", (f"unix:{agent_dir / 'agent.sock'}",
+                                               agent_dir / "agent.token")))
+                    stack.callback(kill_everything, remote)
+                    print(f"server over the agent up at {remote.api_url}")
+                    remote_client = stack.enter_context(Client(remote.api_url, remote.api_key))
+
+                    async def api_agent() -> tuple[float, float]:
+                        return pooled_once(remote_client, cmd)
+
+                    runs["api_agent"] = api_agent
             for run in runs.values():  # warm-up, untimed, every side
                 await run()
             sides = {key: Side() for key in runs}

@@ -30,11 +30,11 @@ from common import pct
 from pandastack.guest import protocol
 from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.config import HostConfig
-from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.templates.builtin import Template
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.vmm.qcow2 import create_overlay
+from pandastack.hostport.network import NetworkPolicy
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -27,10 +27,10 @@ from typing import Any
 from common import temp_runtime
 from pandastack.guest import protocol
 from pandastack.host.agentlink.channel import InitParams
-from pandastack.host.network.manager import NetworkPolicy
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.vmm.qcow2 import create_overlay
 from pandastack.host.vmm.qemu import QemuDriver
+from pandastack.hostport.network import NetworkPolicy
 
 # First matching pattern names the area of a kernel function (order matters).
 AREAS: tuple[tuple[str, str], ...] = (
