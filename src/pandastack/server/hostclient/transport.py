@@ -4,21 +4,12 @@ per-call timeouts, and what a failure to reach it becomes (HostUnavailable, nami
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
 
 from pandastack.hostport.errors import HostUnavailable
-
-# httpcore imports `sniffio` (optional) on every request to tell asyncio from trio; where it
-# is not installed, each failed import searches all of sys.path again: about 1 ms of every
-# host call on a busy host. Recording the absence makes that import fail at once, as it
-# would anyway.
-if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
