@@ -19,9 +19,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("serve", help="serve the REST API (host runtime in-process, or an agent)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 8080)")
-    p.add_argument("--agent", default=None, metavar="unix:PATH|URL",
+    p.add_argument("--agent", action="append", default=None, metavar="unix:PATH|URL",
                    help="drive this `pandastack agent` instead of a host runtime in this "
-                        "process (PANDASTACK_AGENT)")
+                        "process; repeat it for a pool of hosts (PANDASTACK_AGENT, "
+                        "comma-separated)")
     p.add_argument("--agent-token-file", default=None, metavar="PATH",
                    help="the agent's token (PANDASTACK_AGENT_TOKEN_FILE; default: the "
                         "agent's default token file)")
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["port"] = args.port
     if args.agent is not None:
-        overrides["agent"] = args.agent
+        overrides["agent"] = ",".join(args.agent)
     if args.agent_token_file is not None:
         overrides["agent_token_file"] = Path(args.agent_token_file)
     settings = Settings.from_env().with_(**overrides)

@@ -15,6 +15,7 @@ type name and re-raised by its client: the control plane sees the same classes e
     │   ├── CodeContextNotFound         no code context with that id
     │   └── UnsupportedLanguage         no such language, or not in this template
     ├── HostUnavailable       the host agent cannot be reached (its process is down or restarting)
+    ├── HostExhausted         the host (or every host) has no room for the sandbox
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
@@ -81,6 +82,11 @@ class CodeContextNotFound(CodeInterpreterError):
 
 class UnsupportedLanguage(CodeInterpreterError):
     pass
+
+
+class HostExhausted(HostError):
+    """The host has no room for the sandbox (its capacity is taken, or it is draining); a
+    pool of hosts raises it when no host took the sandbox."""
 
 
 class HostUnavailable(HostError):

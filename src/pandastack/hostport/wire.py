@@ -106,6 +106,7 @@ _STATUS: dict[type[Exception], int] = {
     errors_module.AgentError: 502,
     errors_module.HugePagesUnavailable: 503,
     errors_module.HostUnavailable: 503,
+    errors_module.HostExhausted: 503,
     HostError: 500,
 }
 

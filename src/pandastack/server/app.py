@@ -63,10 +63,16 @@ def operation_id(route: APIRoute) -> str:
 
 def default_host(settings: Settings) -> RuntimePort:
     """The host the server drives when the caller gives none: the agent `settings.agent`
-    names, or else one composed in this process."""
+    names (a pool of them when it names several), or else one composed in this process."""
     if settings.agent is not None:
         from .hostclient import HostClient, read_token
-        return HostClient(settings.agent, read_token(settings.agent_token_file, settings.agent))
+        clients: dict[str, RuntimePort] = {
+            address: HostClient(address, read_token(settings.agent_token_file, address))
+            for address in settings.agents}
+        if len(clients) == 1:
+            return next(iter(clients.values()))
+        from .hosts.pool import HostPool
+        return HostPool(clients)
     from .embedded import embedded_host
     return embedded_host(settings)
 

@@ -24,6 +24,7 @@ from pandastack.hostport.errors import (
     CodeInterpreterUnavailable,
     GuestOSError,
     HostError,
+    HostExhausted,
     HostUnavailable,
     SandboxNotFound,
     SandboxStateError,
@@ -89,6 +90,9 @@ def from_host_error(exc: HostError) -> ApiError:
         status, code = GUEST_ERRNO.get(exc.errno_name, (400, "bad_request"))
         message = f"{exc.errno_name}: {exc.message}" + (f" ({exc.path})" if exc.path else "")
         return ApiError(status, code, message)
+    if isinstance(exc, HostExhausted):
+        return ApiError(503, "unavailable", f"{exc} (no host has room for it now; retry later "
+                        "or ask for a smaller sandbox)", headers={"Retry-After": "5"})
     if isinstance(exc, HostUnavailable):
         return ApiError(503, "host_unavailable", f"{exc} (the sandbox is not lost: retry once "
                         "its host is back)", headers={"Retry-After": "5"})

@@ -55,8 +55,9 @@ class Settings:
     # multicast) that tenants may open with allow_out; a request reaching into any other
     # part of them is refused (422). The host runtime enforces the same list.
     network_operator_allow: tuple[str, ...] = ()
-    # A separately started `pandastack agent` ("unix:/path/to.sock" or "http://host:port")
-    # and the file holding its token; None: the host runs inside this process.
+    # Separately started `pandastack agent`s ("unix:/path/to.sock" or "http://host:port",
+    # comma-separated for a pool of hosts) and the file holding their token (None: each
+    # agent's own, beside its socket); None: the host runs inside this process.
     agent: str | None = None
     agent_token_file: Path | None = None
 
@@ -87,6 +88,11 @@ class Settings:
             raise ValueError("url_signing_secret must have at least 16 characters")
         if not 0 < self.port < 65536:
             raise ValueError("port must be between 1 and 65535")
+
+    @property
+    def agents(self) -> list[str]:
+        """The agents `agent` names (comma-separated), in order."""
+        return [a.strip() for a in (self.agent or "").split(",") if a.strip()]
 
     @property
     def dsn(self) -> str:
