@@ -1,0 +1,84 @@
+"""The REST API over two real `pandastack agent` processes (one machine, one template cache,
+separate state dirs), on real microVMs: creates spread over both, every operation reaches
+the sandbox's own host, a fork stays with its parent, and a SIGKILLed agent takes only its
+own sandboxes out of reach, until it is back."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.server.conftest import Api, assert_envelope, running_app
+from tests.server.live_agent import LiveAgent, leftovers
+from tests.server.vm_app import vm_settings
+
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
+
+
+@asynccontextmanager
+async def two_agents() -> AsyncIterator[tuple[Api, list[LiveAgent]]]:
+    tmp = Path(tempfile.mkdtemp(prefix="ppa-", dir="/tmp"))
+    agents = [LiveAgent(tmp / name) for name in ("a", "b")]
+    for agent in agents:
+        agent.tmp.mkdir()
+    left: list[tuple[list[str], list[str], list[str]]] = []
+    try:
+        for agent in agents:
+            agent.start()
+        settings = vm_settings(tmp, agent=",".join(a.url for a in agents))
+        async with AsyncExitStack() as stack:
+            api = await stack.enter_async_context(running_app(settings))
+            yield api, agents
+        for agent in agents:
+            assert agent.signal(signal.SIGTERM) == 0, agent.log_tail()
+    finally:
+        for agent in agents:
+            if agent.proc is not None and agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            left.append(await leftovers(agent))
+        shutil.rmtree(tmp, ignore_errors=True)
+    for sandboxes, snapshots, files in left:
+        assert not sandboxes and not snapshots, (sandboxes, snapshots)
+        assert not [f for f in files if f != ".spare-slots"], files
+
+
+async def test_two_agents_share_the_load_and_fail_apart() -> None:
+    async with two_agents() as (api, agents):
+        c = api.client
+        sids = []
+        for _ in range(2):
+            r = await c.post("/v1/sandboxes", json={})
+            assert r.status_code == 201, r.text
+            sids.append(r.json()["id"])
+        # One on each agent: each agent's state dir holds one sandbox directory.
+        homes = {sid: next(i for i, a in enumerate(agents) if (a.state_dir / sid).is_dir())
+                 for sid in sids}
+        assert sorted(homes.values()) == [0, 1], homes
+        for sid in sids:
+            r = await c.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": f"echo {sid}"})
+            assert r.status_code == 200 and r.json()["stdout"] == f"{sid}\n", r.text
+
+        r = await c.post(f"/v1/sandboxes/{sids[0]}/fork", json={"count": 1})
+        assert r.status_code in (200, 201), r.text
+        child = r.json()["sandboxes"][0]["id"]
+        assert (agents[homes[sids[0]]].state_dir / child).is_dir()
+
+        lost = agents[homes[sids[1]]]
+        lost.signal(signal.SIGKILL)
+        assert_envelope(await c.post(f"/v1/sandboxes/{sids[1]}/exec", json={"cmd": "true"}),
+                        503, "host_unavailable")
+        r = await c.post(f"/v1/sandboxes/{child}/exec", json={"cmd": "true"})
+        assert r.status_code == 200, r.text
+        lost.start()
+        r = await c.post(f"/v1/sandboxes/{sids[1]}/exec", json={"cmd": "echo back"})
+        assert r.status_code == 200 and r.json()["stdout"] == "back\n", r.text
+
+        for sid in [*sids, child]:
+            assert (await c.delete(f"/v1/sandboxes/{sid}")).status_code == 204
