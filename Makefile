@@ -4,13 +4,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PANDASTACK_HOME ?= /var/lib/pandastack
 
-.PHONY: run test deps venv lint typecheck layers pytest bench clean-state
+.PHONY: run test deps venv lint typecheck layers pytest bench clean-state cluster cluster-down
 
 run: deps venv
 	$(BIN)/pandastack setup
 	$(BIN)/pandastack serve
 
 test: deps venv lint typecheck layers pytest
+
+HOSTS ?= 2
+# N agents and one API server (127.0.0.1:8080) driving them as a pool: scripts/cluster.py.
+cluster: deps venv
+	$(BIN)/pandastack setup
+	$(BIN)/python scripts/cluster.py up --hosts $(HOSTS)
+
+cluster-down: venv
+	$(BIN)/python scripts/cluster.py down
 
 deps:
 	@bash scripts/host-deps.sh
