@@ -11,6 +11,9 @@ packages=(
   iproute2 nftables
   python3-venv
   ca-certificates
+  # The S3 server of the tests and the development cluster (scripts/s3-server): OpenStack
+  # Swift's servers, with its s3api middleware; they run only when that script starts them.
+  swift-proxy swift-account swift-container swift-object
 )
 
 missing=()
