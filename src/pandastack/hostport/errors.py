@@ -16,6 +16,9 @@ type name and re-raised by its client: the control plane sees the same classes e
     │   └── UnsupportedLanguage         no such language, or not in this template
     ├── HostUnavailable       the host agent cannot be reached (its process is down or restarting)
     ├── HostExhausted         the host (or every host) has no room for the sandbox
+    ├── ObjectStoreError      the object store refused a request or sent other bytes than asked
+    │   ├── ObjectStoreUnavailable  it cannot be reached, timed out or answered 5xx
+    │   └── ObjectNotFound          no object with that key
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
@@ -92,6 +95,20 @@ class HostExhausted(HostError):
 class HostUnavailable(HostError):
     """The host agent did not answer (connection refused, reset or timed out): its
     sandboxes are not lost, only out of reach until it is back."""
+
+
+class ObjectStoreError(HostError):
+    """The object store refused a request (credentials, bucket) or sent bytes that are not the
+    object's (its content hash differs)."""
+
+
+class ObjectStoreUnavailable(ObjectStoreError):
+    """The object store did not answer (connection refused, timed out) or answered 5xx: what
+    it holds is not lost, only out of reach until it is back."""
+
+
+class ObjectNotFound(ObjectStoreError):
+    """No object with that key in the store."""
 
 
 class AgentError(HostError):

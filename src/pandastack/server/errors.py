@@ -26,6 +26,7 @@ from pandastack.hostport.errors import (
     HostError,
     HostExhausted,
     HostUnavailable,
+    ObjectStoreUnavailable,
     SandboxNotFound,
     SandboxStateError,
     SetupError,
@@ -93,6 +94,9 @@ def from_host_error(exc: HostError) -> ApiError:
     if isinstance(exc, HostExhausted):
         return ApiError(503, "unavailable", f"{exc} (no host has room for it now; retry later "
                         "or ask for a smaller sandbox)", headers={"Retry-After": "5"})
+    if isinstance(exc, ObjectStoreUnavailable):
+        return ApiError(503, "unavailable", f"{exc} (nothing stored is lost: retry once the "
+                        "object store is back)", headers={"Retry-After": "5"})
     if isinstance(exc, HostUnavailable):
         return ApiError(503, "host_unavailable", f"{exc} (the sandbox is not lost: retry once "
                         "its host is back)", headers={"Retry-After": "5"})
