@@ -7,11 +7,14 @@ import hashlib
 import os
 import socket
 import stat
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pandastack.host.objects import ObjectStore, ObjectStoreConfig
+from pandastack.host.objects.store import TransferStopped
 from pandastack.hostport.errors import ObjectNotFound, ObjectStoreError, ObjectStoreUnavailable
 from pandastack.server.errors import from_host_error
 
@@ -250,3 +253,54 @@ async def test_wrong_credentials_are_refused_not_unavailable(
         assert not isinstance(info.value, ObjectStoreUnavailable)
     finally:
         await store.close()
+
+
+async def test_closing_stops_a_download_and_leaves_no_temp_file(
+        store: ObjectStore, store_config: ObjectStoreConfig, big_file: tuple[Path, str],
+        tmp_path: Path) -> None:
+    path, _ = big_file
+    key = await store.put_file(path)
+    reader = new_store(store_config, tmp_path / "reader-cache")
+    real_download = reader.bucket.download
+    started, resume = threading.Event(), threading.Event()
+
+    def held_download(key: str, out: Any, seen: Any) -> int:
+        def first_chunk_waits(chunk: bytes) -> None:
+            started.set()
+            resume.wait(30)
+            seen(chunk)
+        return real_download(key, out, first_chunk_waits)
+
+    reader.bucket.download = held_download  # type: ignore[method-assign]
+    fetch = asyncio.create_task(reader.get_file(key))
+    assert await asyncio.to_thread(started.wait, 30)
+    assert reader.cache.temp_files() != []  # mid-download
+    closing = asyncio.create_task(reader.close())
+    await asyncio.sleep(0)
+    resume.set()
+    await closing
+    with pytest.raises(TransferStopped):
+        await fetch
+    assert reader.cache.temp_files() == []
+    assert not reader.cache.path_of(key).exists()
+
+
+async def test_a_file_that_changes_while_it_uploads_stores_nothing(
+        store: ObjectStore, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    key = random_file(src, 20 * MiB)
+    real_put_part = store.bucket.put_part
+
+    def put_part_then_write(key: str, upload_id: str, number: int, data: bytes) -> str:
+        if number == 1:
+            with open(src, "r+b") as f:  # a writer not done with it yet
+                f.seek(-10, os.SEEK_END)
+                f.write(b"0123456789")
+        return real_put_part(key, upload_id, number, data)
+
+    store.bucket.put_part = put_part_then_write  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="changed while it was uploaded"):
+        await store.put_file(src)
+    assert not await store.exists(key)
+    assert [k async for k in store.list_keys()] == []
+    assert store.stats.uploads == 0

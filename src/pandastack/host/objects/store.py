@@ -17,7 +17,7 @@ import os
 import shutil
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,9 @@ class ObjectStats:
     refetches: int = 0  # cached files found changed and fetched again
 
 
-class Cancelled(Exception):
-    """An upload whose caller went away, stopped between parts."""
+class TransferStopped(ObjectStoreError):
+    """An upload whose caller went away, or a transfer of a store being closed, stopped (and
+    left nothing behind)."""
 
 
 class ObjectStore:
@@ -55,6 +56,7 @@ class ObjectStore:
         self.stats = ObjectStats()
         self._stats_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(config.parallel, thread_name_prefix="objects-part")
+        self._closing = threading.Event()  # stops the threads of downloads and uploads
         self._fetches: dict[str, asyncio.Task[Path]] = {}
         self._uploads: dict[str, asyncio.Task[None]] = {}
 
@@ -66,8 +68,8 @@ class ObjectStore:
         return None if config is None else cls(config, cache_dir_of(home))
 
     async def close(self) -> None:
-        for task in [*self._fetches.values(), *self._uploads.values()]:
-            task.cancel()
+        # Not cancelled: their threads would go on. They stop at their next chunk or part.
+        self._closing.set()
         await asyncio.gather(*self._fetches.values(), *self._uploads.values(),
                              return_exceptions=True)
         await asyncio.to_thread(self._pool.shutdown)
@@ -86,7 +88,7 @@ class ObjectStore:
         bytes than it hashed fails, and stores nothing under either key)."""
         size = (await asyncio.to_thread(os.stat, path)).st_size
         if size <= self.config.part_size:
-            data = await asyncio.to_thread(Path(path).read_bytes)
+            data = await asyncio.to_thread(_read_at_most, path, self.config.part_size)
             key = sha256_of_bytes(data)
             await self._single_flight_upload(key, functools.partial(self._put_small, key, data))
         else:
@@ -133,8 +135,8 @@ class ObjectStore:
             with open(path, "rb") as f:
                 number = 0
                 while data := f.read(part_size):
-                    if cancel.is_set():
-                        raise Cancelled
+                    if cancel.is_set() or self._closing.is_set():
+                        raise TransferStopped(f"transfer of {key} stopped")
                     number += 1
                     digest.update(data)
                     in_flight.append(self._pool.submit(self.bucket.put_part, key, upload_id,
@@ -153,10 +155,7 @@ class ObjectStore:
         finally:
             for future in in_flight:
                 future.cancel()
-            with contextlib.suppress(Exception):
-                for future in in_flight:
-                    if not future.cancelled():
-                        future.exception()
+            wait(in_flight)  # parts being sent land before the abort, not after it
             if not done:
                 self.bucket.abort_multipart(key, upload_id)
 
@@ -194,8 +193,13 @@ class ObjectStore:
             temp = self.cache.new_temp(key)
             try:
                 digest = hashlib.sha256()
+                def seen(chunk: bytes) -> None:
+                    if self._closing.is_set():
+                        raise TransferStopped(f"transfer of {key} stopped")
+                    digest.update(chunk)
+
                 with open(temp, "wb") as out:
-                    self.bucket.download(key, out, digest.update)
+                    self.bucket.download(key, out, seen)
                     out.flush()
                     os.fsync(out.fileno())  # before the rename makes it the cached copy
                 if digest.hexdigest() != key:
@@ -253,6 +257,14 @@ class ObjectStore:
             del tasks[key]
         if not task.cancelled():
             task.exception()  # seen by its callers; not "never retrieved" if they left
+
+
+def _read_at_most(path: Path, limit: int) -> bytes:
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise RuntimeError(f"{path} grew while it was uploaded")
+    return data
 
 
 def _pread(path: Path, offset: int, length: int) -> bytes:
