@@ -14,6 +14,9 @@ packages=(
   # The S3 server of the tests and the development cluster (scripts/s3-server): OpenStack
   # Swift's servers, with its s3api middleware; they run only when that script starts them.
   swift-proxy swift-account swift-container swift-object
+  # The store's tests and the development cluster run a private PostgreSQL from its binaries
+  # (scripts/pg-cluster); a single-machine install needs none (SQLite).
+  postgresql
 )
 
 missing=()

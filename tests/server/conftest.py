@@ -4,14 +4,21 @@ transport with its lifespan running; the admin key comes from the client config 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from pandastack.host.local import LocalHost
 from pandastack.host.runtime import HostRuntime
@@ -28,6 +35,71 @@ HOST_MODES = ("in-process", "agent")
 def host_mode(request: pytest.FixtureRequest) -> str:
     mode: str = request.param
     return mode
+
+
+PG_CLUSTER = Path(__file__).resolve().parents[2] / "scripts" / "pg-cluster"
+#: The databases the store's suites run against (the `db` fixture).
+DATABASES = ("sqlite", "postgresql")
+
+
+class Postgres:
+    """The session's private PostgreSQL server (scripts/pg-cluster)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._admin = create_engine(dsn, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+
+    @contextmanager
+    def database(self) -> Iterator[str]:
+        """A new empty database for one test, dropped after it (with whatever still holds
+        a connection to it)."""
+        name = "t_" + secrets.token_hex(6)
+        with self._admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        try:
+            yield make_url(self.dsn).set(database=name).render_as_string(hide_password=False)
+        finally:
+            with self._admin.connect() as conn:
+                conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+
+    def close(self) -> None:
+        self._admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL server of the session's own, started from Debian's binaries (`make deps`
+    installs them) and removed after it. Fails, never skips, when there is none: CI must run
+    the store's suites on PostgreSQL."""
+    path = Path(tempfile.mkdtemp(prefix="psp-", dir="/tmp"))
+    try:
+        done = subprocess.run([str(PG_CLUSTER), "start", str(path)], capture_output=True,
+                              text=True, timeout=180, check=False)
+    except subprocess.TimeoutExpired:
+        done = subprocess.CompletedProcess([], 1, "", "timed out after 180 s")
+    if done.returncode != 0:
+        subprocess.run([str(PG_CLUSTER), "stop", str(path)], capture_output=True, check=False)
+        shutil.rmtree(path, ignore_errors=True)
+        pytest.fail(f"cannot start PostgreSQL for the tests ({PG_CLUSTER.name} start): "
+                    f"{done.stderr.strip()}", pytrace=False)
+    server = Postgres(done.stdout.strip())
+    try:
+        yield server
+    finally:
+        server.close()
+        subprocess.run([str(PG_CLUSTER), "stop", str(path)], capture_output=True, check=False)
+
+
+@pytest.fixture(params=DATABASES)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A DSN of an empty database: a SQLite file, or a new database on the session's
+    PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'pandastack.db'}"
+        return
+    server: Postgres = request.getfixturevalue("postgres")
+    with server.database() as dsn:
+        yield dsn
 
 
 def make_settings(tmp: Path, **overrides: object) -> Settings:

@@ -21,8 +21,8 @@ SPEC = Path(__file__).resolve().parents[2] / "spec" / "openapi.json"
 
 
 @pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    async with running_app(make_settings(tmp_path), FakeRuntime(tmp_path)) as a:
+async def api(tmp_path: Path, db: str) -> AsyncIterator[Api]:
+    async with running_app(make_settings(tmp_path, db_url=db), FakeRuntime(tmp_path)) as a:
         yield a
 
 
@@ -41,13 +41,14 @@ async def test_health_and_request_ids(api: Api) -> None:
     assert r2.headers["x-request-id"] != r.headers["x-request-id"]
 
 
-async def test_first_start_writes_private_client_config(tmp_path: Path, api: Api) -> None:
+async def test_first_start_writes_private_client_config(tmp_path: Path, db: str,
+                                                        api: Api) -> None:
     path = tmp_path / "client" / "config.json"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     data = json.loads(path.read_text())
     assert data == {"api_url": "http://127.0.0.1:8080", "api_key": api.admin_key}
-    store = open_store(f"sqlite:///{tmp_path / 'pandastack.db'}")
+    store = open_store(db)
     try:  # only the hash is stored
         assert all(api.admin_key not in (k.hash, k.prefix) for k in store.list_keys())
     finally:

@@ -1,8 +1,9 @@
-"""Template rows in a real SQLite store: the queries on hot paths (create from a team template,
-list, versions, build status) never read a build's spec or logs, the stored spec keeps no
-COPY file bodies, dead versions are pruned by the reaper without ever reusing a version
-number, and every template store call made from a request or a build runs off the event
-loop. The runtime and the builder are fakes (tests/server/fakes.py); the database is not."""
+"""Template rows in a real store (SQLite and PostgreSQL, the `db` fixture): the queries on hot
+paths (create from a team template, list, versions, build status) never read a build's spec
+or logs, the stored spec keeps no COPY file bodies, dead versions are pruned by the reaper
+without ever reusing a version number, and every template store call made from a request or a
+build runs off the event loop. The runtime and the builder are fakes (tests/server/fakes.py);
+the database is not."""
 
 from __future__ import annotations
 
@@ -38,12 +39,14 @@ def copy_spec(data: bytes = FILE) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[tuple[Api, ScriptedBuilder]]:
+async def env(tmp_path: Path, db: str) -> AsyncIterator[tuple[Api, ScriptedBuilder]]:
     runtime = FakeRuntime(tmp_path)
     builder = ScriptedBuilder(runtime)
-    # A long retention: the background reaper (real clock) prunes nothing by itself; the
-    # tests sweep with a clock moved past it.
-    settings = make_settings(tmp_path, retention_seconds=600)
+    # The tests sweep themselves, with a clock moved past a long retention. The background
+    # reaper stays out of the way: its pruning query would land among the statements a test
+    # captures from a hot path.
+    settings = make_settings(tmp_path, db_url=db, retention_seconds=600,
+                             reaper_interval_seconds=3600)
     async with running_app(settings, runtime, builder=builder) as api:
         yield api, builder
 

@@ -7,16 +7,28 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
 from .repo import Store
 
 MIGRATIONS = "pandastack.server.store:migrations"
+# Any constant: held while a server migrates, so that servers starting together on one
+# PostgreSQL database migrate one after the other (SQLite's write lock does that by itself).
+_MIGRATION_LOCK = 0x70616E64
+
+
+def normal_dsn(dsn: str) -> str:
+    """`postgresql://` (SQLAlchemy's default driver would be psycopg2) means psycopg 3."""
+    url = make_url(dsn)
+    if url.drivername == "postgresql":
+        return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return dsn
 
 
 def make_engine(dsn: str) -> Engine:
+    dsn = normal_dsn(dsn)
     if dsn.startswith("sqlite"):
         path = dsn.split(":///", 1)[1] if ":///" in dsn else ""
         args: dict[str, Any] = {"check_same_thread": False, "timeout": 30}
@@ -45,6 +57,8 @@ def migrate(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", MIGRATIONS)
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
