@@ -1,30 +1,48 @@
-"""Schema migrations on real SQLite: a database made by an older revision, with the data an
-old server wrote, upgrades to the newest revision on open with that data carried over."""
+"""Schema migrations on real SQLite and a real PostgreSQL (the `db` fixture): a database made
+by an older revision, with the data an old server wrote, upgrades to the newest revision on
+open with that data carried over; every revision downgrades and upgrades again; the models
+and the migrations describe the same schema."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
-from pathlib import Path
 
 from alembic import command
+from alembic.autogenerate import compare_metadata
 from alembic.config import Config
+from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from pandastack.server.store import TemplateVersion, open_store
+from pandastack.server.store import Store, TemplateVersion, open_store
 from pandastack.server.store.db import MIGRATIONS, make_engine
+from pandastack.server.store.models import Base
+from tests.server.conftest import Postgres
 
 FAT_BYTES = 50 << 20
 
 
-def upgrade_to(dsn: str, revision: str) -> None:
+def migrate_to(dsn: str, revision: str, *, down: bool = False) -> None:
     engine = make_engine(dsn)
     cfg = Config()
     cfg.set_main_option("script_location", MIGRATIONS)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+        (command.downgrade if down else command.upgrade)(cfg, revision)
     engine.dispose()
+
+
+def upgrade_to(dsn: str, revision: str) -> None:
+    migrate_to(dsn, revision)
+
+
+def tables(dsn: str) -> set[str]:
+    engine = make_engine(dsn)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
 
 
 def old_row(conn: object, build_id: str, version: int, status: str, spec: str,
@@ -37,8 +55,8 @@ def old_row(conn: object, build_id: str, version: int, status: str, spec: str,
          "created_at": 1000.0 + version, "finished_at": finished_at, "deleted_at": deleted_at})
 
 
-def test_upgrade_moves_spec_and_logs_out_of_the_version_rows(tmp_path: Path) -> None:
-    dsn = f"sqlite:///{tmp_path / 'old.db'}"
+def test_upgrade_moves_spec_and_logs_out_of_the_version_rows(db: str) -> None:
+    dsn = db
     upgrade_to(dsn, "0004")
     fat_spec = json.dumps({"from_template": "base", "steps": [{"kind": "copy", "dst": "/srv",
                            "files": [{"path": "big", "mode": 420,
@@ -63,7 +81,7 @@ def test_upgrade_moves_spec_and_logs_out_of_the_version_rows(tmp_path: Path) -> 
         assert "ix_template_versions_team_name" in {
             i["name"] for i in schema.get_indexes("template_versions")}
         with store.engine.connect() as conn:
-            spec, = conn.execute(text("SELECT spec FROM template_blobs "
+            spec, = conn.execute(text("SELECT CAST(spec AS TEXT) FROM template_blobs "
                                       "WHERE build_id = 'tb-000000000001'")).one()
         assert len(spec) == len(fat_spec) and json.loads(spec) == json.loads(fat_spec)
         assert store.template_build_logs("t", "tb-000000000001") == logs
@@ -82,3 +100,77 @@ def test_upgrade_moves_spec_and_logs_out_of_the_version_rows(tmp_path: Path) -> 
         assert store.add_template_version(row, {"steps": []}).version == 4
     finally:
         store.close()
+
+
+def test_every_revision_downgrades_and_upgrades_again(db: str) -> None:
+    store = open_store(db)
+    with store.engine.begin() as conn:
+        conn.execute(text("INSERT INTO teams (id, created_at) VALUES ('t', 1.0)"))
+        conn.execute(text(
+            "INSERT INTO sandboxes (id, team, template, state, created_at, ttl_seconds, "
+            "persistent, vcpus, memory_mb, env, metadata, last_activity_at, host_id) VALUES "
+            "('sbx-1', 't', 'base', 'running', 1.0, 60, false, 1, 256, '{}', '{}', 1.0, "
+            "'host-1')"))
+    store.close()
+    everything = tables(db)
+    assert {"hosts", "leases", "sandboxes", "template_blobs"} <= everything, everything
+
+    migrate_to(db, "0005", down=True)
+    assert tables(db) == everything - {"hosts", "leases"}
+    engine = make_engine(db)
+    with engine.connect() as conn:  # the older columns and their data are kept
+        assert "host_id" not in {c["name"] for c in inspect(conn).get_columns("sandboxes")}
+        assert conn.execute(text("SELECT state FROM sandboxes")).scalars().all() == ["running"]
+    engine.dispose()
+
+    migrate_to(db, "base", down=True)
+    assert tables(db) == {"alembic_version"}
+    store = open_store(db)
+    try:
+        assert tables(db) == everything
+        assert store.list_sandboxes("t") == []
+    finally:
+        store.close()
+
+
+def test_the_models_are_the_schema_the_migrations_make(db: str) -> None:
+    store = open_store(db)
+    try:
+        with store.engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    finally:
+        store.close()
+
+
+def test_servers_starting_together_on_postgresql_migrate_one_after_the_other(
+        postgres: Postgres) -> None:
+    with postgres.database() as dsn:
+        start = threading.Barrier(4)
+        opened: list[Store] = []
+        failed: list[BaseException] = []
+
+        def open_one() -> None:
+            start.wait()
+            try:
+                opened.append(open_store(dsn))
+            except BaseException as e:  # reported below, from the test's thread
+                failed.append(e)
+
+        threads = [threading.Thread(target=open_one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for store in opened:
+            store.close()
+        assert failed == [] and len(opened) == 4
+
+
+def test_a_plain_postgresql_dsn_means_psycopg_3(postgres: Postgres) -> None:
+    with postgres.database() as dsn:
+        store = open_store(dsn.replace("postgresql+psycopg://", "postgresql://"))
+        try:
+            assert store.engine.dialect.driver == "psycopg"
+            assert store.list_keys() == []
+        finally:
+            store.close()

@@ -3,6 +3,8 @@
 from .db import open_store
 from .models import (
     ApiKey,
+    Host,
+    Lease,
     Sandbox,
     ServerSecret,
     Snapshot,
@@ -13,5 +15,5 @@ from .models import (
 )
 from .repo import Store
 
-__all__ = ["ApiKey", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team", "TemplateBlob",
-           "TemplateName", "TemplateVersion", "open_store"]
+__all__ = ["ApiKey", "Host", "Lease", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team",
+           "TemplateBlob", "TemplateName", "TemplateVersion", "open_store"]

@@ -68,6 +68,9 @@ class Sandbox(Base):
     # Defaults for commands, from the template the sandbox came from (WORKDIR, USER).
     cwd: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
     user: Mapped[str | None] = mapped_column(String(64), nullable=True, default=None)
+    # The host placed on (hosts.id; no foreign key, see Lease). Not used by the API yet.
+    host_id: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None,
+                                                index=True)
 
 
 class Snapshot(Base):
@@ -155,3 +158,35 @@ class ServerSecret(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class Host(Base):
+    """A host agent (store/hosts.py). Times are the database's clock."""
+
+    __tablename__ = "hosts"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    endpoint: Mapped[str] = mapped_column(Text, unique=True)
+    vcpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    disk_mb: Mapped[int] = mapped_column(Integer)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    version: Mapped[str] = mapped_column(String(64))
+    epoch: Mapped[int] = mapped_column(Integer)
+    last_heartbeat_at: Mapped[float] = mapped_column(Float)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Lease(Base):
+    """The host that runs a sandbox, under the host's epoch when it took the lease."""
+
+    __tablename__ = "leases"
+    __table_args__ = (Index("ix_leases_host_epoch", "host_id", "epoch"),)
+
+    # No foreign keys: a later batch migration of sandboxes or hosts recreates that table on
+    # SQLite (see TemplateBlob). The repo keeps them consistent.
+    sandbox_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    host_id: Mapped[str] = mapped_column(String(32))
+    epoch: Mapped[int] = mapped_column(Integer)
+    renewed_at: Mapped[float] = mapped_column(Float)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pandastack.wire import ENDED_STATES
 
+from .hosts import HostRegistry
 from .models import (
     ApiKey,
     Sandbox,
@@ -30,7 +31,7 @@ LIVE_STATES = ("starting", "running", "paused", "hibernated")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
-class Store:
+class Store(HostRegistry):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
