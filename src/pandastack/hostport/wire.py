@@ -107,6 +107,8 @@ _STATUS: dict[type[Exception], int] = {
     errors_module.HugePagesUnavailable: 503,
     errors_module.HostUnavailable: 503,
     errors_module.HostExhausted: 503,
+    errors_module.ObjectStoreUnavailable: 503,
+    errors_module.ObjectNotFound: 404,
     HostError: 500,
 }
 
