@@ -12,11 +12,9 @@ it fail where it wants to through `FakeDriver.fail` (the runtime's driver: `rt.d
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ from pandastack.host.vmm.driver import (
     SnapshotPause,
     VMPaths,
     VMProcess,
+    connect_unix,
     read_cmdline,
 )
 from pandastack.hostport.errors import VMMError
@@ -145,7 +144,8 @@ class FakeDriver:
         paths.agent_socket.unlink(missing_ok=True)
         vm = self._spawn(paths, disk)
         try:
-            vm.agent_connection = await _connect(paths.agent_socket, vm)
+            vm.agent_connection = await connect_unix(paths.agent_socket, alive=vm.is_alive,
+                                                     timeout=START_TIMEOUT_S)
         except BaseException:
             vm.kill()
             raise
@@ -204,23 +204,6 @@ def lookalike(*args: str) -> subprocess.Popen[bytes]:
         assert time.monotonic() < deadline
         time.sleep(0.001)
     return proc
-
-
-async def _connect(path: Path, vm: VMProcess) -> socket.socket:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_TIMEOUT_S
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, str(path))
-            return sock
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            sock.close()
-            if not vm.is_alive() or loop.time() > deadline:
-                log = vm.paths.vmm_log.read_text(errors="replace")[-500:]
-                raise VMMError(f"the fake VMM did not serve {path}: {log}") from exc
-            await asyncio.sleep(0.005)
 
 
 def _write_json(path: Path, value: object) -> None:

@@ -14,16 +14,19 @@ restart, garbage collection). The runtime gets its driver by name (`vmm.factory`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from pandastack.hostport.errors import VMMError
 
 AGENT_PORT_NAME = "org.pandastack.agent"
 
@@ -282,3 +285,34 @@ class VMMDriver(Protocol):
     def identity(self) -> str:
         """A string that changes whenever snapshots made by this driver become incompatible."""
         ...
+
+
+#: How long a just-started VMM may take to create a socket it serves.
+SOCKET_TIMEOUT_S = 30.0
+
+
+async def connect_unix(path: Path, *, alive: Callable[[], bool],
+                       timeout: float = SOCKET_TIMEOUT_S) -> socket.socket:
+    """Connect to a unix socket that a just-started VMM is about to create."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, str(path))
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            if not alive():
+                raise VMMError(f"VMM exited early: {log_tail(path)}") from exc
+            if loop.time() > deadline:
+                raise VMMError(f"socket {path} did not appear") from exc
+            await asyncio.sleep(0.001)
+
+
+def log_tail(socket_path: Path) -> str:
+    try:
+        return (socket_path.parent / "vmm.log").read_text(errors="replace")[-500:]
+    except OSError:
+        return ""

@@ -37,6 +37,8 @@ from pandastack.host.vmm.driver import (
     SnapshotPause,
     VMPaths,
     VMProcess,
+    connect_unix,
+    log_tail,
     max_stream_bytes,
     read_cmdline,
 )
@@ -44,8 +46,6 @@ from pandastack.host.vmm.qemu_disk import ROOT_DRIVE, Qcow2Layers
 from pandastack.host.vmm.qmp import (
     QMP_TIMEOUT_S,
     connect_qmp,
-    connect_unix,
-    log_tail,
     qmp_pipeline,
     qmp_socket,
 )

@@ -1,4 +1,5 @@
-"""Talking to a QEMU that is starting or running: its unix sockets and QMP.
+"""Talking to a QEMU that is starting or running over QMP (the unix-socket connect is the
+driver's generic `connect_unix`).
 
 The create path speaks QMP's line protocol directly (`qmp_pipeline`, one round trip); the rest
 uses the `qemu.qmp` client library (`connect_qmp`).
@@ -8,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qemu.qmp import QMPClient
 
-from pandastack.host.vmm.driver import VMPaths
+from pandastack.host.vmm.driver import VMPaths, connect_unix, log_tail
 from pandastack.hostport.errors import VMMError
 
 QMP_TIMEOUT_S = 30.0
@@ -23,26 +23,6 @@ QMP_TIMEOUT_S = 30.0
 
 def qmp_socket(paths: VMPaths) -> Path:
     return paths.workdir / "qmp.sock"
-
-
-async def connect_unix(path: Path, *, alive: Callable[[], bool],
-                       timeout: float = QMP_TIMEOUT_S) -> socket.socket:
-    """Connect to a unix socket that a just-started VMM is about to create."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, str(path))
-            return sock
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            sock.close()
-            if not alive():
-                raise VMMError(f"VMM exited early: {log_tail(path)}") from exc
-            if loop.time() > deadline:
-                raise VMMError(f"socket {path} did not appear") from exc
-            await asyncio.sleep(0.001)
 
 
 async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, Any]]], *,
@@ -75,13 +55,6 @@ async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, An
         raise VMMError(f"QMP did not answer: {exc}") from exc
     finally:
         writer.close()
-
-
-def log_tail(socket_path: Path) -> str:
-    try:
-        return (socket_path.parent / "vmm.log").read_text(errors="replace")[-500:]
-    except OSError:
-        return ""
 
 
 async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient:
