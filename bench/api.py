@@ -86,6 +86,18 @@ class Server:
     api_key: str
 
 
+def stop(proc: subprocess.Popen[bytes], tmp: Path) -> None:
+    """SIGTERM (SIGKILL after 30 s), then kill any VM left under `tmp`."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for pid in qemu_pids_under(tmp):
+        os.kill(pid, signal.SIGKILL)
+
+
 @contextmanager
 def live_server(tmp: Path, agent: tuple[str, Path] | None = None) -> Iterator[Server]:
     """`pandastack serve` on a free loopback port with everything private under `tmp`
@@ -120,14 +132,7 @@ def live_server(tmp: Path, agent: tuple[str, Path] | None = None) -> Iterator[Se
             key = json.loads((tmp / "client.json").read_text())["api_key"]
             yield Server(url, key)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            for pid in qemu_pids_under(tmp):
-                os.kill(pid, signal.SIGKILL)
+            stop(proc, tmp)
 
 
 @contextmanager
@@ -157,14 +162,7 @@ def live_agent(tmp: Path) -> Iterator[HostClient]:
                     time.sleep(0.2)
             yield HostClient(f"unix:{sock}", token_file.read_text().strip())
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            for pid in qemu_pids_under(tmp):
-                os.kill(pid, signal.SIGKILL)
+            stop(proc, tmp)
 
 
 @dataclass
@@ -208,29 +206,18 @@ def pooled_once(client: Client, cmd: str | list[str]) -> tuple[float, float]:
     return created - started, done - started
 
 
-async def runtime_once(rt: HostRuntime, cmd: str | list[str]) -> tuple[float, float]:
+async def host_once(host: HostRuntime | HostClient,
+                    cmd: str | list[str]) -> tuple[float, float]:
+    """The runtime in this process, or an agent through HostClient: the same calls."""
     started = time.perf_counter()
-    sbx = await rt.create("base")
+    sbx = await host.create("base")
     created = time.perf_counter()
     try:
         result = await sbx.exec(cmd)
         done = time.perf_counter()
         assert result.exit_code == 0, result
     finally:
-        await rt.kill(sbx.id)
-    return created - started, done - started
-
-
-async def agent_once(client: HostClient, cmd: str | list[str]) -> tuple[float, float]:
-    started = time.perf_counter()
-    sbx = await client.create("base")
-    created = time.perf_counter()
-    try:
-        result = await sbx.exec(cmd)
-        done = time.perf_counter()
-        assert result.exit_code == 0, result
-    finally:
-        await client.kill(sbx.id)
+        await host.kill(sbx.id)
     return created - started, done - started
 
 
@@ -316,7 +303,7 @@ async def main() -> int:
         print(f"accelerator: {rt.driver.accel}")
         async with contextlib.AsyncExitStack() as stack:
             runs: dict[str, Callable[[], Awaitable[tuple[float, float]]]] = {
-                "runtime": lambda: runtime_once(rt, cmd)}
+                "runtime": lambda: host_once(rt, cmd)}
             if not args.no_api:
                 (tmp / "server").mkdir()
                 server = stack.enter_context(live_server(tmp / "server"))
@@ -336,7 +323,7 @@ async def main() -> int:
                 host = stack.enter_context(live_agent(tmp / "agent"))
                 await stack.enter_async_context(host)
                 print(f"agent up at {host.address}")
-                runs["agent"] = lambda: agent_once(host, cmd)
+                runs["agent"] = lambda: host_once(host, cmd)
                 if not args.no_api:
                     (tmp / "server-agent").mkdir()
                     agent_dir = tmp / "agent"

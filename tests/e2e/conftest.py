@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import qemu_pids_under
-from tests.server.live import free_port, wait_healthy
+from tests.server.live import free_port, terminate, wait_healthy
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,7 @@ def live_server() -> Iterator[LiveServer]:
         key = json.loads((tmp / "client.json").read_text())["api_key"]
         yield LiveServer(url, key, tmp / "sandboxes")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        terminate(proc, 30)
         log.close()
         leftovers = qemu_pids_under(tmp)
         for pid in leftovers:

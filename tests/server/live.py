@@ -52,6 +52,18 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
         time.sleep(0.05)
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, and SIGKILL if it is still there after `timeout` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextmanager
 def fake_server(tmp: Path, *, module: str = "tests.server.serve_fake",
                 **settings: object) -> Iterator[FakeServer]:
@@ -69,9 +81,4 @@ def fake_server(tmp: Path, *, module: str = "tests.server.serve_fake",
         key = json.loads((tmp / "client" / "config.json").read_text())["api_key"]
         yield FakeServer(url, key, proc.pid, log)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, 10)

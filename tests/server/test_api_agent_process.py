@@ -16,7 +16,7 @@ import pytest
 
 from pandastack.server.hostclient import HostClient
 from tests.server.conftest import Api, assert_envelope
-from tests.server.live import ROOT, free_port, wait_healthy
+from tests.server.live import ROOT, free_port, terminate, wait_healthy
 from tests.server.vm_app import vm_app, vm_host
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
@@ -115,11 +115,5 @@ async def test_api_server_killed_leaves_the_agent_and_its_sandboxes() -> None:
                 assert r.status_code == 200 and r.json()["stdout"] == "again\n", r.text
                 assert (await c.delete(f"/v1/sandboxes/{sid}")).status_code == 204
         finally:
-            if server.poll() is None:
-                server.send_signal(signal.SIGTERM)
-                try:
-                    server.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+            terminate(server, 30)
 
