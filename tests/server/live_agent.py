@@ -91,6 +91,25 @@ async def leftovers(agent: LiveAgent) -> tuple[list[str], list[str], list[str]]:
     return sandboxes, snapshots, left
 
 
+def stop_cleanly(agent: LiveAgent) -> None:
+    """SIGTERM, which must end a running agent with status 0."""
+    if agent.proc is not None and agent.proc.poll() is None:
+        status = agent.signal(signal.SIGTERM)
+        assert status == 0, f"SIGTERM: exit status {status}\n{agent.log_tail()}"
+
+
+async def assert_nothing_left(agent: LiveAgent, what: str = "the tests") -> None:
+    """Kill the agent if it still runs, and whatever its dirs still hold (`leftovers`);
+    fail on any of it."""
+    if agent.proc is not None and agent.proc.poll() is None:
+        agent.proc.kill()
+        agent.proc.wait()
+    sandboxes, snapshots, left = await leftovers(agent)
+    assert not sandboxes and not snapshots, (f"left by {what}: sandboxes {sandboxes}, "
+                                             f"snapshots {snapshots}")
+    assert not [e for e in left if e != ".spare-slots"], f"left in the state dir: {left}"
+
+
 @contextlib.asynccontextmanager
 async def live_agent() -> AsyncIterator[LiveAgent]:
     """A started agent; on the way out it gets SIGTERM (which must end it cleanly), then
@@ -100,17 +119,9 @@ async def live_agent() -> AsyncIterator[LiveAgent]:
     try:
         agent.start()
         yield agent
-        if agent.proc is not None and agent.proc.poll() is None:
-            status = agent.signal(signal.SIGTERM)
-            assert status == 0, f"SIGTERM: exit status {status}\n{agent.log_tail()}"
+        stop_cleanly(agent)
     finally:
-        if agent.proc is not None and agent.proc.poll() is None:
-            agent.proc.kill()
-            agent.proc.wait()
         try:
-            sandboxes, snapshots, left = await leftovers(agent)
+            await assert_nothing_left(agent)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        assert not sandboxes and not snapshots, (f"left by the tests: sandboxes {sandboxes}, "
-                                                 f"snapshots {snapshots}")
-        assert not [e for e in left if e != ".spare-slots"], f"left in the state dir: {left}"

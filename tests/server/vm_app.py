@@ -23,7 +23,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.server.settings import Settings
 from tests.helpers import vmm_pids_under
 from tests.server.conftest import Api, make_settings, running_app
-from tests.server.live_agent import LiveAgent, leftovers
+from tests.server.live_agent import LiveAgent, assert_nothing_left, stop_cleanly
 
 
 def vm_settings(tmp: Path, **overrides: object) -> Settings:
@@ -61,9 +61,7 @@ async def vm_host(mode: str = "in-process", **overrides: object) -> AsyncIterato
             yield VMHost(vm_settings(tmp, state_dir=agent.state_dir, agent=agent.url,
                                      agent_token_file=agent.token_file, **overrides),
                          None, agent)
-            if agent.proc is not None and agent.proc.poll() is None:
-                status = agent.signal(signal.SIGTERM)
-                assert status == 0, f"agent SIGTERM: exit status {status}\n{agent.log_tail()}"
+            stop_cleanly(agent)
         else:
             assert mode == "in-process", mode
             config = HostConfig.from_env(state_dir=agent.state_dir,
@@ -75,19 +73,13 @@ async def vm_host(mode: str = "in-process", **overrides: object) -> AsyncIterato
             finally:
                 await runtime.close()  # its VMs keep running: the check below finds them
     finally:
-        if agent.proc is not None and agent.proc.poll() is None:
-            agent.proc.kill()
-            agent.proc.wait()
         try:
-            sandboxes, snapshots, left = await leftovers(agent)
+            await assert_nothing_left(agent, f"the tests ({mode})")
+        finally:
             pids = vmm_pids_under(tmp)
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
-        finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    assert not sandboxes and not snapshots, (f"left by the tests ({mode}): sandboxes "
-                                             f"{sandboxes}, snapshots {snapshots}")
-    assert not [e for e in left if e != ".spare-slots"], f"left in the state dir: {left}"
     assert not pids, f"VMM processes left: {pids}"
 
 

@@ -9,13 +9,13 @@ import shutil
 import signal
 import tempfile
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.server.conftest import Api, assert_envelope, running_app
-from tests.server.live_agent import LiveAgent, leftovers
+from tests.server.live_agent import LiveAgent, assert_nothing_left, stop_cleanly
 from tests.server.vm_app import vm_settings
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
@@ -27,26 +27,24 @@ async def two_agents() -> AsyncIterator[tuple[Api, list[LiveAgent]]]:
     agents = [LiveAgent(tmp / name) for name in ("a", "b")]
     for agent in agents:
         agent.tmp.mkdir()
-    left: list[tuple[list[str], list[str], list[str]]] = []
     try:
         for agent in agents:
             agent.start()
         settings = vm_settings(tmp, agent=",".join(a.url for a in agents))
-        async with AsyncExitStack() as stack:
-            api = await stack.enter_async_context(running_app(settings))
+        async with running_app(settings) as api:
             yield api, agents
         for agent in agents:
-            assert agent.signal(signal.SIGTERM) == 0, agent.log_tail()
+            stop_cleanly(agent)
     finally:
-        for agent in agents:
-            if agent.proc is not None and agent.proc.poll() is None:
-                agent.proc.kill()
-                agent.proc.wait()
-            left.append(await leftovers(agent))
+        failures: list[AssertionError] = []
+        for agent in agents:  # every agent is cleaned up, even after one failed its check
+            try:
+                await assert_nothing_left(agent)
+            except AssertionError as exc:
+                failures.append(exc)
         shutil.rmtree(tmp, ignore_errors=True)
-    for sandboxes, snapshots, files in left:
-        assert not sandboxes and not snapshots, (sandboxes, snapshots)
-        assert not [f for f in files if f != ".spare-slots"], files
+        if failures:
+            raise failures[0]
 
 
 async def test_two_agents_share_the_load_and_fail_apart() -> None:
