@@ -364,3 +364,28 @@ def test_hibernate_idle_setting() -> None:
         Settings.from_env({"PANDASTACK_HIBERNATE_IDLE": "soon"})
     with pytest.raises(ValueError):
         Settings(hibernate_idle_seconds=-5)
+
+
+async def test_a_sweep_lists_the_host_once_instead_of_a_lookup_per_sandbox(
+        tmp_path: Path) -> None:
+    """With an agent each lookup is a round trip: healthy sandboxes in the state their rows
+    say cost none; one that differs is still looked up on its own (and followed)."""
+    settings = make_settings(tmp_path, reaper_interval_seconds=3600)
+    runtime = FakeRuntime(tmp_path)
+    async with running_app(settings, runtime) as api:
+        service: SandboxService = api.app.state.service
+        sids = [str((await create(api, ttl_seconds=1000))["id"]) for _ in range(3)]
+        looked_up: list[str] = []
+        get = runtime.get
+
+        async def counting_get(sandbox_id: str) -> object:
+            looked_up.append(sandbox_id)
+            return await get(sandbox_id)
+
+        runtime.get = counting_get  # type: ignore[assignment,method-assign]
+        assert await sweep(service) == []
+        assert looked_up == []
+        runtime.sandbox(sids[1]).state = "paused"  # changed behind the store's back
+        assert await sweep(service) == []
+        assert set(looked_up) == {sids[1]}
+        assert await state_of(api, sids[1]) == "paused"

@@ -60,20 +60,37 @@ async def _vm_gone(service: SandboxService, row: Sandbox) -> bool:
     return handle.state != "hibernated" and not handle.is_alive()
 
 
+async def _healthy_on_host(service: SandboxService) -> dict[str, str]:
+    """The sandboxes the host runs with a live VM or holds hibernated, by id, with their
+    state: one listing for the whole sweep instead of a lookup per sandbox (each a round
+    trip to an agent). Empty when the host cannot be reached (every row is then looked up
+    on its own, as before)."""
+    try:
+        listed = await service.runtime.list_sandboxes()
+    except HostUnavailable:
+        return {}
+    return {s.id: s.state for s in listed if s.state == "hibernated" or s.is_alive()}
+
+
 async def sweep(service: SandboxService, now: float | None = None) -> list[tuple[str, str]]:
     """One pass: end what must end, fail what died, purge what is past retention (ended
     sandboxes, failed and deleted template versions)."""
     now = time.time() if now is None else now
     settings = service.settings
     ended: list[tuple[str, str]] = []
-    for row in await asyncio.to_thread(service.store.live_sandboxes):
+    rows = await asyncio.to_thread(service.store.live_sandboxes)
+    # Listed after the rows are read: a row that is running had its VM before the read.
+    healthy = await _healthy_on_host(service)
+    for row in rows:
         busy = service.is_busy(row.id)
         verdict = decide(state=row.state, persistent=row.persistent, expires_at=row.expires_at,
                          last_activity_at=row.last_activity_at, busy=busy, now=now,
                          idle_timeout=settings.idle_timeout_seconds)
         # a state change in flight may have the VM process briefly gone: not a failure
         steady = row.state in AWAKE_STATES and not service.in_transition(row.id)
-        if verdict is None and steady:
+        # A row the listing shows healthy in the row's own state needs nothing more; any
+        # other is looked up on its own, which also settles a listing that went stale.
+        if verdict is None and steady and healthy.get(row.id) != row.state:
             if await _vm_gone(service, row):
                 verdict = Verdict("failed", "VM exited unexpectedly")
             else:
