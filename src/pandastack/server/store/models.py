@@ -16,11 +16,14 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
+# The hosts and leases are the registry's (agents use them without the server); every table
+# shares its declarative base, so that one metadata is the whole schema.
+from pandastack.registry.models import Base, Host, Lease
 
-class Base(DeclarativeBase):
-    pass
+__all__ = ["ApiKey", "Base", "Host", "Lease", "Sandbox", "ServerSecret", "Snapshot", "Team",
+           "TemplateBlob", "TemplateName", "TemplateVersion"]
 
 
 class Team(Base):
@@ -158,35 +161,3 @@ class ServerSecret(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
-
-
-class Host(Base):
-    """A host agent (store/hosts.py). Times are the database's clock."""
-
-    __tablename__ = "hosts"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    endpoint: Mapped[str] = mapped_column(Text, unique=True)
-    vcpus: Mapped[int] = mapped_column(Integer)
-    memory_mb: Mapped[int] = mapped_column(Integer)
-    disk_mb: Mapped[int] = mapped_column(Integer)
-    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    version: Mapped[str] = mapped_column(String(64))
-    epoch: Mapped[int] = mapped_column(Integer)
-    last_heartbeat_at: Mapped[float] = mapped_column(Float)
-    draining: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[float] = mapped_column(Float)
-
-
-class Lease(Base):
-    """The host that runs a sandbox, under the host's epoch when it took the lease."""
-
-    __tablename__ = "leases"
-    __table_args__ = (Index("ix_leases_host_epoch", "host_id", "epoch"),)
-
-    # No foreign keys: a later batch migration of sandboxes or hosts recreates that table on
-    # SQLite (see TemplateBlob). The repo keeps them consistent.
-    sandbox_id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    host_id: Mapped[str] = mapped_column(String(32))
-    epoch: Mapped[int] = mapped_column(Integer)
-    renewed_at: Mapped[float] = mapped_column(Float)

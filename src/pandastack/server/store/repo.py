@@ -13,9 +13,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from pandastack.registry import HostRegistry
 from pandastack.wire import ENDED_STATES
 
-from .hosts import HostRegistry
 from .models import (
     ApiKey,
     Sandbox,
