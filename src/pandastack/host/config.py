@@ -7,11 +7,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pandastack.host.objects.config import ObjectStoreConfig
 from pandastack.rules import DEFAULT_HOME
 
 DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
 FORK_BUFFERS_ROOT = Path("/run/pandastack-fork-buffers")
 HUGETLB_CLAIMS_ROOT = Path("/run/pandastack-hugetlb")
+# One claims dir per network namespace, whatever PANDASTACK_HOME is (ADR 0021).
+DEFAULT_NETWORK_CLAIMS = DEFAULT_HOME / "network" / "claims"
 AUTO_STREAM_HUGETLB_MB = 2048  # four 512 MiB sandboxes
 ACCEL_CHOICES = ("auto", "kvm", "tcg")
 GUEST_ASLR_CHOICES = ("auto", "on", "off")
@@ -31,6 +34,9 @@ class HostConfig:
     state_dir: Path | None = None
     snapshots_root: Path | None = None
     network_pool: str = "10.200.0.0/16"
+    # Where network slots are claimed: every runtime in one network namespace must use the
+    # same one (PANDASTACK_NETWORK_CLAIMS; ADR 0021). None: DEFAULT_NETWORK_CLAIMS.
+    network_claims: Path | None = None
     # "auto": the host's own resolver; "off": no DNS for guests; or an IPv4 address.
     dns: str = "auto"
     # Host ports of the egress proxy that enforces domain rules (on each slot's host address;
@@ -68,6 +74,11 @@ class HostConfig:
     # the runtime leaves the host's network alone. Only for drivers whose VMs have no NIC
     # (the unit tests' fake VMM): the QEMU driver refuses it.
     networking: bool = True
+    # The object store that hosts share snapshots and hibernated sandboxes through (ADR
+    # 0020): PANDASTACK_OBJECT_STORE. None: snapshots and hibernations stay on this host.
+    object_store: ObjectStoreConfig | None = None
+    # Where fetched objects are kept (ADR 0016); None: `<home>/objects-cache`.
+    objects_cache: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -97,6 +108,8 @@ class HostConfig:
         values["network_operator_allow"] = operator_allow_from(env)
         if "PANDASTACK_NETWORK_POOL" in env:
             values["network_pool"] = env["PANDASTACK_NETWORK_POOL"]
+        if "PANDASTACK_NETWORK_CLAIMS" in env:
+            values["network_claims"] = Path(env["PANDASTACK_NETWORK_CLAIMS"])
         if "PANDASTACK_SNAPSHOTS_DIR" in env:
             values["snapshots_root"] = Path(env["PANDASTACK_SNAPSHOTS_DIR"])
         if "PANDASTACK_STATE_DIR" in env:
@@ -116,6 +129,7 @@ class HostConfig:
             values["stream_hugetlb_mb"] = int(env["PANDASTACK_STREAM_HUGETLB_MB"])
         if "PANDASTACK_TB_SIZE_MB" in env:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
+        values["object_store"] = ObjectStoreConfig.from_env(env)
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
 
@@ -140,7 +154,9 @@ class HostConfig:
 
     @property
     def network_claims_dir(self) -> Path:
-        return self.home / "network" / "claims"
+        """Not under `home`: runtimes with their own homes still share a network namespace
+        (its slot indexes, names and addresses), so they must share its claims."""
+        return self.network_claims if self.network_claims is not None else DEFAULT_NETWORK_CLAIMS
 
     @property
     def snapshots_dir(self) -> Path:
@@ -178,6 +194,18 @@ class HostConfig:
         """The template build step cache. Its entries name snapshots of this runtime's
         snapshot store, so it lives beside that store (a private store, private cache)."""
         return self.snapshots_dir.parent / (self.snapshots_dir.name + "-build-cache")
+
+    @property
+    def objects_cache_dir(self) -> Path:
+        from pandastack.host.objects.cache import cache_dir_of
+
+        return self.objects_cache if self.objects_cache is not None else cache_dir_of(self.home)
+
+    @property
+    def fetched_templates_dir(self) -> Path:
+        """Where templates fetched from the object store are laid out: beside the cache of
+        their files, so both live on one file system (hard links) and go together."""
+        return self.objects_cache_dir.parent / "templates-fetched"
 
     @property
     def cache_dir(self) -> Path:

@@ -16,19 +16,26 @@ The always-denied ranges (ALWAYS_DENIED) are closed whatever the policy says, be
 `allow_out` entry is looked at, except the parts the operator lists (`operator_allow`,
 PANDASTACK_NETWORK_OPERATOR_ALLOW): only those a policy's `allow_out` CIDRs can open.
 
-Slots are claimed host-wide by creating `claims/<index>` with O_EXCL (atomic, survives
-restarts, shared by every runtime on the machine). A claim records its owner's directory, so a
-sweep can release the claims, and delete the namespaces, of sandboxes that no longer exist.
+Slots are claimed by creating `claims/<index>` with O_EXCL (atomic, survives restarts). A
+claim records its owner's directory, so a sweep can release the claims, and delete the
+namespaces, of sandboxes that no longer exist. Slot indexes, namespace and veth names,
+addresses and the host table belong to the network namespace the runtime runs in, so every
+runtime there must claim in one claims dir from one pool, whatever its PANDASTACK_HOME
+(ADR 0021): the first to touch the namespace's network records both under /run, and one
+with another claims dir or pool refuses to build, update or sweep anything while the
+recorded dir holds claims.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import os
 import random
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +56,9 @@ NS_PREFIX = "psn-"
 HOST_VETH_PREFIX = "psv"
 DEFAULT_POOL = "10.200.0.0/16"
 HOST_TABLE = "pandastack_host"
+# Which claims dir and pool each network namespace's runtimes use (tmpfs: namespaces do not
+# outlive a boot either).
+NETNS_REGISTRY = Path("/run/pandastack-network")
 
 
 class NetworkError(HostError):
@@ -128,7 +138,9 @@ class NetworkManager:
     dns_upstream: str | None = None
     proxy_ports: ProxyPorts = ProxyPorts()
     operator_allow: tuple[str, ...] = ()
+    registry: Path = NETNS_REGISTRY
     _host_ready: bool = field(default=False, init=False)
+    _bound: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.operator_allow = parse_cidrs(self.operator_allow)
@@ -185,6 +197,7 @@ class NetworkManager:
     def sweep(self) -> list[int]:
         """Release claims (and namespaces) whose owner directory is gone; drop namespaces
         that nobody claims. Returns the released slot indexes."""
+        self.bind_namespace()
         released = []
         claimed = self.claims()
         for index, owner in claimed.items():
@@ -202,12 +215,51 @@ class NetworkManager:
                 _run(["ip", "netns", "del", name], check=False)
         return released
 
+    # -- the network namespace's one claims dir ------------------------------------------
+
+    def bind_namespace(self) -> None:
+        """Record this manager's claims dir and pool as the ones of the network namespace it
+        runs in, or raise NetworkError if another runtime there uses others and still holds
+        claims: its sweep would delete this one's namespaces (and this one theirs), and their
+        slots would share names and addresses."""
+        if self._bound:
+            return
+        mine = {"claims": str(self.claims_dir.resolve()), "pool": self.pool}
+        marker = self.registry / f"netns-{netns_id()}.json"
+        with self._registry_lock():
+            try:
+                theirs = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                theirs = None
+            if isinstance(theirs, dict) and theirs != mine:
+                other = Path(str(theirs.get("claims", "")))
+                if _holds_claims(other):
+                    raise NetworkError(
+                        f"another runtime in this network namespace claims slots in {other} "
+                        f"from pool {theirs.get('pool')}; this one would use {mine['claims']} "
+                        f"from {self.pool}: runtimes sharing a network namespace must share "
+                        "both (PANDASTACK_NETWORK_CLAIMS, PANDASTACK_NETWORK_POOL), or run in "
+                        "network namespaces of their own")
+            if theirs != mine:
+                draft = marker.with_suffix(f".{os.getpid()}.tmp")
+                draft.write_text(json.dumps(mine))
+                os.replace(draft, marker)
+        self._bound = True
+
+    @contextlib.contextmanager
+    def _registry_lock(self) -> Iterator[None]:
+        self.registry.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.registry / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     # -- namespaces -------------------------------------------------------------------
 
     def ensure_host(self) -> None:
         """Forwarding on, and the host table that fences sandboxes off (idempotent)."""
         if self._host_ready:
             return
+        self.bind_namespace()
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
         veths = f'"{HOST_VETH_PREFIX}*"'
         ports = f"{self.proxy_ports.http}, {self.proxy_ports.tls}"
@@ -365,6 +417,19 @@ table inet pandastack {{
             _run(["ip", "netns", "del", slot.netns], check=False)
         if Path(f"/sys/class/net/{slot.host_veth}").exists():
             _run(["ip", "link", "del", slot.host_veth], check=False)
+
+
+def netns_id() -> str:
+    """The network namespace this process is in (device and inode of its handle)."""
+    st = os.stat("/proc/self/ns/net")
+    return f"{st.st_dev}-{st.st_ino}"
+
+
+def _holds_claims(claims_dir: Path) -> bool:
+    try:
+        return any(entry.name.isdigit() for entry in claims_dir.iterdir())
+    except OSError:
+        return False
 
 
 def list_netns() -> list[str]:
