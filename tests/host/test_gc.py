@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from pandastack.host.gc import kill_orphan_vmms, prune_images, prune_templates
-from tests.host.fake_vmm import lookalike
+from pandastack.host.vmm.driver import read_cmdline
+from tests.host.fake_vmm import MARK, lookalike
 
 
 def _version(root: Path, name: str, key: str, image_key: str, age: float) -> Path:
@@ -81,3 +82,49 @@ def test_vmms_whose_directory_is_gone_are_killed(tmp_path: Path) -> None:
         for proc in (keep, orphan):
             proc.kill()
             proc.wait()
+
+
+def test_a_version_used_through_a_symlinked_home_is_kept(tmp_path: Path) -> None:
+    """An agent of `make cluster` reaches the shared templates through a symlink in its own
+    home: its VMMs name them by that path, and another runtime's GC must still see them."""
+    templates = tmp_path / "templates"
+    current = _version(templates, "base", "new", "img-new", age=0)
+    busy = _version(templates, "base", "busy", "img-busy", age=3600)
+    other_home = tmp_path / "agent-home"
+    other_home.mkdir()
+    (other_home / "templates").symlink_to(templates)
+    vmm = lookalike("-object", f"memory-backend-file,mem-path={other_home}/templates/base/busy"
+                    "/memory,share=off")
+    try:
+        removed = prune_templates(templates, [current], progress=lambda m: None)
+    finally:
+        vmm.kill()
+        vmm.wait()
+    assert removed == [] and busy.exists()
+
+
+def test_a_vmm_whose_directory_only_its_mount_namespace_sees_is_not_killed(
+        tmp_path: Path) -> None:
+    """An agent with private mounts may keep its VM directories where other runtimes cannot
+    see them: no other runtime may take its VMMs for orphans."""
+    private = tmp_path / "private"
+    private.mkdir()
+    workdir = private / "sbx-000000000003"
+    ready = tmp_path / "ready"
+    script = (f"mount -t tmpfs none {private} && mkdir {workdir} && touch {ready} && "
+              f"exec /bin/sh -c 'sleep 300; true' {MARK} "
+              f"--workdir {workdir} --agent-socket {workdir}/agent.sock")
+    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             script])
+    try:
+        deadline = time.monotonic() + 10
+        while MARK not in read_cmdline(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        assert ready.exists() and not workdir.exists()  # only its namespace has it
+        killed = [pid for pid, _ in kill_orphan_vmms(progress=lambda m: None)]
+        assert proc.pid not in killed and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -9

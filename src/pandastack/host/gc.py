@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -24,7 +25,18 @@ GRACE_S = 600.0
 
 
 def _vmm_cmdlines() -> list[str]:
-    return ["\0".join(argv) for _, argv in iter_cmdlines() if is_vmm_process(argv)]
+    """Each VMM's command line, and again with every path in it resolved: a runtime whose
+    home reaches the shared templates through a symlink names them by another path."""
+    lines = []
+    for _, argv in iter_cmdlines():
+        if is_vmm_process(argv):
+            line = "\0".join(argv)
+            paths = (os.path.realpath(p) for p in _PATH.findall(line))
+            lines.append(line + "\0" + "\0".join(paths))
+    return lines
+
+
+_PATH = re.compile(r"/[^\0,=:]+")
 
 
 def _old(path: Path, now: float, grace: float) -> bool:
@@ -58,7 +70,8 @@ def prune_templates(templates_dir: Path, keep: Iterable[Path], *, grace: float =
                 continue  # a bake in progress
         elif not _old(version, now, grace):
             continue
-        if any(str(version) + "/" in line for line in in_use):
+        names = {str(version) + "/", str(version.resolve()) + "/"}
+        if any(name in line for line in in_use for name in names):
             continue
         shutil.rmtree(version, ignore_errors=True)
         removed.append(version)
@@ -100,9 +113,18 @@ def orphan_vmms(cmdlines: Iterable[tuple[int, list[str]]] | None = None,
     found: list[tuple[int, Path]] = []
     for pid, argv in iter_cmdlines() if cmdlines is None else cmdlines:
         workdir = vm_workdir(argv)  # any driver's: VMMs of other runtimes count too
-        if workdir is not None and not workdir.exists():
+        if workdir is not None and _gone(pid, workdir):
             found.append((pid, workdir))
     return found
+
+
+def _gone(pid: int, workdir: Path) -> bool:
+    """Whether `workdir` is gone for us and for the VMM `pid` too: one in another mount
+    namespace (an agent with private mounts, ADR 0021) may see a directory that we do not.
+    /proc/PID/root walks the path in that process's own view of the mounts."""
+    if workdir.exists():
+        return False
+    return not os.path.exists(f"/proc/{pid}/root{workdir.absolute()}")
 
 
 def kill_orphan_vmms(progress: Callable[[str], None] = print,
@@ -113,7 +135,7 @@ def kill_orphan_vmms(progress: Callable[[str], None] = print,
     for pid, workdir in orphan_vmms(cmdlines):
         # Checked again right before the kill: the pid must still be that VMM.
         argv = read_cmdline(pid)
-        if not argv or not any(str(workdir) in a for a in argv) or workdir.exists():
+        if not argv or not any(str(workdir) in a for a in argv) or not _gone(pid, workdir):
             continue
         try:
             os.kill(pid, signal.SIGKILL)

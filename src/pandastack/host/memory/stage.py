@@ -8,9 +8,10 @@ the only way to snapshot a running guest correctly without stopping it for the w
 (ADR 0003, ADR 0008).
 
 The durable copy stays under PANDASTACK_HOME (tmpfs is empty after a reboot). The staged
-copy mirrors the durable file's absolute path below the stage root, so the template
-version's directory still appears in every VMM command line: template GC decides "in use"
-by that path.
+copy mirrors the durable file's real path (symlinks resolved) below the stage root, so the
+template version's directory still appears in every VMM command line: template GC decides
+"in use" by that path. Real, not as given: runtimes whose homes reach one template cache
+through symlinks (the agents of `make cluster`, ADR 0021) stage one copy, not one each.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ _ZERO = bytes(CHUNK)
 
 
 def staged_path(durable: Path, root: Path) -> Path:
-    return root / durable.absolute().relative_to("/")
+    return root / durable.resolve().relative_to("/")
 
 
 def _fresh(staged: Path, durable: os.stat_result) -> bool:
