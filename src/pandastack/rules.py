@@ -84,6 +84,7 @@ ErrorCode = Literal[
     "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
     "validation_error", "rate_limited", "internal", "unavailable", "timeout",
     "forbidden", "insufficient_storage", "bad_gateway", "template_building", "host_unavailable",
+    "host_lost",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 
@@ -93,7 +94,8 @@ ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 #: of reach (its sandboxes are not lost: retry once it is back).
 ERROR_STATUS: dict[ErrorCode, int] = {
     "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
-    "timeout": 408, "conflict": 409, "template_building": 409, "payload_too_large": 413,
+    "timeout": 408, "conflict": 409, "template_building": 409, "host_lost": 409,
+    "payload_too_large": 413,
     "validation_error": 422, "rate_limited": 429, "internal": 500, "bad_gateway": 502,
     "unavailable": 503, "host_unavailable": 503, "insufficient_storage": 507,
 }
@@ -102,4 +104,4 @@ ERROR_STATUS: dict[ErrorCode, int] = {
 #: bare 503 plain `unavailable`.
 STATUS_ERROR_CODE: dict[int, ErrorCode] = {
     status: code for code, status in ERROR_STATUS.items()
-    if code not in ("template_building", "host_unavailable")}
+    if code not in ("template_building", "host_unavailable", "host_lost")}

@@ -35,7 +35,7 @@ from pandastack.templatespec.models import TemplateSpec
 from pandastack.wirebase import Strict
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "killed", "expired",
-                       "reaped", "failed"]
+                       "reaped", "failed", "host_lost"]
 ENDED_STATES: frozenset[str] = frozenset({"killed", "expired", "reaped", "failed"})
 
 
@@ -102,6 +102,8 @@ class CreateSandbox(Strict):
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
     metadata: dict[str, str] = Field(default_factory=dict, max_length=MAX_METADATA_ITEMS)
     network: NetworkSpec | None = None  # None: the default policy (internet on, no lists)
+    # Admin keys only: place the sandbox on this host (where the server drives many).
+    host_id: str | None = Field(default=None, max_length=64)
 
 
 class SandboxInfo(Strict):
@@ -119,6 +121,7 @@ class SandboxInfo(Strict):
     ended_at: float | None = None
     end_reason: str | None = None
     snapshot: str | None = None  # the snapshot it was created from, if any
+    host_id: str | None = None  # the host it runs on, where the server drives many
 
 
 class SandboxList(Strict):
@@ -171,6 +174,8 @@ class CreateSnapshot(Strict):
 
 class ForkRequest(Strict):
     count: int = Field(default=1, ge=1, le=MAX_FORK)
+    # Admin keys only: place the children on this host (where the server drives many).
+    host_id: str | None = Field(default=None, max_length=64)
 
 
 class ForkResult(Strict):

@@ -26,6 +26,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--agent-token-file", default=None, metavar="PATH",
                    help="the agent's token (PANDASTACK_AGENT_TOKEN_FILE; default: the "
                         "agent's default token file)")
+    p.add_argument("--db", default=None, metavar="DSN",
+                   help="the database (PANDASTACK_DB; default: SQLite in the home dir); "
+                        "postgresql://... for API servers that share one")
+    p.add_argument("--no-local-agent", action="store_true",
+                   help="drive the agents registered in --db's host registry (each started "
+                        "with `pandastack agent --db`), no host in this process "
+                        "(PANDASTACK_CLUSTER=1)")
+    p.add_argument("--host-stale-seconds", type=float, default=None,
+                   help="a host whose heartbeat is this old is lost (default 15)")
     p.add_argument("--log-level", default="info")
 
 
@@ -40,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     if args.agent is not None:
         overrides["agent"] = ",".join(args.agent)
+    if args.db is not None:
+        overrides["db_url"] = args.db
+    if args.no_local_agent:
+        overrides["cluster"] = True
+    if args.host_stale_seconds is not None:
+        overrides["host_stale_seconds"] = args.host_stale_seconds
     if args.agent_token_file is not None:
         overrides["agent_token_file"] = Path(args.agent_token_file)
     settings = Settings.from_env().with_(**overrides)

@@ -15,6 +15,7 @@ type name and re-raised by its client: the control plane sees the same classes e
     │   ├── CodeContextNotFound         no code context with that id
     │   └── UnsupportedLanguage         no such language, or not in this template
     ├── HostUnavailable       the host agent cannot be reached (its process is down or restarting)
+    │   └── HostLost          its host stopped heartbeating and was fenced (its VM is gone)
     ├── HostExhausted         the host (or every host) has no room for the sandbox
     ├── ObjectStoreError      the object store refused a request or sent other bytes than asked
     │   ├── ObjectStoreUnavailable  it cannot be reached, timed out or answered 5xx
@@ -95,6 +96,11 @@ class HostExhausted(HostError):
 class HostUnavailable(HostError):
     """The host agent did not answer (connection refused, reset or timed out): its
     sandboxes are not lost, only out of reach until it is back."""
+
+
+class HostLost(HostUnavailable):
+    """The sandbox's host stopped heartbeating and was fenced: the control plane gave up on
+    it, and the host kills its VMs when it comes back (a saved sandbox is woken elsewhere)."""
 
 
 class ObjectStoreError(HostError):

@@ -24,7 +24,8 @@ older names are those leaves, or aliases::
         ├── RateLimitError            429 (`retry_after` seconds, when the server said)
         ├── SandboxError              the sandbox cannot do it
         │   ├── ConflictError         409: not running / ended, or the guest said EEXIST/EBUSY...
-        │   │   └── TemplateBuildingError  409: the template is still building (`retry_after`)
+        │   │   ├── TemplateBuildingError  409: the template is still building (`retry_after`)
+        │   │   └── HostLostError     409: the sandbox's host was lost (wake restores saved state)
         │   └── InsufficientStorageError  507: the guest's disk is full (ENOSPC/EDQUOT)
         ├── ServerError               any other 5xx: internal error, unavailable, gateway timeout
         │   └── HostUnavailableError  503: the sandbox's host is out of reach for now (not lost)
@@ -226,6 +227,12 @@ class ServerError(APIError):
     """The server failed (5xx other than 507): internal error, unavailable, gateway timeout."""
 
 
+class HostLostError(ConflictError):
+    """The host the sandbox ran on stopped heartbeating and was given up (409 `host_lost`):
+    its VM is gone. `wake()` restores the state it last saved (a hibernation or a snapshot),
+    on another host; a sandbox that saved none can only be killed."""
+
+
 class HostUnavailableError(ServerError):
     """The host the sandbox runs on cannot be reached right now (503 `host_unavailable`): its
     agent is down or restarting. The sandbox is not lost; retry once the host is back."""
@@ -262,7 +269,7 @@ CODE_EXCEPTIONS: dict[ErrorCode, type[APIError]] = {
     "template_building": TemplateBuildingError, "payload_too_large": PayloadTooLargeError,
     "rate_limited": RateLimitError, "insufficient_storage": InsufficientStorageError,
     "internal": ServerError, "bad_gateway": ServerError, "unavailable": ServerError,
-    "host_unavailable": HostUnavailableError,
+    "host_unavailable": HostUnavailableError, "host_lost": HostLostError,
 }
 _BY_CODE: dict[str, type[APIError]] = {code: cls for code, cls in CODE_EXCEPTIONS.items()}
 _CODE_STATUS: dict[str, int] = {code: status for code, status in ERROR_STATUS.items()}

@@ -35,12 +35,13 @@ from .routes import (
     state,
 )
 from .routes import exec as exec_routes
+from .routes import hosts as host_routes
 from .routes import templates as template_routes
 from .routes.ports import PortProxy
 from .service import SandboxService
 from .settings import Settings
 from .signing import UrlSigner, redact_signatures_in_logs
-from .store import open_store
+from .store import Store, open_store
 from .templates import TemplateService
 
 log = logging.getLogger("pandastack.server")
@@ -61,9 +62,19 @@ def operation_id(route: APIRoute) -> str:
     return first + "".join(word.capitalize() for word in rest)
 
 
-def default_host(settings: Settings) -> RuntimePort:
-    """The host the server drives when the caller gives none: the agent `settings.agent`
-    names (a pool of them when it names several), or else one composed in this process."""
+def default_host(settings: Settings, store: Store) -> RuntimePort:
+    """The host the server drives when the caller gives none: the agents the database's
+    registry names (`settings.cluster`), the agent `settings.agent` names (a pool of them
+    when it names several), or else one composed in this process."""
+    if settings.cluster:
+        from .hostclient import HostClient, read_token
+        from .hosts.cluster import ClusterPool
+        if settings.agent_token_file is None:
+            raise ValueError("a cluster's agents share one token: set --agent-token-file "
+                             "(PANDASTACK_AGENT_TOKEN_FILE)")
+        token = read_token(settings.agent_token_file)
+        return ClusterPool(store, lambda endpoint: HostClient(endpoint, token),
+                           stale_after_s=settings.host_stale_seconds)
     if settings.agent is not None:
         from .hostclient import HostClient, read_token
         clients: dict[str, RuntimePort] = {
@@ -88,7 +99,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         private_database(settings.dsn)
         store = open_store(settings.dsn)
-        rt: RuntimePort = runtime if runtime is not None else default_host(settings)
+        rt: RuntimePort = runtime if runtime is not None else default_host(settings, store)
         task: asyncio.Task[None] | None = None
         templates: TemplateService | None = None
         proxy: PortProxy | None = None
@@ -161,7 +172,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         return Health(status="ok")
 
     for module in (sandboxes, state, snapshots, exec_routes, code, processes, files,
-                   lifecycle, network, ports, keys, template_routes):
+                   lifecycle, network, ports, keys, template_routes, host_routes):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})

@@ -25,6 +25,7 @@ from pandastack.hostport.errors import (
     GuestOSError,
     HostError,
     HostExhausted,
+    HostLost,
     HostUnavailable,
     ObjectStoreUnavailable,
     SandboxNotFound,
@@ -97,6 +98,9 @@ def from_host_error(exc: HostError) -> ApiError:
     if isinstance(exc, ObjectStoreUnavailable):
         return ApiError(503, "unavailable", f"{exc} (nothing stored is lost: retry once the "
                         "object store is back)", headers={"Retry-After": "5"})
+    if isinstance(exc, HostLost):
+        return ApiError(409, "host_lost", f"{exc}: the sandbox's VM is gone with its host "
+                        "(wake it to restore the state it last saved, if it saved one)")
     if isinstance(exc, HostUnavailable):
         return ApiError(503, "host_unavailable", f"{exc} (the sandbox is not lost: retry once "
                         "its host is back)", headers={"Retry-After": "5"})

@@ -31,6 +31,8 @@ def decide(*, state: str, persistent: bool, expires_at: float | None,
     operation in flight (exec, stream, upload) holds off the idle rule but never the TTL.
     The TTL holds in every live state; the idle rule spares hibernated sandboxes (they hold
     no RAM or CPU, only disk)."""
+    if state == "host_lost" and not persistent and expires_at is not None and now >= expires_at:
+        return Verdict("expired", "ttl elapsed (its host was lost)")
     if state not in AWAKE_STATES or persistent:
         return None
     if expires_at is not None and now >= expires_at:
@@ -78,6 +80,8 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
     now = time.time() if now is None else now
     settings = service.settings
     ended: list[tuple[str, str]] = []
+    for sid in await asyncio.to_thread(service.mark_lost_hosts):
+        log.warning("sandbox %s: its host was lost", sid)
     rows = await asyncio.to_thread(service.store.live_sandboxes)
     # Listed after the rows are read: a row that is running had its VM before the read.
     healthy = await _healthy_on_host(service)

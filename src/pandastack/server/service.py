@@ -24,6 +24,8 @@ from pandastack.rules import DEFAULT_TEMPLATE, SANDBOX_ID_RE, SNAPSHOT_ID_RE, ne
 from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInfo, SandboxState
 
 from .errors import ApiError, api_error_of, conflict, not_found
+from .hosts.cluster import ClusterPool
+from .hosts.pinning import pinned_host
 from .settings import Settings
 from .store import Sandbox, Store, TemplateVersion
 
@@ -50,8 +52,14 @@ def to_info(row: Sandbox) -> SandboxInfo:
         expires_at=None if row.persistent else row.expires_at, ttl_seconds=row.ttl_seconds,
         persistent=row.persistent, vcpus=row.vcpus, memory_mb=row.memory_mb,
         disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
-        end_reason=row.end_reason, snapshot=row.snapshot,
+        end_reason=row.end_reason, snapshot=row.snapshot, host_id=row.host_id,
     )
+
+
+def lost(row: Sandbox, why: str = "") -> ApiError:
+    return ApiError(409, "host_lost", f"sandbox {row.id} was on host {row.host_id}, which "
+                    "stopped heartbeating: its VM is gone" + (f"; {why}" if why else
+                    " (wake it to restore the state it last saved, if it saved one)"))
 
 
 def to_network_spec(policy: NetworkPolicy | None) -> NetworkSpec:
@@ -74,6 +82,8 @@ class SandboxService:
         self.unkilled: set[str] = set()
         # Set when the host did not answer at startup: the reaper reconciles once it does.
         self.needs_reconcile = False
+        # The hosts of a shared registry, when this server drives them (else one host).
+        self.cluster = runtime if isinstance(runtime, ClusterPool) else None
 
     # -- lookups --------------------------------------------------------------------------
 
@@ -92,6 +102,8 @@ class SandboxService:
     def live(self, team: str, sandbox_id: str) -> Sandbox:
         """The team's sandbox that has not ended: 404 if unknown, 409 if ended or starting."""
         row = self.row(team, sandbox_id)
+        if row.state == "host_lost":
+            raise lost(row)
         if row.state not in AWAKE_STATES:
             raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
         return row
@@ -102,6 +114,8 @@ class SandboxService:
         row = self.row(team, sandbox_id)
         if row.state == "hibernated":
             row = await self.wake_row(row)
+        if row.state == "host_lost":
+            raise lost(row)
         if row.state != "running":
             raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
         try:
@@ -211,8 +225,56 @@ class SandboxService:
             return await self.sync_state(row)
 
     async def wake(self, team: str, sandbox_id: str) -> Sandbox:
-        """Idempotent: a sandbox that is awake (running or paused) stays as it is."""
+        """Idempotent: a sandbox that is awake (running or paused) stays as it is. One whose
+        host was lost is restored on a live host from what it saved last (`restore_lost`)."""
+        row = self.row(team, sandbox_id)
+        if row.state == "host_lost":
+            return await self.restore_lost(row)
         return await self.wake_row(self.live(team, sandbox_id))
+
+    async def restore_lost(self, row: Sandbox) -> Sandbox:
+        """A sandbox of a lost host, back on a live one under its id: from its hibernation
+        in the object store, else from its newest snapshot (the state at that snapshot).
+        409 host_lost if it saved neither."""
+        cluster = self.cluster
+        if cluster is None:
+            raise lost(row)
+        async with self.transition(row.id):
+            try:
+                host_id = await cluster.wake_elsewhere(row.id, vcpus=row.vcpus,
+                                                       memory_mb=row.memory_mb)
+            except SandboxNotFound:
+                snap = self.store.newest_snapshot_of(row.id)
+                if snap is None:
+                    raise lost(row, "it saved no hibernation or snapshot") from None
+                await self.host_call(self.runtime.create(
+                    snap.template, vcpus=snap.vcpus, memory_mb=snap.memory_mb,
+                    sandbox_id=row.id, snapshot=snap.id))
+                host_id = cluster.host_of(row.id)
+            except HostError as exc:
+                api = api_error_of(exc)
+                raise (api or exc) from None
+            updated = self.store.update_sandbox(row.id, state="running", host_id=host_id,
+                                                last_activity_at=time.time())
+            assert updated is not None
+            log.info("sandbox %s of lost host %s restored on %s", row.id, row.host_id, host_id)
+            return updated
+
+    def host_of(self, sandbox_id: str) -> str | None:
+        """The host the sandbox runs on where this server drives many (else None)."""
+        if self.cluster is None:
+            return None
+        try:
+            return self.cluster.host_of(sandbox_id)
+        except HostError:
+            return None
+
+    def mark_lost_hosts(self) -> list[str]:
+        """Rows whose host the registry has lost become host_lost; returns their ids."""
+        if self.cluster is None:
+            return []
+        lost_hosts = self.cluster.lost_hosts()
+        return self.store.mark_host_lost(lost_hosts) if lost_hosts else []
 
     # -- create and end -------------------------------------------------------------------
 
@@ -280,6 +342,9 @@ class SandboxService:
                            f"{type(exc).__name__}: {exc}")
 
     async def create(self, team: str, req: CreateSandbox) -> Sandbox:
+        if pinned_host.get() is not None and self.cluster is None:
+            raise ApiError(422, "validation_error", "host_id: this server drives one host "
+                           "(there is no host to choose)")
         team_template = await self._team_template(team, req)
         # The lookups run in a worker thread (one waiting on the database's lock must not stall
         # every other request); the writes below stay inline: a create cancelled while one
@@ -326,7 +391,8 @@ class SandboxService:
             raise conflict(f"sandbox {row.id} was ended while it was starting")
         updated = self.store.update_sandbox(row.id, state="running", created_at=ready,
                                             expires_at=ready + req.ttl_seconds,
-                                            last_activity_at=ready)
+                                            last_activity_at=ready,
+                                            host_id=self.host_of(row.id))
         assert updated is not None
         return updated
 
@@ -427,8 +493,11 @@ class SandboxService:
         hibernated); snapshot rows whose files are gone -> deleted. Rows still `starting` (a
         create interrupted by a restart) count as gone."""
         on_host = {h.id for h in await self.runtime.list_sandboxes()}
+        self.mark_lost_hosts()
         failed: list[str] = []
         for row in self.store.live_sandboxes():
+            if row.state == "host_lost":
+                continue
             if row.state == "starting" or row.id not in on_host:
                 self.store.end_sandbox(row.id, "failed", "VM gone after a server restart")
                 failed.append(row.id)
@@ -440,6 +509,9 @@ class SandboxService:
             with suppress(SandboxNotFound):
                 await self.runtime.kill(sid)
             killed.append(sid)
+        if self.cluster is not None:
+            # Snapshots live in the object store, not only on the host that took them.
+            return failed, killed
         held = {info.id for info in await self.runtime.list_snapshots()}
         for snap in self.store.list_snapshots(None):
             if snap.id not in held:

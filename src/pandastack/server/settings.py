@@ -60,6 +60,11 @@ class Settings:
     # agent's own, beside its socket); None: the host runs inside this process.
     agent: str | None = None
     agent_token_file: Path | None = None
+    # Drive the agents the database's host registry names instead of a host in this process
+    # (`serve --no-local-agent`; needs a shared database, `db_url`). A host whose heartbeat
+    # is older than `host_stale_seconds` by the database's clock is lost.
+    cluster: bool = False
+    host_stale_seconds: float = 15.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "network_operator_allow",
@@ -86,6 +91,10 @@ class Settings:
             raise ValueError("port proxy timeouts must be > 0")
         if self.url_signing_secret is not None and len(self.url_signing_secret) < 16:
             raise ValueError("url_signing_secret must have at least 16 characters")
+        if self.host_stale_seconds <= 0:
+            raise ValueError("host_stale_seconds must be > 0")
+        if self.cluster and self.agent is not None:
+            raise ValueError("the hosts of a cluster come from its database: no --agent")
         if not 0 < self.port < 65536:
             raise ValueError("port must be between 1 and 65535")
 
@@ -147,6 +156,9 @@ class Settings:
         take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)
         take("PANDASTACK_AGENT", "agent", str)
         take("PANDASTACK_AGENT_TOKEN_FILE", "agent_token_file", Path)
+        if env.get("PANDASTACK_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on"):
+            values["cluster"] = True
+        take("PANDASTACK_HOST_STALE_SECONDS", "host_stale_seconds", float)
         values["network_operator_allow"] = operator_allow_from(env)
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

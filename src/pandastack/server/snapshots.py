@@ -80,7 +80,7 @@ async def fork(service: SandboxService, team: str, sandbox_id: str,
                 vcpus=parent.vcpus, memory_mb=parent.memory_mb, disk_mb=parent.disk_mb,
                 env=dict(parent.env or {}), meta=dict(parent.meta or {}),
                 last_activity_at=now, ended_at=None, end_reason=None, snapshot=None,
-                cwd=parent.cwd, user=parent.user)))
+                cwd=parent.cwd, user=parent.user, host_id=service.host_of(handle.id))))
     except BaseException:
         log.exception("recording the children of a fork of %s failed", parent.id)
         for row in children:

@@ -46,8 +46,8 @@ class _Held:
 class HostPool:
     """`hosts`: host id -> its port (a HostClient per agent, or one in-process host)."""
 
-    def __init__(self, hosts: Mapping[str, RuntimePort]) -> None:
-        if not hosts:
+    def __init__(self, hosts: Mapping[str, RuntimePort], *, require_hosts: bool = True) -> None:
+        if require_hosts and not hosts:
             raise ValueError("a host pool needs at least one host")
         self.hosts = dict(hosts)
         self._sandboxes: dict[str, _Held] = {}

@@ -10,6 +10,7 @@ from pandastack.wire import ENDED_STATES, CreateSandbox, SandboxInfo, SandboxLis
 
 from ..auth import CurrentPrincipal
 from ..errors import bad_request
+from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
 from ..service import to_info
 from .deps import SandboxId, Service
@@ -27,7 +28,8 @@ METADATA_FILTER = "metadata."
                          "team's, is a 404.")
 async def create_sandbox(body: CreateSandbox, who: CurrentPrincipal,
                          service: Service) -> SandboxInfo:
-    return to_info(await service.create(who.team, body))
+    with pinned_to(body.host_id, admin=who.admin):
+        return to_info(await service.create(who.team, body))
 
 
 @router.get("/sandboxes", response_model=SandboxList,

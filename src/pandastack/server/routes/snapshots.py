@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Response
 from pandastack.wire import CreateSnapshot, ForkRequest, ForkResult, SnapshotInfo, SnapshotList
 
 from ..auth import CurrentPrincipal
+from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
 from ..service import to_info
 from ..snapshots import delete_snapshot, fork, snapshot_row, take_snapshot, to_snapshot_info
@@ -65,6 +66,7 @@ async def remove_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
                          "env and metadata. 409 if the parent ended.")
 async def fork_sandbox(sandbox_id: SandboxId, body: ForkRequest, who: CurrentPrincipal,
                        service: Service) -> ForkResult:
-    parent, children, duration_ms = await fork(service, who.team, sandbox_id, body.count)
+    with pinned_to(body.host_id, admin=who.admin):
+        parent, children, duration_ms = await fork(service, who.team, sandbox_id, body.count)
     return ForkResult(parent=parent.id, sandboxes=[to_info(c) for c in children],
                       duration_ms=duration_ms)

@@ -4,7 +4,7 @@ another's rows; the few team-less ones are for the reaper and startup reconcilia
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ from .models import (
     TemplateVersion,
 )
 
-LIVE_STATES = ("starting", "running", "paused", "hibernated")
+LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
@@ -185,6 +185,25 @@ class Store(HostRegistry):
             if team is not None:
                 q = q.where(Snapshot.team == team)
             return list(s.scalars(q))
+
+    def newest_snapshot_of(self, sandbox_id: str) -> Snapshot | None:
+        """The newest snapshot taken of the sandbox that was not deleted."""
+        with self.session() as s:
+            return s.scalars(select(Snapshot).where(Snapshot.source_sandbox == sandbox_id,
+                                                    Snapshot.deleted_at.is_(None))
+                             .order_by(Snapshot.created_at.desc()).limit(1)).first()
+
+    def mark_host_lost(self, host_ids: Iterable[str]) -> list[str]:
+        """Every sandbox with a VM (or a hibernation) on these hosts becomes host_lost; the
+        ids of those that did."""
+        with self.session() as s:
+            rows = list(s.scalars(select(Sandbox).where(
+                Sandbox.host_id.in_(list(host_ids)),
+                Sandbox.state.in_(("running", "paused", "hibernated")))
+                .with_for_update()))
+            for row in rows:
+                row.state = "host_lost"
+            return [row.id for row in rows]
 
     def delete_snapshot(self, snapshot_id: str, now: float | None = None) -> None:
         with self.session() as s:

@@ -1,0 +1,397 @@
+"""`ClusterPool`: the hosts the shared database's registry names, as one host port, for API
+servers that keep no state of their own (`pandastack serve --db DSN --no-local-agent`; any
+number of them side by side).
+
+Where things are: the registry is the truth. A host is an agent that registered there and
+heartbeats (pandastack.registry); a sandbox is where its lease says (the agent took it
+before the VM started). Each server keeps a cache of both: hosts are re-read every
+`refresh_s`, a sandbox's host is read from its lease on first use and again when the host
+it was cached on says it does not have it (it moved: a wake on another host, a drain).
+
+Liveness is the registry's too: a host whose last heartbeat (by the database's clock) is
+older than `stale_after_s` is *lost*: it takes no sandbox, and the first server to see it
+fences it (`fence`: its epoch and leases move on, so its heartbeats are refused and, when
+it comes back, it kills the VMs it ran for them). A request for a sandbox on a lost host
+raises `HostLost`; the service marks such rows `host_lost` and offers the saved ones back
+(`wake` on another host, from the object store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from pandastack.hostport.errors import (
+    HostExhausted,
+    HostLost,
+    HostUnavailable,
+    SandboxNotFound,
+)
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.protocols import RuntimePort, SandboxPort
+from pandastack.hostport.results import SnapshotInfo
+
+from .pinning import pinned_host
+from .placement import HostView, Shape, rank
+from .pool import HostPool, _Held
+
+log = logging.getLogger("pandastack.server")
+
+REFRESH_S = 2.0
+
+
+class HostDirectory(Protocol):
+    """What the pool reads and writes of the registry (the server's Store has all of it)."""
+
+    def list_hosts(self) -> Sequence[Any]: ...
+    def lease_of(self, sandbox_id: str) -> Any | None: ...
+    def host_leases(self, host_id: str) -> Sequence[Any]: ...
+    def db_time(self) -> float: ...
+    def fence(self, host_id: str, *, epoch: int | None = None,
+              older_than_seconds: float | None = None) -> int | None: ...
+
+
+class ClusterPool(HostPool):
+    """`connect(endpoint)` makes the port of the agent at an endpoint (a HostClient)."""
+
+    def __init__(self, directory: HostDirectory, connect: Callable[[str], RuntimePort], *,
+                 stale_after_s: float = 15.0, refresh_s: float = REFRESH_S) -> None:
+        super().__init__({}, require_hosts=False)
+        self.directory = directory
+        self.connect = connect
+        self.stale_after_s = stale_after_s
+        self.refresh_s = refresh_s
+        self._rows: dict[str, Any] = {}
+        self._lost: set[str] = set()
+        self._endpoints: dict[str, str] = {}
+        self._refreshed_at = float("-inf")
+        self._refresh_lock = asyncio.Lock()
+        self._fenced: dict[str, int] = {}  # lost host -> the epoch this server fenced it to
+        # Placed by this server since the host last reported its usage (counted until then):
+        # vcpus, memory_mb, and the heartbeat time the host's report had when they were.
+        self._pending: dict[str, tuple[int, int, float]] = {}
+
+    # -- the registry ---------------------------------------------------------------------
+
+    async def refresh(self, *, force: bool = False) -> None:
+        """Re-read the hosts (at most every `refresh_s` unless `force`), connect to new ones
+        and fence the ones that went stale."""
+        if not force and time.monotonic() - self._refreshed_at < self.refresh_s:
+            return
+        async with self._refresh_lock:
+            if not force and time.monotonic() - self._refreshed_at < self.refresh_s:
+                return
+            rows, now = await asyncio.to_thread(self._read)
+            self._apply(rows, now)
+            for row in rows:
+                if row.id in self._lost:
+                    await asyncio.to_thread(self._fence_once, row)
+            self._refreshed_at = time.monotonic()
+
+    def _read(self) -> tuple[Sequence[Any], float]:
+        return self.directory.list_hosts(), self.directory.db_time()
+
+    def _apply(self, rows: Sequence[Any], now: float) -> None:
+        for row in rows:
+            if self._endpoints.get(row.id) != row.endpoint:
+                old = self.hosts.get(row.id)
+                if old is not None:
+                    asyncio.get_running_loop().create_task(old.close())
+                self.hosts[row.id] = self.connect(row.endpoint)
+                self._endpoints[row.id] = row.endpoint
+                self._unreachable.discard(row.id)
+            self._rows[row.id] = row
+            if row.last_heartbeat_at < now - self.stale_after_s:
+                if row.id not in self._lost:
+                    log.warning("host %s (%s) stopped heartbeating: lost", row.id, row.endpoint)
+                self._lost.add(row.id)
+            else:
+                self._lost.discard(row.id)
+                self._fenced.pop(row.id, None)
+            self._templates.setdefault(row.id, set()).update(getattr(row, "templates", None)
+                                                            or ())
+            pending = self._pending.get(row.id)
+            if pending is not None and row.last_heartbeat_at > pending[2]:
+                self._pending.pop(row.id, None)  # the host's own count has them now
+
+    def _fence_once(self, row: Any) -> None:
+        """Fence a lost host once per loss (by this server: another one that saw it lost
+        may fence it too, which only moves its epoch on once more; the CAS on the epoch and
+        the staleness keeps two fences from crossing, or one from hitting a host that
+        heartbeat since). A host with no lease has nothing to fence."""
+        if self._fenced.get(row.id) == row.epoch:
+            return
+        if not self.directory.host_leases(row.id):
+            return
+        epoch = self.directory.fence(row.id, epoch=row.epoch,
+                                     older_than_seconds=self.stale_after_s)
+        if epoch is not None:
+            self._fenced[row.id] = epoch
+            log.warning("host %s fenced: its leases moved to epoch %d", row.id, epoch)
+
+    def lost_hosts(self) -> set[str]:
+        return set(self._lost)
+
+    def is_lost(self, host_id: str) -> bool:
+        return host_id in self._lost
+
+    # -- where things are -----------------------------------------------------------------
+
+    def host_of(self, sandbox_id: str) -> str:
+        held = self._sandboxes.get(sandbox_id)
+        if held is None:
+            lease = self.directory.lease_of(sandbox_id)
+            if lease is None:
+                raise SandboxNotFound(sandbox_id)
+            held = self._sandboxes[sandbox_id] = _Held(lease.host_id)
+        if held.host_id in self._lost:
+            raise HostLost(f"sandbox {sandbox_id} was on host {held.host_id}, which stopped "
+                           f"heartbeating")
+        if held.host_id not in self.hosts:
+            raise HostUnavailable(f"host {held.host_id} of sandbox {sandbox_id} is not "
+                                  f"registered (yet)")
+        return held.host_id
+
+    def forget(self, sandbox_id: str) -> None:
+        self._sandboxes.pop(sandbox_id, None)
+
+    def views(self) -> list[HostView]:
+        views = []
+        for host_id, row in self._rows.items():
+            pending = self._pending.get(host_id, (0, 0, 0.0))
+            views.append(HostView(
+                host_id=host_id, vcpus=row.vcpus, memory_mb=row.memory_mb,
+                used_vcpus=int(getattr(row, "used_vcpus", 0) or 0) + int(pending[0]),
+                used_memory_mb=int(getattr(row, "used_memory_mb", 0) or 0) + int(pending[1]),
+                sandboxes=int(getattr(row, "sandboxes", 0) or 0),
+                labels=row.labels or {}, templates=frozenset(self._templates.get(host_id, ())),
+                live=host_id not in self._lost and host_id not in self._unreachable,
+                draining=bool(row.draining)))
+        return views
+
+    def _placed(self, host_id: str, vcpus: int, memory_mb: int) -> None:
+        row = self._rows.get(host_id)
+        since = row.last_heartbeat_at if row is not None else 0.0
+        v, m, at = self._pending.get(host_id, (0, 0, since))
+        self._pending[host_id] = (v + vcpus, m + memory_mb, at)
+
+    def _live(self) -> list[str]:
+        return [h for h in self.hosts if h not in self._lost]
+
+    def _ranked(self, shape: Shape) -> list[str]:
+        pinned = pinned_host.get()
+        if pinned is not None:
+            if pinned not in self._rows:
+                raise HostExhausted(f"no host {pinned!r} is registered")
+            if pinned in self._lost:
+                raise HostExhausted(f"host {pinned} is lost")
+            return [pinned]
+        return [v.host_id for v in rank(self.views(), shape)]
+
+    def _snapshot_host(self, snapshot_id: str) -> RuntimePort:
+        """The host that made the snapshot if it is alive, else any live one: hosts that
+        share the object store fetch a snapshot they do not hold."""
+        host_id = self._snapshots.get(snapshot_id)
+        if host_id is not None and host_id in self.hosts and host_id not in self._lost \
+                and host_id not in self._unreachable:
+            return self.hosts[host_id]
+        live = [h for h in self._live() if h not in self._unreachable]
+        if not live:
+            raise HostUnavailable(f"no host is reachable for snapshot {snapshot_id}")
+        return self.hosts[live[0]]
+
+    # -- the port -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.refresh(force=True)
+        if not self._live():
+            log.warning("no live host is registered in the database yet")
+
+    async def _ensure_fresh(self) -> None:
+        try:
+            await self.refresh()
+        except Exception as exc:  # the database is out of reach: hosts are unknown for now
+            raise HostUnavailable(f"the host registry cannot be read: {exc}") from exc
+
+    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+                     disk_mb: int | None = None, sandbox_id: str | None = None,
+                     snapshot: str | None = None,
+                     network: NetworkPolicy | None = None) -> SandboxPort:
+        await self._ensure_fresh()
+        candidates = self._ranked(Shape(vcpus, memory_mb, template))
+        if snapshot is not None and pinned_host.get() is None:
+            holder = self._snapshots.get(snapshot)
+            if holder in candidates:  # no fetch from the object store
+                candidates.remove(holder)
+                candidates.insert(0, holder)
+        tried: list[str] = []
+        for host_id in candidates:
+            try:
+                sandbox = await self.hosts[host_id].create(
+                    template, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
+                    sandbox_id=sandbox_id, snapshot=snapshot, network=network)
+            except HostUnavailable:
+                self._unreachable.add(host_id)
+                tried.append(f"{host_id}: out of reach")
+                continue
+            except HostExhausted as exc:
+                tried.append(f"{host_id}: {exc}")
+                continue
+            self._sandboxes[sandbox.id] = _Held(host_id, vcpus, memory_mb)
+            self._templates.setdefault(host_id, set()).add(template)
+            self._placed(host_id, vcpus, memory_mb)
+            return sandbox
+        raise HostExhausted("no host took the sandbox" + (f" ({'; '.join(tried)})"
+                                                          if tried else ": none fits"))
+
+    async def prepare_template(self, name: str, *, vcpus: int = 1,
+                               memory_mb: int = 512) -> None:
+        await self._ensure_fresh()
+        await super().prepare_template(name, vcpus=vcpus, memory_mb=memory_mb)
+
+    async def get(self, sandbox_id: str) -> SandboxPort:
+        found: SandboxPort = await self._moved(sandbox_id, lambda host: host.get(sandbox_id))
+        return found
+
+    async def _moved(self, sandbox_id: str, call: Callable[[RuntimePort], Any]) -> Any:
+        """`call` on the sandbox's host; once more on the host its lease names now if the
+        cached one says it does not have it (it moved since it was cached)."""
+        try:
+            return await call(self._host(sandbox_id))
+        except SandboxNotFound:
+            cached = self._sandboxes.pop(sandbox_id, None)
+            lease = await asyncio.to_thread(self.directory.lease_of, sandbox_id)
+            if lease is None or cached is None or lease.host_id == cached.host_id:
+                raise
+            return await call(self._host(sandbox_id))
+
+    async def list_sandboxes(self) -> Sequence[SandboxPort]:
+        """The sandboxes of every live host (a lost host's are the service's to mark)."""
+        await self._ensure_fresh()
+        sandboxes, _, lost = await self._each(self._live())
+        if lost:
+            raise HostUnavailable(f"hosts out of reach: {', '.join(lost)}")
+        return sandboxes
+
+    async def kill(self, sandbox_id: str) -> None:
+        """A lost host's sandbox has no VM to kill here: the host kills it when it comes
+        back (its lease is fenced)."""
+        try:
+            await self._moved(sandbox_id, lambda host: host.kill(sandbox_id))
+        except HostLost:
+            raise SandboxNotFound(sandbox_id) from None
+        finally:
+            self._sandboxes.pop(sandbox_id, None)
+
+    async def fork(self, sandbox_id: str, count: int = 1) -> Sequence[SandboxPort]:
+        """On the parent's host when it has room (and no other host is pinned); else onto
+        the best other host through a durable snapshot in the object store."""
+        await self._ensure_fresh()
+        source = self.host_of(sandbox_id)
+        held = self._sandboxes[sandbox_id]
+        pinned = pinned_host.get()
+        if pinned is None or pinned == source:
+            try:
+                children = await self.hosts[source].fork(sandbox_id, count)
+            except HostExhausted:
+                if pinned is not None:
+                    raise
+            else:
+                for child in children:
+                    self._sandboxes[child.id] = _Held(source, held.vcpus, held.memory_mb)
+                return children
+        return await self._fork_elsewhere(sandbox_id, source, count)
+
+    async def _fork_elsewhere(self, sandbox_id: str, source: str,
+                              count: int) -> list[SandboxPort]:
+        result = await self.hosts[source].snapshot(sandbox_id, internal=True)
+        info = result.info
+        shape = Shape(info.vcpus, info.memory_mb, info.template)
+        children: list[SandboxPort] = []
+        try:
+            for _ in range(count):
+                children.append(await self._create_from(info, shape, exclude=source))
+        except BaseException:
+            for child in children:
+                try:
+                    await self.kill(child.id)
+                except Exception:
+                    log.exception("removing fork child %s after a failed fork", child.id)
+            raise
+        finally:
+            try:
+                await self.hosts[source].delete_snapshot(info.id)
+            except Exception as exc:
+                log.warning("deleting the fork snapshot %s: %s", info.id, exc)
+        return children
+
+    async def _create_from(self, info: SnapshotInfo, shape: Shape, *,
+                           exclude: str) -> SandboxPort:
+        candidates = [h for h in self._ranked(shape) if h != exclude or
+                      pinned_host.get() == exclude]
+        tried: list[str] = []
+        for host_id in candidates:
+            try:
+                child = await self.hosts[host_id].create(info.template, snapshot=info.id)
+            except (HostExhausted, HostUnavailable) as exc:
+                tried.append(f"{host_id}: {exc}")
+                continue
+            self._sandboxes[child.id] = _Held(host_id, info.vcpus, info.memory_mb)
+            self._placed(host_id, info.vcpus, info.memory_mb)
+            return child
+        raise HostExhausted("no other host took the fork" + (f" ({'; '.join(tried)})"
+                                                             if tried else ": none fits"))
+
+    async def wake(self, sandbox_id: str) -> None:
+        """On its host; if that host is lost, on the best live one, which restores the state
+        the hibernation saved in the object store (SandboxNotFound if none was saved)."""
+        try:
+            await self._moved(sandbox_id, lambda host: host.wake(sandbox_id))
+        except HostLost:
+            await self.wake_elsewhere(sandbox_id)
+
+    async def wake_elsewhere(self, sandbox_id: str, *, vcpus: int = 1, memory_mb: int = 512,
+                             exclude: str | None = None) -> str:
+        """Wake a sandbox saved in the object store on another host; the host it went to."""
+        await self._ensure_fresh()
+        lease = await asyncio.to_thread(self.directory.lease_of, sandbox_id)
+        away = {exclude} if exclude else set()
+        if lease is not None:
+            away.add(lease.host_id)
+        tried: list[str] = []
+        for host_id in self._ranked(Shape(vcpus, memory_mb, "")):
+            if host_id in away:
+                continue
+            try:
+                await self.hosts[host_id].wake(sandbox_id)
+            except (HostExhausted, HostUnavailable) as exc:
+                tried.append(f"{host_id}: {exc}")
+                continue
+            self._sandboxes[sandbox_id] = _Held(host_id, vcpus, memory_mb)
+            self._placed(host_id, vcpus, memory_mb)
+            return host_id
+        raise HostExhausted("no live host took the sandbox" + (f" ({'; '.join(tried)})"
+                                                                if tried else ""))
+
+    async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
+        await self._ensure_fresh()
+        _, snapshots, lost = await self._each(self._live())
+        if lost:
+            raise HostUnavailable(f"hosts out of reach: {', '.join(lost)}")
+        return [s for s in snapshots if include_internal or not s.internal]
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        await self._snapshot_host(snapshot_id).delete_snapshot(snapshot_id)
+        self._snapshots.pop(snapshot_id, None)
+
+    async def prune_build_cache(self, keep_newest: int) -> list[str]:
+        await self._ensure_fresh()
+        self._unreachable.update(self._lost)  # skipped below, like one out of reach
+        try:
+            return await super().prune_build_cache(keep_newest)
+        finally:
+            self._unreachable.difference_update(self._lost)
+

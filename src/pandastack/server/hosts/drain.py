@@ -1,0 +1,160 @@
+"""The registry's hosts as an admin sees them, and drain: a host that takes no new sandbox,
+and whose running ones move to other hosts under the same id.
+
+A move today is cold: the sandbox is hibernated on its host (its memory, processes and disk
+written to the object store), woken on the best other host (which fetches them), and the
+source then drops its copy. The sandbox keeps its id, processes and files; it is paused for
+the whole move (seconds: the hibernation's write and the wake's fetch), not only for a final
+switch as live migration would be (left: QEMU migration between agents). A hibernated
+sandbox stays where it is: its state is already in the object store, and a wake after its
+host is gone restores it elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pandastack.hostport.errors import HostError, SandboxNotFound
+
+from ..errors import ApiError, api_error_of
+
+if TYPE_CHECKING:
+    from ..service import SandboxService
+    from .cluster import ClusterPool
+
+log = logging.getLogger("pandastack.server")
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    id: str
+    endpoint: str
+    state: str  # "live" | "draining" | "lost"
+    vcpus: int
+    memory_mb: int
+    disk_mb: int
+    used_vcpus: int
+    used_memory_mb: int
+    sandboxes: int
+    templates: tuple[str, ...]
+    labels: dict[str, str]
+    version: str
+    epoch: int
+    heartbeat_age_seconds: float
+
+
+@dataclass
+class DrainReport:
+    host_id: str
+    moved: dict[str, str] = field(default_factory=dict)  # sandbox -> the host it went to
+    failed: dict[str, str] = field(default_factory=dict)  # sandbox -> why it stayed
+    stayed_hibernated: list[str] = field(default_factory=list)
+
+
+def _cluster(service: SandboxService) -> ClusterPool:
+    if service.cluster is None:
+        raise ApiError(409, "conflict", "this server drives one host, not a cluster of them "
+                       "(`pandastack serve --db DSN --no-local-agent`)")
+    return service.cluster
+
+
+def _status(row: Any, now: float, lost: bool) -> HostStatus:
+    return HostStatus(
+        id=row.id, endpoint=row.endpoint,
+        state="lost" if lost else "draining" if row.draining else "live",
+        vcpus=row.vcpus, memory_mb=row.memory_mb, disk_mb=row.disk_mb,
+        used_vcpus=int(getattr(row, "used_vcpus", 0) or 0),
+        used_memory_mb=int(getattr(row, "used_memory_mb", 0) or 0),
+        sandboxes=int(getattr(row, "sandboxes", 0) or 0),
+        templates=tuple(getattr(row, "templates", None) or ()), labels=dict(row.labels or {}),
+        version=row.version, epoch=row.epoch,
+        heartbeat_age_seconds=round(max(0.0, now - row.last_heartbeat_at), 3))
+
+
+async def host_statuses(service: SandboxService) -> list[HostStatus]:
+    """Every registered host (an empty list where the server drives one host)."""
+    if service.cluster is None:
+        return []
+    cluster = service.cluster
+    await cluster.refresh(force=True)
+    rows, now = await asyncio.to_thread(
+        lambda: (service.store.list_hosts(), service.store.db_time()))
+    return [_status(r, now, cluster.is_lost(r.id)) for r in rows]
+
+
+async def host_status(service: SandboxService, host_id: str) -> HostStatus:
+    for status in await host_statuses(service):
+        if status.id == host_id:
+            return status
+    raise ApiError(404, "not_found", f"host {host_id!r} not found")
+
+
+async def set_draining(service: SandboxService, host_id: str, draining: bool) -> HostStatus:
+    _cluster(service)
+    if await asyncio.to_thread(service.store.set_draining, host_id, draining) is None:
+        raise ApiError(404, "not_found", f"host {host_id!r} not found")
+    return await host_status(service, host_id)
+
+
+async def drain(service: SandboxService, host_id: str) -> DrainReport:
+    """Mark the host draining (no new sandbox goes there), then move each of its running or
+    paused sandboxes to another host. A sandbox that cannot move stays, running, where it
+    is (`failed` says why); draining again retries it."""
+    cluster = _cluster(service)
+    await set_draining(service, host_id, True)
+    report = DrainReport(host_id)
+    rows = await asyncio.to_thread(service.store.live_sandboxes)
+    for row in rows:
+        if row.host_id != host_id:
+            continue
+        if row.state == "hibernated":
+            report.stayed_hibernated.append(row.id)
+            continue
+        if row.state not in ("running", "paused"):
+            continue
+        try:
+            report.moved[row.id] = await move(service, cluster, row.id, host_id)
+        except (ApiError, HostError) as exc:
+            why = exc.message if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"
+            report.failed[row.id] = why
+            log.warning("drain of %s: sandbox %s did not move: %s", host_id, row.id, why)
+    return report
+
+
+async def move(service: SandboxService, cluster: ClusterPool, sandbox_id: str,
+               source: str) -> str:
+    """Move one sandbox off `source` (see the module's docstring); the host it went to."""
+    row = service.store.sandbox_by_id(sandbox_id)
+    if row is None:
+        raise ApiError(404, "not_found", f"sandbox {sandbox_id!r} not found")
+    was_paused = row.state == "paused"
+    async with service.transition(sandbox_id):
+        try:
+            if was_paused:
+                await cluster.resume(sandbox_id)
+            await cluster.hibernate(sandbox_id)
+        except HostError as exc:
+            raise (api_error_of(exc) or exc) from None
+        try:
+            target = await cluster.wake_elsewhere(sandbox_id, vcpus=row.vcpus,
+                                                  memory_mb=row.memory_mb, exclude=source)
+        except HostError:
+            # Nowhere to go: back to running where it was.
+            await cluster.wake(sandbox_id)
+            raise
+        try:
+            await cluster.hosts[source].kill(sandbox_id)  # the source's copy (lease is gone)
+        except SandboxNotFound:
+            pass
+        except HostError as exc:
+            log.warning("sandbox %s moved to %s, but %s kept its copy: %s", sandbox_id,
+                        target, source, exc)
+        if was_paused:
+            await cluster.pause(sandbox_id)
+        service.store.update_sandbox(sandbox_id, host_id=target,
+                                     state="paused" if was_paused else "running")
+    log.info("sandbox %s moved from %s to %s", sandbox_id, source, target)
+    return target
