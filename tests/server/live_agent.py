@@ -37,6 +37,7 @@ class LiveAgent:
         self.url = f"unix:{self.socket}"
         self.log_path = tmp / "agent.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_args: list[str] = []  # more `pandastack agent` flags (--db, ...)
 
     @property
     def token(self) -> str:
@@ -48,7 +49,8 @@ class LiveAgent:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pandastack", "agent", "--listen", self.url,
-                 "--token-file", str(self.token_file), "--log-level", "warning"],
+                 "--token-file", str(self.token_file), "--log-level", "warning",
+                 *self.extra_args],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT
         transport = httpx.HTTPTransport(uds=str(self.socket))

@@ -6,6 +6,13 @@ owns, or on TCP with `--listen HOST:PORT`. On SIGTERM it stops taking requests, 
 in flight end (10 s at most) and closes the runtime: the VMs keep running, and the next agent
 on the same state dir re-adopts them. The host and server modules are imported in `run`, so
 that the parser is built on a client-only install.
+
+With `--db DSN` the agent is a member of the host registry (pandastack.registry, ADR 0019):
+it migrates the schema, registers this host under its endpoint (`--advertise`, else what
+`--listen` makes: `unix:PATH` or `http://HOST:PORT`), kills the re-adopted VMs whose leases
+are not its own before it serves, heartbeats every `--heartbeat-s` with what it holds and
+uses, takes a lease for every sandbox before its VM starts, and is fenced or pauses its VMs
+as registry/membership.py describes. Without `--db` there is no registry.
 """
 
 from __future__ import annotations
@@ -17,14 +24,19 @@ import errno
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from pandastack.host.config import HostConfig
+    from pandastack.host.local import LocalHost
+    from pandastack.hostport.protocols import RuntimePort
+    from pandastack.registry import Usage
 
 log = logging.getLogger("pandastack.agent")
 
@@ -44,6 +56,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help=f"the control plane's token; made (random, mode 0600) if absent "
                         f"(default: <state dir>/{TOKEN_NAME})")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--db", default=None, metavar="DSN",
+                   help="the shared store (postgresql://...): register this host, heartbeat "
+                        "and lease its sandboxes (default: no registry)")
+    p.add_argument("--advertise", default=None, metavar="ENDPOINT",
+                   help="the address API servers dial (default: from --listen, as "
+                        "unix:PATH or http://HOST:PORT)")
+    p.add_argument("--heartbeat-s", type=float, default=5.0, metavar="SECONDS",
+                   help="how often to heartbeat (default: 5)")
+    p.add_argument("--stale-after-s", type=float, default=15.0, metavar="SECONDS",
+                   help="when a host that stopped heartbeating counts as gone (default: 15)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a placement label of this host (repeat for more)")
+    p.add_argument("--object-store", default=None, metavar="URL",
+                   help="the object store hosts share snapshots through "
+                        "(sets PANDASTACK_OBJECT_STORE)")
 
 
 def default_listen(state_dir: Path) -> str:
@@ -114,13 +141,98 @@ def listening_socket(listen: str) -> socket.socket:
     return _tcp_socket(listen)
 
 
+def endpoint_of(listen: str, advertise: str | None) -> str:
+    """What the registry records and API servers dial: `--advertise`, else the listening
+    address as the host client spells it."""
+    if advertise:
+        return advertise
+    if listen.startswith("unix:"):
+        return f"unix:{Path(listen.removeprefix('unix:')).resolve()}"
+    host, _, port = listen.rpartition(":")
+    if host.strip("[]") in ("", "0.0.0.0", "::"):
+        raise ValueError(f"--listen {listen}: an address on every interface is no endpoint "
+                         f"to dial: give --advertise http://HOST:{port}")
+    return f"http://{host}:{port}"
+
+
+def parse_labels(labels: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _mem_total_mb() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def host_usage(local: LocalHost) -> Callable[[], Awaitable[Usage]]:
+    """What the heartbeat reports: the templates built or snapshotted here, the sandboxes
+    (hibernated ones included) and the vCPUs and memory of those with a VM."""
+    from pandastack.host.runtime.records import SandboxRecord
+    from pandastack.registry import Usage
+
+    runtime = local.runtime
+
+    def measure(awake: list[str], count: int) -> Usage:
+        names = {info.template for info in runtime.snapshots.all(include_internal=True)}
+        root = runtime.config.templates_dir
+        if root.is_dir():
+            names |= {d.name for d in root.iterdir() if any(d.glob("*/template.json"))}
+        vcpus = memory_mb = 0
+        for sid in awake:
+            try:
+                record = SandboxRecord.load(runtime.sandboxes_dir / sid / "sandbox.json")
+            except (OSError, ValueError, KeyError, TypeError):  # killed meanwhile
+                continue
+            vcpus, memory_mb = vcpus + record.vcpus, memory_mb + record.memory_mb
+        return Usage(templates=tuple(sorted(names)), sandboxes=count, used_vcpus=vcpus,
+                     used_memory_mb=memory_mb)
+
+    async def usage() -> Usage:
+        sandboxes = runtime.list()
+        awake = [s.id for s in sandboxes if s.state != "hibernated"]
+        return await asyncio.to_thread(measure, awake, len(sandboxes))
+
+    return usage
+
+
+def with_registry(local: LocalHost, args: argparse.Namespace, listen: str,
+                  state_dir: Path) -> RuntimePort:
+    """The host port under leases, its membership registered at `args.db` (migrated
+    first)."""
+    import pandastack
+    from pandastack.registry import Registry
+    from pandastack.registry.leased import LeasedHost
+    from pandastack.registry.membership import HostFacts, Membership
+    from pandastack.server.store.db import make_engine, migrate
+
+    engine = make_engine(args.db)
+    migrate(engine)
+    facts = HostFacts(endpoint=endpoint_of(listen, args.advertise), vcpus=os.cpu_count() or 1,
+                      memory_mb=_mem_total_mb(),
+                      disk_mb=shutil.disk_usage(state_dir).free // (1 << 20),
+                      labels=parse_labels(args.label), version=pandastack.__version__)
+    membership = Membership(Registry(engine), facts, local, heartbeat_s=args.heartbeat_s,
+                            stale_after_s=args.stale_after_s, usage=host_usage(local))
+    return LeasedHost(local, membership)
+
+
 def _exit_cleanly(_sig: int, _frame: object) -> NoReturn:
     # uvicorn raises the signal that stopped it again once it is done; this makes that a
     # clean exit (after the graceful shutdown), so the socket file is removed below.
     raise SystemExit(0)
 
 
-async def serve(config: HostConfig, listen: str, token: str, log_level: str) -> None:
+async def serve(config: HostConfig, listen: str, token: str, log_level: str,
+                args: argparse.Namespace | None = None) -> None:
     import uvicorn
 
     from pandastack.host.api import create_host_app
@@ -128,7 +240,11 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str) -> 
     from pandastack.host.runtime import HostRuntime
 
     runtime = HostRuntime(config, progress=lambda message: log.info("%s", message))
-    app = create_host_app(LocalHost(runtime), token, manage_host=True)
+    local = LocalHost(runtime)
+    host: RuntimePort = local
+    if args is not None and args.db:
+        host = with_registry(local, args, listen, config.sandboxes_dir)
+    app = create_host_app(host, token, manage_host=True)
     sock = listening_socket(listen)
     server = uvicorn.Server(uvicorn.Config(
         app, log_level=log_level, timeout_keep_alive=KEEP_ALIVE_S,
@@ -149,15 +265,24 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str) -> 
 def run(args: argparse.Namespace) -> int:
     from pandastack.host.config import HostConfig
 
+    if getattr(args, "object_store", None):
+        os.environ["PANDASTACK_OBJECT_STORE"] = args.object_store
     config = HostConfig.from_env()
     state_dir = config.sandboxes_dir
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     listen = args.listen or default_listen(state_dir)
+    if args.db:
+        try:  # before anything starts: a typo is not worth a traceback
+            endpoint_of(listen, args.advertise)
+            parse_labels(args.label)
+        except ValueError as exc:
+            print(f"pandastack agent: {exc}")
+            return 2
     token = load_token(args.token_file or default_token_file(state_dir))
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(config, listen, token, args.log_level))
+        asyncio.run(serve(config, listen, token, args.log_level, args))
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
