@@ -13,10 +13,12 @@ run: deps venv
 test: deps venv lint typecheck layers pytest
 
 HOSTS ?= 2
-# N agents and one API server (127.0.0.1:8080) driving them as a pool: scripts/cluster.py.
+CLUSTER_PORT ?= 8080
+# PostgreSQL, an S3 server, N agents (a network and mount namespace and a home each) and one
+# API server on 127.0.0.1:$(CLUSTER_PORT) driving them: scripts/cluster.py, ADR 0021.
 cluster: deps venv
 	$(BIN)/pandastack setup
-	$(BIN)/python scripts/cluster.py up --hosts $(HOSTS)
+	$(BIN)/python scripts/cluster.py up --hosts $(HOSTS) --port $(CLUSTER_PORT)
 
 cluster-down: venv
 	$(BIN)/python scripts/cluster.py down
