@@ -390,3 +390,42 @@ class TemplateInfo(Strict):
 
 class TemplateList(Strict):
     templates: list[TemplateBuildInfo]
+
+
+# -- hosts (admin keys; where the server drives a cluster of agents) ---------------------
+
+#: `lost`: its heartbeat is older than the stale window (it takes no sandbox, and its running
+#: ones are `host_lost`); `draining`: live, but takes no new sandbox.
+HostState = Literal["live", "draining", "lost"]
+
+
+class HostInfo(Strict):
+    id: str
+    endpoint: str
+    state: HostState
+    vcpus: int
+    memory_mb: int
+    disk_mb: int
+    used_vcpus: int = 0
+    used_memory_mb: int = 0
+    sandboxes: int = 0  # as the agent last reported, hibernated ones included
+    templates: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    version: str = ""
+    epoch: int
+    heartbeat_age_seconds: float  # by the database's clock
+
+
+class HostList(Strict):
+    hosts: list[HostInfo]
+
+
+class DrainResult(Strict):
+    """What a drain did: each sandbox it moved (to the host it went to), each it could not
+    move (why; it stays running where it was, and draining again retries it), and the
+    hibernated ones, which stay (their state is in the object store already)."""
+
+    host_id: str
+    moved: dict[str, str] = Field(default_factory=dict)
+    failed: dict[str, str] = Field(default_factory=dict)
+    stayed_hibernated: list[str] = Field(default_factory=list)
