@@ -13,6 +13,7 @@ from typing import Any, cast
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -230,7 +231,17 @@ def install_handlers(app: FastAPI) -> None:
         api = from_host_error(exc)
         return error_response(request, api.status, api.code, api.message, api.headers)
 
+    async def database_error(request: Request, exc: Exception) -> JSONResponse:
+        # The database went away (restart, network, failover): nothing is lost, and the
+        # request can be sent again as it is once the database answers.
+        log.warning("database out of reach in %s %s: %s", request.method, request.url.path,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return error_response(request, 503, "unavailable", "the database is out of reach "
+                              "for now (nothing is lost: retry shortly)", {"Retry-After": "2"})
+
     app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(OperationalError, database_error)
+    app.add_exception_handler(InterfaceError, database_error)
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(HostError, host_error)

@@ -19,9 +19,11 @@ raises `HostLost`; the service marks such rows `host_lost` and offers the saved 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from pandastack.hostport.errors import (
@@ -41,6 +43,9 @@ from .pool import HostPool, _Held
 log = logging.getLogger("pandastack.server")
 
 REFRESH_S = 2.0
+#: The hosts a create tries, best first, before it answers that none took the sandbox (each
+#: refusal is a host's own "exhausted": its reported usage was behind).
+TRIES = 16
 
 
 class HostDirectory(Protocol):
@@ -65,6 +70,8 @@ class ClusterPool(HostPool):
         self.stale_after_s = stale_after_s
         self.refresh_s = refresh_s
         self._rows: dict[str, Any] = {}
+        self._views: dict[str, HostView] = {}  # as the hosts last reported, without pending
+        self._refresher: asyncio.Task[None] | None = None
         self._lost: set[str] = set()
         self._endpoints: dict[str, str] = {}
         self._refreshed_at = float("-inf")
@@ -95,6 +102,9 @@ class ClusterPool(HostPool):
         return self.directory.list_hosts(), self.directory.db_time()
 
     def _apply(self, rows: Sequence[Any], now: float) -> None:
+        # A host this server could not reach is tried again after each read: the registry
+        # says whether it is alive; only a call says whether this server reaches it.
+        self._unreachable.clear()
         for row in rows:
             if self._endpoints.get(row.id) != row.endpoint:
                 old = self.hosts.get(row.id)
@@ -116,13 +126,14 @@ class ClusterPool(HostPool):
             pending = self._pending.get(row.id)
             if pending is not None and row.last_heartbeat_at > pending[2]:
                 self._pending.pop(row.id, None)  # the host's own count has them now
+            self._views[row.id] = self._view(row)
 
     def _fence_once(self, row: Any) -> None:
-        """Fence a lost host once per loss (by this server: another one that saw it lost
-        may fence it too, which only moves its epoch on once more; the CAS on the epoch and
-        the staleness keeps two fences from crossing, or one from hitting a host that
-        heartbeat since). A host with no lease has nothing to fence."""
-        if self._fenced.get(row.id) == row.epoch:
+        """Fence a lost host once per loss: not one the registry says is fenced already (by
+        another server, or by this one as it read the hosts before). The CAS on the epoch
+        and the staleness keeps two fences from crossing, or one from hitting a host that
+        heartbeat since. A host with no lease has nothing to fence."""
+        if getattr(row, "fenced", False) or self._fenced.get(row.id) == row.epoch:
             return
         if not self.directory.host_leases(row.id):
             return
@@ -158,18 +169,28 @@ class ClusterPool(HostPool):
     def forget(self, sandbox_id: str) -> None:
         self._sandboxes.pop(sandbox_id, None)
 
+    def _view(self, row: Any) -> HostView:
+        return HostView(
+            host_id=row.id, vcpus=row.vcpus, memory_mb=row.memory_mb,
+            used_vcpus=int(row.used_vcpus or 0), used_memory_mb=int(row.used_memory_mb or 0),
+            sandboxes=int(row.sandboxes or 0), labels=row.labels or {},
+            templates=frozenset(self._templates.get(row.id, ())),
+            live=row.id not in self._lost, draining=bool(row.draining))
+
     def views(self) -> list[HostView]:
+        """The hosts as last read, with what this server placed since on top, and those it
+        could not reach since marked so (both change between reads; the rest is cached)."""
+        if not self._pending and not self._unreachable:
+            return list(self._views.values())
         views = []
-        for host_id, row in self._rows.items():
-            pending = self._pending.get(host_id, (0, 0, 0.0))
-            views.append(HostView(
-                host_id=host_id, vcpus=row.vcpus, memory_mb=row.memory_mb,
-                used_vcpus=int(getattr(row, "used_vcpus", 0) or 0) + int(pending[0]),
-                used_memory_mb=int(getattr(row, "used_memory_mb", 0) or 0) + int(pending[1]),
-                sandboxes=int(getattr(row, "sandboxes", 0) or 0),
-                labels=row.labels or {}, templates=frozenset(self._templates.get(host_id, ())),
-                live=host_id not in self._lost and host_id not in self._unreachable,
-                draining=bool(row.draining)))
+        for host_id, view in self._views.items():
+            pending = self._pending.get(host_id)
+            if pending is not None:
+                view = replace(view, used_vcpus=view.used_vcpus + pending[0],
+                               used_memory_mb=view.used_memory_mb + pending[1])
+            if host_id in self._unreachable:
+                view = replace(view, live=False)
+            views.append(view)
         return views
 
     def _placed(self, host_id: str, vcpus: int, memory_mb: int) -> None:
@@ -189,7 +210,7 @@ class ClusterPool(HostPool):
             if pinned in self._lost:
                 raise HostExhausted(f"host {pinned} is lost")
             return [pinned]
-        return [v.host_id for v in rank(self.views(), shape)]
+        return [v.host_id for v in rank(self.views(), shape, limit=TRIES)]
 
     def _snapshot_host(self, snapshot_id: str) -> RuntimePort:
         """The host that made the snapshot if it is alive, else any live one: hosts that
@@ -209,12 +230,43 @@ class ClusterPool(HostPool):
         await self.refresh(force=True)
         if not self._live():
             log.warning("no live host is registered in the database yet")
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_loop(),
+                                                  name="pandastack-host-registry")
+
+    async def _refresh_loop(self) -> None:
+        """Re-read the hosts every `refresh_s` off the request path (a create only ranks
+        what was read)."""
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                await self.refresh(force=True)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("reading the host registry failed: %s",
+                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
+        await super().close()
 
     async def _ensure_fresh(self) -> None:
+        """Refresh if the background reads have fallen behind (never run, or stuck); while
+        the database is out of reach, go on with the hosts last read."""
+        if time.monotonic() - self._refreshed_at < max(5 * self.refresh_s, 1.0):
+            return
         try:
             await self.refresh()
-        except Exception as exc:  # the database is out of reach: hosts are unknown for now
-            raise HostUnavailable(f"the host registry cannot be read: {exc}") from exc
+        except Exception as exc:
+            if not self._rows:
+                raise HostUnavailable(f"the host registry cannot be read: {exc}") from exc
+            log.warning("the host registry cannot be read, using the hosts last read: %s",
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
