@@ -19,6 +19,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
+from pandastack.hostport.errors import HostUnavailable
 from pandastack.registry import Host, Registry
 from pandastack.server.hostclient import HostClient
 from tests.registry.conftest import member_agent, registry_of
@@ -219,3 +220,20 @@ async def test_a_partitioned_agent_pauses_its_vms_and_resumes_or_kills_them(
                     assert await client.list_sandboxes() == []
     finally:
         proxy.stop()
+
+
+async def test_a_create_whose_lease_is_refused_leaves_nothing(pg_dsn: str) -> None:
+    """Fenced between two heartbeats (30 s apart here): the agent still serves, but the
+    lease it takes before the VM starts is refused, so no VM starts."""
+    with registry_of(pg_dsn) as registry:
+        async with member_agent(pg_dsn, "--heartbeat-s", "30", "--stale-after-s", "60") \
+                as agent:
+            agent.start()
+            host = only_host(registry)
+            assert registry.fence(host.id) == 2
+            async with HostClient(agent.url, agent.token) as client:
+                with pytest.raises(HostUnavailable, match="fenced"):
+                    await client.create("base", sandbox_id="sbx-0123456789ab")
+                assert await client.list_sandboxes() == []
+            assert registry.lease_of("sbx-0123456789ab") is None
+            assert not (agent.state_dir / "sbx-0123456789ab").exists()
