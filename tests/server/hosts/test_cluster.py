@@ -72,7 +72,7 @@ def cluster(tmp_path: Path) -> Cluster:
 def pool_for(store: Store, cluster: Cluster) -> ClusterPool:
     cluster.register(store)
     return ClusterPool(store, lambda endpoint: cluster.fakes[endpoint.removeprefix("fake:")],
-                       stale_after_s=15.0, refresh_s=0.0)
+                       stale_after_s=15.0, refresh_s=0.0, loss_grace_s=0.0)
 
 
 async def test_creates_spread_and_each_sandbox_names_its_host(tmp_path: Path,

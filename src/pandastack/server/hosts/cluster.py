@@ -9,11 +9,15 @@ before the VM started). Each server keeps a cache of both: hosts are re-read eve
 it was cached on says it does not have it (it moved: a wake on another host, a drain).
 
 Liveness is the registry's too: a host whose last heartbeat (by the database's clock) is
-older than `stale_after_s` is *lost*: it takes no sandbox, and the first server to see it
-fences it (`fence`: its epoch and leases move on, so its heartbeats are refused and, when
-it comes back, it kills the VMs it ran for them). A request for a sandbox on a lost host
-raises `HostLost`; the service marks such rows `host_lost` and offers the saved ones back
-(`wake` on another host, from the object store).
+older than `stale_after_s` is *stale*: it takes no sandbox. It is *lost* once this server
+has also read the registry without a failure for `loss_grace_s` (default: the stale window)
+since its last failed read: when the database itself was out, no agent could heartbeat,
+and each must have had the time to do so again before its silence means anything (else an
+outage of the database would fence every host and lose every sandbox). The first server to
+see a host lost fences it (`fence`: its epoch and leases move on, so its heartbeats are
+refused and, when it comes back, it kills the VMs it ran for them). A request for a
+sandbox on a lost host raises `HostLost`; the service marks such rows `host_lost` and
+offers the saved ones back (`wake` on another host, from the object store).
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ class ClusterPool(HostPool):
     """`connect(endpoint)` makes the port of the agent at an endpoint (a HostClient)."""
 
     def __init__(self, directory: HostDirectory, connect: Callable[[str], RuntimePort], *,
-                 stale_after_s: float = 15.0, refresh_s: float = REFRESH_S) -> None:
+                 stale_after_s: float = 15.0, refresh_s: float = REFRESH_S,
+                 loss_grace_s: float | None = None) -> None:
         super().__init__({}, require_hosts=False)
         self.directory = directory
         self.connect = connect
@@ -72,7 +77,11 @@ class ClusterPool(HostPool):
         self._rows: dict[str, Any] = {}
         self._views: dict[str, HostView] = {}  # as the hosts last reported, without pending
         self._refresher: asyncio.Task[None] | None = None
+        self.loss_grace_s = stale_after_s if loss_grace_s is None else loss_grace_s
+        self._stale: set[str] = set()
         self._lost: set[str] = set()
+        # Since when (monotonic) every read of the registry succeeded; None after a failure.
+        self._readable_since: float | None = None
         self._endpoints: dict[str, str] = {}
         self._refreshed_at = float("-inf")
         self._refresh_lock = asyncio.Lock()
@@ -91,7 +100,13 @@ class ClusterPool(HostPool):
         async with self._refresh_lock:
             if not force and time.monotonic() - self._refreshed_at < self.refresh_s:
                 return
-            rows, now = await asyncio.to_thread(self._read)
+            try:
+                rows, now = await asyncio.to_thread(self._read)
+            except Exception:
+                self._readable_since = None
+                raise
+            if self._readable_since is None:
+                self._readable_since = time.monotonic()
             self._apply(rows, now)
             for row in rows:
                 if row.id in self._lost:
@@ -115,10 +130,12 @@ class ClusterPool(HostPool):
                 self._unreachable.discard(row.id)
             self._rows[row.id] = row
             if row.last_heartbeat_at < now - self.stale_after_s:
-                if row.id not in self._lost:
+                self._stale.add(row.id)
+                if row.id not in self._lost and self._past_grace():
                     log.warning("host %s (%s) stopped heartbeating: lost", row.id, row.endpoint)
-                self._lost.add(row.id)
+                    self._lost.add(row.id)
             else:
+                self._stale.discard(row.id)
                 self._lost.discard(row.id)
                 self._fenced.pop(row.id, None)
             self._templates.setdefault(row.id, set()).update(getattr(row, "templates", None)
@@ -143,6 +160,10 @@ class ClusterPool(HostPool):
             self._fenced[row.id] = epoch
             log.warning("host %s fenced: its leases moved to epoch %d", row.id, epoch)
 
+    def _past_grace(self) -> bool:
+        since = self._readable_since
+        return since is not None and time.monotonic() - since >= self.loss_grace_s
+
     def lost_hosts(self) -> set[str]:
         return set(self._lost)
 
@@ -161,6 +182,9 @@ class ClusterPool(HostPool):
         if held.host_id in self._lost:
             raise HostLost(f"sandbox {sandbox_id} was on host {held.host_id}, which stopped "
                            f"heartbeating")
+        if held.host_id in self._stale:
+            raise HostUnavailable(f"host {held.host_id} of sandbox {sandbox_id} has not "
+                                  f"heartbeat for {self.stale_after_s:g} s")
         if held.host_id not in self.hosts:
             raise HostUnavailable(f"host {held.host_id} of sandbox {sandbox_id} is not "
                                   f"registered (yet)")
@@ -175,7 +199,7 @@ class ClusterPool(HostPool):
             used_vcpus=int(row.used_vcpus or 0), used_memory_mb=int(row.used_memory_mb or 0),
             sandboxes=int(row.sandboxes or 0), labels=row.labels or {},
             templates=frozenset(self._templates.get(row.id, ())),
-            live=row.id not in self._lost, draining=bool(row.draining))
+            live=row.id not in self._stale, draining=bool(row.draining))
 
     def views(self) -> list[HostView]:
         """The hosts as last read, with what this server placed since on top, and those it
@@ -200,15 +224,15 @@ class ClusterPool(HostPool):
         self._pending[host_id] = (v + vcpus, m + memory_mb, at)
 
     def _live(self) -> list[str]:
-        return [h for h in self.hosts if h not in self._lost]
+        return [h for h in self.hosts if h not in self._stale]
 
     def _ranked(self, shape: Shape) -> list[str]:
         pinned = pinned_host.get()
         if pinned is not None:
             if pinned not in self._rows:
                 raise HostExhausted(f"no host {pinned!r} is registered")
-            if pinned in self._lost:
-                raise HostExhausted(f"host {pinned} is lost")
+            if pinned in self._stale:
+                raise HostExhausted(f"host {pinned} is not heartbeating")
             return [pinned]
         return [v.host_id for v in rank(self.views(), shape, limit=TRIES)]
 
@@ -216,7 +240,7 @@ class ClusterPool(HostPool):
         """The host that made the snapshot if it is alive, else any live one: hosts that
         share the object store fetch a snapshot they do not hold."""
         host_id = self._snapshots.get(snapshot_id)
-        if host_id is not None and host_id in self.hosts and host_id not in self._lost \
+        if host_id is not None and host_id in self.hosts and host_id not in self._stale \
                 and host_id not in self._unreachable:
             return self.hosts[host_id]
         live = [h for h in self._live() if h not in self._unreachable]
@@ -441,9 +465,9 @@ class ClusterPool(HostPool):
 
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         await self._ensure_fresh()
-        self._unreachable.update(self._lost)  # skipped below, like one out of reach
+        self._unreachable.update(self._stale)  # skipped below, like one out of reach
         try:
             return await super().prune_build_cache(keep_newest)
         finally:
-            self._unreachable.difference_update(self._lost)
+            self._unreachable.difference_update(self._stale)
 
