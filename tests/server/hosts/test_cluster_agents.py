@@ -1,0 +1,168 @@
+"""Two API servers that keep no state, over two real agents registered in PostgreSQL, with
+real microVMs: creates spread and every operation works through either server; a SIGKILLed
+agent's sandboxes become host_lost within the stale window while creates go elsewhere, and
+the agent kills its fenced VMs when it comes back; a database out of reach for a while gives
+clear 503s and loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from tests.registry.conftest import pg_dsn
+from tests.registry.proxy import TcpProxy
+from tests.registry.test_agent_membership import alive, vm_pid
+from tests.server.conftest import assert_envelope
+from tests.server.hosts.cluster_rig import STALE_S, agents, api_servers, host_ids, registry_of
+
+__all__ = ["pg_dsn"]
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_two_api_servers_drive_two_agents(pg_dsn: str, tmp_path: Path) -> None:
+    with registry_of(pg_dsn) as registry:
+        async with agents(pg_dsn, 2) as (a, b):
+            ids = host_ids(registry, [a, b])
+            async with api_servers(tmp_path, pg_dsn, a.token_file) as (one, two):
+                made = []
+                for _ in range(2):
+                    r = await one.client.post("/v1/sandboxes", json={})
+                    assert r.status_code == 201, r.text
+                    made.append(r.json())
+                assert sorted(m["host_id"] for m in made) == sorted(ids)
+                for info in made:
+                    sid = info["id"]
+                    r = await one.client.put(f"/v1/sandboxes/{sid}/files",
+                                             params={"path": "/tmp/who"},
+                                             content=sid.encode())
+                    assert r.status_code == 200, r.text
+                    # The other server finds it by its lease and reaches its host.
+                    got = (await two.client.get(f"/v1/sandboxes/{sid}")).json()
+                    assert got["host_id"] == info["host_id"] and got["state"] == "running"
+                    r = await two.client.post(f"/v1/sandboxes/{sid}/exec",
+                                              json={"cmd": ["cat", "/tmp/who"]})
+                    assert r.status_code == 200 and r.json()["stdout"] == sid, r.text
+                    assert (await two.client.post(f"/v1/sandboxes/{sid}/pause")).status_code \
+                        == 200
+                    assert (await one.client.post(f"/v1/sandboxes/{sid}/resume")).status_code \
+                        == 200
+                    # A same-host fork through the other server.
+                    r = await two.client.post(f"/v1/sandboxes/{sid}/fork", json={"count": 1})
+                    assert r.status_code == 201, r.text
+                    child = r.json()["sandboxes"][0]
+                    assert child["host_id"] == info["host_id"]
+                    r = await one.client.post(f"/v1/sandboxes/{child['id']}/exec",
+                                              json={"cmd": ["cat", "/tmp/who"]})
+                    assert r.json()["stdout"] == sid, r.text
+                    for gone in (child["id"], sid):
+                        assert (await two.client.delete(f"/v1/sandboxes/{gone}")).status_code \
+                            == 204
+                        assert registry.lease_of(gone) is None
+                # An admin pins to a host.
+                r = await two.client.post("/v1/sandboxes", json={"host_id": ids[1]})
+                assert r.status_code == 201 and r.json()["host_id"] == ids[1], r.text
+                assert (await one.client.delete(f"/v1/sandboxes/{r.json()['id']}")
+                        ).status_code == 204
+
+
+async def test_a_killed_agent_is_lost_then_fenced_and_cleans_up(pg_dsn: str,
+                                                                tmp_path: Path) -> None:
+    with registry_of(pg_dsn) as registry:
+        async with agents(pg_dsn, 2) as (a, b):
+            id_a, id_b = host_ids(registry, [a, b])
+            async with api_servers(tmp_path, pg_dsn, a.token_file) as (one, two):
+                r = await one.client.post("/v1/sandboxes", json={"host_id": id_a})
+                assert r.status_code == 201, r.text
+                sid = r.json()["id"]
+                pid = vm_pid(a, sid)
+                assert pid is not None and alive(pid)
+
+                assert a.signal(signal.SIGKILL) == -signal.SIGKILL
+                assert alive(pid)  # the VM outlives its agent
+
+                async def lost() -> bool:
+                    got = (await two.client.get(f"/v1/sandboxes/{sid}")).json()
+                    return bool(got["state"] == "host_lost")
+                await until("the sandbox to be host_lost", lost, timeout=STALE_S * 10)
+                for api in (one, two):
+                    assert_envelope(await api.client.post(f"/v1/sandboxes/{sid}/exec",
+                                                          json={"cmd": "true"}),
+                                    409, "host_lost")
+                    # It saved nothing: a wake cannot bring it back, and says so at once.
+                    assert_envelope(await api.client.post(f"/v1/sandboxes/{sid}/wake"),
+                                    409, "host_lost")
+                    r = await api.client.post("/v1/sandboxes", json={})
+                    assert r.status_code == 201 and r.json()["host_id"] == id_b, r.text
+                    assert (await api.client.delete(f"/v1/sandboxes/{r.json()['id']}")
+                            ).status_code == 204
+                host = registry.get_host(id_a)
+                assert host is not None and host.fenced
+
+                # Back again: it kills the VM its fenced lease named before it serves.
+                a.start()
+                assert not alive(pid)
+                assert (await one.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+                assert (await two.client.get(f"/v1/sandboxes/{sid}")).json()["state"] \
+                    == "killed"
+
+
+async def test_the_database_out_of_reach_gives_503s_and_loses_nothing(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """API servers and agents reach PostgreSQL through a proxy that the test stops for 10 s:
+    requests answer 503 unavailable, the agents pause their VMs (they cannot renew), and
+    when the database is back everything goes on where it was: no host is fenced."""
+    url = make_url(pg_dsn)
+    proxy = TcpProxy((url.host or "127.0.0.1", int(url.port or 5432)))
+    proxy.start()
+    via_proxy = url.set(port=proxy.port).render_as_string(hide_password=False)
+    try:
+        with registry_of(pg_dsn) as registry:
+            async with agents(via_proxy, 2) as (a, _b), \
+                    api_servers(tmp_path, via_proxy, a.token_file) as (one, two):
+                sids = []
+                for _ in range(2):
+                    r = await one.client.post("/v1/sandboxes", json={"persistent": True})
+                    assert r.status_code == 201, r.text
+                    sids.append(r.json()["id"])
+                epochs = {h.id: h.epoch for h in registry.list_hosts()}
+
+                proxy.stop()
+                try:
+                    for api in (one, two):
+                        r = await api.client.get(f"/v1/sandboxes/{sids[0]}")
+                        assert_envelope(r, 503, "unavailable")
+                        assert "database" in r.json()["error"]["message"]
+                        assert r.headers.get("retry-after")
+                    await asyncio.sleep(10)
+                finally:
+                    proxy.start()
+
+                async def answers() -> bool:
+                    for sid in sids:
+                        r = await two.client.post(f"/v1/sandboxes/{sid}/exec",
+                                                  json={"cmd": "true"})
+                        if r.status_code != 200:
+                            return False
+                    return True
+                await until("the sandboxes to answer again", answers, timeout=60)
+                # Past the servers' grace: still nobody fenced, nothing lost.
+                await asyncio.sleep(STALE_S + 1)
+                assert {h.id: h.epoch for h in registry.list_hosts()} == epochs
+                for sid in sids:
+                    got = (await one.client.get(f"/v1/sandboxes/{sid}")).json()
+                    assert got["state"] == "running", got
+                    assert (await one.client.delete(f"/v1/sandboxes/{sid}")
+                            ).status_code == 204
+    finally:
+        proxy.stop()
