@@ -16,6 +16,7 @@ from pandastack.sdk import (
     AsyncCodeInterpreter,
     AsyncCommands,
     AsyncFilesystem,
+    AsyncHosts,
     AsyncKeys,
     AsyncProcess,
     AsyncSandbox,
@@ -25,6 +26,7 @@ from pandastack.sdk import (
     CodeInterpreter,
     Commands,
     Filesystem,
+    Hosts,
     Keys,
     Process,
     Sandbox,
@@ -42,6 +44,7 @@ TWINS = [
     (Sandboxes, AsyncSandboxes),
     (Keys, AsyncKeys),
     (Snapshots, AsyncSnapshots),
+    (Hosts, AsyncHosts),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}
@@ -141,6 +144,8 @@ def test_sandbox_surface_is_complete() -> None:
     } <= public(Sandbox)
     assert {"list", "get", "delete"} <= public(Snapshots)
     assert "snapshots" in public(Client)
+    assert {"list", "get", "drain", "undrain"} <= public(Hosts)
+    assert "hosts" in public(Client)
     assert "snapshot" in inspect.signature(Sandbox.create).parameters
     assert inspect.signature(Sandbox.fork).parameters["count"].default == 1
     assert {"run", "start", "list"} <= public(Commands)

@@ -11,12 +11,13 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from . import agent, keys, sandbox, serve, template
+from . import agent, hosts, keys, sandbox, serve, template
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
 # keep the user's umask. They run the server or the host, so they need the `server` extra; the
-# client commands (`sandbox`, `template`) need only the SDK and never import server or host.
+# client commands (`sandbox`, `template`, `hosts`) need only the SDK and never import server or
+# host.
 SERVICE_COMMANDS = ("setup", "serve", "keys", "agent")
 # The top-level modules of the `server` extra (pyproject.toml).
 SERVER_EXTRA = "pandastack[server]"
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     keys.add_parser(sub)
     sandbox.add_parser(sub)
     template.add_parser(sub)
+    hosts.add_parser(sub)
     args = parser.parse_args(argv)
     errors: tuple[type[Exception], ...] = (ValueError,)
     if args.command in SERVICE_COMMANDS:
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             return sandbox.run(args)
         if args.command == "template":
             return template.run(args)
+        if args.command == "hosts":
+            return hosts.run(args)
     except errors as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1

@@ -40,9 +40,11 @@ from pandastack.sdk.errors import (
 )
 from pandastack.wire import (
     CreatedKey,
+    DrainResult,
     ExecResult,
     FileEntry,
     ForkResult,
+    HostInfo,
     KeyInfo,
     Lifecycle,
     Logs,
@@ -63,6 +65,9 @@ EXEC_TIMEOUT_MARGIN = 30.0
 #: How long a create keeps waiting for a template that is still building (a built-in template's
 #: first use on a fresh host builds its image: minutes under TCG).
 TEMPLATE_WAIT_SECONDS = 1800.0
+#: How long a drain may take to answer: it moves the host's sandboxes one after another
+#: (each a hibernation and a wake elsewhere: seconds).
+DRAIN_TIMEOUT_SECONDS = 3600.0
 #: Chunk size of uploads read from disk.
 UPLOAD_CHUNK_SIZE = 256 * 1024
 
@@ -611,6 +616,27 @@ def list_keys_call() -> Call[list[KeyInfo]]:
 
 def revoke_key_call(key_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/keys/{path_segment(key_id)}", ignore_body)
+
+
+def host_path(host_id: str, *parts: str) -> str:
+    return "/".join(["/v1/hosts", path_segment(host_id), *parts])
+
+
+def list_hosts_call() -> Call[list[HostInfo]]:
+    return Call("GET", "/v1/hosts", list_decoder(wire.HostList, "hosts", HostInfo))
+
+
+def get_host_call(host_id: str) -> Call[HostInfo]:
+    return Call("GET", host_path(host_id), model_decoder(HostInfo))
+
+
+def drain_host_call(host_id: str, *, base_timeout: httpx.Timeout) -> Call[DrainResult]:
+    return Call("POST", host_path(host_id, "drain"), model_decoder(DrainResult), json={},
+                timeout=with_read_timeout(base_timeout, DRAIN_TIMEOUT_SECONDS))
+
+
+def undrain_host_call(host_id: str) -> Call[HostInfo]:
+    return Call("POST", host_path(host_id, "undrain"), model_decoder(HostInfo), json={})
 
 
 def partial_path(dst: Path) -> Path:

@@ -24,12 +24,19 @@ from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.async_sandbox import AsyncSandbox
 from pandastack.sdk.async_sandbox import create_waiting as acreate_waiting
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
-from pandastack.sdk.models import CreatedKey, KeyInfo, SandboxInfo, SnapshotInfo
+from pandastack.sdk.models import (
+    CreatedKey,
+    DrainResult,
+    HostInfo,
+    KeyInfo,
+    SandboxInfo,
+    SnapshotInfo,
+)
 from pandastack.sdk.sandbox import Sandbox, create_waiting
 from pandastack.sdk.templates import AsyncTemplates, Templates
 
-__all__ = ["AsyncClient", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots", "Client", "Keys",
-           "Sandboxes", "Snapshots"]
+__all__ = ["AsyncClient", "AsyncHosts", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots",
+           "Client", "Hosts", "Keys", "Sandboxes", "Snapshots"]
 
 
 class Sandboxes(_base.ClientBase[HTTP]):
@@ -100,6 +107,29 @@ class Snapshots(_base.ClientBase[HTTP]):
         self._http.run(_base.delete_snapshot_call(snapshot_id))
 
 
+class Hosts(_base.ClientBase[HTTP]):
+    """`client.hosts`: the hosts of a cluster (needs an admin key; a server that drives one
+    host lists none and refuses a drain with `ConflictError`)."""
+
+    def list(self) -> builtins.list[HostInfo]:
+        """Every registered host: live, draining or lost."""
+        return self._http.run(_base.list_hosts_call())
+
+    def get(self, host_id: str) -> HostInfo:
+        """Host `host_id` (`NotFoundError` if none is registered)."""
+        return self._http.run(_base.get_host_call(host_id))
+
+    def drain(self, host_id: str) -> DrainResult:
+        """Let host `host_id` take no new sandbox and move its running and paused ones to
+        other hosts (same ids); returns when every move is done or failed. Draining again
+        retries the ones that failed."""
+        return self._http.run(_base.drain_host_call(host_id, base_timeout=self._http.timeout))
+
+    def undrain(self, host_id: str) -> HostInfo:
+        """Let host `host_id` take new sandboxes again (the moved ones stay where they are)."""
+        return self._http.run(_base.undrain_host_call(host_id))
+
+
 class Client(_base.ClientBase[HTTP]):
     """A pandastack API client. `api_url`/`api_key` override the environment and config file
     (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary requests;
@@ -114,6 +144,7 @@ class Client(_base.ClientBase[HTTP]):
         self._keys = Keys(config, self._http)
         self._snapshots = Snapshots(config, self._http)
         self._templates = Templates(config, self._http)
+        self._hosts = Hosts(config, self._http)
 
     @property
     def sandboxes(self) -> Sandboxes:
@@ -134,6 +165,11 @@ class Client(_base.ClientBase[HTTP]):
     def templates(self) -> Templates:
         """Build the team's templates; list, inspect and delete their versions."""
         return self._templates
+
+    @property
+    def hosts(self) -> Hosts:
+        """List a cluster's hosts; drain and undrain them (admin keys)."""
+        return self._hosts
 
     def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""
@@ -215,6 +251,30 @@ class AsyncSnapshots(_base.ClientBase[AsyncHTTP]):
         await self._http.run(_base.delete_snapshot_call(snapshot_id))
 
 
+class AsyncHosts(_base.ClientBase[AsyncHTTP]):
+    """`client.hosts`: the hosts of a cluster (async; needs an admin key; a server that
+    drives one host lists none and refuses a drain with `ConflictError`)."""
+
+    async def list(self) -> builtins.list[HostInfo]:
+        """Every registered host: live, draining or lost."""
+        return await self._http.run(_base.list_hosts_call())
+
+    async def get(self, host_id: str) -> HostInfo:
+        """Host `host_id` (`NotFoundError` if none is registered)."""
+        return await self._http.run(_base.get_host_call(host_id))
+
+    async def drain(self, host_id: str) -> DrainResult:
+        """Let host `host_id` take no new sandbox and move its running and paused ones to
+        other hosts (same ids); returns when every move is done or failed. Draining again
+        retries the ones that failed."""
+        return await self._http.run(_base.drain_host_call(host_id,
+                                                          base_timeout=self._http.timeout))
+
+    async def undrain(self, host_id: str) -> HostInfo:
+        """Let host `host_id` take new sandboxes again (the moved ones stay where they are)."""
+        return await self._http.run(_base.undrain_host_call(host_id))
+
+
 class AsyncClient(_base.ClientBase[AsyncHTTP]):
     """A pandastack API client on asyncio. `api_url`/`api_key` override the environment and
     config file (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary
@@ -229,6 +289,7 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
         self._keys = AsyncKeys(config, self._http)
         self._snapshots = AsyncSnapshots(config, self._http)
         self._templates = AsyncTemplates(config, self._http)
+        self._hosts = AsyncHosts(config, self._http)
 
     @property
     def sandboxes(self) -> AsyncSandboxes:
@@ -249,6 +310,11 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
     def templates(self) -> AsyncTemplates:
         """Build the team's templates; list, inspect and delete their versions."""
         return self._templates
+
+    @property
+    def hosts(self) -> AsyncHosts:
+        """List a cluster's hosts; drain and undrain them (admin keys)."""
+        return self._hosts
 
     async def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""
