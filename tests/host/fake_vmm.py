@@ -85,6 +85,12 @@ class FakeLayers:
         with open(fd, "w") as f:
             json.dump({"parent": name, "size": size_bytes}, f)
 
+    def rebase(self, path: Path, parent: Path) -> None:
+        layer = json.loads(path.read_text())
+        same_dir = parent.parent.resolve() == path.parent.resolve()
+        layer["parent"] = parent.name if same_dir else str(parent.resolve())
+        _write_json(path, layer)
+
     def virtual_size(self, path: Path) -> int:
         return int(json.loads(path.read_text())["size"])
 

@@ -96,7 +96,7 @@ class LocalHost:
         return await asyncio.to_thread(_tail, workdir / "console.log", max_bytes)
 
     async def snapshot_info(self, snapshot_id: str) -> SnapshotInfo:
-        return await asyncio.to_thread(self.runtime.snapshots.get, snapshot_id)
+        return await self.runtime.snapshot_info(snapshot_id)
 
     async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
         return await asyncio.to_thread(self.runtime.snapshots.all,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 OBJECT_STORE_ENV = "PANDASTACK_OBJECT_STORE"
@@ -31,7 +31,7 @@ class ObjectStoreConfig:
     endpoint: str | None = None
     region: str = "us-east-1"
     access_key: str | None = None
-    secret_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)  # never in logs
     part_size: int = 8 * MiB
     parallel: int = 4  # parts in flight per upload (and threads per store)
     connect_timeout_s: float = 3.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import os
 from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast
 
@@ -62,6 +63,32 @@ class S3Bucket:
 
     def name(self, key: str) -> str:
         return f"{self.config.prefix}sha256/{key}"
+
+    def manifest_name(self, name: str) -> str:
+        return f"{self.config.prefix}manifests/{name}"
+
+    def put_manifest(self, name: str, data: bytes) -> None:
+        self.call("PUT manifest", lambda: self.client.put_object(
+            Bucket=self.config.bucket, Key=self.manifest_name(name), Body=data,
+            ContentMD5=_md5(data)))
+
+    def get_manifest(self, name: str) -> bytes | None:
+        """The manifest's bytes, or None if there is none."""
+        def fetch() -> bytes:
+            body = self.client.get_object(Bucket=self.config.bucket,
+                                          Key=self.manifest_name(name))["Body"]
+            try:
+                return cast(bytes, body.read())
+            finally:
+                body.close()
+        try:
+            return self.call("GET manifest", fetch, name)
+        except ObjectNotFound:
+            return None
+
+    def delete_manifest(self, name: str) -> None:
+        self.call("DELETE manifest", lambda: self.client.delete_object(
+            Bucket=self.config.bucket, Key=self.manifest_name(name)))
 
     def call(self, what: str, fn: Callable[[], T], key: str | None = None) -> T:
         """`fn()`, its failures as the host's errors (`what` names the request in them)."""
@@ -126,13 +153,18 @@ class S3Bucket:
                 Bucket=self.config.bucket, Key=self.name(key), UploadId=upload_id))
 
     def download(self, key: str, out: IO[bytes], seen: Callable[[bytes], None]) -> int:
-        """Streams the object into `out`, handing each chunk to `seen` too; its size."""
+        """Streams the object into `out`, handing each chunk to `seen` too; its size. Chunks
+        of zeros are skipped over, not written (a disk image's free space stays a hole in
+        the file); the caller truncates `out` to the size, in case the end is such a hole."""
         def fetch() -> int:
             body = self.client.get_object(Bucket=self.config.bucket, Key=self.name(key))["Body"]
             total = 0
             try:
                 for chunk in body.iter_chunks(STREAM_CHUNK):
-                    out.write(chunk)
+                    if chunk.count(0) == len(chunk):
+                        out.seek(len(chunk), os.SEEK_CUR)
+                    else:
+                        out.write(chunk)
                     seen(chunk)
                     total += len(chunk)
             finally:

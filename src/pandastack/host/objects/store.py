@@ -14,6 +14,7 @@ import errno
 import functools
 import hashlib
 import os
+import re
 import shutil
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -29,6 +30,7 @@ from pandastack.host.objects.s3 import S3Bucket
 from pandastack.hostport.errors import ObjectStoreError
 
 MAX_RANGE = 64 << 20  # what one read_range may ask for (it comes back in memory)
+_MANIFEST_NAME = re.compile(r"[a-z0-9][a-z0-9._/-]{0,200}")
 
 
 @dataclass
@@ -41,6 +43,8 @@ class ObjectStats:
     downloads: int = 0  # objects fetched into the cache
     cache_hits: int = 0
     refetches: int = 0  # cached files found changed and fetched again
+    manifest_reads: int = 0  # GETs of manifests (found or not)
+    manifest_writes: int = 0
 
 
 class TransferStopped(ObjectStoreError):
@@ -82,17 +86,20 @@ class ObjectStore:
 
     # -- writing
 
-    async def put_file(self, path: Path) -> str:
+    async def put_file(self, path: Path, key: str | None = None) -> str:
         """Stores the file's bytes and returns their key; nothing is sent when the store has
         them already. The file must not change until this returns (an upload that sees other
-        bytes than it hashed fails, and stores nothing under either key)."""
+        bytes than it hashed fails, and stores nothing under either key). `key`: the file's
+        key if the caller knows it (it hashed this very file before), which saves hashing a
+        large file the store already has; an upload still checks the bytes it sends."""
         size = (await asyncio.to_thread(os.stat, path)).st_size
         if size <= self.config.part_size:
             data = await asyncio.to_thread(_read_at_most, path, self.config.part_size)
             key = sha256_of_bytes(data)
             await self._single_flight_upload(key, functools.partial(self._put_small, key, data))
         else:
-            key = await asyncio.to_thread(sha256_of_file, path)
+            key = check_key(key) if key is not None else \
+                await asyncio.to_thread(sha256_of_file, path)
             await self._single_flight_upload(
                 key, functools.partial(self._put_large, key, Path(path), size))
         return key
@@ -199,7 +206,9 @@ class ObjectStore:
                     digest.update(chunk)
 
                 with open(temp, "wb") as out:
-                    self.bucket.download(key, out, seen)
+                    size = self.bucket.download(key, out, seen)
+                    # Zero chunks were skipped (sparse.write): the end may be a hole.
+                    out.truncate(size)
                     out.flush()
                     os.fsync(out.fileno())  # before the rename makes it the cached copy
                 if digest.hexdigest() != key:
@@ -225,6 +234,23 @@ class ObjectStore:
         if self.cache.is_checked(key):
             return await asyncio.to_thread(_pread, self.cache.path_of(key), offset, length)
         return await asyncio.to_thread(self.bucket.read_range, key, offset, length)
+
+    # -- manifests: small named objects that say which keys make up a thing (a snapshot, a
+    # hibernated sandbox); unlike objects they are replaced and deleted
+
+    async def put_manifest(self, name: str, data: bytes) -> None:
+        await asyncio.to_thread(self.bucket.put_manifest, _manifest_name(name), data)
+        self._count(manifest_writes=1)
+
+    async def get_manifest(self, name: str) -> bytes | None:
+        """The manifest's bytes, or None where the store has none by that name."""
+        self._count(manifest_reads=1)
+        return await asyncio.to_thread(self.bucket.get_manifest, _manifest_name(name))
+
+    async def delete_manifest(self, name: str) -> None:
+        """Removes the manifest (none by that name is no error); the objects it names stay:
+        other manifests may name them too."""
+        await asyncio.to_thread(self.bucket.delete_manifest, _manifest_name(name))
 
     async def exists(self, key: str) -> bool:
         check_key(key)
@@ -257,6 +283,12 @@ class ObjectStore:
             del tasks[key]
         if not task.cancelled():
             task.exception()  # seen by its callers; not "never retrieved" if they left
+
+
+def _manifest_name(name: str) -> str:
+    if not _MANIFEST_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"not a manifest name: {name!r}")
+    return name
 
 
 def _read_at_most(path: Path, limit: int) -> bytes:

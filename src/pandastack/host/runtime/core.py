@@ -41,6 +41,7 @@ from pandastack.host.runtime.records import (
     scan_vmm_processes,
     sort_state_dir,
 )
+from pandastack.host.runtime.remote import RemoteState, sandbox_manifest, snapshot_manifest
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.slots import SandboxSlots
 from pandastack.host.runtime.snapshots import (
@@ -68,6 +69,7 @@ from pandastack.hostport.errors import (
     SandboxStateError,
     SetupError,
     SnapshotFailed,
+    SnapshotNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import SnapshotInfo, SnapshotResult
@@ -111,6 +113,9 @@ class HostRuntime:
         self._records: dict[str, SandboxRecord] = {}
         self.machinery = Machinery(self.config, self.network, self.huge_pool,
                                    self._pinned_templates, progress, images)
+        # Snapshots and hibernations shared with other hosts (ADR 0020); opened by start().
+        self.remote: RemoteState | None = None
+        self._fetching: dict[str, asyncio.Lock] = {}
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -161,6 +166,13 @@ class HostRuntime:
         """Re-adopt running and hibernated sandboxes from the state dir; clean up dead ones."""
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         await self.prepare()
+        if self.config.object_store is not None and self.remote is None:
+            from pandastack.host.objects.store import ObjectStore  # boto3: only when used
+
+            store = ObjectStore(self.config.object_store, self.config.objects_cache_dir)
+            self.remote = RemoteState(store, self.config.fetched_templates_dir,
+                                      lambda: self.driver.disks, self.driver.identity,
+                                      self.progress)
         self.snapshots.sweep()
         await asyncio.to_thread(self.fork_buffer.sweep)
         await asyncio.to_thread(self.huge_pool.sweep)
@@ -222,7 +234,7 @@ class HostRuntime:
         base_dir: Path | None = None
         base_layers: tuple[str, ...] = ()
         if snapshot is not None:
-            snap = self.snapshots.get(snapshot)
+            snap = await self.snapshot_info(snapshot)
             store = await self.prepare()
             tmpl = store.load_dir(snap.template, Path(snap.template_path))
             state_file = self.snapshots.stream(snapshot)
@@ -332,9 +344,23 @@ class HostRuntime:
         return list(self._sandboxes.values())
 
     async def kill(self, sandbox_id: str) -> None:
+        """Kill the sandbox; with an object store, also its hibernation there (of a sandbox
+        this host hibernated, or one whose host is gone)."""
         handle = self._sandboxes.pop(sandbox_id, None)
         if handle is None:
+            if (self.remote is not None and SANDBOX_ID_RE.match(sandbox_id) and
+                    await self.remote.sandbox_document(sandbox_id) is not None):
+                await self.remote.delete_manifest(sandbox_manifest(sandbox_id))
+                return
             raise SandboxNotFound(sandbox_id)
+        record = self._records.get(sandbox_id)
+        if self.remote is not None and record is not None and record.in_store:
+            # First: a kill that fails half-way must not leave a state to wake elsewhere.
+            try:
+                await self.remote.delete_manifest(sandbox_manifest(sandbox_id))
+            except BaseException:
+                self._sandboxes[sandbox_id] = handle
+                raise
         self.merges.forget(sandbox_id)
         record = self._records.pop(sandbox_id, None)
         try:
@@ -379,6 +405,9 @@ class HostRuntime:
         await self.slots.drop_spares()
         await self.fork_buffer.close()
         await self.huge_pool.close()
+        if self.remote is not None:
+            await self.remote.close()
+            self.remote = None
         for handle in self._sandboxes.values():
             await handle.disconnect()
         self._sandboxes.clear()
@@ -479,6 +508,14 @@ class HostRuntime:
                                      no_space=no_space) from exc
             if needs_merge(record.layers):
                 await self._start_flatten(sandbox_id, vm)
+        if self.remote is not None and not transient:
+            # Outside the lifecycle lock: the snapshot's files are frozen, the sandbox may go on.
+            try:
+                await self.remote.publish_snapshot(info, self.snapshots.path(snap_id))
+            except BaseException:
+                # A snapshot the caller never got the id of would only take space.
+                await asyncio.to_thread(self.snapshots.delete, snap_id)
+                raise
         if transient and buffer is None:
             # For the next fork: as large as `take` will reserve, or that fork would allocate
             # the rest itself (~240 MiB of fresh pages, up to ~560 ms here, before its pause).
@@ -536,7 +573,30 @@ class HostRuntime:
             for name in layers[:-1]:
                 (workdir / name).unlink(missing_ok=True)
 
+    async def snapshot_info(self, snapshot_id: str) -> SnapshotInfo:
+        """The snapshot, fetched from the object store first where this host does not hold
+        it (SnapshotNotFound where neither does)."""
+        try:
+            return await asyncio.to_thread(self.snapshots.get, snapshot_id)
+        except SnapshotNotFound:
+            if self.remote is None:
+                raise
+        self.snapshots.path(snapshot_id)  # SnapshotNotFound for what is no snapshot id
+        if not await self.remote.fetch_snapshot(snapshot_id, self.snapshots):
+            raise SnapshotNotFound(snapshot_id)
+        return await asyncio.to_thread(self.snapshots.get, snapshot_id)
+
     def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete the snapshot here and, with an object store, its manifest there (blocking
+        then: callers run this in a thread). The objects stay: others may share them."""
+        path = self.snapshots.path(snapshot_id)
+        if self.remote is not None and not (path.exists() and
+                                            self.snapshots.get(snapshot_id).transient):
+            in_store = self.remote.delete_manifest_blocking(snapshot_manifest(snapshot_id))
+            if not path.exists():
+                if not in_store:
+                    raise SnapshotNotFound(snapshot_id)
+                return
         in_buffer = self.fork_buffer.holds(self.snapshots.stream(snapshot_id))
         self.snapshots.delete(snapshot_id)
         if in_buffer:
@@ -555,10 +615,20 @@ class HostRuntime:
             self._vm_ended(handle.workdir)
             handle.vm = None
             handle.state = "hibernated"
-            self._save(replace(self._records[sandbox_id], state="hibernated", pid=None))
+            record = self._save(replace(self._records[sandbox_id], state="hibernated",
+                                        pid=None))
+            if self.remote is not None:
+                # Under the lock: a wake would write to the top layer being uploaded. A
+                # failure leaves the sandbox hibernated here, but not in the store.
+                await self.remote.publish_sandbox(record, handle.workdir)
+                self._save(replace(record, in_store=True))
 
     async def wake(self, sandbox_id: str) -> None:
-        """Restore a hibernated sandbox; a no-op for one that is awake."""
+        """Restore a hibernated sandbox; a no-op for one that is awake. With an object store,
+        a sandbox this host does not know is fetched from there first (it was hibernated on
+        another host) and is this host's from then on."""
+        if sandbox_id not in self._sandboxes and self.remote is not None:
+            await self._fetch_hibernated(sandbox_id)
         handle = self.get(sandbox_id)
         async with handle.lifecycle_lock:
             if handle.state != "hibernated":
@@ -583,6 +653,36 @@ class HostRuntime:
                 raise
             self._save(replace(record, state="running", pid=vm.pid))
             stream.unlink(missing_ok=True)
+
+    async def _fetch_hibernated(self, sandbox_id: str) -> None:
+        assert self.remote is not None
+        if not SANDBOX_ID_RE.match(sandbox_id):
+            raise SandboxNotFound(sandbox_id)
+        async with self._fetching.setdefault(sandbox_id, asyncio.Lock()):
+            if sandbox_id in self._sandboxes:
+                return
+            document = await self.remote.sandbox_document(sandbox_id)
+            if document is None:
+                raise SandboxNotFound(sandbox_id)
+            workdir = self.sandboxes_dir / sandbox_id
+            policy = await asyncio.to_thread(NetworkPolicy.from_dict,
+                                             document["record"]["network"])
+            workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
+            slot: Slot | None = None
+            try:
+                slot = await self.slots.acquire(workdir, policy)
+                fields = await self.remote.fetch_sandbox(document, workdir)
+                record = SandboxRecord(id=sandbox_id, **fields, state="hibernated", pid=None,
+                                       slot=slot.index if slot is not None else None,
+                                       in_store=True)
+                self._adopt(self._save(record), None)
+            except BaseException:
+                if slot is not None:
+                    await self.slots.release(slot)
+                self._records.pop(sandbox_id, None)
+                await asyncio.to_thread(shutil.rmtree, workdir, True)
+                raise
+            self.slots.refill_spares()
 
     def describe(self, sandbox_id: str) -> dict[str, object]:
         handle = self.get(sandbox_id)

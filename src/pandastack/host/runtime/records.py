@@ -38,6 +38,8 @@ class SandboxRecord:
     pid: int | None = None
     slot: int | None = None
     network: dict[str, Any] = field(default_factory=dict)
+    # Its hibernation is in the object store (a manifest to delete with it, ADR 0020).
+    in_store: bool = False
 
     @property
     def top(self) -> str:

@@ -181,6 +181,13 @@ class DiskLayers(Protocol):
         every layer of a chain opens it; any other (a template's disk) by its absolute path."""
         ...
 
+    def rebase(self, path: Path, parent: Path) -> None:
+        """Name `parent` as the parent of the layer (or template disk) at `path`, changing
+        nothing else: the caller vouches that `parent` holds the same bytes as the parent
+        `path` was made over (a copy of it on another host, ADR 0020). A parent ending in
+        `suffix` is a layer, any other the raw rootfs; it is named as `create_layer` would."""
+        ...
+
     def virtual_size(self, path: Path) -> int:
         """The size in bytes the guest sees of the disk whose top layer is `path`."""
         ...

@@ -37,6 +37,14 @@ class Qcow2Layers:
         relative = parent.parent.resolve() == path.parent.resolve()
         create_overlay(path, parent, size_bytes, relative=relative)
 
+    def rebase(self, path: Path, parent: Path) -> None:
+        relative = parent.parent.resolve() == path.parent.resolve()
+        name = parent.name if relative else str(parent.resolve())
+        fmt = "qcow2" if parent.name.endswith(self.suffix) else "raw"
+        # -u: the header only (the data stays; the parent's bytes are the same).
+        subprocess.run([QEMU_IMG, "rebase", "-q", "-u", "-f", "qcow2", "-F", fmt, "-b", name,
+                        str(path)], check=True, capture_output=True)
+
     def virtual_size(self, path: Path) -> int:
         return int(_info(path)["virtual-size"])
 
