@@ -394,9 +394,10 @@ class TemplateList(Strict):
 
 # -- hosts (admin keys; where the server drives a cluster of agents) ---------------------
 
-#: `lost`: its heartbeat is older than the stale window (it takes no sandbox, and its running
-#: ones are `host_lost`); `draining`: live, but takes no new sandbox.
-HostState = Literal["live", "draining", "lost"]
+#: `draining`: live, but takes no new sandbox; `stale`: its heartbeat is older than the stale
+#: window (it takes no sandbox, requests for its sandboxes are 503 `host_unavailable`);
+#: `lost`: stale past the loss grace, fenced (its running sandboxes are `host_lost`).
+HostState = Literal["live", "draining", "stale", "lost"]
 
 
 class HostInfo(Strict):

@@ -2,7 +2,8 @@
 registered hosts are in-memory `FakeRuntime`s (their endpoints are names `connect` looks up,
 never dialled). Nothing heartbeats: the pool's stale window is an hour, so a host goes `lost`
 only when a test moves its heartbeat back in the database (`age`), never by the test's own
-slowness; there is no grace after the start (`loss_grace_s`), so it is lost at the next read.
+slowness. By default there is no grace after the start (`loss_grace_s`): a stale host is
+lost at the next read.
 
 `python -m tests.server.fake_cluster PORT DIR [SETTINGS_JSON]` serves the app over it on a real
 uvicorn at 127.0.0.1:PORT (for tests/server/live.fake_server), its DB and client config under
@@ -40,14 +41,14 @@ class FakeCluster:
 
 
 @contextmanager
-def fake_cluster(settings: Settings, tmp: Path) -> Iterator[FakeCluster]:
+def fake_cluster(settings: Settings, tmp: Path, *,
+                 loss_grace_s: float = 0) -> Iterator[FakeCluster]:
     store = open_store(settings.dsn)
     try:
         fakes = {e: FakeRuntime(tmp / f"host-{i}") for i, e in enumerate(ENDPOINTS)}
         host_ids = {e: store.register_host(e, **CAPACITY, version="test").id for e in ENDPOINTS}
-        # No grace: the registry was readable all along, so a stale host is lost at once.
         pool = ClusterPool(store, lambda endpoint: fakes[endpoint], stale_after_s=STALE_AFTER_S,
-                           loss_grace_s=0)
+                           loss_grace_s=loss_grace_s)
         yield FakeCluster(store, pool, fakes, host_ids)
     finally:
         store.close()

@@ -167,6 +167,19 @@ async def test_a_host_whose_heartbeat_is_old_is_lost(cluster: ClusterApi) -> Non
     assert made["host_id"] == a
 
 
+async def test_a_stale_host_within_the_loss_grace_is_stale_not_live(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    with fake_cluster(settings, tmp_path, loss_grace_s=STALE_AFTER_S) as c:
+        try:
+            async with running_app(settings, c.pool) as api:
+                a, b = (c.host_ids[e] for e in ENDPOINTS)
+                age(c.store, b, 2 * STALE_AFTER_S)
+                assert await states(api) == {a: "live", b: "stale"}
+                assert (await create(api))["host_id"] == a
+        finally:
+            await c.pool.close()
+
+
 async def test_drain_and_undrain_of_an_unknown_host_are_404(cluster: ClusterApi) -> None:
     for action in ("drain", "undrain"):
         r = await cluster.api.client.post(f"/v1/hosts/host-nope/{action}")

@@ -36,7 +36,7 @@ EXIT_API_ERROR = 1
 EXIT_NOT_ALL_MOVED = 2
 LIST_COLUMNS = ("id", "state", "endpoint", "vcpus", "memory", "sandboxes", "heartbeat",
                 "version")
-_STATE_STYLE = {"live": "green", "draining": "yellow", "lost": "red"}
+_STATE_STYLE = {"live": "green", "draining": "yellow", "stale": "red", "lost": "bold red"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         epilog="exit status: 0 ok; 1 the API or the configuration said no; 2 a drain left "
                "sandboxes it could not move (they keep running; drain again to retry).")
     hs = p.add_subparsers(dest="hosts_command", required=True, metavar="COMMAND")
-    ls = hs.add_parser("list", help="every registered host: live, draining or lost")
+    ls = hs.add_parser("list", help="every registered host: live, draining, stale or lost")
     drain = hs.add_parser("drain", help="take no new sandbox on HOST and move its running "
                                         "and paused ones to other hosts")
     drain.add_argument("host", metavar="HOST", help="host id (see `hosts list`)")

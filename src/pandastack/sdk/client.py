@@ -112,7 +112,7 @@ class Hosts(_base.ClientBase[HTTP]):
     host lists none and refuses a drain with `ConflictError`)."""
 
     def list(self) -> builtins.list[HostInfo]:
-        """Every registered host: live, draining or lost."""
+        """Every registered host: live, draining, stale or lost."""
         return self._http.run(_base.list_hosts_call())
 
     def get(self, host_id: str) -> HostInfo:
@@ -256,7 +256,7 @@ class AsyncHosts(_base.ClientBase[AsyncHTTP]):
     drives one host lists none and refuses a drain with `ConflictError`)."""
 
     async def list(self) -> builtins.list[HostInfo]:
-        """Every registered host: live, draining or lost."""
+        """Every registered host: live, draining, stale or lost."""
         return await self._http.run(_base.list_hosts_call())
 
     async def get(self, host_id: str) -> HostInfo:

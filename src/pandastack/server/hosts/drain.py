@@ -32,7 +32,7 @@ log = logging.getLogger("pandastack.server")
 class HostStatus:
     id: str
     endpoint: str
-    state: str  # "live" | "draining" | "lost"
+    state: str  # "live" | "draining" | "stale" | "lost"
     vcpus: int
     memory_mb: int
     disk_mb: int
@@ -61,10 +61,10 @@ def _cluster(service: SandboxService) -> ClusterPool:
     return service.cluster
 
 
-def _status(row: Any, now: float, lost: bool) -> HostStatus:
+def _status(row: Any, now: float, lost: bool, stale: bool) -> HostStatus:
     return HostStatus(
         id=row.id, endpoint=row.endpoint,
-        state="lost" if lost else "draining" if row.draining else "live",
+        state="lost" if lost else "stale" if stale else "draining" if row.draining else "live",
         vcpus=row.vcpus, memory_mb=row.memory_mb, disk_mb=row.disk_mb,
         used_vcpus=int(getattr(row, "used_vcpus", 0) or 0),
         used_memory_mb=int(getattr(row, "used_memory_mb", 0) or 0),
@@ -82,7 +82,10 @@ async def host_statuses(service: SandboxService) -> list[HostStatus]:
     await cluster.refresh(force=True)
     rows, now = await asyncio.to_thread(
         lambda: (service.store.list_hosts(), service.store.db_time()))
-    return [_status(r, now, cluster.is_lost(r.id)) for r in rows]
+    # Stale and not yet lost (the loss grace after a failed read of the registry): it takes
+    # no sandbox and its requests are 503, so it must not read as live.
+    return [_status(r, now, cluster.is_lost(r.id),
+                    r.last_heartbeat_at < now - cluster.stale_after_s) for r in rows]
 
 
 async def host_status(service: SandboxService, host_id: str) -> HostStatus:
