@@ -194,3 +194,18 @@ def test_operation_ids() -> None:
         ("GET", "/v1/hosts", "listHosts"), ("GET", "/v1/hosts/{host_id}", "getHost"),
         ("POST", "/v1/hosts/{host_id}/drain", "drainHost"),
         ("POST", "/v1/hosts/{host_id}/undrain", "undrainHost")}
+
+
+async def test_a_paused_sandbox_that_cannot_move_stays_paused(cluster: ClusterApi) -> None:
+    api, a, b = cluster.api, cluster.host(0), cluster.host(1)
+    await api.client.post(f"/v1/hosts/{b}/drain")
+    sandbox = await create(api)
+    await api.client.post(f"/v1/hosts/{b}/undrain")
+    r = await api.client.post(f"/v1/sandboxes/{sandbox['id']}/pause")
+    assert r.status_code == 200, r.text
+
+    r = await api.client.post(f"/v1/hosts/{a}/drain")
+    assert set(r.json()["failed"]) == {sandbox["id"]}
+    r = await api.client.get(f"/v1/sandboxes/{sandbox['id']}")
+    assert (r.json()["state"], r.json()["host_id"]) == ("paused", a)
+    assert cluster.cluster.fakes[ENDPOINTS[0]].sandboxes[str(sandbox["id"])].state == "paused"

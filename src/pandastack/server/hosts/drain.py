@@ -13,6 +13,7 @@ host is gone restores it elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -140,13 +141,18 @@ async def move(service: SandboxService, cluster: ClusterPool, sandbox_id: str,
                 await cluster.resume(sandbox_id)
             await cluster.hibernate(sandbox_id)
         except HostError as exc:
+            if was_paused:  # its row still says paused
+                with contextlib.suppress(HostError):
+                    await cluster.pause(sandbox_id)
             raise (api_error_of(exc) or exc) from None
         try:
             target = await cluster.wake_elsewhere(sandbox_id, vcpus=row.vcpus,
                                                   memory_mb=row.memory_mb, exclude=source)
         except HostError:
-            # Nowhere to go: back to running where it was.
+            # Nowhere to go: back where it was, as it was (its row still says so).
             await cluster.wake(sandbox_id)
+            if was_paused:
+                await cluster.pause(sandbox_id)
             raise
         try:
             await cluster.hosts[source].kill(sandbox_id)  # the source's copy (lease is gone)
