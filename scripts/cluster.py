@@ -21,9 +21,9 @@ Each agent runs as if on a machine of its own:
 
 PostgreSQL and the S3 server listen on 127.0.0.1 here; an agent reaches them through a relay
 on its veth's address here (`relay`, in this file). `--db`/`--object-store`/`--advertise` are
-given to agents whose `pandastack agent` has them; the API server drives the agents by
-`--agent URL`, or by the host registry (`serve --db DSN --no-local-agent`) with
-`--registry` (PANDASTACK_CLUSTER_REGISTRY=1) where `serve` has it.
+given to agents whose `pandastack agent` has them; the API server drives the agents of the
+host registry (`serve --db DSN --no-local-agent`, the default), or by `--agent URL` each
+with `--no-registry` (PANDASTACK_CLUSTER_REGISTRY=0).
 """
 
 from __future__ import annotations
@@ -481,10 +481,11 @@ def main() -> int:
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--subnet", default=os.environ.get("PANDASTACK_CLUSTER_SUBNET",
                                                        "10.213.0.0/16"))
-    p.add_argument("--registry", action="store_true",
-                   default=os.environ.get("PANDASTACK_CLUSTER_REGISTRY") == "1",
+    p.add_argument("--registry", action=argparse.BooleanOptionalAction,
+                   default=os.environ.get("PANDASTACK_CLUSTER_REGISTRY", "1") != "0",
                    help="the API server drives the agents of the host registry "
-                        "(serve --db DSN --no-local-agent), where both sides have it")
+                        "(serve --db DSN --no-local-agent; the default), or with "
+                        "--no-registry the agents by their URLs (--agent URL each)")
     sub.add_parser("down")
     r = sub.add_parser("relay")
     r.add_argument("pairs", nargs="+")
