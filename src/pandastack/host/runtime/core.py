@@ -41,7 +41,13 @@ from pandastack.host.runtime.records import (
     scan_vmm_processes,
     sort_state_dir,
 )
-from pandastack.host.runtime.remote import RemoteState, sandbox_manifest, snapshot_manifest
+from pandastack.host.runtime.remote import (
+    RemoteState,
+    fetch_hibernated,
+    open_remote,
+    sandbox_manifest,
+    snapshot_manifest,
+)
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.slots import SandboxSlots
 from pandastack.host.runtime.snapshots import (
@@ -167,12 +173,7 @@ class HostRuntime:
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         await self.prepare()
         if self.config.object_store is not None and self.remote is None:
-            from pandastack.host.objects.store import ObjectStore  # boto3: only when used
-
-            store = ObjectStore(self.config.object_store, self.config.objects_cache_dir)
-            self.remote = RemoteState(store, self.config.fetched_templates_dir,
-                                      lambda: self.driver.disks, self.driver.identity,
-                                      self.progress)
+            self.remote = open_remote(self.config, lambda: self.driver, self.progress)
         self.snapshots.sweep()
         await asyncio.to_thread(self.fork_buffer.sweep)
         await asyncio.to_thread(self.huge_pool.sweep)
@@ -659,30 +660,11 @@ class HostRuntime:
         if not SANDBOX_ID_RE.match(sandbox_id):
             raise SandboxNotFound(sandbox_id)
         async with self._fetching.setdefault(sandbox_id, asyncio.Lock()):
-            if sandbox_id in self._sandboxes:
-                return
-            document = await self.remote.sandbox_document(sandbox_id)
-            if document is None:
-                raise SandboxNotFound(sandbox_id)
-            workdir = self.sandboxes_dir / sandbox_id
-            policy = await asyncio.to_thread(NetworkPolicy.from_dict,
-                                             document["record"]["network"])
-            workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
-            slot: Slot | None = None
-            try:
-                slot = await self.slots.acquire(workdir, policy)
-                fields = await self.remote.fetch_sandbox(document, workdir)
-                record = SandboxRecord(id=sandbox_id, **fields, state="hibernated", pid=None,
-                                       slot=slot.index if slot is not None else None,
-                                       in_store=True)
+            if sandbox_id not in self._sandboxes:
+                record = await fetch_hibernated(self.remote, self.slots,
+                                                self.sandboxes_dir / sandbox_id)
                 self._adopt(self._save(record), None)
-            except BaseException:
-                if slot is not None:
-                    await self.slots.release(slot)
-                self._records.pop(sandbox_id, None)
-                await asyncio.to_thread(shutil.rmtree, workdir, True)
-                raise
-            self.slots.refill_spares()
+                self.slots.refill_spares()
 
     def describe(self, sandbox_id: str) -> dict[str, object]:
         handle = self.get(sandbox_id)

@@ -28,10 +28,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pandastack.host.config import HostConfig
+from pandastack.host.network.manager import Slot
 from pandastack.host.runtime.records import HIBERNATION, SandboxRecord
+from pandastack.host.runtime.slots import SandboxSlots
 from pandastack.host.runtime.snapshots import STREAM, SnapshotStore, allocated_bytes
-from pandastack.host.vmm.driver import DiskLayers
-from pandastack.hostport.errors import SetupError
+from pandastack.host.vmm.driver import DiskLayers, VMMDriver
+from pandastack.hostport.errors import SandboxNotFound, SetupError
+from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import SnapshotInfo
 
 if TYPE_CHECKING:
@@ -54,6 +58,40 @@ def snapshot_manifest(snapshot_id: str) -> str:
 
 def sandbox_manifest(sandbox_id: str) -> str:
     return f"sandboxes/{sandbox_id}.json"
+
+
+def open_remote(config: HostConfig, driver: Callable[[], VMMDriver],
+                progress: Progress) -> RemoteState:
+    """The runtime's side of the store `config` names (which it must)."""
+    from pandastack.host.objects.store import ObjectStore  # boto3: only where a store is
+
+    assert config.object_store is not None
+    store = ObjectStore(config.object_store, config.objects_cache_dir)
+    return RemoteState(store, config.fetched_templates_dir, lambda: driver().disks,
+                       lambda: driver().identity(), progress)
+
+
+async def fetch_hibernated(remote: RemoteState, slots: SandboxSlots,
+                           workdir: Path) -> SandboxRecord:
+    """The sandbox hibernated (on another host) whose id is `workdir`'s name, laid out in
+    `workdir` (made here) with a network slot of this host; its record, not yet saved.
+    SandboxNotFound where the store has no such sandbox. Nothing is left on a failure."""
+    document = await remote.sandbox_document(workdir.name)
+    if document is None:
+        raise SandboxNotFound(workdir.name)
+    policy = await asyncio.to_thread(NetworkPolicy.from_dict, document["record"]["network"])
+    workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
+    slot: Slot | None = None
+    try:
+        slot = await slots.acquire(workdir, policy)
+        fields = await remote.fetch_sandbox(document, workdir)
+        return SandboxRecord(id=workdir.name, **fields, state="hibernated", pid=None,
+                             slot=slot.index if slot is not None else None, in_store=True)
+    except BaseException:
+        if slot is not None:
+            await slots.release(slot)
+        await asyncio.to_thread(shutil.rmtree, workdir, True)
+        raise
 
 
 class RemoteState:
@@ -182,7 +220,14 @@ class RemoteState:
                 meta |= {"kernel": str(final / KERNEL), "initrd": str(final / INITRD),
                          "fetched_from_store": True}
                 (work / "template.json").write_text(json.dumps(meta, indent=2))
-                os.replace(work, final)
+                try:
+                    os.replace(work, final)
+                except OSError as exc:
+                    # Another process sharing this directory laid it out first: the same.
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+                    await asyncio.to_thread(shutil.rmtree, work, True)
+                    return final
             except BaseException:
                 await asyncio.to_thread(shutil.rmtree, work, True)
                 raise
