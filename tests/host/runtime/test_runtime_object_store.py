@@ -175,6 +175,12 @@ async def test_a_sandbox_hibernated_on_a_lost_host_wakes_on_another(
     await _assert_resumed(woken, pid)
     chain = _chain(woken.workdir / b.rt.describe(sbx.id)["layers"][-1])  # type: ignore[index]
     assert all(name.startswith(str(b.root)) for name in chain), chain
+    # Its snapshot (of a template this host fetched) restores on a third host.
+    snap = (await b.rt.snapshot(sbx.id)).info
+    c = await make_host()
+    third = await c.rt.create(snapshot=snap.id)
+    await _assert_resumed(third, pid)
+    await c.rt.kill(third.id)
 
     await b.rt.kill(sbx.id)
     assert await b.remote.store.get_manifest(sandbox_manifest(sbx.id)) is None
