@@ -189,3 +189,30 @@ async def test_a_sandbox_hibernated_on_a_lost_host_wakes_on_another(
     assert await b.remote.store.get_manifest(sandbox_manifest(other.id)) is None
     with pytest.raises(SandboxNotFound):
         await b.rt.wake(other.id)
+
+
+async def test_a_host_dropping_its_stale_copy_leaves_the_newer_hibernation(
+        make_host: MakeHost) -> None:
+    """A hibernates S; B wakes it (a drain, or A was lost) and hibernates it again; then A
+    drops its own copy of S (the drain's cleanup, or a fenced host coming back): the state
+    B saved must stay in the store, and a third host wakes it with its processes."""
+    a, b = await make_host(), await make_host()
+    sbx = await a.rt.create()
+    pid = await _start_sleeper(sbx)
+    await a.rt.hibernate(sbx.id)
+    await b.rt.wake(sbx.id)
+    await b.rt.get(sbx.id).write_file("/work/later", b"after the move")
+    await b.rt.hibernate(sbx.id)
+
+    await a.rt.kill(sbx.id)  # A's copy: still hibernated there, now stale
+    assert await a.remote.store.get_manifest(sandbox_manifest(sbx.id)) is not None
+    await b.rt.close()
+    shutil.rmtree(b.root)  # B is lost too
+    c = await make_host()
+    await asyncio.to_thread(c.rt.network.sweep)
+    await c.rt.wake(sbx.id)
+    woken = c.rt.get(sbx.id)
+    await _assert_resumed(woken, pid)
+    assert await woken.read_file_bytes("/work/later") == b"after the move"
+    await c.rt.kill(sbx.id)
+    assert await c.remote.store.get_manifest(sandbox_manifest(sbx.id)) is None

@@ -358,7 +358,7 @@ class HostRuntime:
         if self.remote is not None and record is not None and record.in_store:
             # First: a kill that fails half-way must not leave a state to wake elsewhere.
             try:
-                await self.remote.delete_manifest(sandbox_manifest(sandbox_id))
+                await self.remote.delete_sandbox_manifest(sandbox_id, record.store_writer)
             except BaseException:
                 self._sandboxes[sandbox_id] = handle
                 raise
@@ -621,8 +621,8 @@ class HostRuntime:
             if self.remote is not None:
                 # Under the lock: a wake would write to the top layer being uploaded. A
                 # failure leaves the sandbox hibernated here, but not in the store.
-                await self.remote.publish_sandbox(record, handle.workdir)
-                self._save(replace(record, in_store=True))
+                writer = await self.remote.publish_sandbox(record, handle.workdir)
+                self._save(replace(record, in_store=True, store_writer=writer))
 
     async def wake(self, sandbox_id: str) -> None:
         """Restore a hibernated sandbox; a no-op for one that is awake. With an object store,

@@ -40,6 +40,10 @@ class SandboxRecord:
     network: dict[str, Any] = field(default_factory=dict)
     # Its hibernation is in the object store (a manifest to delete with it, ADR 0020).
     in_store: bool = False
+    # The writer token of that manifest when this host wrote or took it over: a kill here
+    # deletes the manifest only while it still carries it (another host that woke the
+    # sandbox since, and hibernated it again, owns it now).
+    store_writer: str = ""
 
     @property
     def top(self) -> str:

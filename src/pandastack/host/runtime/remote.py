@@ -21,6 +21,7 @@ import asyncio
 import errno
 import json
 import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -85,8 +86,10 @@ async def fetch_hibernated(remote: RemoteState, slots: SandboxSlots,
     try:
         slot = await slots.acquire(workdir, policy)
         fields = await remote.fetch_sandbox(document, workdir)
+        writer = await remote.take_over_sandbox(document)
         return SandboxRecord(id=workdir.name, **fields, state="hibernated", pid=None,
-                             slot=slot.index if slot is not None else None, in_store=True)
+                             slot=slot.index if slot is not None else None, in_store=True,
+                             store_writer=writer)
     except BaseException:
         if slot is not None:
             await slots.release(slot)
@@ -142,7 +145,7 @@ class RemoteState:
 
     async def _publish(self, manifest: str, body: dict[str, Any], stream: Path,
                        layers_dir: Path, layers: tuple[str, ...],
-                       template_path: Path) -> None:
+                       template_path: Path) -> dict[str, Any]:
         parts = await asyncio.gather(self._put(stream, STREAM),
                                      self._template_part(template_path),
                                      *(self._put(layers_dir / name) for name in layers))
@@ -150,6 +153,7 @@ class RemoteState:
                     "stream": parts[0], "template": parts[1], "layers": list(parts[2:])}
         # Last: a manifest names only objects the store holds.
         await self.store.put_manifest(manifest, json.dumps(document, indent=1).encode())
+        return document
 
     async def publish_snapshot(self, info: SnapshotInfo, directory: Path) -> None:
         snapshot = {k: v for k, v in asdict(info).items() if k != "template_path"}
@@ -157,12 +161,32 @@ class RemoteState:
                                                          "snapshot": snapshot},
                             directory / STREAM, directory, info.layers, Path(info.template_path))
 
-    async def publish_sandbox(self, record: SandboxRecord, workdir: Path) -> None:
+    async def publish_sandbox(self, record: SandboxRecord, workdir: Path) -> str:
+        """Publishes the hibernated sandbox; the writer token its manifest carries."""
         fields = {name: getattr(record, name) for name in SANDBOX_FIELDS}
+        writer = secrets.token_hex(8)
         await self._publish(sandbox_manifest(record.id), {"kind": "sandbox", "id": record.id,
-                                                          "record": fields},
+                                                          "record": fields, "writer": writer},
                             workdir / HIBERNATION, workdir, record.layers,
                             Path(record.template_path))
+        return writer
+
+    async def take_over_sandbox(self, document: dict[str, Any]) -> str:
+        """Puts the manifest back under a new writer token (this host's from now on), so
+        that the host it came from no longer deletes it when it drops its own copy (a
+        drain, or a fenced host coming back); the token."""
+        writer = secrets.token_hex(8)
+        await self.store.put_manifest(sandbox_manifest(document["id"]), json.dumps(
+            {**document, "writer": writer}, indent=1).encode())
+        return writer
+
+    async def delete_sandbox_manifest(self, sandbox_id: str, writer: str | None) -> None:
+        """Deletes the sandbox's manifest; with `writer`, only while it carries that token."""
+        if writer is not None:
+            document = await self.sandbox_document(sandbox_id)
+            if document is None or document.get("writer", "") != writer:
+                return
+        await self.store.delete_manifest(sandbox_manifest(sandbox_id))
 
     # -- fetching -------------------------------------------------------------------------
 
