@@ -79,6 +79,10 @@ class HostConfig:
     object_store: ObjectStoreConfig | None = None
     # Where fetched objects are kept (ADR 0016); None: `<home>/objects-cache`.
     objects_cache: Path | None = None
+    # What the objects cache may hold, in MiB (PANDASTACK_OBJECTS_CACHE_MB): beyond it the
+    # least recently used chunks and files that nothing outside the cache links to are
+    # evicted after each fetch (ADR 0016). None: no bound.
+    objects_cache_mb: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -130,6 +134,8 @@ class HostConfig:
         if "PANDASTACK_TB_SIZE_MB" in env:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
         values["object_store"] = ObjectStoreConfig.from_env(env)
+        if env.get("PANDASTACK_OBJECTS_CACHE_MB", "").strip():
+            values["objects_cache_mb"] = int(env["PANDASTACK_OBJECTS_CACHE_MB"])
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import os
 from collections.abc import Callable
@@ -199,6 +200,35 @@ class S3Bucket:
         keys = [item["Key"][len(prefix):] for item in answer.get("Contents", [])]
         more = answer.get("IsTruncated") and keys
         return keys, keys[-1] if more else None
+
+    def list_manifests(self, under: str) -> list[str]:
+        prefix = self.manifest_name("")
+        names: list[str] = []
+        token: str | None = None
+        while True:
+            args: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": prefix + under}
+            if token is not None:
+                args["ContinuationToken"] = token
+            answer = self.call("LIST manifests",
+                               functools.partial(self.client.list_objects_v2, **args))
+            names += [item["Key"][len(prefix):] for item in answer.get("Contents", [])]
+            token = answer.get("NextContinuationToken")
+            if not answer.get("IsTruncated") or not token:
+                return names
+
+    def list_page_with_times(self, after: str | None) -> tuple[list[tuple[str, float]],
+                                                               str | None]:
+        """One page of keys with their last-modified times (epoch seconds), and where the
+        next page starts (None: the last)."""
+        prefix = self.name("")
+        args: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": prefix}
+        if after is not None:
+            args["StartAfter"] = prefix + after
+        answer = self.call("LIST", lambda: self.client.list_objects_v2(**args))
+        items = [(item["Key"][len(prefix):], item["LastModified"].timestamp())
+                 for item in answer.get("Contents", [])]
+        more = answer.get("IsTruncated") and items
+        return items, items[-1][0] if more else None
 
     def close(self) -> None:
         if self._client is not None:

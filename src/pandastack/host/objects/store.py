@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pandastack.host.objects.cache import ObjectCache, cache_dir_of
+from pandastack.host.objects.chunks import ChunkedFiles
 from pandastack.host.objects.config import ObjectStoreConfig
 from pandastack.host.objects.keys import check_key, sha256_of_bytes, sha256_of_file
 from pandastack.host.objects.s3 import S3Bucket
@@ -45,6 +46,13 @@ class ObjectStats:
     refetches: int = 0  # cached files found changed and fetched again
     manifest_reads: int = 0  # GETs of manifests (found or not)
     manifest_writes: int = 0
+    # Chunked files (objects/chunks.py):
+    chunk_uploads: int = 0  # chunks sent
+    chunk_bytes_uploaded: int = 0
+    chunks_known: int = 0  # chunks not sent: known to be in the store (no request)
+    chunks_present: int = 0  # chunks not sent: the store had them (a HEAD)
+    holes: int = 0  # chunks of zeros: nothing stored
+    evicted: int = 0  # cache entries removed for the size bound
 
 
 class TransferStopped(ObjectStoreError):
@@ -53,10 +61,14 @@ class TransferStopped(ObjectStoreError):
 
 
 class ObjectStore:
-    def __init__(self, config: ObjectStoreConfig, cache_dir: Path) -> None:
+    def __init__(self, config: ObjectStoreConfig, cache_dir: Path,
+                 cache_limit_bytes: int | None = None) -> None:
+        """`cache_limit_bytes`: what the cache may hold (`evict`); None: no bound."""
         self.config = config
         self.bucket = S3Bucket(config)
         self.cache = ObjectCache(cache_dir)
+        self.cache_limit_bytes = cache_limit_bytes
+        self.files = ChunkedFiles(self)
         self.stats = ObjectStats()
         self._stats_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(config.parallel, thread_name_prefix="objects-part")
@@ -176,6 +188,7 @@ class ObjectStore:
         if self.cache.is_checked(key):
             self._count(cache_hits=1)
             path = self.cache.path_of(key)
+            self.cache.touch(path)
         else:
             task = self._fetches.get(key)
             if task is None:
@@ -235,6 +248,15 @@ class ObjectStore:
             return await asyncio.to_thread(_pread, self.cache.path_of(key), offset, length)
         return await asyncio.to_thread(self.bucket.read_range, key, offset, length)
 
+    async def evict(self, min_idle_s: float = 60.0) -> int:
+        """Brings the cache under its bound (least recently used first, never a file linked
+        from outside the cache); how many entries went. Nothing without a bound."""
+        if self.cache_limit_bytes is None:
+            return 0
+        removed = await asyncio.to_thread(self.cache.evict, self.cache_limit_bytes, min_idle_s)
+        self._count(evicted=len(removed))
+        return len(removed)
+
     # -- manifests: small named objects that say which keys make up a thing (a snapshot, a
     # hibernated sandbox); unlike objects they are replaced and deleted
 
@@ -251,6 +273,10 @@ class ObjectStore:
         """Removes the manifest (none by that name is no error); the objects it names stay:
         other manifests may name them too."""
         await asyncio.to_thread(self.bucket.delete_manifest, _manifest_name(name))
+
+    async def list_manifests(self, under: str = "") -> list[str]:
+        """The names of the manifests (below `under`, e.g. "snapshots/")."""
+        return await asyncio.to_thread(self.bucket.list_manifests, under)
 
     async def exists(self, key: str) -> bool:
         check_key(key)

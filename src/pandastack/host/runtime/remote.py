@@ -13,6 +13,11 @@ directory with its record. The chain's bottom is the only host path in a chain (
 layer names the template disk absolutely, the disk names the rootfs absolutely): the fetching
 host copies those two files out of the cache and names its own copies of their parents in
 them (`DiskLayers.rebase`, the header only). Every other file is a hard link to the cached one.
+
+Format 2 stores every file as chunks (objects/chunks.py): a reference names the file's chunk
+list (its key, size, chunk size and each chunk's key, or None for zeros), so holes are never
+sent and chunks the store has (another file, an earlier snapshot) are not sent again. Format 1
+manifests (each file one object under its sha256) are still read.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pandastack.host.config import HostConfig
 from pandastack.host.network.manager import Slot
+from pandastack.host.objects.chunks import ChunkList
 from pandastack.host.runtime.records import HIBERNATION, SandboxRecord
 from pandastack.host.runtime.slots import SandboxSlots
 from pandastack.host.runtime.snapshots import STREAM, SnapshotStore, allocated_bytes
@@ -42,7 +48,9 @@ from pandastack.hostport.results import SnapshotInfo
 if TYPE_CHECKING:
     from pandastack.host.objects.store import ObjectStore
 
-FORMAT = 1
+FORMAT = 2
+READ_FORMATS = (1, 2)
+MiB = 1 << 20
 KERNEL = "vmlinux"
 INITRD = "initrd.img"
 # Record fields a sandbox keeps across hosts (the rest is this host's: paths, pid, slot).
@@ -50,7 +58,9 @@ SANDBOX_FIELDS = ("template", "template_key", "vcpus", "memory_mb", "disk_bytes"
                   "machine_id", "created_at", "layers", "snapshot", "network")
 
 Progress = Callable[[str], None]
-Ref = dict[str, Any]  # {"name": file name here, "key": content key, "size": bytes}
+# {"name": file name here, "key": content key, "size": bytes}, and in format 2 the chunk
+# list: "chunk_size", "chunks" (each chunk's key or None); "key" is then the list's key.
+Ref = dict[str, Any]
 
 
 def snapshot_manifest(snapshot_id: str) -> str:
@@ -67,7 +77,8 @@ def open_remote(config: HostConfig, driver: Callable[[], VMMDriver],
     from pandastack.host.objects.store import ObjectStore  # boto3: only where a store is
 
     assert config.object_store is not None
-    store = ObjectStore(config.object_store, config.objects_cache_dir)
+    limit = None if config.objects_cache_mb is None else config.objects_cache_mb * MiB
+    store = ObjectStore(config.object_store, config.objects_cache_dir, limit)
     return RemoteState(store, config.fetched_templates_dir, lambda: driver().disks,
                        lambda: driver().identity(), progress)
 
@@ -109,9 +120,9 @@ class RemoteState:
         self._disks = disks
         self._identity = driver_identity
         self.progress = progress
-        # (device, inode, size, mtime) -> key: published files never change, and hashing a
-        # rootfs again for every snapshot would cost seconds.
-        self._keys: dict[tuple[int, int, int, int], str] = {}
+        # (device, inode, size, mtime) -> chunk list: published files never change, and
+        # reading a rootfs again for every snapshot would cost seconds.
+        self._keys: dict[tuple[int, int, int, int], ChunkList] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def close(self) -> None:
@@ -125,9 +136,11 @@ class RemoteState:
     async def _put(self, path: Path, name: str | None = None) -> Ref:
         st = await asyncio.to_thread(os.stat, path)
         stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        key = await self.store.put_file(path, key=self._keys.get(stamp))
-        self._keys[stamp] = key
-        return {"name": name or path.name, "key": key, "size": st.st_size}
+        chunks = self._keys.get(stamp)
+        if chunks is None or not chunks.data_keys <= self.store.files.known:
+            chunks = await self.store.files.put(path)
+            self._keys[stamp] = chunks
+        return {"name": name or path.name, "key": chunks.key, **chunks.to_json()}
 
     async def _template_part(self, template_path: Path) -> dict[str, Any]:
         meta = json.loads(await asyncio.to_thread((template_path / "template.json").read_text))
@@ -195,9 +208,12 @@ class RemoteState:
         if raw is None:
             return None
         document: dict[str, Any] = json.loads(raw)
-        if document.get("format") != FORMAT or document.get("kind") != kind:
-            raise SetupError(f"{name} in the object store is not a {kind} manifest of format "
-                             f"{FORMAT}")
+        if document.get("format") not in READ_FORMATS:
+            raise SetupError(f"{name} in the object store has manifest format "
+                             f"{document.get('format')!r}; this host reads formats "
+                             f"{', '.join(map(str, READ_FORMATS))} (a newer pandastack wrote it)")
+        if document.get("kind") != kind:
+            raise SetupError(f"{name} in the object store is not a {kind} manifest")
         here = self._identity()
         if document.get("driver") != here:
             # The stream is the VMM's own: another VMM version or accelerator cannot load it.
@@ -207,12 +223,18 @@ class RemoteState:
 
     async def _link(self, ref: Ref, dest: Path) -> None:
         """The cached object as `dest`, a hard link (read-only: it is the cache's file)."""
-        cached = await self.store.get_file(ref["key"])
+        if "chunks" in ref:
+            cached = await self.store.files.materialise(ChunkList.from_json(ref))
+        else:  # format 1: the file is one object
+            cached = await self.store.get_file(ref["key"])
         await asyncio.to_thread(_link_or_copy, cached, dest)
 
     async def _copy(self, ref: Ref, dest: Path) -> None:
         """A writable copy of the object as `dest`."""
-        await self.store.get_file(ref["key"], dest)
+        if "chunks" in ref:
+            await self.store.files.write_to(ChunkList.from_json(ref), dest)
+        else:
+            await self.store.get_file(ref["key"], dest)
 
     async def _template(self, part: dict[str, Any]) -> Path:
         """The template directory for a manifest's template part, laid out once per host from
@@ -293,7 +315,8 @@ class RemoteState:
             except BaseException:
                 snapshots.abort(work)
                 raise
-            return True
+        await self.store.evict()  # after the links: what this snapshot uses stays
+        return True
 
     async def sandbox_document(self, sandbox_id: str) -> dict[str, Any] | None:
         return await self._manifest(sandbox_manifest(sandbox_id), "sandbox")
@@ -307,6 +330,7 @@ class RemoteState:
                                           writable_top=True))
         fields = dict(document["record"])
         fields["layers"] = tuple(fields["layers"])
+        await self.store.evict()
         return {**fields, "template_path": str(template)}
 
     # -- deleting -------------------------------------------------------------------------
