@@ -26,6 +26,7 @@ from pandastack.host.vmm import factory
 from pandastack.host.vmm.driver import (
     KernelSpec,
     MachineShape,
+    MigrationStats,
     SnapshotFiles,
     SnapshotPause,
     VMPaths,
@@ -183,6 +184,30 @@ class FakeDriver:
 
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         self._call("resize_disk")
+
+    # Live migration needs a real VMM's stream (tests/host/runtime/test_runtime_migration.py).
+
+    async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
+                             disk: Path, *, netns: str | None = None) -> VMProcess:
+        self._call("start_incoming")
+        raise VMMError("the fake VMM does not migrate")
+
+    async def accept_incoming(self, vm: VMProcess, sock_fd: int) -> None:
+        raise VMMError("the fake VMM does not migrate")
+
+    async def wait_incoming(self, vm: VMProcess, timeout: float) -> None:
+        raise VMMError("the fake VMM does not migrate")
+
+    async def finish_incoming(self, vm: VMProcess) -> None:
+        raise VMMError("the fake VMM does not migrate")
+
+    async def migrate_out(self, vm: VMProcess, sock_fd: int, *, converge_s: float,
+                          timeout: float) -> MigrationStats:
+        self._call("migrate_out")
+        raise VMMError("the fake VMM does not migrate")
+
+    async def resume_source(self, vm: VMProcess) -> None:
+        self._call("resume_source")
 
     def owns(self, pid: int, paths: VMPaths) -> bool:
         argv = read_cmdline(pid)

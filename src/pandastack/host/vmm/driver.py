@@ -73,6 +73,18 @@ class SnapshotPause:
 
 
 @dataclass(frozen=True)
+class MigrationStats:
+    """How a live migration went on the source: the guest's pause (QEMU's `downtime` of a
+    pre-copy, or the whole transfer where the guest was stopped first), the time from the
+    start to the source's stop, the bytes of memory sent and how ("precopy" or "stopped")."""
+
+    downtime_ms: float
+    total_ms: float
+    bytes: int
+    method: str
+
+
+@dataclass(frozen=True)
 class VMPaths:
     """The files one VM owns, all inside its work directory (removed whole on kill)."""
 
@@ -282,6 +294,39 @@ class VMMDriver(Protocol):
 
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         """Grow the running VM's root disk; the guest sees the new capacity at once."""
+        ...
+
+    # -- live migration (ADR 0023): the agents hold the connection, the VMMs the stream --
+
+    async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
+                             disk: Path, *, netns: str | None = None) -> VMProcess:
+        """Start a VM that waits, stopped, for a migration stream; its disks stay inactive
+        (not read) until `finish_incoming`, so its top layer may still be written then."""
+        ...
+
+    async def accept_incoming(self, vm: VMProcess, sock_fd: int) -> None:
+        """Load the stream arriving on the connected socket `sock_fd` (the caller keeps and
+        closes its own descriptor)."""
+        ...
+
+    async def wait_incoming(self, vm: VMProcess, timeout: float) -> None:
+        """Until the whole stream is loaded (VMMError if it failed)."""
+        ...
+
+    async def finish_incoming(self, vm: VMProcess) -> None:
+        """Activate the disks and run the migrated guest."""
+        ...
+
+    async def migrate_out(self, vm: VMProcess, sock_fd: int, *, converge_s: float,
+                          timeout: float) -> MigrationStats:
+        """Send the VM into the connected socket `sock_fd` while it runs (as far as this VMM
+        tracks dirty memory correctly; past `converge_s` the guest is stopped); on return
+        the guest is stopped, its disks flushed and no longer written. On a failure the
+        guest runs again."""
+        ...
+
+    async def resume_source(self, vm: VMProcess) -> None:
+        """After `migrate_out`, before any destination ran: the guest runs again here."""
         ...
 
     def owns(self, pid: int, paths: VMPaths) -> bool:

@@ -29,10 +29,12 @@ from qemu.qmp import ExecuteError, QMPClient
 
 from pandastack.host.file_modes import PRIVATE_FILE, SERVICE_UMASK
 from pandastack.host.network.manager import GUEST_MAC, TAP
+from pandastack.host.vmm import qemu_migrate
 from pandastack.host.vmm.driver import (
     AGENT_PORT_NAME,
     KernelSpec,
     MachineShape,
+    MigrationStats,
     SnapshotFiles,
     SnapshotPause,
     VMPaths,
@@ -393,6 +395,45 @@ class QemuDriver:
         # The guest kernel learns the new capacity from virtio-blk's config-change interrupt.
         await qmp_pipeline(qmp_socket(vm.paths), [
             ("block_resize", {"device": ROOT_DRIVE, "size": size_bytes})], alive=vm.is_alive)
+
+    # -- live migration (qemu_migrate.py) -------------------------------------------------
+
+    async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
+                             disk: Path, *, netns: str | None = None) -> VMProcess:
+        for stale in (paths.agent_socket, qmp_socket(paths)):
+            stale.unlink(missing_ok=True)
+        # Anonymous RAM, like every restore from a stream: the whole memory comes with it.
+        argv = self._argv(paths, kernel, shape, None, share=False, disk=disk, netns=netns)
+        vm = self._spawn([*argv, "-S", "-incoming", "defer"], paths,
+                         huge_pages=self.stream_huge_pages)
+        try:
+            # As a restore: the guest finds the agent port open when it runs here.
+            vm.agent_connection = await connect_unix(paths.agent_socket, alive=vm.is_alive)
+        except BaseException:
+            vm.kill()
+            raise
+        return vm
+
+    async def accept_incoming(self, vm: VMProcess, sock_fd: int) -> None:
+        await qemu_migrate.incoming(vm, sock_fd)
+
+    async def wait_incoming(self, vm: VMProcess, timeout: float) -> None:
+        await qemu_migrate.wait_incoming(vm, timeout)
+
+    async def finish_incoming(self, vm: VMProcess) -> None:
+        qmp = await connect_qmp(qmp_socket(vm.paths))
+        try:
+            await _cont_after_migration(qmp)  # activates the disks first (late-block-activate)
+        finally:
+            await qmp.disconnect()
+
+    async def migrate_out(self, vm: VMProcess, sock_fd: int, *, converge_s: float,
+                          timeout: float) -> MigrationStats:
+        return await qemu_migrate.outgoing(vm, sock_fd, live=self.live_precopy(),
+                                           converge_s=converge_s, timeout=timeout)
+
+    async def resume_source(self, vm: VMProcess) -> None:
+        await qemu_migrate.resume_source(vm)
 
     def owns(self, pid: int, paths: VMPaths) -> bool:
         argv = read_cmdline(pid)  # nsenter has exec'd the VMM: argv[0] is the VMM
