@@ -33,6 +33,7 @@ from pandastack.host.network.manager import NetworkManager, ProxyPorts, Slot
 from pandastack.host.runtime.console import watch_consoles
 from pandastack.host.runtime.disk_layers import LayerMerges, needs_merge
 from pandastack.host.runtime.machinery import ImageSource, Machinery
+from pandastack.host.runtime.migration import Migrations
 from pandastack.host.runtime.records import (
     HIBERNATION,
     SANDBOX_ID_RE,
@@ -122,6 +123,7 @@ class HostRuntime:
         # Snapshots and hibernations shared with other hosts (ADR 0020); opened by start().
         self.remote: RemoteState | None = None
         self._fetching: dict[str, asyncio.Lock] = {}
+        self.migrations = Migrations(self)  # live migration in and out (ADR 0023)
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -388,6 +390,7 @@ class HostRuntime:
     async def kill_all(self) -> None:
         """Kill every sandbox and release the prepared network slots (a later create makes
         new ones): after this, the runtime holds nothing on the host."""
+        await self.migrations.close()
         for sid in list(self._sandboxes):
             await self.kill(sid)
         await self.slots.drop_spares()
@@ -402,6 +405,7 @@ class HostRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._console_watch
             self._console_watch = None
+        await self.migrations.close()
         await self.egress.close()
         await self.slots.drop_spares()
         await self.fork_buffer.close()
