@@ -19,6 +19,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
+from pandastack.cli.agent import VCPU_OVERCOMMIT
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.registry import Host, Registry
 from pandastack.server.hostclient import HostClient
@@ -86,7 +87,8 @@ async def test_register_heartbeat_lease_and_restart_keeps_epoch_and_vm(pg_dsn: s
             host = only_host(registry)
             assert host.endpoint == f"unix:{agent.socket.resolve()}"
             assert (host.epoch, host.labels, host.fenced) == (1, {"zone": "a"}, False)
-            assert host.vcpus == os.cpu_count() and host.memory_mb > 0 and host.disk_mb > 0
+            assert host.vcpus == VCPU_OVERCOMMIT * (os.cpu_count() or 1)
+            assert host.memory_mb > 0 and host.disk_mb > 0
             assert host.version
 
             async with HostClient(agent.url, agent.token) as client:

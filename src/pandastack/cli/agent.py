@@ -46,6 +46,9 @@ TOKEN_NAME = "agent.token"
 # the agent never closes one the client is about to send on.
 KEEP_ALIVE_S = 120
 GRACEFUL_S = 10
+# vCPUs offered to sandboxes per CPU of the host, by default: a sandbox of agent-written code
+# idles between the calls that drive it, and a busy one cannot take more than its own vCPUs.
+VCPU_OVERCOMMIT = 4
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,6 +71,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="when a host that stopped heartbeating counts as gone (default: 15)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a placement label of this host (repeat for more)")
+    p.add_argument("--vcpus", type=int, default=None, metavar="N",
+                   help=f"vCPUs this host offers sandboxes (default: {VCPU_OVERCOMMIT} per "
+                        f"CPU of the host)")
+    p.add_argument("--memory-mb", type=int, default=None, metavar="MB",
+                   help="memory this host offers sandboxes (default: the host's total)")
     p.add_argument("--object-store", default=None, metavar="URL",
                    help="the object store hosts share snapshots through "
                         "(sets PANDASTACK_OBJECT_STORE)")
@@ -216,8 +224,12 @@ def with_registry(local: LocalHost, args: argparse.Namespace, listen: str,
 
     engine = make_engine(args.db)
     migrate(engine)
-    facts = HostFacts(endpoint=endpoint_of(listen, args.advertise), vcpus=os.cpu_count() or 1,
-                      memory_mb=_mem_total_mb(),
+    vcpus = args.vcpus or VCPU_OVERCOMMIT * (os.cpu_count() or 1)
+    memory_mb = args.memory_mb or _mem_total_mb()
+    if vcpus < 1 or memory_mb < 1:
+        raise ValueError("--vcpus and --memory-mb must be positive")
+    facts = HostFacts(endpoint=endpoint_of(listen, args.advertise), vcpus=vcpus,
+                      memory_mb=memory_mb,
                       disk_mb=shutil.disk_usage(state_dir).free // (1 << 20),
                       labels=parse_labels(args.label), version=pandastack.__version__)
     membership = Membership(Registry(engine), facts, local, heartbeat_s=args.heartbeat_s,

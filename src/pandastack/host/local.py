@@ -80,6 +80,10 @@ class LocalHost:
     async def wake(self, sandbox_id: str) -> None:
         await self.runtime.wake(sandbox_id)
 
+    async def fetch_hibernated(self, sandbox_id: str) -> None:
+        """Lay out a sandbox hibernated on another host (SandboxNotFound without a store)."""
+        await self.runtime.fetch_hibernated(sandbox_id)
+
     async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
         return await self.runtime.update_network(sandbox_id, network)
 

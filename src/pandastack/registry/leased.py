@@ -20,8 +20,9 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
-from pandastack.hostport.errors import HostError, HostUnavailable
+from pandastack.hostport.errors import HostError, HostUnavailable, SandboxNotFound
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, RuntimePort, SandboxPlacement, SandboxPort
 from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
@@ -34,6 +35,14 @@ log = logging.getLogger("pandastack.registry")
 
 def new_sandbox_id() -> str:
     return f"sbx-{secrets.token_hex(6)}"
+
+
+@runtime_checkable
+class FetchesHibernated(Protocol):
+    """A host port that can lay out, without starting it, a sandbox another host hibernated
+    into the object store (the agent's LocalHost with a store)."""
+
+    async def fetch_hibernated(self, sandbox_id: str) -> None: ...
 
 
 class LeasedHost:
@@ -87,7 +96,14 @@ class LeasedHost:
 
     async def wake(self, sandbox_id: str) -> None:
         self.membership.check()
-        await self.inner.get(sandbox_id)  # SandboxNotFound before its lease is touched
+        try:
+            await self.inner.get(sandbox_id)  # SandboxNotFound before its lease is touched
+        except SandboxNotFound:
+            # Hibernated on another host: its files first (SandboxNotFound if the store has
+            # none either), its lease next, its VM last.
+            if not isinstance(self.inner, FetchesHibernated):
+                raise
+            await self.inner.fetch_hibernated(sandbox_id)
         epoch = await self.membership.lease(sandbox_id)
         await self.inner.wake(sandbox_id)
         await self._kept([sandbox_id], epoch)

@@ -659,6 +659,13 @@ class HostRuntime:
             self._save(replace(record, state="running", pid=vm.pid))
             stream.unlink(missing_ok=True)
 
+    async def fetch_hibernated(self, sandbox_id: str) -> None:
+        """A sandbox hibernated on another host, laid out here hibernated (no VM yet): the
+        agent leases it between this and the wake. SandboxNotFound without a store."""
+        if self.remote is None:
+            raise SandboxNotFound(sandbox_id)
+        await self._fetch_hibernated(sandbox_id)
+
     async def _fetch_hibernated(self, sandbox_id: str) -> None:
         assert self.remote is not None
         if not SANDBOX_ID_RE.match(sandbox_id):

@@ -35,6 +35,7 @@ from pandastack.hostport.errors import (
     HostLost,
     HostUnavailable,
     SandboxNotFound,
+    SnapshotNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import RuntimePort, SandboxPort
@@ -354,10 +355,15 @@ class ClusterPool(HostPool):
 
     async def kill(self, sandbox_id: str) -> None:
         """A lost host's sandbox has no VM to kill here: the host kills it when it comes
-        back (its lease is fenced)."""
+        back (its lease is fenced). What it saved in the object store (a hibernation) is
+        deleted through a live host, which holds no copy of it: the sandbox has ended."""
         try:
             await self._moved(sandbox_id, lambda host: host.kill(sandbox_id))
         except HostLost:
+            live = [h for h in self._live() if h not in self._unreachable]
+            if live:
+                with contextlib.suppress(SandboxNotFound, HostUnavailable):
+                    await self.hosts[live[0]].kill(sandbox_id)
             raise SandboxNotFound(sandbox_id) from None
         finally:
             self._sandboxes.pop(sandbox_id, None)
@@ -399,7 +405,7 @@ class ClusterPool(HostPool):
             raise
         finally:
             try:
-                await self.hosts[source].delete_snapshot(info.id)
+                await self.delete_snapshot(info.id)  # and the copies the children's hosts got
             except Exception as exc:
                 log.warning("deleting the fork snapshot %s: %s", info.id, exc)
         return children
@@ -460,8 +466,23 @@ class ClusterPool(HostPool):
         return [s for s in snapshots if include_internal or not s.internal]
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
-        await self._snapshot_host(snapshot_id).delete_snapshot(snapshot_id)
+        """On every live host: any that created from it holds a copy it fetched (and the
+        one holding the manifest deletes that too). SnapshotNotFound if none had it."""
+        await self._ensure_fresh()
+        live = [h for h in self._live() if h not in self._unreachable]
+        if not live:
+            raise HostUnavailable(f"no host is reachable for snapshot {snapshot_id}")
+        results = await asyncio.gather(*(self.hosts[h].delete_snapshot(snapshot_id)
+                                         for h in live), return_exceptions=True)
         self._snapshots.pop(snapshot_id, None)
+        found = False
+        for result in results:
+            if result is None:
+                found = True
+            elif not isinstance(result, SnapshotNotFound):
+                raise result
+        if not found:
+            raise SnapshotNotFound(snapshot_id)
 
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         await self._ensure_fresh()

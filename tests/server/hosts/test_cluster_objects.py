@@ -1,0 +1,195 @@
+"""Across hosts through the object store, on real agents, microVMs, PostgreSQL and the real
+S3 server: a snapshot taken on host A creates on host B with its processes; a fork pinned to
+B has the parent's live process and memory and its own hostname and machine-id; a drain of A
+moves its running sandbox to B with its processes; a hibernated sandbox of a SIGKILLed host
+wakes on the other one; the object store out of reach for 10 s gives clear 503s and nothing
+is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from pandastack.server.hosts.drain import drain
+from tests.host.objects.s3_server import s3_server
+from tests.registry.conftest import pg_dsn
+from tests.registry.proxy import TcpProxy
+from tests.server.conftest import Api, assert_envelope
+from tests.server.hosts.cluster_rig import STALE_S, agents, api_servers, host_ids, registry_of
+from tests.server.hosts.test_cluster_agents import until
+
+__all__ = ["pg_dsn"]
+
+# Holds a value only in its memory and writes it out on SIGUSR1: what a fork or a move must
+# carry over is this process, alive, with that value.
+HOLDER = ("import os, signal, time\n"
+          "v = os.urandom(8).hex()\n"
+          "signal.signal(signal.SIGUSR1, lambda *a: open('/tmp/told', 'w').write(v))\n"
+          "open('/tmp/value', 'w').write(v)\n"
+          "while True: time.sleep(1)\n")
+
+
+@pytest.fixture(scope="module")
+def s3_env() -> Iterator[dict[str, str]]:
+    with s3_server() as env, pytest.MonkeyPatch.context() as mp:
+        for name in ("PANDASTACK_S3_ACCESS_KEY", "PANDASTACK_S3_SECRET_KEY"):
+            mp.setenv(name, env[name])  # the agents' environment
+        yield env
+
+
+def store_url(env: dict[str, str], endpoint: str | None = None) -> str:
+    # One prefix for the module: the template's files are uploaded once (content keys).
+    return (f"s3://{env['PANDASTACK_S3_BUCKET']}/cluster-tests"
+            f"?endpoint={endpoint or env['PANDASTACK_S3_ENDPOINT']}")
+
+
+async def ok(r: httpx.Response, status: int = 200) -> dict[str, object]:
+    assert r.status_code == status, r.text
+    body: dict[str, object] = r.json()
+    return body
+
+
+async def holder(api: Api, sid: str) -> tuple[int, str]:
+    """Start the memory holder in the sandbox: its pid and the value it holds."""
+    r = await api.client.post(f"/v1/sandboxes/{sid}/processes",
+                              json={"cmd": ["python3", "-c", HOLDER]})
+    pid = int((await ok(r, 201))["pid"])  # type: ignore[call-overload]
+
+    async def written() -> bool:
+        r = await api.client.post(f"/v1/sandboxes/{sid}/exec",
+                                  json={"cmd": ["cat", "/tmp/value"]})
+        return r.status_code == 200 and len(r.json()["stdout"]) == 16
+    await until("the holder to start", written)
+    r = await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": ["cat", "/tmp/value"]})
+    return pid, str((await ok(r))["stdout"])
+
+
+async def told(api: Api, sid: str, pid: int) -> str:
+    """What the holder `pid` keeps in its memory now (it must be alive to tell)."""
+    script = (f"rm -f /tmp/told; kill -USR1 {pid} || exit 3; "
+              "for i in $(seq 50); do [ -s /tmp/told ] && exec cat /tmp/told; sleep 0.1; "
+              "done; exit 4")
+    r = await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": ["sh", "-c", script]})
+    body = await ok(r)
+    assert body["exit_code"] == 0, body
+    return str(body["stdout"])
+
+
+async def run(api: Api, sid: str, cmd: str) -> str:
+    r = await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": ["sh", "-c", cmd]})
+    body = await ok(r)
+    assert body["exit_code"] == 0, body
+    return str(body["stdout"])
+
+
+async def test_snapshot_fork_and_drain_across_hosts(pg_dsn: str, tmp_path: Path,
+                                                    s3_env: dict[str, str]) -> None:
+    with registry_of(pg_dsn) as registry:
+        async with agents(pg_dsn, 2, object_store=store_url(s3_env)) as (a, b), \
+                api_servers(tmp_path, pg_dsn, a.token_file) as (one, two):
+            id_a, id_b = host_ids(registry, [a, b])
+            src = str((await ok(await one.client.post("/v1/sandboxes", json={
+                "host_id": id_a, "ttl_seconds": 3600}), 201))["id"])
+            pid, value = await holder(one, src)
+
+            # A snapshot taken on A, through the other server, creates on B.
+            snap = await ok(await two.client.post(f"/v1/sandboxes/{src}/snapshots",
+                                                  json={"name": "s"}), 201)
+            made = await ok(await one.client.post("/v1/sandboxes", json={
+                "snapshot": snap["id"], "host_id": id_b}), 201)
+            assert made["host_id"] == id_b
+            assert await told(two, str(made["id"]), pid) == value
+
+            # A fork pinned to B: the parent's live process and memory, its own identity.
+            forked = await ok(await two.client.post(f"/v1/sandboxes/{src}/fork", json={
+                "count": 1, "host_id": id_b}), 201)
+            child = forked["sandboxes"][0]  # type: ignore[index]
+            assert child["host_id"] == id_b
+            assert await told(one, child["id"], pid) == value
+            ident = "hostname; cat /etc/machine-id"
+            assert await run(one, child["id"], ident) != await run(one, src, ident)
+            assert await told(one, src, pid) == value  # the parent runs on
+
+            # Drain A: its running sandbox goes on on B with its processes; A takes no more.
+            report = await drain(one.app.state.service, id_a)
+            assert report.moved == {src: id_b} and report.failed == {}, report
+            got = await ok(await two.client.get(f"/v1/sandboxes/{src}"))
+            assert got["host_id"] == id_b and got["state"] == "running"
+            assert await told(two, src, pid) == value
+            new = await ok(await two.client.post("/v1/sandboxes", json={}), 201)
+            assert new["host_id"] == id_b
+            await ok(await one.client.post(f"/v1/hosts/{id_a}/undrain"))
+
+            for sid in (src, made["id"], child["id"], new["id"]):
+                assert (await one.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+            assert (await two.client.delete(f"/v1/snapshots/{snap['id']}")).status_code \
+                == 204
+
+
+async def test_a_hibernated_sandbox_of_a_lost_host_wakes_on_another(
+        pg_dsn: str, tmp_path: Path, s3_env: dict[str, str]) -> None:
+    with registry_of(pg_dsn) as registry:
+        async with agents(pg_dsn, 2, object_store=store_url(s3_env)) as (a, b), \
+                api_servers(tmp_path, pg_dsn, a.token_file) as (one, two):
+            id_a, id_b = host_ids(registry, [a, b])
+            sid = str((await ok(await one.client.post("/v1/sandboxes", json={
+                "host_id": id_a, "persistent": True}), 201))["id"])
+            pid, value = await holder(one, sid)
+            await ok(await one.client.post(f"/v1/sandboxes/{sid}/hibernate"))
+
+            assert a.signal(signal.SIGKILL) == -signal.SIGKILL
+
+            async def lost() -> bool:
+                got = (await two.client.get(f"/v1/sandboxes/{sid}")).json()
+                return bool(got["state"] == "host_lost")
+            await until("the sandbox to be host_lost", lost, timeout=STALE_S * 10)
+            woken = await ok(await two.client.post(f"/v1/sandboxes/{sid}/wake"))
+            assert woken["state"] == "running"
+            got = await ok(await one.client.get(f"/v1/sandboxes/{sid}"))
+            assert got["host_id"] == id_b
+            assert await told(one, sid, pid) == value
+
+            a.start()  # back: drops its fenced copy, and leaves B's saved state alone
+            await ok(await two.client.post(f"/v1/sandboxes/{sid}/hibernate"))
+            assert await told(one, sid, pid) == value  # woken on B again, from its own
+            assert (await one.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+
+
+async def test_the_object_store_out_of_reach_gives_503s_and_loses_nothing(
+        pg_dsn: str, tmp_path: Path, s3_env: dict[str, str]) -> None:
+    endpoint = urlsplit(s3_env["PANDASTACK_S3_ENDPOINT"])
+    proxy = TcpProxy((endpoint.hostname or "127.0.0.1", int(endpoint.port or 80)))
+    proxy.start()
+    via_proxy = f"{endpoint.scheme}://127.0.0.1:{proxy.port}"
+    try:
+        with registry_of(pg_dsn):
+            async with agents(pg_dsn, 1, object_store=store_url(s3_env, via_proxy)) as (a,), \
+                    api_servers(tmp_path, pg_dsn, a.token_file, count=1) as (one,):
+                sid = str((await ok(await one.client.post("/v1/sandboxes", json={
+                    "persistent": True}), 201))["id"])
+                pid, value = await holder(one, sid)
+                proxy.stop()
+                try:
+                    r = await one.client.post(f"/v1/sandboxes/{sid}/snapshots", json={})
+                    assert_envelope(r, 503, "unavailable")
+                    assert "object store" in r.json()["error"]["message"]
+                    assert r.headers.get("retry-after")
+                    # What needs no store goes on.
+                    assert await told(one, sid, pid) == value
+                    await asyncio.sleep(10)
+                finally:
+                    proxy.start()
+                snap = await ok(await one.client.post(f"/v1/sandboxes/{sid}/snapshots",
+                                                      json={}), 201)
+                assert await told(one, sid, pid) == value
+                assert (await one.client.delete(f"/v1/snapshots/{snap['id']}")
+                        ).status_code == 204
+                assert (await one.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+    finally:
+        proxy.stop()
