@@ -11,12 +11,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pandastack.templatespec import TemplateSpec
 
 from .network import NetworkPolicy
-from .results import BuildResult, CodeEvent, ExecResult, FileInfo, SnapshotInfo, SnapshotResult
+from .results import (
+    BuildResult,
+    CodeEvent,
+    ExecResult,
+    FileInfo,
+    MigrationDocument,
+    SnapshotInfo,
+    SnapshotResult,
+)
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 BuildLog = Callable[[str], None]
@@ -171,4 +179,42 @@ class RuntimePort(Protocol):
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         """Keep the `keep_newest` most recently used step-cache entries; returns the ids of
         the snapshots deleted."""
+        ...
+
+
+@runtime_checkable
+class MigrationPort(Protocol):
+    """Live migration (ADR 0023) between two hosts: steps the control plane drives on the
+    source and on the destination in turn. The documents are the hosts' own (JSON the
+    control plane carries); the memory goes from host to host directly. One host's port
+    (LocalHost, HostClient, LeasedHost) has these; a pool of hosts is no end of a migration.
+    """
+
+    async def offer_migration(self, sandbox_id: str) -> MigrationDocument:
+        """Source: publish what a destination needs ahead (template, frozen layers); the
+        offer to hand to `accept_migration`."""
+        ...
+
+    async def accept_migration(self, sandbox_id: str,
+                               offer: MigrationDocument) -> MigrationDocument:
+        """Destination: be ready for the stream (a stopped VM, a one-shot listener); the
+        ticket (address, port, token) to hand to `migrate`."""
+        ...
+
+    async def migrate(self, sandbox_id: str, ticket: MigrationDocument) -> MigrationDocument:
+        """Source: stream the running sandbox to the ticket's host; on return its guest is
+        stopped here. The handoff (for `complete_migration`) says how long it paused."""
+        ...
+
+    async def complete_migration(self, sandbox_id: str, handoff: MigrationDocument) -> None:
+        """Destination: run the sandbox here (the switch); it is this host's from now on."""
+        ...
+
+    async def release_migrated(self, sandbox_id: str) -> None:
+        """Source, after the switch: drop this host's copy."""
+        ...
+
+    async def abort_migration(self, sandbox_id: str) -> None:
+        """Either side, before the switch: the source runs on, the destination keeps
+        nothing. SandboxNotFound if this host has no migration of the sandbox."""
         ...

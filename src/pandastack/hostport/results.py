@@ -4,6 +4,7 @@ this process or behind the host API (whose client rebuilds them from JSON)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -78,3 +79,9 @@ class BuildResult:
     steps_total: int
     steps_cached: int
     seconds: float
+
+
+# A live migration's offer, ticket or handoff (ADR 0023): JSON made and read by the hosts;
+# the control plane only carries it from one to the other (and reads a handoff's
+# "downtime_ms", "total_ms", "bytes" and "method").
+MigrationDocument = dict[str, Any]

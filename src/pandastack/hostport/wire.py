@@ -467,3 +467,9 @@ class Pruned(Strict):
 class HostStatus(Strict):
     status: Literal["ok"] = "ok"
     sandboxes: int
+
+
+class MigrationDocumentModel(Strict):
+    """A live migration's offer, ticket or handoff (hostport.results.MigrationDocument)."""
+
+    document: dict[str, Any]

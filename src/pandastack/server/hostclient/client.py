@@ -10,13 +10,19 @@ from pathlib import Path
 from pandastack.hostport.frames import Kind
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, SandboxPlacement
-from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
+from pandastack.hostport.results import (
+    BuildResult,
+    MigrationDocument,
+    SnapshotInfo,
+    SnapshotResult,
+)
 from pandastack.hostport.wire import (
     BuildRequest,
     BuildResultModel,
     CreateRequest,
     ForkRequest,
     HostStatus,
+    MigrationDocumentModel,
     Network,
     Placement,
     PrepareTemplateRequest,
@@ -169,6 +175,35 @@ class HostClient:
                                            api_path("sandboxes", sandbox_id, "network"),
                                            json=Network.of(network), read=self._t.lifecycle)
         return applied.policy()
+
+    async def _migration(self, sandbox_id: str, step: str,
+                         document: MigrationDocument | None = None) -> MigrationDocument:
+        body = None if document is None else MigrationDocumentModel(document=document)
+        response = await self._caller.call("POST",
+                                           api_path("sandboxes", sandbox_id, "migration", step),
+                                           json=body, read=self._t.lifecycle)
+        if response.status_code == 204:
+            return {}
+        return parse(MigrationDocumentModel, response.content, self.address).document
+
+    async def offer_migration(self, sandbox_id: str) -> MigrationDocument:
+        return await self._migration(sandbox_id, "offer")
+
+    async def accept_migration(self, sandbox_id: str,
+                               offer: MigrationDocument) -> MigrationDocument:
+        return await self._migration(sandbox_id, "accept", offer)
+
+    async def migrate(self, sandbox_id: str, ticket: MigrationDocument) -> MigrationDocument:
+        return await self._migration(sandbox_id, "send", ticket)
+
+    async def complete_migration(self, sandbox_id: str, handoff: MigrationDocument) -> None:
+        await self._migration(sandbox_id, "complete", handoff)
+
+    async def release_migrated(self, sandbox_id: str) -> None:
+        await self._migration(sandbox_id, "release")
+
+    async def abort_migration(self, sandbox_id: str) -> None:
+        await self._migration(sandbox_id, "abort")
 
     async def placement(self, sandbox_id: str) -> SandboxPlacement:
         placement = await self._caller.model(Placement, "GET",
