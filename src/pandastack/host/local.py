@@ -15,7 +15,12 @@ from pathlib import Path
 
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, SandboxPlacement, SandboxPort
-from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
+from pandastack.hostport.results import (
+    BuildResult,
+    MigrationDocument,
+    SnapshotInfo,
+    SnapshotResult,
+)
 from pandastack.templatespec import TemplateSpec
 
 from .runtime import HostRuntime
@@ -25,8 +30,12 @@ from .templates.builds import TemplateBuilds
 class LocalHost:
     """With `owns_runtime` false, `close()` leaves the runtime running (its caller owns it)."""
 
-    def __init__(self, runtime: HostRuntime, *, owns_runtime: bool = True) -> None:
+    def __init__(self, runtime: HostRuntime, *, owns_runtime: bool = True,
+                 migration_host: str = "127.0.0.1") -> None:
+        """`migration_host`: the address of this host where the memory of a sandbox that
+        migrates here arrives (the agent's own address on its network)."""
         self.runtime = runtime
+        self.migration_host = migration_host
         self.builds = TemplateBuilds(runtime)
         self.owns_runtime = owns_runtime
 
@@ -86,6 +95,25 @@ class LocalHost:
 
     async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
         return await self.runtime.update_network(sandbox_id, network)
+
+    async def offer_migration(self, sandbox_id: str) -> MigrationDocument:
+        return await self.runtime.migrations.offer(sandbox_id)
+
+    async def accept_migration(self, sandbox_id: str,
+                               offer: MigrationDocument) -> MigrationDocument:
+        return await self.runtime.migrations.accept(sandbox_id, offer, self.migration_host)
+
+    async def migrate(self, sandbox_id: str, ticket: MigrationDocument) -> MigrationDocument:
+        return await self.runtime.migrations.send(sandbox_id, ticket)
+
+    async def complete_migration(self, sandbox_id: str, handoff: MigrationDocument) -> None:
+        await self.runtime.migrations.complete(sandbox_id, handoff)
+
+    async def release_migrated(self, sandbox_id: str) -> None:
+        await self.runtime.migrations.release(sandbox_id)
+
+    async def abort_migration(self, sandbox_id: str) -> None:
+        await self.runtime.migrations.abort(sandbox_id)
 
     async def placement(self, sandbox_id: str) -> SandboxPlacement:
         described = self.runtime.describe(sandbox_id)

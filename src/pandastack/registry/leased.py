@@ -24,8 +24,19 @@ from typing import Protocol, runtime_checkable
 
 from pandastack.hostport.errors import HostError, HostUnavailable, SandboxNotFound
 from pandastack.hostport.network import NetworkPolicy
-from pandastack.hostport.protocols import BuildLog, RuntimePort, SandboxPlacement, SandboxPort
-from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
+from pandastack.hostport.protocols import (
+    BuildLog,
+    MigrationPort,
+    RuntimePort,
+    SandboxPlacement,
+    SandboxPort,
+)
+from pandastack.hostport.results import (
+    BuildResult,
+    MigrationDocument,
+    SnapshotInfo,
+    SnapshotResult,
+)
 from pandastack.templatespec import TemplateSpec
 
 from .membership import Membership
@@ -112,6 +123,48 @@ class LeasedHost:
         self.membership.check()
         await self.inner.kill(sandbox_id)
         await self.membership.release(sandbox_id)
+
+    # Live migration: the destination takes the lease before the guest runs there; the
+    # source drops it only while it still holds it, and takes it back when it runs on.
+
+    def _migrations(self) -> MigrationPort:
+        if not isinstance(self.inner, MigrationPort):
+            raise HostError("this host does not migrate sandboxes")
+        return self.inner
+
+    async def complete_migration(self, sandbox_id: str, handoff: MigrationDocument) -> None:
+        epoch = await self.membership.lease(sandbox_id)
+        await self._migrations().complete_migration(sandbox_id, handoff)
+        await self._kept([sandbox_id], epoch)
+
+    async def release_migrated(self, sandbox_id: str) -> None:
+        self.membership.check()
+        await self._migrations().release_migrated(sandbox_id)
+        await self.membership.release(sandbox_id)
+
+    async def abort_migration(self, sandbox_id: str) -> None:
+        self.membership.check()
+        try:
+            await self.inner.get(sandbox_id)
+        except SandboxNotFound:  # the destination's side: no sandbox here yet
+            await self._migrations().abort_migration(sandbox_id)
+            await self.membership.release(sandbox_id)
+            return
+        await self.membership.lease(sandbox_id)
+        await self._migrations().abort_migration(sandbox_id)
+
+    async def offer_migration(self, sandbox_id: str) -> MigrationDocument:
+        self.membership.check()
+        return await self._migrations().offer_migration(sandbox_id)
+
+    async def accept_migration(self, sandbox_id: str,
+                               offer: MigrationDocument) -> MigrationDocument:
+        self.membership.check()
+        return await self._migrations().accept_migration(sandbox_id, offer)
+
+    async def migrate(self, sandbox_id: str, ticket: MigrationDocument) -> MigrationDocument:
+        self.membership.check()
+        return await self._migrations().migrate(sandbox_id, ticket)
 
     async def _kept(self, sandbox_ids: list[str], epoch: int) -> None:
         """After an operation that made VMs under `epoch`: if the agent no longer serves
