@@ -31,6 +31,7 @@ import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from pandastack.host.config import HostConfig
@@ -243,6 +244,16 @@ def _exit_cleanly(_sig: int, _frame: object) -> NoReturn:
     raise SystemExit(0)
 
 
+def migration_host(listen: str, advertise: str | None) -> str:
+    """Where memory of sandboxes migrating here arrives (ADR 0023): the address API servers
+    dial, which the other agents reach too; loopback for an agent on a unix socket."""
+    for endpoint in (advertise, None if listen.startswith("unix:") else f"http://{listen}"):
+        host = urlsplit(endpoint).hostname if endpoint else None
+        if host and host not in ("0.0.0.0", "::"):
+            return host
+    return "127.0.0.1"
+
+
 async def serve(config: HostConfig, listen: str, token: str, log_level: str,
                 args: argparse.Namespace | None = None) -> None:
     import uvicorn
@@ -252,7 +263,8 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
     from pandastack.host.runtime import HostRuntime
 
     runtime = HostRuntime(config, progress=lambda message: log.info("%s", message))
-    local = LocalHost(runtime)
+    local = LocalHost(runtime, migration_host=migration_host(
+        listen, args.advertise if args is not None else None))
     host: RuntimePort = local
     if args is not None and args.db:
         host = with_registry(local, args, listen, config.sandboxes_dir)
