@@ -140,5 +140,8 @@ async def test_a_wrong_token_is_refused(make_host: MakeHost) -> None:
     await writer.drain()
     assert await asyncio.wait_for(reader.read(), 10) == b""  # closed on us
     writer.close()
-    await migrate(a, b, sbx.id)  # the real source still gets in
+    # The real source still gets in.
+    await b.rt.migrations.complete(sbx.id, await a.rt.migrations.send(sbx.id, ticket))
+    await a.rt.migrations.release(sbx.id)
     assert b.rt.get(sbx.id).state == "running"
+    _nothing_of(a, sbx.id)
