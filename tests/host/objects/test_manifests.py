@@ -51,3 +51,29 @@ async def test_a_download_keeps_zeros_as_holes_and_a_known_key_skips_hashing(
         assert (other.stats.skipped_uploads, other.stats.uploads) == (1, 0)
     finally:
         await other.close()
+
+
+async def test_manifest_formats_1_and_2_are_read_others_refused(
+        store: ObjectStore, tmp_path: Path) -> None:
+    import json
+
+    from pandastack.host.runtime.remote import RemoteState
+    from pandastack.hostport.errors import SetupError
+
+    remote = RemoteState(store, tmp_path / "templates", disks=lambda: None,  # type: ignore
+                         driver_identity=lambda: "vmm|tcg", progress=lambda m: None)
+    whole = tmp_path / "whole"
+    whole.write_bytes(os.urandom(3 * MiB))
+    key = await store.put_file(whole)  # how format 1 stored every file
+    for fmt in (1, 2):
+        await store.put_manifest(f"snapshots/snap-00000000000{fmt}.json", json.dumps(
+            {"format": fmt, "kind": "snapshot", "driver": "vmm|tcg"}).encode())
+        document = await remote._manifest(f"snapshots/snap-00000000000{fmt}.json", "snapshot")
+        assert document is not None and document["format"] == fmt
+    await remote._link({"name": "whole", "key": key, "size": 3 * MiB}, tmp_path / "linked")
+    assert (tmp_path / "linked").read_bytes() == whole.read_bytes()
+
+    await store.put_manifest("snapshots/snap-000000000003.json", json.dumps(
+        {"format": 3, "kind": "snapshot", "driver": "vmm|tcg"}).encode())
+    with pytest.raises(SetupError, match="format 3; this host reads formats 1, 2"):
+        await remote._manifest("snapshots/snap-000000000003.json", "snapshot")

@@ -128,7 +128,13 @@ async def test_a_snapshot_taken_on_one_host_creates_on_another(make_host: MakeHo
     first = await b.rt.create(snapshot=snap.id)
     await _assert_resumed(first, pid)
     fetched = b.downloads
-    assert fetched >= 5  # stream, layer, template disk, rootfs, kernel, initrd (some small)
+    assert fetched >= 5  # chunks of stream, layer, template disk, rootfs, kernel, initrd
+    # The rootfs is mostly holes: neither sent nor fetched, and a hole again on this host.
+    template = Path(b.rt.snapshots.get(snap.id).template_path)
+    rootfs = next(template.glob("backing-*"))
+    assert rootfs.stat().st_blocks * 512 < rootfs.stat().st_size // 2
+    assert a.remote.store.stats.holes > 0
+    assert a.remote.store.stats.chunk_bytes_uploaded < rootfs.stat().st_size
     # The chain is this host's own: nothing of the other host's paths.
     chain = _chain(first.workdir / b.rt.describe(first.id)["layers"][-1])  # type: ignore[index]
     assert all(name.startswith(str(b.root)) for name in chain), chain
@@ -138,6 +144,16 @@ async def test_a_snapshot_taken_on_one_host_creates_on_another(make_host: MakeHo
     await _assert_resumed(second, pid)
     assert b.downloads == fetched  # nothing fetched twice
     assert b.remote.store.stats.cache_hits == hits  # the snapshot is this host's now
+
+    # A second snapshot on A sends nothing of the template (the store has its chunks, and
+    # A knows it): only chunks of its stream and layers.
+    sent = a.remote.store.stats.chunk_uploads
+    again = (await a.rt.snapshot(parent.id, "again")).info
+    new_chunks = a.remote.store.stats.chunk_uploads - sent
+    manifest = json.loads(await a.remote.store.get_manifest(snapshot_manifest(again.id)) or b"")
+    own = {k for ref in (manifest["stream"], *manifest["layers"]) for k in ref["chunks"] if k}
+    assert 0 < new_chunks <= len(own)
+    await asyncio.to_thread(a.rt.delete_snapshot, again.id)
 
     await b.rt.kill(first.id)
     await b.rt.kill(second.id)
