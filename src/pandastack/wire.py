@@ -430,3 +430,6 @@ class DrainResult(Strict):
     moved: dict[str, str] = Field(default_factory=dict)
     failed: dict[str, str] = Field(default_factory=dict)
     stayed_hibernated: list[str] = Field(default_factory=list)
+    moved_live: list[str] = Field(
+        default_factory=list, description="of the moved, those that moved live (paused only "
+                                          "for the switch); the others moved cold")

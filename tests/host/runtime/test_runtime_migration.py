@@ -11,13 +11,15 @@ import pytest
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import HostError, SandboxNotFound
 from tests.helpers import vmm_pids_under
-from tests.host.runtime.test_runtime_object_store import (  # noqa: F401 (fixtures)
+from tests.host.runtime.test_runtime_object_store import (
     Host,
     MakeHost,
     make_host,
     s3_env,
     store_config,
 )
+
+__all__ = ["make_host", "s3_env", "store_config"]  # the fixtures, shared
 
 pytestmark = pytest.mark.vm
 

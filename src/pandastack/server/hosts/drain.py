@@ -1,13 +1,15 @@
 """The registry's hosts as an admin sees them, and drain: a host that takes no new sandbox,
 and whose running ones move to other hosts under the same id.
 
-A move today is cold: the sandbox is hibernated on its host (its memory, processes and disk
-written to the object store), woken on the best other host (which fetches them), and the
-source then drops its copy. The sandbox keeps its id, processes and files; it is paused for
-the whole move (seconds: the hibernation's write and the wake's fetch), not only for a final
-switch as live migration would be (left: QEMU migration between agents). A hibernated
-sandbox stays where it is: its state is already in the object store, and a wake after its
-host is gone restores it elsewhere.
+A running sandbox moves live (ADR 0023): the target gets ready for it, the source's VMM
+streams its memory straight to the target's while it runs, and it pauses only for the
+switch (the last memory, its top disk layer); the lease moves with it. Where that fails
+before the switch (the source then runs on as if nothing happened), and for a paused
+sandbox, the move is cold: hibernated on its host (its memory, processes and disk written
+to the object store), woken on the best other host (which fetches them), and the source
+then drops its copy; the sandbox keeps its id, processes and files, paused for the whole
+move. A hibernated sandbox stays where it is: its state is already in the object store, and
+a wake after its host is gone restores it elsewhere.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pandastack.hostport.errors import HostError, SandboxNotFound
+from pandastack.hostport.errors import HostError, HostExhausted, HostUnavailable, SandboxNotFound
+from pandastack.hostport.protocols import MigrationPort
 
 from ..errors import ApiError, api_error_of
+from .placement import Shape
+from .pool import _Held
 
 if TYPE_CHECKING:
     from ..service import SandboxService
@@ -53,6 +58,7 @@ class DrainReport:
     moved: dict[str, str] = field(default_factory=dict)  # sandbox -> the host it went to
     failed: dict[str, str] = field(default_factory=dict)  # sandbox -> why it stayed
     stayed_hibernated: list[str] = field(default_factory=list)
+    moved_live: list[str] = field(default_factory=list)  # of `moved`, those that moved live
 
 
 def _cluster(service: SandboxService) -> ClusterPool:
@@ -120,7 +126,9 @@ async def drain(service: SandboxService, host_id: str) -> DrainReport:
         if row.state not in ("running", "paused"):
             continue
         try:
-            report.moved[row.id] = await move(service, cluster, row.id, host_id)
+            report.moved[row.id], live = await move_how(service, cluster, row.id, host_id)
+            if live:
+                report.moved_live.append(row.id)
         except (ApiError, HostError) as exc:
             why = exc.message if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"
             report.failed[row.id] = why
@@ -131,11 +139,28 @@ async def drain(service: SandboxService, host_id: str) -> DrainReport:
 async def move(service: SandboxService, cluster: ClusterPool, sandbox_id: str,
                source: str) -> str:
     """Move one sandbox off `source` (see the module's docstring); the host it went to."""
+    return (await move_how(service, cluster, sandbox_id, source))[0]
+
+
+async def move_how(service: SandboxService, cluster: ClusterPool, sandbox_id: str,
+                   source: str) -> tuple[str, bool]:
+    """`move`, and whether the sandbox moved live."""
     row = service.store.sandbox_by_id(sandbox_id)
     if row is None:
         raise ApiError(404, "not_found", f"sandbox {sandbox_id!r} not found")
     was_paused = row.state == "paused"
     async with service.transition(sandbox_id):
+        if not was_paused:
+            try:
+                target = await migrate_live(cluster, sandbox_id, source, vcpus=row.vcpus,
+                                            memory_mb=row.memory_mb)
+            except HostError as exc:
+                log.warning("sandbox %s did not move live off %s (%s: %s): moving it cold",
+                            sandbox_id, source, type(exc).__name__, exc)
+            else:
+                service.store.update_sandbox(sandbox_id, host_id=target, state="running")
+                log.info("sandbox %s moved live from %s to %s", sandbox_id, source, target)
+                return target, True
         try:
             if was_paused:
                 await cluster.resume(sandbox_id)
@@ -166,4 +191,52 @@ async def move(service: SandboxService, cluster: ClusterPool, sandbox_id: str,
         service.store.update_sandbox(sandbox_id, host_id=target,
                                      state="paused" if was_paused else "running")
     log.info("sandbox %s moved from %s to %s", sandbox_id, source, target)
+    return target, False
+
+
+async def migrate_live(cluster: ClusterPool, sandbox_id: str, source: str, *,
+                       vcpus: int, memory_mb: int) -> str:
+    """Live-migrate the running sandbox off `source` to the best other host that takes it;
+    that host. A failure before the switch leaves it running on `source` (both hosts undo
+    their side) and raises; after the switch only the source's cleanup can fail (logged)."""
+    src = cluster.hosts[source]
+    if not isinstance(src, MigrationPort):
+        raise HostError(f"host {source} does not migrate sandboxes")
+    await cluster._ensure_fresh()
+    offer = await src.offer_migration(sandbox_id)
+    tried: list[str] = []
+    for target in cluster._ranked(Shape(vcpus, memory_mb, "")):
+        dst = cluster.hosts.get(target)
+        if target == source or not isinstance(dst, MigrationPort):
+            continue
+        try:
+            ticket = await dst.accept_migration(sandbox_id, offer)
+        except (HostExhausted, HostUnavailable) as exc:
+            tried.append(f"{target}: {exc}")
+            continue
+        break
+    else:
+        with contextlib.suppress(HostError):
+            await src.abort_migration(sandbox_id)
+        raise HostExhausted("no other host took the sandbox" + (
+            f" ({'; '.join(tried)})" if tried else ""))
+    try:
+        handoff = await src.migrate(sandbox_id, ticket)
+        await dst.complete_migration(sandbox_id, handoff)
+    except BaseException:
+        with contextlib.suppress(HostError):
+            await dst.abort_migration(sandbox_id)
+        with contextlib.suppress(HostError):
+            await src.abort_migration(sandbox_id)
+        raise
+    cluster._sandboxes[sandbox_id] = _Held(target, vcpus, memory_mb)
+    cluster._placed(target, vcpus, memory_mb)
+    log.info("sandbox %s: paused %.0f ms of %.0f ms (%s, %d bytes of memory)", sandbox_id,
+             float(handoff.get("downtime_ms", 0)), float(handoff.get("total_ms", 0)),
+             handoff.get("method"), int(handoff.get("bytes", 0)))
+    try:
+        await src.release_migrated(sandbox_id)
+    except HostError as exc:
+        log.warning("sandbox %s moved live to %s, but %s kept its copy: %s", sandbox_id,
+                    target, source, exc)
     return target

@@ -46,7 +46,8 @@ async def get_host(host_id: HostId, who: AdminPrincipal, service: Service) -> Ho
 async def drain_host(host_id: HostId, who: AdminPrincipal, service: Service) -> DrainResult:
     report = await hosts.drain(service, host_id)
     return DrainResult(host_id=report.host_id, moved=report.moved, failed=report.failed,
-                       stayed_hibernated=report.stayed_hibernated)
+                       stayed_hibernated=report.stayed_hibernated,
+                       moved_live=report.moved_live)
 
 
 @router.post("/hosts/{host_id}/undrain", response_model=HostInfo,
