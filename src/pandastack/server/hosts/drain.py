@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pandastack.hostport.errors import HostError, HostExhausted, HostUnavailable, SandboxNotFound
 from pandastack.hostport.protocols import MigrationPort
+from pandastack.hostport.results import MigrationDocument
 
 from ..errors import ApiError, api_error_of
 from .placement import Shape
@@ -152,8 +153,8 @@ async def move_how(service: SandboxService, cluster: ClusterPool, sandbox_id: st
     async with service.transition(sandbox_id):
         if not was_paused:
             try:
-                target = await migrate_live(cluster, sandbox_id, source, vcpus=row.vcpus,
-                                            memory_mb=row.memory_mb)
+                target, _ = await migrate_live(cluster, sandbox_id, source,
+                                               vcpus=row.vcpus, memory_mb=row.memory_mb)
             except HostError as exc:
                 log.warning("sandbox %s did not move live off %s (%s: %s): moving it cold",
                             sandbox_id, source, type(exc).__name__, exc)
@@ -195,10 +196,11 @@ async def move_how(service: SandboxService, cluster: ClusterPool, sandbox_id: st
 
 
 async def migrate_live(cluster: ClusterPool, sandbox_id: str, source: str, *,
-                       vcpus: int, memory_mb: int) -> str:
+                       vcpus: int, memory_mb: int) -> tuple[str, MigrationDocument]:
     """Live-migrate the running sandbox off `source` to the best other host that takes it;
-    that host. A failure before the switch leaves it running on `source` (both hosts undo
-    their side) and raises; after the switch only the source's cleanup can fail (logged)."""
+    that host and the handoff (how long the sandbox paused). A failure before the switch
+    leaves it running on `source` (both hosts undo their side) and raises; after the switch
+    only the source's cleanup can fail (logged)."""
     src = cluster.hosts[source]
     if not isinstance(src, MigrationPort):
         raise HostError(f"host {source} does not migrate sandboxes")
@@ -239,4 +241,4 @@ async def migrate_live(cluster: ClusterPool, sandbox_id: str, source: str, *,
     except HostError as exc:
         log.warning("sandbox %s moved live to %s, but %s kept its copy: %s", sandbox_id,
                     target, source, exc)
-    return target
+    return target, handoff
