@@ -65,7 +65,7 @@ def test_list_drain_undrain(cluster: FakeServer, capsys: pytest.CaptureFixture[s
     a, b = (h["id"] for h in hosts)
 
     assert run_json(capsys, "drain", b) == (0, {"host_id": b, "moved": {}, "failed": {},
-                                                "stayed_hibernated": []})
+                                                "stayed_hibernated": [], "moved_live": []})
     assert main(["sandbox", "create"]) == 0  # goes to a: b is draining
     sandbox = capsys.readouterr().out.strip()
     code, undrained = run_json(capsys, "undrain", b)

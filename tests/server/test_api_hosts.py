@@ -118,7 +118,8 @@ async def test_drain_and_undrain_flip_a_host_and_placement_follows(
     api, a, b = cluster.api, cluster.host(0), cluster.host(1)
     r = await api.client.post(f"/v1/hosts/{a}/drain")
     assert r.status_code == 200, r.text
-    assert r.json() == {"host_id": a, "moved": {}, "failed": {}, "stayed_hibernated": []}
+    assert r.json() == {"host_id": a, "moved": {}, "failed": {}, "stayed_hibernated": [],
+                        "moved_live": []}
     assert await states(api) == {a: "draining", b: "live"}
     assert cluster.cluster.store.get_host(a).draining  # type: ignore[union-attr]
 
