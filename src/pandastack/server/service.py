@@ -37,6 +37,8 @@ SNAPSHOT_SHAPE = ("template", "vcpus", "memory_mb")
 #: 409 template_building (a template found on disk is ready well within this).
 PREPARE_WAIT_SECONDS = 20.0
 PREPARE_RETRY_AFTER_SECONDS = 10
+#: Longer than a create may take (the host client's lifecycle timeout is 900 s).
+CREATE_DEADLINE_SECONDS = 1800.0
 
 T = TypeVar("T")
 
@@ -495,8 +497,14 @@ class SandboxService:
         on_host = {h.id for h in await self.runtime.list_sandboxes()}
         self.mark_lost_hosts()
         failed: list[str] = []
+        # Another API server of a cluster may be creating it right now: only a create older
+        # than any create may take counts as interrupted.
+        started_before = time.time() - CREATE_DEADLINE_SECONDS if self.cluster else None
         for row in self.store.live_sandboxes():
             if row.state == "host_lost":
+                continue
+            if (row.state == "starting" and started_before is not None
+                    and row.created_at > started_before):
                 continue
             if row.state == "starting" or row.id not in on_host:
                 self.store.end_sandbox(row.id, "failed", "VM gone after a server restart")

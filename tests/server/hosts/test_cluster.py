@@ -200,3 +200,32 @@ async def test_drain_moves_running_sandboxes_under_their_ids(tmp_path: Path,
             assert (await c.delete(f"/v1/sandboxes/{sid}")).status_code == 204
         assert fa.sandboxes == {} and fb.sandboxes == {}
     store.close()
+
+
+async def test_a_restarting_server_leaves_another_servers_create_under_way(
+        tmp_path: Path, cluster: Cluster) -> None:
+    """A row still `starting` may be another API server's create in flight: a server that
+    starts only fails those older than any create may take."""
+    import time
+
+    from pandastack.server.store import Sandbox, open_store
+    settings = make_settings(tmp_path, cluster=True)
+    store = open_store(settings.dsn)
+    pool = pool_for(store, cluster)
+    now = time.time()
+
+    def starting(sid: str, created_at: float) -> Sandbox:
+        return Sandbox(id=sid, team="default", template="base", state="starting",
+                       created_at=created_at, expires_at=created_at + 300, ttl_seconds=300,
+                       persistent=False, vcpus=1, memory_mb=512, disk_mb=None, env={},
+                       meta={}, last_activity_at=created_at, ended_at=None, end_reason=None,
+                       snapshot=None, cwd=None, user=None)
+
+    with store.session() as s:
+        store.ensure_team(s, "default")
+    store.add_sandbox(starting("sbx-00000000000a", now))
+    store.add_sandbox(starting("sbx-00000000000b", now - 4000))
+    async with running_app(settings, pool):
+        assert store.sandbox_by_id("sbx-00000000000a").state == "starting"  # type: ignore[union-attr]
+        assert store.sandbox_by_id("sbx-00000000000b").state == "failed"  # type: ignore[union-attr]
+    store.close()

@@ -49,7 +49,9 @@ def make_engine(dsn: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(dsn, pool_pre_ping=True)
+    # A database that does not answer must fail a request in seconds, not hang it (and the
+    # event loop of an API server, whose store calls are short and made inline).
+    return create_engine(dsn, pool_pre_ping=True, connect_args={"connect_timeout": 5})
 
 
 def migrate(engine: Engine) -> None:
