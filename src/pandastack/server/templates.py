@@ -33,6 +33,10 @@ SNAPSHOT_PREFIX = "snapshot:"
 TEMPLATE_REF_RE = re.compile(rf"^(?P<name>{TEMPLATE_NAME_BODY})(?::(?P<version>[0-9]{{1,9}}))?$")
 #: Log lines kept per build (in memory while it runs, in the store after).
 MAX_LOG_LINES = 5000
+#: In a cluster, a build still `building` this long after it began is taken for one whose API
+#: server died (nothing records which server runs a build yet, so a younger one may be
+#: another server's, under way).
+BUILD_DEADLINE_SECONDS = 6 * 3600.0
 MAX_LOG_LINE = 4000
 
 
@@ -304,9 +308,18 @@ class TemplateService:
 
     async def reconcile(self) -> None:
         """After a restart: builds that were running failed; ready versions whose snapshot is
-        gone from the host are marked failed (they cannot be restored)."""
-        held = {info.id for info in await self.runtime.list_snapshots(include_internal=True)}
+        gone from the host are marked failed (they cannot be restored). In a cluster, a build
+        may be another API server's, under way (only one older than any build may take
+        failed), and snapshots are in the object store, not only on the hosts up now."""
+        cluster = self.sandboxes.cluster is not None
+        held = (set() if cluster else
+                {info.id for info in await self.runtime.list_snapshots(include_internal=True)})
+        started_before = time.time() - BUILD_DEADLINE_SECONDS
         for row in self.store.all_template_versions():
+            if row.status == "building" and cluster and row.created_at > started_before:
+                continue
+            if row.status == "ready" and cluster:
+                continue
             if row.status == "building":
                 self.store.update_template_version(
                     row.id, status="failed", finished_at=time.time(),

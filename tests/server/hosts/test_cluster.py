@@ -229,3 +229,36 @@ async def test_a_restarting_server_leaves_another_servers_create_under_way(
         assert store.sandbox_by_id("sbx-00000000000a").state == "starting"  # type: ignore[union-attr]
         assert store.sandbox_by_id("sbx-00000000000b").state == "failed"  # type: ignore[union-attr]
     store.close()
+
+
+async def test_a_restarting_server_keeps_ready_templates_and_builds_under_way(
+        tmp_path: Path, cluster: Cluster) -> None:
+    """In a cluster a template's snapshot is in the object store, not only on the hosts up
+    now, and a build may be another server's: neither is failed at start."""
+    import time
+
+    from pandastack.server.store import TemplateVersion, open_store
+    settings = make_settings(tmp_path, cluster=True)
+    store = open_store(settings.dsn)
+    pool = pool_for(store, cluster)
+    now = time.time()
+
+    def version(build: str, status: str, created_at: float, number: int) -> TemplateVersion:
+        return TemplateVersion(id=build, team="default", name="t", version=number,
+                               status=status, snapshot_id="snap-0000000000aa"
+                               if status == "ready" else None, env={}, cwd=None, user=None,
+                               vcpus=None, memory_mb=None, error=None, steps_total=1,
+                               steps_cached=0, created_at=created_at, finished_at=None)
+
+    with store.session() as s:
+        store.ensure_team(s, "default")
+    rows = {"ready": version("bld-ready", "ready", now - 10, 1),
+            "young": version("bld-young", "building", now - 10, 2),
+            "old": version("bld-old", "building", now - 7 * 3600, 3)}
+    for row in rows.values():
+        store.add_template_version(row, {"steps": []})
+    async with running_app(settings, pool):
+        status = {k: store.get_template_build("default", r.id).status  # type: ignore[union-attr]
+                  for k, r in rows.items()}
+    assert status == {"ready": "ready", "young": "building", "old": "failed"}
+    store.close()
