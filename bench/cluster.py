@@ -209,7 +209,7 @@ DIRTIER = ("import time\n"
            "    r = (r + 1) & 255\n"
            "    for i in range(0, len(b), 4096): b[i] = r\n")
 TICKER = ("import time\n"
-          "f = open('/tmp/ticks', 'w', buffering=1)\n"
+          "f = open('/tmp/ticks', 'a', buffering=1)\n"
           "while True: f.write(f'{time.time():.4f}\\n'); time.sleep(0.01)\n")
 GAP = ("t = [float(x) for x in open('/tmp/ticks') if x.strip()]\n"
        "print(max(b - a for a, b in zip(t, t[1:])))\n"
@@ -242,7 +242,7 @@ async def migration(n: int) -> None:
         sent: list[int] = []
         for i in range(n + 1):  # the first move warms up (B fetches the template)
             source, target = hosts[i % 2], hosts[(i + 1) % 2]
-            await guest.exec(["sh", "-c", ": > /tmp/ticks"])
+            await pool.handle(sbx.id).exec(["sh", "-c", ": > /tmp/ticks"])
             t0 = time.perf_counter()
             got, handoff = await migrate_live(pool, sbx.id, source, vcpus=1, memory_mb=512)
             took = (time.perf_counter() - t0) * 1000
