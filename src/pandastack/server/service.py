@@ -95,6 +95,8 @@ class SandboxService:
                if SANDBOX_ID_RE.match(sandbox_id) else None)
         if row is None:
             raise not_found(f"sandbox {sandbox_id!r}")
+        if self.cluster is not None and row.state not in ENDED_STATES:
+            self.cluster.note_host(row.id, row.host_id)
         if touch and row.state not in ENDED_STATES:
             now = time.time()
             self.store.touch(row.id, now)

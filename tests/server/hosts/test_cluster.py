@@ -262,3 +262,30 @@ async def test_a_restarting_server_keeps_ready_templates_and_builds_under_way(
                   for k, r in rows.items()}
     assert status == {"ready": "ready", "young": "building", "old": "failed"}
     store.close()
+
+
+async def test_the_other_server_follows_a_move_at_its_next_guest_call(
+        tmp_path: Path, cluster: Cluster) -> None:
+    """Server two has the sandbox cached on host a; server one moves it to b (drain): two's
+    next exec, which does not retry, must go to b (the row it reads names b)."""
+    from pandastack.server.hosts.drain import drain
+    from pandastack.server.store import open_store
+    settings = make_settings(tmp_path / "one", cluster=True)
+    store = open_store(settings.dsn)
+    pool = pool_for(store, cluster)
+    other = ClusterPool(store, lambda e: cluster.fakes[e.removeprefix("fake:")],
+                        stale_after_s=15.0, refresh_s=0.0, loss_grace_s=0.0)
+    a, b = cluster.ids["a"], cluster.ids["b"]
+    async with running_app(settings, pool) as one:
+        two_settings = make_settings(tmp_path / "two", cluster=True, db_url=settings.dsn)
+        async with running_app(two_settings, other, one.admin_key) as two:
+            sid = (await one.client.post("/v1/sandboxes", json={"host_id": a})).json()["id"]
+            r = await two.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"})
+            assert r.status_code == 200, r.text
+            assert other.host_of(sid) == a
+            report = await drain(one.app.state.service, a)
+            assert report.moved == {sid: b}
+            r = await two.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"})
+            assert r.status_code == 200, r.text
+            assert (await two.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+    store.close()

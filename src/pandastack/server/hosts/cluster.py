@@ -191,6 +191,17 @@ class ClusterPool(HostPool):
                                   f"registered (yet)")
         return held.host_id
 
+    def note_host(self, sandbox_id: str, host_id: str | None) -> None:
+        """The host a fresh read of the sandbox's row names: a move by another API server
+        (drain, wake elsewhere) updates the row, so a cache that a listing filled before the
+        move would otherwise send guest calls, which do not retry, to the old host."""
+        if host_id is None:
+            return
+        held = self._sandboxes.get(sandbox_id)
+        if held is None or held.host_id != host_id:
+            self._sandboxes[sandbox_id] = _Held(host_id, *(
+                (held.vcpus, held.memory_mb) if held is not None else (0, 0)))
+
     def forget(self, sandbox_id: str) -> None:
         self._sandboxes.pop(sandbox_id, None)
 
