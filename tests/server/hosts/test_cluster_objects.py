@@ -122,7 +122,9 @@ async def test_snapshot_fork_and_drain_across_hosts(pg_dsn: str, tmp_path: Path,
             got = await ok(await two.client.get(f"/v1/sandboxes/{src}"))
             assert got["host_id"] == id_b and got["state"] == "running"
             assert await told(two, src, pid) == value
-            new = await ok(await two.client.post("/v1/sandboxes", json={}), 201)
+            # (The server that drained knows at once; another one at its next read of the
+            # hosts, within 2 s.)
+            new = await ok(await one.client.post("/v1/sandboxes", json={}), 201)
             assert new["host_id"] == id_b
             await ok(await one.client.post(f"/v1/hosts/{id_a}/undrain"))
 
