@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -112,8 +113,16 @@ async def test_snapshot_fork_and_drain_across_hosts(pg_dsn: str, tmp_path: Path,
             child = forked["sandboxes"][0]  # type: ignore[index]
             assert child["host_id"] == id_b
             assert await told(one, child["id"], pid) == value
-            ident = "hostname; cat /etc/machine-id"
-            assert await run(one, child["id"], ident) != await run(one, src, ident)
+            # Its own entropy, hostname and machine-id, and a clock that is on time.
+            probe = ("head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; hostname; "
+                     "cat /etc/machine-id; date +%s.%N")
+            seen = []
+            for sid in (src, child["id"]):
+                before = time.time()
+                out = (await run(one, sid, probe)).split()
+                assert before - 1 <= float(out[3]) <= time.time() + 1, out
+                seen.append(out[:3])
+            assert all(a != b for a, b in zip(*seen, strict=True)), seen
             assert await told(one, src, pid) == value  # the parent runs on
 
             # Drain A: its running sandbox goes on on B with its processes; A takes no more.
