@@ -51,6 +51,7 @@ from pandastack.host.runtime.remote import (
 )
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.slots import SandboxSlots
+from pandastack.host.runtime.transfer import Transfers
 from pandastack.host.runtime.snapshots import (
     STREAM,
     SnapshotStore,
@@ -124,6 +125,7 @@ class HostRuntime:
         self.remote: RemoteState | None = None
         self._fetching: dict[str, asyncio.Lock] = {}
         self.migrations = Migrations(self)  # live migration in and out (ADR 0023)
+        self.transfers = Transfers(self)  # fork snapshots streamed host to host (ADR 0024)
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -406,6 +408,7 @@ class HostRuntime:
                 await self._console_watch
             self._console_watch = None
         await self.migrations.close()
+        await self.transfers.close()
         await self.egress.close()
         await self.slots.drop_spares()
         await self.fork_buffer.close()
