@@ -51,7 +51,6 @@ from pandastack.host.runtime.remote import (
 )
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.slots import SandboxSlots
-from pandastack.host.runtime.transfer import Transfers
 from pandastack.host.runtime.snapshots import (
     STREAM,
     SnapshotStore,
@@ -60,6 +59,7 @@ from pandastack.host.runtime.snapshots import (
     new_layer_name,
     out_of_space,
 )
+from pandastack.host.runtime.transfer import Transfers
 from pandastack.host.templates.builtin import Template, TemplateStore
 from pandastack.host.vmm.driver import (
     MachineShape,
