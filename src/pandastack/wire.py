@@ -176,6 +176,9 @@ class ForkRequest(Strict):
     count: int = Field(default=1, ge=1, le=MAX_FORK)
     # Admin keys only: place the children on this host (where the server drives many).
     host_id: str | None = Field(default=None, max_length=64)
+    # Onto another host: through the object store (a snapshot saved there first) rather
+    # than streamed from host to host; slower, but it needs only the store to be up.
+    durable: bool = False
 
 
 class ForkResult(Strict):

@@ -20,6 +20,7 @@ from pandastack.hostport.results import (
     MigrationDocument,
     SnapshotInfo,
     SnapshotResult,
+    TransferDocument,
 )
 from pandastack.templatespec import TemplateSpec
 
@@ -114,6 +115,16 @@ class LocalHost:
 
     async def abort_migration(self, sandbox_id: str) -> None:
         await self.runtime.migrations.abort(sandbox_id)
+
+    async def offer_snapshot(self, sandbox_id: str) -> TransferDocument:
+        return await self.runtime.transfers.offer(sandbox_id)
+
+    async def accept_snapshot(self, offer: TransferDocument) -> TransferDocument:
+        # The files arrive where a migration's memory does: this host's own address.
+        return await self.runtime.transfers.accept(offer, self.migration_host)
+
+    async def send_snapshot(self, snapshot_id: str, ticket: TransferDocument) -> None:
+        await self.runtime.transfers.send(snapshot_id, ticket)
 
     async def placement(self, sandbox_id: str) -> SandboxPlacement:
         described = self.runtime.describe(sandbox_id)

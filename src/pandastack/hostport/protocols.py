@@ -24,6 +24,7 @@ from .results import (
     MigrationDocument,
     SnapshotInfo,
     SnapshotResult,
+    TransferDocument,
 )
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
@@ -217,4 +218,27 @@ class MigrationPort(Protocol):
     async def abort_migration(self, sandbox_id: str) -> None:
         """Either side, before the switch: the source runs on, the destination keeps
         nothing. SandboxNotFound if this host has no migration of the sandbox."""
+        ...
+
+
+@runtime_checkable
+class SnapshotTransferPort(Protocol):
+    """A fork's snapshot streamed from one host straight to another (ADR 0024), the state
+    never in the object store: steps the control plane drives on the source and the
+    destination in turn, carrying the hosts' documents. One host's port (LocalHost,
+    HostClient, LeasedHost) has these; a pool of hosts is no end of a transfer."""
+
+    async def offer_snapshot(self, sandbox_id: str) -> TransferDocument:
+        """Source: a transient snapshot of the running sandbox (kept until deleted, never
+        published); the offer (its info, template, files) for `accept_snapshot`."""
+        ...
+
+    async def accept_snapshot(self, offer: TransferDocument) -> TransferDocument:
+        """Destination: be ready for the snapshot's files (a one-shot listener); the
+        ticket (address, port, token) to hand to `send_snapshot`."""
+        ...
+
+    async def send_snapshot(self, snapshot_id: str, ticket: TransferDocument) -> None:
+        """Source: stream the snapshot to the ticket's host; on return that host holds it
+        as its own (transient) snapshot: create from it there, then delete it on both."""
         ...

@@ -85,3 +85,5 @@ class BuildResult:
 # the control plane only carries it from one to the other (and reads a handoff's
 # "downtime_ms", "total_ms", "bytes" and "method").
 MigrationDocument = dict[str, Any]
+# A snapshot transfer's offer or ticket (ADR 0024): the hosts' own JSON.
+TransferDocument = dict[str, Any]

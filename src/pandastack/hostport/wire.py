@@ -473,3 +473,9 @@ class MigrationDocumentModel(Strict):
     """A live migration's offer, ticket or handoff (hostport.results.MigrationDocument)."""
 
     document: dict[str, Any]
+
+
+class TransferDocumentModel(Strict):
+    """A snapshot transfer's offer or ticket (hostport.results.TransferDocument)."""
+
+    document: dict[str, Any]

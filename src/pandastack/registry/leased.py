@@ -30,12 +30,14 @@ from pandastack.hostport.protocols import (
     RuntimePort,
     SandboxPlacement,
     SandboxPort,
+    SnapshotTransferPort,
 )
 from pandastack.hostport.results import (
     BuildResult,
     MigrationDocument,
     SnapshotInfo,
     SnapshotResult,
+    TransferDocument,
 )
 from pandastack.templatespec import TemplateSpec
 
@@ -165,6 +167,25 @@ class LeasedHost:
     async def migrate(self, sandbox_id: str, ticket: MigrationDocument) -> MigrationDocument:
         self.membership.check()
         return await self._migrations().migrate(sandbox_id, ticket)
+
+    # Snapshot transfers start no VM (the children are creates, with their leases).
+
+    def _transfers(self) -> SnapshotTransferPort:
+        if not isinstance(self.inner, SnapshotTransferPort):
+            raise HostError("this host does not transfer snapshots")
+        return self.inner
+
+    async def offer_snapshot(self, sandbox_id: str) -> TransferDocument:
+        self.membership.check()
+        return await self._transfers().offer_snapshot(sandbox_id)
+
+    async def accept_snapshot(self, offer: TransferDocument) -> TransferDocument:
+        self.membership.check()
+        return await self._transfers().accept_snapshot(offer)
+
+    async def send_snapshot(self, snapshot_id: str, ticket: TransferDocument) -> None:
+        self.membership.check()
+        await self._transfers().send_snapshot(snapshot_id, ticket)
 
     async def _kept(self, sandbox_ids: list[str], epoch: int) -> None:
         """After an operation that made VMs under `epoch`: if the agent no longer serves

@@ -451,9 +451,9 @@ def snapshot_call(sandbox_id: str, name: str | None) -> Call[SnapshotInfo]:
                 json=encode(wire.CreateSnapshot, name=name))
 
 
-def fork_call(sandbox_id: str, count: int) -> Call[ForkResult]:
+def fork_call(sandbox_id: str, count: int, *, durable: bool = False) -> Call[ForkResult]:
     return Call("POST", sandbox_path(sandbox_id, "fork"), model_decoder(ForkResult),
-                json=encode(wire.ForkRequest, count=count))
+                json=encode(wire.ForkRequest, count=count, durable=durable or None))
 
 
 def list_snapshots_call() -> Call[list[SnapshotInfo]]:

@@ -223,13 +223,15 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         `client.snapshots` lists, inspects and deletes snapshots (they belong to the team)."""
         return (await self._http.run(_base.snapshot_call(self.id, name))).id
 
-    async def fork(self, count: int = 1) -> builtins.list[AsyncSandbox]:
+    async def fork(self, count: int = 1, *, durable: bool = False) -> builtins.list[AsyncSandbox]:
         """`count` (1 to 16) live copies of the sandbox, each with the parent's memory, running
         processes and files as they were at the fork instant and its own id, hostname and
         machine-id; the parent keeps running. Each child is a new sandbox with the parent's
         TTL, persistence, env and metadata; kill it (or use it as a context manager) when
-        done: leaving the parent's `with` block does not kill the children."""
-        result = await self._http.run(_base.fork_call(self.id, count))
+        done: leaving the parent's `with` block does not kill the children. `durable`:
+        children placed on another host come from a snapshot saved in the object store
+        rather than streamed from the parent's host."""
+        result = await self._http.run(_base.fork_call(self.id, count, durable=durable))
         return [self._child(info) for info in result.sandboxes]
 
     def _child(self, info: SandboxInfo) -> AsyncSandbox:

@@ -12,6 +12,7 @@ from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.wire import SnapshotInfo
 
 from .errors import not_found
+from .hosts.cluster import durable_fork
 from .service import SandboxService, log
 from .store import Sandbox, Snapshot
 
@@ -62,13 +63,18 @@ async def delete_snapshot(service: SandboxService, team: str, snapshot_id: str) 
     service.store.delete_snapshot(row.id)
 
 
-async def fork(service: SandboxService, team: str, sandbox_id: str,
-               count: int) -> tuple[Sandbox, list[Sandbox], float]:
-    """`count` live copies of the team's sandbox: (parent, children, duration in ms)."""
+async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, *,
+               durable: bool = False) -> tuple[Sandbox, list[Sandbox], float]:
+    """`count` live copies of the team's sandbox: (parent, children, duration in ms).
+    `durable`: children on another host come from a snapshot in the object store."""
     parent = await service.awake(team, sandbox_id)
     started = time.monotonic()
-    async with service.transition(parent.id):
-        handles = await service.host_call(service.runtime.fork(parent.id, count))
+    token = durable_fork.set(durable)
+    try:
+        async with service.transition(parent.id):
+            handles = await service.host_call(service.runtime.fork(parent.id, count))
+    finally:
+        durable_fork.reset(token)
     now = time.time()
     children: list[Sandbox] = []
     try:

@@ -15,7 +15,7 @@ from pandastack.hostport.frames import MEDIA_TYPE
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.hostport.wire import ErrorEnvelope, HostStatus
 
-from . import code, files, migrations, processes, sandboxes, snapshots, templates
+from . import code, files, migrations, processes, sandboxes, snapshots, templates, transfers
 from .auth import require_token
 from .deps import Host
 from .errors import WireJSONResponse, install_handlers
@@ -49,7 +49,8 @@ def _host_router() -> APIRouter:
     async def get_host_status(host: Host) -> HostStatus:
         return HostStatus(sandboxes=len(await host.list_sandboxes()))
 
-    for module in (sandboxes, migrations, processes, files, code, snapshots, templates):
+    for module in (sandboxes, migrations, transfers, processes, files, code, snapshots,
+                   templates):
         router.include_router(module.router)
     return router
 

@@ -15,6 +15,7 @@ from pandastack.hostport.results import (
     MigrationDocument,
     SnapshotInfo,
     SnapshotResult,
+    TransferDocument,
 )
 from pandastack.hostport.wire import (
     BuildRequest,
@@ -34,6 +35,7 @@ from pandastack.hostport.wire import (
     SnapshotList,
     SnapshotRequest,
     SnapshotResultModel,
+    TransferDocumentModel,
     network_model,
 )
 from pandastack.templatespec import TemplateSpec
@@ -204,6 +206,23 @@ class HostClient:
 
     async def abort_migration(self, sandbox_id: str) -> None:
         await self._migration(sandbox_id, "abort")
+
+    async def offer_snapshot(self, sandbox_id: str) -> TransferDocument:
+        response = await self._caller.call(
+            "POST", api_path("sandboxes", sandbox_id, "snapshot-transfer", "offer"),
+            read=self._t.lifecycle)
+        return parse(TransferDocumentModel, response.content, self.address).document
+
+    async def accept_snapshot(self, offer: TransferDocument) -> TransferDocument:
+        response = await self._caller.call("POST", api_path("snapshot-transfers", "accept"),
+                                           json=TransferDocumentModel(document=offer),
+                                           read=self._t.lifecycle)
+        return parse(TransferDocumentModel, response.content, self.address).document
+
+    async def send_snapshot(self, snapshot_id: str, ticket: TransferDocument) -> None:
+        await self._caller.call("POST", api_path("snapshots", snapshot_id, "transfer"),
+                                json=TransferDocumentModel(document=ticket),
+                                read=self._t.lifecycle)
 
     async def placement(self, sandbox_id: str) -> SandboxPlacement:
         placement = await self._caller.model(Placement, "GET",

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -38,7 +39,7 @@ from pandastack.hostport.errors import (
     SnapshotNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
-from pandastack.hostport.protocols import RuntimePort, SandboxPort
+from pandastack.hostport.protocols import RuntimePort, SandboxPort, SnapshotTransferPort
 from pandastack.hostport.results import SnapshotInfo
 
 from .pinning import pinned_host
@@ -51,6 +52,9 @@ REFRESH_S = 2.0
 #: The hosts a create tries, best first, before it answers that none took the sandbox (each
 #: refusal is a host's own "exhausted": its reported usage was behind).
 TRIES = 16
+#: A fork onto another host in this context goes through the object store (a durable
+#: snapshot the destination fetches) rather than straight from agent to agent (ADR 0024).
+durable_fork: ContextVar[bool] = ContextVar("durable_fork", default=False)
 
 
 class HostDirectory(Protocol):
@@ -381,7 +385,9 @@ class ClusterPool(HostPool):
 
     async def fork(self, sandbox_id: str, count: int = 1) -> Sequence[SandboxPort]:
         """On the parent's host when it has room (and no other host is pinned); else onto
-        the best other host through a durable snapshot in the object store."""
+        the best other host: its state streamed there from the parent's host (ADR 0024),
+        or, where that cannot be (or `durable_fork` asks), through a durable snapshot in
+        the object store."""
         await self._ensure_fresh()
         source = self.host_of(sandbox_id)
         held = self._sandboxes[sandbox_id]
@@ -400,6 +406,10 @@ class ClusterPool(HostPool):
 
     async def _fork_elsewhere(self, sandbox_id: str, source: str,
                               count: int) -> list[SandboxPort]:
+        if not durable_fork.get():
+            direct = await self._fork_direct(sandbox_id, source, count)
+            if direct is not None:
+                return direct
         result = await self.hosts[source].snapshot(sandbox_id, internal=True)
         info = result.info
         shape = Shape(info.vcpus, info.memory_mb, info.template)
@@ -419,6 +429,69 @@ class ClusterPool(HostPool):
                 await self.delete_snapshot(info.id)  # and the copies the children's hosts got
             except Exception as exc:
                 log.warning("deleting the fork snapshot %s: %s", info.id, exc)
+        return children
+
+    async def _fork_direct(self, sandbox_id: str, source: str,
+                           count: int) -> list[SandboxPort] | None:
+        """The fork's snapshot streamed from the source to the best other host that takes
+        it, the children made there; None where no such pair is (a host that cannot
+        transfer, none live), so that the caller goes through the object store."""
+        src = self.hosts[source]
+        held = self._sandboxes[sandbox_id]
+        shape = Shape(held.vcpus or 1, held.memory_mb or 512, "")
+        targets = [h for h in self._ranked(shape) if (h != source or pinned_host.get() ==
+                                                      source) and h not in self._unreachable
+                   and isinstance(self.hosts[h], SnapshotTransferPort)]
+        if not isinstance(src, SnapshotTransferPort) or not targets:
+            return None
+        offer = await src.offer_snapshot(sandbox_id)
+        snap_id = str(offer["snapshot"]["id"])
+        vcpus, memory_mb = int(offer["snapshot"]["vcpus"]), int(offer["snapshot"]["memory_mb"])
+        template = str(offer["snapshot"]["template"])
+        used: list[str] = []
+        try:
+            tried: list[str] = []
+            for host_id in targets:
+                dst = self.hosts[host_id]
+                assert isinstance(dst, SnapshotTransferPort)
+                try:
+                    ticket = await dst.accept_snapshot(offer)
+                except (HostExhausted, HostUnavailable) as exc:
+                    tried.append(f"{host_id}: {exc}")
+                    continue
+                used.append(host_id)
+                await src.send_snapshot(snap_id, ticket)
+                return await self._children_on(host_id, snap_id, template, vcpus, memory_mb,
+                                               count)
+            raise HostExhausted("no other host took the fork" + (
+                f" ({'; '.join(tried)})" if tried else ""))
+        finally:
+            # Transient on both: each deletes its own copy only (no store request).
+            for host_id in (source, *used):
+                try:
+                    await self.hosts[host_id].delete_snapshot(snap_id)
+                except SnapshotNotFound:
+                    pass
+                except Exception as exc:
+                    log.warning("deleting the fork snapshot %s on %s: %s", snap_id, host_id,
+                                exc)
+
+    async def _children_on(self, host_id: str, snapshot_id: str, template: str, vcpus: int,
+                           memory_mb: int, count: int) -> list[SandboxPort]:
+        results = await asyncio.gather(*(self.hosts[host_id].create(
+            template, snapshot=snapshot_id) for _ in range(count)), return_exceptions=True)
+        children = [r for r in results if not isinstance(r, BaseException)]
+        for child in children:
+            self._sandboxes[child.id] = _Held(host_id, vcpus, memory_mb)
+            self._placed(host_id, vcpus, memory_mb)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for child in children:
+                try:
+                    await self.kill(child.id)
+                except Exception:
+                    log.exception("removing fork child %s after a failed fork", child.id)
+            raise failures[0]
         return children
 
     async def _create_from(self, info: SnapshotInfo, shape: Shape, *,

@@ -67,6 +67,7 @@ async def remove_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
 async def fork_sandbox(sandbox_id: SandboxId, body: ForkRequest, who: CurrentPrincipal,
                        service: Service) -> ForkResult:
     with pinned_to(body.host_id, admin=who.admin):
-        parent, children, duration_ms = await fork(service, who.team, sandbox_id, body.count)
+        parent, children, duration_ms = await fork(service, who.team, sandbox_id, body.count,
+                                                   durable=body.durable)
     return ForkResult(parent=parent.id, sandboxes=[to_info(c) for c in children],
                       duration_ms=duration_ms)
