@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from pandastack.host.objects import ObjectStoreConfig
+from pandastack.host.objects.s3 import S3Bucket
 from pandastack.server.hosts.drain import drain
 from tests.host.objects.s3_server import s3_server
 from tests.registry.conftest import pg_dsn
@@ -48,6 +50,22 @@ def store_url(env: dict[str, str], endpoint: str | None = None) -> str:
     # One prefix for the module: the template's files are uploaded once (content keys).
     return (f"s3://{env['PANDASTACK_S3_BUCKET']}/cluster-tests"
             f"?endpoint={endpoint or env['PANDASTACK_S3_ENDPOINT']}")
+
+
+def store_keys(env: dict[str, str]) -> set[str]:
+    """Every object in the tests' store (blocking)."""
+    bucket = S3Bucket(ObjectStoreConfig.from_url(store_url(env), env))
+    keys: set[str] = set()
+    after: str | None = None
+    try:
+        for _ in range(10_000):
+            page, after = bucket.list_page(after)
+            keys.update(page)
+            if after is None:
+                return keys
+    finally:
+        bucket.close()
+    raise AssertionError("the store lists without end")
 
 
 async def ok(r: httpx.Response, status: int = 200) -> dict[str, object]:
@@ -107,12 +125,23 @@ async def test_snapshot_fork_and_drain_across_hosts(pg_dsn: str, tmp_path: Path,
             assert made["host_id"] == id_b
             assert await told(two, str(made["id"]), pid) == value
 
-            # A fork pinned to B: the parent's live process and memory, its own identity.
+            # A fork pinned to B: the parent's live process and memory, its own identity;
+            # its state streamed from A to B, none of it in the object store (ADR 0024).
+            stored = await asyncio.to_thread(store_keys, s3_env)
             forked = await ok(await two.client.post(f"/v1/sandboxes/{src}/fork", json={
                 "count": 1, "host_id": id_b}), 201)
             child = forked["sandboxes"][0]  # type: ignore[index]
             assert child["host_id"] == id_b
             assert await told(one, child["id"], pid) == value
+            assert await asyncio.to_thread(store_keys, s3_env) == stored
+            # A durable fork goes through the store (its stream is there now), same result.
+            durable = await ok(await one.client.post(f"/v1/sandboxes/{src}/fork", json={
+                "count": 1, "host_id": id_b, "durable": True}), 201)
+            kept = durable["sandboxes"][0]  # type: ignore[index]
+            assert kept["host_id"] == id_b
+            assert await told(two, kept["id"], pid) == value
+            assert await asyncio.to_thread(store_keys, s3_env) > stored
+            assert (await one.client.delete(f"/v1/sandboxes/{kept['id']}")).status_code == 204
             # Its own entropy, hostname and machine-id, and a clock that is on time.
             probe = ("head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; hostname; "
                      "cat /etc/machine-id; date +%s.%N")
