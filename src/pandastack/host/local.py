@@ -146,7 +146,13 @@ class LocalHost:
                                        include_internal=include_internal)
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
-        await asyncio.to_thread(self.runtime.delete_snapshot, snapshot_id)
+        rt = self.runtime
+        if rt.fork_buffer.holds(rt.snapshots.stream(snapshot_id)):
+            # A fork's (transfer.py): its stream is a link into the fork buffer, given back
+            # on the event loop (it schedules the buffer's expiry); the rest is links.
+            rt.delete_snapshot(snapshot_id)
+            return
+        await asyncio.to_thread(rt.delete_snapshot, snapshot_id)
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
                              network: NetworkPolicy | None = None, vcpus: int = 1,
