@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pandastack.hostport.errors import HostExhausted
-from pandastack.server.hosts.pool import HostPool
+from pandastack.server.hosts.pool import HostPool, _Held
 from tests.server.conftest import assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.test_api_host_unavailable import Reachable
@@ -107,3 +107,27 @@ async def test_a_host_out_of_reach_keeps_its_sandboxes_through_a_restart(
 def test_a_pool_needs_a_host() -> None:
     with pytest.raises(ValueError):
         HostPool({})
+
+
+async def test_a_listing_under_way_does_not_forget_a_sandbox_made_meanwhile(
+        tmp_path: Path) -> None:
+    """The reaper lists a host while a fork or create on it finishes: the listing began
+    before that sandbox existed, so its absence there says nothing."""
+    a, _b, pool = two_hosts(tmp_path)
+    await pool.start()
+    release = asyncio.Event()
+    listing = a.list_sandboxes
+
+    async def slow_listing() -> list[object]:
+        found = await listing()
+        await release.wait()
+        return found  # type: ignore[return-value]
+
+    a.list_sandboxes = slow_listing  # type: ignore[assignment,method-assign]
+    learning = asyncio.create_task(pool._learn("host-a"))
+    await asyncio.sleep(0)
+    made = await a.create()  # as if the pool had placed it: recorded, then the listing ends
+    pool._sandboxes[made.id] = _Held("host-a")
+    release.set()
+    await learning
+    assert pool.host_of(made.id) == "host-a"

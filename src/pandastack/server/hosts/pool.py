@@ -95,13 +95,20 @@ class HostPool:
     async def _learn(self, host_id: str) -> tuple[Sequence[SandboxPort], list[SnapshotInfo]]:
         """Ask one host what it runs and holds, and remember it (raises HostUnavailable)."""
         host = self.hosts[host_id]
+        # Only what was known before the listing began may be dropped for its absence: a
+        # create or fork that finished while the listing was under way is not in it.
+        before = {sid for sid, held in self._sandboxes.items() if held.host_id == host_id}
         sandboxes = await host.list_sandboxes()
         snapshots = await host.list_snapshots(include_internal=True)
-        known = {sid: held for sid, held in self._sandboxes.items() if held.host_id == host_id}
-        for sid in known:
-            del self._sandboxes[sid]
+        listed = {sandbox.id for sandbox in sandboxes}
+        for sid in before - listed:
+            held = self._sandboxes.get(sid)
+            if held is not None and held.host_id == host_id:
+                del self._sandboxes[sid]
         for sandbox in sandboxes:  # keep the shape a create here recorded
-            self._sandboxes[sandbox.id] = known.get(sandbox.id) or _Held(host_id)
+            held = self._sandboxes.get(sandbox.id)
+            if held is None or held.host_id != host_id:
+                self._sandboxes[sandbox.id] = _Held(host_id)
         for info in snapshots:
             self._snapshots[info.id] = host_id
             self._templates[host_id].add(info.template)
