@@ -40,11 +40,11 @@ from pandastack.hostport.errors import (
 )
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import RuntimePort, SandboxPort, SnapshotTransferPort
-from pandastack.hostport.results import SnapshotInfo
+from pandastack.hostport.results import SnapshotInfo, TransferDocument
 
 from .pinning import pinned_host
 from .placement import HostView, Shape, rank
-from .pool import HostPool, _Held
+from .pool import HostPool, _Held, first_taker
 
 log = logging.getLogger("pandastack.server")
 
@@ -313,31 +313,21 @@ class ClusterPool(HostPool):
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None) -> SandboxPort:
         await self._ensure_fresh()
+        return await super().create(template, vcpus=vcpus, memory_mb=memory_mb,
+                                    disk_mb=disk_mb, sandbox_id=sandbox_id, snapshot=snapshot,
+                                    network=network)
+
+    def _create_candidates(self, template: str, vcpus: int, memory_mb: int,
+                           snapshot: str | None) -> list[str]:
+        """Ranked as any create: every host sharing the object store can restore a snapshot,
+        but the one that holds it comes first (no fetch) unless the create is pinned."""
         candidates = self._ranked(Shape(vcpus, memory_mb, template))
         if snapshot is not None and pinned_host.get() is None:
             holder = self._snapshots.get(snapshot)
-            if holder in candidates:  # no fetch from the object store
+            if holder in candidates:
                 candidates.remove(holder)
                 candidates.insert(0, holder)
-        tried: list[str] = []
-        for host_id in candidates:
-            try:
-                sandbox = await self.hosts[host_id].create(
-                    template, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
-                    sandbox_id=sandbox_id, snapshot=snapshot, network=network)
-            except HostUnavailable:
-                self._unreachable.add(host_id)
-                tried.append(f"{host_id}: out of reach")
-                continue
-            except HostExhausted as exc:
-                tried.append(f"{host_id}: {exc}")
-                continue
-            self._sandboxes[sandbox.id] = _Held(host_id, vcpus, memory_mb)
-            self._templates.setdefault(host_id, set()).add(template)
-            self._placed(host_id, vcpus, memory_mb)
-            return sandbox
-        raise HostExhausted("no host took the sandbox" + (f" ({'; '.join(tried)})"
-                                                          if tried else ": none fits"))
+        return candidates
 
     async def prepare_template(self, name: str, *, vcpus: int = 1,
                                memory_mb: int = 512) -> None:
@@ -449,22 +439,17 @@ class ClusterPool(HostPool):
         vcpus, memory_mb = int(offer["snapshot"]["vcpus"]), int(offer["snapshot"]["memory_mb"])
         template = str(offer["snapshot"]["template"])
         used: list[str] = []
+
+        async def accept(host_id: str) -> TransferDocument:
+            dst = self.hosts[host_id]
+            assert isinstance(dst, SnapshotTransferPort)
+            return await dst.accept_snapshot(offer)
+
         try:
-            tried: list[str] = []
-            for host_id in targets:
-                dst = self.hosts[host_id]
-                assert isinstance(dst, SnapshotTransferPort)
-                try:
-                    ticket = await dst.accept_snapshot(offer)
-                except (HostExhausted, HostUnavailable) as exc:
-                    tried.append(f"{host_id}: {exc}")
-                    continue
-                used.append(host_id)
-                await src.send_snapshot(snap_id, ticket)
-                return await self._children_on(host_id, snap_id, template, vcpus, memory_mb,
-                                               count)
-            raise HostExhausted("no other host took the fork" + (
-                f" ({'; '.join(tried)})" if tried else ""))
+            host_id, ticket = await first_taker(targets, accept, "no other host took the fork")
+            used.append(host_id)
+            await src.send_snapshot(snap_id, ticket)
+            return await self._children_on(host_id, snap_id, template, vcpus, memory_mb, count)
         finally:
             # Transient on both: each deletes its own copy only (no store request).
             for host_id in (source, *used):
@@ -498,18 +483,12 @@ class ClusterPool(HostPool):
                            exclude: str) -> SandboxPort:
         candidates = [h for h in self._ranked(shape) if h != exclude or
                       pinned_host.get() == exclude]
-        tried: list[str] = []
-        for host_id in candidates:
-            try:
-                child = await self.hosts[host_id].create(info.template, snapshot=info.id)
-            except (HostExhausted, HostUnavailable) as exc:
-                tried.append(f"{host_id}: {exc}")
-                continue
-            self._sandboxes[child.id] = _Held(host_id, info.vcpus, info.memory_mb)
-            self._placed(host_id, info.vcpus, info.memory_mb)
-            return child
-        raise HostExhausted("no other host took the fork" + (f" ({'; '.join(tried)})"
-                                                             if tried else ": none fits"))
+        host_id, child = await first_taker(
+            candidates, lambda h: self.hosts[h].create(info.template, snapshot=info.id),
+            "no other host took the fork", none_fits=": none fits")
+        self._sandboxes[child.id] = _Held(host_id, info.vcpus, info.memory_mb)
+        self._placed(host_id, info.vcpus, info.memory_mb)
+        return child
 
     async def wake(self, sandbox_id: str) -> None:
         """On its host; if that host is lost, on the best live one, which restores the state
@@ -527,20 +506,12 @@ class ClusterPool(HostPool):
         away = {exclude} if exclude else set()
         if lease is not None:
             away.add(lease.host_id)
-        tried: list[str] = []
-        for host_id in self._ranked(Shape(vcpus, memory_mb, "")):
-            if host_id in away:
-                continue
-            try:
-                await self.hosts[host_id].wake(sandbox_id)
-            except (HostExhausted, HostUnavailable) as exc:
-                tried.append(f"{host_id}: {exc}")
-                continue
-            self._sandboxes[sandbox_id] = _Held(host_id, vcpus, memory_mb)
-            self._placed(host_id, vcpus, memory_mb)
-            return host_id
-        raise HostExhausted("no live host took the sandbox" + (f" ({'; '.join(tried)})"
-                                                                if tried else ""))
+        host_id, _ = await first_taker(
+            (h for h in self._ranked(Shape(vcpus, memory_mb, "")) if h not in away),
+            lambda h: self.hosts[h].wake(sandbox_id), "no live host took the sandbox")
+        self._sandboxes[sandbox_id] = _Held(host_id, vcpus, memory_mb)
+        self._placed(host_id, vcpus, memory_mb)
+        return host_id
 
     async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
         await self._ensure_fresh()

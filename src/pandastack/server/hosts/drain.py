@@ -20,13 +20,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pandastack.hostport.errors import HostError, HostExhausted, HostUnavailable, SandboxNotFound
+from pandastack.hostport.errors import HostError, HostExhausted, SandboxNotFound
 from pandastack.hostport.protocols import MigrationPort
 from pandastack.hostport.results import MigrationDocument
 
 from ..errors import ApiError, api_error_of
 from .placement import Shape
-from .pool import _Held
+from .pool import _Held, first_taker
 
 if TYPE_CHECKING:
     from ..service import SandboxService
@@ -206,22 +206,22 @@ async def migrate_live(cluster: ClusterPool, sandbox_id: str, source: str, *,
         raise HostError(f"host {source} does not migrate sandboxes")
     await cluster._ensure_fresh()
     offer = await src.offer_migration(sandbox_id)
-    tried: list[str] = []
-    for target in cluster._ranked(Shape(vcpus, memory_mb, "")):
-        dst = cluster.hosts.get(target)
-        if target == source or not isinstance(dst, MigrationPort):
-            continue
-        try:
-            ticket = await dst.accept_migration(sandbox_id, offer)
-        except (HostExhausted, HostUnavailable) as exc:
-            tried.append(f"{target}: {exc}")
-            continue
-        break
-    else:
+    targets = [t for t in cluster._ranked(Shape(vcpus, memory_mb, ""))
+               if t != source and isinstance(cluster.hosts.get(t), MigrationPort)]
+
+    async def accept(target: str) -> MigrationDocument:
+        dst = cluster.hosts[target]
+        assert isinstance(dst, MigrationPort)
+        return await dst.accept_migration(sandbox_id, offer)
+
+    try:
+        target, ticket = await first_taker(targets, accept, "no other host took the sandbox")
+    except HostExhausted:
         with contextlib.suppress(HostError):
             await src.abort_migration(sandbox_id)
-        raise HostExhausted("no other host took the sandbox" + (
-            f" ({'; '.join(tried)})" if tried else ""))
+        raise
+    dst = cluster.hosts[target]
+    assert isinstance(dst, MigrationPort)
     try:
         handoff = await src.migrate(sandbox_id, ticket)
         await dst.complete_migration(sandbox_id, handoff)

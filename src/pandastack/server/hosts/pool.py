@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pandastack.hostport.errors import (
     HostExhausted,
@@ -34,6 +35,31 @@ from pandastack.templatespec import TemplateSpec
 from .placement import HostView, Shape, rank
 
 log = logging.getLogger("pandastack.server")
+
+
+T = TypeVar("T")
+
+
+async def first_taker(candidates: Iterable[str], attempt: Callable[[str], Awaitable[T]],
+                      refused: str, *, unreachable: set[str] | None = None,
+                      none_fits: str = "") -> tuple[str, T]:
+    """The first of `candidates` (host ids, best first) whose `attempt` succeeds, and what it
+    returned. A host that answers HostExhausted, or cannot be reached, is passed over for the
+    next (into `unreachable`, where given); when none takes it, HostExhausted says `refused`
+    and why each host did not (`none_fits` when there was no candidate)."""
+    tried: list[str] = []
+    for host_id in candidates:
+        try:
+            return host_id, await attempt(host_id)
+        except HostUnavailable as exc:
+            if unreachable is None:
+                tried.append(f"{host_id}: {exc}")
+            else:
+                unreachable.add(host_id)
+                tried.append(f"{host_id}: out of reach")
+        except HostExhausted as exc:
+            tried.append(f"{host_id}: {exc}")
+    raise HostExhausted(refused + (f" ({'; '.join(tried)})" if tried else none_fits))
 
 
 @dataclass
@@ -72,9 +98,12 @@ class HostPool:
         return self.hosts[self.host_of(sandbox_id)]
 
     def _snapshot_host(self, snapshot_id: str) -> RuntimePort:
+        return self.hosts[self._snapshot_host_id(snapshot_id)]
+
+    def _snapshot_host_id(self, snapshot_id: str) -> str:
         host_id = self._snapshots.get(snapshot_id)
         if host_id is not None:
-            return self.hosts[host_id]
+            return host_id
         if self._unreachable:
             raise HostUnavailable(f"snapshot {snapshot_id} may be on a host out of reach "
                                   f"({', '.join(sorted(self._unreachable))})")
@@ -157,31 +186,27 @@ class HostPool:
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None) -> SandboxPort:
+        host_id, sandbox = await first_taker(
+            self._create_candidates(template, vcpus, memory_mb, snapshot),
+            lambda h: self.hosts[h].create(
+                template, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
+                sandbox_id=sandbox_id, snapshot=snapshot, network=network),
+            "no host took the sandbox", unreachable=self._unreachable, none_fits=": none fits")
+        self._sandboxes[sandbox.id] = _Held(host_id, vcpus, memory_mb)
+        self._templates.setdefault(host_id, set()).add(template)
+        self._placed(host_id, vcpus, memory_mb)
+        return sandbox
+
+    def _create_candidates(self, template: str, vcpus: int, memory_mb: int,
+                           snapshot: str | None) -> list[str]:
+        """The hosts a create tries, best first: a snapshot's own host (it is there only)."""
         if snapshot is not None:
-            self._snapshot_host(snapshot)  # SnapshotNotFound, or HostUnavailable
-            candidates = [self._snapshots.get(snapshot)]
-        else:
-            candidates = [v.host_id for v in rank(self.views(),
-                                                  Shape(vcpus, memory_mb, template))]
-        tried: list[str] = []
-        for host_id in candidates:
-            assert host_id is not None
-            try:
-                sandbox = await self.hosts[host_id].create(
-                    template, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
-                    sandbox_id=sandbox_id, snapshot=snapshot, network=network)
-            except HostUnavailable:
-                self._unreachable.add(host_id)
-                tried.append(f"{host_id}: out of reach")
-                continue
-            except HostExhausted as exc:
-                tried.append(f"{host_id}: {exc}")
-                continue
-            self._sandboxes[sandbox.id] = _Held(host_id, vcpus, memory_mb)
-            self._templates[host_id].add(template)
-            return sandbox
-        raise HostExhausted("no host took the sandbox" + (f" ({'; '.join(tried)})"
-                                                          if tried else ": none fits"))
+            return [self._snapshot_host_id(snapshot)]
+        return [v.host_id for v in rank(self.views(), Shape(vcpus, memory_mb, template))]
+
+    def _placed(self, host_id: str, vcpus: int, memory_mb: int) -> None:
+        """A sandbox of this shape was just placed on `host_id` (the pool counts it from its
+        own map; a pool that counts from the hosts' reports keeps it until the next one)."""
 
     async def prepare_template(self, name: str, *, vcpus: int = 1,
                                memory_mb: int = 512) -> None:
