@@ -1,8 +1,9 @@
 """The host registry: hosts, their heartbeats and epochs, and sandbox leases, in the shared
-store (docs/adr/0017, 0019). The API servers use it through `server.store.Store` (which mixes
-in `HostRegistry`); an agent uses `Registry(engine)`, `Membership` (registration, heartbeats,
-fencing, self-pause on partition) and `LeasedHost` (the host port taking and releasing its
-sandboxes' leases). Imports only SQLAlchemy, the standard library and `pandastack.hostport`.
+store (docs/adr/0017, 0019). The API servers use it through `server.store.Store` (a
+`Registry` with the control plane's tables); an agent uses `Registry(engine)`, `Membership`
+(registration, heartbeats, fencing, self-pause on partition) and `LeasedHost` (the host port
+taking and releasing its sandboxes' leases). Imports only SQLAlchemy, the standard library
+and `pandastack.hostport`.
 """
 
 from .clock import db_now

@@ -4,16 +4,14 @@ another's rows; the few team-less ones are for the reaper and startup reconcilia
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, or_, select, update
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from pandastack.registry import HostRegistry
+from pandastack.registry import Registry
 from pandastack.wire import ENDED_STATES
 
 from .models import (
@@ -31,18 +29,9 @@ LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
-class Store(HostRegistry):
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        with self._sessions.begin() as s:
-            yield s
-
-    def close(self) -> None:
-        self.engine.dispose()
+class Store(Registry):
+    """The registry's engine and sessions (and its host and lease queries), with the
+    control plane's own tables."""
 
     def _update(self, model: type[Row], key: str, values: dict[str, Any]) -> Row | None:
         """Set `values` on the row of `model` with primary key `key`; None if there is none."""
