@@ -46,10 +46,10 @@ from pathlib import Path
 
 import httpx
 
+from common import qemu_pids_under, stop
 from pandastack import Client, Sandbox
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.vmm.driver import read_cmdline
 from pandastack.server.hostclient import HostClient
 
 MAX_N = 1000
@@ -68,34 +68,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def qemu_pids_under(directory: Path) -> list[int]:
-    """Live QEMU processes whose command line mentions `directory`."""
-    prefix = str(directory)
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            argv = read_cmdline(int(proc.name))
-            if argv and "qemu" in argv[0] and any(prefix in a for a in argv):
-                pids.append(int(proc.name))
-    return pids
-
-
 @dataclass(frozen=True)
 class Server:
     api_url: str
     api_key: str
-
-
-def stop(proc: subprocess.Popen[bytes], tmp: Path) -> None:
-    """SIGTERM (SIGKILL after 30 s), then kill any VM left under `tmp`."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    for pid in qemu_pids_under(tmp):
-        os.kill(pid, signal.SIGKILL)
 
 
 @contextmanager

@@ -10,7 +10,6 @@ import contextlib
 import os
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from pandastack.host.vmm.driver import read_cmdline
+from common import stop
 from pandastack.server.hostclient import HostClient
 from pandastack.server.hosts.cluster import ClusterPool
 from pandastack.server.store import Store, open_store
@@ -58,16 +57,6 @@ def s3() -> Iterator[dict[str, str]]:
     finally:
         subprocess.run([str(ROOT / "scripts" / "s3-server"), "stop", str(directory)],
                        check=False, timeout=120)
-
-
-def _qemu_under(directory: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            argv = read_cmdline(int(proc.name))
-            if argv and "qemu" in argv[0] and any(str(directory) in a for a in argv):
-                pids.append(int(proc.name))
-    return pids
 
 
 @dataclass
@@ -112,14 +101,7 @@ def agent(dsn: str, store_url: str, token: str, s3_env: dict[str, str]) -> Itera
                 time.sleep(0.1)
         yield Agent(tmp, proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for pid in _qemu_under(tmp):
-            os.kill(pid, signal.SIGKILL)
+        stop(proc, tmp)
         subprocess.run(["rm", "-rf", str(tmp)], check=False)
 
 

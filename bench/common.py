@@ -1,9 +1,13 @@
-"""What every benchmark script shares: percentiles, the result line, and a host runtime on
-private, temporary state and snapshot directories that are removed afterwards."""
+"""What every benchmark script shares: percentiles, the result line, a host runtime on
+private, temporary state and snapshot directories that are removed afterwards, and the stop
+of a server or agent subprocess that kills any VM it left."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,6 +15,7 @@ from pathlib import Path
 
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
+from pandastack.host.vmm.driver import read_cmdline
 
 
 def pct(values: list[float], q: float) -> float:
@@ -43,3 +48,27 @@ async def temp_runtime(prefix: str, **config: object) -> AsyncIterator[tuple[Hos
             rt.delete_snapshot(info.id)
         await rt.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def qemu_pids_under(directory: Path) -> list[int]:
+    """Live QEMU processes whose command line mentions `directory`."""
+    prefix = str(directory)
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            argv = read_cmdline(int(proc.name))
+            if argv and "qemu" in argv[0] and any(prefix in a for a in argv):
+                pids.append(int(proc.name))
+    return pids
+
+
+def stop(proc: subprocess.Popen[bytes], tmp: Path) -> None:
+    """SIGTERM (SIGKILL after 30 s), then kill any VM left under `tmp`."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for pid in qemu_pids_under(tmp):
+        os.kill(pid, signal.SIGKILL)
