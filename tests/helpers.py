@@ -16,6 +16,15 @@ from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import iter_cmdlines
 from pandastack.host.vmm.factory import is_vmm_process
 
+# A guest process that holds a random value only in its memory, writes it to /tmp/value once
+# and to /tmp/told on SIGUSR1: what a fork, a transfer or a move must carry over is this
+# process, alive, with that value (run it with `python3 -c HOLDER`).
+HOLDER = ("import os, signal, time\n"
+          "v = os.urandom(8).hex()\n"
+          "signal.signal(signal.SIGUSR1, lambda *a: open('/tmp/told', 'w').write(v))\n"
+          "open('/tmp/value', 'w').write(v)\n"
+          "while True: time.sleep(1)\n")
+
 SandboxFactory = Callable[..., Awaitable[SandboxHandle]]
 
 

@@ -17,6 +17,7 @@ from pandastack.host.runtime.remote import snapshot_manifest
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.transfer import EXTENT
 from pandastack.hostport.errors import VMMError
+from tests.helpers import HOLDER
 from tests.host.runtime.test_runtime_object_store import (
     Host,
     MakeHost,
@@ -31,13 +32,6 @@ from tests.host.runtime.test_runtime_object_store import (
 __all__ = ["make_host", "s3_env", "store_config"]
 
 pytestmark = pytest.mark.vm
-
-# Holds a value only in its memory and writes it out on SIGUSR1.
-HOLDER = ("import os, signal, time\n"
-          "v = os.urandom(8).hex()\n"
-          "signal.signal(signal.SIGUSR1, lambda *a: open('/tmp/told', 'w').write(v))\n"
-          "open('/tmp/value', 'w').write(v)\n"
-          "while True: time.sleep(1)\n")
 
 
 async def _holder(sbx: SandboxHandle) -> tuple[int, str]:

@@ -20,6 +20,7 @@ import pytest
 from pandastack.host.objects import ObjectStoreConfig
 from pandastack.host.objects.s3 import S3Bucket
 from pandastack.server.hosts.drain import drain
+from tests.helpers import HOLDER
 from tests.host.objects.s3_server import s3_server
 from tests.registry.conftest import pg_dsn
 from tests.registry.proxy import TcpProxy
@@ -28,14 +29,6 @@ from tests.server.hosts.cluster_rig import STALE_S, agents, api_servers, host_id
 from tests.server.hosts.test_cluster_agents import until
 
 __all__ = ["pg_dsn"]
-
-# Holds a value only in its memory and writes it out on SIGUSR1: what a fork or a move must
-# carry over is this process, alive, with that value.
-HOLDER = ("import os, signal, time\n"
-          "v = os.urandom(8).hex()\n"
-          "signal.signal(signal.SIGUSR1, lambda *a: open('/tmp/told', 'w').write(v))\n"
-          "open('/tmp/value', 'w').write(v)\n"
-          "while True: time.sleep(1)\n")
 
 
 @pytest.fixture(scope="module")
