@@ -23,7 +23,6 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from qemu.qmp import ExecuteError, QMPClient
 
@@ -50,6 +49,7 @@ from pandastack.host.vmm.qmp import (
     connect_qmp,
     qmp_pipeline,
     qmp_socket,
+    wait_migration,
 )
 from pandastack.hostport.errors import HugePagesUnavailable, SnapshotFailed, VMMError
 
@@ -567,20 +567,3 @@ async def _wait_running(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S) -> float
         if asyncio.get_running_loop().time() > deadline:
             raise VMMError(f"the guest did not resume in {timeout}s after its snapshot")
         await asyncio.sleep(0.001)
-
-
-async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S,
-                         poll_s: float = 0.005) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        info = await qmp.execute("query-migrate")
-        if not isinstance(info, dict):
-            raise VMMError(f"unexpected query-migrate answer: {info!r}")
-        status = info.get("status")
-        if status == "completed":
-            return info
-        if status in ("failed", "cancelled"):
-            raise VMMError(f"migration {status}: {info.get('error-desc', '')}")
-        if asyncio.get_running_loop().time() > deadline:
-            raise VMMError(f"migration did not complete in {timeout}s (status {status})")
-        await asyncio.sleep(poll_s)

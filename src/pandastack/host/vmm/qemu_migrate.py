@@ -21,7 +21,7 @@ from typing import Any
 from qemu.qmp import QMPClient
 
 from pandastack.host.vmm.driver import MigrationStats, VMProcess
-from pandastack.host.vmm.qmp import connect_qmp, qmp_socket
+from pandastack.host.vmm.qmp import connect_qmp, qmp_socket, wait_migration
 from pandastack.hostport.errors import VMMError
 
 SOCKET_FD_NAME = "pandastack-migration-socket"
@@ -59,18 +59,8 @@ async def incoming(vm: VMProcess, sock_fd: int) -> None:
 async def wait_incoming(vm: VMProcess, timeout: float) -> None:
     """Destination: until the whole stream is loaded. A QEMU whose load failed exits."""
     qmp = await connect_qmp(qmp_socket(vm.paths))
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            info = await qmp.execute("query-migrate")
-            status = info.get("status") if isinstance(info, dict) else None
-            if status == "completed":
-                return
-            if status in ("failed", "cancelled"):
-                raise VMMError(f"incoming migration {status}")
-            if time.monotonic() > deadline:
-                raise VMMError(f"incoming migration not done in {timeout}s ({status})")
-            await asyncio.sleep(0.005)
+        await wait_migration(qmp, timeout, what="incoming migration")
     finally:
         await qmp.disconnect()
 
@@ -92,24 +82,17 @@ async def outgoing(vm: VMProcess, sock_fd: int, *, live: bool, converge_s: float
             stopped_at = time.monotonic()
             await qmp.execute("stop")
         await qmp.execute("migrate", {"uri": f"fd:{SOCKET_FD_NAME}"})
-        deadline = started + timeout
-        while True:
-            info = await qmp.execute("query-migrate")
-            if not isinstance(info, dict):
-                raise VMMError(f"unexpected query-migrate answer: {info!r}")
-            status = info.get("status")
-            if status == "completed":
-                break
-            if status in ("failed", "cancelled"):
-                raise VMMError(f"migration {status}: {info.get('error-desc', '')}")
+
+        async def converge(_elapsed: float) -> None:
+            nonlocal stopped_at
             now = time.monotonic()
-            if now > deadline:
-                raise VMMError(f"migration did not complete in {timeout}s ({status})")
             if stopped_at is None and now - started > converge_s:
                 # The guest dirties memory faster than it goes: stop it, send the rest.
                 stopped_at = now
                 await qmp.execute("stop")
-            await asyncio.sleep(0.005)
+
+        info = await wait_migration(qmp, timeout - (time.monotonic() - started),
+                                    on_poll=converge)
         total_ms = (time.monotonic() - started) * 1000
         ram: dict[str, Any] = info.get("ram") or {}
         sent = int(ram.get("transferred", 0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +68,29 @@ async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient
             if asyncio.get_running_loop().time() > deadline:
                 raise VMMError(f"QMP at {socket} did not answer: {exc}") from exc
             await asyncio.sleep(0.02)
+
+
+async def wait_migration(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S,
+                         poll_s: float = 0.005, *, what: str = "migration",
+                         on_poll: Callable[[float], Awaitable[None]] | None = None
+                         ) -> dict[str, Any]:
+    """Poll `query-migrate` until the migration (a save, a restore, a move; `what` in the
+    errors) completes: its last answer. `on_poll(elapsed_s)` runs after each answer that is
+    not the end (a move stops a guest that does not converge there)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        info = await qmp.execute("query-migrate")
+        if not isinstance(info, dict):
+            raise VMMError(f"unexpected query-migrate answer: {info!r}")
+        status = info.get("status")
+        if status == "completed":
+            return info
+        if status in ("failed", "cancelled"):
+            raise VMMError(f"{what} {status}: {info.get('error-desc', '')}")
+        elapsed = loop.time() - started
+        if elapsed > timeout:
+            raise VMMError(f"{what} did not complete in {timeout}s (status {status})")
+        if on_poll is not None:
+            await on_poll(elapsed)
+        await asyncio.sleep(poll_s)
