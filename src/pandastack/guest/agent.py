@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, code, execs, files, sysinit
+from . import __version__, code, execs, files, metrics, sysinit, volumes
 from .cgroups import Cgroups
 from .channel import Channel
 from .ops import Op, OpError, oserror_reply
@@ -60,6 +60,9 @@ HANDLERS: dict[str, Handler] = {
     "rename": lambda a, op, f: files.rename(op, f),
     "sync": lambda a, op, f: files.sync(op, f),
     "code": lambda a, op, f: code.code(op, f, a.code_socket),
+    "metrics": lambda a, op, f: metrics.metrics(op, f),
+    "mount_volume": lambda a, op, f: volumes.mount_volume(op, f),
+    "unmount_volume": lambda a, op, f: volumes.unmount_volume(op, f),
 }
 # Frames that only make sense for an op in flight; late ones are dropped silently.
 STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof", "signal"})
