@@ -9,6 +9,7 @@ template spec's default base template cannot come from `wire`; it comes from her
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from pathlib import Path
@@ -64,6 +65,8 @@ BUILD_ID_PREFIX = "tb-"
 SANDBOX_ID_RE = re.compile(rf"^{SANDBOX_ID_PREFIX}[0-9a-f]{{12}}$")
 SNAPSHOT_ID_RE = re.compile(rf"^{SNAPSHOT_ID_PREFIX}[0-9a-f]{{12}}$")
 BUILD_ID_RE = re.compile(rf"^{BUILD_ID_PREFIX}[0-9a-f]{{12}}$")
+VOLUME_ID_PREFIX = "vol-"
+VOLUME_ID_RE = re.compile(rf"^{VOLUME_ID_PREFIX}[0-9a-f]{{12}}$")
 
 
 def new_sandbox_id() -> str:
@@ -78,13 +81,36 @@ def new_build_id() -> str:
     return BUILD_ID_PREFIX + secrets.token_hex(_ID_HEX_BYTES)
 
 
+def new_volume_id() -> str:
+    return VOLUME_ID_PREFIX + secrets.token_hex(_ID_HEX_BYTES)
+
+
+def clone_volume_id(volume_id: str, sandbox_id: str) -> str:
+    """The id of the copy of `volume_id` that sandbox `sandbox_id` gets when it is made from
+    a fork or a snapshot: the host makes the copy, the server names it, and neither has to
+    tell the other which id it took."""
+    digest = hashlib.sha256(f"{volume_id}/{sandbox_id}".encode()).hexdigest()
+    return VOLUME_ID_PREFIX + digest[:2 * _ID_HEX_BYTES]
+
+
+# -- volumes ------------------------------------------------------------------------------
+
+MIN_VOLUME_MB = 16
+MAX_VOLUME_MB = 1 << 20
+DEFAULT_VOLUME_MB = 1024
+#: Volumes one sandbox may mount (every VM has this many volume slots: ADR 0025).
+MAX_VOLUMES_PER_SANDBOX = 4
+#: A volume's name within its team (like a template's).
+VOLUME_NAME_PATTERN = rf"^{TEMPLATE_NAME_BODY}$"
+
+
 # -- error codes --------------------------------------------------------------------------
 
 ErrorCode = Literal[
     "bad_request", "unauthorized", "not_found", "conflict", "payload_too_large",
     "validation_error", "rate_limited", "internal", "unavailable", "timeout",
     "forbidden", "insufficient_storage", "bad_gateway", "template_building", "host_unavailable",
-    "host_lost",
+    "host_lost", "volume_in_use", "quota_exceeded",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 
@@ -95,6 +121,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 ERROR_STATUS: dict[ErrorCode, int] = {
     "bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
     "timeout": 408, "conflict": 409, "template_building": 409, "host_lost": 409,
+    "volume_in_use": 409, "quota_exceeded": 429,
     "payload_too_large": 413,
     "validation_error": 422, "rate_limited": 429, "internal": 500, "bad_gateway": 502,
     "unavailable": 503, "host_unavailable": 503, "insufficient_storage": 507,
@@ -104,4 +131,5 @@ ERROR_STATUS: dict[ErrorCode, int] = {
 #: bare 503 plain `unavailable`.
 STATUS_ERROR_CODE: dict[int, ErrorCode] = {
     status: code for code, status in ERROR_STATUS.items()
-    if code not in ("template_building", "host_unavailable", "host_lost")}
+    if code not in ("template_building", "host_unavailable", "host_lost", "volume_in_use",
+                    "quota_exceeded")}

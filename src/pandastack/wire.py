@@ -16,6 +16,7 @@ from pandastack.rules import (
     DEFAULT_MEMORY_MB,
     DEFAULT_TTL_SECONDS,
     DEFAULT_VCPUS,
+    DEFAULT_VOLUME_MB,
     MAX_DISK_MB,
     MAX_MEMORY_MB,
     MAX_VCPUS,
@@ -29,7 +30,11 @@ from pandastack.rules import MAX_FORK as MAX_FORK
 from pandastack.rules import MAX_METADATA_ITEMS as MAX_METADATA_ITEMS
 from pandastack.rules import MAX_NETWORK_RULES as MAX_NETWORK_RULES
 from pandastack.rules import MAX_TTL_SECONDS as MAX_TTL_SECONDS
+from pandastack.rules import MAX_VOLUME_MB as MAX_VOLUME_MB
+from pandastack.rules import MAX_VOLUMES_PER_SANDBOX as MAX_VOLUMES_PER_SANDBOX
+from pandastack.rules import MIN_VOLUME_MB as MIN_VOLUME_MB
 from pandastack.rules import TEMPLATE_NAME_PATTERN as TEMPLATE_NAME_PATTERN
+from pandastack.rules import VOLUME_NAME_PATTERN as VOLUME_NAME_PATTERN
 from pandastack.rules import ErrorCode as ErrorCode
 from pandastack.templatespec.models import TemplateSpec
 from pandastack.wirebase import Strict
@@ -46,6 +51,10 @@ class ErrorBody(Strict):
     code: ErrorCode
     message: str
     request_id: str
+    # quota_exceeded only (absent otherwise): which limit, its value, the use it would cross.
+    limit: str | None = None
+    value: float | None = None
+    current: float | None = None
 
 
 class ErrorEnvelope(Strict):
@@ -91,6 +100,23 @@ class NetworkSpec(Strict):
                     "`internet` is on.")
 
 
+class VolumeMount(Strict):
+    """A team volume to mount in a new sandbox (`CreateSandbox.volumes`)."""
+
+    name: str = Field(pattern=VOLUME_NAME_PATTERN)
+    mount_path: str = Field(min_length=2, max_length=1024, pattern=r"^/[^\0]*$")
+    read_only: bool = False
+
+
+class AttachedVolume(Strict):
+    """A volume a sandbox has mounted (a fork's child: its own copy, under a new name)."""
+
+    id: str
+    name: str
+    mount_path: str
+    read_only: bool
+
+
 class CreateSandbox(Strict):
     template: str | None = Field(default=None, max_length=128)
     snapshot: str | None = Field(default=None, max_length=128)
@@ -102,6 +128,8 @@ class CreateSandbox(Strict):
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
     metadata: dict[str, str] = Field(default_factory=dict, max_length=MAX_METADATA_ITEMS)
     network: NetworkSpec | None = None  # None: the default policy (internet on, no lists)
+    volumes: list[VolumeMount] = Field(default_factory=list,
+                                       max_length=MAX_VOLUMES_PER_SANDBOX)
     # Admin keys only: place the sandbox on this host (where the server drives many).
     host_id: str | None = Field(default=None, max_length=64)
 
@@ -122,6 +150,7 @@ class SandboxInfo(Strict):
     end_reason: str | None = None
     snapshot: str | None = None  # the snapshot it was created from, if any
     host_id: str | None = None  # the host it runs on, where the server drives many
+    volumes: list[AttachedVolume] = Field(default_factory=list)
 
 
 class SandboxList(Strict):
@@ -267,6 +296,22 @@ class FileList(Strict):
 class WriteResult(Strict):
     path: str
     size: int
+
+
+# -- metrics ------------------------------------------------------------------------------
+
+class SandboxMetrics(Strict):
+    """What the guest measured as it answered: nothing is sampled between requests."""
+
+    cpu_percent: float = Field(description="non-idle share of all the guest's CPUs over "
+                                           "`window_ms` (0-100)")
+    cpu_count: int
+    memory_used_bytes: int = Field(description="MemTotal - MemAvailable in the guest")
+    memory_total_bytes: int
+    disk_used_bytes: int = Field(description="of the guest's root file system")
+    disk_total_bytes: int
+    window_ms: int = Field(description="how long the CPU use was measured")
+    sampled_at: float = Field(description="UNIX seconds, when the answer came")
 
 
 class MkdirRequest(Strict):
@@ -436,3 +481,37 @@ class DrainResult(Strict):
     moved_live: list[str] = Field(
         default_factory=list, description="of the moved, those that moved live (paused only "
                                           "for the switch); the others moved cold")
+
+
+# -- volumes ------------------------------------------------------------------------------
+
+
+class CreateVolume(Strict):
+    name: str = Field(pattern=VOLUME_NAME_PATTERN)
+    size_mb: int = Field(default=DEFAULT_VOLUME_MB, ge=MIN_VOLUME_MB, le=MAX_VOLUME_MB)
+    # Admin only, where the server drives many hosts: the host the volume lives on.
+    host_id: str | None = Field(default=None, max_length=64)
+
+
+class ResizeVolume(Strict):
+    size_mb: int = Field(ge=MIN_VOLUME_MB, le=MAX_VOLUME_MB)
+
+
+class VolumeAttachment(Strict):
+    sandbox_id: str
+    mount_path: str
+    read_only: bool
+
+
+class VolumeInfo(Strict):
+    id: str
+    name: str
+    size_mb: int
+    created_at: float
+    host_id: str | None = None  # the host it lives on, where the server drives many
+    source_volume: str | None = None  # the volume it was copied from (a fork's child's)
+    attachments: list[VolumeAttachment] = Field(default_factory=list)
+
+
+class VolumeList(Strict):
+    volumes: list[VolumeInfo]

@@ -10,6 +10,8 @@ type name and re-raised by its client: the control plane sees the same classes e
     ├── SandboxNotFound       no such sandbox on this host
     ├── SnapshotNotFound      no such snapshot on this host
     ├── SandboxStateError     the sandbox is in a state that does not allow the operation
+    ├── VolumeNotFound        no such volume on this host
+    ├── VolumeInUse           the volume is attached where the operation needs it detached
     ├── CodeInterpreterError  the sandbox's code interpreter refused or could not run a request
     │   ├── CodeInterpreterUnavailable  the sandbox's template has no (running) code interpreter
     │   ├── CodeContextNotFound         no code context with that id
@@ -69,6 +71,14 @@ class SnapshotNotFound(HostError):
 
 
 class SandboxStateError(HostError):
+    pass
+
+
+class VolumeNotFound(HostError):
+    pass
+
+
+class VolumeInUse(HostError):
     pass
 
 

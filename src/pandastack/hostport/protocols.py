@@ -21,11 +21,13 @@ from .results import (
     CodeEvent,
     ExecResult,
     FileInfo,
+    GuestMetrics,
     MigrationDocument,
     SnapshotInfo,
     SnapshotResult,
     TransferDocument,
 )
+from .volumes import VolumeMountRequest
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 BuildLog = Callable[[str], None]
@@ -102,6 +104,11 @@ class SandboxPort(Protocol):
 
     async def restart_code_context(self, context_id: str) -> None: ...
 
+    async def metrics(self, window_ms: int = 200) -> GuestMetrics:
+        """CPU use over `window_ms` (10..2000, measured by the guest as it answers), memory
+        and root-disk use, all sampled now: nothing is measured between calls."""
+        ...
+
 
 class RuntimePort(Protocol):
     """Creates, finds and kills sandboxes; pauses, snapshots, forks and hibernates them; builds
@@ -115,7 +122,11 @@ class RuntimePort(Protocol):
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
-                     network: NetworkPolicy | None = None) -> SandboxPort: ...
+                     network: NetworkPolicy | None = None,
+                     volumes: Sequence[VolumeMountRequest] = ()) -> SandboxPort:
+        """`volumes`: mounted before it returns (not with `snapshot`: a snapshot's own
+        volumes come with it, read-write ones as copies: see hostport.volumes)."""
+        ...
 
     async def prepare_template(self, name: str, *, vcpus: int = 1,
                                memory_mb: int = 512) -> None:

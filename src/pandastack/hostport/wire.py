@@ -27,7 +27,15 @@ from . import errors as errors_module
 from .errors import HostError
 from .network import NetworkPolicy
 from .protocols import SandboxPlacement, SandboxPort
-from .results import BuildResult, CodeEvent, ExecResult, FileInfo, SnapshotInfo, SnapshotResult
+from .results import (
+    BuildResult,
+    CodeEvent,
+    ExecResult,
+    FileInfo,
+    GuestMetrics,
+    SnapshotInfo,
+    SnapshotResult,
+)
 
 ErrorValue = str | int | float | bool | None
 M = TypeVar("M", bound=BaseModel)
@@ -99,6 +107,8 @@ _STATUS: dict[type[Exception], int] = {
     errors_module.TemplateNotFound: 404,
     errors_module.CodeContextNotFound: 404,
     errors_module.SandboxStateError: 409,
+    errors_module.VolumeNotFound: 404,
+    errors_module.VolumeInUse: 409,
     errors_module.CodeInterpreterUnavailable: 409,
     errors_module.CodeInterpreterError: 422,
     errors_module.GuestOSError: 422,
@@ -357,6 +367,23 @@ class FileInfoModel(Strict):
 
 class DirList(Strict):
     entries: list[FileInfoModel]
+
+
+class GuestMetricsModel(Strict):
+    cpu_percent: float
+    cpu_count: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+    disk_used_bytes: int
+    disk_total_bytes: int
+    window_ms: int
+
+    @classmethod
+    def of(cls, metrics: GuestMetrics) -> GuestMetricsModel:
+        return cls.model_validate(asdict(metrics))
+
+    def value(self) -> GuestMetrics:
+        return GuestMetrics(**self.model_dump())
 
 
 class Written(Strict):

@@ -35,6 +35,8 @@ from pandastack.hostport.errors import (
     SnapshotFailed,
     SnapshotNotFound,
     UnsupportedLanguage,
+    VolumeInUse,
+    VolumeNotFound,
 )
 from pandastack.rules import STATUS_ERROR_CODE, ErrorCode
 from pandastack.wire import ErrorBody, ErrorEnvelope
@@ -67,12 +69,15 @@ class ApiError(Exception):
     """Raised anywhere in a request; rendered as the envelope with `status`."""
 
     def __init__(self, status: int, code: ErrorCode, message: str,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code: ErrorCode = code
         self.message = message
         self.headers = headers or {}
+        # More fields of the envelope's error body (`ErrorBody`: a quota's limit, value, use).
+        self.details = details or {}
 
 
 def not_found(what: str) -> ApiError:
@@ -111,6 +116,10 @@ def from_host_error(exc: HostError) -> ApiError:
         return ApiError(409, "conflict", str(exc))
     if isinstance(exc, SnapshotNotFound):
         return ApiError(404, "not_found", f"snapshot {exc} not found")
+    if isinstance(exc, VolumeNotFound):
+        return ApiError(404, "not_found", f"volume {exc} not found")
+    if isinstance(exc, VolumeInUse):
+        return ApiError(409, "volume_in_use", str(exc))
     if isinstance(exc, SnapshotFailed):
         if exc.no_space:
             return ApiError(507, "insufficient_storage",
@@ -179,16 +188,18 @@ def request_id_of(scope_or_request: Request | Scope) -> str:
     return rid
 
 
-def envelope(code: ErrorCode, message: str, request_id: str) -> dict[str, Any]:
+def envelope(code: ErrorCode, message: str, request_id: str,
+             details: dict[str, Any] | None = None) -> dict[str, Any]:
     body = ErrorEnvelope(error=ErrorBody(code=code, message=clean_text(message),
-                                         request_id=request_id))
-    return body.model_dump()
+                                         request_id=request_id, **(details or {})))
+    return body.model_dump(exclude_none=True)
 
 
 def error_response(request: Request, status: int, code: ErrorCode, message: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: dict[str, str] | None = None,
+                   details: dict[str, Any] | None = None) -> JSONResponse:
     rid = request_id_of(request)
-    return JSONResponse(envelope(code, message, rid), status_code=status,
+    return JSONResponse(envelope(code, message, rid, details), status_code=status,
                         headers={**(headers or {}), REQUEST_ID_HEADER: rid})
 
 
@@ -207,7 +218,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, ErrorCode, st
 def install_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return error_response(request, exc.status, exc.code, exc.message, exc.headers)
+        return error_response(request, exc.status, exc.code, exc.message, exc.headers,
+                              exc.details)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
