@@ -28,6 +28,20 @@ class FileInfo:
     mtime: float
 
 
+@dataclass(frozen=True)
+class GuestMetrics:
+    """The guest's own CPU, memory and root-disk use (guest op `metrics`): CPU use is the
+    non-idle share of all its CPUs over `window_ms`, memory used is MemTotal - MemAvailable."""
+
+    cpu_percent: float
+    cpu_count: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+    disk_used_bytes: int
+    disk_total_bytes: int
+    window_ms: int
+
+
 @dataclass
 class CodeEvent:
     type: str  # "stdout" | "stderr" | "result" | "error" | "end"
