@@ -104,7 +104,7 @@ class VolumeMount(Strict):
     """A team volume to mount in a new sandbox (`CreateSandbox.volumes`)."""
 
     name: str = Field(pattern=VOLUME_NAME_PATTERN)
-    mount_path: str = Field(min_length=2, max_length=1024, pattern=r"^/[^\0]*$")
+    mount_path: str = Field(min_length=2, max_length=1024, pattern=r"^/[^\x00]*$")
     read_only: bool = False
 
 
