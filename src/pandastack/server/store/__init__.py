@@ -12,8 +12,11 @@ from .models import (
     TemplateBlob,
     TemplateName,
     TemplateVersion,
+    Volume,
+    VolumeAttachment,
 )
 from .repo import Store
 
 __all__ = ["ApiKey", "Host", "Lease", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team",
-           "TemplateBlob", "TemplateName", "TemplateVersion", "open_store"]
+           "TemplateBlob", "TemplateName", "TemplateVersion", "Volume", "VolumeAttachment",
+           "open_store"]

@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from pandastack.registry.models import Base, Host, Lease
 
 __all__ = ["ApiKey", "Base", "Host", "Lease", "Sandbox", "ServerSecret", "Snapshot", "Team",
-           "TemplateBlob", "TemplateName", "TemplateVersion"]
+           "TemplateBlob", "TemplateName", "TemplateVersion", "Volume", "VolumeAttachment"]
 
 
 class Team(Base):
@@ -92,6 +93,42 @@ class Snapshot(Base):
     disk_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    # The volume attachments of the source when it was taken (wire.AttachedVolume's fields):
+    # a create from it restores them.
+    volumes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+class Volume(Base):
+    """A team's volume, on one host (`host_id`; None until a host made it). `source_volume`
+    is the volume a fork or snapshot restore copied it from. `deleted_at` is set when it is
+    deleted (the row is kept; its name is free again)."""
+
+    __tablename__ = "volumes"
+    __table_args__ = (Index("uq_volumes_team_name_live", "team", "name", unique=True,
+                            sqlite_where=text("deleted_at IS NULL"),
+                            postgresql_where=text("deleted_at IS NULL")),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    team: Mapped[str] = mapped_column(String(128), ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    size_mb: Mapped[int] = mapped_column(Integer)
+    host_id: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    source_volume: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    created_at: Mapped[float] = mapped_column(Float)
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+
+
+class VolumeAttachment(Base):
+    """A volume attached to a sandbox that has not ended (a hibernated one keeps it). No
+    foreign keys: the rows go in the transaction that ends the sandbox."""
+
+    __tablename__ = "volume_attachments"
+    __table_args__ = (Index("ix_volume_attachments_sandbox", "sandbox_id"),)
+
+    volume_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    sandbox_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    mount_path: Mapped[str] = mapped_column(Text)
+    read_only: Mapped[bool] = mapped_column(Boolean)
 
 
 class TemplateVersion(Base):
