@@ -29,6 +29,7 @@ from pandastack.hostport.results import (
     CodeEvent,
     ExecResult,
     FileInfo,
+    GuestMetrics,
     SnapshotInfo,
     SnapshotResult,
 )
@@ -200,6 +201,14 @@ class FakeSandbox:
         await self._guest()
         if context_id not in self.code_contexts:
             raise CodeContextNotFound(context_id)
+
+    async def metrics(self, window_ms: int = 200) -> GuestMetrics:
+        """Figures that follow the sandbox's shape and what it holds in `files`."""
+        await self._guest()
+        used = sum(len(b) for b in self.files.values())
+        return GuestMetrics(cpu_percent=1.5, cpu_count=self.vcpus,
+                            memory_used_bytes=64 << 20, memory_total_bytes=self.memory_mb << 20,
+                            disk_used_bytes=used, disk_total_bytes=1 << 30, window_ms=window_ms)
 
 
 class FakeSnapshots:

@@ -261,6 +261,7 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
     from pandastack.host.api import create_host_app
     from pandastack.host.local import LocalHost
     from pandastack.host.runtime import HostRuntime
+    from pandastack.metrics_http import MetricsAccess
 
     runtime = HostRuntime(config, progress=lambda message: log.info("%s", message))
     local = LocalHost(runtime, migration_host=migration_host(
@@ -268,7 +269,8 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
     host: RuntimePort = local
     if args is not None and args.db:
         host = with_registry(local, args, listen, config.sandboxes_dir)
-    app = create_host_app(host, token, manage_host=True)
+    app = create_host_app(host, token, manage_host=True,
+                          metrics_access=MetricsAccess.of(listen))
     sock = listening_socket(listen)
     server = uvicorn.Server(uvicorn.Config(
         app, log_level=log_level, timeout_keep_alive=KEEP_ALIVE_S,

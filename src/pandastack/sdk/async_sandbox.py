@@ -21,7 +21,7 @@ from types import TracebackType
 
 import httpx
 
-from pandastack.sdk import _base
+from pandastack.sdk import _base, _metrics
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import AsyncHTTP
 from pandastack.sdk.code import (
@@ -42,6 +42,7 @@ from pandastack.sdk.models import (
     Logs,
     NetworkSpec,
     SandboxInfo,
+    SandboxMetrics,
 )
 
 __all__ = ["AsyncSandbox"]
@@ -281,6 +282,12 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
     async def logs(self) -> Logs:
         """The guest console log and the guest agent's log."""
         return await self._http.run(_base.logs_call(self.id))
+
+    async def get_metrics(self, window_ms: int = _metrics.DEFAULT_WINDOW_MS) -> SandboxMetrics:
+        """CPU use (over `window_ms`, 10-2000: the call takes that long), memory and root
+        disk, measured in the guest now. A paused or hibernated sandbox gets ConflictError
+        (reading metrics does not wake it)."""
+        return await self._http.run(_metrics.metrics_call(self.id, window_ms))
 
     async def kill(self) -> None:
         """Kill the sandbox. Idempotent: a sandbox that is already gone counts as killed."""

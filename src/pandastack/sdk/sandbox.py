@@ -20,7 +20,7 @@ from types import TracebackType
 
 import httpx
 
-from pandastack.sdk import _base
+from pandastack.sdk import _base, _metrics
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import HTTP
 from pandastack.sdk.code import (
@@ -41,6 +41,7 @@ from pandastack.sdk.models import (
     NetworkSpec,
     OutputCallback,
     SandboxInfo,
+    SandboxMetrics,
 )
 
 __all__ = ["Sandbox"]
@@ -277,6 +278,12 @@ class Sandbox(_base.SandboxBase[HTTP]):
     def logs(self) -> Logs:
         """The guest console log and the guest agent's log."""
         return self._http.run(_base.logs_call(self.id))
+
+    def get_metrics(self, window_ms: int = _metrics.DEFAULT_WINDOW_MS) -> SandboxMetrics:
+        """CPU use (over `window_ms`, 10-2000: the call takes that long), memory and root
+        disk, measured in the guest now. A paused or hibernated sandbox gets ConflictError
+        (reading metrics does not wake it)."""
+        return self._http.run(_metrics.metrics_call(self.id, window_ms))
 
     def kill(self) -> None:
         """Kill the sandbox. Idempotent: a sandbox that is already gone counts as killed."""

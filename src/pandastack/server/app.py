@@ -9,12 +9,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
+from pandastack.metrics_http import MetricsAccess, scrape
 from pandastack.wire import ErrorEnvelope
 
 from .bootstrap import ensure_admin_key, private_database
@@ -27,6 +29,7 @@ from .routes import (
     files,
     keys,
     lifecycle,
+    metrics,
     network,
     ports,
     processes,
@@ -42,6 +45,7 @@ from .service import SandboxService
 from .settings import Settings
 from .signing import UrlSigner, redact_signatures_in_logs
 from .store import Store, open_store
+from .telemetry import MetricsContextMiddleware, ServerMetrics
 from .templates import TemplateService
 
 log = logging.getLogger("pandastack.server")
@@ -105,6 +109,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         proxy: PortProxy | None = None
         try:
             service = SandboxService(store, rt, settings)
+            server_metrics.bind(service)
             templates = TemplateService(service, cache_entries=settings.build_cache_entries,
                                         max_concurrent=settings.max_concurrent_builds)
 
@@ -156,6 +161,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                               "read; raw uploads (files, stdin) have their own, larger limit.")
     app.state.settings = settings
     app.state.ready = False
+    app.state.metrics = server_metrics = ServerMetrics()
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_second,
                                          settings.rate_limit_burst)
     install_handlers(app)
@@ -164,6 +170,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                        max_upload_bytes=settings.max_upload_bytes,
                        max_template_bytes=settings.max_template_bytes)
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(MetricsContextMiddleware, metrics=server_metrics)
+    access = MetricsAccess.of(settings.host)
 
     @app.get("/health", response_model=Health, tags=["health"])
     async def health() -> Health:
@@ -171,8 +179,15 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             raise ApiError(503, "unavailable", "starting")
         return Health(status="ok")
 
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics(request: Request) -> Response:
+        store: Store | None = getattr(app.state, "store", None)
+        return await scrape(request, server_metrics.registry, access, lambda: (
+            server_metrics.refresh(store, cluster=settings.cluster,
+                                   local=settings.agent is None)))
+
     for module in (sandboxes, state, snapshots, exec_routes, code, processes, files,
-                   lifecycle, network, ports, keys, template_routes, host_routes):
+                   lifecycle, network, ports, keys, template_routes, host_routes, metrics):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})

@@ -41,6 +41,8 @@ from pandastack.hostport.errors import (
 from pandastack.rules import STATUS_ERROR_CODE, ErrorCode
 from pandastack.wire import ErrorBody, ErrorEnvelope
 
+from .telemetry import note_error, note_host_unavailable
+
 log = logging.getLogger("pandastack.server")
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -108,6 +110,7 @@ def from_host_error(exc: HostError) -> ApiError:
         return ApiError(409, "host_lost", f"{exc}: the sandbox's VM is gone with its host "
                         "(wake it to restore the state it last saved, if it saved one)")
     if isinstance(exc, HostUnavailable):
+        note_host_unavailable()
         return ApiError(503, "host_unavailable", f"{exc} (the sandbox is not lost: retry once "
                         "its host is back)", headers={"Retry-After": "5"})
     if isinstance(exc, SandboxNotFound):
@@ -199,6 +202,7 @@ def error_response(request: Request, status: int, code: ErrorCode, message: str,
                    headers: dict[str, str] | None = None,
                    details: dict[str, Any] | None = None) -> JSONResponse:
     rid = request_id_of(request)
+    note_error(request.app, status, code)
     return JSONResponse(envelope(code, message, rid, details), status_code=status,
                         headers={**(headers or {}), REQUEST_ID_HEADER: rid})
 
@@ -290,6 +294,7 @@ class RequestIdMiddleware:
                           scope.get("path"), rid)
             if started:
                 raise
+            note_error(scope.get("app"), 500, "internal")
             body = ErrorEnvelope(error=ErrorBody(code="internal", message="internal error",
                                                  request_id=rid)).model_dump_json().encode()
             await send({"type": "http.response.start", "status": 500,

@@ -28,6 +28,7 @@ from .hosts.cluster import ClusterPool
 from .hosts.pinning import pinned_host
 from .settings import Settings
 from .store import Sandbox, Store, TemplateVersion
+from .telemetry import timed
 
 log = logging.getLogger("pandastack.server")
 
@@ -196,6 +197,7 @@ class SandboxService:
 
     # -- pause, resume, hibernate, wake ---------------------------------------------------
 
+    @timed("wake", when=lambda _self, row: row.state == "hibernated")
     async def wake_row(self, row: Sandbox) -> Sandbox:
         async with self.transition(row.id):
             await self.host_call(self.runtime.wake(row.id))
@@ -345,6 +347,7 @@ class SandboxService:
             raise ApiError(503, "unavailable", f"template {template!r} could not be built: "
                            f"{type(exc).__name__}: {exc}")
 
+    @timed("create")
     async def create(self, team: str, req: CreateSandbox) -> Sandbox:
         if pinned_host.get() is not None and self.cluster is None:
             raise ApiError(422, "validation_error", "host_id: this server drives one host "

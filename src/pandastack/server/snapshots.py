@@ -15,6 +15,7 @@ from .errors import not_found
 from .hosts.cluster import durable_fork
 from .service import SandboxService, log
 from .store import Sandbox, Snapshot
+from .telemetry import timed
 
 MIB = 1 << 20
 
@@ -63,6 +64,7 @@ async def delete_snapshot(service: SandboxService, team: str, snapshot_id: str) 
     service.store.delete_snapshot(row.id)
 
 
+@timed("fork")
 async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, *,
                durable: bool = False) -> tuple[Sandbox, list[Sandbox], float]:
     """`count` live copies of the team's sandbox: (parent, children, duration in ms).

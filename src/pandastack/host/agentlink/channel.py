@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from pandastack.guest import protocol as P
+from pandastack.host.agentlink.failures import note_failure
 from pandastack.hostport.errors import (
     AgentConnectionError,
     AgentError,
@@ -340,10 +341,13 @@ class AgentChannel:
                     raise AgentConnectionError("agent channel closed")
                 self._decoder.feed(data)
         except P.ProtocolError as e:
+            note_failure("protocol")
             self._fail(AgentProtocolError(f"invalid frame from agent: {e}"))
         except AgentError as e:
+            note_failure("closed")
             self._fail(e)
         except OSError as e:
+            note_failure("closed")
             self._fail(AgentConnectionError(f"agent channel failed: {e}"))
         except asyncio.CancelledError:
             self._fail(AgentConnectionError("client closed"))
@@ -433,6 +437,7 @@ class AgentChannel:
                 async with asyncio.timeout(self.op_timeout):
                     await self._writer.drain()
         except TimeoutError:
+            note_failure("timeout")
             exc: AgentError = AgentConnectionError("agent is not reading (write timed out)")
             self._fail(exc)
             raise exc from None
@@ -484,6 +489,7 @@ class AgentChannel:
                 async with asyncio.timeout(max(0.0, timeout)):
                     item = await op.queue.get()
         except TimeoutError:
+            note_failure("timeout")
             raise AgentConnectionError(
                 f"{op.kind}: no answer from the agent within {timeout:.1f}s"
             ) from None

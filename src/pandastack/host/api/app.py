@@ -7,18 +7,30 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from pandastack.hostport.frames import MEDIA_TYPE
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.hostport.wire import ErrorEnvelope, HostStatus
+from pandastack.metrics_http import MetricsAccess, scrape
 
-from . import code, files, migrations, processes, sandboxes, snapshots, templates, transfers
+from . import (
+    code,
+    files,
+    metrics,
+    migrations,
+    processes,
+    sandboxes,
+    snapshots,
+    templates,
+    transfers,
+)
 from .auth import require_token
 from .deps import Host
 from .errors import WireJSONResponse, install_handlers
+from .telemetry import AgentMetrics, LatencyMiddleware
 
 API_PREFIX = "/v1"
 # Every route may answer one of these (a streamed one only before its stream starts; after
@@ -50,15 +62,17 @@ def _host_router() -> APIRouter:
         return HostStatus(sandboxes=len(await host.list_sandboxes()))
 
     for module in (sandboxes, migrations, transfers, processes, files, code, snapshots,
-                   templates):
+                   templates, metrics):
         router.include_router(module.router)
     return router
 
 
-def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False) -> FastAPI:
+def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False,
+                    metrics_access: MetricsAccess | None = None) -> FastAPI:
     """The app over `host`, answering requests that carry `Authorization: Bearer <token>`.
     With `manage_host`, the app's lifespan starts the host and closes it (as the agent
-    process runs it); otherwise its caller does."""
+    process runs it); otherwise its caller does. `metrics_access`: who may read /metrics
+    (None: nobody, 404)."""
     if not token:
         raise ValueError("the host API needs a non-empty token")
 
@@ -86,6 +100,15 @@ def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False)
     @app.get("/health", operation_id="getHealth", tags=["host"])
     async def get_health() -> dict[str, str]:
         return {"status": "ok"}
+
+    agent_metrics = AgentMetrics()
+    access = metrics_access or MetricsAccess(loopback=False)
+    app.add_middleware(LatencyMiddleware, metrics=agent_metrics)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics(request: Request) -> Response:
+        return await scrape(request, agent_metrics.registry, access,
+                            lambda: agent_metrics.refresh(host))
 
     app.include_router(_host_router())
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

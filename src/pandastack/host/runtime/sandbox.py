@@ -16,9 +16,10 @@ from pathlib import Path
 
 from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.agentlink.client import AgentClient
+from pandastack.host.agentlink.failures import note_failure
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError
-from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo
+from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
@@ -99,6 +100,7 @@ class SandboxHandle:
             if self._agent is not None and not self._agent.broken:
                 return self._agent
             if self._agent is not None:
+                note_failure("reconnect")
                 await self._agent.close()
                 self._agent = None
             if self.vm is None or not self.vm.is_alive():
@@ -203,6 +205,9 @@ class SandboxHandle:
 
     async def restart_code_context(self, context_id: str) -> None:
         await (await self.agent()).restart_code_context(context_id)
+
+    async def metrics(self, window_ms: int = 200) -> GuestMetrics:
+        return await (await self.agent()).metrics(window_ms)
 
 
 async def _vm_ended(vm: VMProcess) -> str | None:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 
 from pandastack.hostport.frames import Kind
 from pandastack.hostport.protocols import OutputCallback
-from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo
+from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
 from pandastack.hostport.wire import (
     CodeContext,
     CodeContextList,
@@ -18,6 +18,7 @@ from pandastack.hostport.wire import (
     ExecDone,
     ExecRequest,
     FileInfoModel,
+    GuestMetricsModel,
     MkdirRequest,
     ProcessList,
     RenameRequest,
@@ -214,3 +215,9 @@ class RemoteSandbox:
         await self._caller.call("POST", self._path("code", "contexts", context_id, "restart"),
                                 read=self._caller.timeouts.lifecycle)
 
+    # -- metrics ----------------------------------------------------------------------------
+
+    async def metrics(self, window_ms: int = 200) -> GuestMetrics:
+        measured = await self._caller.model(GuestMetricsModel, "GET", self._path("metrics"),
+                                            params={"window_ms": window_ms}, read=self._guest)
+        return measured.value()
