@@ -45,10 +45,21 @@ def snapshots_dir(state_dir: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def host_config(state_dir: Path, snapshots_dir: Path) -> HostConfig:
+def volumes_dir(state_dir: Path) -> Iterator[Path]:
+    path = Path(f"{state_dir}-volumes")
+    path.mkdir()
+    yield path
+    left = sorted(p.name for p in path.iterdir())
+    shutil.rmtree(path, ignore_errors=True)
+    assert not left, f"volumes left behind by the test session: {left}"
+
+
+@pytest.fixture(scope="session")
+def host_config(state_dir: Path, snapshots_dir: Path, volumes_dir: Path) -> HostConfig:
     if os.geteuid() != 0:
         pytest.fail("VM tests need root (the VMM, network namespaces, /var/lib/pandastack)")
-    return HostConfig.from_env(state_dir=state_dir, snapshots_root=snapshots_dir)
+    return HostConfig.from_env(state_dir=state_dir, snapshots_root=snapshots_dir,
+                               volumes_root=volumes_dir)
 
 
 @pytest.fixture(scope="session")

@@ -143,8 +143,12 @@ class FakeDriver:
         self._call("save")
         _write_json(device_state, {"saved_from": vm.pid})
 
+    async def announce_volumes(self, vm: VMProcess, sizes: object) -> None:
+        self._call("announce_volumes")
+
     async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
-                      netns: str | None = None, hugetlb: bool = False) -> VMProcess:
+                      netns: str | None = None, hugetlb: bool = False,
+                      volumes: object = None) -> VMProcess:
         self._call("restore")
         if not snapshot.device_state.exists() or not disk.exists():
             raise VMMError(f"nothing to restore from {snapshot.device_state} with {disk}")

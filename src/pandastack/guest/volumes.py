@@ -62,9 +62,9 @@ def check_mount_path(path: str) -> str:
 
 def _mount(device: str, path: str, read_only: bool) -> None:
     flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
-    # Read-only mounts skip journal replay: the image may be shared with other readers.
-    data = b"noload" if read_only else b""
-    if _libc.mount(device.encode(), path.encode(), b"ext4", flags, data) != 0:
+    # A read-only mount still replays a journal a killed writer left: the host backs a
+    # reader's disk with an overlay of its own, so the replay writes only there.
+    if _libc.mount(device.encode(), path.encode(), b"ext4", flags, None) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
 

@@ -33,6 +33,8 @@ class HostConfig:
     home: Path = DEFAULT_HOME
     state_dir: Path | None = None
     snapshots_root: Path | None = None
+    # Where durable volumes live (PANDASTACK_VOLUMES_DIR); None: `<home>/volumes`.
+    volumes_root: Path | None = None
     network_pool: str = "10.200.0.0/16"
     # Where network slots are claimed: every runtime in one network namespace must use the
     # same one (PANDASTACK_NETWORK_CLAIMS; ADR 0021). None: DEFAULT_NETWORK_CLAIMS.
@@ -116,6 +118,8 @@ class HostConfig:
             values["network_claims"] = Path(env["PANDASTACK_NETWORK_CLAIMS"])
         if "PANDASTACK_SNAPSHOTS_DIR" in env:
             values["snapshots_root"] = Path(env["PANDASTACK_SNAPSHOTS_DIR"])
+        if "PANDASTACK_VOLUMES_DIR" in env:
+            values["volumes_root"] = Path(env["PANDASTACK_VOLUMES_DIR"])
         if "PANDASTACK_STATE_DIR" in env:
             values["state_dir"] = Path(env["PANDASTACK_STATE_DIR"])
         if "PANDASTACK_GUEST_ASLR" in env:
@@ -167,6 +171,10 @@ class HostConfig:
     @property
     def snapshots_dir(self) -> Path:
         return self.snapshots_root if self.snapshots_root is not None else self.home / "snapshots"
+
+    @property
+    def volumes_dir(self) -> Path:
+        return self.volumes_root if self.volumes_root is not None else self.home / "volumes"
 
     @property
     def fork_buffer_dir(self) -> Path:

@@ -22,6 +22,7 @@ from pandastack.hostport.results import (
     SnapshotResult,
     TransferDocument,
 )
+from pandastack.hostport.volumes import HostVolume, VolumeMountRequest
 from pandastack.templatespec import TemplateSpec
 
 from .runtime import HostRuntime
@@ -50,10 +51,28 @@ class LocalHost:
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
-                     network: NetworkPolicy | None = None) -> SandboxPort:
+                     network: NetworkPolicy | None = None,
+                     volumes: Sequence[VolumeMountRequest] = ()) -> SandboxPort:
         return await self.runtime.create(template, vcpus=vcpus, memory_mb=memory_mb,
                                          disk_mb=disk_mb, sandbox_id=sandbox_id,
-                                         snapshot=snapshot, network=network)
+                                         snapshot=snapshot, network=network, volumes=volumes)
+
+    # -- volumes (VolumePort) ---------------------------------------------------------------
+
+    async def create_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+        return await self.runtime.volumes.create(volume_id, size_mb)
+
+    async def get_volume(self, volume_id: str) -> HostVolume:
+        return await self.runtime.volumes.get(volume_id)
+
+    async def list_volumes(self) -> Sequence[HostVolume]:
+        return await self.runtime.volumes.all()
+
+    async def resize_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+        return await self.runtime.volumes.resize(volume_id, size_mb)
+
+    async def delete_volume(self, volume_id: str) -> None:
+        await self.runtime.volumes.delete(volume_id)
 
     async def prepare_template(self, name: str, *, vcpus: int = 1,
                                memory_mb: int = 512) -> None:

@@ -71,6 +71,9 @@ class SnapshotInfo:
     size_bytes: int = 0  # allocated bytes of the stream and the layers (shared ones included)
     # Deleted as soon as its sandboxes run (a fork's): one found at start is a crash's leftover.
     transient: bool = False
+    # The volumes its sandbox had mounted, with the copies it keeps of read-write ones
+    # (host/volumes/attach.py `keep_copies`).
+    volumes: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from . import errors as errors_module
 from .errors import HostError
 from .network import NetworkPolicy
 from .protocols import SandboxPlacement, SandboxPort
+from .volumes import HostVolume, VolumeMountRequest
 from .results import (
     BuildResult,
     CodeEvent,
@@ -205,6 +206,50 @@ def network_model(policy: NetworkPolicy | None) -> Network | None:
     return None if policy is None else Network.of(policy)
 
 
+class VolumeMountModel(Strict):
+    volume_id: str = Field(max_length=64)
+    mount_path: str = Field(max_length=1024)
+    read_only: bool = False
+
+    @classmethod
+    def of(cls, request: VolumeMountRequest) -> VolumeMountModel:
+        return cls(volume_id=request.volume_id, mount_path=request.mount_path,
+                   read_only=request.read_only)
+
+    def value(self) -> VolumeMountRequest:
+        return VolumeMountRequest(self.volume_id, self.mount_path, self.read_only)
+
+
+class HostVolumeModel(Strict):
+    id: str
+    size_mb: int
+    created_at: float
+    source: str | None = None
+    attached_to: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, volume: HostVolume) -> HostVolumeModel:
+        return cls(id=volume.id, size_mb=volume.size_mb, created_at=volume.created_at,
+                   source=volume.source, attached_to=list(volume.attached_to))
+
+    def value(self) -> HostVolume:
+        return HostVolume(self.id, self.size_mb, self.created_at, self.source,
+                          tuple(self.attached_to))
+
+
+class HostVolumeList(Strict):
+    volumes: list[HostVolumeModel]
+
+
+class CreateVolumeRequest(Strict):
+    volume_id: str = Field(max_length=64)
+    size_mb: int
+
+
+class ResizeVolumeRequest(Strict):
+    size_mb: int
+
+
 class CreateRequest(Strict):
     template: str = "base"
     vcpus: int = 1
@@ -213,6 +258,7 @@ class CreateRequest(Strict):
     sandbox_id: str | None = None
     snapshot: str | None = None
     network: Network | None = None
+    volumes: list[VolumeMountModel] = Field(default_factory=list, max_length=16)
 
 
 class PrepareTemplateRequest(Strict):
@@ -259,13 +305,16 @@ class SnapshotInfoModel(Strict):
     internal: bool = False
     size_bytes: int = 0
     transient: bool = False
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
 
     @classmethod
     def of(cls, info: SnapshotInfo) -> SnapshotInfoModel:
-        return cls.model_validate({**asdict(info), "layers": list(info.layers)})
+        return cls.model_validate({**asdict(info), "layers": list(info.layers),
+                                   "volumes": list(info.volumes)})
 
     def value(self) -> SnapshotInfo:
-        return SnapshotInfo(**{**self.model_dump(), "layers": tuple(self.layers)})
+        return SnapshotInfo(**{**self.model_dump(), "layers": tuple(self.layers),
+                               "volumes": tuple(self.volumes)})
 
 
 class SnapshotList(Strict):

@@ -17,6 +17,7 @@ from pandastack.host.agentlink.channel import InitParams, Op
 from pandastack.host.agentlink.code import CodeMethods
 from pandastack.host.agentlink.files import FileOps
 from pandastack.host.agentlink.metrics import MetricsOps
+from pandastack.host.agentlink.volumes import VolumeOps
 from pandastack.hostport.errors import AgentLimitError
 from pandastack.hostport.results import CodeEvent as CodeEvent  # re-exported
 from pandastack.hostport.results import ExecResult
@@ -38,7 +39,7 @@ def exit_code_of(procs: list[dict[str, object]], pid: int) -> int | None:
     return None
 
 
-class AgentClient(FileOps, CodeMethods, MetricsOps):  # code.py: run_code, code contexts
+class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps):  # code.py: run_code, code contexts
     # -- basic operations -----------------------------------------------------------------
     async def init(self, *, time_ns: int, entropy: bytes, hostname: str, machine_id: str) -> None:
         """Set clock, RNG seed, hostname and machine-id in the guest (after a restore)."""

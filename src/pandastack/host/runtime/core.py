@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -67,9 +67,12 @@ from pandastack.host.vmm.driver import (
     VMMDriver,
     VMPaths,
     VMProcess,
+    VolumeDrive,
     iter_cmdlines,
     max_stream_bytes,
 )
+from pandastack.host.volumes.attach import HostVolumes, Mounted, mounts_of
+from pandastack.host.volumes.store import VolumeStore
 from pandastack.hostport.errors import (
     HostError,
     HugePagesUnavailable,
@@ -81,6 +84,7 @@ from pandastack.hostport.errors import (
 )
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import SnapshotInfo, SnapshotResult
+from pandastack.hostport.volumes import VolumeMountRequest
 
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
@@ -126,6 +130,8 @@ class HostRuntime:
         self._fetching: dict[str, asyncio.Lock] = {}
         self.migrations = Migrations(self)  # live migration in and out (ADR 0023)
         self.transfers = Transfers(self)  # fork snapshots streamed host to host (ADR 0024)
+        self.volumes = HostVolumes(VolumeStore(self.config.volumes_dir), lambda: (
+            (r.id, mounts_of(r.volumes)) for r in self._records.values()))
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -179,6 +185,7 @@ class HostRuntime:
         if self.config.object_store is not None and self.remote is None:
             self.remote = open_remote(self.config, lambda: self.driver, self.progress)
         self.snapshots.sweep()
+        await asyncio.to_thread(self.volumes.store.sweep)
         await asyncio.to_thread(self.fork_buffer.sweep)
         await asyncio.to_thread(self.huge_pool.sweep)
         cmdlines = await asyncio.to_thread(lambda: list(iter_cmdlines()))  # one /proc walk
@@ -224,15 +231,20 @@ class HostRuntime:
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
-                     network: NetworkPolicy | dict[str, Any] | None = None) -> SandboxHandle:
+                     network: NetworkPolicy | dict[str, Any] | None = None,
+                     volumes: Sequence[VolumeMountRequest] = ()) -> SandboxHandle:
         """Restore a new sandbox and return once its agent is ready.
 
         From `template` (a fresh machine) or from `snapshot` (the snapshotted machine's memory,
         processes and files; its shape and template come with it). `disk_mb` grows the root
         filesystem (online, after the restore, so only creates that ask pay for it).
+        `volumes` are mounted before it returns; a snapshot brings its own (read-write ones
+        as new copies: host/volumes/attach.py).
         """
         if disk_mb is not None and not 0 < disk_mb <= MAX_DISK_MB:
             raise ValueError(f"disk_mb must be between 1 and {MAX_DISK_MB}")
+        if snapshot is not None and volumes:
+            raise ValueError("a sandbox made from a snapshot has the snapshot's volumes")
         # Domain names in a policy are resolved here: off the event loop.
         policy = network if isinstance(network, NetworkPolicy) else \
             await asyncio.to_thread(NetworkPolicy.from_dict, network)
@@ -259,8 +271,14 @@ class HostRuntime:
         sid = sandbox_id or f"sbx-{secrets.token_hex(6)}"
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
+        mounts: tuple[Mounted, ...] = () if snapshot is not None else \
+            self.volumes.plan(sid, volumes)
         workdir = self.sandboxes_dir / sid
-        workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        try:
+            workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        except BaseException:
+            self.volumes.settle(sid)
+            raise
         disks = self.driver.disks
         top = new_layer_name(disks.suffix)
         record = SandboxRecord(
@@ -273,6 +291,10 @@ class HostRuntime:
         vm: VMProcess | None = None
         slot: Slot | None = None
         try:
+            if base_dir is not None and snap.volumes:
+                mounts = await asyncio.to_thread(self.volumes.from_snapshot, base_dir,
+                                                 snap.volumes, sid)
+            record = replace(record, volumes=tuple(m.record() for m in mounts))
             slot = await self.slots.acquire(workdir, policy)
             record = replace(record, slot=slot.index if slot is not None else None)
             if base_dir is not None:
@@ -284,12 +306,16 @@ class HostRuntime:
             files = replace(tmpl.snapshot, device_state=state_file,
                             memory=None if snapshot is not None else tmpl.snapshot.memory)
             vm = await self._restore(VMPaths(workdir), files, workdir / top,
-                                     slot.netns if slot is not None else None)
+                                     slot.netns if slot is not None else None,
+                                     self.volumes.drives(self.driver, workdir, mounts))
             record = self._save(replace(record, pid=vm.pid))
+            self.volumes.settle(sid)
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template,
                                    waker=self.wake)
             await handle.initialize(record.machine_id)
+            if snapshot is None:
+                await self.volumes.mount(self.driver, vm, await handle.agent(), mounts)
             if disk_bytes > base_bytes:
                 await self.driver.resize_disk(vm, disk_bytes)
                 grown = await handle.exec(["resize2fs", "/dev/vda"], timeout=120)
@@ -303,6 +329,9 @@ class HostRuntime:
                 await self.slots.release(slot)
                 self.slots.refill_spares()
             self._records.pop(sid, None)
+            self.volumes.settle(sid)
+            if snapshot is not None:  # the copies made for it
+                self.volumes.drop(m.volume_id for m in mounts if not m.read_only)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             if isinstance(exc, HostError | ValueError):
                 raise
@@ -317,13 +346,14 @@ class HostRuntime:
         return handle
 
     async def _restore(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
-                       netns: str | None) -> VMProcess:
+                       netns: str | None, volumes: dict[int, VolumeDrive]) -> VMProcess:
         """Restore a VM; one whose memory is all in its stream gets RAM from the hugetlb pool
         when this runtime's share has room (released when the VM ends: `_vm_ended`)."""
         owner = str(paths.workdir)
         if files.memory is None and self.huge_pool.lease(owner, files.shape.memory_mb):
             try:
-                vm = await self.driver.restore(paths, files, disk, netns=netns, hugetlb=True)
+                vm = await self.driver.restore(paths, files, disk, netns=netns, hugetlb=True,
+                                               volumes=volumes)
                 self.huge_pool.served += 1
                 return vm
             except HugePagesUnavailable:  # another process took them since the lease
@@ -331,7 +361,7 @@ class HostRuntime:
             except BaseException:
                 self.huge_pool.release(owner)
                 raise
-        return await self.driver.restore(paths, files, disk, netns=netns)
+        return await self.driver.restore(paths, files, disk, netns=netns, volumes=volumes)
 
     def _vm_ended(self, workdir: Path) -> None:
         """A sandbox's VMM process is gone: what it held on the host for its life is free."""
@@ -480,9 +510,10 @@ class HostRuntime:
                     self.driver.disks.create_layer(handle.workdir / new_top,
                                                    handle.workdir / record.top,
                                                    record.disk_bytes)
-                    pause = await self.driver.snapshot_live(
-                        vm, buffer or work / STREAM, handle.workdir / new_top,
-                        short_pause=short_pause, overwrite=buffer is not None)
+                    async with self._volumes_still(handle, vm, record, work) as kept:
+                        pause = await self.driver.snapshot_live(
+                            vm, buffer or work / STREAM, handle.workdir / new_top,
+                            short_pause=short_pause, overwrite=buffer is not None)
                     if buffer is not None:
                         (work / STREAM).symlink_to(buffer)
                 except (SnapshotFailed, OSError) as exc:
@@ -500,7 +531,7 @@ class HostRuntime:
                     memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
                     layers=record.layers, created_at=time.time(),
                     state_bytes=pause.stream_bytes, internal=internal,
-                    size_bytes=allocated_bytes(work), transient=transient)
+                    size_bytes=allocated_bytes(work), transient=transient, volumes=kept)
                 self.snapshots.commit(work, info)
             except BaseException as exc:
                 self.snapshots.abort(work)
@@ -529,6 +560,26 @@ class HostRuntime:
             # the rest itself (~240 MiB of fresh pages, up to ~560 ms here, before its pause).
             self.fork_buffer.prepare(max_stream_bytes(needed))
         return SnapshotResult(info, pause.ms, pause.method)
+
+    @contextlib.asynccontextmanager
+    async def _volumes_still(self, handle: SandboxHandle, vm: VMProcess,
+                             record: SandboxRecord, work: Path
+                             ) -> AsyncIterator[tuple[dict[str, Any], ...]]:
+        """Around a save: a sandbox with read-write volumes is stopped first (its writes
+        flushed), its volumes copied into the snapshot and the save taken in that same stop,
+        so the copies are the disks its memory refers to; it runs again after the save.
+        Yields what the snapshot records of its volumes."""
+        mounts = mounts_of(record.volumes)
+        if not any(not m.read_only for m in mounts):
+            yield self.volumes.keep_copies(mounts, work)
+            return
+        was_running = handle.state == "running"
+        await self.driver.pause(vm)
+        try:
+            yield await asyncio.to_thread(self.volumes.keep_copies, mounts, work)
+        finally:
+            if was_running:
+                await self.driver.resume(vm)
 
     async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
         """`count` live copies of a running sandbox: memory, processes and files as they were
@@ -648,7 +699,8 @@ class HostRuntime:
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
             vm = await self._restore(
                 VMPaths(handle.workdir), files, handle.workdir / record.top,
-                self.slots.slot(record.slot).netns if record.slot is not None else None)
+                self.slots.slot(record.slot).netns if record.slot is not None else None,
+                self.volumes.drives(self.driver, handle.workdir, mounts_of(record.volumes)))
             handle.vm = vm
             handle.state = "running"
             try:

@@ -44,6 +44,8 @@ class SandboxRecord:
     # deletes the manifest only while it still carries it (another host that woke the
     # sandbox since, and hibernated it again, owns it now).
     store_writer: str = ""
+    # The volumes it has mounted (host/volumes/attach.py `Mounted` as dicts).
+    volumes: tuple[dict[str, Any], ...] = ()
 
     @property
     def top(self) -> str:
@@ -53,6 +55,7 @@ class SandboxRecord:
     def load(cls, path: Path) -> SandboxRecord:
         data = json.loads(path.read_text())
         data["layers"] = tuple(data.get("layers", ()))
+        data["volumes"] = tuple(data.get("volumes", ()))
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def save(self, path: Path) -> None:

@@ -123,6 +123,7 @@ class SnapshotStore:
         except (OSError, ValueError) as exc:
             raise SnapshotNotFound(snapshot_id) from exc
         data["layers"] = tuple(data["layers"])
+        data["volumes"] = tuple(data.get("volumes", ()))
         return SnapshotInfo(**data)
 
     def stream(self, snapshot_id: str) -> Path:

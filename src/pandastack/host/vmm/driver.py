@@ -21,14 +21,33 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from pandastack.hostport.errors import VMMError
+from pandastack.rules import MAX_VOLUMES_PER_SANDBOX
 
 AGENT_PORT_NAME = "org.pandastack.agent"
+# Disk slots every VM has for durable volumes (ADR 0025). A machine without hot-plug keeps its
+# device set from boot to every restore, so templates are baked with the slots empty and a
+# restore chooses what backs each one. Slot i's disk carries the serial `volume_serial(i)`.
+VOLUME_SLOTS = MAX_VOLUMES_PER_SANDBOX
+
+
+def volume_serial(slot: int) -> str:
+    return f"pandastack-vol{slot}"
+
+
+@dataclass(frozen=True)
+class VolumeDrive:
+    """The image backing one volume slot of a VM: a volume's raw image, or (`layered`) an
+    overlay in the driver's disk format over one, which is how a read-only mount reaches
+    it (the guest's writes, if any, stay in the overlay)."""
+
+    image: Path
+    layered: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,11 @@ class VMPaths:
     @property
     def vmm_log(self) -> Path:
         return self.workdir / "vmm.log"
+
+    def empty_slot(self, slot: int) -> Path:
+        """What backs a volume slot nothing is attached to: an empty file of the VM's own
+        (writable, as at the bake, whose device features every restore must offer again)."""
+        return self.workdir / f"slot{slot}.empty"
 
 
 class VMProcess:
@@ -258,8 +282,10 @@ class VMMDriver(Protocol):
         ...
 
     async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
-                      netns: str | None = None, hugetlb: bool = False) -> VMProcess:
+                      netns: str | None = None, hugetlb: bool = False,
+                      volumes: Mapping[int, VolumeDrive] | None = None) -> VMProcess:
         """Start a VM from `snapshot`, mapping its memory privately; it runs when restored.
+        `volumes` backs volume slots (the others stay empty).
         With `hugetlb` (only for a snapshot whose memory is all in its stream), the RAM is
         private 2 MiB pages from the host's hugetlb pool; HugePagesUnavailable if the pool
         has too few free. Sockets an earlier VMM left in `paths` are removed first."""
@@ -294,6 +320,11 @@ class VMMDriver(Protocol):
 
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         """Grow the running VM's root disk; the guest sees the new capacity at once."""
+        ...
+
+    async def announce_volumes(self, vm: VMProcess, sizes: Mapping[int, int]) -> None:
+        """Tell the guest the capacity of the volumes a restore put in its slots (slot ->
+        bytes): its kernel still holds the empty slot's size from the bake."""
         ...
 
     # -- live migration (ADR 0023): the agents hold the connection, the VMMs the stream --

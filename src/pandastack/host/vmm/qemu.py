@@ -21,7 +21,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from qemu.qmp import ExecuteError, QMPClient
@@ -31,6 +31,7 @@ from pandastack.host.network.manager import GUEST_MAC, TAP
 from pandastack.host.vmm import qemu_migrate
 from pandastack.host.vmm.driver import (
     AGENT_PORT_NAME,
+    VOLUME_SLOTS,
     KernelSpec,
     MachineShape,
     MigrationStats,
@@ -38,10 +39,12 @@ from pandastack.host.vmm.driver import (
     SnapshotPause,
     VMPaths,
     VMProcess,
+    VolumeDrive,
     connect_unix,
     log_tail,
     max_stream_bytes,
     read_cmdline,
+    volume_serial,
 )
 from pandastack.host.vmm.qemu_disk import ROOT_DRIVE, Qcow2Layers
 from pandastack.host.vmm.qmp import (
@@ -128,13 +131,15 @@ class QemuDriver:
         return self._precopy
 
     def identity(self) -> str:
-        return f"{qemu_version(self.binary)}|{self.accel}|{self.cpu}|microvm-v1"
+        return (f"{qemu_version(self.binary)}|{self.accel}|{self.cpu}|microvm-v1"
+                f"|volume-slots-{VOLUME_SLOTS}")
 
     # -- command line ---------------------------------------------------------------------
 
     def _argv(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
               memory_file: Path | None, *, share: bool, disk: Path,
-              netns: str | None = None, hugetlb: bool = False) -> list[str]:
+              netns: str | None = None, hugetlb: bool = False,
+              volumes: Mapping[int, VolumeDrive] | None = None) -> list[str]:
         if self.accel == "kvm":
             accel, cpu = "kvm", self.cpu
         else:
@@ -179,6 +184,7 @@ class QemuDriver:
             "-mon", "chardev=qmp,mode=control",
             "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
             "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
+            *_volume_slot_args(paths, volumes or {}),
             # Templates are saved stopped; without the run state in the stream, a restored
             # clone is not held "paused" but starts as soon as its state is loaded.
             "-global", "migration.store-global-state=off",
@@ -221,7 +227,8 @@ class QemuDriver:
                                       netns=netns), paths)
 
     async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
-                      netns: str | None = None, hugetlb: bool = False) -> VMProcess:
+                      netns: str | None = None, hugetlb: bool = False,
+                      volumes: Mapping[int, VolumeDrive] | None = None) -> VMProcess:
         if hugetlb and snapshot.memory is not None:
             raise ValueError("hugetlb RAM is for restores from a stream only")
         # Sockets an earlier VMM left (before a wake, or a second try) must not be mistaken
@@ -231,7 +238,8 @@ class QemuDriver:
         fd = os.open(snapshot.device_state, os.O_RDONLY | os.O_CLOEXEC)
         try:
             argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,
-                              share=False, disk=disk, netns=netns, hugetlb=hugetlb)
+                              share=False, disk=disk, netns=netns, hugetlb=hugetlb,
+                              volumes=volumes)
             argv += ["-incoming", "defer"]
             # QEMU asks for transparent huge pages for its TCG code buffer, so a clone's
             # translated code grows 2 MiB at a time: without them an idle clone of a template
@@ -396,6 +404,14 @@ class QemuDriver:
         await qmp_pipeline(qmp_socket(vm.paths), [
             ("block_resize", {"device": ROOT_DRIVE, "size": size_bytes})], alive=vm.is_alive)
 
+    async def announce_volumes(self, vm: VMProcess, sizes: Mapping[int, int]) -> None:
+        # Resizing a drive to the size it has changes no byte, but QEMU raises virtio-blk's
+        # config-change interrupt, and the guest kernel reads the capacity again.
+        if sizes:
+            await qmp_pipeline(qmp_socket(vm.paths), [
+                ("block_resize", {"device": _volume_drive(slot), "size": size})
+                for slot, size in sorted(sizes.items())], alive=vm.is_alive)
+
     # -- live migration (qemu_migrate.py) -------------------------------------------------
 
     async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
@@ -440,6 +456,33 @@ class QemuDriver:
         if not argv or not argv[0].endswith(Path(self.binary).name):
             return False
         return any(str(paths.agent_socket) in arg for arg in argv)
+
+
+def _volume_drive(slot: int) -> str:
+    return f"vol{slot}"
+
+
+def _volume_slot_args(paths: VMPaths, volumes: Mapping[int, VolumeDrive]) -> list[str]:
+    """Every volume slot, in slot order (the virtio-mmio order must not change): the volume
+    attached to it, or the VM's empty placeholder."""
+    args: list[str] = []
+    for slot in range(VOLUME_SLOTS):
+        drive = volumes.get(slot)
+        if drive is None:
+            placeholder = paths.empty_slot(slot)
+            if not placeholder.exists():
+                paths.workdir.mkdir(parents=True, exist_ok=True)
+                placeholder.touch(mode=0o600)
+            image, fmt = placeholder, "raw"
+        else:
+            image, fmt = drive.image, "qcow2" if drive.layered else "raw"
+        # Always writable: a read-only drive would offer the guest virtio-blk's RO feature,
+        # which the template's guest never negotiated (the restore would refuse the
+        # stream), and QEMU refuses to announce a read-only image's size.
+        args += ["-drive", f"id={_volume_drive(slot)},file={image},format={fmt},if=none",
+                 "-device", f"virtio-blk-device,drive={_volume_drive(slot)},"
+                            f"serial={volume_serial(slot)}"]
+    return args
 
 
 PR_SET_THP_DISABLE, PR_GET_THP_DISABLE = 41, 42

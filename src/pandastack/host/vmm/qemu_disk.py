@@ -35,7 +35,9 @@ class Qcow2Layers:
 
     def create_layer(self, path: Path, parent: Path, size_bytes: int) -> None:
         relative = parent.parent.resolve() == path.parent.resolve()
-        create_overlay(path, parent, size_bytes, relative=relative)
+        # A parent in another format is a raw image (a volume under a reader's overlay).
+        fmt = "qcow2" if parent.name.endswith(self.suffix) else "raw"
+        create_overlay(path, parent, size_bytes, fmt, relative=relative)
 
     def rebase(self, path: Path, parent: Path) -> None:
         relative = parent.parent.resolve() == path.parent.resolve()
