@@ -6,9 +6,9 @@ unknown fields are rejected, sizes and ranges are bounded.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 # The limits that used to be defined here are re-exported (`X as X`): clients import them
 # from `wire`, their one source is `rules`.
@@ -55,6 +55,13 @@ class ErrorBody(Strict):
     limit: str | None = None
     value: float | None = None
     current: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Every other error's body stays {code, message, request_id}.
+        body: dict[str, Any] = handler(self)
+        return {k: v for k, v in body.items()
+                if v is not None or k not in ("limit", "value", "current")}
 
 
 class ErrorEnvelope(Strict):

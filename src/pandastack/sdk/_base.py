@@ -33,10 +33,12 @@ from pandastack.sdk.errors import (
     APIError,
     InvalidRequestError,
     ProtocolError,
+    QuotaExceededError,
     RateLimitError,
     TemplateBuildingError,
     TransportTimeoutError,
     exception_class,
+    quota_error,
 )
 from pandastack.wire import (
     CreatedKey,
@@ -233,11 +235,13 @@ _STATUS_CODE: dict[int, str] = {**STATUS_ERROR_CODE, 502: "unavailable", 504: "u
 
 
 def api_error(status: int, code: str | None, message: str | None, request_id: str | None,
-              retry_after: float | None = None) -> APIError:
+              retry_after: float | None = None, details: Any = None) -> APIError:
     """The `APIError` subclass for an HTTP status (other 5xx: `ServerError`)."""
     code = code or _STATUS_CODE.get(status) or ("internal" if status >= 500 else "error")
     message = message or f"HTTP {status}"
     cls = exception_class(status, code)
+    if cls is QuotaExceededError:
+        return quota_error(message, status, code, request_id, retry_after, details)
     if cls is RateLimitError:
         return RateLimitError(message, status=status, code=code, request_id=request_id,
                               retry_after=retry_after)
@@ -279,7 +283,8 @@ def error_from_response(response: httpx.Response) -> APIError:
         message = f"HTTP {response.status_code}" + (f": {snippet}" if snippet else "")
     request_id = request_id or response.headers.get("x-request-id")
     return api_error(response.status_code, code, message, request_id,
-                     _retry_after(response.headers.get("retry-after")))
+                     _retry_after(response.headers.get("retry-after")),
+                     data.get("error") if isinstance(data, dict) else None)
 
 
 def error_from_event(data: str) -> APIError:

@@ -22,6 +22,7 @@ older names are those leaves, or aliases::
         ├── InvalidRequestError       400, 422 (also raised locally before sending; no request_id)
         │   └── PayloadTooLargeError  413
         ├── RateLimitError            429 (`retry_after` seconds, when the server said)
+        │   └── QuotaExceededError    429 `quota_exceeded`: at a team quota (`limit`, `value`, ...)
         ├── SandboxError              the sandbox cannot do it
         │   ├── ConflictError         409: not running / ended, or the guest said EEXIST/EBUSY...
         │   │   ├── TemplateBuildingError  409: the template is still building (`retry_after`)
@@ -67,6 +68,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "ProtocolError",
+    "QuotaExceededError",
     "RateLimitError",
     "SandboxError",
     "ServerError",
@@ -199,6 +201,22 @@ class RateLimitError(APIError):
         self.retry_after = retry_after
 
 
+class QuotaExceededError(RateLimitError):
+    """The team is at one of its quotas (429 `quota_exceeded`): waiting does not help, ending
+    something or a higher quota does. `limit` names it (e.g. ``"max_sandboxes"``,
+    ``"monthly_budget_usd"``), `value` is its value and `current` the team's use now."""
+
+    def __init__(self, message: str, *, status: int, code: str,
+                 request_id: str | None = None, retry_after: float | None = None,
+                 limit: str | None = None, value: float | None = None,
+                 current: float | None = None) -> None:
+        super().__init__(message, status=status, code=code, request_id=request_id,
+                         retry_after=retry_after)
+        self.limit = limit
+        self.value = value
+        self.current = current
+
+
 class SandboxError(APIError):
     """The sandbox cannot do what was asked: it is not running or has ended (409,
     `ConflictError`), the guest refused because of its state (409: EEXIST, ENOTEMPTY, EBUSY), or
@@ -268,6 +286,7 @@ CODE_EXCEPTIONS: dict[ErrorCode, type[APIError]] = {
     "not_found": NotFoundError, "timeout": WaitTimeoutError, "conflict": ConflictError,
     "template_building": TemplateBuildingError, "payload_too_large": PayloadTooLargeError,
     "rate_limited": RateLimitError, "insufficient_storage": InsufficientStorageError,
+    "quota_exceeded": QuotaExceededError,
     "internal": ServerError, "bad_gateway": ServerError, "unavailable": ServerError,
     "host_unavailable": HostUnavailableError, "host_lost": HostLostError,
 }
@@ -275,6 +294,22 @@ _BY_CODE: dict[str, type[APIError]] = {code: cls for code, cls in CODE_EXCEPTION
 _CODE_STATUS: dict[str, int] = {code: status for code, status in ERROR_STATUS.items()}
 _BY_STATUS: dict[int, type[APIError]] = {
     status: CODE_EXCEPTIONS[code] for status, code in STATUS_ERROR_CODE.items()}
+
+
+def quota_error(message: str, status: int, code: str, request_id: str | None,
+                retry_after: float | None, body: object) -> QuotaExceededError:
+    """A `QuotaExceededError` with the limit, value and current use the envelope's error
+    body names (None where it names none)."""
+    fields = body if isinstance(body, dict) else {}
+    def number(key: str) -> float | None:
+        value = fields.get(key)
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return value if ok else None
+    limit = fields.get("limit")
+    return QuotaExceededError(message, status=status, code=code, request_id=request_id,
+                              retry_after=retry_after,
+                              limit=limit if isinstance(limit, str) else None,
+                              value=number("value"), current=number("current"))
 
 
 def exception_class(status: int, code: str | None) -> type[APIError]:

@@ -26,6 +26,7 @@ from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInf
 from .errors import ApiError, api_error_of, conflict, not_found
 from .hosts.cluster import ClusterPool
 from .hosts.pinning import pinned_host
+from .quotas import Quotas
 from .settings import Settings
 from .store import Sandbox, Store, TemplateVersion
 from .telemetry import timed
@@ -75,6 +76,7 @@ class SandboxService:
         self.store = store
         self.runtime = runtime
         self.settings = settings
+        self.quotas = Quotas(store, settings)
         self._busy: dict[str, int] = {}
         self._transitions: dict[str, int] = {}
         # Set by the app when team templates are enabled (`templates.TemplateService`).
@@ -199,6 +201,8 @@ class SandboxService:
 
     @timed("wake", when=lambda _self, row: row.state == "hibernated")
     async def wake_row(self, row: Sandbox) -> Sandbox:
+        if row.state == "hibernated":  # a woken sandbox counts against the quota again
+            self.store.check_quota(row.team, self.quotas.admission([(row.vcpus, row.memory_mb)]))
         async with self.transition(row.id):
             await self.host_call(self.runtime.wake(row.id))
             return await self.sync_state(row)
@@ -245,6 +249,7 @@ class SandboxService:
         cluster = self.cluster
         if cluster is None:
             raise lost(row)
+        self.store.check_quota(row.team, self.quotas.admission([(row.vcpus, row.memory_mb)]))
         async with self.transition(row.id):
             try:
                 host_id = await cluster.wake_elsewhere(row.id, vcpus=row.vcpus,
@@ -358,6 +363,7 @@ class SandboxService:
         # ran in a thread would leave its row `starting`, or its VM without a row update.
         template, vcpus, memory_mb, disk_mb = await asyncio.to_thread(self._shape, team, req)
         if team_template is None and req.snapshot is None:
+            self.quotas.check_shape(vcpus, memory_mb)  # before a new shape bakes a template
             await self._prepared(template, vcpus, memory_mb)
         snapshot_id, env, cwd, user = req.snapshot, dict(req.env), None, None
         if team_template is not None:
@@ -377,7 +383,8 @@ class SandboxService:
             last_activity_at=now, ended_at=None, end_reason=None, snapshot=req.snapshot,
             cwd=cwd, user=user,
         )
-        self.store.add_sandbox(row)
+        # The quota's check and the `starting` row commit together under the team's lock.
+        self.store.admit([row], self.quotas.admission([(vcpus, memory_mb)]))
         try:
             await self.runtime.create(template, vcpus=vcpus, memory_mb=memory_mb,
                                       disk_mb=req.disk_mb, sandbox_id=row.id,

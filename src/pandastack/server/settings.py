@@ -10,6 +10,8 @@ from pathlib import Path
 from pandastack.hostport.network import operator_allow_from, parse_cidrs
 from pandastack.rules import DEFAULT_HOME
 
+from .metering import DEFAULT_SIZE_CLASSES, QuotaDefaults, Rates, settings_from_env
+
 
 def _default_client_config() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
@@ -65,6 +67,11 @@ class Settings:
     # is older than `host_stale_seconds` by the database's clock is lost.
     cluster: bool = False
     host_stale_seconds: float = 15.0
+    # Metering (metering.py, ADR 0025): the rate card, the quota of a team that has none of
+    # its own, and the (vcpus, memory_mb) shapes a sandbox or template build may have.
+    rates: Rates = field(default_factory=Rates)
+    quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
+    size_classes: tuple[tuple[int, int], ...] = DEFAULT_SIZE_CLASSES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "network_operator_allow",
@@ -160,5 +167,6 @@ class Settings:
             values["cluster"] = True
         take("PANDASTACK_HOST_STALE_SECONDS", "host_stale_seconds", float)
         values["network_operator_allow"] = operator_allow_from(env)
+        values.update(settings_from_env(env))
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

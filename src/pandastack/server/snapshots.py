@@ -70,6 +70,8 @@ async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, 
     """`count` live copies of the team's sandbox: (parent, children, duration in ms).
     `durable`: children on another host come from a snapshot in the object store."""
     parent = await service.awake(team, sandbox_id)
+    admission = service.quotas.admission([(parent.vcpus, parent.memory_mb)] * count)
+    service.store.check_quota(parent.team, admission)  # checked again as the children land
     started = time.monotonic()
     token = durable_fork.set(durable)
     try:
@@ -80,15 +82,17 @@ async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, 
     now = time.time()
     children: list[Sandbox] = []
     try:
+        rows: list[Sandbox] = []
         for handle in handles:
-            children.append(service.store.add_sandbox(Sandbox(
+            rows.append(Sandbox(
                 id=handle.id, team=parent.team, template=parent.template, state="running",
                 created_at=now, expires_at=now + parent.ttl_seconds,
                 ttl_seconds=parent.ttl_seconds, persistent=parent.persistent,
                 vcpus=parent.vcpus, memory_mb=parent.memory_mb, disk_mb=parent.disk_mb,
                 env=dict(parent.env or {}), meta=dict(parent.meta or {}),
                 last_activity_at=now, ended_at=None, end_reason=None, snapshot=None,
-                cwd=parent.cwd, user=parent.user, host_id=service.host_of(handle.id))))
+                cwd=parent.cwd, user=parent.user, host_id=service.host_of(handle.id)))
+        children = list(service.store.admit(rows, admission, at=now))
     except BaseException:
         log.exception("recording the children of a fork of %s failed", parent.id)
         for row in children:

@@ -108,6 +108,7 @@ class TemplateService:
         if req.name in BUILTIN_TEMPLATE_NAMES:
             raise ApiError(422, "validation_error",
                            f"{req.name!r} is a built-in template name; choose another")
+        self.sandboxes.quotas.check_shape(req.vcpus, req.memory_mb)
         row = TemplateVersion(
             id=new_build_id(), team=team, name=req.name, version=0,
             status="building", env={}, vcpus=req.vcpus, memory_mb=req.memory_mb,

@@ -24,7 +24,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 from pandastack.registry.models import Base, Host, Lease
 
 __all__ = ["ApiKey", "Base", "Host", "Lease", "Sandbox", "ServerSecret", "Snapshot", "Team",
-           "TemplateBlob", "TemplateName", "TemplateVersion", "Volume", "VolumeAttachment"]
+           "TeamQuota", "TemplateBlob", "TemplateName", "TemplateVersion", "UsageSegment",
+           "Volume", "VolumeAttachment"]
 
 
 class Team(Base):
@@ -198,3 +199,42 @@ class ServerSecret(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class UsageSegment(Base):
+    """One interval over which a team held one resource (store/usage.py): `kind` compute
+    (`vcpus`, `memory_mb`), disk, volume or snapshot (`gib`); `ended_at` None while it is
+    held. Written in the transaction of the state change that opens or closes it; no foreign
+    key, so that purging ended sandboxes keeps what they used."""
+
+    __tablename__ = "usage_segments"
+    __table_args__ = (Index("ix_usage_segments_team_started", "team", "started_at"),
+                      Index("ix_usage_segments_subject", "subject_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    team: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
+    subject_id: Mapped[str] = mapped_column(String(64))
+    # The sandbox it is billed under: the sandbox's own id, a snapshot's source; None for a
+    # volume.
+    sandbox_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    template: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    vcpus: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mb: Mapped[int] = mapped_column(Integer, default=0)
+    gib: Mapped[float] = mapped_column(Float, default=0.0)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+
+
+class TeamQuota(Base):
+    """An admin's limits for one team; a None column is the server's default for it."""
+
+    __tablename__ = "team_quotas"
+
+    team: Mapped[str] = mapped_column(String(128), ForeignKey("teams.id"), primary_key=True)
+    max_sandboxes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_vcpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_volume_gb: Mapped[float | None] = mapped_column(Float, nullable=True)
+    monthly_budget_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -24,14 +24,16 @@ from .models import (
     TemplateName,
     TemplateVersion,
 )
+from .usage import UsageStore, close_segments, meter_state_change, open_snapshot_segment
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
-class Store(Registry):
+class Store(Registry, UsageStore):
     """The registry's engine and sessions (and its host and lease queries), with the
-    control plane's own tables."""
+    control plane's own tables. Every write of a sandbox's state meters it in the same
+    transaction (store/usage.py)."""
 
     def _update(self, model: type[Row], key: str, values: dict[str, Any]) -> Row | None:
         """Set `values` on the row of `model` with primary key `key`; None if there is none."""
@@ -89,6 +91,9 @@ class Store(Registry):
         with self.session() as s:
             self.ensure_team(s, row.team)
             s.add(row)
+            if row.state != "starting":
+                s.flush()
+                meter_state_change(s, row, None, time.time())
         return row
 
     def get_sandbox(self, team: str, sandbox_id: str) -> Sandbox | None:
@@ -114,16 +119,28 @@ class Store(Registry):
             return list(s.scalars(select(Sandbox).where(Sandbox.state.in_(LIVE_STATES))))
 
     def update_sandbox(self, sandbox_id: str, **values: Any) -> Sandbox | None:
-        return self._update(Sandbox, sandbox_id, values)
+        if "state" not in values:
+            return self._update(Sandbox, sandbox_id, values)
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id, with_for_update=True)
+            if row is None:
+                return None
+            old = row.state
+            for name, value in values.items():
+                setattr(row, name, value)
+            meter_state_change(s, row, old, time.time())
+            return row
 
     def set_live_state(self, sandbox_id: str, state: str) -> Sandbox | None:
         """Move a live row between running, paused and hibernated; an ended (or still
         starting) row is left as it is."""
         assert state in ("running", "paused", "hibernated")
         with self.session() as s:
-            row = s.get(Sandbox, sandbox_id)
-            if row is not None and row.state in ("running", "paused", "hibernated"):
-                row.state = state
+            row = s.get(Sandbox, sandbox_id, with_for_update=True)
+            if (row is not None and row.state in ("running", "paused", "hibernated")
+                    and row.state != state):
+                old, row.state = row.state, state
+                meter_state_change(s, row, old, time.time())
             return row
 
     def end_sandbox(self, sandbox_id: str, state: str, reason: str,
@@ -131,12 +148,13 @@ class Store(Registry):
         """Move a live row to an ended state; a row that already ended is left as it is."""
         assert state in ENDED_STATES
         with self.session() as s:
-            row = s.get(Sandbox, sandbox_id)
+            row = s.get(Sandbox, sandbox_id, with_for_update=True)
             if row is None or row.state in ENDED_STATES:
                 return row
-            row.state = state
+            old, row.state = row.state, state
             row.ended_at = time.time() if now is None else now
             row.end_reason = reason
+            meter_state_change(s, row, old, row.ended_at)
             return row
 
     def touch(self, sandbox_id: str, now: float | None = None) -> None:
@@ -157,6 +175,7 @@ class Store(Registry):
         with self.session() as s:
             self.ensure_team(s, row.team)
             s.add(row)
+            open_snapshot_segment(s, row, time.time())
         return row
 
     def get_snapshot(self, team: str, snapshot_id: str) -> Snapshot | None:
@@ -192,13 +211,17 @@ class Store(Registry):
                 .with_for_update()))
             for row in rows:
                 row.state = "host_lost"
+            if rows:  # nothing is held for them now: their VMs went with the host
+                close_segments(s, [row.id for row in rows], ("compute", "disk"), time.time())
             return [row.id for row in rows]
 
     def delete_snapshot(self, snapshot_id: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
         with self.session() as s:
             s.execute(update(Snapshot).where(Snapshot.id == snapshot_id,
                                              Snapshot.deleted_at.is_(None))
-                      .values(deleted_at=time.time() if now is None else now))
+                      .values(deleted_at=now))
+            close_segments(s, [snapshot_id], ("snapshot",), now)
 
     # -- templates ------------------------------------------------------------------------
     # Hot paths (a create from a team template, list, versions, build status) read only

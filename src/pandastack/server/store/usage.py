@@ -1,0 +1,192 @@
+"""Usage segments and team quotas, mixed into `Store`.
+
+A segment is one interval over which a team held one resource. Every writer of a sandbox's
+state calls `meter_state_change` in the transaction that writes the state, with the time of
+that write: the interval and the state change commit together or not at all, so a restart of
+the server between them cannot lose one or count one twice (an open segment of a sandbox
+that is still running after a restart is simply still open). A sandbox's compute segment
+(vCPUs, memory) is open while it is running or paused; its disk segment from running until
+it ends (hibernated included: its disk is still kept). Snapshots hold their stored bytes
+from their row's insert to their deletion; volumes from their creation to their deletion
+(`open_volume_segment` / `close_volume_segment`, called in the volume code's transactions).
+
+Quota checks run in `admit`: one transaction that takes the team's write lock (SELECT ...
+FOR UPDATE of its `teams` row on PostgreSQL; BEGIN IMMEDIATE on SQLite, whose writers are
+serialised by the database), checks, and inserts the rows, so two racing creates of a team
+cannot both pass."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, insert, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from .models import Sandbox, Snapshot, Team, TeamQuota, UsageSegment
+
+COMPUTE_STATES = frozenset({"running", "paused"})
+DISK_STATES = frozenset({"running", "paused", "hibernated"})
+#: What counts against a team's concurrent-sandbox quota (a hibernated one holds no VM).
+ACTIVE_STATES = ("starting", "running", "paused")
+#: The root disk of a sandbox created without `disk_mb`: the built-in templates' rootfs
+#: (host/images/build.py ROOTFS_SIZE, 2 GiB).
+DEFAULT_DISK_MB = 2048
+GIB = 1 << 30
+
+#: Raises (an ApiError 429) when admitting the rows would cross the team's quota.
+QuotaCheck = Callable[[Session, str], None]
+
+
+def _segment(row: Sandbox, kind: str, at: float) -> dict[str, Any]:
+    compute = kind == "compute"
+    return {"team": row.team, "kind": kind, "subject_id": row.id, "sandbox_id": row.id,
+            "template": row.template, "vcpus": row.vcpus if compute else 0,
+            "memory_mb": row.memory_mb if compute else 0,
+            "gib": 0.0 if compute else (row.disk_mb or DEFAULT_DISK_MB) / 1024,
+            "started_at": at, "ended_at": None}
+
+
+def meter_state_change(s: Session, row: Sandbox, old: str | None, at: float) -> None:
+    """Open and close `row`'s segments for its move from `old` (None: a new row) to
+    `row.state`, in `s`'s transaction (at most one INSERT and one UPDATE)."""
+    opens: list[str] = []
+    closes: list[str] = []
+    for kind, states in (("compute", COMPUTE_STATES), ("disk", DISK_STATES)):
+        was, now = old in states, row.state in states
+        if now and not was:
+            opens.append(kind)
+        elif was and not now:
+            closes.append(kind)
+    if closes:
+        close_segments(s, [row.id], closes, at)
+    if opens:
+        s.execute(insert(UsageSegment).values([_segment(row, kind, at) for kind in opens]))
+
+
+def close_segments(s: Session, subject_ids: Sequence[str], kinds: Sequence[str],
+                   at: float) -> None:
+    s.execute(update(UsageSegment).where(UsageSegment.subject_id.in_(list(subject_ids)),
+                                         UsageSegment.kind.in_(list(kinds)),
+                                         UsageSegment.ended_at.is_(None))
+              .values(ended_at=at))
+
+
+def open_snapshot_segment(s: Session, row: Snapshot, at: float) -> None:
+    s.execute(insert(UsageSegment).values(
+        team=row.team, kind="snapshot", subject_id=row.id, sandbox_id=row.source_sandbox,
+        template=row.template, vcpus=0, memory_mb=0, gib=row.size_bytes / GIB,
+        started_at=at, ended_at=None))
+
+
+def open_volume_segment(s: Session, team: str, volume_id: str, size_mb: int,
+                        at: float) -> None:
+    """A volume of `size_mb` starts to be held (create; the second half of a resize)."""
+    s.execute(insert(UsageSegment).values(
+        team=team, kind="volume", subject_id=volume_id, sandbox_id=None, template=None,
+        vcpus=0, memory_mb=0, gib=size_mb / 1024, started_at=at, ended_at=None))
+
+
+def close_volume_segment(s: Session, volume_id: str, at: float) -> None:
+    """The volume stops being held at its old size (delete; the first half of a resize)."""
+    close_segments(s, [volume_id], ["volume"], at)
+
+
+def lock_team(s: Session, team: str) -> None:
+    """Take the team's write lock for the rest of `s`'s transaction; must be `s`'s first
+    statement (on SQLite it begins the transaction)."""
+    if s.get_bind().dialect.name == "sqlite":
+        # pysqlite would begin a deferred transaction only at the first write: the reads of
+        # the check must already hold the write lock.
+        s.execute(text("BEGIN IMMEDIATE"))
+    if s.execute(select(Team.id).where(Team.id == team).with_for_update()).first() is None:
+        s.add(Team(id=team, created_at=time.time()))  # its INSERT holds the new row's lock
+        s.flush()
+
+
+class UsageStore:
+    """Mixed into `Store`."""
+
+    if TYPE_CHECKING:
+        def session(self) -> AbstractContextManager[Session]: ...
+
+    @contextmanager
+    def team_locked(self, team: str) -> Iterator[Session]:
+        """A transaction holding the team's write lock (see `lock_team`)."""
+        with self.session() as s:
+            lock_team(s, team)
+            yield s
+
+    def admit(self, rows: Sequence[Sandbox], check: QuotaCheck | None = None,
+              at: float | None = None) -> Sequence[Sandbox]:
+        """Insert new sandbox rows of one team, after `check` passed, atomically with it;
+        rows inserted running (fork children) open their segments at `at`."""
+        assert rows and len({row.team for row in rows}) == 1
+        at = time.time() if at is None else at
+        with self.team_locked(rows[0].team) as s:
+            if check is not None:
+                check(s, rows[0].team)
+            s.add_all(rows)
+            s.flush()
+            for row in rows:
+                meter_state_change(s, row, None, at)
+        return rows
+
+    def check_quota(self, team: str, check: QuotaCheck) -> None:
+        """Run `check` under the team's lock (a wake's check, before the VM wakes)."""
+        with self.team_locked(team) as s:
+            check(s, team)
+
+    def usage_segments(self, team: str | None, start: float, end: float) -> list[UsageSegment]:
+        """The team's (None: every team's) segments that overlap [start, end)."""
+        q = select(UsageSegment).where(
+            UsageSegment.started_at < end,
+            or_(UsageSegment.ended_at.is_(None), UsageSegment.ended_at > start))
+        if team is not None:
+            q = q.where(UsageSegment.team == team)
+        with self.session() as s:
+            return list(s.scalars(q.order_by(UsageSegment.id)))
+
+    def get_quota(self, team: str) -> TeamQuota | None:
+        with self.session() as s:
+            return s.get(TeamQuota, team)
+
+    def set_quota(self, team: str, values: dict[str, Any]) -> TeamQuota:
+        """Set the given limits of the team's quota (None: back to the server's default)."""
+        with self.session() as s:
+            if s.get(Team, team) is None:
+                s.add(Team(id=team, created_at=time.time()))
+                s.flush()
+            row = s.get(TeamQuota, team, with_for_update=True)
+            if row is None:
+                row = TeamQuota(team=team, updated_at=time.time())
+                s.add(row)
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.updated_at = time.time()
+            return row
+
+
+def active_use(s: Session, team: str) -> tuple[int, int, int]:
+    """(sandboxes, vCPUs, memory MiB) of the team's starting, running and paused sandboxes."""
+    n, vcpus, memory = s.execute(
+        select(func.count(), func.coalesce(func.sum(Sandbox.vcpus), 0),
+               func.coalesce(func.sum(Sandbox.memory_mb), 0))
+        .where(Sandbox.team == team, Sandbox.state.in_(ACTIVE_STATES))).one()
+    return int(n), int(vcpus), int(memory)
+
+
+def volume_use_gib(s: Session, team: str) -> float:
+    """GiB of the team's volumes (their open segments)."""
+    total = s.scalar(select(func.coalesce(func.sum(UsageSegment.gib), 0.0)).where(
+        UsageSegment.team == team, UsageSegment.kind == "volume",
+        UsageSegment.ended_at.is_(None)))
+    return float(total or 0.0)
+
+
+def segments_since(s: Session, team: str, start: float) -> Iterable[UsageSegment]:
+    return s.scalars(select(UsageSegment).where(
+        UsageSegment.team == team,
+        or_(UsageSegment.ended_at.is_(None), UsageSegment.ended_at > start)))
