@@ -13,7 +13,9 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import qemu_pids_under
 from tests.server.conftest import Api, assert_envelope, running_app
@@ -61,6 +63,52 @@ async def test_exec(api: Api, sbx: str) -> None:
     started = time.monotonic()
     r = await exec_(api, sbx, cmd="sleep 30", timeout_seconds=1)
     assert r["timed_out"] is True and time.monotonic() - started < 20
+
+
+async def test_metrics_measured_in_the_guest(api: Api, sbx: str) -> None:
+    """The guest's memory is the sandbox's, its disk is there, a busy loop shows in its CPU
+    use; the server's /metrics (loopback: open) counted the create, and in agent mode the
+    agent's /metrics its calls."""
+    c, url = api.client, f"/v1/sandboxes/{sbx}/metrics"
+    info = (await c.get(f"/v1/sandboxes/{sbx}")).json()
+    r = await c.get(url, params={"window_ms": 500})
+    assert r.status_code == 200, r.text
+    idle = r.json()
+    ram = info["memory_mb"] << 20  # MemTotal: the RAM less what the kernel keeps
+    assert 0.8 * ram <= idle["memory_total_bytes"] <= ram, idle
+    assert 0 < idle["memory_used_bytes"] < idle["memory_total_bytes"]
+    assert 0 < idle["disk_used_bytes"] < idle["disk_total_bytes"]
+    assert (idle["cpu_count"], idle["window_ms"]) == (info["vcpus"], 500)
+    loop = "import time\nend = time.monotonic() + 2.5\nwhile time.monotonic() < end: pass"
+    r = await c.post(f"/v1/sandboxes/{sbx}/processes", json={"cmd": ["python3", "-c", loop]})
+    assert r.status_code == 201, r.text
+    pid = r.json()["pid"]
+    busy = (await c.get(url, params={"window_ms": 1000})).json()
+    assert busy["cpu_percent"] >= 50 and busy["cpu_percent"] > idle["cpu_percent"] + 25, (
+        idle, busy)
+    r = await c.post(f"/v1/sandboxes/{sbx}/processes/{pid}/wait",
+                     params={"timeout_seconds": 30})
+    assert r.status_code == 200 and r.json()["exit_code"] == 0, r.text
+
+    r = await c.get("/metrics")
+    assert r.status_code == 200, r.text
+    server = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for f in text_string_to_metric_families(r.text) for s in f.samples}
+    assert server[("pandastack_sandbox_operation_seconds_count",
+                   (("operation", "create"),))] >= 1
+    assert server[("pandastack_sandboxes", (("state", "running"),))] >= 1
+    if api.agent is not None:
+        transport = httpx.AsyncHTTPTransport(uds=str(api.agent.socket))
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as agent:
+            r = await agent.get("/metrics")  # a unix socket: open, as loopback
+        assert r.status_code == 200, r.text
+        got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(r.text) for s in f.samples}
+        assert got[("pandastack_agent_operation_seconds_count",
+                    (("operation", "getSandboxMetrics"),))] >= 2
+        assert got[("pandastack_agent_sandboxes", (("state", "running"),))] >= 1
+        assert ("pandastack_agent_guest_channel_failures_total",
+                (("kind", "timeout"),)) in got
 
 
 def parse_sse(text: str) -> list[tuple[str, dict[str, object]]]:

@@ -65,7 +65,7 @@ MAX_ERROR_TEXT = 4096
 _DATA = frozenset({"stdout", "stderr", "data"})
 _END = frozenset({"error", "exit", "written", "eof", "ok"})
 # The one reply of a request: nothing may follow it on that id.
-_SINGLE_REPLIES = frozenset({"pong", "spawned", "proc_list", "info"})
+_SINGLE_REPLIES = frozenset({"pong", "spawned", "proc_list", "info", "metrics"})
 _REPLIES = frozenset(
     {
         "pong",
@@ -77,6 +77,7 @@ _REPLIES = frozenset(
         "exit",
         "spawned",
         "proc_list",
+        "metrics",
         "file",
         "data",
         "eof",
