@@ -32,6 +32,7 @@ class LiveAgent:
         self.tmp = tmp
         self.state_dir = tmp / "s"  # short: unix socket paths must stay under 108 bytes
         self.snapshots_dir = tmp / "snap"
+        self.volumes_dir = tmp / "vol"
         self.socket = tmp / "agent.sock"
         self.token_file = tmp / "agent.token"
         self.url = f"unix:{self.socket}"
@@ -45,7 +46,8 @@ class LiveAgent:
 
     def start(self) -> None:
         env = {**os.environ, "PANDASTACK_STATE_DIR": str(self.state_dir),
-               "PANDASTACK_SNAPSHOTS_DIR": str(self.snapshots_dir)}
+               "PANDASTACK_SNAPSHOTS_DIR": str(self.snapshots_dir),
+               "PANDASTACK_VOLUMES_DIR": str(self.volumes_dir)}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pandastack", "agent", "--listen", self.url,
@@ -84,13 +86,16 @@ async def leftovers(agent: LiveAgent) -> tuple[list[str], list[str], list[str]]:
     sandboxes, snapshots and other entries that were left (empty after a clean run)."""
     for directory in (agent.state_dir, agent.snapshots_dir):  # an agent that never started
         directory.mkdir(parents=True, exist_ok=True)
-    config = HostConfig.from_env(state_dir=agent.state_dir, snapshots_root=agent.snapshots_dir)
+    config = HostConfig.from_env(state_dir=agent.state_dir, snapshots_root=agent.snapshots_dir,
+                                 volumes_root=agent.volumes_dir)
     rt = HostRuntime(config, progress=lambda _m: None)
     await rt.start()
     sandboxes = sorted(h.id for h in rt.list())
     snapshots = sorted(i.id for i in rt.snapshots.all(include_internal=True))
+    volumes = [f"volume {v.id}" for v in rt.volumes.store.all()]
     left, _ = await close_private_runtime(rt, agent.state_dir, agent.snapshots_dir)
-    return sandboxes, snapshots, left
+    shutil.rmtree(agent.volumes_dir, ignore_errors=True)
+    return sandboxes, snapshots, [*left, *volumes]
 
 
 def stop_cleanly(agent: LiveAgent) -> None:

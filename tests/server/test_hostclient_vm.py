@@ -142,3 +142,27 @@ async def test_agent_killed_then_restarted(agent: LiveAgent, client: HostClient)
         assert (await again.exec("cat /root/kept")).stdout == b"still here\n"
     finally:
         await client.kill(sbx.id)
+
+
+async def test_volumes_over_the_host_api(client: HostClient) -> None:
+    from pandastack.hostport.errors import VolumeInUse, VolumeNotFound
+    from pandastack.hostport.volumes import VolumeMountRequest
+    from pandastack.rules import new_volume_id
+
+    volume_id = new_volume_id()
+    made = await client.create_volume(volume_id, 32)
+    assert (made.id, made.size_mb, made.attached_to) == (volume_id, 32, ())
+    sbx = await client.create(volumes=[VolumeMountRequest(volume_id, "/data")])
+    try:
+        result = await sbx.exec(["sh", "-c", "echo hi > /data/f && cat /data/f"])
+        assert result.stdout == b"hi\n"
+        assert (await client.get_volume(volume_id)).attached_to == (sbx.id,)
+        with pytest.raises(VolumeInUse):
+            await client.delete_volume(volume_id)
+    finally:
+        await client.kill(sbx.id)
+    assert [v.id for v in await client.list_volumes()] == [volume_id]
+    assert (await client.resize_volume(volume_id, 48)).size_mb == 48
+    await client.delete_volume(volume_id)
+    with pytest.raises(VolumeNotFound):
+        await client.get_volume(volume_id)

@@ -65,7 +65,8 @@ async def vm_host(mode: str = "in-process", **overrides: object) -> AsyncIterato
         else:
             assert mode == "in-process", mode
             config = HostConfig.from_env(state_dir=agent.state_dir,
-                                         snapshots_root=agent.snapshots_dir)
+                                         snapshots_root=agent.snapshots_dir,
+                                         volumes_root=agent.volumes_dir)
             runtime = HostRuntime(config, progress=lambda _m: None)
             try:
                 yield VMHost(vm_settings(tmp, state_dir=agent.state_dir, **overrides),

@@ -39,6 +39,7 @@ from pandastack.hostport.results import (
     SnapshotResult,
     TransferDocument,
 )
+from pandastack.hostport.volumes import VolumeMountRequest
 from pandastack.templatespec import TemplateSpec
 
 from .membership import Membership
@@ -80,13 +81,15 @@ class LeasedHost:
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
-                     network: NetworkPolicy | None = None) -> SandboxPort:
+                     network: NetworkPolicy | None = None,
+                     volumes: Sequence[VolumeMountRequest] = ()) -> SandboxPort:
         sid = sandbox_id or new_sandbox_id()
         epoch = await self.membership.lease(sid)
         try:
             sandbox = await self.inner.create(template, vcpus=vcpus, memory_mb=memory_mb,
                                               disk_mb=disk_mb, sandbox_id=sid,
-                                              snapshot=snapshot, network=network)
+                                              snapshot=snapshot, network=network,
+                                              volumes=volumes)
         except BaseException:
             await self.membership.release(sid)
             raise

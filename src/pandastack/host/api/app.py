@@ -26,6 +26,7 @@ from . import (
     snapshots,
     templates,
     transfers,
+    volumes,
 )
 from .auth import require_token
 from .deps import Host
@@ -62,7 +63,7 @@ def _host_router() -> APIRouter:
         return HostStatus(sandboxes=len(await host.list_sandboxes()))
 
     for module in (sandboxes, migrations, transfers, processes, files, code, snapshots,
-                   templates, metrics):
+                   templates, metrics, volumes):
         router.include_router(module.router)
     return router
 

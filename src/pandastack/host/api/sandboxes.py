@@ -28,7 +28,8 @@ MAX_CONSOLE_BYTES = 16 * 2**20
 async def create_sandbox(body: CreateRequest, host: Host) -> SandboxInfo:
     sandbox = await host.create(body.template, vcpus=body.vcpus, memory_mb=body.memory_mb,
                                 disk_mb=body.disk_mb, sandbox_id=body.sandbox_id,
-                                snapshot=body.snapshot, network=network_of(body.network))
+                                snapshot=body.snapshot, network=network_of(body.network),
+                                volumes=[v.value() for v in body.volumes])
     return SandboxInfo.of(sandbox)
 
 

@@ -103,6 +103,9 @@ class Migrations:
         """Publish the template and the frozen layers of the running sandbox; the offer."""
         remote = self._remote()
         handle, vm = self.rt._running(sandbox_id, "running")
+        if self.rt._records[sandbox_id].volumes:
+            raise SandboxStateError(f"sandbox {sandbox_id} has volumes mounted: it stays on "
+                                    "the host that holds them")
         async with handle.lifecycle_lock:
             await self.rt._settle_flatten(sandbox_id, vm)
             record = self.rt._records[sandbox_id]

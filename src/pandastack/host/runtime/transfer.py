@@ -112,6 +112,10 @@ class Transfers:
 
     async def offer(self, sandbox_id: str) -> dict[str, Any]:
         remote = self._remote()
+        record = self.rt._records.get(sandbox_id)
+        if record is not None and record.volumes:
+            raise SandboxStateError(f"sandbox {sandbox_id} has volumes mounted: its forks "
+                                    "stay on the host that holds them")
         result = await self.rt.snapshot(sandbox_id, internal=True, transient=True)
         info = result.info
         try:

@@ -156,12 +156,27 @@ class VolumeStore:
         shutil.rmtree(trash, ignore_errors=True)
 
     def sweep(self) -> None:
-        """Remove what an interrupted create, copy or delete left."""
+        """Remove what an interrupted create, copy or delete left: the work directories of
+        processes that are gone (other runtimes on the machine may share the root)."""
         if not self.root.is_dir():
             return
         for entry in self.root.iterdir():
-            if entry.name.startswith("."):
+            if ".deleted-" in entry.name:
                 shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name.startswith(".") and ".tmp-" in entry.name:
+                pid = entry.name.split(".tmp-", 1)[1].split("-", 1)[0]
+                if pid.isdigit() and not _alive(int(pid)):
+                    shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def copy_image(source: Path, dest: Path) -> None:

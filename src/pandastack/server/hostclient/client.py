@@ -17,18 +17,23 @@ from pandastack.hostport.results import (
     SnapshotResult,
     TransferDocument,
 )
+from pandastack.hostport.volumes import HostVolume, VolumeMountRequest
 from pandastack.hostport.wire import (
     BuildRequest,
     BuildResultModel,
     CreateRequest,
+    CreateVolumeRequest,
     ForkRequest,
     HostStatus,
+    HostVolumeList,
+    HostVolumeModel,
     MigrationDocumentModel,
     Network,
     Placement,
     PrepareTemplateRequest,
     Pruned,
     PruneRequest,
+    ResizeVolumeRequest,
     SandboxInfo,
     SandboxList,
     SnapshotInfoModel,
@@ -36,6 +41,7 @@ from pandastack.hostport.wire import (
     SnapshotRequest,
     SnapshotResultModel,
     TransferDocumentModel,
+    VolumeMountModel,
     network_model,
 )
 from pandastack.templatespec import TemplateSpec
@@ -111,10 +117,12 @@ class HostClient:
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
-                     network: NetworkPolicy | None = None) -> RemoteSandbox:
+                     network: NetworkPolicy | None = None,
+                     volumes: Sequence[VolumeMountRequest] = ()) -> RemoteSandbox:
         body = CreateRequest(template=template, vcpus=vcpus, memory_mb=memory_mb,
                              disk_mb=disk_mb, sandbox_id=sandbox_id, snapshot=snapshot,
-                             network=network_model(network))
+                             network=network_model(network),
+                             volumes=[VolumeMountModel.of(v) for v in volumes])
         info = await self._caller.model(SandboxInfo, "POST", api_path("sandboxes"), json=body,
                                         read=self._t.lifecycle)
         return self._sandbox(info)
@@ -249,6 +257,35 @@ class HostClient:
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
         await self._caller.call("DELETE", api_path("snapshots", snapshot_id),
+                                read=self._t.lifecycle)
+
+    # -- volumes (VolumePort) ---------------------------------------------------------------
+
+    async def create_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+        body = CreateVolumeRequest(volume_id=volume_id, size_mb=size_mb)
+        made = await self._caller.model(HostVolumeModel, "POST", api_path("volumes"),
+                                        json=body, read=self._t.lifecycle)
+        return made.value()
+
+    async def get_volume(self, volume_id: str) -> HostVolume:
+        found = await self._caller.model(HostVolumeModel, "GET",
+                                         api_path("volumes", volume_id), read=self._t.lookup)
+        return found.value()
+
+    async def list_volumes(self) -> Sequence[HostVolume]:
+        listed = await self._caller.model(HostVolumeList, "GET", api_path("volumes"),
+                                          read=self._t.lookup)
+        return [v.value() for v in listed.volumes]
+
+    async def resize_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+        grown = await self._caller.model(HostVolumeModel, "POST",
+                                         api_path("volumes", volume_id, "resize"),
+                                         json=ResizeVolumeRequest(size_mb=size_mb),
+                                         read=self._t.lifecycle)
+        return grown.value()
+
+    async def delete_volume(self, volume_id: str) -> None:
+        await self._caller.call("DELETE", api_path("volumes", volume_id),
                                 read=self._t.lifecycle)
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,

@@ -41,6 +41,7 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import RuntimePort, SandboxPort, SnapshotTransferPort
 from pandastack.hostport.results import SnapshotInfo, TransferDocument
+from pandastack.hostport.volumes import VolumeMountRequest
 
 from .pinning import pinned_host
 from .placement import HostView, Shape, rank
@@ -311,11 +312,12 @@ class ClusterPool(HostPool):
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
-                     network: NetworkPolicy | None = None) -> SandboxPort:
+                     network: NetworkPolicy | None = None,
+                     volumes: Sequence[VolumeMountRequest] = ()) -> SandboxPort:
         await self._ensure_fresh()
         return await super().create(template, vcpus=vcpus, memory_mb=memory_mb,
                                     disk_mb=disk_mb, sandbox_id=sandbox_id, snapshot=snapshot,
-                                    network=network)
+                                    network=network, volumes=volumes)
 
     def _create_candidates(self, template: str, vcpus: int, memory_mb: int,
                            snapshot: str | None) -> list[str]:

@@ -30,9 +30,11 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, RuntimePort, SandboxPlacement, SandboxPort
 from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
+from pandastack.hostport.volumes import VolumeMountRequest
 from pandastack.templatespec import TemplateSpec
 
 from .placement import HostView, Shape, rank
+from .volume_routing import VolumeRouting
 
 log = logging.getLogger("pandastack.server")
 
@@ -69,7 +71,7 @@ class _Held:
     memory_mb: int = 0
 
 
-class HostPool:
+class HostPool(VolumeRouting):
     """`hosts`: host id -> its port (a HostClient per agent, or one in-process host)."""
 
     def __init__(self, hosts: Mapping[str, RuntimePort], *, require_hosts: bool = True) -> None:
@@ -185,12 +187,16 @@ class HostPool:
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
-                     network: NetworkPolicy | None = None) -> SandboxPort:
+                     network: NetworkPolicy | None = None,
+                     volumes: Sequence[VolumeMountRequest] = ()) -> SandboxPort:
+        # A sandbox with volumes runs where they live (the control plane keeps them on one).
+        candidates = [await self.volume_host(volumes[0].volume_id)] if volumes else \
+            self._create_candidates(template, vcpus, memory_mb, snapshot)
         host_id, sandbox = await first_taker(
-            self._create_candidates(template, vcpus, memory_mb, snapshot),
+            candidates,
             lambda h: self.hosts[h].create(
                 template, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
-                sandbox_id=sandbox_id, snapshot=snapshot, network=network),
+                sandbox_id=sandbox_id, snapshot=snapshot, network=network, volumes=volumes),
             "no host took the sandbox", unreachable=self._unreachable, none_fits=": none fits")
         self._sandboxes[sandbox.id] = _Held(host_id, vcpus, memory_mb)
         self._templates.setdefault(host_id, set()).add(template)
