@@ -337,6 +337,20 @@ def test_kill(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.usefixtures("configured")
+def test_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    figures = {"cpu_percent": 12.5, "cpu_count": 2, "memory_used_bytes": 100 << 20,
+               "memory_total_bytes": 480 << 20, "disk_used_bytes": 300 << 20,
+               "disk_total_bytes": 1 << 30, "window_ms": 200, "sampled_at": NOW}
+    api = FakeAPI().with_sandbox().on("GET", "/v1/sandboxes/sb-1/metrics",
+                                      reply(200, figures))
+    assert run(api, "metrics", "sb-1") == 0
+    assert capsys.readouterr().out == ("cpu     12.5% of 2 vCPU over 200 ms\n"
+                                       "memory  100 / 480 MiB\ndisk    300 / 1024 MiB\n")
+    assert run(api, "metrics", "--json", "sb-1") == 0
+    assert json.loads(capsys.readouterr().out) == figures
+
+
+@pytest.mark.usefixtures("configured")
 def test_shell_runs_lines_and_tracks_the_directory(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     scripts: list[str] = []

@@ -150,6 +150,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     kill.add_argument("ids", nargs="+", metavar="ID")
     _json_flag(kill)
 
+    metrics = ss.add_parser("metrics", help="CPU, memory and disk use, measured in the guest now")
+    metrics.add_argument("id", metavar="ID")
+    _json_flag(metrics)
+
     shell = ss.add_parser("shell", help="a line-by-line shell in a sandbox (exit or EOF leaves)")
     shell.add_argument("id", metavar="ID")
     shell.add_argument("--timeout", type=_timeout, default=DEFAULT_EXEC_TIMEOUT,
@@ -326,6 +330,18 @@ def _kill(client: Client, args: argparse.Namespace, io: _Streams) -> int:
     return 0
 
 
+def _metrics(client: Client, args: argparse.Namespace, io: _Streams) -> int:
+    m = client.sandboxes.connect(args.id).get_metrics()
+    if args.json:
+        io.print_json(m.model_dump(mode="json"))
+        return 0
+    mib = 1 << 20
+    io.out.write(f"cpu     {m.cpu_percent:.1f}% of {m.cpu_count} vCPU over {m.window_ms} ms\n"
+                 f"memory  {m.memory_used_bytes // mib} / {m.memory_total_bytes // mib} MiB\n"
+                 f"disk    {m.disk_used_bytes // mib} / {m.disk_total_bytes // mib} MiB\n")
+    return 0
+
+
 # -- shell --------------------------------------------------------------------------------
 
 _EXIT_RE = re.compile(r"^(exit|logout|quit)(\s+(-?\d+))?\s*$")
@@ -413,6 +429,7 @@ def _shell_line(sbx: Sandbox, script: str, timeout: float, io: _Streams) -> int:
 
 _COMMANDS: dict[str, Callable[[Client, argparse.Namespace, _Streams], int]] = {
     "create": _create, "list": _list, "exec": _exec, "kill": _kill, "shell": _shell,
+    "metrics": _metrics,
 }
 
 
