@@ -22,6 +22,7 @@ from pandastack.sdk import (
     AsyncSandbox,
     AsyncSandboxes,
     AsyncSnapshots,
+    AsyncTeams,
     Client,
     CodeInterpreter,
     Commands,
@@ -32,6 +33,7 @@ from pandastack.sdk import (
     Sandbox,
     Sandboxes,
     Snapshots,
+    Teams,
 )
 
 TWINS = [
@@ -45,6 +47,7 @@ TWINS = [
     (Keys, AsyncKeys),
     (Snapshots, AsyncSnapshots),
     (Hosts, AsyncHosts),
+    (Teams, AsyncTeams),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}

@@ -11,7 +11,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from . import agent, hosts, keys, sandbox, serve, template
+from . import agent, hosts, keys, sandbox, serve, teams, template, usage
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     sandbox.add_parser(sub)
     template.add_parser(sub)
     hosts.add_parser(sub)
+    usage.add_parser(sub)
+    teams.add_parser(sub)
     args = parser.parse_args(argv)
     errors: tuple[type[Exception], ...] = (ValueError,)
     if args.command in SERVICE_COMMANDS:
@@ -106,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             return template.run(args)
         if args.command == "hosts":
             return hosts.run(args)
+        if args.command == "usage":
+            return usage.run(args)
+        if args.command == "teams":
+            return teams.run(args)
     except errors as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1

@@ -21,6 +21,7 @@ import httpx
 
 from pandastack.sdk import _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
+from pandastack.sdk._usage import AsyncTeams, Teams, TimeArg, usage_call
 from pandastack.sdk.async_sandbox import AsyncSandbox
 from pandastack.sdk.async_sandbox import create_waiting as acreate_waiting
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
@@ -34,9 +35,10 @@ from pandastack.sdk.models import (
 )
 from pandastack.sdk.sandbox import Sandbox, create_waiting
 from pandastack.sdk.templates import AsyncTemplates, Templates
+from pandastack.wire_usage import UsageGroupBy, UsageReport
 
 __all__ = ["AsyncClient", "AsyncHosts", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots",
-           "Client", "Hosts", "Keys", "Sandboxes", "Snapshots"]
+           "AsyncTeams", "Client", "Hosts", "Keys", "Sandboxes", "Snapshots", "Teams"]
 
 
 class Sandboxes(_base.ClientBase[HTTP]):
@@ -145,6 +147,7 @@ class Client(_base.ClientBase[HTTP]):
         self._snapshots = Snapshots(config, self._http)
         self._templates = Templates(config, self._http)
         self._hosts = Hosts(config, self._http)
+        self._teams = Teams(config, self._http)
 
     @property
     def sandboxes(self) -> Sandboxes:
@@ -170,6 +173,17 @@ class Client(_base.ClientBase[HTTP]):
     def hosts(self) -> Hosts:
         """List a cluster's hosts; drain and undrain them (admin keys)."""
         return self._hosts
+
+    @property
+    def teams(self) -> Teams:
+        """Set and read teams' quotas (admin keys)."""
+        return self._teams
+
+    def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
+              group_by: UsageGroupBy = "sandbox", *, team: str | None = None) -> UsageReport:
+        """What this key's team held in [start, end) and what it cost, per sandbox, day or
+        template (default: this month so far). An admin key sees every team, or `team`."""
+        return self._http.run(usage_call(start, end, group_by, team))
 
     def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""
@@ -290,6 +304,7 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
         self._snapshots = AsyncSnapshots(config, self._http)
         self._templates = AsyncTemplates(config, self._http)
         self._hosts = AsyncHosts(config, self._http)
+        self._teams = AsyncTeams(config, self._http)
 
     @property
     def sandboxes(self) -> AsyncSandboxes:
@@ -315,6 +330,18 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
     def hosts(self) -> AsyncHosts:
         """List a cluster's hosts; drain and undrain them (admin keys)."""
         return self._hosts
+
+    @property
+    def teams(self) -> AsyncTeams:
+        """Set and read teams' quotas (admin keys)."""
+        return self._teams
+
+    async def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
+                    group_by: UsageGroupBy = "sandbox", *,
+                    team: str | None = None) -> UsageReport:
+        """What this key's team held in [start, end) and what it cost, per sandbox, day or
+        template (default: this month so far). An admin key sees every team, or `team`."""
+        return await self._http.run(usage_call(start, end, group_by, team))
 
     async def close(self) -> None:
         """Close the connection pool (sandbox handles made by this client stop working)."""

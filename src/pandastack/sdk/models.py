@@ -29,6 +29,14 @@ from pandastack.wire import (
     SnapshotInfo,
     WriteResult,
 )
+from pandastack.wire_usage import (
+    QuotaInfo,
+    QuotaUse,
+    RateCard,
+    UsageQuantities,
+    UsageReport,
+    UsageRow,
+)
 
 __all__ = [
     "AsyncOutputCallback",
@@ -47,10 +55,16 @@ __all__ = [
     "NetworkSpec",
     "OutputCallback",
     "ProcessInfo",
+    "QuotaInfo",
+    "QuotaUse",
+    "RateCard",
     "SandboxInfo",
     "SandboxMetrics",
     "SandboxState",
     "SnapshotInfo",
+    "UsageQuantities",
+    "UsageReport",
+    "UsageRow",
     "WriteResult",
 ]
 
