@@ -37,7 +37,8 @@ async def temp_runtime(prefix: str, **config: object) -> AsyncIterator[tuple[Hos
     runtime and a scratch directory beside them. `config` overrides HostConfig fields."""
     root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     rt = HostRuntime(HostConfig.from_env(state_dir=root / "sandboxes",
-                                         snapshots_root=root / "snapshots", **config),
+                                         snapshots_root=root / "snapshots",
+                                         volumes_root=root / "volumes", **config),
                      progress=print)
     try:
         await rt.start()

@@ -98,7 +98,7 @@ def clone_volume_id(volume_id: str, sandbox_id: str) -> str:
 MIN_VOLUME_MB = 16
 MAX_VOLUME_MB = 1 << 20
 DEFAULT_VOLUME_MB = 1024
-#: Volumes one sandbox may mount (every VM has this many volume slots: ADR 0025).
+#: Volumes one sandbox may mount (every VM has this many volume slots: ADR 0027).
 MAX_VOLUMES_PER_SANDBOX = 4
 #: A volume's name within its team (like a template's).
 VOLUME_NAME_PATTERN = rf"^{TEMPLATE_NAME_BODY}$"

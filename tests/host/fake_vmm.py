@@ -113,6 +113,7 @@ class FakeLayers:
 class FakeDriver:
     name = NAME
     accel = "fake"
+    volume_slots = 4
     disks = FakeLayers()
     processes = FakeProcesses()
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pandastack.host.objects.config import ObjectStoreConfig
-from pandastack.rules import DEFAULT_HOME
+from pandastack.rules import DEFAULT_HOME, MAX_VOLUMES_PER_SANDBOX
 
 DEFAULT_MEMORY_STAGE = Path("/dev/shm/pandastack-memory")
 FORK_BUFFERS_ROOT = Path("/run/pandastack-fork-buffers")
@@ -35,6 +35,9 @@ class HostConfig:
     snapshots_root: Path | None = None
     # Where durable volumes live (PANDASTACK_VOLUMES_DIR); None: `<home>/volumes`.
     volumes_root: Path | None = None
+    # Volume slots every VM has (PANDASTACK_VOLUME_SLOTS, 0..4; part of the templates'
+    # key): 0 gives templates without them, and sandboxes mount no volumes (ADR 0027).
+    volume_slots: int = MAX_VOLUMES_PER_SANDBOX
     network_pool: str = "10.200.0.0/16"
     # Where network slots are claimed: every runtime in one network namespace must use the
     # same one (PANDASTACK_NETWORK_CLAIMS; ADR 0021). None: DEFAULT_NETWORK_CLAIMS.
@@ -93,6 +96,8 @@ class HostConfig:
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, not {value!r}")
+        if not 0 <= self.volume_slots <= MAX_VOLUMES_PER_SANDBOX:
+            raise ValueError(f"volume_slots must be between 0 and {MAX_VOLUMES_PER_SANDBOX}")
         if self.stream_hugetlb_mb is not None and self.stream_hugetlb_mb < 0:
             raise ValueError(f"stream_hugetlb_mb must be 0 or more, not {self.stream_hugetlb_mb}")
 
@@ -120,6 +125,8 @@ class HostConfig:
             values["snapshots_root"] = Path(env["PANDASTACK_SNAPSHOTS_DIR"])
         if "PANDASTACK_VOLUMES_DIR" in env:
             values["volumes_root"] = Path(env["PANDASTACK_VOLUMES_DIR"])
+        if env.get("PANDASTACK_VOLUME_SLOTS", "").strip():
+            values["volume_slots"] = int(env["PANDASTACK_VOLUME_SLOTS"])
         if "PANDASTACK_STATE_DIR" in env:
             values["state_dir"] = Path(env["PANDASTACK_STATE_DIR"])
         if "PANDASTACK_GUEST_ASLR" in env:

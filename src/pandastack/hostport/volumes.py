@@ -1,4 +1,4 @@
-"""Durable volumes through the host port (ADR 0025): a host keeps each volume's image; the
+"""Durable volumes through the host port (ADR 0027): a host keeps each volume's image; the
 control plane keeps names, teams and who has one mounted, and asks the host that holds a
 volume for everything done to it.
 

@@ -1,4 +1,4 @@
-"""Durable volumes on real VMs (ADR 0025): mounted at create without giving up the restore,
+"""Durable volumes on real VMs (ADR 0027): mounted at create without giving up the restore,
 one writer or many readers, kept across hibernation, copied for a fork's children."""
 
 from __future__ import annotations

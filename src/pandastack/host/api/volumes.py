@@ -1,4 +1,4 @@
-"""Routes of the volumes this host keeps (ADR 0025)."""
+"""Routes of the volumes this host keeps (ADR 0027)."""
 
 from __future__ import annotations
 

@@ -272,7 +272,7 @@ class HostRuntime:
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
         mounts: tuple[Mounted, ...] = () if snapshot is not None else \
-            self.volumes.plan(sid, volumes)
+            self.volumes.plan(sid, volumes, self.driver.volume_slots)
         workdir = self.sandboxes_dir / sid
         try:
             workdir.mkdir(mode=0o700, parents=True, exist_ok=False)

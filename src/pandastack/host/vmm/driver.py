@@ -30,7 +30,7 @@ from pandastack.hostport.errors import VMMError
 from pandastack.rules import MAX_VOLUMES_PER_SANDBOX
 
 AGENT_PORT_NAME = "org.pandastack.agent"
-# Disk slots every VM has for durable volumes (ADR 0025). A machine without hot-plug keeps its
+# Disk slots every VM has for durable volumes (ADR 0027). A machine without hot-plug keeps its
 # device set from boot to every restore, so templates are baked with the slots empty and a
 # restore chooses what backs each one. Slot i's disk carries the serial `volume_serial(i)`.
 VOLUME_SLOTS = MAX_VOLUMES_PER_SANDBOX
@@ -262,6 +262,8 @@ class VMMDriver(Protocol):
 
     name: str
     accel: str
+    # Volume slots of its VMs (a restore backs them, ADR 0027): part of its templates' key.
+    volume_slots: int
 
     @property
     def disks(self) -> DiskLayers:

@@ -39,7 +39,8 @@ def _qemu(config: HostConfig, kernel: KernelSpec, reports_free_pages: bool) -> V
     if huge == "auto":
         huge = "off" if reports_free_pages else "on"
     return QemuDriver(accel, binary=config.qemu_binary, tb_size_mb=config.tb_size_mb,
-                      tcg_cpu=config.tcg_cpu, stream_huge_pages=huge == "on")
+                      tcg_cpu=config.tcg_cpu, stream_huge_pages=huge == "on",
+                      volume_slots=config.volume_slots)
 
 
 _KINDS: dict[str, DriverKind] = {"qemu": DriverKind(_qemu, QemuProcesses())}

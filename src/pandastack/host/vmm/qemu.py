@@ -108,7 +108,7 @@ class QemuDriver:
 
     def __init__(self, accel: str, *, binary: str = "qemu-system-x86_64", tb_size_mb: int = 64,
                  tcg_cpu: str = "max", precopy: bool | None = None,
-                 stream_huge_pages: bool = True):
+                 stream_huge_pages: bool = True, volume_slots: int = VOLUME_SLOTS):
         """`precopy`: whether snapshots copy memory while the guest runs; None decides by
         accelerator and QEMU version (see `live_precopy`). `stream_huge_pages`: whether a VM
         restored from a stream (a snapshot, fork or wake) gets transparent huge pages for its
@@ -117,6 +117,7 @@ class QemuDriver:
             raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
         self.accel = accel
         self.stream_huge_pages = stream_huge_pages
+        self.volume_slots = volume_slots
         self.binary = binary
         self.tb_size_mb = tb_size_mb
         self.cpu = "host" if accel == "kvm" else tcg_cpu
@@ -132,7 +133,7 @@ class QemuDriver:
 
     def identity(self) -> str:
         return (f"{qemu_version(self.binary)}|{self.accel}|{self.cpu}|microvm-v1"
-                f"|volume-slots-{VOLUME_SLOTS}")
+                f"|volume-slots-{self.volume_slots}")
 
     # -- command line ---------------------------------------------------------------------
 
@@ -184,7 +185,7 @@ class QemuDriver:
             "-mon", "chardev=qmp,mode=control",
             "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
             "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
-            *_volume_slot_args(paths, volumes or {}),
+            *_volume_slot_args(paths, volumes or {}, self.volume_slots),
             # Templates are saved stopped; without the run state in the stream, a restored
             # clone is not held "paused" but starts as soon as its state is loaded.
             "-global", "migration.store-global-state=off",
@@ -462,11 +463,14 @@ def _volume_drive(slot: int) -> str:
     return f"vol{slot}"
 
 
-def _volume_slot_args(paths: VMPaths, volumes: Mapping[int, VolumeDrive]) -> list[str]:
+def _volume_slot_args(paths: VMPaths, volumes: Mapping[int, VolumeDrive],
+                      slots: int) -> list[str]:
     """Every volume slot, in slot order (the virtio-mmio order must not change): the volume
     attached to it, or the VM's empty placeholder."""
+    if any(slot >= slots for slot in volumes):
+        raise ValueError(f"this host's VMs have {slots} volume slots")
     args: list[str] = []
-    for slot in range(VOLUME_SLOTS):
+    for slot in range(slots):
         drive = volumes.get(slot)
         if drive is None:
             placeholder = paths.empty_slot(slot)

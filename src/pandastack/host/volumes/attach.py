@@ -1,4 +1,4 @@
-"""Volumes mounted in a host's sandboxes (ADR 0025): which slot each one takes, what backs
+"""Volumes mounted in a host's sandboxes (ADR 0027): which slot each one takes, what backs
 the slots at a restore, the mounts in a new guest, and the copies that a snapshot keeps and a
 sandbox made from it gets.
 
@@ -19,7 +19,6 @@ from typing import Any
 
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.vmm.driver import (
-    VOLUME_SLOTS,
     VMMDriver,
     VMProcess,
     VolumeDrive,
@@ -88,12 +87,12 @@ class HostVolumes:
         if writers:
             raise VolumeInUse(f"volume {volume_id} is mounted read-write by {writers[0]}")
 
-    def plan(self, sandbox_id: str,
-             requests: Sequence[VolumeMountRequest]) -> tuple[Mounted, ...]:
-        """Slots for a new sandbox's volumes, claimed for it (ValueError, VolumeNotFound,
-        VolumeInUse before anything starts)."""
-        if len(requests) > VOLUME_SLOTS:
-            raise ValueError(f"a sandbox mounts at most {VOLUME_SLOTS} volumes")
+    def plan(self, sandbox_id: str, requests: Sequence[VolumeMountRequest],
+             slots: int) -> tuple[Mounted, ...]:
+        """Slots (of the VM's `slots`) for a new sandbox's volumes, claimed for it
+        (ValueError, VolumeNotFound, VolumeInUse before anything starts)."""
+        if len(requests) > slots:
+            raise ValueError(f"a sandbox here mounts at most {slots} volumes")
         ids = [r.volume_id for r in requests]
         paths = [r.mount_path.rstrip("/") or "/" for r in requests]
         if len(set(ids)) != len(ids) or len(set(paths)) != len(paths):

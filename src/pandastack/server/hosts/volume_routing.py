@@ -1,4 +1,4 @@
-"""Volume calls of a pool of hosts (ADR 0025): each volume lives on one host. A call goes to
+"""Volume calls of a pool of hosts (ADR 0027): each volume lives on one host. A call goes to
 the host the request's context pins (`pinning.pinned_host`: the control plane pins the
 volume's host from its table), else to the host last seen holding it, else to whichever host
 answers that it has it. A new volume goes to the pinned host or the best-ranked one that
