@@ -21,6 +21,8 @@ from pandastack.hostport.errors import (
     SandboxStateError,
     SnapshotNotFound,
     TemplateNotFound,
+    VolumeInUse,
+    VolumeNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, OutputCallback, SandboxPlacement
@@ -33,6 +35,8 @@ from pandastack.hostport.results import (
     SnapshotInfo,
     SnapshotResult,
 )
+from pandastack.hostport.volumes import HostVolume, VolumeMountRequest
+from pandastack.rules import MAX_VOLUME_MB, MIN_VOLUME_MB, clone_volume_id
 from pandastack.templatespec import TemplateSpec
 
 MAX_FORK = 16
@@ -54,6 +58,7 @@ class FakeSandbox:
         self.wakes = 0
         self.network = NetworkPolicy()
         self.code_contexts: dict[str, dict[str, object]] = {}
+        self.volumes: list[VolumeMountRequest] = []
 
     @property
     def workdir(self) -> os.PathLike[str]:
@@ -226,10 +231,23 @@ class FakeSnapshots:
         return [i for i in self.infos.values() if include_internal or not i.internal]
 
 
+@dataclass
+class FakeVolume:
+    id: str
+    size_mb: int
+    created_at: float
+    source: str | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
 class FakeRuntime:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.sandboxes: dict[str, FakeSandbox] = {}
+        # Volumes as a host holds them; a snapshot's mounts, as the host records them.
+        self.volumes: dict[str, FakeVolume] = {}
+        self.snapshot_mounts: dict[str, list[VolumeMountRequest]] = {}
+        self.fail_create: BaseException | None = None
         self.killed: list[str] = []
         self.snapshots = FakeSnapshots()
         self.fail_snapshot: BaseException | None = None
@@ -258,8 +276,13 @@ class FakeRuntime:
         sandbox_id: str | None = None,
         snapshot: str | None = None,
         network: NetworkPolicy | None = None,
+        volumes: Sequence[VolumeMountRequest] = (),
     ) -> FakeSandbox:
         files: dict[str, bytes] = {}
+        for mount in volumes:
+            self.volume(mount.volume_id)
+        if self.fail_create is not None:
+            raise self.fail_create
         if snapshot is not None:
             info = self.snapshots.get(snapshot)
             template, vcpus, memory_mb = info.template, info.vcpus, info.memory_mb
@@ -272,8 +295,65 @@ class FakeRuntime:
         sbx = FakeSandbox(sandbox_id, self.root / sandbox_id, self, template, vcpus, memory_mb)
         sbx.files = files
         sbx.network = network or NetworkPolicy()
+        sbx.volumes = list(volumes)
+        if snapshot is not None:  # read-write volumes come as copies, as the host makes them
+            sbx.volumes = [self._restored(m, sandbox_id)
+                           for m in self.snapshot_mounts.get(snapshot, [])]
         self.sandboxes[sandbox_id] = sbx
         return sbx
+
+    def _restored(self, mount: VolumeMountRequest, sandbox_id: str) -> VolumeMountRequest:
+        if mount.read_only:
+            return mount
+        source = self.volumes.get(mount.volume_id)
+        copy = FakeVolume(clone_volume_id(mount.volume_id, sandbox_id),
+                          source.size_mb if source else MIN_VOLUME_MB, time.time(),
+                          mount.volume_id, dict(source.files) if source else {})
+        self.volumes[copy.id] = copy
+        return VolumeMountRequest(copy.id, mount.mount_path, False)
+
+    # -- volumes (VolumePort) ---------------------------------------------------------------
+
+    def volume(self, volume_id: str) -> FakeVolume:
+        try:
+            return self.volumes[volume_id]
+        except KeyError:
+            raise VolumeNotFound(volume_id) from None
+
+    def mounted_by(self, volume_id: str) -> tuple[str, ...]:
+        return tuple(sid for sid, sbx in self.sandboxes.items()
+                     if any(m.volume_id == volume_id for m in sbx.volumes))
+
+    def _host_volume(self, vol: FakeVolume) -> HostVolume:
+        return HostVolume(vol.id, vol.size_mb, vol.created_at, vol.source,
+                          self.mounted_by(vol.id))
+
+    async def create_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+        if not MIN_VOLUME_MB <= size_mb <= MAX_VOLUME_MB:
+            raise ValueError(f"size_mb must be between {MIN_VOLUME_MB} and {MAX_VOLUME_MB}")
+        self.volumes[volume_id] = FakeVolume(volume_id, size_mb, time.time())
+        return self._host_volume(self.volumes[volume_id])
+
+    async def get_volume(self, volume_id: str) -> HostVolume:
+        return self._host_volume(self.volume(volume_id))
+
+    async def list_volumes(self) -> list[HostVolume]:
+        return [self._host_volume(v) for v in self.volumes.values()]
+
+    async def resize_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+        vol = self.volume(volume_id)
+        if self.mounted_by(volume_id):
+            raise VolumeInUse(f"volume {volume_id} is mounted")
+        if size_mb < vol.size_mb:
+            raise ValueError("a volume cannot shrink")
+        vol.size_mb = size_mb
+        return self._host_volume(vol)
+
+    async def delete_volume(self, volume_id: str) -> None:
+        self.volume(volume_id)
+        if self.mounted_by(volume_id):
+            raise VolumeInUse(f"volume {volume_id} is mounted")
+        del self.volumes[volume_id]
 
     async def prepare_template(self, name: str, *, vcpus: int = 1,
                                memory_mb: int = 512) -> None:
@@ -327,6 +407,7 @@ class FakeRuntime:
             state_bytes=1234, internal=internal, size_bytes=4096)
         self.snapshots.infos[sid] = info
         self.snapshots.files[sid] = dict(sbx.files)
+        self.snapshot_mounts[sid] = list(sbx.volumes)
         return SnapshotResult(info, 1.5)
 
     async def fork(self, sandbox_id: str, count: int = 1) -> list[FakeSandbox]:

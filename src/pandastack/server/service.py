@@ -6,9 +6,10 @@ follows it after every change (and at startup). Snapshots and fork are in `snaps
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Protocol, TypeVar
 
@@ -21,7 +22,14 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import RuntimePort, SandboxPlacement, SandboxPort
 from pandastack.rules import DEFAULT_TEMPLATE, SANDBOX_ID_RE, SNAPSHOT_ID_RE, new_sandbox_id
-from pandastack.wire import ENDED_STATES, CreateSandbox, NetworkSpec, SandboxInfo, SandboxState
+from pandastack.wire import (
+    ENDED_STATES,
+    AttachedVolume,
+    CreateSandbox,
+    NetworkSpec,
+    SandboxInfo,
+    SandboxState,
+)
 
 from .errors import ApiError, api_error_of, conflict, not_found
 from .hosts.cluster import ClusterPool
@@ -30,6 +38,7 @@ from .quotas import Quotas
 from .settings import Settings
 from .store import Sandbox, Store, TemplateVersion
 from .telemetry import timed
+from .volumes import CreatePlan, VolumeService
 
 log = logging.getLogger("pandastack.server")
 
@@ -49,7 +58,7 @@ class TemplateResolver(Protocol):
     async def resolve(self, team: str, ref: str) -> TemplateVersion | None: ...
 
 
-def to_info(row: Sandbox) -> SandboxInfo:
+def to_info(row: Sandbox, volumes: Sequence[AttachedVolume] = ()) -> SandboxInfo:
     state: SandboxState = row.state  # type: ignore[assignment]
     return SandboxInfo(
         id=row.id, template=row.template, state=state, created_at=row.created_at,
@@ -57,6 +66,7 @@ def to_info(row: Sandbox) -> SandboxInfo:
         persistent=row.persistent, vcpus=row.vcpus, memory_mb=row.memory_mb,
         disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
         end_reason=row.end_reason, snapshot=row.snapshot, host_id=row.host_id,
+        volumes=list(volumes),
     )
 
 
@@ -77,6 +87,7 @@ class SandboxService:
         self.runtime = runtime
         self.settings = settings
         self.quotas = Quotas(store, settings)
+        self.volumes = VolumeService(store, runtime, self.quotas)
         self._busy: dict[str, int] = {}
         self._transitions: dict[str, int] = {}
         # Set by the app when team templates are enabled (`templates.TemplateService`).
@@ -91,6 +102,15 @@ class SandboxService:
         self.cluster = runtime if isinstance(runtime, ClusterPool) else None
 
     # -- lookups --------------------------------------------------------------------------
+
+    def infos(self, rows: Sequence[Sandbox]) -> list[SandboxInfo]:
+        """The wire form of the rows, with their volume attachments (one query for all)."""
+        live = [r.id for r in rows if r.state not in ENDED_STATES]  # ended: none attached
+        attached = self.volumes.attached(live) if live else {}
+        return [to_info(r, attached.get(r.id, ())) for r in rows]
+
+    def info(self, row: Sandbox) -> SandboxInfo:
+        return self.infos([row])[0]
 
     def row(self, team: str, sandbox_id: str, *, touch: bool = True) -> Sandbox:
         """The team's sandbox (any state) or 404; bumps its activity time."""
@@ -383,12 +403,20 @@ class SandboxService:
             last_activity_at=now, ended_at=None, end_reason=None, snapshot=req.snapshot,
             cwd=cwd, user=user,
         )
-        # The quota's check and the `starting` row commit together under the team's lock.
-        self.store.admit([row], self.quotas.admission([(vcpus, memory_mb)]))
+        volumes = (await asyncio.to_thread(self.volumes.plan_create, team, req, row.id)
+                   if req.volumes or req.snapshot else CreatePlan())
+        # The quota's check, the volumes' attachments and the `starting` row commit together
+        # under the team's lock.
+        self.volumes.admit([row], self.quotas.admission([(vcpus, memory_mb)]),
+                           [(row.id, volumes.attach)])
+        # Without volumes the host's create is called as it always was.
+        create = (functools.partial(self.runtime.create, volumes=volumes.mounts)
+                  if volumes.mounts else self.runtime.create)
         try:
-            await self.runtime.create(template, vcpus=vcpus, memory_mb=memory_mb,
-                                      disk_mb=req.disk_mb, sandbox_id=row.id,
-                                      snapshot=snapshot_id, network=policy)
+            with self.volumes.pinned(volumes.host_id):
+                await create(template, vcpus=vcpus, memory_mb=memory_mb,
+                             disk_mb=req.disk_mb, sandbox_id=row.id,
+                             snapshot=snapshot_id, network=policy)
         except BaseException as exc:
             self.store.end_sandbox(row.id, "failed", f"create failed: {exc}"[:2000])
             if isinstance(exc, TemplateNotFound):

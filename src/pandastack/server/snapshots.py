@@ -46,7 +46,8 @@ async def take_snapshot(service: SandboxService, team: str, sandbox_id: str,
     snap = Snapshot(id=info.id, team=row.team, name=name, source_sandbox=row.id,
                     template=info.template, created_at=info.created_at, vcpus=info.vcpus,
                     memory_mb=info.memory_mb, disk_mb=info.disk_bytes // MIB,
-                    size_bytes=info.size_bytes or info.state_bytes, deleted_at=None)
+                    size_bytes=info.size_bytes or info.state_bytes, deleted_at=None,
+                    volumes=service.volumes.record(row.id))
     try:
         return service.store.add_snapshot(snap)
     except BaseException:
@@ -72,15 +73,20 @@ async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, 
     parent = await service.awake(team, sandbox_id)
     admission = service.quotas.admission([(parent.vcpus, parent.memory_mb)] * count)
     service.store.check_quota(parent.team, admission)  # checked again as the children land
+    volume_host = service.volumes.host_of_attached(parent.id)  # its children land there
     started = time.monotonic()
     token = durable_fork.set(durable)
     try:
         async with service.transition(parent.id):
-            handles = await service.host_call(service.runtime.fork(parent.id, count))
+            with service.volumes.pinned(volume_host):
+                handles = await service.host_call(service.runtime.fork(parent.id, count))
     finally:
         durable_fork.reset(token)
     now = time.time()
     children: list[Sandbox] = []
+    # Each child's copies of the parent's read-write volumes (the host made them) and its
+    # share of the read-only ones.
+    plans = service.volumes.plan_fork(parent, [handle.id for handle in handles])
     try:
         rows: list[Sandbox] = []
         for handle in handles:
@@ -92,7 +98,7 @@ async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, 
                 env=dict(parent.env or {}), meta=dict(parent.meta or {}),
                 last_activity_at=now, ended_at=None, end_reason=None, snapshot=None,
                 cwd=parent.cwd, user=parent.user, host_id=service.host_of(handle.id)))
-        children = list(service.store.admit(rows, admission, at=now))
+        children = list(service.volumes.admit(rows, admission, plans, at=now))
     except BaseException:
         log.exception("recording the children of a fork of %s failed", parent.id)
         for row in children:
@@ -100,5 +106,6 @@ async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, 
         for handle in handles:
             with contextlib.suppress(SandboxNotFound):
                 await service.runtime.kill(handle.id)
+        await service.volumes.forget_clones(plans)
         raise
     return parent, children, (time.monotonic() - started) * 1000

@@ -12,7 +12,6 @@ from ..auth import CurrentPrincipal
 from ..errors import bad_request
 from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
-from ..service import to_info
 from .deps import SandboxId, Service
 
 router = APIRouter(tags=["sandboxes"], route_class=StrictJsonRoute)
@@ -29,7 +28,7 @@ METADATA_FILTER = "metadata."
 async def create_sandbox(body: CreateSandbox, who: CurrentPrincipal,
                          service: Service) -> SandboxInfo:
     with pinned_to(body.host_id, admin=who.admin):
-        return to_info(await service.create(who.team, body))
+        return service.info(await service.create(who.team, body))
 
 
 @router.get("/sandboxes", response_model=SandboxList,
@@ -51,13 +50,13 @@ async def list_sandboxes(request: Request, who: CurrentPrincipal, service: Servi
     if state is None and not include_ended:
         rows = [r for r in rows if r.state not in ENDED_STATES]
     rows = [r for r in rows if all((r.meta or {}).get(k) == v for k, v in wanted.items())]
-    return SandboxList(sandboxes=[to_info(r) for r in rows])
+    return SandboxList(sandboxes=service.infos(rows))
 
 
 @router.get("/sandboxes/{sandbox_id}", response_model=SandboxInfo)
 async def get_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
                       service: Service) -> SandboxInfo:
-    return to_info(service.row(who.team, sandbox_id))
+    return service.info(service.row(who.team, sandbox_id))
 
 
 @router.delete("/sandboxes/{sandbox_id}", status_code=204, response_class=Response,

@@ -11,7 +11,6 @@ from pandastack.wire import CreateSnapshot, ForkRequest, ForkResult, SnapshotInf
 from ..auth import CurrentPrincipal
 from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
-from ..service import to_info
 from ..snapshots import delete_snapshot, fork, snapshot_row, take_snapshot, to_snapshot_info
 from .deps import SandboxId, Service
 
@@ -69,5 +68,5 @@ async def fork_sandbox(sandbox_id: SandboxId, body: ForkRequest, who: CurrentPri
     with pinned_to(body.host_id, admin=who.admin):
         parent, children, duration_ms = await fork(service, who.team, sandbox_id, body.count,
                                                    durable=body.durable)
-    return ForkResult(parent=parent.id, sandboxes=[to_info(c) for c in children],
+    return ForkResult(parent=parent.id, sandboxes=service.infos(children),
                       duration_ms=duration_ms)

@@ -8,7 +8,6 @@ from pandastack.wire import SandboxInfo
 
 from ..auth import CurrentPrincipal
 from ..jsonbody import StrictJsonRoute
-from ..service import to_info
 from .deps import SandboxId, Service
 
 router = APIRouter(tags=["state"], route_class=StrictJsonRoute)
@@ -21,7 +20,7 @@ router = APIRouter(tags=["state"], route_class=StrictJsonRoute)
                          "first.")
 async def pause_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
                         service: Service) -> SandboxInfo:
-    return to_info(await service.pause(who.team, sandbox_id))
+    return service.info(await service.pause(who.team, sandbox_id))
 
 
 @router.post("/sandboxes/{sandbox_id}/resume", response_model=SandboxInfo,
@@ -29,7 +28,7 @@ async def pause_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
              description="Idempotent; a hibernated sandbox is woken.")
 async def resume_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
                          service: Service) -> SandboxInfo:
-    return to_info(await service.resume(who.team, sandbox_id))
+    return service.info(await service.resume(who.team, sandbox_id))
 
 
 @router.post("/sandboxes/{sandbox_id}/hibernate", response_model=SandboxInfo,
@@ -39,11 +38,11 @@ async def resume_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
                          "processes and files. Idempotent.")
 async def hibernate_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
                             service: Service) -> SandboxInfo:
-    return to_info(await service.hibernate(who.team, sandbox_id))
+    return service.info(await service.hibernate(who.team, sandbox_id))
 
 
 @router.post("/sandboxes/{sandbox_id}/wake", response_model=SandboxInfo,
              summary="Restore a hibernated sandbox (a no-op for one that is awake)")
 async def wake_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
                        service: Service) -> SandboxInfo:
-    return to_info(await service.wake(who.team, sandbox_id))
+    return service.info(await service.wake(who.team, sandbox_id))

@@ -25,12 +25,13 @@ from .models import (
     TemplateVersion,
 )
 from .usage import UsageStore, close_segments, meter_state_change, open_snapshot_segment
+from .volumes import VolumeStore, detach_sandboxes
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
-class Store(Registry, UsageStore):
+class Store(Registry, UsageStore, VolumeStore):
     """The registry's engine and sessions (and its host and lease queries), with the
     control plane's own tables. Every write of a sandbox's state meters it in the same
     transaction (store/usage.py)."""
@@ -155,6 +156,7 @@ class Store(Registry, UsageStore):
             row.ended_at = time.time() if now is None else now
             row.end_reason = reason
             meter_state_change(s, row, old, row.ended_at)
+            detach_sandboxes(s, [row.id])
             return row
 
     def touch(self, sandbox_id: str, now: float | None = None) -> None:
@@ -213,6 +215,7 @@ class Store(Registry, UsageStore):
                 row.state = "host_lost"
             if rows:  # nothing is held for them now: their VMs went with the host
                 close_segments(s, [row.id for row in rows], ("compute", "disk"), time.time())
+            detach_sandboxes(s, [row.id for row in rows])  # their VMs are gone
             return [row.id for row in rows]
 
     def delete_snapshot(self, snapshot_id: str, now: float | None = None) -> None:
