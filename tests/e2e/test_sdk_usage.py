@@ -1,0 +1,146 @@
+"""Metering and quotas through the SDK against a live `pandastack serve` on real VMs (one
+server process for the module, SIGKILLed and started again in the middle of the metering
+test): a 2 vCPU / 1 GiB sandbox that runs, pauses, hibernates, wakes and lives through a
+server restart is billed for exactly its running and paused time (2 vCPU-s and 1 GiB-s per
+second, its 2 GiB disk until it is killed, hibernation included) at the rate card's price;
+a team at max_sandboxes 2 is refused its third create and a fork with 429 quota_exceeded,
+and creates again after a kill."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pandastack.sdk import Client, QuotaExceededError, UsageRow
+from tests.e2e.test_server_restart import ServeProcess
+from tests.helpers import qemu_pids_under
+
+pytestmark = [pytest.mark.vm, pytest.mark.e2e]
+
+VCPU_RATE, MEMORY_RATE, DISK_RATE = 0.000015, 0.0000045, 0.00000004
+
+
+@pytest.fixture(scope="module")
+def serve() -> Iterator[ServeProcess]:
+    if os.geteuid() != 0:
+        pytest.fail("VM tests need root")
+    tmp = Path(tempfile.mkdtemp(prefix="psu-", dir="/tmp"))
+    server = ServeProcess(tmp)
+    try:
+        server.start(timeout=300)
+        yield server
+    finally:
+        if server.proc is not None:
+            server.signal(signal.SIGTERM)
+        leftovers = qemu_pids_under(tmp)
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+        left_dirs = list(server.state_dir.glob("sbx-*"))
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert not leftovers, f"VMs left running: {leftovers}"
+        assert not left_dirs, f"sandbox directories left: {left_dirs}"
+
+
+class Clock:
+    """The client's wall clock around each call (the server writes each state with its
+    own time, on the same machine)."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, tuple[float, float]] = {}
+
+    def call(self, name: str, fn: Callable[[], object]) -> None:
+        before = time.time()
+        fn()
+        self.marks[name] = (before, time.time())
+
+
+def row_of(client: Client, sandbox_id: str) -> UsageRow:
+    rows = [r for r in client.usage(group_by="sandbox").rows if r.sandbox_id == sandbox_id]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_a_sandbox_is_billed_for_running_and_paused_time_across_a_restart(
+        serve: ServeProcess) -> None:
+    clock = Clock()
+    with Client(serve.url, serve.api_key(), timeout=120) as client:
+        # The first create of this shape may bake its template: the SDK waits for it.
+        sbx = client.sandboxes.create(vcpus=2, memory_mb=1024, persistent=True,
+                                      ttl_seconds=900)
+        created = time.time()  # the row became running just before the answer
+        try:
+            time.sleep(3)
+            clock.call("pause", sbx.pause)
+            time.sleep(3)  # paused: its memory and vCPUs are still held
+            clock.call("resume", sbx.resume)
+            time.sleep(1)
+            clock.call("hibernate", sbx.hibernate)
+            time.sleep(4)  # hibernated: only its disk is held
+            clock.call("wake", sbx.wake)
+            time.sleep(1)
+            mid = row_of(client, sbx.id)  # an open segment counts up to now
+            assert mid.vcpu_seconds > 0 and mid.disk_gib_seconds > mid.vcpu_seconds
+        except BaseException:
+            sbx.kill()
+            raise
+    serve.signal(signal.SIGKILL)  # no shutdown code runs: the VM keeps going
+    time.sleep(1)
+    serve.start()  # same DB and state dir: the sandbox is adopted, its segment still open
+    with Client(serve.url, serve.api_key(), timeout=120) as client:
+        sbx = client.sandboxes.connect(sbx.id)
+        assert sbx.info.state == "running"
+        time.sleep(1)
+        killed_at = time.time()  # the row is ended before its VM is killed
+        sbx.kill()
+        row = row_of(client, sbx.id)
+        assert row_of(client, sbx.id) == row  # ended: it does not grow any more
+    # Compute is held from create to hibernate and from wake to kill (pause included);
+    # each state is written at the end of its transition (the end's first, as it starts).
+    held = (clock.marks["hibernate"][1] - created) + (killed_at - clock.marks["wake"][1])
+    slack = sum(after - before for before, after in clock.marks.values())
+    assert held > 9
+    assert abs(row.vcpu_seconds - 2 * held) <= 0.1 * 2 * held, (row, held)
+    assert abs(row.memory_gib_seconds - held) <= 0.1 * held, (row, held)
+    # within the time each change took (a transition writes the state as it ends)
+    assert held - slack - 1 <= row.memory_gib_seconds <= held + slack + 1, (row, held, slack)
+    disk = killed_at - created
+    assert abs(row.disk_gib_seconds - 2 * disk) <= 0.1 * 2 * disk, (row, disk)
+    assert row.disk_gib_seconds > 2 * (held + 3)  # hibernated time holds the disk only
+    assert row.cost_usd == pytest.approx(row.vcpu_seconds * VCPU_RATE
+                                         + row.memory_gib_seconds * MEMORY_RATE
+                                         + row.disk_gib_seconds * DISK_RATE, rel=1e-6)
+
+
+def test_a_team_at_max_sandboxes_2(serve: ServeProcess) -> None:
+    with Client(serve.url, serve.api_key(), timeout=120) as admin:
+        key = admin.keys.create("quota", team="capped").key
+        info = admin.teams.set_quota("capped", max_sandboxes=2)
+        assert info.max_sandboxes == 2
+    with Client(serve.url, key, timeout=120) as team:
+        first = team.sandboxes.create(ttl_seconds=300)
+        second = team.sandboxes.create(ttl_seconds=300)
+        made = [first, second]
+        try:
+            with pytest.raises(QuotaExceededError) as exc:
+                team.sandboxes.create(ttl_seconds=300)
+            assert (exc.value.status, exc.value.code) == (429, "quota_exceeded")
+            assert (exc.value.limit, exc.value.value, exc.value.current) == (
+                "max_sandboxes", 2, 2)
+            with pytest.raises(QuotaExceededError):
+                first.fork()
+            live = team.sandboxes.list()
+            assert sorted(s.id for s in live) == sorted(s.id for s in made)  # nothing half-made
+            second.kill()
+            made.append(team.sandboxes.create(ttl_seconds=300))  # room again
+            assert made[-1].exec("echo ok").stdout == "ok\n"
+        finally:
+            for sbx in made:
+                sbx.kill()
+        assert team.sandboxes.list() == []
