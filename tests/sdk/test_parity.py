@@ -23,6 +23,7 @@ from pandastack.sdk import (
     AsyncSandboxes,
     AsyncSnapshots,
     AsyncTeams,
+    AsyncVolumes,
     Client,
     CodeInterpreter,
     Commands,
@@ -34,6 +35,7 @@ from pandastack.sdk import (
     Sandboxes,
     Snapshots,
     Teams,
+    Volumes,
 )
 
 TWINS = [
@@ -48,6 +50,7 @@ TWINS = [
     (Snapshots, AsyncSnapshots),
     (Hosts, AsyncHosts),
     (Teams, AsyncTeams),
+    (Volumes, AsyncVolumes),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}

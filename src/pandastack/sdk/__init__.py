@@ -13,12 +13,14 @@ from pandastack.sdk.client import (
     AsyncSandboxes,
     AsyncSnapshots,
     AsyncTeams,
+    AsyncVolumes,
     Client,
     Hosts,
     Keys,
     Sandboxes,
     Snapshots,
     Teams,
+    Volumes,
 )
 from pandastack.sdk.code import (
     AsyncCodeInterpreter,
@@ -55,6 +57,7 @@ from pandastack.sdk.errors import (
     TransportError,
     TransportTimeoutError,
     ValidationError,
+    VolumeInUseError,
     WaitTimeoutError,
 )
 from pandastack.sdk.filesystem import AsyncFilesystem, Filesystem
@@ -83,6 +86,8 @@ from pandastack.sdk.models import (
     SnapshotInfo,
     UsageReport,
     UsageRow,
+    VolumeInfo,
+    VolumeMount,
     WriteResult,
 )
 from pandastack.sdk.sandbox import Sandbox
@@ -113,6 +118,7 @@ __all__ = [
     "AsyncSnapshots",
     "AsyncTeams",
     "AsyncTemplates",
+    "AsyncVolumes",
     "AuthError",
     "AuthenticationError",
     "Client",
@@ -177,6 +183,10 @@ __all__ = [
     "UsageReport",
     "UsageRow",
     "ValidationError",
+    "VolumeInUseError",
+    "VolumeInfo",
+    "VolumeMount",
+    "Volumes",
     "WaitTimeoutError",
     "WriteResult",
     "from_dockerfile",

@@ -419,6 +419,8 @@ def get_sandbox_call(sandbox_id: str) -> Call[SandboxInfo]:
 #: The egress policy as the SDK takes it: a `NetworkSpec` or a mapping of its fields,
 #: e.g. {"internet": False, "allow_out": ["pypi.org", "203.0.113.0/24"], "deny_out": []}.
 NetworkArg = NetworkSpec | Mapping[str, Any]
+#: A volume to mount in a new sandbox: `{"name", "mount_path", "read_only"}` or a VolumeMount.
+VolumeArg = wire.VolumeMount | Mapping[str, Any]
 
 
 def network_body(network: NetworkArg) -> dict[str, Any]:
@@ -431,7 +433,8 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
                         vcpus: int | None, memory_mb: int | None, disk_mb: int | None,
                         env: Mapping[str, str] | None, metadata: Mapping[str, str] | None,
                         snapshot: str | None = None,
-                        network: NetworkArg | None = None) -> Call[SandboxInfo]:
+                        network: NetworkArg | None = None,
+                        volumes: Sequence[VolumeArg] | None = None) -> Call[SandboxInfo]:
     """From a snapshot the template and shape are the snapshot's: the default template is
     then not sent (an explicit other one is, and the server refuses it)."""
     if snapshot is not None and template == DEFAULT_TEMPLATE:
@@ -439,7 +442,8 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
     body = encode(wire.CreateSandbox, template=template, ttl_seconds=ttl_seconds,
                   persistent=persistent, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
                   env=dict(env) if env else None, metadata=dict(metadata) if metadata else None,
-                  snapshot=snapshot)
+                  snapshot=snapshot, volumes=[v if isinstance(v, wire.VolumeMount) else dict(v)
+                                              for v in volumes] if volumes else None)
     if network is not None:
         body["network"] = network_body(network)
     return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body)

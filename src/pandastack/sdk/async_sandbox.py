@@ -105,6 +105,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
                snapshot: str | None = None, network: _base.NetworkArg | None = None,
+               volumes: Sequence[_base.VolumeArg] | None = None,
                api_url: str | None = None, api_key: str | None = None,
                timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                transport: httpx.AsyncBaseTransport | None = None) -> AsyncSandbox:
@@ -117,7 +118,11 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         `snapshot()`): the sandbox resumes its memory, processes and files, and its template,
         `vcpus` and `memory_mb` are the snapshot's. `network`: the egress policy,
         `{"internet": bool, "allow_out": [...], "deny_out": [...]}` with CIDRs or domain names
-        (default: internet on; see `update_network()`). `api_url`/`api_key` override
+        (default: internet on; see `update_network()`). `volumes`: team volumes to mount,
+        `[{"name": "data", "mount_path": "/data", "read_only": False}]` (one sandbox may
+        mount a volume read-write at a time: `VolumeInUseError`; see `Client.volumes`). A
+        sandbox from a snapshot gets the snapshot's volumes (copies of read-write ones).
+        `api_url`/`api_key` override
         the environment and config file; `timeout` is the HTTP timeout of ordinary requests;
         `transport` replaces httpx's (for tests).
         """
@@ -125,7 +130,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                                          persistent=persistent, vcpus=vcpus,
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
                                          metadata=metadata, snapshot=snapshot,
-                                         network=network)
+                                         network=network, volumes=volumes)
         http = _open(api_url, api_key, timeout, transport)
         try:
             info = await create_waiting(http, call)

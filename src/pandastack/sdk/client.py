@@ -14,7 +14,7 @@ Sandboxes made through a client share its connections; closing the client closes
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import httpx
@@ -35,10 +35,12 @@ from pandastack.sdk.models import (
 )
 from pandastack.sdk.sandbox import Sandbox, create_waiting
 from pandastack.sdk.templates import AsyncTemplates, Templates
+from pandastack.sdk.volumes import AsyncVolumes, Volumes
 from pandastack.wire_usage import UsageGroupBy, UsageReport
 
 __all__ = ["AsyncClient", "AsyncHosts", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots",
-           "AsyncTeams", "Client", "Hosts", "Keys", "Sandboxes", "Snapshots", "Teams"]
+           "AsyncTeams", "AsyncVolumes", "Client", "Hosts", "Keys", "Sandboxes", "Snapshots",
+           "Teams", "Volumes"]
 
 
 class Sandboxes(_base.ClientBase[HTTP]):
@@ -61,12 +63,13 @@ class Sandboxes(_base.ClientBase[HTTP]):
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *,
                disk_mb: int | None = None, snapshot: str | None = None,
-               network: _base.NetworkArg | None = None) -> Sandbox:
+               network: _base.NetworkArg | None = None,
+               volumes: Sequence[_base.VolumeArg] | None = None) -> Sandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return Sandbox(create_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network)), self._http)
+            snapshot=snapshot, network=network, volumes=volumes)), self._http)
 
     def connect(self, sandbox_id: str) -> Sandbox:
         """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
@@ -148,6 +151,7 @@ class Client(_base.ClientBase[HTTP]):
         self._templates = Templates(config, self._http)
         self._hosts = Hosts(config, self._http)
         self._teams = Teams(config, self._http)
+        self._volumes = Volumes(config, self._http)
 
     @property
     def sandboxes(self) -> Sandboxes:
@@ -178,6 +182,11 @@ class Client(_base.ClientBase[HTTP]):
     def teams(self) -> Teams:
         """Set and read teams' quotas (admin keys)."""
         return self._teams
+
+    @property
+    def volumes(self) -> Volumes:
+        """Create, list, inspect, grow and delete the team's volumes."""
+        return self._volumes
 
     def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
               group_by: UsageGroupBy = "sandbox", *, team: str | None = None) -> UsageReport:
@@ -217,12 +226,13 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
                      memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                      metadata: Mapping[str, str] | None = None, *,
                      disk_mb: int | None = None, snapshot: str | None = None,
-                     network: _base.NetworkArg | None = None) -> AsyncSandbox:
+                     network: _base.NetworkArg | None = None,
+                     volumes: Sequence[_base.VolumeArg] | None = None) -> AsyncSandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return AsyncSandbox(await acreate_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network)), self._http)
+            snapshot=snapshot, network=network, volumes=volumes)), self._http)
 
     async def connect(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
@@ -305,6 +315,7 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
         self._templates = AsyncTemplates(config, self._http)
         self._hosts = AsyncHosts(config, self._http)
         self._teams = AsyncTeams(config, self._http)
+        self._volumes = AsyncVolumes(config, self._http)
 
     @property
     def sandboxes(self) -> AsyncSandboxes:
@@ -335,6 +346,11 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
     def teams(self) -> AsyncTeams:
         """Set and read teams' quotas (admin keys)."""
         return self._teams
+
+    @property
+    def volumes(self) -> AsyncVolumes:
+        """Create, list, inspect, grow and delete the team's volumes."""
+        return self._volumes
 
     async def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
                     group_by: UsageGroupBy = "sandbox", *,

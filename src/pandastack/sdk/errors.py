@@ -26,7 +26,8 @@ older names are those leaves, or aliases::
         ├── SandboxError              the sandbox cannot do it
         │   ├── ConflictError         409: not running / ended, or the guest said EEXIST/EBUSY...
         │   │   ├── TemplateBuildingError  409: the template is still building (`retry_after`)
-        │   │   └── HostLostError     409: the sandbox's host was lost (wake restores saved state)
+        │   │   ├── HostLostError     409: the sandbox's host was lost (wake restores saved state)
+        │   │   └── VolumeInUseError  409: the volume is attached (a second writer, a delete...)
         │   └── InsufficientStorageError  507: the guest's disk is full (ENOSPC/EDQUOT)
         ├── ServerError               any other 5xx: internal error, unavailable, gateway timeout
         │   └── HostUnavailableError  503: the sandbox's host is out of reach for now (not lost)
@@ -78,6 +79,7 @@ __all__ = [
     "TransportError",
     "TransportTimeoutError",
     "ValidationError",
+    "VolumeInUseError",
     "WaitTimeoutError",
 ]
 
@@ -251,6 +253,12 @@ class HostLostError(ConflictError):
     on another host; a sandbox that saved none can only be killed."""
 
 
+class VolumeInUseError(ConflictError):
+    """The volume is attached to a sandbox that has not ended (409 `volume_in_use`): a
+    second read-write mount, a read-only one while a sandbox writes it, or a delete or
+    resize while it is attached. Kill the sandbox that has it (hibernation keeps it)."""
+
+
 class HostUnavailableError(ServerError):
     """The host the sandbox runs on cannot be reached right now (503 `host_unavailable`): its
     agent is down or restarting. The sandbox is not lost; retry once the host is back."""
@@ -289,6 +297,7 @@ CODE_EXCEPTIONS: dict[ErrorCode, type[APIError]] = {
     "quota_exceeded": QuotaExceededError,
     "internal": ServerError, "bad_gateway": ServerError, "unavailable": ServerError,
     "host_unavailable": HostUnavailableError, "host_lost": HostLostError,
+    "volume_in_use": VolumeInUseError,
 }
 _BY_CODE: dict[str, type[APIError]] = {code: cls for code, cls in CODE_EXCEPTIONS.items()}
 _CODE_STATUS: dict[str, int] = {code: status for code, status in ERROR_STATUS.items()}

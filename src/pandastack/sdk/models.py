@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from pandastack.wire import (
+    AttachedVolume,
     CodeContext,
     CodeError,
     CreatedKey,
@@ -27,6 +28,9 @@ from pandastack.wire import (
     SandboxMetrics,
     SandboxState,
     SnapshotInfo,
+    VolumeAttachment,
+    VolumeInfo,
+    VolumeMount,
     WriteResult,
 )
 from pandastack.wire_usage import (
@@ -40,6 +44,7 @@ from pandastack.wire_usage import (
 
 __all__ = [
     "AsyncOutputCallback",
+    "AttachedVolume",
     "CodeContext",
     "CodeError",
     "CreatedKey",
@@ -65,6 +70,9 @@ __all__ = [
     "UsageQuantities",
     "UsageReport",
     "UsageRow",
+    "VolumeAttachment",
+    "VolumeInfo",
+    "VolumeMount",
     "WriteResult",
 ]
 

@@ -102,6 +102,7 @@ class Sandbox(_base.SandboxBase[HTTP]):
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
                snapshot: str | None = None, network: _base.NetworkArg | None = None,
+               volumes: Sequence[_base.VolumeArg] | None = None,
                api_url: str | None = None, api_key: str | None = None,
                timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                transport: httpx.BaseTransport | None = None) -> Sandbox:
@@ -114,7 +115,11 @@ class Sandbox(_base.SandboxBase[HTTP]):
         `snapshot()`): the sandbox resumes its memory, processes and files, and its template,
         `vcpus` and `memory_mb` are the snapshot's. `network`: the egress policy,
         `{"internet": bool, "allow_out": [...], "deny_out": [...]}` with CIDRs or domain names
-        (default: internet on; see `update_network()`). `api_url`/`api_key` override
+        (default: internet on; see `update_network()`). `volumes`: team volumes to mount,
+        `[{"name": "data", "mount_path": "/data", "read_only": False}]` (one sandbox may
+        mount a volume read-write at a time: `VolumeInUseError`; see `Client.volumes`). A
+        sandbox from a snapshot gets the snapshot's volumes (copies of read-write ones).
+        `api_url`/`api_key` override
         the environment and config file; `timeout` is the HTTP timeout of ordinary requests;
         `transport` replaces httpx's (for tests).
         """
@@ -122,7 +127,7 @@ class Sandbox(_base.SandboxBase[HTTP]):
                                          persistent=persistent, vcpus=vcpus,
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
                                          metadata=metadata, snapshot=snapshot,
-                                         network=network)
+                                         network=network, volumes=volumes)
         http = _open(api_url, api_key, timeout, transport)
         try:
             info = create_waiting(http, call)
