@@ -15,10 +15,9 @@ import builtins
 import contextlib
 import secrets
 import shutil
-import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,11 @@ from pandastack.host.memory.huge_pool import HugePagePool
 from pandastack.host.network.egress_proxy import EgressProxy, Resolver
 from pandastack.host.network.manager import NetworkManager, ProxyPorts, Slot
 from pandastack.host.runtime.console import watch_consoles
-from pandastack.host.runtime.disk_layers import LayerMerges, needs_merge
+from pandastack.host.runtime.disk_layers import LayerMerges
+from pandastack.host.runtime.hibernation import Hibernation
 from pandastack.host.runtime.machinery import ImageSource, Machinery
 from pandastack.host.runtime.migration import Migrations
 from pandastack.host.runtime.records import (
-    HIBERNATION,
     SANDBOX_ID_RE,
     AdoptReport,
     SandboxRecord,
@@ -44,20 +43,17 @@ from pandastack.host.runtime.records import (
 )
 from pandastack.host.runtime.remote import (
     RemoteState,
-    fetch_hibernated,
     open_remote,
     sandbox_manifest,
     snapshot_manifest,
 )
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.runtime.saving import Saves
 from pandastack.host.runtime.slots import SandboxSlots
 from pandastack.host.runtime.snapshots import (
-    STREAM,
     SnapshotStore,
-    allocated_bytes,
     link_layers,
     new_layer_name,
-    out_of_space,
 )
 from pandastack.host.runtime.transfer import Transfers
 from pandastack.host.templates.builtin import Template, TemplateStore
@@ -69,7 +65,6 @@ from pandastack.host.vmm.driver import (
     VMProcess,
     VolumeDrive,
     iter_cmdlines,
-    max_stream_bytes,
 )
 from pandastack.host.volumes.attach import HostVolumes, Mounted, mounts_of
 from pandastack.host.volumes.store import VolumeStore
@@ -79,7 +74,6 @@ from pandastack.hostport.errors import (
     SandboxNotFound,
     SandboxStateError,
     SetupError,
-    SnapshotFailed,
     SnapshotNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
@@ -90,7 +84,6 @@ MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
 MIN_MEMORY_MB = 128
 MAX_DISK_MB = 1 << 20
-MAX_FORK = 16
 MIB = 1 << 20
 
 Progress = Callable[[str], None]
@@ -127,9 +120,10 @@ class HostRuntime:
                                    self._pinned_templates, progress, images)
         # Snapshots and hibernations shared with other hosts (ADR 0020); opened by start().
         self.remote: RemoteState | None = None
-        self._fetching: dict[str, asyncio.Lock] = {}
         self.migrations = Migrations(self)  # live migration in and out (ADR 0023)
         self.transfers = Transfers(self)  # fork snapshots streamed host to host (ADR 0024)
+        self.saves = Saves(self)  # snapshots and forks
+        self.hibernation = Hibernation(self)
         self.volumes = HostVolumes(VolumeStore(self.config.volumes_dir), lambda: (
             (r.id, mounts_of(r.volumes)) for r in self._records.values()))
 
@@ -480,131 +474,13 @@ class HostRuntime:
                        internal: bool = False, short_pause: bool | None = None,
                        transient: bool = False) -> SnapshotResult:
         """Capture memory, device state and disk; the sandbox keeps running (or paused).
-
-        `short_pause` (default: for snapshots users keep) stops the guest as briefly as the
-        VMM allows even if the save takes longer; without it the save is as fast as possible
-        (what a fork wants: its children wait for the stream). `transient`: the snapshot is
-        deleted as soon as the sandboxes made from it run (a fork's), so its stream may go
-        into the fork buffer: memory, gone with a restart of the host."""
-        if short_pause is None:
-            short_pause = not internal
-        handle, vm = self._running(sandbox_id, "running", "paused")
-        async with handle.lifecycle_lock:
-            await self._settle_flatten(sandbox_id, vm)
-            record = self._records[sandbox_id]
-            snap_id = self.snapshots.new_id()
-            needed = record.memory_mb * MIB
-            try:
-                work = self.snapshots.begin(snap_id)
-            except OSError as exc:
-                raise SnapshotFailed(str(exc), disk_switched=False,
-                                     no_space=out_of_space(exc, self.snapshots.root,
-                                                           needed)) from exc
-            new_top = new_layer_name(self.driver.disks.suffix)
-            switched = False
-            # A fork's stream lives only until its children run: into the warm buffer if
-            # there is one (the pause is then mostly the copy, ADR 0010).
-            buffer = self.fork_buffer.take(max_stream_bytes(needed)) if transient else None
-            try:
-                try:
-                    self.driver.disks.create_layer(handle.workdir / new_top,
-                                                   handle.workdir / record.top,
-                                                   record.disk_bytes)
-                    async with self._volumes_still(handle, vm, record, work) as kept:
-                        pause = await self.driver.snapshot_live(
-                            vm, buffer or work / STREAM, handle.workdir / new_top,
-                            short_pause=short_pause, overwrite=buffer is not None)
-                    if buffer is not None:
-                        (work / STREAM).symlink_to(buffer)
-                except (SnapshotFailed, OSError) as exc:
-                    if isinstance(exc, SnapshotFailed) and exc.disk_switched:
-                        self._save(replace(record, layers=(*record.layers, new_top)))
-                    else:
-                        (handle.workdir / new_top).unlink(missing_ok=True)
-                    raise
-                switched = True
-                self._save(replace(record, layers=(*record.layers, new_top)))
-                link_layers(handle.workdir, work, record.layers)
-                info = SnapshotInfo(
-                    id=snap_id, name=name, source=sandbox_id, template=record.template,
-                    template_path=record.template_path, vcpus=record.vcpus,
-                    memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
-                    layers=record.layers, created_at=time.time(),
-                    state_bytes=pause.stream_bytes, internal=internal,
-                    size_bytes=allocated_bytes(work), transient=transient, volumes=kept)
-                self.snapshots.commit(work, info)
-            except BaseException as exc:
-                self.snapshots.abort(work)
-                if buffer is not None:
-                    self.fork_buffer.give_back()
-                if not isinstance(exc, SnapshotFailed | OSError | subprocess.CalledProcessError):
-                    raise
-                no_space = out_of_space(exc, self.snapshots.root, needed)
-                if isinstance(exc, SnapshotFailed):
-                    exc.no_space = exc.no_space or no_space
-                    raise
-                raise SnapshotFailed(str(exc), disk_switched=switched,
-                                     no_space=no_space) from exc
-            if needs_merge(record.layers):
-                await self._start_flatten(sandbox_id, vm)
-        if self.remote is not None and not transient:
-            # Outside the lifecycle lock: the snapshot's files are frozen, the sandbox may go on.
-            try:
-                await self.remote.publish_snapshot(info, self.snapshots.path(snap_id))
-            except BaseException:
-                # A snapshot the caller never got the id of would only take space.
-                await asyncio.to_thread(self.snapshots.delete, snap_id)
-                raise
-        if transient and buffer is None:
-            # For the next fork: as large as `take` will reserve, or that fork would allocate
-            # the rest itself (~240 MiB of fresh pages, up to ~560 ms here, before its pause).
-            self.fork_buffer.prepare(max_stream_bytes(needed))
-        return SnapshotResult(info, pause.ms, pause.method)
-
-    @contextlib.asynccontextmanager
-    async def _volumes_still(self, handle: SandboxHandle, vm: VMProcess,
-                             record: SandboxRecord, work: Path
-                             ) -> AsyncIterator[tuple[dict[str, Any], ...]]:
-        """Around a save: a sandbox with read-write volumes is stopped first (its writes
-        flushed), its volumes copied into the snapshot and the save taken in that same stop,
-        so the copies are the disks its memory refers to; it runs again after the save.
-        Yields what the snapshot records of its volumes."""
-        mounts = mounts_of(record.volumes)
-        if not any(not m.read_only for m in mounts):
-            yield self.volumes.keep_copies(mounts, work)
-            return
-        was_running = handle.state == "running"
-        await self.driver.pause(vm)
-        try:
-            yield await asyncio.to_thread(self.volumes.keep_copies, mounts, work)
-        finally:
-            if was_running:
-                await self.driver.resume(vm)
+        See `saving.Saves.snapshot`."""
+        return await self.saves.snapshot(sandbox_id, name, internal=internal,
+                                         short_pause=short_pause, transient=transient)
 
     async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
-        """`count` live copies of a running sandbox: memory, processes and files as they were
-        at the fork instant, each with its own identity; the parent keeps running."""
-        if not 1 <= count <= MAX_FORK:
-            raise ValueError(f"count must be between 1 and {MAX_FORK}")
-        self._running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
-        policy = await asyncio.to_thread(NetworkPolicy.from_dict,
-                                         self._records[sandbox_id].network)
-        snap = await self.snapshot(sandbox_id, internal=True, transient=True)
-        try:
-            results = await asyncio.gather(
-                *(self.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
-                return_exceptions=True)
-        finally:
-            # Children hold their own links to the layers: the snapshot itself can go.
-            self.delete_snapshot(snap.info.id)
-        children = [r for r in results if isinstance(r, SandboxHandle)]
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            for child in children:
-                with contextlib.suppress(HostError):
-                    await self.kill(child.id)
-            raise failures[0]
-        return children
+        """`count` live copies of a running sandbox (`saving.Saves.fork`)."""
+        return await self.saves.fork(sandbox_id, count)
 
     # -- disk layers ----------------------------------------------------------------------
 
@@ -664,73 +540,17 @@ class HostRuntime:
     # -- hibernation ----------------------------------------------------------------------
 
     async def hibernate(self, sandbox_id: str) -> None:
-        """Write the sandbox's whole state to disk and end its VM, freeing RAM and CPU."""
-        handle, vm = self._running(sandbox_id, "running", "paused")
-        async with handle.lifecycle_lock:
-            await self._settle_flatten(sandbox_id, vm)
-            await handle.disconnect()
-            await self.driver.save_stopped(vm, handle.workdir / HIBERNATION)
-            await asyncio.to_thread(vm.kill)
-            self._vm_ended(handle.workdir)
-            handle.vm = None
-            handle.state = "hibernated"
-            record = self._save(replace(self._records[sandbox_id], state="hibernated",
-                                        pid=None))
-            if self.remote is not None:
-                # Under the lock: a wake would write to the top layer being uploaded. A
-                # failure leaves the sandbox hibernated here, but not in the store.
-                writer = await self.remote.publish_sandbox(record, handle.workdir)
-                self._save(replace(record, in_store=True, store_writer=writer))
+        """Write the sandbox's whole state to disk and end its VM (`hibernation.py`)."""
+        await self.hibernation.hibernate(sandbox_id)
 
     async def wake(self, sandbox_id: str) -> None:
-        """Restore a hibernated sandbox; a no-op for one that is awake. With an object store,
-        a sandbox this host does not know is fetched from there first (it was hibernated on
-        another host) and is this host's from then on."""
-        if sandbox_id not in self._sandboxes and self.remote is not None:
-            await self._fetch_hibernated(sandbox_id)
-        handle = self.get(sandbox_id)
-        async with handle.lifecycle_lock:
-            if handle.state != "hibernated":
-                return
-            record = self._records[sandbox_id]
-            store = await self.prepare()
-            tmpl = store.load_dir(record.template, Path(record.template_path))
-            stream = handle.workdir / HIBERNATION
-            files = replace(tmpl.snapshot, device_state=stream, memory=None)
-            vm = await self._restore(
-                VMPaths(handle.workdir), files, handle.workdir / record.top,
-                self.slots.slot(record.slot).netns if record.slot is not None else None,
-                self.volumes.drives(self.driver, handle.workdir, mounts_of(record.volumes)))
-            handle.vm = vm
-            handle.state = "running"
-            try:
-                await handle.initialize(record.machine_id)
-            except BaseException:
-                await asyncio.to_thread(vm.kill)
-                self._vm_ended(handle.workdir)
-                handle.vm = None
-                handle.state = "hibernated"
-                raise
-            self._save(replace(record, state="running", pid=vm.pid))
-            stream.unlink(missing_ok=True)
+        """Restore a hibernated sandbox; a no-op for one that is awake (`hibernation.py`)."""
+        await self.hibernation.wake(sandbox_id)
 
     async def fetch_hibernated(self, sandbox_id: str) -> None:
-        """A sandbox hibernated on another host, laid out here hibernated (no VM yet): the
-        agent leases it between this and the wake. SandboxNotFound without a store."""
-        if self.remote is None:
-            raise SandboxNotFound(sandbox_id)
-        await self._fetch_hibernated(sandbox_id)
-
-    async def _fetch_hibernated(self, sandbox_id: str) -> None:
-        assert self.remote is not None
-        if not SANDBOX_ID_RE.match(sandbox_id):
-            raise SandboxNotFound(sandbox_id)
-        async with self._fetching.setdefault(sandbox_id, asyncio.Lock()):
-            if sandbox_id not in self._sandboxes:
-                record = await fetch_hibernated(self.remote, self.slots,
-                                                self.sandboxes_dir / sandbox_id)
-                self._adopt(self._save(record), None)
-                self.slots.refill_spares()
+        """A sandbox another host hibernated into the object store, laid out here hibernated
+        (`hibernation.py`)."""
+        await self.hibernation.fetch_hibernated(sandbox_id)
 
     def describe(self, sandbox_id: str) -> dict[str, object]:
         handle = self.get(sandbox_id)

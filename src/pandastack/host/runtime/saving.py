@@ -1,0 +1,177 @@
+"""Snapshots and forks of a host's sandboxes (`HostRuntime.snapshot`, `.fork`): memory, device
+state and the disk frozen at one instant while the sandbox goes on, and the live copies made
+from such a snapshot. A sandbox with read-write volumes is stopped for the copy of its
+volumes, so the copies are the disks its memory refers to (ADR 0027)."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pandastack.host.runtime.disk_layers import needs_merge
+from pandastack.host.runtime.records import SandboxRecord
+from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.runtime.snapshots import (
+    STREAM,
+    allocated_bytes,
+    link_layers,
+    new_layer_name,
+    out_of_space,
+)
+from pandastack.host.vmm.driver import VMProcess, max_stream_bytes
+from pandastack.host.volumes.attach import mounts_of
+from pandastack.hostport.errors import HostError, SnapshotFailed
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.results import SnapshotInfo, SnapshotResult
+from pandastack.rules import MAX_FORK
+
+if TYPE_CHECKING:
+    from pandastack.host.runtime.core import HostRuntime
+
+MIB = 1 << 20
+
+
+class Saves:
+    def __init__(self, rt: HostRuntime):
+        self.rt = rt
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
+                       internal: bool = False, short_pause: bool | None = None,
+                       transient: bool = False) -> SnapshotResult:
+        """Capture memory, device state and disk; the sandbox keeps running (or paused).
+
+        `short_pause` (default: for snapshots users keep) stops the guest as briefly as the
+        VMM allows even if the save takes longer; without it the save is as fast as possible
+        (what a fork wants: its children wait for the stream). `transient`: the snapshot is
+        deleted as soon as the sandboxes made from it run (a fork's), so its stream may go
+        into the fork buffer: memory, gone with a restart of the host."""
+        rt = self.rt
+        if short_pause is None:
+            short_pause = not internal
+        handle, vm = rt._running(sandbox_id, "running", "paused")
+        async with handle.lifecycle_lock:
+            await rt._settle_flatten(sandbox_id, vm)
+            record = rt._records[sandbox_id]
+            snap_id = rt.snapshots.new_id()
+            needed = record.memory_mb * MIB
+            try:
+                work = rt.snapshots.begin(snap_id)
+            except OSError as exc:
+                raise SnapshotFailed(str(exc), disk_switched=False,
+                                     no_space=out_of_space(exc, rt.snapshots.root,
+                                                           needed)) from exc
+            new_top = new_layer_name(rt.driver.disks.suffix)
+            switched = False
+            # A fork's stream lives only until its children run: into the warm buffer if
+            # there is one (the pause is then mostly the copy, ADR 0010).
+            buffer = rt.fork_buffer.take(max_stream_bytes(needed)) if transient else None
+            try:
+                try:
+                    rt.driver.disks.create_layer(handle.workdir / new_top,
+                                                   handle.workdir / record.top,
+                                                   record.disk_bytes)
+                    async with self._volumes_still(handle, vm, record, work) as kept:
+                        pause = await rt.driver.snapshot_live(
+                            vm, buffer or work / STREAM, handle.workdir / new_top,
+                            short_pause=short_pause, overwrite=buffer is not None)
+                    if buffer is not None:
+                        (work / STREAM).symlink_to(buffer)
+                except (SnapshotFailed, OSError) as exc:
+                    if isinstance(exc, SnapshotFailed) and exc.disk_switched:
+                        rt._save(replace(record, layers=(*record.layers, new_top)))
+                    else:
+                        (handle.workdir / new_top).unlink(missing_ok=True)
+                    raise
+                switched = True
+                rt._save(replace(record, layers=(*record.layers, new_top)))
+                link_layers(handle.workdir, work, record.layers)
+                info = SnapshotInfo(
+                    id=snap_id, name=name, source=sandbox_id, template=record.template,
+                    template_path=record.template_path, vcpus=record.vcpus,
+                    memory_mb=record.memory_mb, disk_bytes=record.disk_bytes,
+                    layers=record.layers, created_at=time.time(),
+                    state_bytes=pause.stream_bytes, internal=internal,
+                    size_bytes=allocated_bytes(work), transient=transient, volumes=kept)
+                rt.snapshots.commit(work, info)
+            except BaseException as exc:
+                rt.snapshots.abort(work)
+                if buffer is not None:
+                    rt.fork_buffer.give_back()
+                if not isinstance(exc, SnapshotFailed | OSError | subprocess.CalledProcessError):
+                    raise
+                no_space = out_of_space(exc, rt.snapshots.root, needed)
+                if isinstance(exc, SnapshotFailed):
+                    exc.no_space = exc.no_space or no_space
+                    raise
+                raise SnapshotFailed(str(exc), disk_switched=switched,
+                                     no_space=no_space) from exc
+            if needs_merge(record.layers):
+                await rt._start_flatten(sandbox_id, vm)
+        if rt.remote is not None and not transient:
+            # Outside the lifecycle lock: the snapshot's files are frozen, the sandbox may go on.
+            try:
+                await rt.remote.publish_snapshot(info, rt.snapshots.path(snap_id))
+            except BaseException:
+                # A snapshot the caller never got the id of would only take space.
+                await asyncio.to_thread(rt.snapshots.delete, snap_id)
+                raise
+        if transient and buffer is None:
+            # For the next fork: as large as `take` will reserve, or that fork would allocate
+            # the rest itself (~240 MiB of fresh pages, up to ~560 ms here, before its pause).
+            rt.fork_buffer.prepare(max_stream_bytes(needed))
+        return SnapshotResult(info, pause.ms, pause.method)
+
+    @contextlib.asynccontextmanager
+    async def _volumes_still(self, handle: SandboxHandle, vm: VMProcess,
+                             record: SandboxRecord, work: Path
+                             ) -> AsyncIterator[tuple[dict[str, Any], ...]]:
+        """Around a save: a sandbox with read-write volumes is stopped first (its writes
+        flushed), its volumes copied into the snapshot and the save taken in that same stop,
+        so the copies are the disks its memory refers to; it runs again after the save.
+        Yields what the snapshot records of its volumes."""
+        rt = self.rt
+        mounts = mounts_of(record.volumes)
+        if not any(not m.read_only for m in mounts):
+            yield rt.volumes.keep_copies(mounts, work)
+            return
+        was_running = handle.state == "running"
+        await rt.driver.pause(vm)
+        try:
+            yield await asyncio.to_thread(rt.volumes.keep_copies, mounts, work)
+        finally:
+            if was_running:
+                await rt.driver.resume(vm)
+
+    async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
+        """`count` live copies of a running sandbox: memory, processes and files as they were
+        at the fork instant, each with its own identity; the parent keeps running."""
+        rt = self.rt
+        if not 1 <= count <= MAX_FORK:
+            raise ValueError(f"count must be between 1 and {MAX_FORK}")
+        rt._running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
+        policy = await asyncio.to_thread(NetworkPolicy.from_dict,
+                                         rt._records[sandbox_id].network)
+        snap = await self.snapshot(sandbox_id, internal=True, transient=True)
+        try:
+            results = await asyncio.gather(
+                *(rt.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
+                return_exceptions=True)
+        finally:
+            # Children hold their own links to the layers: the snapshot itself can go.
+            rt.delete_snapshot(snap.info.id)
+        children = [r for r in results if isinstance(r, SandboxHandle)]
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for child in children:
+                with contextlib.suppress(HostError):
+                    await rt.kill(child.id)
+            raise failures[0]
+        return children
+
