@@ -11,7 +11,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from . import agent, hosts, keys, sandbox, serve, teams, template, usage
+from . import agent, hosts, keys, sandbox, serve, teams, template, usage, volume
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     hosts.add_parser(sub)
     usage.add_parser(sub)
     teams.add_parser(sub)
+    volume.add_parser(sub)
     args = parser.parse_args(argv)
     errors: tuple[type[Exception], ...] = (ValueError,)
     if args.command in SERVICE_COMMANDS:
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             return usage.run(args)
         if args.command == "teams":
             return teams.run(args)
+        if args.command == "volume":
+            return volume.run(args)
     except errors as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1

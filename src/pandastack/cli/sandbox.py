@@ -75,6 +75,16 @@ def parse_kv(text: str) -> tuple[str, str]:
     return key, value
 
 
+def parse_volume(text: str) -> dict[str, object]:
+    """`NAME:/path` or `NAME:/path:ro` for --volume."""
+    name, sep, path = text.partition(":")
+    read_only = path.endswith(":ro")
+    path = path.removesuffix(":ro")
+    if not sep or not name or not path.startswith("/"):
+        raise argparse.ArgumentTypeError(f"expected NAME:/PATH or NAME:/PATH:ro, got {text!r}")
+    return {"name": name, "mount_path": path, "read_only": read_only}
+
+
 def _timeout(text: str) -> float:
     try:
         value = float(text)
@@ -122,6 +132,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         metavar="KEY=VALUE", help="labels (list can filter by them)")
     create.add_argument("--env", type=parse_kv, nargs="+", action="extend", default=[],
                         metavar="KEY=VALUE", help="environment of every command")
+    create.add_argument("--volume", type=parse_volume, action="append", default=[],
+                        dest="volumes", metavar="NAME:/PATH[:ro]",
+                        help="mount a team volume (repeatable; :ro for read-only)")
     _json_flag(create)
 
     ls = ss.add_parser("list", help="list this key's live sandboxes")
@@ -273,7 +286,8 @@ def _create(client: Client, args: argparse.Namespace, io: _Streams) -> int:
     sbx = client.sandboxes.create(
         template=args.template, ttl_seconds=args.ttl, persistent=args.persistent,
         vcpus=args.vcpus, memory_mb=args.memory_mb, disk_mb=args.disk_mb,
-        env=dict(args.env) or None, metadata=dict(args.metadata) or None)
+        env=dict(args.env) or None, metadata=dict(args.metadata) or None,
+        volumes=args.volumes or None)
     if args.json:
         io.print_json(sbx.info.model_dump(mode="json"))
     else:

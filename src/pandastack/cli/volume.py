@@ -1,0 +1,91 @@
+"""`pandastack volume create|list|get|delete|resize`: the team's volumes through the API server
+(the key as for `pandastack sandbox`). Mount one with `pandastack sandbox create --volume
+NAME:/PATH[:ro]`.
+
+    pandastack volume create data --size-mb 2048
+    pandastack volume list
+    pandastack volume resize data --size-mb 4096     # while no sandbox has it attached
+    pandastack volume delete data
+
+A table on a terminal (tab-separated lines otherwise); `--json` prints the API's document.
+
+Exit status: 0 on success; 1 when the API or the configuration says no (e.g. delete or
+resize while attached: 409 volume_in_use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import httpx
+
+from pandastack.rules import DEFAULT_VOLUME_MB
+from pandastack.sdk import Client, VolumeInfo
+
+from .sandbox import _positive_int
+from .usage import print_table, run_client
+
+__all__ = ["add_parser", "run", "volume_rows"]
+
+COLUMNS = ("name", "id", "size MiB", "attached to")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("volume", help="create, list, grow and delete the team's volumes",
+                       description="Volumes outlive every sandbox; one sandbox may mount a "
+                                   "volume read-write at a time, any number read-only.")
+    vs = p.add_subparsers(dest="volume_command", required=True)
+    create = vs.add_parser("create", help="create an empty volume")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument("--size-mb", type=_positive_int, default=DEFAULT_VOLUME_MB,
+                        metavar="MB", help=f"size (default {DEFAULT_VOLUME_MB})")
+    ls = vs.add_parser("list", help="the team's volumes")
+    get = vs.add_parser("get", help="one volume and the sandboxes that have it")
+    get.add_argument("name", metavar="NAME")
+    delete = vs.add_parser("delete", help="delete a volume and its data (not while attached)")
+    delete.add_argument("name", metavar="NAME")
+    resize = vs.add_parser("resize", help="grow a detached volume (its file system follows)")
+    resize.add_argument("name", metavar="NAME")
+    resize.add_argument("--size-mb", type=_positive_int, required=True, metavar="MB")
+    for q in (create, ls, get, delete, resize):
+        q.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def volume_rows(volumes: Sequence[VolumeInfo]) -> list[tuple[str, ...]]:
+    return [(v.name, v.id, str(v.size_mb),
+             ", ".join(f"{a.sandbox_id}:{a.mount_path}{':ro' if a.read_only else ''}"
+                       for a in v.attachments) or "-") for v in volumes]
+
+
+def _show(volumes: Sequence[VolumeInfo], as_json: bool, one: bool) -> None:
+    if as_json:
+        doc = (volumes[0].model_dump(mode="json") if one
+               else {"volumes": [v.model_dump(mode="json") for v in volumes]})
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        print_table(COLUMNS, volume_rows(volumes), "volumes")
+
+
+def _volume(client: Client, args: argparse.Namespace) -> int:
+    command = args.volume_command
+    if command == "create":
+        _show([client.volumes.create(args.name, size_mb=args.size_mb)], args.json, True)
+    elif command == "list":
+        _show(client.volumes.list(), args.json, False)
+    elif command == "get":
+        _show([client.volumes.get(args.name)], args.json, True)
+    elif command == "resize":
+        _show([client.volumes.resize(args.name, args.size_mb)], args.json, True)
+    elif command == "delete":
+        client.volumes.delete(args.name)
+        if args.json:
+            sys.stdout.write(json.dumps({"deleted": args.name}) + "\n")
+    return 0
+
+
+def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
+    """Run a parsed `pandastack volume` command; returns the exit status."""
+    return run_client(args, _volume, transport)
