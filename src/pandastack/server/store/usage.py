@@ -20,13 +20,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import func, insert, or_, select, text, update
+from sqlalchemy import Table, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from .models import Sandbox, Snapshot, Team, TeamQuota, UsageSegment
 
+# Core statements on the table, not ORM ones: they run inside the create's transaction, and
+# an executemany of plain rows is a fraction of an ORM INSERT's cost (~0.1 ms against ~0.8).
+SEGMENTS = cast(Table, UsageSegment.__table__)
 COMPUTE_STATES = frozenset({"running", "paused"})
 DISK_STATES = frozenset({"running", "paused", "hibernated"})
 #: What counts against a team's concurrent-sandbox quota (a hibernated one holds no VM).
@@ -63,14 +66,14 @@ def meter_state_change(s: Session, row: Sandbox, old: str | None, at: float) -> 
     if closes:
         close_segments(s, [row.id], closes, at)
     if opens:
-        s.execute(insert(UsageSegment).values([_segment(row, kind, at) for kind in opens]))
+        s.execute(insert(SEGMENTS), [_segment(row, kind, at) for kind in opens])
 
 
 def close_segments(s: Session, subject_ids: Sequence[str], kinds: Sequence[str],
                    at: float) -> None:
-    s.execute(update(UsageSegment).where(UsageSegment.subject_id.in_(list(subject_ids)),
-                                         UsageSegment.kind.in_(list(kinds)),
-                                         UsageSegment.ended_at.is_(None))
+    s.execute(update(SEGMENTS).where(SEGMENTS.c.subject_id.in_(list(subject_ids)),
+                                     SEGMENTS.c.kind.in_(list(kinds)),
+                                     SEGMENTS.c.ended_at.is_(None))
               .values(ended_at=at))
 
 

@@ -42,8 +42,8 @@ def upgrade() -> None:
         sa.Column("monthly_budget_usd", sa.Float, nullable=True),
         sa.Column("updated_at", sa.Float, nullable=False),
     )
-    # Sandboxes running across this upgrade are not metered until their next state change:
-    # when they started to hold what they hold is not recorded anywhere.
+    # No segment is made for sandboxes running across this upgrade: when they started to hold
+    # what they hold is recorded nowhere. They are metered from their next wake or restore.
 
 
 def downgrade() -> None:
