@@ -215,3 +215,22 @@ async def test_volume_quota(api: Api) -> None:
         assert r.json()["error"]["limit"] == "max_volume_gb"
     assert (await api.client.get("/v1/volumes/a")).json()["size_mb"] == 512
     assert [v["name"] for v in (await api.client.get("/v1/volumes")).json()["volumes"]] == ["a"]
+
+
+async def test_a_pool_places_sandboxes_where_their_volumes_are(tmp_path: Path, db: str) -> None:
+    from pandastack.server.hosts.pool import HostPool
+    hosts = {"host-a": FakeRuntime(tmp_path / "a"), "host-b": FakeRuntime(tmp_path / "b")}
+    async with running_app(make_settings(tmp_path, db_url=db), HostPool(hosts)) as api:
+        made = [await new_volume(api, f"v{i}") for i in range(4)]
+        for vol in made:  # the pool chose a host; the server keeps it
+            assert vol["host_id"] in hosts and vol["id"] in hosts[str(vol["host_id"])].volumes
+        for vol in made:
+            sbx = await new_sandbox(api, mount(str(vol["name"])))
+            assert sbx["id"] in hosts[str(vol["host_id"])].sandboxes
+        # Two volumes on different hosts cannot go in one sandbox.
+        other = "host-b" if made[1]["host_id"] == "host-a" else "host-a"
+        api.app.state.service.store.set_volume_host(made[1]["id"], other)
+        await new_sandbox(api, mount("v0", "/a", True), mount("v1", "/b", True), status=422,
+                          code="validation_error")
+        r = await api.client.post("/v1/volumes", json={"name": "pinned", "host_id": "host-a"})
+        assert_envelope(r, 422, "validation_error")  # one server, no cluster: no choosing
