@@ -94,8 +94,8 @@ class Snapshot(Base):
     disk_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
-    # The volume attachments of the source when it was taken (wire.AttachedVolume's fields):
-    # a create from it restores them.
+    # The volume attachments of the source when it was taken (id, name, mount_path,
+    # read_only, and the volume's size_mb and host_id): a create from it restores them.
     volumes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
 
 
