@@ -29,6 +29,12 @@ async def volume(runtime: HostRuntime) -> AsyncIterator[str]:
             await runtime.volumes.delete(left.id)
 
 
+async def _read_image(runtime: HostRuntime, volume: str, needle: bytes) -> bytes:
+    """`needle` if the volume's image holds it (what its guest flushed), else b""."""
+    data = runtime.volumes.store.image(volume).read_bytes()
+    return needle if needle in data else b""
+
+
 async def _sh(sbx: object, script: str) -> str:
     result = await sbx.exec(["sh", "-c", script])  # type: ignore[attr-defined]
     assert result.exit_code == 0, result
@@ -42,7 +48,7 @@ async def test_written_then_read_by_later_sandboxes(runtime: HostRuntime, volume
     assert "/data" in await _sh(writer, "grep ' /data ' /proc/mounts")
     size_kb = int((await _sh(writer, "df -k --output=size /data | tail -1")).strip())
     assert 50_000 < size_kb <= 65_536  # the volume's 64 MiB, not the empty slot's 0
-    await _sh(writer, f"echo {token} > /data/token && sync")
+    await _sh(writer, f"echo {token} > /data/token")  # no sync: the kill flushes it
     with pytest.raises(VolumeInUse):  # a second writer
         await sandbox_factory(volumes=[VolumeMountRequest(volume, "/data")])
     with pytest.raises(VolumeInUse):  # a reader while it has a writer
@@ -89,6 +95,7 @@ async def test_hibernation_keeps_the_mount(runtime: HostRuntime, volume: str,
     sbx = await sandbox_factory(volumes=[VolumeMountRequest(volume, "/data")])
     await _sh(sbx, "echo before > /data/f")
     await runtime.hibernate(sbx.id)
+    assert b"before" in await _read_image(runtime, volume, b"before")
     assert runtime.volumes.holders(volume) == [(sbx.id, False)]
     with pytest.raises(VolumeInUse):  # hibernated, its memory still has it mounted
         await sandbox_factory(volumes=[VolumeMountRequest(volume, "/data")])

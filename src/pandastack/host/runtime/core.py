@@ -125,7 +125,7 @@ class HostRuntime:
         self.saves = Saves(self)  # snapshots and forks
         self.hibernation = Hibernation(self)
         self.volumes = HostVolumes(VolumeStore(self.config.volumes_dir), lambda: (
-            (r.id, mounts_of(r.volumes)) for r in self._records.values()))
+            (r.id, mounts_of(r.volumes)) for r in self._records.values()), progress)
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -390,6 +390,8 @@ class HostRuntime:
             except BaseException:
                 self._sandboxes[sandbox_id] = handle
                 raise
+        if record is not None and record.volumes:
+            await self.volumes.flush(self.driver, handle, mounts_of(record.volumes))
         self.merges.forget(sandbox_id)
         record = self._records.pop(sandbox_id, None)
         try:

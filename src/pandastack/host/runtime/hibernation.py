@@ -30,6 +30,9 @@ class Hibernation:
         handle, vm = rt._running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
             await rt._settle_flatten(sandbox_id, vm)
+            # Its volumes get what the guest wrote so far: a kill of the hibernated
+            # sandbox (which never runs its guest again) then loses nothing of it.
+            await rt.volumes.flush(rt.driver, handle, mounts_of(rt._records[sandbox_id].volumes))
             await handle.disconnect()
             await rt.driver.save_stopped(vm, handle.workdir / HIBERNATION)
             await asyncio.to_thread(vm.kill)

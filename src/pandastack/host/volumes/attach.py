@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.vmm.driver import (
@@ -28,6 +28,12 @@ from pandastack.host.volumes.store import VolumeFiles, VolumeStore, copy_image
 from pandastack.hostport.errors import VolumeInUse, VolumeNotFound
 from pandastack.hostport.volumes import HostVolume, VolumeMountRequest
 from pandastack.rules import clone_volume_id
+
+if TYPE_CHECKING:  # the runtime imports this module
+    from pandastack.host.runtime.sandbox import SandboxHandle
+
+# How long a kill or hibernation waits for the guest to write out its volumes.
+FLUSH_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,10 @@ class HostVolumes:
     """`users` lists (sandbox id, its mounts) for every sandbox this host has."""
 
     def __init__(self, store: VolumeStore,
-                 users: Callable[[], Iterable[tuple[str, Sequence[Mounted]]]]):
+                 users: Callable[[], Iterable[tuple[str, Sequence[Mounted]]]],
+                 progress: Callable[[str], None] = print):
         self.store = store
+        self.progress = progress
         self._recorded = users
         # Mounts of creates under way, whose records are not saved yet: claimed by `plan`
         # and `from_snapshot` (no await between the check and the claim), released by
@@ -135,6 +143,23 @@ class HostVolumes:
         await asyncio.gather(*(agent.mount_volume(volume_serial(m.slot), m.mount_path,
                                                   sizes[m.slot], read_only=m.read_only)
                                for m in mounts))
+
+    async def flush(self, driver: VMMDriver, handle: SandboxHandle,
+                    mounts: Sequence[Mounted]) -> None:
+        """Before a sandbox with read-write volumes is killed or hibernated: have its guest
+        write what it holds for them (a kill is a power cut to the guest: what its page
+        cache held would be lost). Bounded: a guest that does not answer is killed anyway,
+        with what the volume has then (its journal keeps it consistent)."""
+        vm = handle.vm
+        if vm is None or not any(not m.read_only for m in mounts) or not vm.is_alive():
+            return
+        try:
+            async with asyncio.timeout(FLUSH_TIMEOUT_S):
+                if handle.state == "paused":
+                    await driver.resume(vm)
+                await (await handle.agent()).sync()
+        except Exception as exc:  # the kill goes on
+            self.progress(f"sandbox {handle.id}: its volumes were not flushed: {exc}")
 
     # -- snapshots and the sandboxes made from them ----------------------------------------
 
