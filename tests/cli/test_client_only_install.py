@@ -71,6 +71,8 @@ report["sandbox_help"] = run(["sandbox", "--help"])
 os.environ["PANDASTACK_API"] = "http://127.0.0.1:9"
 os.environ["PANDASTACK_API_KEY"] = "psk_x"
 report["sandbox_list"] = run(["sandbox", "list"])
+report["volume_list"] = run(["volume", "list"])
+report["usage"] = run(["usage"])
 report["client_modules"] = sorted(m for m in sys.modules
                                   if m.partition(".")[0] not in sys.stdlib_module_names)
 report["serve"] = run(["serve"])
@@ -99,6 +101,9 @@ def test_sdk_and_client_commands_work_without_the_server_extra(tmp_path: Path) -
     assert report["sandbox_help"]["code"] == 0 and "list" in report["sandbox_help"]["out"]
     assert report["sandbox_list"]["code"] == 1
     assert "cannot reach the pandastack server" in report["sandbox_list"]["err"]
+    for command in ("volume_list", "usage"):  # they need the SDK only, like `sandbox`
+        assert report[command]["code"] == 1, report[command]
+        assert "cannot reach the pandastack server" in report[command]["err"], report[command]
     client_side = {m.partition(".")[0] for m in report["client_modules"]}
     assert not client_side & set(SERVER_ONLY)
     assert "pandastack.server" not in report["client_modules"]
