@@ -27,7 +27,6 @@ from . import errors as errors_module
 from .errors import HostError
 from .network import NetworkPolicy
 from .protocols import SandboxPlacement, SandboxPort
-from .volumes import HostVolume, VolumeMountRequest
 from .results import (
     BuildResult,
     CodeEvent,
@@ -37,6 +36,7 @@ from .results import (
     SnapshotInfo,
     SnapshotResult,
 )
+from .volumes import HostVolume, VolumeMountRequest
 
 ErrorValue = str | int | float | bool | None
 M = TypeVar("M", bound=BaseModel)
