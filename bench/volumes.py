@@ -71,9 +71,12 @@ async def main() -> None:
         await rt.volumes.create(volume_id, args.size_mb)
         rw = [VolumeMountRequest(volume_id, "/data")]
         ro = [VolumeMountRequest(volume_id, "/data", read_only=True)]
+        # A sandbox of each runtime stays up meanwhile: a bake prunes the versions of `base`
+        # that no VMM uses, and the two runtimes' templates are two versions of it.
+        await rt.create("base")
+        await bare_rt.create("base")  # bakes the slot-less template once
         for warm in ([], rw, ro):
             await create_once(rt, warm)
-        await create_once(bare_rt, [])  # bakes the slot-less template once
         floor: list[float] = []
         mounted: list[float] = []
         reader: list[float] = []

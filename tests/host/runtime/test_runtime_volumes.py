@@ -121,3 +121,18 @@ async def test_fork_children_get_copies(runtime: HostRuntime, volume: str,
     finally:
         for child in children:
             await runtime.kill(child.id)
+
+
+async def test_a_one_child_fork_takes_the_snapshot_copy(runtime: HostRuntime, volume: str,
+                                                         sandbox_factory: SandboxFactory
+                                                         ) -> None:
+    parent = await sandbox_factory(volumes=[VolumeMountRequest(volume, "/data")])
+    await _sh(parent, "echo one > /data/who")
+    (child,) = await runtime.fork(parent.id, 1)
+    try:
+        assert (await _sh(child, "cat /data/who")).strip() == "one"
+        assert runtime.volumes.handed_over == set()
+        await _sh(child, "echo child > /data/who")
+        assert (await _sh(parent, "cat /data/who")).strip() == "one"
+    finally:
+        await runtime.kill(child.id)

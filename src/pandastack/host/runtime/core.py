@@ -286,8 +286,9 @@ class HostRuntime:
         slot: Slot | None = None
         try:
             if base_dir is not None and snap.volumes:
-                mounts = await asyncio.to_thread(self.volumes.from_snapshot, base_dir,
-                                                 snap.volumes, sid)
+                mounts = await asyncio.to_thread(
+                    self.volumes.from_snapshot, base_dir, snap.volumes, sid,
+                    take=snapshot in self.volumes.handed_over)
             record = replace(record, volumes=tuple(m.record() for m in mounts))
             slot = await self.slots.acquire(workdir, policy)
             record = replace(record, slot=slot.index if slot is not None else None)

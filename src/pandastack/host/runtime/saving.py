@@ -159,12 +159,15 @@ class Saves:
         policy = await asyncio.to_thread(NetworkPolicy.from_dict,
                                          rt._records[sandbox_id].network)
         snap = await self.snapshot(sandbox_id, internal=True, transient=True)
+        if count == 1:  # its only child takes the snapshot's copies of volumes, no new copy
+            rt.volumes.handed_over.add(snap.info.id)
         try:
             results = await asyncio.gather(
                 *(rt.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
                 return_exceptions=True)
         finally:
             # Children hold their own links to the layers: the snapshot itself can go.
+            rt.volumes.handed_over.discard(snap.info.id)
             rt.delete_snapshot(snap.info.id)
         children = [r for r in results if isinstance(r, SandboxHandle)]
         failures = [r for r in results if isinstance(r, BaseException)]

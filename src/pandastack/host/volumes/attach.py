@@ -71,6 +71,9 @@ class HostVolumes:
         # and `from_snapshot` (no await between the check and the claim), released by
         # `settle` once the record holds them (or the create failed).
         self._claims: dict[str, tuple[Mounted, ...]] = {}
+        # Snapshots (a one-child fork's) whose only sandbox takes their copies of volumes
+        # as its own instead of copying them again.
+        self.handed_over: set[str] = set()
 
     def _users(self) -> Iterable[tuple[str, Sequence[Mounted]]]:
         yield from self._recorded()
@@ -178,9 +181,10 @@ class HostVolumes:
         return tuple(kept)
 
     def from_snapshot(self, snapshot_dir: Path, recorded: Sequence[dict[str, Any]],
-                      sandbox_id: str) -> tuple[Mounted, ...]:
+                      sandbox_id: str, *, take: bool = False) -> tuple[Mounted, ...]:
         """The mounts of a sandbox made from a snapshot: a new volume (its own copy of the
-        snapshot's) for each read-write one, the same volume for each read-only one."""
+        snapshot's; with `take`, the snapshot's copy itself) for each read-write one, the
+        same volume for each read-only one."""
         made: list[str] = []
         mounts: list[Mounted] = []
         try:
@@ -193,7 +197,7 @@ class HostVolumes:
                     continue
                 clone = clone_volume_id(m.volume_id, sandbox_id)
                 self.store.copy(snapshot_dir / str(entry["copy"]), clone,
-                                int(entry["size_bytes"]), m.volume_id)
+                                int(entry["size_bytes"]), m.volume_id, take=take)
                 made.append(clone)
                 mounts.append(Mounted(m.slot, clone, m.mount_path, False))
         except BaseException:
