@@ -483,7 +483,11 @@ def _volume_slot_args(paths: VMPaths, volumes: Mapping[int, VolumeDrive],
         # Always writable: a read-only drive would offer the guest virtio-blk's RO feature,
         # which the template's guest never negotiated (the restore would refuse the
         # stream), and QEMU refuses to announce a read-only image's size.
-        args += ["-drive", f"id={_volume_drive(slot)},file={image},format={fmt},if=none",
+        # discard=unmap: blocks the guest frees become holes again, so the image (and every
+        # copy a snapshot or fork makes of it) holds what the file system uses, not all it
+        # ever wrote.
+        args += ["-drive", f"id={_volume_drive(slot)},file={image},format={fmt},if=none,"
+                           "discard=unmap",
                  "-device", f"virtio-blk-device,drive={_volume_drive(slot)},"
                             f"serial={volume_serial(slot)}"]
     return args
