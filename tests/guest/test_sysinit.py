@@ -28,7 +28,11 @@ def test_rewrite_drops_a_longer_old_tail(tmp_path: Path) -> None:
 
 def test_rewrite_creates_a_missing_file_read_only(tmp_path: Path) -> None:
     path = tmp_path / "machine-id"
-    sysinit._write_in_place(str(path), "d" * 32 + "\n")
+    before = os.umask(0o022)  # the guest agent's (an in-process host runtime sets 077)
+    try:
+        sysinit._write_in_place(str(path), "d" * 32 + "\n")
+    finally:
+        os.umask(before)
     assert path.read_text() == "d" * 32 + "\n"
     assert path.stat().st_mode & 0o777 == 0o444
 

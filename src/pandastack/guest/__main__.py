@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from . import __version__
+from . import __version__, volumes
 from .agent import Agent
 from .channel import PORT_NAME, Channel, SocketChannel, open_port
 from .code import SOCKET_PATH
@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("pandastack_guest")
     chan: Channel
     if args.guest:
+        # Once, at the template's cold boot: every clone restored from it has the answer in
+        # its memory (reading a disk's serial is an I/O request to the VMM, ~20 ms each
+        # under TCG, paid at every volume mount otherwise).
+        volumes.learn_disks()
         try:
             chan = open_port(args.port_name, args.port_wait)
         except OSError as e:

@@ -63,6 +63,7 @@ HANDLERS: dict[str, Handler] = {
     "metrics": lambda a, op, f: metrics.metrics(op, f),
     "mount_volume": lambda a, op, f: volumes.mount_volume(op, f),
     "unmount_volume": lambda a, op, f: volumes.unmount_volume(op, f),
+    "freeze_volume": lambda a, op, f: volumes.freeze_volume(op, f),
 }
 # Frames that only make sense for an op in flight; late ones are dropped silently.
 STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof", "signal"})

@@ -9,6 +9,8 @@ config-change interrupt may still be on its way), and mounts it with mount(2) di
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
 import time
 
@@ -18,23 +20,44 @@ from .protocol import Frame
 SYS_BLOCK = "/sys/block"
 CAPACITY_WAIT_S = 5.0
 MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+FIFREEZE = 0xC0045877  # linux/fs.h: _IOWR('X', 119, int)
 # Mount points a volume may not cover: the agent's own and the kernel's file systems.
 FORBIDDEN = ("/", "/proc", "/sys", "/dev", "/run", "/opt/pandastack", "/tmp")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def device_of(serial: str, sys_block: str = SYS_BLOCK) -> tuple[str, str]:
-    """(/dev/vdX, its /sys/block directory) of the disk whose virtio serial is `serial`."""
-    for name in sorted(os.listdir(sys_block)):
+# serial -> disk name, learnt at the template's boot (`learn_disks`): a restore keeps the
+# device set, so the names hold in every clone.
+_disks: dict[str, str] = {}
+
+
+def learn_disks(sys_block: str = SYS_BLOCK) -> dict[str, str]:
+    found: dict[str, str] = {}
+    try:
+        names = sorted(os.listdir(sys_block))
+    except OSError:
+        return found
+    for name in names:
         try:
             with open(os.path.join(sys_block, name, "serial"), encoding="ascii") as f:
-                found = f.read().strip()
+                found[f.read().strip()] = name
         except OSError:
             continue
-        if found == serial:
-            return f"/dev/{name}", os.path.join(sys_block, name)
-    raise OpError("ENODEV", f"no disk with serial {serial!r} (is the template baked with slots?)")
+    _disks.clear()
+    _disks.update(found)
+    return found
+
+
+def device_of(serial: str, sys_block: str = SYS_BLOCK) -> tuple[str, str]:
+    """(/dev/vdX, its /sys/block directory) of the disk whose virtio serial is `serial`."""
+    name = _disks.get(serial)
+    if name is None or not os.path.isdir(os.path.join(sys_block, name)):
+        name = learn_disks(sys_block).get(serial)
+    if name is None:
+        raise OpError("ENODEV", f"no disk with serial {serial!r} (is the template baked "
+                      "with volume slots?)")
+    return f"/dev/{name}", os.path.join(sys_block, name)
 
 
 def wait_capacity(sys_dir: str, size_bytes: int, timeout: float = CAPACITY_WAIT_S) -> None:
@@ -81,6 +104,22 @@ def mount_volume(op: Op, f: Frame) -> None:
     os.makedirs(path, exist_ok=True)
     _mount(device, path, read_only)
     op.send("ok", device=device)
+
+
+def freeze_volume(op: Op, f: Frame) -> None:
+    """Flush the file system at `path` and leave it frozen, clean on disk (the journal
+    empty): what the host asks before it kills the VM, so the next mount has nothing to
+    replay. Any writer blocks from then on; the VM is not meant to run much longer."""
+    path = check_mount_path(arg_str(f.header, "path"))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, FIFREEZE, 0)
+    except OSError as e:
+        if e.errno != errno.EBUSY:  # EBUSY: frozen already
+            raise
+    finally:
+        os.close(fd)
+    op.send("ok")
 
 
 def unmount_volume(op: Op, f: Frame) -> None:

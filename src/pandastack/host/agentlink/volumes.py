@@ -13,5 +13,9 @@ class VolumeOps(AgentChannel):
                              size_bytes=size_bytes, read_only=read_only)
         return str(f.header.get("device", ""))
 
+    async def freeze_volume(self, path: str) -> None:
+        """Flush and freeze the file system at `path`: clean on disk until the VM ends."""
+        await self._call("freeze_volume", expect="ok", path=path)
+
     async def unmount_volume(self, path: str) -> None:
         await self._call("unmount_volume", expect="ok", path=path)

@@ -305,12 +305,14 @@ class HostRuntime:
                                      self.volumes.drives(self.driver, workdir, mounts))
             record = self._save(replace(record, pid=vm.pid))
             self.volumes.settle(sid)
+            if snapshot is None:
+                await self.volumes.announce(self.driver, vm, mounts)
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template,
                                    waker=self.wake)
             await handle.initialize(record.machine_id)
-            if snapshot is None:
-                await self.volumes.mount(self.driver, vm, await handle.agent(), mounts)
+            if snapshot is None and mounts:
+                await self.volumes.mount(await handle.agent(), mounts)
             if disk_bytes > base_bytes:
                 await self.driver.resize_disk(vm, disk_bytes)
                 grown = await handle.exec(["resize2fs", "/dev/vda"], timeout=120)
@@ -392,7 +394,8 @@ class HostRuntime:
                 self._sandboxes[sandbox_id] = handle
                 raise
         if record is not None and record.volumes:
-            await self.volumes.flush(self.driver, handle, mounts_of(record.volumes))
+            await self.volumes.flush(self.driver, handle, mounts_of(record.volumes),
+                                     ending=True)
         self.merges.forget(sandbox_id)
         record = self._records.pop(sandbox_id, None)
         try:

@@ -136,23 +136,31 @@ class HostVolumes:
             drives[m.slot] = VolumeDrive(overlay, layered=True)
         return drives
 
-    async def mount(self, driver: VMMDriver, vm: VMProcess, agent: AgentClient,
-                    mounts: Sequence[Mounted]) -> None:
-        """In a guest just restored from a template: tell it the volumes' sizes, mount them."""
-        if not mounts:
-            return
-        sizes = {m.slot: self.store.get(m.volume_id).size_bytes for m in mounts}
-        await driver.announce_volumes(vm, {s: n for s, n in sizes.items()})
+    async def announce(self, driver: VMMDriver, vm: VMProcess,
+                       mounts: Sequence[Mounted]) -> None:
+        """In a guest just restored from a template, first thing: the volumes' sizes (its
+        kernel takes them in while the agent is initialised)."""
+        if mounts:
+            await driver.announce_volumes(vm, self._sizes(mounts))
+
+    async def mount(self, agent: AgentClient, mounts: Sequence[Mounted]) -> None:
+        """Then, once the agent is initialised: mount them."""
+        sizes = self._sizes(mounts)
         await asyncio.gather(*(agent.mount_volume(volume_serial(m.slot), m.mount_path,
                                                   sizes[m.slot], read_only=m.read_only)
                                for m in mounts))
 
+    def _sizes(self, mounts: Sequence[Mounted]) -> dict[int, int]:
+        return {m.slot: self.store.get(m.volume_id).size_bytes for m in mounts}
+
     async def flush(self, driver: VMMDriver, handle: SandboxHandle,
-                    mounts: Sequence[Mounted]) -> None:
+                    mounts: Sequence[Mounted], *, ending: bool = False) -> None:
         """Before a sandbox with read-write volumes is killed or hibernated: have its guest
         write what it holds for them (a kill is a power cut to the guest: what its page
-        cache held would be lost). Bounded: a guest that does not answer is killed anyway,
-        with what the volume has then (its journal keeps it consistent)."""
+        cache held would be lost). `ending` (a kill): freeze them instead, which also
+        leaves them clean, so the next mount replays no journal. Bounded: a guest that
+        does not answer is killed anyway, with what the volume has then (its journal keeps
+        it consistent)."""
         vm = handle.vm
         if vm is None or not any(not m.read_only for m in mounts) or not vm.is_alive():
             return
@@ -160,7 +168,12 @@ class HostVolumes:
             async with asyncio.timeout(FLUSH_TIMEOUT_S):
                 if handle.state == "paused":
                     await driver.resume(vm)
-                await (await handle.agent()).sync()
+                agent = await handle.agent()
+                if ending:
+                    await asyncio.gather(*(agent.freeze_volume(m.mount_path)
+                                           for m in mounts if not m.read_only))
+                else:
+                    await agent.sync()
         except Exception as exc:  # the kill goes on
             self.progress(f"sandbox {handle.id}: its volumes were not flushed: {exc}")
 
