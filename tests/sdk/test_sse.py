@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from pandastack.sdk._base import ExecStreamDecoder
+from pandastack.sdk._commands import ExecStreamDecoder
 from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
 from tests.sdk.fakes import exec_result, sse
 

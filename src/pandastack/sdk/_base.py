@@ -3,21 +3,20 @@
 Each REST operation is built here as a `Call`: the request to send (method, path, query, body,
 timeout) plus the function that turns the success response into a value. The twins
 (`Sandbox`/`AsyncSandbox`, ...) only send calls and, for streams, move the bytes; URL building,
-request validation, timeouts, response and error decoding and the exec event stream decoding all
-live here, once.
+request validation, timeouts, response and error decoding all live here, once; the call
+builders of one area live beside it (`_commands` with the exec stream's decoder, `_files`,
+`_admin`, `_usage`, `_metrics`; volumes.py holds its own).
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata as _metadata
-from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
@@ -26,7 +25,6 @@ import pydantic
 
 from pandastack import wire
 from pandastack.rules import DEFAULT_TEMPLATE, ERROR_STATUS, STATUS_ERROR_CODE
-from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
 from pandastack.sdk.config import ClientConfig
 from pandastack.sdk.errors import (
     APIConnectionError,
@@ -41,13 +39,7 @@ from pandastack.sdk.errors import (
     quota_error,
 )
 from pandastack.wire import (
-    CreatedKey,
-    DrainResult,
-    ExecResult,
-    FileEntry,
     ForkResult,
-    HostInfo,
-    KeyInfo,
     Lifecycle,
     Logs,
     NetworkSpec,
@@ -55,7 +47,6 @@ from pandastack.wire import (
     SandboxInfo,
     SignedUrl,
     SnapshotInfo,
-    WriteResult,
 )
 
 T = TypeVar("T")
@@ -322,72 +313,6 @@ def transport_errors(label: str) -> Iterator[None]:
         raise APIConnectionError(f"{label}: {type(exc).__name__}: {exc}") from exc
 
 
-# -- the exec event stream ----------------------------------------------------------------
-
-class ExecStreamDecoder:
-    """Decodes the `exec/stream` event stream into output chunks and a final `ExecResult`.
-
-    `feed()` returns `(stream, text)` pairs to hand to the callbacks; an `error` event raises the
-    matching `APIError`. After `exit`, `done` is true and `result()` returns the `ExecResult` with
-    the accumulated stdout/stderr.
-    """
-
-    def __init__(self) -> None:
-        self._sse = SSEDecoder()
-        self._chunks: dict[StreamName, list[str]] = {"stdout": [], "stderr": []}
-        self._exit: ExecResult | None = None
-
-    @property
-    def done(self) -> bool:
-        return self._exit is not None
-
-    def feed(self, chunk: bytes) -> list[tuple[StreamName, str]]:
-        return self._handle(self._sse.feed(chunk))
-
-    def close(self) -> list[tuple[StreamName, str]]:
-        return self._handle(self._sse.close())
-
-    def _handle(self, events: list[ServerSentEvent]) -> list[tuple[StreamName, str]]:
-        out: list[tuple[StreamName, str]] = []
-        for event in events:
-            if self._exit is not None:
-                break
-            if event.event == "stdout" or event.event == "stderr":
-                name: StreamName = "stdout" if event.event == "stdout" else "stderr"
-                text = self._chunk_text(event)
-                self._chunks[name].append(text)
-                out.append((name, text))
-            elif event.event == "exit":
-                self._exit = parse_model(ExecResult, self._event_json(event), "exec exit event")
-            elif event.event == "error":
-                raise error_from_event(event.data)
-            # anything else: an event this SDK does not know yet; skip it
-        return out
-
-    @staticmethod
-    def _event_json(event: ServerSentEvent) -> Any:
-        try:
-            return wire_json(event.data)
-        except ValueError as exc:
-            raise ProtocolError(f"exec stream: {event.event} event is not JSON") from exc
-
-    def _chunk_text(self, event: ServerSentEvent) -> str:
-        payload = self._event_json(event)
-        text = payload.get("data") if isinstance(payload, dict) else None
-        if not isinstance(text, str):
-            raise ProtocolError(f"exec stream: {event.event} event lacks a string 'data'")
-        return text
-
-    def result(self) -> ExecResult:
-        """The final result; `ProtocolError` if the stream ended without an `exit` event."""
-        if self._exit is None:
-            raise ProtocolError("exec stream ended before its exit event")
-        return self._exit.model_copy(update={
-            "stdout": "".join(self._chunks["stdout"]) or self._exit.stdout,
-            "stderr": "".join(self._chunks["stderr"]) or self._exit.stderr,
-        })
-
-
 # -- the calls of each operation ----------------------------------------------------------
 
 def list_sandboxes_call(state: str | None, metadata: Mapping[str, str] | None,
@@ -523,134 +448,6 @@ def signed_url_call(sandbox_id: str, port: int, ttl_seconds: int) -> Call[Signed
 
 def logs_call(sandbox_id: str) -> Call[Logs]:
     return Call("GET", sandbox_path(sandbox_id, "logs"), model_decoder(Logs))
-
-
-def exec_call(sandbox_id: str, cmd: str | Sequence[str], *, timeout_seconds: float,
-              env: Mapping[str, str] | None, cwd: str | None, stdin: str | None,
-              stream: bool, base_timeout: httpx.Timeout) -> Call[ExecResult]:
-    """`exec` (or `exec/stream`), with a read timeout that outlasts `timeout_seconds`."""
-    body = encode(wire.ExecRequest, cmd=_cmd(cmd), timeout_seconds=timeout_seconds,
-                  env=dict(env) if env else None, cwd=cwd, stdin=stdin)
-    path = sandbox_path(sandbox_id, "exec", "stream") if stream else sandbox_path(sandbox_id,
-                                                                                  "exec")
-    headers = {"Accept": "text/event-stream"} if stream else None
-    return Call("POST", path, model_decoder(ExecResult), json=body, headers=headers,
-                timeout=with_read_timeout(base_timeout, timeout_seconds))
-
-
-def start_process_call(sandbox_id: str, cmd: str | Sequence[str], *,
-                       env: Mapping[str, str] | None, cwd: str | None) -> Call[ProcessInfo]:
-    body = encode(wire.StartProcess, cmd=_cmd(cmd), env=dict(env) if env else None, cwd=cwd)
-    return Call("POST", sandbox_path(sandbox_id, "processes"), model_decoder(ProcessInfo),
-                json=body)
-
-
-def list_processes_call(sandbox_id: str) -> Call[list[ProcessInfo]]:
-    return Call("GET", sandbox_path(sandbox_id, "processes"),
-                list_decoder(wire.ProcessList, "processes", ProcessInfo))
-
-
-def send_stdin_call(sandbox_id: str, pid: int, data: str | bytes, *, eof: bool) -> Call[None]:
-    return Call("POST", sandbox_path(sandbox_id, "processes", pid, "stdin"), ignore_body,
-                params={"eof": "true"} if eof else None, content=_text(data),
-                headers={"Content-Type": "application/octet-stream"})
-
-
-def signal_call(sandbox_id: str, pid: int, sig: int) -> Call[None]:
-    body = encode(wire.SignalRequest, signal=int(sig))
-    return Call("POST", sandbox_path(sandbox_id, "processes", pid, "signal"), ignore_body,
-                json=body)
-
-
-def wait_call(sandbox_id: str, pid: int, *, timeout_seconds: float | None,
-              base_timeout: httpx.Timeout) -> Call[ExecResult]:
-    params = {"timeout_seconds": f"{timeout_seconds:g}"} if timeout_seconds is not None else None
-    return Call("POST", sandbox_path(sandbox_id, "processes", pid, "wait"),
-                model_decoder(ExecResult), params=params,
-                timeout=with_read_timeout(base_timeout, timeout_seconds))
-
-
-def read_file_call(sandbox_id: str, path: str) -> Call[None]:
-    """A streamed GET of a file's bytes (the twins iterate the body)."""
-    return Call("GET", sandbox_path(sandbox_id, "files"), ignore_body, params={"path": path},
-                headers={"Accept": "application/octet-stream"})
-
-
-def write_file_call(sandbox_id: str, path: str, data: str | bytes | None, *,
-                    mode: int | None = None, size: int | None = None) -> Call[WriteResult]:
-    """PUT a file. `data=None`: the twin streams the body itself (`size` sets Content-Length)."""
-    params = {"path": path}
-    if mode is not None:
-        params["mode"] = format(int(mode), "o")  # the server reads octal, as chmod does
-    headers = {"Content-Type": "application/octet-stream"}
-    if size is not None:
-        headers["Content-Length"] = str(size)
-    return Call("PUT", sandbox_path(sandbox_id, "files"), model_decoder(WriteResult),
-                params=params, content=None if data is None else _text(data), headers=headers)
-
-
-def list_files_call(sandbox_id: str, path: str) -> Call[list[FileEntry]]:
-    return Call("GET", sandbox_path(sandbox_id, "files", "list"),
-                list_decoder(wire.FileList, "entries", FileEntry), params={"path": path})
-
-
-def stat_call(sandbox_id: str, path: str) -> Call[FileEntry]:
-    return Call("GET", sandbox_path(sandbox_id, "files", "stat"), model_decoder(FileEntry),
-                params={"path": path})
-
-
-def mkdir_call(sandbox_id: str, path: str, *, parents: bool) -> Call[None]:
-    body = encode(wire.MkdirRequest, path=path, parents=parents)
-    return Call("POST", sandbox_path(sandbox_id, "files", "mkdir"), ignore_body, json=body)
-
-
-def remove_call(sandbox_id: str, path: str, *, recursive: bool) -> Call[None]:
-    return Call("DELETE", sandbox_path(sandbox_id, "files"), ignore_body,
-                params={"path": path, "recursive": _bool(recursive)})
-
-
-def rename_call(sandbox_id: str, src: str, dst: str) -> Call[None]:
-    body = encode(wire.RenameRequest, src=src, dst=dst)
-    return Call("POST", sandbox_path(sandbox_id, "files", "rename"), ignore_body, json=body)
-
-
-def create_key_call(name: str, team: str | None) -> Call[CreatedKey]:
-    return Call("POST", "/v1/keys", model_decoder(CreatedKey),
-                json=encode(wire.CreateKey, name=name, team=team))
-
-
-def list_keys_call() -> Call[list[KeyInfo]]:
-    return Call("GET", "/v1/keys", list_decoder(wire.KeyList, "keys", KeyInfo))
-
-
-def revoke_key_call(key_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/keys/{path_segment(key_id)}", ignore_body)
-
-
-def host_path(host_id: str, *parts: str) -> str:
-    return "/".join(["/v1/hosts", path_segment(host_id), *parts])
-
-
-def list_hosts_call() -> Call[list[HostInfo]]:
-    return Call("GET", "/v1/hosts", list_decoder(wire.HostList, "hosts", HostInfo))
-
-
-def get_host_call(host_id: str) -> Call[HostInfo]:
-    return Call("GET", host_path(host_id), model_decoder(HostInfo))
-
-
-def drain_host_call(host_id: str, *, base_timeout: httpx.Timeout) -> Call[DrainResult]:
-    return Call("POST", host_path(host_id, "drain"), model_decoder(DrainResult), json={},
-                timeout=with_read_timeout(base_timeout, DRAIN_TIMEOUT_SECONDS))
-
-
-def undrain_host_call(host_id: str) -> Call[HostInfo]:
-    return Call("POST", host_path(host_id, "undrain"), model_decoder(HostInfo), json={})
-
-
-def partial_path(dst: Path) -> Path:
-    """Where a download is written before it is renamed into place (same directory)."""
-    return dst.with_name(f".{dst.name}.{secrets.token_hex(4)}.part")
 
 
 # -- shared state of the twins ------------------------------------------------------------

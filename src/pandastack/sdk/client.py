@@ -19,7 +19,7 @@ from types import TracebackType
 
 import httpx
 
-from pandastack.sdk import _base
+from pandastack.sdk import _admin, _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk._usage import AsyncTeams, Teams, TimeArg, usage_call
 from pandastack.sdk.async_sandbox import AsyncSandbox
@@ -85,15 +85,15 @@ class Keys(_base.ClientBase[HTTP]):
 
     def create(self, name: str, team: str | None = None) -> CreatedKey:
         """Create a key; the secret is in `.key` and is shown only this once."""
-        return self._http.run(_base.create_key_call(name, team))
+        return self._http.run(_admin.create_key_call(name, team))
 
     def list(self) -> builtins.list[KeyInfo]:
         """The keys of this team (without secrets)."""
-        return self._http.run(_base.list_keys_call())
+        return self._http.run(_admin.list_keys_call())
 
     def revoke(self, key_id: str) -> None:
         """Revoke key `key_id`; requests made with it fail from now on."""
-        self._http.run(_base.revoke_key_call(key_id))
+        self._http.run(_admin.revoke_key_call(key_id))
 
 
 class Snapshots(_base.ClientBase[HTTP]):
@@ -118,21 +118,21 @@ class Hosts(_base.ClientBase[HTTP]):
 
     def list(self) -> builtins.list[HostInfo]:
         """Every registered host: live, draining, stale or lost."""
-        return self._http.run(_base.list_hosts_call())
+        return self._http.run(_admin.list_hosts_call())
 
     def get(self, host_id: str) -> HostInfo:
         """Host `host_id` (`NotFoundError` if none is registered)."""
-        return self._http.run(_base.get_host_call(host_id))
+        return self._http.run(_admin.get_host_call(host_id))
 
     def drain(self, host_id: str) -> DrainResult:
         """Let host `host_id` take no new sandbox and move its running and paused ones to
         other hosts (same ids); returns when every move is done or failed. Draining again
         retries the ones that failed."""
-        return self._http.run(_base.drain_host_call(host_id, base_timeout=self._http.timeout))
+        return self._http.run(_admin.drain_host_call(host_id, base_timeout=self._http.timeout))
 
     def undrain(self, host_id: str) -> HostInfo:
         """Let host `host_id` take new sandboxes again (the moved ones stay where they are)."""
-        return self._http.run(_base.undrain_host_call(host_id))
+        return self._http.run(_admin.undrain_host_call(host_id))
 
 
 class Client(_base.ClientBase[HTTP]):
@@ -248,15 +248,15 @@ class AsyncKeys(_base.ClientBase[AsyncHTTP]):
 
     async def create(self, name: str, team: str | None = None) -> CreatedKey:
         """Create a key; the secret is in `.key` and is shown only this once."""
-        return await self._http.run(_base.create_key_call(name, team))
+        return await self._http.run(_admin.create_key_call(name, team))
 
     async def list(self) -> builtins.list[KeyInfo]:
         """The keys of this team (without secrets)."""
-        return await self._http.run(_base.list_keys_call())
+        return await self._http.run(_admin.list_keys_call())
 
     async def revoke(self, key_id: str) -> None:
         """Revoke key `key_id`; requests made with it fail from now on."""
-        await self._http.run(_base.revoke_key_call(key_id))
+        await self._http.run(_admin.revoke_key_call(key_id))
 
 
 class AsyncSnapshots(_base.ClientBase[AsyncHTTP]):
@@ -281,22 +281,22 @@ class AsyncHosts(_base.ClientBase[AsyncHTTP]):
 
     async def list(self) -> builtins.list[HostInfo]:
         """Every registered host: live, draining, stale or lost."""
-        return await self._http.run(_base.list_hosts_call())
+        return await self._http.run(_admin.list_hosts_call())
 
     async def get(self, host_id: str) -> HostInfo:
         """Host `host_id` (`NotFoundError` if none is registered)."""
-        return await self._http.run(_base.get_host_call(host_id))
+        return await self._http.run(_admin.get_host_call(host_id))
 
     async def drain(self, host_id: str) -> DrainResult:
         """Let host `host_id` take no new sandbox and move its running and paused ones to
         other hosts (same ids); returns when every move is done or failed. Draining again
         retries the ones that failed."""
-        return await self._http.run(_base.drain_host_call(host_id,
+        return await self._http.run(_admin.drain_host_call(host_id,
                                                           base_timeout=self._http.timeout))
 
     async def undrain(self, host_id: str) -> HostInfo:
         """Let host `host_id` take new sandboxes again (the moved ones stay where they are)."""
-        return await self._http.run(_base.undrain_host_call(host_id))
+        return await self._http.run(_admin.undrain_host_call(host_id))
 
 
 class AsyncClient(_base.ClientBase[AsyncHTTP]):

@@ -11,7 +11,7 @@ import inspect
 import signal as _signal
 from collections.abc import Mapping, Sequence
 
-from pandastack.sdk import _base
+from pandastack.sdk import _base, _commands
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.models import AsyncOutputCallback, ExecResult, OutputCallback, ProcessInfo
 
@@ -34,12 +34,12 @@ class Commands(_base.NamespaceBase[HTTP]):
         holds the whole output.
         """
         streaming = on_stdout is not None or on_stderr is not None
-        call = _base.exec_call(self._sandbox_id, cmd, timeout_seconds=timeout_seconds, env=env,
+        call = _commands.exec_call(self._sandbox_id, cmd, timeout_seconds=timeout_seconds, env=env,
                                cwd=cwd, stdin=stdin, stream=streaming,
                                base_timeout=self._http.timeout)
         if not streaming:
             return self._http.run(call)
-        decoder = _base.ExecStreamDecoder()
+        decoder = _commands.ExecStreamDecoder()
         with self._http.stream(call) as response:
             for chunk in response.iter_bytes():
                 _deliver(decoder.feed(chunk), on_stdout, on_stderr)
@@ -52,12 +52,12 @@ class Commands(_base.NamespaceBase[HTTP]):
     def start(self, cmd: str | Sequence[str], env: Mapping[str, str] | None = None,
               cwd: str | None = None) -> Process:
         """Start `cmd` in the background and return a `Process` handle to drive it."""
-        info = self._http.run(_base.start_process_call(self._sandbox_id, cmd, env=env, cwd=cwd))
+        info = self._http.run(_commands.start_process_call(self._sandbox_id, cmd, env=env, cwd=cwd))
         return Process(self._sandbox_id, info, self._http)
 
     def list(self) -> builtins.list[ProcessInfo]:
         """The processes started with `start()` that the sandbox still knows about."""
-        return self._http.run(_base.list_processes_call(self._sandbox_id))
+        return self._http.run(_commands.list_processes_call(self._sandbox_id))
 
 
 class Process(_base.ProcessBase[HTTP]):
@@ -68,13 +68,13 @@ class Process(_base.ProcessBase[HTTP]):
 
         With `timeout_seconds`, the server gives up waiting after that long.
         """
-        return self._http.run(_base.wait_call(self._sandbox_id, self.pid,
+        return self._http.run(_commands.wait_call(self._sandbox_id, self.pid,
                                               timeout_seconds=timeout_seconds,
                                               base_timeout=self._http.timeout))
 
     def send_signal(self, sig: int) -> None:
         """Send signal `sig` (a number or a `signal.Signals`) to the process."""
-        self._http.run(_base.signal_call(self._sandbox_id, self.pid, sig))
+        self._http.run(_commands.signal_call(self._sandbox_id, self.pid, sig))
 
     def kill(self) -> None:
         """Kill the process (SIGKILL)."""
@@ -82,7 +82,7 @@ class Process(_base.ProcessBase[HTTP]):
 
     def send_stdin(self, data: str | bytes, eof: bool = False) -> None:
         """Write `data` (str is sent as UTF-8) to the process's stdin; `eof=True` closes it."""
-        self._http.run(_base.send_stdin_call(self._sandbox_id, self.pid, data, eof=eof))
+        self._http.run(_commands.send_stdin_call(self._sandbox_id, self.pid, data, eof=eof))
 
 
 class AsyncCommands(_base.NamespaceBase[AsyncHTTP]):
@@ -101,12 +101,12 @@ class AsyncCommands(_base.NamespaceBase[AsyncHTTP]):
         arrives, and the result still holds the whole output.
         """
         streaming = on_stdout is not None or on_stderr is not None
-        call = _base.exec_call(self._sandbox_id, cmd, timeout_seconds=timeout_seconds, env=env,
+        call = _commands.exec_call(self._sandbox_id, cmd, timeout_seconds=timeout_seconds, env=env,
                                cwd=cwd, stdin=stdin, stream=streaming,
                                base_timeout=self._http.timeout)
         if not streaming:
             return await self._http.run(call)
-        decoder = _base.ExecStreamDecoder()
+        decoder = _commands.ExecStreamDecoder()
         async with self._http.stream(call) as response:
             async for chunk in response.aiter_bytes():
                 await _adeliver(decoder.feed(chunk), on_stdout, on_stderr)
@@ -119,12 +119,12 @@ class AsyncCommands(_base.NamespaceBase[AsyncHTTP]):
     async def start(self, cmd: str | Sequence[str], env: Mapping[str, str] | None = None,
                     cwd: str | None = None) -> AsyncProcess:
         """Start `cmd` in the background and return an `AsyncProcess` handle to drive it."""
-        call = _base.start_process_call(self._sandbox_id, cmd, env=env, cwd=cwd)
+        call = _commands.start_process_call(self._sandbox_id, cmd, env=env, cwd=cwd)
         return AsyncProcess(self._sandbox_id, await self._http.run(call), self._http)
 
     async def list(self) -> builtins.list[ProcessInfo]:
         """The processes started with `start()` that the sandbox still knows about."""
-        return await self._http.run(_base.list_processes_call(self._sandbox_id))
+        return await self._http.run(_commands.list_processes_call(self._sandbox_id))
 
 
 class AsyncProcess(_base.ProcessBase[AsyncHTTP]):
@@ -135,13 +135,13 @@ class AsyncProcess(_base.ProcessBase[AsyncHTTP]):
 
         With `timeout_seconds`, the server gives up waiting after that long.
         """
-        return await self._http.run(_base.wait_call(self._sandbox_id, self.pid,
+        return await self._http.run(_commands.wait_call(self._sandbox_id, self.pid,
                                                     timeout_seconds=timeout_seconds,
                                                     base_timeout=self._http.timeout))
 
     async def send_signal(self, sig: int) -> None:
         """Send signal `sig` (a number or a `signal.Signals`) to the process."""
-        await self._http.run(_base.signal_call(self._sandbox_id, self.pid, sig))
+        await self._http.run(_commands.signal_call(self._sandbox_id, self.pid, sig))
 
     async def kill(self) -> None:
         """Kill the process (SIGKILL)."""
@@ -149,7 +149,7 @@ class AsyncProcess(_base.ProcessBase[AsyncHTTP]):
 
     async def send_stdin(self, data: str | bytes, eof: bool = False) -> None:
         """Write `data` (str is sent as UTF-8) to the process's stdin; `eof=True` closes it."""
-        await self._http.run(_base.send_stdin_call(self._sandbox_id, self.pid, data, eof=eof))
+        await self._http.run(_commands.send_stdin_call(self._sandbox_id, self.pid, data, eof=eof))
 
 
 def _deliver(chunks: Sequence[tuple[_base.StreamName, str]], on_stdout: OutputCallback | None,

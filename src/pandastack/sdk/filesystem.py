@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import anyio
 
-from pandastack.sdk import _base
+from pandastack.sdk import _base, _files
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.errors import NotFoundError
 from pandastack.sdk.models import FileEntry, WriteResult
@@ -48,7 +48,7 @@ class Filesystem(_base.NamespaceBase[HTTP]):
 
     def read(self, path: str) -> bytes:
         """The whole content of the file at `path` (use `download()` for large files)."""
-        with self._http.stream(_base.read_file_call(self._sandbox_id, path)) as response:
+        with self._http.stream(_files.read_file_call(self._sandbox_id, path)) as response:
             return response.read()
 
     def write(self, path: str, data: str | bytes, mode: int | None = None) -> WriteResult:
@@ -56,14 +56,14 @@ class Filesystem(_base.NamespaceBase[HTTP]):
 
         `mode` is the permission bits as an int, e.g. ``0o755``; the server's default otherwise.
         """
-        return self._http.run(_base.write_file_call(self._sandbox_id, path, data, mode=mode))
+        return self._http.run(_files.write_file_call(self._sandbox_id, path, data, mode=mode))
 
     def upload(self, local_path: StrPath, remote_path: str,
                mode: int | None = None) -> WriteResult:
         """Stream the local file `local_path` to `remote_path` in the sandbox."""
         local = Path(local_path)
         with local.open("rb") as f:
-            call = _base.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
+            call = _files.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
                                          size=_upload_size(local))
             return self._http.run(call, content=_chunks(f))
 
@@ -73,10 +73,10 @@ class Filesystem(_base.NamespaceBase[HTTP]):
         The local file appears only once it is complete; a failed download leaves nothing.
         """
         dst = Path(local_path)
-        tmp = _base.partial_path(dst)
+        tmp = _files.partial_path(dst)
         written = 0
         try:
-            with self._http.stream(_base.read_file_call(self._sandbox_id, remote_path)) as resp, \
+            with self._http.stream(_files.read_file_call(self._sandbox_id, remote_path)) as resp, \
                     tmp.open("xb") as f:
                 for chunk in resp.iter_bytes():
                     f.write(chunk)
@@ -89,11 +89,11 @@ class Filesystem(_base.NamespaceBase[HTTP]):
 
     def list(self, path: str) -> builtins.list[FileEntry]:
         """The entries of the directory `path`."""
-        return self._http.run(_base.list_files_call(self._sandbox_id, path))
+        return self._http.run(_files.list_files_call(self._sandbox_id, path))
 
     def stat(self, path: str) -> FileEntry:
         """Type, size, mode and mtime of `path` (`NotFoundError` if it does not exist)."""
-        return self._http.run(_base.stat_call(self._sandbox_id, path))
+        return self._http.run(_files.stat_call(self._sandbox_id, path))
 
     def exists(self, path: str) -> bool:
         """Whether `path` exists (any 404 counts as "no", including a vanished sandbox)."""
@@ -105,15 +105,15 @@ class Filesystem(_base.NamespaceBase[HTTP]):
 
     def mkdir(self, path: str, parents: bool = True) -> None:
         """Create the directory `path` (and, with `parents`, its missing parents)."""
-        self._http.run(_base.mkdir_call(self._sandbox_id, path, parents=parents))
+        self._http.run(_files.mkdir_call(self._sandbox_id, path, parents=parents))
 
     def remove(self, path: str, recursive: bool = False) -> None:
         """Remove a file, or a directory (a non-empty one only with `recursive=True`)."""
-        self._http.run(_base.remove_call(self._sandbox_id, path, recursive=recursive))
+        self._http.run(_files.remove_call(self._sandbox_id, path, recursive=recursive))
 
     def rename(self, src: str, dst: str) -> None:
         """Rename (move) `src` to `dst`."""
-        self._http.run(_base.rename_call(self._sandbox_id, src, dst))
+        self._http.run(_files.rename_call(self._sandbox_id, src, dst))
 
 
 class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
@@ -121,7 +121,7 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
 
     async def read(self, path: str) -> bytes:
         """The whole content of the file at `path` (use `download()` for large files)."""
-        async with self._http.stream(_base.read_file_call(self._sandbox_id, path)) as response:
+        async with self._http.stream(_files.read_file_call(self._sandbox_id, path)) as response:
             return await response.aread()
 
     async def write(self, path: str, data: str | bytes, mode: int | None = None) -> WriteResult:
@@ -129,14 +129,14 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
 
         `mode` is the permission bits as an int, e.g. ``0o755``; the server's default otherwise.
         """
-        return await self._http.run(_base.write_file_call(self._sandbox_id, path, data,
+        return await self._http.run(_files.write_file_call(self._sandbox_id, path, data,
                                                           mode=mode))
 
     async def upload(self, local_path: StrPath, remote_path: str,
                      mode: int | None = None) -> WriteResult:
         """Stream the local file `local_path` to `remote_path` in the sandbox."""
         local = Path(local_path)
-        call = _base.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
+        call = _files.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
                                      size=_upload_size(local))
         return await self._http.run(call, content=_achunks(local))
 
@@ -146,10 +146,10 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
         The local file appears only once it is complete; a failed download leaves nothing.
         """
         dst = Path(local_path)
-        tmp = _base.partial_path(dst)
+        tmp = _files.partial_path(dst)
         written = 0
         try:
-            call = _base.read_file_call(self._sandbox_id, remote_path)
+            call = _files.read_file_call(self._sandbox_id, remote_path)
             async with self._http.stream(call) as resp, await anyio.open_file(tmp, "xb") as f:
                 async for chunk in resp.aiter_bytes():
                     await f.write(chunk)
@@ -162,11 +162,11 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
 
     async def list(self, path: str) -> builtins.list[FileEntry]:
         """The entries of the directory `path`."""
-        return await self._http.run(_base.list_files_call(self._sandbox_id, path))
+        return await self._http.run(_files.list_files_call(self._sandbox_id, path))
 
     async def stat(self, path: str) -> FileEntry:
         """Type, size, mode and mtime of `path` (`NotFoundError` if it does not exist)."""
-        return await self._http.run(_base.stat_call(self._sandbox_id, path))
+        return await self._http.run(_files.stat_call(self._sandbox_id, path))
 
     async def exists(self, path: str) -> bool:
         """Whether `path` exists (any 404 counts as "no", including a vanished sandbox)."""
@@ -178,12 +178,12 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
         """Create the directory `path` (and, with `parents`, its missing parents)."""
-        await self._http.run(_base.mkdir_call(self._sandbox_id, path, parents=parents))
+        await self._http.run(_files.mkdir_call(self._sandbox_id, path, parents=parents))
 
     async def remove(self, path: str, recursive: bool = False) -> None:
         """Remove a file, or a directory (a non-empty one only with `recursive=True`)."""
-        await self._http.run(_base.remove_call(self._sandbox_id, path, recursive=recursive))
+        await self._http.run(_files.remove_call(self._sandbox_id, path, recursive=recursive))
 
     async def rename(self, src: str, dst: str) -> None:
         """Rename (move) `src` to `dst`."""
-        await self._http.run(_base.rename_call(self._sandbox_id, src, dst))
+        await self._http.run(_files.rename_call(self._sandbox_id, src, dst))
