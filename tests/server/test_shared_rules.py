@@ -14,6 +14,7 @@ import pytest
 import pandastack.server
 from pandastack import rules, wire
 from pandastack.host.runtime import core as host_core
+from pandastack.host.runtime import saving as host_saving
 from pandastack.host.runtime import records as host_records
 from pandastack.host.runtime import snapshots as host_snapshots
 from pandastack.server.errors import STATUS_CODES
@@ -87,7 +88,7 @@ def test_the_hosts_copies_equal_the_rules() -> None:
     assert (host_core.MIN_MEMORY_MB, host_core.MAX_MEMORY_MB) == (rules.MIN_MEMORY_MB,
                                                                   rules.MAX_MEMORY_MB)
     assert host_core.MAX_DISK_MB == rules.MAX_DISK_MB
-    assert host_core.MAX_FORK == rules.MAX_FORK
+    assert host_saving.MAX_FORK == rules.MAX_FORK  # imported from the rules
     assert host_records.SANDBOX_ID_RE.pattern == rules.SANDBOX_ID_RE.pattern
     assert host_snapshots.SNAPSHOT_ID_RE.pattern == rules.SNAPSHOT_ID_RE.pattern
 
