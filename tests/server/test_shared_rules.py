@@ -14,8 +14,8 @@ import pytest
 import pandastack.server
 from pandastack import rules, wire
 from pandastack.host.runtime import core as host_core
-from pandastack.host.runtime import saving as host_saving
 from pandastack.host.runtime import records as host_records
+from pandastack.host.runtime import saving as host_saving
 from pandastack.host.runtime import snapshots as host_snapshots
 from pandastack.server.errors import STATUS_CODES
 from pandastack.templatespec.models import TemplateSpec
