@@ -305,13 +305,13 @@ class HostRuntime:
                                      self.volumes.drives(self.driver, workdir, mounts))
             record = self._save(replace(record, pid=vm.pid))
             self.volumes.settle(sid)
-            if snapshot is None:
-                await self.volumes.announce(self.driver, vm, mounts)
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template,
                                    waker=self.wake)
             await handle.initialize(record.machine_id)
             if snapshot is None and mounts:
+                # After the agent answered: the guest runs, so the stream is loaded.
+                await self.volumes.announce(self.driver, vm, mounts)
                 await self.volumes.mount(await handle.agent(), mounts)
             if disk_bytes > base_bytes:
                 await self.driver.resize_disk(vm, disk_bytes)

@@ -326,7 +326,8 @@ class VMMDriver(Protocol):
 
     async def announce_volumes(self, vm: VMProcess, sizes: Mapping[int, int]) -> None:
         """Tell the guest the capacity of the volumes a restore put in its slots (slot ->
-        bytes): its kernel still holds the empty slot's size from the bake."""
+        bytes): its kernel still holds the empty slot's size from the bake. Only once the
+        VM runs (its restore complete)."""
         ...
 
     # -- live migration (ADR 0023): the agents hold the connection, the VMMs the stream --

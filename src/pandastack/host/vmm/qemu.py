@@ -64,8 +64,6 @@ NO_HUGE_PAGES = "unable to map backing store for guest RAM"
 # stale in the stream (fixed upstream by 03bfc2188f, "physmem: Fix migration dirty bitmap
 # coherency with TCG memory access"). Restored copies of such a stream crash or hang.
 TCG_PRECOPY_FIXED = (9, 0)
-# Connections a size announcement tries (see `announce_volumes`).
-ANNOUNCE_TRIES = 4
 # `-name` of every VM pandastack starts, followed by its work directory's name.
 VM_NAME_PREFIX = "pandastack,process=pandastack-vm-"
 # The agent chardev names the VM's directory: `socket,id=agent,path=<workdir>/agent.sock,...`.
@@ -410,22 +408,12 @@ class QemuDriver:
     async def announce_volumes(self, vm: VMProcess, sizes: Mapping[int, int]) -> None:
         # Resizing a drive to the size it has changes no byte, but QEMU raises virtio-blk's
         # config-change interrupt, and the guest kernel reads the capacity again.
-        if not sizes:
-            return
-        commands = [("block_resize", {"device": _volume_drive(slot), "size": size})
-                    for slot, size in sorted(sizes.items())]
-        for attempt in range(ANNOUNCE_TRIES):
-            try:
-                await qmp_pipeline(qmp_socket(vm.paths), commands, alive=vm.is_alive)
-                return
-            except (ConnectionError, VMMError) as exc:
-                # Right after a restore QEMU may still be letting the restore's own QMP
-                # connection go, and resets the next one (seen about once in 40 creates).
-                # A no-op resize is safe to send again.
-                early = isinstance(exc, ConnectionError) or "closed early" in str(exc)
-                if not early or not vm.is_alive() or attempt == ANNOUNCE_TRIES - 1:
-                    raise
-            await asyncio.sleep(0.005 * (attempt + 1))
+        # Only once the restore's stream is loaded: until then the images are inactive, and
+        # QEMU 7.2 aborts on a resize of one (`!(bs->open_flags & BDRV_O_INACTIVE)`).
+        if sizes:
+            await qmp_pipeline(qmp_socket(vm.paths), [
+                ("block_resize", {"device": _volume_drive(slot), "size": size})
+                for slot, size in sorted(sizes.items())], alive=vm.is_alive)
 
     # -- live migration (qemu_migrate.py) -------------------------------------------------
 

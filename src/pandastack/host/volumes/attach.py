@@ -138,8 +138,8 @@ class HostVolumes:
 
     async def announce(self, driver: VMMDriver, vm: VMProcess,
                        mounts: Sequence[Mounted]) -> None:
-        """In a guest just restored from a template, first thing: the volumes' sizes (its
-        kernel takes them in while the agent is initialised)."""
+        """In a guest restored from a template and running (its stream loaded): the
+        volumes' sizes."""
         if mounts:
             await driver.announce_volumes(vm, self._sizes(mounts))
 
