@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from pandastack.host.sparse import data_ranges
 from pandastack.host.vmm.driver import pid_is_running
 
 CHUNK = 1 << 20
@@ -46,13 +47,7 @@ def _copy(src: Path, dst: Path, size: int) -> None:
     for a background snapshot, would otherwise allocate tmpfs pages in the middle of running
     the guest, and a full tmpfs would then kill the VMM with SIGBUS."""
     with open(src, "rb") as fin, open(dst, "wb") as fout:
-        offset = 0
-        while offset < size:
-            try:
-                data_at = os.lseek(fin.fileno(), offset, os.SEEK_DATA)
-            except OSError:  # ENXIO: only a hole remains
-                break
-            hole_at = os.lseek(fin.fileno(), data_at, os.SEEK_HOLE)
+        for data_at, hole_at in data_ranges(fin.fileno(), size):
             fin.seek(data_at)
             position = data_at
             while position < hole_at:
@@ -62,7 +57,6 @@ def _copy(src: Path, dst: Path, size: int) -> None:
                 if chunk != _ZERO[:len(chunk)]:
                     os.pwrite(fout.fileno(), chunk, position)
                 position += len(chunk)
-            offset = hole_at
         fout.truncate(size)
         os.posix_fallocate(fout.fileno(), 0, size)
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pandastack.host.objects.keys import check_key, sha256_of_bytes
+from pandastack.host.sparse import data_ranges
 
 if TYPE_CHECKING:
     from pandastack.host.objects.store import ObjectStore
@@ -95,7 +96,7 @@ def data_chunks(fd: int, size: int, chunk_size: int) -> list[int]:
     order; every chunk where the file system cannot say."""
     count = -(-size // chunk_size)
     found: set[int] = set()
-    for start, end in _data_ranges(fd, size):
+    for start, end in data_ranges(fd, size):
         found.update(range(start // chunk_size, (end - 1) // chunk_size + 1))
     return sorted(i for i in found if i < count)
 
@@ -256,7 +257,7 @@ def _copy_chunk(src: Path, fd: int, offset: int) -> None:
     """The chunk file's data ranges into `fd` at `offset` (its holes stay holes there)."""
     with open(src, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        for start, end in _data_ranges(f.fileno(), size):
+        for start, end in data_ranges(f.fileno(), size):
             position = start
             while position < end:
                 try:
@@ -272,26 +273,6 @@ def _copy_chunk(src: Path, fd: int, offset: int) -> None:
                 if copied <= 0:
                     raise OSError(errno.EIO, f"short copy of {src}")
                 position += copied
-
-
-def _data_ranges(fd: int, size: int) -> list[tuple[int, int]]:
-    ranges: list[tuple[int, int]] = []
-    offset = 0
-    while offset < size:
-        try:
-            start = os.lseek(fd, offset, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:
-                break
-            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
-                return [(offset, size)]
-            raise
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        if end <= start:
-            break
-        ranges.append((start, end))
-        offset = end
-    return ranges
 
 
 def _fsync(path: Path) -> None:

@@ -46,6 +46,7 @@ from pandastack.host.runtime.migration import (
 )
 from pandastack.host.runtime.remote import FORMAT, RemoteState
 from pandastack.host.runtime.snapshots import SNAPSHOT_ID_RE, STREAM, allocated_bytes
+from pandastack.host.sparse import data_ranges
 from pandastack.host.vmm.driver import max_stream_bytes
 from pandastack.hostport.errors import (
     SandboxStateError,
@@ -272,23 +273,6 @@ def _checked(offer: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]
     return snapshot, [{"name": f["name"], "size": f["size"]} for f in files]
 
 
-def _extents(fd: int, size: int) -> list[tuple[int, int]]:
-    """The data extents of the first `size` bytes of a file (holes skipped)."""
-    out: list[tuple[int, int]] = []
-    pos = 0
-    while pos < size:
-        try:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError:  # ENXIO: only a hole is left
-            break
-        if start >= size:
-            break
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        out.append((start, end - start))
-        pos = end
-    return out
-
-
 def _send(host: str, port: int, token: bytes, directory: Path,
           files: list[dict[str, Any]]) -> None:
     deadline = time.monotonic() + TRANSFER_S
@@ -300,7 +284,8 @@ def _send(host: str, port: int, token: bytes, directory: Path,
         sock.settimeout(IO_S)
         for f in files:
             with open(directory / f["name"], "rb") as file:
-                for offset, length in _extents(file.fileno(), f["size"]):
+                for offset, end in data_ranges(file.fileno(), f["size"]):
+                    length = end - offset
                     if time.monotonic() > deadline:
                         raise VMMError(f"the snapshot did not go in {TRANSFER_S:.0f}s")
                     sock.sendall(EXTENT.pack(offset, length))

@@ -18,6 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pandastack.host.sparse import data_ranges
+from pandastack.host.vmm.driver import pid_is_running
 from pandastack.hostport.errors import VolumeInUse, VolumeNotFound
 from pandastack.rules import MAX_VOLUME_MB, MIN_VOLUME_MB, VOLUME_ID_RE
 
@@ -173,18 +175,8 @@ class VolumeStore:
                 shutil.rmtree(entry, ignore_errors=True)
             elif entry.name.startswith(".") and ".tmp-" in entry.name:
                 pid = entry.name.split(".tmp-", 1)[1].split("-", 1)[0]
-                if pid.isdigit() and not _alive(int(pid)):
+                if pid.isdigit() and not pid_is_running(int(pid)):
                     shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def copy_image(source: Path, dest: Path) -> None:
@@ -199,13 +191,7 @@ def copy_image(source: Path, dest: Path) -> None:
         except OSError:  # ext4 and others: EOPNOTSUPP, EXDEV, EINVAL
             pass
         size = os.fstat(src.fileno()).st_size
-        offset = 0
-        while offset < size:
-            try:
-                start = os.lseek(src.fileno(), offset, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data after offset
-                break
-            end = os.lseek(src.fileno(), start, os.SEEK_HOLE)
+        for start, end in data_ranges(src.fileno(), size):
             pos = start
             while pos < end:
                 sent = os.copy_file_range(src.fileno(), dst.fileno(), min(end - pos, 64 * MIB),
@@ -213,5 +199,4 @@ def copy_image(source: Path, dest: Path) -> None:
                 if sent == 0:
                     break
                 pos += sent
-            offset = end
         dst.truncate(size)
