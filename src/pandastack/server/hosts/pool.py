@@ -80,6 +80,7 @@ class HostPool(VolumeRouting):
         self.hosts = dict(hosts)
         self._sandboxes: dict[str, _Held] = {}
         self._snapshots: dict[str, str] = {}
+        self._volume_hosts: dict[str, str] = {}
         self._templates: dict[str, set[str]] = {host_id: set() for host_id in self.hosts}
         self._unreachable: set[str] = set()
 

@@ -27,18 +27,14 @@ class VolumeRouting:
     hosts: dict[str, RuntimePort]
     _unreachable: set[str]
     _create_candidates: Callable[[str, int, int, str | None], list[str]]
-
-    def _volume_hosts(self) -> dict[str, str]:
-        cache: dict[str, str] | None = self.__dict__.get("_volume_cache")
-        if cache is None:
-            cache = self.__dict__["_volume_cache"] = {}
-        return cache
+    # volume id -> the host last seen holding it (set by the pool's __init__)
+    _volume_hosts: dict[str, str]
 
     async def volume_host(self, volume_id: str) -> str:
         pinned = pinned_host.get()
         if pinned is not None and pinned in self.hosts:
             return pinned
-        known = self._volume_hosts().get(volume_id)
+        known = self._volume_hosts.get(volume_id)
         if known is not None and known in self.hosts:
             return known
         names = [h for h in self.hosts if h not in self._unreachable]
@@ -46,7 +42,7 @@ class VolumeRouting:
                                        for h in names), return_exceptions=True)
         for host_id, result in zip(names, found, strict=True):
             if isinstance(result, HostVolume):
-                self._volume_hosts()[volume_id] = host_id
+                self._volume_hosts[volume_id] = host_id
                 return host_id
         if self._unreachable:
             raise HostUnavailable(f"volume {volume_id} may be on a host out of reach "
@@ -66,7 +62,7 @@ class VolumeRouting:
             except (HostExhausted, HostUnavailable) as exc:
                 refused.append(f"{host_id}: {exc}")
                 continue
-            self._volume_hosts()[volume_id] = host_id
+            self._volume_hosts[volume_id] = host_id
             return replace(made, host_id=host_id)
         raise HostExhausted("no host took the volume" +
                             (f" ({'; '.join(refused)})" if refused else ""))
@@ -91,4 +87,4 @@ class VolumeRouting:
     async def delete_volume(self, volume_id: str) -> None:
         host_id = await self.volume_host(volume_id)
         await volume_port(self.hosts[host_id]).delete_volume(volume_id)
-        self._volume_hosts().pop(volume_id, None)
+        self._volume_hosts.pop(volume_id, None)
