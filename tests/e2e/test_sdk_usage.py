@@ -8,19 +8,14 @@ and creates again after a kill."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from pandastack.sdk import Client, QuotaExceededError, UsageRow
-from tests.e2e.test_server_restart import ServeProcess
-from tests.helpers import qemu_pids_under
+from tests.e2e.test_server_restart import ServeProcess, started_serve
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
@@ -29,23 +24,8 @@ VCPU_RATE, MEMORY_RATE, DISK_RATE = 0.000015, 0.0000045, 0.00000004
 
 @pytest.fixture(scope="module")
 def serve() -> Iterator[ServeProcess]:
-    if os.geteuid() != 0:
-        pytest.fail("VM tests need root")
-    tmp = Path(tempfile.mkdtemp(prefix="psu-", dir="/tmp"))
-    server = ServeProcess(tmp)
-    try:
-        server.start(timeout=300)
+    with started_serve("psu-") as server:
         yield server
-    finally:
-        if server.proc is not None:
-            server.signal(signal.SIGTERM)
-        leftovers = qemu_pids_under(tmp)
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
-        left_dirs = list(server.state_dir.glob("sbx-*"))
-        shutil.rmtree(tmp, ignore_errors=True)
-        assert not leftovers, f"VMs left running: {leftovers}"
-        assert not left_dirs, f"sandbox directories left: {left_dirs}"
 
 
 class Clock:

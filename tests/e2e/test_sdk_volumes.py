@@ -8,18 +8,13 @@ writer, and an unknown volume on create are refused (409, 409, 404)."""
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import signal
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from pandastack.sdk import Client, NotFoundError, PandastackError, Sandbox, VolumeInUseError
-from tests.e2e.test_server_restart import ServeProcess
-from tests.helpers import qemu_pids_under
+from tests.e2e.test_server_restart import ServeProcess, started_serve
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
@@ -28,28 +23,8 @@ DATA = {"name": "data", "mount_path": "/data", "read_only": False}
 
 @pytest.fixture(scope="module")
 def serve() -> Iterator[ServeProcess]:
-    if os.geteuid() != 0:
-        pytest.fail("VM tests need root")
-    tmp = Path(tempfile.mkdtemp(prefix="psv-", dir="/tmp"))
-    volumes_dir = tmp / "volumes"
-    server = ServeProcess(tmp)
-    with pytest.MonkeyPatch.context() as mp:  # the server's volumes live in this test's dir
-        mp.setenv("PANDASTACK_VOLUMES_DIR", str(volumes_dir))
-        try:
-            server.start(timeout=300)
-            yield server
-        finally:
-            if server.proc is not None:
-                server.signal(signal.SIGTERM)
-            leftovers = qemu_pids_under(tmp)
-            for pid in leftovers:
-                os.kill(pid, signal.SIGKILL)
-            left_dirs = list(server.state_dir.glob("sbx-*"))
-            left_volumes = list(volumes_dir.glob("vol-*")) if volumes_dir.exists() else []
-            shutil.rmtree(tmp, ignore_errors=True)
-            assert not leftovers, f"VMs left running: {leftovers}"
-            assert not left_dirs, f"sandbox directories left: {left_dirs}"
-            assert not left_volumes, f"volumes left: {left_volumes}"
+    with started_serve("psv-") as server:
+        yield server
 
 
 def read(sbx: Sandbox, path: str) -> str:

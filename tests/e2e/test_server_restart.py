@@ -6,6 +6,7 @@ the real server process: a 1 GB JSON body is refused without growing that proces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,11 +28,13 @@ pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
 
 class ServeProcess:
-    """`pandastack serve` on a private DB, state dir and client config under `tmp`."""
+    """`pandastack serve` on a private DB, state dir, volumes dir and client config under
+    `tmp`."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.state_dir = tmp / "s"  # short: unix socket paths must stay under 108 bytes
+        self.volumes_dir = tmp / "volumes"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / "server.log"
@@ -41,6 +44,7 @@ class ServeProcess:
         env = {
             **os.environ,
             "PANDASTACK_STATE_DIR": str(self.state_dir),
+            "PANDASTACK_VOLUMES_DIR": str(self.volumes_dir),
             "PANDASTACK_DB": f"sqlite:///{self.tmp / 'pandastack.db'}",
             "PANDASTACK_CLIENT_CONFIG": str(self.tmp / "client.json"),
         }
@@ -66,6 +70,31 @@ class ServeProcess:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+@contextlib.contextmanager
+def started_serve(prefix: str) -> Iterator[ServeProcess]:
+    """A started `ServeProcess` for a module's tests; on the way out it must stop on SIGTERM
+    and leave no VM, sandbox directory or volume."""
+    if os.geteuid() != 0:
+        pytest.fail("VM tests need root")
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    server = ServeProcess(tmp)
+    try:
+        server.start(timeout=300)
+        yield server
+    finally:
+        if server.proc is not None:
+            server.signal(signal.SIGTERM)
+        leftovers = qemu_pids_under(tmp)
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+        left_dirs = list(server.state_dir.glob("sbx-*"))
+        left_volumes = list(server.volumes_dir.glob("vol-*"))
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert not leftovers, f"VMs left running: {leftovers}"
+        assert not left_dirs, f"sandbox directories left: {left_dirs}"
+        assert not left_volumes, f"volumes left: {left_volumes}"
 
 
 def wait_gone(pid: int, timeout: float = 10) -> None:
