@@ -5,22 +5,12 @@ the JSON and plain outputs, and a 429 quota_exceeded reported as an API error.""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from pandastack.cli.main import main
 from pandastack.sdk import Client, QuotaExceededError
-from tests.server.live import FakeServer, fake_server
-
-
-@pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
-    with fake_server(tmp_path) as srv:
-        monkeypatch.setenv("PANDASTACK_API", srv.url)
-        monkeypatch.setenv("PANDASTACK_API_KEY", srv.admin_key)
-        yield srv
+from tests.server.live import FakeServer
 
 
 def test_quota_and_usage_commands(server: FakeServer,

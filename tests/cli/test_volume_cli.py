@@ -7,22 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from pandastack.cli.main import main
 from pandastack.cli.sandbox import parse_volume
-from tests.server.live import FakeServer, fake_server
-
-
-@pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
-    with fake_server(tmp_path) as srv:
-        monkeypatch.setenv("PANDASTACK_API", srv.url)
-        monkeypatch.setenv("PANDASTACK_API_KEY", srv.admin_key)
-        yield srv
+from tests.server.live import FakeServer
 
 
 def test_volume_commands(server: FakeServer, capsys: pytest.CaptureFixture[str]) -> None:
