@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import qemu_pids_under
 from tests.server.conftest import Api, assert_envelope, running_app
+from tests.server.test_metrics_fake import samples
 from tests.server.vm_app import vm_app, vm_host
 
 pytestmark = pytest.mark.vm
@@ -92,8 +92,7 @@ async def test_metrics_measured_in_the_guest(api: Api, sbx: str) -> None:
 
     r = await c.get("/metrics")
     assert r.status_code == 200, r.text
-    server = {(s.name, tuple(sorted(s.labels.items()))): s.value
-              for f in text_string_to_metric_families(r.text) for s in f.samples}
+    server = samples(r.text)
     assert server[("pandastack_sandbox_operation_seconds_count",
                    (("operation", "create"),))] >= 1
     assert server[("pandastack_sandboxes", (("state", "running"),))] >= 1
@@ -102,8 +101,7 @@ async def test_metrics_measured_in_the_guest(api: Api, sbx: str) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://agent") as agent:
             r = await agent.get("/metrics")  # a unix socket: open, as loopback
         assert r.status_code == 200, r.text
-        got = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(r.text) for s in f.samples}
+        got = samples(r.text)
         assert got[("pandastack_agent_operation_seconds_count",
                     (("operation", "getSandboxMetrics"),))] >= 2
         assert got[("pandastack_agent_sandboxes", (("state", "running"),))] >= 1
