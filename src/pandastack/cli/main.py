@@ -7,11 +7,26 @@ import asyncio
 import importlib.util
 import sys
 import time
+from typing import Protocol
 
 from rich.console import Console
 from rich.markup import escape
 
 from . import agent, hosts, keys, sandbox, serve, teams, template, usage, volume
+
+
+class Command(Protocol):
+    """A command: a module of this package named as the command, with these two."""
+
+    def add_parser(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+# In the order `pandastack --help` lists them (after `setup`, which is here).
+COMMANDS: dict[str, Command] = {
+    module.__name__.rsplit(".", 1)[1]: module
+    for module in (serve, agent, keys, sandbox, template, hosts, usage, teams, volume)}
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
@@ -71,15 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     setup = sub.add_parser("setup", help="build the guest image and the base template")
     setup.add_argument("--smoke", action="store_true", help="create one sandbox and run a command")
-    serve.add_parser(sub)
-    agent.add_parser(sub)
-    keys.add_parser(sub)
-    sandbox.add_parser(sub)
-    template.add_parser(sub)
-    hosts.add_parser(sub)
-    usage.add_parser(sub)
-    teams.add_parser(sub)
-    volume.add_parser(sub)
+    for command in COMMANDS.values():
+        command.add_parser(sub)
     args = parser.parse_args(argv)
     errors: tuple[type[Exception], ...] = (ValueError,)
     if args.command in SERVICE_COMMANDS:
@@ -97,24 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "setup":
             return asyncio.run(_setup(args))
-        if args.command == "serve":
-            return serve.run(args)
-        if args.command == "keys":
-            return keys.run(args)
-        if args.command == "agent":
-            return agent.run(args)
-        if args.command == "sandbox":
-            return sandbox.run(args)
-        if args.command == "template":
-            return template.run(args)
-        if args.command == "hosts":
-            return hosts.run(args)
-        if args.command == "usage":
-            return usage.run(args)
-        if args.command == "teams":
-            return teams.run(args)
-        if args.command == "volume":
-            return volume.run(args)
+        if args.command in COMMANDS:
+            return COMMANDS[args.command].run(args)
     except errors as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
