@@ -26,13 +26,13 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from pandastack.sdk import Client, DrainResult, HostInfo, PandastackError, resolve_config
+from pandastack.sdk import Client, DrainResult, HostInfo
 
-from .sandbox import duration, error_json, format_error
+from .sandbox import EXIT_API_ERROR as EXIT_API_ERROR  # what an API error exits with
+from .sandbox import duration, run_client
 
 __all__ = ["add_parser", "list_rows", "run"]
 
-EXIT_API_ERROR = 1
 EXIT_NOT_ALL_MOVED = 2
 LIST_COLUMNS = ("id", "state", "endpoint", "vcpus", "memory", "sandboxes", "heartbeat",
                 "version")
@@ -129,15 +129,4 @@ _COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
 def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
     """Run a parsed `pandastack hosts ...` command; returns the exit status. `transport`
     replaces httpx's (tests)."""
-    api_url: str | None = None
-    try:
-        config = resolve_config()
-        api_url = config.api_url
-        with Client(config.api_url, config.api_key, transport=transport) as client:
-            return _COMMANDS[args.hosts_command](client, args)
-    except PandastackError as exc:
-        if args.json:
-            sys.stderr.write(json.dumps(error_json(exc)) + "\n")
-        else:
-            sys.stderr.write(f"error: {format_error(exc, api_url)}\n")
-        return EXIT_API_ERROR
+    return run_client(args, lambda client, a: _COMMANDS[a.hosts_command](client, a), transport)

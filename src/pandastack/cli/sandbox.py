@@ -447,6 +447,24 @@ _COMMANDS: dict[str, Callable[[Client, argparse.Namespace, _Streams], int]] = {
 }
 
 
+def run_client(args: argparse.Namespace, command: Callable[[Client, argparse.Namespace], int],
+               transport: httpx.BaseTransport | None) -> int:
+    """Run `command` with a client from the configuration; API errors become exit status 1
+    (as JSON on stderr with `--json`)."""
+    api_url: str | None = None
+    try:
+        config = resolve_config()
+        api_url = config.api_url
+        with Client(config.api_url, config.api_key, transport=transport) as client:
+            return command(client, args)
+    except PandastackError as exc:
+        if getattr(args, "json", False):
+            sys.stderr.write(json.dumps(error_json(exc)) + "\n")
+        else:
+            sys.stderr.write(f"error: {format_error(exc, api_url)}\n")
+        return EXIT_API_ERROR
+
+
 def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
     """Run a parsed `pandastack sandbox ...` command; returns the exit status.
 

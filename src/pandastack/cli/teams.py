@@ -21,7 +21,8 @@ import httpx
 from pandastack.sdk import Client, QuotaInfo
 from pandastack.wire_usage import QUOTA_LIMITS
 
-from .usage import print_table, run_client
+from .sandbox import run_client
+from .usage import print_table
 
 __all__ = ["add_parser", "quota_rows", "run"]
 

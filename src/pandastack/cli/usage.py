@@ -16,19 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import httpx
 from rich.console import Console
 from rich.table import Table
 
-from pandastack.sdk import Client, PandastackError, UsageReport, resolve_config
+from pandastack.sdk import Client, UsageReport
 from pandastack.wire_usage import USAGE_GROUPS
 
-from .sandbox import error_json, format_error
+from .sandbox import run_client
 
-__all__ = ["add_parser", "report_rows", "run", "run_client"]
+__all__ = ["add_parser", "report_rows", "run"]
 
 EXIT_API_ERROR = 1
 QUANTITY_COLUMNS = ("vcpu-s", "mem GiB-s", "disk GiB-s", "volume GiB-s", "snapshot GiB-s",
@@ -105,24 +105,6 @@ def _usage(client: Client, args: argparse.Namespace) -> int:
     print_table(header, rows, f"{report.team or 'every team'}: {_when(report.start)} to "
                               f"{_when(report.end)}", total=True)
     return 0
-
-
-def run_client(args: argparse.Namespace, command: Callable[[Client, argparse.Namespace], int],
-               transport: httpx.BaseTransport | None) -> int:
-    """Run `command` with a client from the configuration; API errors become exit status 1
-    (as JSON on stderr with `--json`)."""
-    api_url: str | None = None
-    try:
-        config = resolve_config()
-        api_url = config.api_url
-        with Client(config.api_url, config.api_key, transport=transport) as client:
-            return command(client, args)
-    except PandastackError as exc:
-        if getattr(args, "json", False):
-            sys.stderr.write(json.dumps(error_json(exc)) + "\n")
-        else:
-            sys.stderr.write(f"error: {format_error(exc, api_url)}\n")
-        return EXIT_API_ERROR
 
 
 def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:

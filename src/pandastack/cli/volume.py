@@ -25,8 +25,8 @@ import httpx
 from pandastack.rules import DEFAULT_VOLUME_MB
 from pandastack.sdk import Client, VolumeInfo
 
-from .sandbox import _positive_int
-from .usage import print_table, run_client
+from .sandbox import _positive_int, run_client
+from .usage import print_table
 
 __all__ = ["add_parser", "run", "volume_rows"]
 
