@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, code, execs, files, metrics, sysinit, volumes
+from . import __version__, code, execs, files, metrics, pty, sysinit, volumes
 from .cgroups import Cgroups
 from .channel import Channel
 from .ops import Op, OpError, oserror_reply
@@ -64,9 +64,12 @@ HANDLERS: dict[str, Handler] = {
     "mount_volume": lambda a, op, f: volumes.mount_volume(op, f),
     "unmount_volume": lambda a, op, f: volumes.unmount_volume(op, f),
     "freeze_volume": lambda a, op, f: volumes.freeze_volume(op, f),
+    "pty": lambda a, op, f: pty.pty(a.procs, op, f),
+    "pty_attach": lambda a, op, f: pty.attach(a.procs, op, f),
 }
 # Frames that only make sense for an op in flight; late ones are dropped silently.
-STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof", "signal"})
+STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof", "signal",
+                          "resize"})
 
 
 class Agent:

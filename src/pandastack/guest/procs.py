@@ -451,6 +451,12 @@ class ProcessTable:
             proc.set_timeout(self.watchdog, timeout)
         return proc
 
+    def adopt(self, proc: ManagedProcess) -> None:
+        """Remember a process started elsewhere (a terminal's, guest/pty.py) like our own."""
+        proc.on_finished = self._finished_cb
+        with self._lock:
+            self._procs[proc.pid] = proc
+
     def _finished_cb(self, proc: ManagedProcess) -> None:
         with self._lock:
             if not proc.background:
