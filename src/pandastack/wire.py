@@ -305,6 +305,37 @@ class WriteResult(Strict):
     size: int
 
 
+MAX_WRITE_MANY_FILES = 1000
+"""Files one `files/batch` request writes (its JSON body is bounded by the body limit)."""
+
+
+class WriteManyFile(Strict):
+    path: str = Field(min_length=1, max_length=4096)
+    data: str = Field(description="the content: UTF-8 text, or base64 with encoding=base64")
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    mode: int | None = Field(None, ge=0, le=0o7777, description="permission bits (an int)")
+
+
+class WriteManyRequest(Strict):
+    files: list[WriteManyFile] = Field(min_length=1, max_length=MAX_WRITE_MANY_FILES)
+
+
+class WriteManyResult(Strict):
+    files: list[WriteResult]
+
+
+FileEventType = Literal["create", "write", "remove", "rename", "chmod", "overflow"]
+
+
+class FileEvent(Strict):
+    """One event of a file watch (`GET .../files/watch`)."""
+
+    type: FileEventType
+    path: str
+    old_path: str | None = Field(None, description="rename: the path it had before")
+    is_dir: bool = False
+
+
 # -- metrics ------------------------------------------------------------------------------
 
 class SandboxMetrics(Strict):

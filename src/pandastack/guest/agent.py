@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, code, execs, files, metrics, pty, sysinit, volumes
+from . import __version__, code, execs, files, metrics, pty, sysinit, volumes, watch
 from .cgroups import Cgroups
 from .channel import Channel
 from .ops import Op, OpError, oserror_reply
@@ -59,6 +59,7 @@ HANDLERS: dict[str, Handler] = {
     "remove": lambda a, op, f: files.remove(op, f),
     "rename": lambda a, op, f: files.rename(op, f),
     "sync": lambda a, op, f: files.sync(op, f),
+    "watch": lambda a, op, f: watch.watch(op, f),
     "code": lambda a, op, f: code.code(op, f, a.code_socket),
     "metrics": lambda a, op, f: metrics.metrics(op, f),
     "mount_volume": lambda a, op, f: volumes.mount_volume(op, f),

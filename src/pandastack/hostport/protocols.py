@@ -28,6 +28,7 @@ from .results import (
     TransferDocument,
 )
 from .volumes import VolumeMountRequest
+from .watch import WatchEvent
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 BuildLog = Callable[[str], None]
@@ -88,6 +89,12 @@ class SandboxPort(Protocol):
     async def remove(self, path: str, *, recursive: bool = False) -> None: ...
 
     async def rename(self, src: str, dst: str) -> None: ...
+
+    def watch(self, path: str, *, recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
+        """Batches of the file events under directory `path` (hostport/watch.py): the first
+        `[watching]` once the watch is set up, the last `[overflow]` if events were lost;
+        it ends when the directory is gone, and runs until closed otherwise."""
+        ...
 
     def run_code(self, code: str, *, language: str = "python", context_id: str | None = None,
                  timeout: float | None = None,

@@ -36,6 +36,7 @@ from .routes import (
     sandboxes,
     snapshots,
     state,
+    watch,
 )
 from .routes import exec as exec_routes
 from .routes import hosts as host_routes
@@ -188,7 +189,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             server_metrics.refresh(store, cluster=settings.cluster,
                                    local=settings.agent is None)))
 
-    for module in (sandboxes, state, snapshots, exec_routes, code, processes, files,
+    for module in (sandboxes, state, snapshots, exec_routes, code, processes, watch, files,
                    lifecycle, network, ports, keys, template_routes, host_routes, usage_routes,
                    volume_routes,
                    metrics):

@@ -62,7 +62,7 @@ FRAME_COST = 512
 MAX_ERROR_TEXT = 4096
 """Characters kept of an ``error`` frame's message and path."""
 
-_DATA = frozenset({"stdout", "stderr", "data"})
+_DATA = frozenset({"stdout", "stderr", "data", "events"})
 _END = frozenset({"error", "exit", "written", "eof", "ok"})
 # The one reply of a request: nothing may follow it on that id.
 _SINGLE_REPLIES = frozenset({"pong", "spawned", "proc_list", "info", "metrics"})
@@ -84,6 +84,8 @@ _REPLIES = frozenset(
         "written",
         "entries",
         "info",
+        "watching",
+        "events",
     }
 )
 

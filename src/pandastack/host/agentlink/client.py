@@ -18,6 +18,7 @@ from pandastack.host.agentlink.code import CodeMethods
 from pandastack.host.agentlink.files import FileOps
 from pandastack.host.agentlink.metrics import MetricsOps
 from pandastack.host.agentlink.volumes import VolumeOps
+from pandastack.host.agentlink.watch import WatchOps
 from pandastack.hostport.errors import AgentLimitError
 from pandastack.hostport.results import CodeEvent as CodeEvent  # re-exported
 from pandastack.hostport.results import ExecResult
@@ -39,7 +40,8 @@ def exit_code_of(procs: list[dict[str, object]], pid: int) -> int | None:
     return None
 
 
-class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps):  # code.py: run_code, code contexts
+# code.py: run_code, code contexts; watch.py: file watching
+class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps):
     # -- basic operations -----------------------------------------------------------------
     async def init(self, *, time_ns: int, entropy: bytes, hostname: str, machine_id: str) -> None:
         """Set clock, RNG seed, hostname and machine-id in the guest (after a restore)."""

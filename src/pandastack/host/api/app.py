@@ -27,6 +27,7 @@ from . import (
     templates,
     transfers,
     volumes,
+    watch,
 )
 from .auth import require_token
 from .deps import Host
@@ -62,8 +63,8 @@ def _host_router() -> APIRouter:
     async def get_host_status(host: Host) -> HostStatus:
         return HostStatus(sandboxes=len(await host.list_sandboxes()))
 
-    for module in (sandboxes, migrations, transfers, processes, files, code, snapshots,
-                   templates, metrics, volumes):
+    for module in (sandboxes, migrations, transfers, processes, files, watch, code,
+                   snapshots, templates, metrics, volumes):
         router.include_router(module.router)
     return router
 

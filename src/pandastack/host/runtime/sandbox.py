@@ -20,6 +20,7 @@ from pandastack.host.agentlink.failures import note_failure
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError
 from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
+from pandastack.hostport.watch import WatchEvent
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
@@ -179,6 +180,13 @@ class SandboxHandle:
 
     async def rename(self, src: str, dst: str) -> None:
         await (await self.agent()).rename(src, dst)
+
+    async def watch(self, path: str, *,
+                    recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
+        agent = await self.agent()
+        async with contextlib.aclosing(agent.watch(path, recursive=recursive)) as batches:
+            async for batch in batches:
+                yield batch
 
     # -- code interpreter -----------------------------------------------------------------
 

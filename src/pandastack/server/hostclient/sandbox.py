@@ -9,6 +9,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from pandastack.hostport.frames import Kind
 from pandastack.hostport.protocols import OutputCallback
 from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
+from pandastack.hostport.watch import WatchBatch, WatchEvent
 from pandastack.hostport.wire import (
     CodeContext,
     CodeContextList,
@@ -179,6 +180,16 @@ class RemoteSandbox:
     async def rename(self, src: str, dst: str) -> None:
         await self._caller.call("POST", self._path("files", "rename"),
                                 json=RenameRequest(src=src, dst=dst), read=self._guest)
+
+    async def watch(self, path: str, *,
+                    recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
+        address = self._caller.address
+        async with self._caller.stream("GET", self._path("files", "watch"),
+                                       params={"path": path, "recursive": recursive},
+                                       read=None) as frames:
+            async for frame in frames:
+                if frame.kind is Kind.EVENT:
+                    yield [e.event() for e in parse(WatchBatch, frame.payload, address).events]
 
     # -- code interpreter -------------------------------------------------------------------
 
