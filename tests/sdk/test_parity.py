@@ -24,6 +24,7 @@ from pandastack.sdk import (
     AsyncSnapshots,
     AsyncTeams,
     AsyncVolumes,
+    AsyncWatch,
     Client,
     CodeInterpreter,
     Commands,
@@ -36,6 +37,7 @@ from pandastack.sdk import (
     Snapshots,
     Teams,
     Volumes,
+    Watch,
 )
 
 TWINS = [
@@ -51,6 +53,7 @@ TWINS = [
     (Hosts, AsyncHosts),
     (Teams, AsyncTeams),
     (Volumes, AsyncVolumes),
+    (Watch, AsyncWatch),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}
@@ -167,7 +170,12 @@ def test_sandbox_surface_is_complete() -> None:
         "rename",
         "upload",
         "download",
+        "write_many",
+        "watch",
     } <= public(Filesystem)
+    assert list(inspect.signature(Filesystem.read).parameters) == ["self", "path", "format"]
+    assert {"stop", "stopped"} <= public(Watch)
+    assert "files" in public(Sandbox)
     assert {"list", "get", "create", "kill"} <= public(Sandboxes)
     exec_params = list(inspect.signature(Sandbox.exec).parameters)
     assert exec_params == [

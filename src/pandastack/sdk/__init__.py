@@ -92,6 +92,7 @@ from pandastack.sdk.models import (
 )
 from pandastack.sdk.sandbox import Sandbox
 from pandastack.sdk.templates import AsyncTemplates, Templates
+from pandastack.sdk.watch import AsyncWatch, FileEvent, Watch
 from pandastack.templatespec import (
     Template,
     TemplateSpec,
@@ -119,6 +120,7 @@ __all__ = [
     "AsyncTeams",
     "AsyncTemplates",
     "AsyncVolumes",
+    "AsyncWatch",
     "AuthError",
     "AuthenticationError",
     "Client",
@@ -135,6 +137,7 @@ __all__ = [
     "ExecResult",
     "Execution",
     "FileEntry",
+    "FileEvent",
     "Filesystem",
     "ForkResult",
     "HostInfo",
@@ -188,6 +191,7 @@ __all__ = [
     "VolumeMount",
     "Volumes",
     "WaitTimeoutError",
+    "Watch",
     "WriteResult",
     "from_dockerfile",
     "resolve_config",

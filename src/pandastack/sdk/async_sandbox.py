@@ -99,6 +99,11 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         """Read, write, list and move files inside the sandbox."""
         return self._filesystem
 
+    @property
+    def files(self) -> AsyncFilesystem:
+        """The same as `filesystem` (the name other sandbox SDKs use)."""
+        return self._filesystem
+
     @classmethod
     async def create(cls, template: str = "base", ttl_seconds: int | None = None,
                persistent: bool = False, vcpus: int | None = None,

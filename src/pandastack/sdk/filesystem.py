@@ -10,20 +10,22 @@ from __future__ import annotations
 import builtins
 import os
 import stat as _stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal, overload
 
 import anyio
 
-from pandastack.sdk import _base, _files
+from pandastack.sdk import _base, _files, _watch
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.errors import NotFoundError
 from pandastack.sdk.models import FileEntry, WriteResult
+from pandastack.sdk.watch import AsyncByteStream, AsyncWatch, ByteStream, Watch
 
 __all__ = ["AsyncFilesystem", "Filesystem"]
 
 StrPath = str | os.PathLike[str]
+ReadFormat = Literal["text", "bytes", "stream"]
 
 
 def _upload_size(path: Path) -> int | None:
@@ -46,10 +48,25 @@ async def _achunks(path: Path) -> AsyncIterator[bytes]:
 class Filesystem(_base.NamespaceBase[HTTP]):
     """The filesystem of one sandbox (`sbx.filesystem`)."""
 
-    def read(self, path: str) -> bytes:
-        """The whole content of the file at `path` (use `download()` for large files)."""
-        with self._http.stream(_files.read_file_call(self._sandbox_id, path)) as response:
-            return response.read()
+    @overload
+    def read(self, path: str, format: Literal["bytes"] = "bytes") -> bytes: ...
+    @overload
+    def read(self, path: str, format: Literal["text"]) -> str: ...
+    @overload
+    def read(self, path: str, format: Literal["stream"]) -> Iterator[bytes]: ...
+
+    def read(self, path: str, format: ReadFormat = "bytes") -> str | bytes | Iterator[bytes]:
+        """The content of the file at `path`: `bytes` (default), `text` (UTF-8, bad bytes
+        as U+FFFD), or `stream`: an iterator of chunks as they arrive, never the whole file
+        in memory (iterate it to the end or `close()` it)."""
+        call = _files.read_file_call(self._sandbox_id, path)
+        if format == "stream":
+            return ByteStream(self._http, call)
+        if format not in ("text", "bytes"):
+            raise ValueError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
+        with self._http.stream(call) as response:
+            data = response.read()
+        return data.decode(errors="replace") if format == "text" else data
 
     def write(self, path: str, data: str | bytes, mode: int | None = None) -> WriteResult:
         """Create or replace the file at `path` (str is written as UTF-8; parents are created).
@@ -57,6 +74,19 @@ class Filesystem(_base.NamespaceBase[HTTP]):
         `mode` is the permission bits as an int, e.g. ``0o755``; the server's default otherwise.
         """
         return self._http.run(_files.write_file_call(self._sandbox_id, path, data, mode=mode))
+
+    def write_many(self, files: Sequence[tuple[str, str | bytes]]) -> builtins.list[WriteResult]:
+        """Write several files in one request, in order (str as UTF-8; parents are created).
+        The request is bounded (the server's JSON body limit: 413 past it, 422 past 1000
+        files); for big files use `write()` or `upload()`."""
+        return self._http.run(_watch.write_many_call(self._sandbox_id, files)).files
+
+    def watch(self, path: str, recursive: bool = True) -> Watch:
+        """Watch the directory `path` (and, `recursive`, everything under it): iterate the
+        returned `Watch` for `FileEvent`s; `stop()` it when done. The watch is set up when
+        this returns."""
+        return Watch(self._http, _watch.watch_call(self._sandbox_id, path, recursive=recursive,
+                                                   base_timeout=self._http.timeout))
 
     def upload(self, local_path: StrPath, remote_path: str,
                mode: int | None = None) -> WriteResult:
@@ -119,10 +149,26 @@ class Filesystem(_base.NamespaceBase[HTTP]):
 class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
     """The filesystem of one sandbox (`sbx.filesystem`), async."""
 
-    async def read(self, path: str) -> bytes:
-        """The whole content of the file at `path` (use `download()` for large files)."""
-        async with self._http.stream(_files.read_file_call(self._sandbox_id, path)) as response:
-            return await response.aread()
+    @overload
+    async def read(self, path: str, format: Literal["bytes"] = "bytes") -> bytes: ...
+    @overload
+    async def read(self, path: str, format: Literal["text"]) -> str: ...
+    @overload
+    async def read(self, path: str, format: Literal["stream"]) -> AsyncIterator[bytes]: ...
+
+    async def read(self, path: str,
+                   format: ReadFormat = "bytes") -> str | bytes | AsyncIterator[bytes]:
+        """The content of the file at `path`: `bytes` (default), `text` (UTF-8, bad bytes
+        as U+FFFD), or `stream`: an async iterator of chunks as they arrive, never the whole
+        file in memory (iterate it to the end or `aclose()` it)."""
+        call = _files.read_file_call(self._sandbox_id, path)
+        if format == "stream":
+            return await AsyncByteStream.open(self._http, call)
+        if format not in ("text", "bytes"):
+            raise ValueError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
+        async with self._http.stream(call) as response:
+            data = await response.aread()
+        return data.decode(errors="replace") if format == "text" else data
 
     async def write(self, path: str, data: str | bytes, mode: int | None = None) -> WriteResult:
         """Create or replace the file at `path` (str is written as UTF-8; parents are created).
@@ -131,6 +177,23 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
         """
         return await self._http.run(_files.write_file_call(self._sandbox_id, path, data,
                                                           mode=mode))
+
+    async def write_many(self,
+                         files: Sequence[tuple[str, str | bytes]]) -> builtins.list[WriteResult]:
+        """Write several files in one request, in order (str as UTF-8; parents are created).
+        The request is bounded (the server's JSON body limit: 413 past it, 422 past 1000
+        files); for big files use `write()` or `upload()`."""
+        return (await self._http.run(_watch.write_many_call(self._sandbox_id, files))).files
+
+    async def watch(self, path: str, recursive: bool = True) -> AsyncWatch:
+        """Watch the directory `path` (and, `recursive`, everything under it): iterate the
+        returned `AsyncWatch` for `FileEvent`s; `stop()` it when done. The watch is set up
+        when this returns."""
+        w = AsyncWatch(self._http, _watch.watch_call(self._sandbox_id, path,
+                                                     recursive=recursive,
+                                                     base_timeout=self._http.timeout))
+        await w._start()
+        return w
 
     async def upload(self, local_path: StrPath, remote_path: str,
                      mode: int | None = None) -> WriteResult:

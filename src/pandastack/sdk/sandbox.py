@@ -96,6 +96,11 @@ class Sandbox(_base.SandboxBase[HTTP]):
         """Read, write, list and move files inside the sandbox."""
         return self._filesystem
 
+    @property
+    def files(self) -> Filesystem:
+        """The same as `filesystem` (the name other sandbox SDKs use)."""
+        return self._filesystem
+
     @classmethod
     def create(cls, template: str = "base", ttl_seconds: int | None = None,
                persistent: bool = False, vcpus: int | None = None,
