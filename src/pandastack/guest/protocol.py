@@ -37,6 +37,10 @@ INITIAL_WINDOW = 1 << 20
 """Bytes of a data stream a sender may have in flight before any ``credit``."""
 CREDIT_BATCH = 128 * 1024
 """Receivers grant credit once at least this much was consumed (or at stream end)."""
+WATCH_FRAME_CREDIT = 4096
+"""What an ``events`` frame of a watch costs its sender at least, in credit (and what its
+receiver grants back for it): a window of small frames would cost the receiver more in frame
+overhead than in bytes, so this bounds their number (window / WATCH_FRAME_CREDIT)."""
 MAX_ID = (1 << 53) - 1
 HELLO_MAX_HEADER = 4096
 """During resync only frames with a header of at most this size and no payload count."""

@@ -18,13 +18,14 @@ import ctypes.util
 import json
 import os
 import select
+import stat
 import struct
 import threading
 from collections import deque
 from typing import Any
 
 from .ops import Op, OpError, arg_bool, arg_str
-from .protocol import MAX_CHUNK, Frame
+from .protocol import MAX_CHUNK, WATCH_FRAME_CREDIT, Frame
 
 MAX_QUEUED = 10_000
 """Events a watch holds for a host that does not read; one more ends it in overflow."""
@@ -90,7 +91,7 @@ class Watcher:
         self.paths: dict[int, str] = {}
         self._pending: tuple[int, str, bool] | None = None  # an IN_MOVED_FROM: cookie, path
         try:
-            if not os.path.isdir(self.root):
+            if not stat.S_ISDIR(os.stat(self.root).st_mode):  # ENOENT & co. raise here
                 raise OpError("ENOTDIR", "Not a directory (watch a directory)", self.root)
             self._add(self.root, report=False)
         except BaseException:
@@ -305,7 +306,8 @@ def watch(op: Op, f: Frame) -> None:
                     op.send("eof", reason=end)
                 return
             payload = b"[" + b",".join(batch) + b"]"
-            if not _take_credit(op, len(payload)) or not op.send("events", payload):
+            cost = max(len(payload), WATCH_FRAME_CREDIT)
+            if not _take_credit(op, cost) or not op.send("events", payload):
                 return
     finally:
         w.stop()

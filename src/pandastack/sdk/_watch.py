@@ -13,6 +13,7 @@ from pandastack import wire
 from pandastack.sdk._base import (
     Call,
     _bool,
+    encode,
     error_from_event,
     ignore_body,
     model_decoder,
@@ -48,8 +49,7 @@ def write_many_call(sandbox_id: str,
         else:
             items.append({"path": path, "data": base64.b64encode(bytes(data)).decode(),
                           "encoding": "base64"})
-    body = wire.WriteManyRequest.model_validate({"files": items}).model_dump(
-        mode="json", exclude_none=True)
+    body = encode(wire.WriteManyRequest, files=items)  # 422 here, before anything is sent
     return Call("POST", sandbox_path(sandbox_id, "files", "batch"),
                 model_decoder(WriteManyResult), json=body)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from pandastack.guest import protocol as P
 from pandastack.host.agentlink.channel import AgentChannel
 from pandastack.hostport.watch import EVENT_TYPES, WatchEvent
 
@@ -38,7 +39,11 @@ class WatchOps(AgentChannel):
                 if f.t == "events":
                     batch = [self._event(d) for d in self._json_list(f, "watch")]
                     yield batch
-                    await self._consumed(op, len(f.payload))
+                    # The guest paid at least WATCH_FRAME_CREDIT for the frame; the channel
+                    # counted its payload: count the rest too, then grant all of it back.
+                    cost = max(len(f.payload), P.WATCH_FRAME_CREDIT)
+                    op.recv_window -= cost - len(f.payload)
+                    await self._consumed(op, cost)
                 elif f.t == "eof":
                     done = True
                     if f.header.get("reason") == "overflow":
