@@ -162,6 +162,9 @@ class SandboxInfo(Strict):
 
 class SandboxList(Strict):
     sandboxes: list[SandboxInfo]
+    next_token: str | None = Field(
+        default=None, description="with limit=: pass it back as next_token= for the next "
+                                  "page; null on the last page")
 
 
 class Lifecycle(Strict):
@@ -176,6 +179,11 @@ class Lifecycle(Strict):
 
 class UpdateLifecycle(Strict):
     ttl_seconds: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    timeout_seconds: int | None = Field(
+        default=None, ge=0, le=MAX_TTL_SECONDS,
+        description="end the sandbox this many seconds from now: expires_at = now + "
+                    "timeout_seconds, and ttl_seconds becomes expires_at - created_at "
+                    "(rounded up). Not with ttl_seconds")
     persistent: bool | None = None
 
 
@@ -265,6 +273,10 @@ class StartProcess(Strict):
     cmd: str | list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
     cwd: str | None = Field(default=None, max_length=4096)
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_TTL_SECONDS,
+        description="kill the process (its whole cgroup) after this long; its exit then "
+                    "has timed_out=true (code 137). Default: it runs as long as the sandbox")
 
 
 class ProcessInfo(Strict):
@@ -272,6 +284,7 @@ class ProcessInfo(Strict):
     cmd: str | list[str]
     running: bool
     exit_code: int | None = None
+    timed_out: bool = False
 
 
 class ProcessList(Strict):

@@ -157,8 +157,13 @@ def test_sandbox_surface_is_complete() -> None:
     assert "hosts" in public(Client)
     assert "snapshot" in inspect.signature(Sandbox.create).parameters
     assert inspect.signature(Sandbox.fork).parameters["count"].default == 1
-    assert {"run", "start", "list"} <= public(Commands)
-    assert {"pid", "wait", "kill", "send_signal", "send_stdin"} <= public(Process)
+    assert {"run", "start", "list", "connect"} <= public(Commands)
+    assert {"pid", "wait", "kill", "send_signal", "send_stdin", "stream"} <= public(Process)
+    assert inspect.isgeneratorfunction(Process.stream)
+    start = inspect.signature(Commands.start).parameters
+    assert {"timeout_seconds", "on_stdout", "on_stderr"} <= set(start)
+    assert start["timeout_seconds"].default is None
+    assert {"set_timeout", "is_running"} <= public(Sandbox)
     assert {
         "write",
         "read",
@@ -226,6 +231,11 @@ def test_package_exports() -> None:
 
 def test_every_list_of_sandboxes_returns_handles_of_live_ones_by_default() -> None:
     for fn in (Sandbox.list, AsyncSandbox.list, Sandboxes.list, AsyncSandboxes.list):
-        param = inspect.signature(fn).parameters["include_ended"]
+        params = inspect.signature(fn).parameters
+        param = params["include_ended"]
         assert param.default is False and param.kind is inspect.Parameter.KEYWORD_ONLY, fn
-        assert normalize(inspect.signature(fn).return_annotation) == "builtins.list[Sandbox]", fn
+        # One page of handles (a list with next_token), filtered and paged the same way.
+        for name in ("template", "started_after", "limit", "next_token"):
+            assert params[name].default is None, (fn, name)
+            assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, (fn, name)
+        assert normalize(inspect.signature(fn).return_annotation) == "SandboxPage[Sandbox]", fn

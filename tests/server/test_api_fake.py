@@ -76,7 +76,7 @@ async def test_keys_and_team_isolation(api: Api) -> None:
     assert_envelope(r, 404, "not_found")
     assert_envelope(await c.delete(f"/v1/sandboxes/{sbx['id']}", headers=api.headers(key_b)), 404)
     r = await c.get("/v1/sandboxes", headers=api.headers(key_b))
-    assert r.json() == {"sandboxes": []}
+    assert r.json() == {"sandboxes": [], "next_token": None}
     # a non-admin key cannot manage keys
     assert_envelope(await c.get("/v1/keys", headers=api.headers(key_b)), 403, "forbidden")
     keys = (await c.get("/v1/keys")).json()["keys"]

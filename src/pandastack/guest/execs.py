@@ -188,9 +188,11 @@ def attach(table: ProcessTable, op: Op, f: Frame) -> None:
     sink = WireSink(op)
     op.set_handlers(lambda fr: None, lambda o: o.release())
     with sink.lock:
-        out, err, info = proc.attach(sink)
+        out, err, info, dropped = proc.attach_counted(sink)
         if info is None:
             op.keep = True
+        # First, so a client can tell a complete backlog from one the ring cut short.
+        op.send("replay", stdout_dropped=dropped["stdout"], stderr_dropped=dropped["stderr"])
         if out and not op.send_data("stdout", out):
             return
         if err and not op.send_data("stderr", err):

@@ -237,11 +237,20 @@ class ManagedProcess:
         The caller must hold the sink's own delivery lock while calling this and while
         sending the backlog, so live output cannot overtake the backlog.
         """
+        out, err, info, _ = self.attach_counted(sink)
+        return out, err, info
+
+    def attach_counted(
+        self, sink: Sink
+    ) -> tuple[bytes, bytes, dict[str, Any] | None, dict[str, int]]:
+        """``attach``, plus how many bytes of each stream the rings had already lost (taken
+        under the same lock, so the count is exact for the backlog returned)."""
         with self._lock:
             out, err = self._rings["stdout"].get(), self._rings["stderr"].get()
+            dropped = {name: ring.dropped for name, ring in self._rings.items()}
             if self.info is None:
                 self._sinks.append(sink)
-            return out, err, self.info
+            return out, err, self.info, dropped
 
     def detach_all(self) -> None:
         with self._lock:

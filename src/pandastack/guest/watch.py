@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import json
+import logging
 import os
 import select
 import stat
@@ -56,6 +57,8 @@ IN_CLOEXEC = 0o2000000
 MASK = (IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
         | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
 EVENT = struct.Struct("iIII")
+
+log = logging.getLogger("pandastack_guest")
 
 _libc: Any = None
 
@@ -183,8 +186,9 @@ class Watcher:
                 except BlockingIOError:
                     continue
                 self._decode(data)
-        except Exception as e:  # the reader must not die silently: end the watch
-            self._finish(f"error: {type(e).__name__}: {e}")
+        except Exception:  # events may be lost from here on: for the host, an overflow
+            log.exception("watch of %s failed", self.root)
+            self._finish("overflow")
 
     def _flush_pending(self) -> None:
         if self._pending is not None:

@@ -32,6 +32,8 @@ from .watch import WatchEvent
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 BuildLog = Callable[[str], None]
+DroppedCallback = Callable[[int, int], Awaitable[None] | None]
+"""(stdout_dropped, stderr_dropped): what a process's rings lost before an attach's backlog."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,19 @@ class SandboxPort(Protocol):
                    user: str | None = None) -> ExecResult: ...
 
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None, user: str | None = None) -> int: ...
+                    cwd: str | None = None, user: str | None = None,
+                    timeout: float | None = None) -> int:
+        """A background process; `timeout`: its tree is killed after that many seconds."""
+        ...
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
-                     on_stderr: OutputCallback | None = None) -> ExecResult: ...
+                     on_stderr: OutputCallback | None = None,
+                     on_dropped: DroppedCallback | None = None,
+                     keep_output: bool = True) -> ExecResult:
+        """The backlog the guest's rings hold (stdout, then stderr), then live output, then
+        the exit. `on_dropped` first hears what the rings lost; `keep_output=False` (a
+        stream) keeps nothing for the result's stdout/stderr."""
+        ...
 
     async def procs(self) -> list[dict[str, object]]: ...
 

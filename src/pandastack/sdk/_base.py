@@ -489,10 +489,14 @@ class NamespaceBase(Generic[H]):
 class ProcessBase(Generic[H]):
     """State shared by `Process` and `AsyncProcess`."""
 
-    def __init__(self, sandbox_id: str, info: ProcessInfo, http: H) -> None:
+    def __init__(self, sandbox_id: str, info: ProcessInfo, http: H,
+                 on_stdout: Callable[[str], Any] | None = None,
+                 on_stderr: Callable[[str], Any] | None = None) -> None:
         self._sandbox_id = sandbox_id
         self._info = info
         self._http = http
+        # Called with each chunk as stream() or wait() reads it (sdk/_streams.py).
+        self._on_output = {"stdout": on_stdout, "stderr": on_stderr}
 
     @property
     def pid(self) -> int:

@@ -107,8 +107,10 @@ def exec_call(sandbox_id: str, cmd: str | Sequence[str], *, timeout_seconds: flo
 
 
 def start_process_call(sandbox_id: str, cmd: str | Sequence[str], *,
-                       env: Mapping[str, str] | None, cwd: str | None) -> Call[ProcessInfo]:
-    body = encode(wire.StartProcess, cmd=_cmd(cmd), env=dict(env) if env else None, cwd=cwd)
+                       env: Mapping[str, str] | None, cwd: str | None,
+                       timeout_seconds: float | None = None) -> Call[ProcessInfo]:
+    body = encode(wire.StartProcess, cmd=_cmd(cmd), env=dict(env) if env else None, cwd=cwd,
+                  timeout_seconds=timeout_seconds)
     return Call("POST", sandbox_path(sandbox_id, "processes"), model_decoder(ProcessInfo),
                 json=body)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import datetime
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -21,9 +22,10 @@ from types import TracebackType
 
 import httpx
 
-from pandastack.sdk import _base, _metrics
+from pandastack.sdk import _base, _metrics, _streams
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import AsyncHTTP
+from pandastack.sdk._streams import SandboxPage
 from pandastack.sdk.code import (
     DEFAULT_CODE_TIMEOUT,
     AsyncCodeInterpreter,
@@ -164,22 +166,31 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
 
     @classmethod
     async def list(cls, state: str | None = None, metadata: Mapping[str, str] | None = None,
-                   *, include_ended: bool = False, api_url: str | None = None,
-                   api_key: str | None = None, timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+                   *, include_ended: bool = False, template: str | None = None,
+                   started_after: float | datetime.datetime | None = None,
+                   limit: int | None = None, next_token: str | None = None,
+                   api_url: str | None = None, api_key: str | None = None,
+                   timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                    transport: httpx.AsyncBaseTransport | None = None
-                   ) -> builtins.list[AsyncSandbox]:
-        """The sandboxes of this key's team: the live ones (starting, running, paused,
-        hibernated), or every one with `include_ended=True`, or those in `state` (ended or not);
-        only those carrying every `metadata` label given. Each item is a handle with its own
-        connections, opened on first use: use or `kill()` it without another lookup, and
-        `close()` it (or use it as a context manager, which kills it on exit)."""
-        call = _base.list_sandboxes_call(state, metadata, include_ended)
+                   ) -> SandboxPage[AsyncSandbox]:
+        """The sandboxes of this key's team, oldest first: the live ones (starting, running,
+        paused, hibernated), or every one with `include_ended=True`, or those in `state` (ended
+        or not); only those carrying every `metadata` label given, of `template`, created after
+        `started_after` (Unix seconds or an aware datetime). With `limit`, one page of at most
+        that many: its `next_token` (None on the last page) passed back with the same filters
+        gives the next (keyset-paged: creations and ends meanwhile never skip or repeat one).
+        Each item is a handle with its own connections, opened on first use: use or `kill()`
+        it without another lookup, and `close()` it (or use it as a context manager, which
+        kills it on exit)."""
+        call = _streams.list_page_call(state, metadata, include_ended, template=template,
+                                       started_after=started_after, limit=limit,
+                                       next_token=next_token)
         http = _open(api_url, api_key, timeout, transport)
         try:
-            infos = await http.run(call)
+            infos, token = await http.run(call)
         finally:
             await http.aclose()
-        return [cls(info, http.sibling(), owns_http=True) for info in infos]
+        return SandboxPage([cls(info, http.sibling(), owns_http=True) for info in infos], token)
 
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current state; also updates `info`."""
@@ -256,7 +267,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         return await self._http.run(_base.lifecycle_call(self.id))
 
     async def set_ttl(self, seconds: int) -> Lifecycle:
-        """Set the time to live, counted from now; returns the new lifecycle."""
+        """Set the time to live, counted from the sandbox's creation (`expires_at =
+        created_at + seconds`); returns the new lifecycle. `set_timeout` counts from now."""
         return await self._http.run(_base.update_lifecycle_call(self.id, ttl_seconds=seconds))
 
     async def set_persistent(self, flag: bool) -> Lifecycle:
@@ -266,6 +278,19 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
     async def network(self) -> NetworkSpec:
         """The sandbox's egress policy."""
         return await self._http.run(_base.network_call(self.id))
+    async def set_timeout(self, seconds: int) -> Lifecycle:
+        """End the sandbox `seconds` from now (E2B's meaning), whatever its age; the TTL
+        becomes the one that ends then. Returns the new lifecycle."""
+        return await self._http.run(_streams.set_timeout_call(self.id, seconds))
+
+    async def is_running(self) -> bool:
+        """Whether the sandbox is running now (one GET; also updates `info`). False when it is
+        paused, hibernated, ended or gone."""
+        try:
+            return (await self.refresh()).state == "running"
+        except NotFoundError:
+            return False
+
 
     async def update_network(self, network: _base.NetworkArg) -> NetworkSpec:
         """Replace the egress policy with `network` (a `NetworkSpec` or a mapping of its

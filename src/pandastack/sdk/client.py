@@ -14,13 +14,15 @@ Sandboxes made through a client share its connections; closing the client closes
 from __future__ import annotations
 
 import builtins
+import datetime
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import httpx
 
-from pandastack.sdk import _admin, _base
+from pandastack.sdk import _admin, _base, _streams
 from pandastack.sdk._http import HTTP, AsyncHTTP
+from pandastack.sdk._streams import SandboxPage
 from pandastack.sdk._usage import AsyncTeams, Teams, TimeArg, usage_call
 from pandastack.sdk.async_sandbox import AsyncSandbox
 from pandastack.sdk.async_sandbox import create_waiting as acreate_waiting
@@ -47,12 +49,18 @@ class Sandboxes(_base.ClientBase[HTTP]):
     """`client.sandboxes`: list, inspect, create and kill sandboxes."""
 
     def list(self, state: str | None = None, metadata: Mapping[str, str] | None = None, *,
-             include_ended: bool = False) -> builtins.list[Sandbox]:
-        """The sandboxes of this key's team: the live ones, or every one with
+             include_ended: bool = False, template: str | None = None,
+             started_after: float | datetime.datetime | None = None, limit: int | None = None,
+             next_token: str | None = None) -> SandboxPage[Sandbox]:
+        """The sandboxes of this key's team, oldest first: the live ones, or every one with
         `include_ended=True`, or those in `state` (ended or not); only those carrying every
-        `metadata` label given. Each item is a handle on this client's connections."""
-        infos = self._http.run(_base.list_sandboxes_call(state, metadata, include_ended))
-        return [Sandbox(info, self._http) for info in infos]
+        `metadata` label given, of `template`, created after `started_after`. With `limit`,
+        one page: pass its `next_token` back (same filters) for the next. Each item is a
+        handle on this client's connections."""
+        infos, token = self._http.run(_streams.list_page_call(
+            state, metadata, include_ended, template=template, started_after=started_after,
+            limit=limit, next_token=next_token))
+        return SandboxPage([Sandbox(info, self._http) for info in infos], token)
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         """The current state of sandbox `sandbox_id`."""
@@ -210,12 +218,19 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
     """`client.sandboxes`: list, inspect, create and kill sandboxes (async)."""
 
     async def list(self, state: str | None = None, metadata: Mapping[str, str] | None = None,
-                   *, include_ended: bool = False) -> builtins.list[AsyncSandbox]:
-        """The sandboxes of this key's team: the live ones, or every one with
+                   *, include_ended: bool = False, template: str | None = None,
+                   started_after: float | datetime.datetime | None = None,
+                   limit: int | None = None,
+                   next_token: str | None = None) -> SandboxPage[AsyncSandbox]:
+        """The sandboxes of this key's team, oldest first: the live ones, or every one with
         `include_ended=True`, or those in `state` (ended or not); only those carrying every
-        `metadata` label given. Each item is a handle on this client's connections."""
-        infos = await self._http.run(_base.list_sandboxes_call(state, metadata, include_ended))
-        return [AsyncSandbox(info, self._http) for info in infos]
+        `metadata` label given, of `template`, created after `started_after`. With `limit`,
+        one page: pass its `next_token` back (same filters) for the next. Each item is a
+        handle on this client's connections."""
+        infos, token = await self._http.run(_streams.list_page_call(
+            state, metadata, include_ended, template=template, started_after=started_after,
+            limit=limit, next_token=next_token))
+        return SandboxPage([AsyncSandbox(info, self._http) for info in infos], token)
 
     async def get(self, sandbox_id: str) -> SandboxInfo:
         """The current state of sandbox `sandbox_id`."""

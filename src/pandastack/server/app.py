@@ -42,6 +42,7 @@ from .routes import exec as exec_routes
 from .routes import hosts as host_routes
 from .routes import templates as template_routes
 from .routes import usage as usage_routes
+from .routes import streams as stream_routes
 from .routes import volumes as volume_routes
 from .routes.ports import PortProxy
 from .service import SandboxService
@@ -191,7 +192,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
 
     for module in (sandboxes, state, snapshots, exec_routes, code, processes, watch, files,
                    lifecycle, network, ports, keys, template_routes, host_routes, usage_routes,
-                   volume_routes,
+                   volume_routes, stream_routes,
                    metrics):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,

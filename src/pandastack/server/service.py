@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -31,7 +32,7 @@ from pandastack.wire import (
     SandboxState,
 )
 
-from .errors import ApiError, api_error_of, conflict, not_found
+from .errors import ApiError, api_error_of, bad_request, conflict, not_found
 from .hosts.cluster import ClusterPool
 from .hosts.pinning import pinned_host
 from .quotas import Quotas
@@ -478,11 +479,19 @@ class SandboxService:
             await self.end(row.id, "killed", "killed by API request")
 
     def set_lifecycle(self, team: str, sandbox_id: str, ttl_seconds: int | None,
-                      persistent: bool | None) -> Sandbox:
+                      persistent: bool | None, timeout_seconds: int | None = None) -> Sandbox:
+        """`ttl_seconds` counts from creation; `timeout_seconds` from now (E2B's
+        set_timeout), kept as the TTL that ends at the same instant, so `expires_at =
+        created_at + ttl_seconds` stays true of every row."""
         row = self.row(team, sandbox_id)
         if row.state in ENDED_STATES:
             raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
+        if ttl_seconds is not None and timeout_seconds is not None:
+            raise bad_request("give ttl_seconds (from creation) or timeout_seconds (from "
+                              "now), not both")
         values: dict[str, object] = {}
+        if timeout_seconds is not None:
+            ttl_seconds = max(1, math.ceil(time.time() + timeout_seconds - row.created_at))
         if ttl_seconds is not None:
             values["ttl_seconds"] = ttl_seconds
             values["expires_at"] = row.created_at + ttl_seconds

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -52,7 +52,7 @@ class Finished(Generic[T]):
 
 
 async def relayed(work: Callable[[asyncio.Queue[Item | None]], Awaitable[T]],
-                  queue_size: int) -> AsyncIterator[Item | Finished[T]]:
+                  queue_size: int) -> AsyncGenerator[Item | Finished[T], None]:
     """Run `work` in a task, yield what it puts into its (bounded) queue as it arrives, then
     one `Finished`. If the client goes away first, the work is cancelled and awaited."""
     queue: asyncio.Queue[Item | None] = asyncio.Queue(queue_size)

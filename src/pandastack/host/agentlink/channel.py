@@ -77,6 +77,7 @@ _REPLIES = frozenset(
         "exit",
         "spawned",
         "proc_list",
+        "replay",
         "metrics",
         "file",
         "data",

@@ -25,6 +25,9 @@ from pandastack.hostport.results import ExecResult
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
+DroppedCallback = Callable[[int, int], Awaitable[None] | None]
+"""Told, before an attach's backlog, how many bytes of stdout and of stderr the guest's
+rings had already dropped (0, 0: the backlog is everything the process wrote)."""
 DEFAULT_MAX_OUTPUT = 64 * 2**20
 MAX_PROCS = 10_000
 """Entries of one ``procs`` listing (the agent keeps running ones and the last 64 ended)."""
@@ -130,12 +133,19 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps):
         on_stderr: OutputCallback | None,
         max_output: int,
     ) -> ExecResult:
+        on_dropped: DroppedCallback | None = None,
         bufs = {"stdout": bytearray(), "stderr": bytearray()}
         cbs = {"stdout": on_stdout, "stderr": on_stderr}
         truncated = False
         while True:
             f = await self._next(op, None if deadline is None else deadline - time.monotonic())
-            if f.t in ("stdout", "stderr"):
+            if f.t == "replay" and op.kind == "attach":
+                if on_dropped is not None:
+                    r = on_dropped(self._field(f, "stdout_dropped", int),
+                                   self._field(f, "stderr_dropped", int))
+                    if inspect.isawaitable(r):
+                        await r
+            elif f.t in ("stdout", "stderr"):
                 buf = bufs[f.t]
                 room = max_output - len(buf)
                 if room >= len(f.payload):
@@ -173,10 +183,13 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps):
         cwd: str | None = None,
         user: str | None = None,
     ) -> int:
-        """Start a background process (stdin open for ``send_stdin``); returns its pid."""
-        f = await self._call(
-            "spawn", expect="spawned", stdin=True, **self._cmd_fields(cmd, env, cwd, user)
-        )
+        timeout: float | None = None,
+        """Start a background process (stdin open for ``send_stdin``); returns its pid.
+        With ``timeout`` the agent kills its tree after that long (its exit: timed_out)."""
+        fields = self._cmd_fields(cmd, env, cwd, user)
+        if timeout is not None:
+            fields["timeout_ms"] = max(1, math.ceil(timeout * 1000))
+        f = await self._call("spawn", expect="spawned", stdin=True, **fields)
         pid: int = self._field(f, "pid", int)
         return pid
 
@@ -189,17 +202,20 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps):
         max_output: int = DEFAULT_MAX_OUTPUT,
         timeout: float | None = None,
     ) -> ExecResult:
+        on_dropped: DroppedCallback | None = None,
         """Stream a managed process's buffered and future output, then its exit ("wait").
 
         ``timeout`` (default: none) bounds the wait; on expiry the process keeps running
-        and AgentConnectionError is raised.
+        and AgentConnectionError is raised. ``on_dropped`` hears what the rings lost before
+        the backlog (an older agent does not say: then it is not called).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         op = self._register("attach")
         finished = False
         try:
             await self._send({"t": "attach", "id": op.id, "pid": pid})
-            result = await self._collect(op, deadline, on_stdout, on_stderr, max_output)
+            result = await self._collect(op, deadline, on_stdout, on_stderr, max_output,
+                                         on_dropped)
             finished = True
             return result
         finally:

@@ -3,7 +3,9 @@ process's output streamed), list, signal, stdin."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 
 from pandastack.hostport.frames import Kind
 from pandastack.hostport.protocols import SandboxPort
@@ -11,10 +13,12 @@ from pandastack.hostport.wire import (
     ExecDone,
     ExecRequest,
     ProcessList,
+    Replay,
     SignalRequest,
     Spawned,
     SpawnRequest,
     StdinRequest,
+    dump_json,
 )
 
 from .deps import Sandbox
@@ -43,24 +47,34 @@ async def exec_command(body: ExecRequest, sandbox: Sandbox) -> FramedResponse:
 @router.post("/processes", status_code=201, operation_id="spawnProcess")
 async def spawn_process(body: SpawnRequest, sandbox: Sandbox) -> Spawned:
     return Spawned(pid=await sandbox.spawn(body.cmd, env=body.env, cwd=body.cwd,
-                                           user=body.user))
+                                           user=body.user, timeout=body.timeout))
 
 
-def _attach(sandbox: SandboxPort, pid: int) -> FramedResponse:
+def _attach(sandbox: SandboxPort, pid: int, keep_output: bool) -> FramedResponse:
     async def run(outbox: Outbox) -> ExecDone:
+        async def dropped(stdout: int, stderr: int) -> None:
+            replay = Replay(stdout_dropped=stdout, stderr_dropped=stderr)
+            await outbox.put(Kind.REPLAY, dump_json(replay))
+
         result = await sandbox.attach(
             pid, on_stdout=lambda data: _output(outbox, Kind.STDOUT, data),
-            on_stderr=lambda data: _output(outbox, Kind.STDERR, data))
+            on_stderr=lambda data: _output(outbox, Kind.STDERR, data),
+            on_dropped=dropped, keep_output=keep_output)
         return ExecDone.of(result)
     return FramedResponse(run)
 
 
 @router.post("/processes/{pid}/attach", operation_id="attachProcess",
              response_class=FramedResponse,
-             responses=framed_responses(ExecDone, "its buffered, then its new, output as "
-                                                  "STDOUT and STDERR frames"))
-async def attach_process(pid: int, sandbox: Sandbox) -> FramedResponse:
-    return _attach(sandbox, pid)
+             responses=framed_responses(ExecDone, "one REPLAY frame (what the guest's rings "
+                                                  "dropped), then its buffered, then its new, "
+                                                  "output as STDOUT and STDERR frames"))
+async def attach_process(pid: int, sandbox: Sandbox,
+                         keep_output: Annotated[bool, Query(
+                             description="false: the RESULT's output is not kept (a stream "
+                                         "of a long-lived process)")] = True,
+                         ) -> FramedResponse:
+    return _attach(sandbox, pid, keep_output)
 
 
 @router.get("/processes", operation_id="listProcesses")

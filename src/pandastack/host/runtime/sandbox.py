@@ -15,7 +15,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from pathlib import Path
 
 from pandastack.host.agentlink.channel import InitParams
-from pandastack.host.agentlink.client import AgentClient
+from pandastack.host.agentlink.client import AgentClient, DroppedCallback
 from pandastack.host.agentlink.failures import note_failure
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError
@@ -138,12 +138,21 @@ class SandboxHandle:
                                 on_stdout=on_stdout, on_stderr=on_stderr, user=user)
 
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None, user: str | None = None) -> int:
-        return await (await self.agent()).spawn(cmd, env=env, cwd=cwd, user=user)
+                    cwd: str | None = None, user: str | None = None,
+                    timeout: float | None = None) -> int:
+        return await (await self.agent()).spawn(cmd, env=env, cwd=cwd, user=user,
+                                                timeout=timeout)
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
-                     on_stderr: OutputCallback | None = None) -> ExecResult:
-        return await (await self.agent()).attach(pid, on_stdout=on_stdout, on_stderr=on_stderr)
+                     on_stderr: OutputCallback | None = None,
+                     on_dropped: DroppedCallback | None = None,
+                     keep_output: bool = True) -> ExecResult:
+        agent = await self.agent()
+        if keep_output:
+            return await agent.attach(pid, on_stdout=on_stdout, on_stderr=on_stderr,
+                                      on_dropped=on_dropped)
+        return await agent.attach(pid, on_stdout=on_stdout, on_stderr=on_stderr,
+                                  on_dropped=on_dropped, max_output=0)
 
     async def procs(self) -> list[dict[str, object]]:
         return await (await self.agent()).procs()

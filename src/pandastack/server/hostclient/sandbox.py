@@ -7,7 +7,7 @@ import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 
 from pandastack.hostport.frames import Kind
-from pandastack.hostport.protocols import OutputCallback
+from pandastack.hostport.protocols import DroppedCallback, OutputCallback
 from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
 from pandastack.hostport.watch import WatchBatch, WatchEvent
 from pandastack.hostport.wire import (
@@ -24,6 +24,7 @@ from pandastack.hostport.wire import (
     ProcessList,
     RenameRequest,
     RunCodeRequest,
+    Replay,
     SandboxInfo,
     SignalRequest,
     Spawned,
@@ -46,17 +47,25 @@ class _Output:
     """An exec's output as it arrives: handed to the callbacks frame by frame (each awaited
     before the next frame is read: that is the backpressure) and kept for the result."""
 
-    def __init__(self, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None):
+    def __init__(self, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
+                 on_dropped: DroppedCallback | None = None, keep: int = MAX_OUTPUT):
         self.callbacks = {Kind.STDOUT: on_stdout, Kind.STDERR: on_stderr}
         self.kept = {Kind.STDOUT: bytearray(), Kind.STDERR: bytearray()}
         self.truncated = False
 
-    async def read(self, frames: FrameStream) -> None:
+    async def read(self, frames: FrameStream, address: str = "") -> None:
+        self.on_dropped = on_dropped
+        self.keep = keep
         async for frame in frames:
             if frame.kind not in self.kept:
                 continue
+            if frame.kind == Kind.REPLAY and self.on_dropped is not None:
+                replay = parse(Replay, frame.payload, address)
+                told = self.on_dropped(replay.stdout_dropped, replay.stderr_dropped)
+                if inspect.isawaitable(told):
+                    await told
             kept = self.kept[frame.kind]
-            room = MAX_OUTPUT - len(kept)
+            room = self.keep - len(kept)
             kept += frame.payload[:max(room, 0)]
             self.truncated |= room < len(frame.payload)
             callback = self.callbacks[frame.kind]
@@ -115,19 +124,24 @@ class RemoteSandbox:
         return output.result(frames, self._caller.address)
 
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None, user: str | None = None) -> int:
+                    cwd: str | None = None, user: str | None = None,
+                    timeout: float | None = None) -> int:
         body = SpawnRequest(cmd=cmd if isinstance(cmd, str) else list(cmd),
-                            env=dict(env) if env is not None else None, cwd=cwd, user=user)
+                            env=dict(env) if env is not None else None, cwd=cwd, user=user,
+                            timeout=timeout)
         spawned = await self._caller.model(Spawned, "POST", self._path("processes"),
                                            json=body, read=self._guest)
         return spawned.pid
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
-                     on_stderr: OutputCallback | None = None) -> ExecResult:
-        output = _Output(on_stdout, on_stderr)
+                     on_stderr: OutputCallback | None = None,
+                     on_dropped: DroppedCallback | None = None,
+                     keep_output: bool = True) -> ExecResult:
+        output = _Output(on_stdout, on_stderr, on_dropped, MAX_OUTPUT if keep_output else 0)
         async with self._caller.stream("POST", self._path("processes", pid, "attach"),
                                        read=None) as frames:
-            await output.read(frames)
+            await output.read(frames, self._caller.address)
+                                       params=None if keep_output else {"keep_output": "false"},
         return output.result(frames, self._caller.address)
 
     async def procs(self) -> list[dict[str, object]]:

@@ -34,14 +34,20 @@ async def get_lifecycle(sandbox_id: SandboxId, who: CurrentPrincipal, service: S
 
 @router.patch("/sandboxes/{sandbox_id}/lifecycle",
               operation_id="updateLifecycle", response_model=Lifecycle,
-              summary="Change the TTL (expires_at = created_at + ttl_seconds) or persistence",
+              summary="Change the TTL (expires_at = created_at + ttl_seconds), the timeout "
+                      "(expires_at = now + timeout_seconds) or persistence",
               description="Setting `ttl_seconds` recomputes `expires_at = created_at + "
                           "ttl_seconds`: a larger value extends the life, a value already in "
                           "the past ends the sandbox on the next lifecycle sweep (~1 s). "
+                          "`timeout_seconds` counts from now instead (E2B's set_timeout): "
+                          "`expires_at = now + timeout_seconds`, stored as the TTL that ends "
+                          "then (`ttl_seconds = ceil(now + timeout_seconds - created_at)`); "
+                          "giving both is a 400. "
                           "`persistent=true` exempts it from both TTL and the idle reaper.")
 async def patch_lifecycle(sandbox_id: SandboxId, body: UpdateLifecycle, who: CurrentPrincipal,
                           service: Service, settings: AppSettings) -> Lifecycle:
-    row = service.set_lifecycle(who.team, sandbox_id, body.ttl_seconds, body.persistent)
+    row = service.set_lifecycle(who.team, sandbox_id, body.ttl_seconds, body.persistent,
+                                body.timeout_seconds)
     return to_lifecycle(row, settings.idle_timeout_seconds)
 
 

@@ -27,7 +27,10 @@ Pid = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 @router.post("/sandboxes/{sandbox_id}/processes", status_code=201, response_model=ProcessInfo,
-             summary="Start a background process (stdin stays open)")
+             summary="Start a background process (stdin stays open)",
+             description="Its output goes to ring buffers in the guest (the last 1 MiB of "
+                         "each stream); follow it with GET .../processes/{pid}/stream. With "
+                         "`timeout_seconds` its whole cgroup is killed after that long.")
 async def start_process(sandbox_id: SandboxId, body: StartProcess, who: CurrentPrincipal,
                         service: Service) -> ProcessInfo:
     check_text(body.cmd, "cmd")
@@ -35,7 +38,8 @@ async def start_process(sandbox_id: SandboxId, body: StartProcess, who: CurrentP
     check_text(body.cwd, "cwd")
     row, handle = await service.running(who.team, sandbox_id)
     env, cwd, user = service.call_context(row, body.env, body.cwd)
-    pid = await service.host_call(handle.spawn(body.cmd, env=env, cwd=cwd, user=user))
+    pid = await service.host_call(handle.spawn(body.cmd, env=env, cwd=cwd, user=user,
+                                               timeout=body.timeout_seconds))
     return ProcessInfo(pid=pid, cmd=body.cmd, running=True)
 
 
@@ -45,7 +49,8 @@ def _process_info(item: dict[str, object]) -> ProcessInfo | None:
         return None
     return ProcessInfo(pid=pid, cmd=clean_text(cmd if isinstance(cmd, str) else str(cmd)),
                        running=bool(item.get("running")),
-                       exit_code=code if isinstance(code, int) else None)
+                       exit_code=code if isinstance(code, int) else None,
+                       timed_out=item.get("timed_out") is True)
 
 
 @router.get("/sandboxes/{sandbox_id}/processes", response_model=ProcessList)

@@ -12,11 +12,13 @@ from ..auth import CurrentPrincipal
 from ..errors import bad_request
 from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
+from ..store.listing import BadPageToken, SandboxFilter
 from .deps import SandboxId, Service
 
 router = APIRouter(tags=["sandboxes"], route_class=StrictJsonRoute)
 
 METADATA_FILTER = "metadata."
+MAX_PAGE = 1000
 
 
 @router.post("/sandboxes", status_code=201, response_model=SandboxInfo,
@@ -32,12 +34,25 @@ async def create_sandbox(body: CreateSandbox, who: CurrentPrincipal,
 
 
 @router.get("/sandboxes", response_model=SandboxList,
-            summary="List the team's sandboxes; filter with state= and metadata.KEY=VALUE")
+            summary="List the team's sandboxes; filter with state=, template=, "
+                    "started_after=, metadata.KEY=VALUE; page with limit= and next_token=",
+            description="Oldest first. Without `limit` every match comes in one answer; with "
+                        "it, at most `limit` and a `next_token` (null on the last page) to "
+                        "pass back, with the same filters, for the next page. Pages are "
+                        "keyset-paged on (created_at, id): sandboxes created or ended "
+                        "meanwhile never shift a page, so none is skipped or repeated; one "
+                        "whose state changes may move in or out of a state= filter.")
 async def list_sandboxes(request: Request, who: CurrentPrincipal, service: Service,
                          state: Annotated[SandboxState | None, Query()] = None,
                          include_ended: Annotated[bool, Query(
                              description="false: only live sandboxes (starting, running, "
                                          "paused, hibernated); ignored with state=")] = True,
+                         template: Annotated[str | None, Query(max_length=128)] = None,
+                         started_after: Annotated[float | None, Query(
+                             description="only those created after this (Unix seconds)")
+                         ] = None,
+                         limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE)] = None,
+                         next_token: Annotated[str | None, Query(max_length=512)] = None,
                          ) -> SandboxList:
     wanted: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
@@ -46,11 +61,16 @@ async def list_sandboxes(request: Request, who: CurrentPrincipal, service: Servi
             if not key:
                 raise bad_request("metadata filter needs a key: metadata.KEY=VALUE")
             wanted[key] = value
-    rows = service.store.list_sandboxes(who.team, state)
-    if state is None and not include_ended:
-        rows = [r for r in rows if r.state not in ENDED_STATES]
-    rows = [r for r in rows if all((r.meta or {}).get(k) == v for k, v in wanted.items())]
-    return SandboxList(sandboxes=service.infos(rows))
+    where = SandboxFilter(state=state, template=template, started_after=started_after,
+                          metadata=wanted,
+                          exclude_states=tuple(ENDED_STATES)
+                          if state is None and not include_ended else ())
+    try:
+        rows, token = service.store.page_sandboxes(who.team, where, limit=limit,
+                                                   after=next_token)
+    except BadPageToken as exc:
+        raise bad_request(str(exc)) from None
+    return SandboxList(sandboxes=service.infos(rows), next_token=token)
 
 
 @router.get("/sandboxes/{sandbox_id}", response_model=SandboxInfo)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from pandastack.registry import Registry
 from pandastack.wire import ENDED_STATES
 
+from .listing import SandboxListing
 from .models import (
     ApiKey,
     Sandbox,
@@ -31,7 +32,7 @@ LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
-class Store(Registry, UsageStore, VolumeStore):
+class Store(Registry, UsageStore, VolumeStore, SandboxListing):
     """The registry's engine and sessions (and its host and lease queries), with the
     control plane's own tables. Every write of a sandbox's state meters it in the same
     transaction (store/usage.py)."""
