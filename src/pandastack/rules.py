@@ -67,6 +67,8 @@ SNAPSHOT_ID_RE = re.compile(rf"^{SNAPSHOT_ID_PREFIX}[0-9a-f]{{12}}$")
 BUILD_ID_RE = re.compile(rf"^{BUILD_ID_PREFIX}[0-9a-f]{{12}}$")
 VOLUME_ID_PREFIX = "vol-"
 VOLUME_ID_RE = re.compile(rf"^{VOLUME_ID_PREFIX}[0-9a-f]{{12}}$")
+VOLUME_BACKUP_ID_PREFIX = "vsnap-"
+VOLUME_BACKUP_ID_RE = re.compile(rf"^{VOLUME_BACKUP_ID_PREFIX}[0-9a-f]{{12}}$")
 
 
 def new_sandbox_id() -> str:
@@ -83,6 +85,10 @@ def new_build_id() -> str:
 
 def new_volume_id() -> str:
     return VOLUME_ID_PREFIX + secrets.token_hex(_ID_HEX_BYTES)
+
+
+def new_volume_backup_id() -> str:
+    return VOLUME_BACKUP_ID_PREFIX + secrets.token_hex(_ID_HEX_BYTES)
 
 
 def clone_volume_id(volume_id: str, sandbox_id: str) -> str:

@@ -539,9 +539,17 @@ class DrainResult(Strict):
 
 class CreateVolume(Strict):
     name: str = Field(pattern=VOLUME_NAME_PATTERN)
-    size_mb: int = Field(default=DEFAULT_VOLUME_MB, ge=MIN_VOLUME_MB, le=MAX_VOLUME_MB)
+    size_mb: int | None = Field(
+        default=None, ge=MIN_VOLUME_MB, le=MAX_VOLUME_MB,
+        description=f"default {DEFAULT_VOLUME_MB}; from a snapshot, the snapshot's size (a "
+                    "larger size grows the restored file system)")
     # Admin only, where the server drives many hosts: the host the volume lives on.
     host_id: str | None = Field(default=None, max_length=64)
+    from_snapshot: str | None = Field(
+        default=None, max_length=64,
+        description="a volume snapshot of the team (`POST /v1/volumes/{name}/snapshots`): the "
+                    "new volume holds what it holds, on any host that shares the object "
+                    "store")
 
 
 class ResizeVolume(Strict):
@@ -566,3 +574,25 @@ class VolumeInfo(Strict):
 
 class VolumeList(Strict):
     volumes: list[VolumeInfo]
+
+
+class MoveVolume(Strict):
+    host_id: str = Field(max_length=64)
+    team: str | None = Field(default=None, max_length=128,
+                             description="the volume's team (default: the admin key's)")
+
+
+class VolumeSnapshotInfo(Strict):
+    """A volume's contents at one instant, in the object store: it outlives the volume."""
+
+    id: str
+    volume_name: str  # the volume's name when it was taken
+    volume_id: str
+    size_mb: int
+    stored_bytes: int = Field(description="what its data takes in the object store (holes "
+                                          "and chunks stored before are not counted)")
+    created_at: float
+
+
+class VolumeSnapshotList(Strict):
+    snapshots: list[VolumeSnapshotInfo]

@@ -49,6 +49,15 @@ def test_volume_commands(server: FakeServer, capsys: pytest.CaptureFixture[str])
     assert json.loads(capsys.readouterr().out) == {"deleted": "data"}
     assert main(["volume", "get", "data", "--json"]) == 1
     assert json.loads(capsys.readouterr().err)["error"]["code"] == "not_found"
+    # This server's host has no object store: snapshots and moves say so (exit 1).
+    assert main(["volume", "snapshot", "ref", "--json"]) == 1
+    assert "PANDASTACK_OBJECT_STORE" in json.loads(capsys.readouterr().err)["error"]["message"]
+    assert main(["volume", "snapshots", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"snapshots": []}
+    assert main(["volume", "move", "ref", "h-1", "--json"]) == 1
+    assert json.loads(capsys.readouterr().err)["error"]["code"] == "validation_error"
+    assert main(["volume", "create", "x", "--from-snapshot", "vsnap-000000000000"]) == 1
+    assert "not_found" in capsys.readouterr().err
     assert main(["volume", "delete", "ref"]) == 0
     assert main(["volume", "list", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"volumes": []}

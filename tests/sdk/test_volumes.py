@@ -26,6 +26,9 @@ VOLUME: dict[str, Any] = {"id": "vol-000000000001", "name": "data", "size_mb": 1
                           "created_at": 1000.0, "attachments": []}
 ATTACHED = {**SANDBOX, "volumes": [{"id": "vol-000000000001", "name": "data",
                                     "mount_path": "/data", "read_only": False}]}
+SNAPSHOT: dict[str, Any] = {"id": "vsnap-000000000001", "volume_name": "data",
+                            "volume_id": "vol-000000000001", "size_mb": 1024,
+                            "stored_bytes": 4096, "created_at": 1000.0}
 IN_USE = envelope("volume_in_use", "volume 'data' is attached to sbx-1")
 
 
@@ -36,6 +39,10 @@ def fake() -> FakeAPI:
             .on("GET", "/v1/volumes/data", reply(200, VOLUME))
             .on("DELETE", "/v1/volumes/data", reply(409, IN_USE))
             .on("POST", "/v1/volumes/data/resize", reply(200, {**VOLUME, "size_mb": 2048}))
+            .on("POST", "/v1/volumes/data/snapshots", reply(201, SNAPSHOT))
+            .on("GET", "/v1/volume-snapshots", reply(200, {"snapshots": [SNAPSHOT]}))
+            .on("DELETE", "/v1/volume-snapshots/vsnap-000000000001", reply(204))
+            .on("POST", "/v1/volumes/data/move", reply(200, {**VOLUME, "host_id": "h-2"}))
             .on("POST", "/v1/sandboxes", reply(201, ATTACHED))
             .on("DELETE", "/v1/sandboxes/sb-1", reply(204)))
 
@@ -45,7 +52,20 @@ def test_sync_volumes_and_mounts() -> None:
     with Client(API_URL, API_KEY, transport=api.transport) as c:
         made = c.volumes.create("data")
         assert isinstance(made, VolumeInfo) and made.id == "vol-000000000001"
-        assert body(api.last("POST", "/v1/volumes")) == {"name": "data", "size_mb": 1024}
+        # The size is the server's default (1024), or a snapshot's.
+        assert body(api.last("POST", "/v1/volumes")) == {"name": "data"}
+        c.volumes.create("data", from_snapshot="vsnap-000000000001")
+        assert body(api.last("POST", "/v1/volumes")) == {"name": "data",
+                                                         "from_snapshot": "vsnap-000000000001"}
+        snap = c.volumes.snapshot("data")
+        assert (snap.id, snap.volume_name, snap.stored_bytes) == (
+            "vsnap-000000000001", "data", 4096)
+        assert [s.id for s in c.volumes.snapshots("data")] == ["vsnap-000000000001"]
+        assert api.last("GET", "/v1/volume-snapshots").url.params["volume"] == "data"
+        c.volumes.delete_snapshot("vsnap-000000000001")
+        assert c.volumes.move("data", "h-2", team="t").host_id == "h-2"
+        assert body(api.last("POST", "/v1/volumes/data/move")) == {"host_id": "h-2",
+                                                                   "team": "t"}
         c.volumes.create("data", size_mb=64)
         assert body(api.last("POST", "/v1/volumes")) == {"name": "data", "size_mb": 64}
         assert [v.name for v in c.volumes.list()] == ["data"]
@@ -87,6 +107,11 @@ async def test_async_volumes_and_mounts() -> None:
         assert [v.id for v in await c.volumes.list()] == ["vol-000000000001"]
         assert (await c.volumes.get("data")).attachments == []
         assert (await c.volumes.resize("data", 2048)).size_mb == 2048
+        assert (await c.volumes.snapshot("data")).size_mb == 1024
+        assert len(await c.volumes.snapshots()) == 1
+        await c.volumes.delete_snapshot("vsnap-000000000001")
+        assert (await c.volumes.move("data", "h-2")).host_id == "h-2"
+        assert body(api.last("POST", "/v1/volumes/data/move")) == {"host_id": "h-2"}
         with pytest.raises(VolumeInUseError):
             await c.volumes.delete("data")
     sbx = await AsyncSandbox.create(volumes=[{"name": "data", "mount_path": "/data",

@@ -17,6 +17,7 @@ from pandastack.hostport.errors import (
     CodeContextNotFound,
     GuestOSError,
     HostError,
+    NoObjectStore,
     SandboxNotFound,
     SandboxStateError,
     SnapshotNotFound,
@@ -25,7 +26,12 @@ from pandastack.hostport.errors import (
     VolumeNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
-from pandastack.hostport.protocols import BuildLog, OutputCallback, SandboxPlacement
+from pandastack.hostport.protocols import (
+    BuildLog,
+    DroppedCallback,
+    OutputCallback,
+    SandboxPlacement,
+)
 from pandastack.hostport.results import (
     BuildResult,
     CodeEvent,
@@ -35,7 +41,8 @@ from pandastack.hostport.results import (
     SnapshotInfo,
     SnapshotResult,
 )
-from pandastack.hostport.volumes import HostVolume, VolumeMountRequest
+from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumeMountRequest
+from pandastack.hostport.watch import WatchEvent
 from pandastack.rules import MAX_VOLUME_MB, MIN_VOLUME_MB, clone_volume_id
 from pandastack.templatespec import TemplateSpec
 
@@ -56,6 +63,7 @@ class FakeSandbox:
         self.files: dict[str, bytes] = {}
         self.last_env: Mapping[str, str] | None = None
         self.wakes = 0
+        self.spawn_timeout: float | None = None
         self.network = NetworkPolicy()
         self.code_contexts: dict[str, dict[str, object]] = {}
         self.volumes: list[VolumeMountRequest] = []
@@ -104,8 +112,10 @@ class FakeSandbox:
         cwd: str | None = None,
         user: str | None = None,
     ) -> int:
+        timeout: float | None = None,
         await self._guest()
         return 42
+        self.spawn_timeout = timeout
 
     async def attach(
         self,
@@ -114,8 +124,17 @@ class FakeSandbox:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
+        on_dropped: DroppedCallback | None = None,
+        keep_output: bool = True,
         await self._guest()
         return ExecResult(0, b"", b"", 1.0, False, None, False)
+        # A stream sees a replay note, one chunk of each stream, then the exit.
+        for callback, args in ((on_dropped, (3, 0)), (on_stdout, (b"out\n",)),
+                               (on_stderr, (b"err\n",))):
+            if callback is not None:
+                r = callback(*args)  # type: ignore[operator]
+                if r is not None:
+                    await r
 
     async def procs(self) -> list[dict[str, object]]:
         await self._guest()
@@ -146,6 +165,19 @@ class FakeSandbox:
     async def list_dir(self, path: str) -> list[FileInfo]:
         await self._guest()
         return [await self.stat(p) for p in self.files if p.rsplit("/", 1)[0] == path]
+
+    async def watch(self, path: str, *,
+                    recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
+        """Scripted: ENOENT for /missing; a create and a rename, then the directory is gone
+        (or, for a path ending in "flood", an overflow)."""
+        await self._guest()
+        if path == "/missing":
+            raise GuestOSError("ENOENT", "No such file or directory", path)
+        yield [WatchEvent("watching", path)]
+        yield [WatchEvent("create", f"{path}/a"),
+               WatchEvent("rename", f"{path}/b", f"{path}/a")]
+        if path.endswith("flood"):
+            yield [WatchEvent("overflow", path)]
 
     async def stat(self, path: str) -> FileInfo:
         await self._guest()
@@ -354,6 +386,17 @@ class FakeRuntime:
         if self.mounted_by(volume_id):
             raise VolumeInUse(f"volume {volume_id} is mounted")
         del self.volumes[volume_id]
+
+    # Volume backups: this fake host has no object store, as a single host without one.
+    async def backup_volume(self, volume_id: str, backup_id: str) -> VolumeBackup:
+        self.volume(volume_id)
+        raise NoObjectStore("this host has no object store")
+
+    async def restore_volume(self, backup_id: str, volume_id: str) -> HostVolume:
+        raise NoObjectStore("this host has no object store")
+
+    async def delete_volume_backup(self, backup_id: str) -> None:
+        raise NoObjectStore("this host has no object store")
 
     async def prepare_template(self, name: str, *, vcpus: int = 1,
                                memory_mb: int = 512) -> None:

@@ -234,3 +234,24 @@ async def test_a_pool_places_sandboxes_where_their_volumes_are(tmp_path: Path, d
                           code="validation_error")
         r = await api.client.post("/v1/volumes", json={"name": "pinned", "host_id": "host-a"})
         assert_envelope(r, 422, "validation_error")  # one server, no cluster: no choosing
+
+
+async def test_portable_volume_calls_on_one_host_without_an_object_store(api: Api) -> None:
+    c = api.client
+    await new_volume(api, "data")
+    # The host has no object store: a clear 409 that says what to set, never a 500.
+    r = await c.post("/v1/volumes/data/snapshots")
+    assert_envelope(r, 409, "conflict")
+    assert "PANDASTACK_OBJECT_STORE" in r.json()["error"]["message"]
+    assert (await c.get("/v1/volume-snapshots")).json() == {"snapshots": []}
+    # One host: nowhere to move to.
+    assert_envelope(await c.post("/v1/volumes/data/move", json={"host_id": "h-1"}), 422,
+                    "validation_error")
+    assert_envelope(await c.post("/v1/volumes/nope/snapshots"), 404, "not_found")
+    for snapshot in ("vsnap-000000000000", "../x", "snap-000000000000"):
+        assert_envelope(await c.post("/v1/volumes", json={"name": "v",
+                                                           "from_snapshot": snapshot}),
+                        404, "not_found")
+        assert_envelope(await c.get(f"/v1/volume-snapshots/{snapshot}"), 404, "not_found")
+    # Nothing was made by the refused creates.
+    assert [v["name"] for v in (await c.get("/v1/volumes")).json()["volumes"]] == ["data"]

@@ -22,11 +22,12 @@ from pandastack.hostport.results import (
     SnapshotResult,
     TransferDocument,
 )
-from pandastack.hostport.volumes import HostVolume, VolumeMountRequest
+from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumeMountRequest
 from pandastack.templatespec import TemplateSpec
 
 from .runtime import HostRuntime
 from .templates.builds import TemplateBuilds
+from .volumes.backup import VolumeBackups
 
 
 class LocalHost:
@@ -73,6 +74,18 @@ class LocalHost:
 
     async def delete_volume(self, volume_id: str) -> None:
         await self.runtime.volumes.delete(volume_id)
+
+    def _backups(self) -> VolumeBackups:
+        return VolumeBackups(self.runtime.volumes, self.runtime.remote)
+
+    async def backup_volume(self, volume_id: str, backup_id: str) -> VolumeBackup:
+        return await self._backups().backup(volume_id, backup_id)
+
+    async def restore_volume(self, backup_id: str, volume_id: str) -> HostVolume:
+        return await self._backups().restore(backup_id, volume_id)
+
+    async def delete_volume_backup(self, backup_id: str) -> None:
+        await self._backups().delete(backup_id)
 
     async def prepare_template(self, name: str, *, vcpus: int = 1,
                                memory_mb: int = 512) -> None:

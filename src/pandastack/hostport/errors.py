@@ -21,7 +21,8 @@ type name and re-raised by its client: the control plane sees the same classes e
     ├── HostExhausted         the host (or every host) has no room for the sandbox
     ├── ObjectStoreError      the object store refused a request or sent other bytes than asked
     │   ├── ObjectStoreUnavailable  it cannot be reached, timed out or answered 5xx
-    │   └── ObjectNotFound          no object with that key
+    │   ├── ObjectNotFound          no object with that key
+    │   └── NoObjectStore           the host has none (what was asked needs one)
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
@@ -125,6 +126,11 @@ class ObjectStoreUnavailable(ObjectStoreError):
 
 class ObjectNotFound(ObjectStoreError):
     """No object with that key in the store."""
+
+
+class NoObjectStore(ObjectStoreError):
+    """The host has no object store configured, and the operation (a volume snapshot or
+    move) needs one."""
 
 
 class AgentError(HostError):

@@ -7,6 +7,11 @@ microvm has no hot-plug, so every VM has `MAX_VOLUMES_PER_SANDBOX` slots and a r
 them. A fork's child, or a sandbox made from a snapshot, gets a copy of each read-write
 volume as it was at that instant, under `rules.clone_volume_id(volume, child)`; read-only
 volumes are shared.
+
+A volume backup (`backup_volume`) is the image of a volume without a writer, in the object
+store that the hosts share, under `volumes/<backup id>.json`; any host of that store can
+make a new volume of it (`restore_volume`). A move to another host is a backup, a restore
+there and a delete here, driven by the control plane.
 """
 
 from __future__ import annotations
@@ -38,6 +43,18 @@ class HostVolume:
     host_id: str | None = None
 
 
+@dataclass(frozen=True)
+class VolumeBackup:
+    """A volume's image as the object store keeps it. `stored_bytes`: what its data takes
+    (holes are not stored; chunks the store had already are not stored again)."""
+
+    id: str
+    volume_id: str
+    size_mb: int
+    stored_bytes: int
+    created_at: float
+
+
 @runtime_checkable
 class VolumePort(Protocol):
     """Volume files on a host. A pool routes each call to the host pinned by the request's
@@ -61,4 +78,20 @@ class VolumePort(Protocol):
 
     async def delete_volume(self, volume_id: str) -> None:
         """VolumeInUse while mounted, VolumeNotFound if there is none."""
+        ...
+
+    async def backup_volume(self, volume_id: str, backup_id: str) -> VolumeBackup:
+        """Store the volume's image in the object store as backup `backup_id`: VolumeInUse
+        while a sandbox has it mounted read-write, SetupError where the host has no object
+        store."""
+        ...
+
+    async def restore_volume(self, backup_id: str, volume_id: str) -> HostVolume:
+        """A new volume `volume_id` holding backup `backup_id` (VolumeNotFound if the store
+        has no such backup; VolumeInUse if the host has a volume of that id)."""
+        ...
+
+    async def delete_volume_backup(self, backup_id: str) -> None:
+        """Forget the backup (its chunks go with the store's garbage collection); nothing
+        if there is none."""
         ...

@@ -36,7 +36,7 @@ from .results import (
     SnapshotInfo,
     SnapshotResult,
 )
-from .volumes import HostVolume, VolumeMountRequest
+from .volumes import HostVolume, VolumeBackup, VolumeMountRequest
 
 ErrorValue = str | int | float | bool | None
 M = TypeVar("M", bound=BaseModel)
@@ -120,6 +120,7 @@ _STATUS: dict[type[Exception], int] = {
     errors_module.HostExhausted: 503,
     errors_module.ObjectStoreUnavailable: 503,
     errors_module.ObjectNotFound: 404,
+    errors_module.NoObjectStore: 409,
     HostError: 500,
 }
 
@@ -248,6 +249,32 @@ class CreateVolumeRequest(Strict):
 
 class ResizeVolumeRequest(Strict):
     size_mb: int
+
+
+class BackupVolumeRequest(Strict):
+    backup_id: str = Field(max_length=64)
+
+
+class RestoreVolumeRequest(Strict):
+    backup_id: str = Field(max_length=64)
+    volume_id: str = Field(max_length=64)
+
+
+class VolumeBackupModel(Strict):
+    id: str
+    volume_id: str
+    size_mb: int
+    stored_bytes: int
+    created_at: float
+
+    @classmethod
+    def of(cls, backup: VolumeBackup) -> VolumeBackupModel:
+        return cls(id=backup.id, volume_id=backup.volume_id, size_mb=backup.size_mb,
+                   stored_bytes=backup.stored_bytes, created_at=backup.created_at)
+
+    def value(self) -> VolumeBackup:
+        return VolumeBackup(self.id, self.volume_id, self.size_mb, self.stored_bytes,
+                            self.created_at)
 
 
 class CreateRequest(Strict):

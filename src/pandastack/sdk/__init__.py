@@ -88,6 +88,7 @@ from pandastack.sdk.models import (
     UsageRow,
     VolumeInfo,
     VolumeMount,
+    VolumeSnapshotInfo,
     WriteResult,
 )
 from pandastack.sdk.sandbox import Sandbox
@@ -189,6 +190,7 @@ __all__ = [
     "VolumeInUseError",
     "VolumeInfo",
     "VolumeMount",
+    "VolumeSnapshotInfo",
     "Volumes",
     "WaitTimeoutError",
     "Watch",

@@ -31,6 +31,7 @@ from pandastack.wire import (
     VolumeAttachment,
     VolumeInfo,
     VolumeMount,
+    VolumeSnapshotInfo,
     WriteResult,
 )
 from pandastack.wire_usage import (
@@ -73,6 +74,7 @@ __all__ = [
     "VolumeAttachment",
     "VolumeInfo",
     "VolumeMount",
+    "VolumeSnapshotInfo",
     "WriteResult",
 ]
 

@@ -124,6 +124,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                     log.warning("reconciled after start: %d rows failed, %d stray VMs killed",
                                 len(failed), len(killed))
                 await templates.reconcile()
+                await service.volumes.snapshots.finish_moves()
 
             try:
                 await reconcile()

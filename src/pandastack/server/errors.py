@@ -28,6 +28,7 @@ from pandastack.hostport.errors import (
     HostExhausted,
     HostLost,
     HostUnavailable,
+    NoObjectStore,
     ObjectStoreUnavailable,
     SandboxNotFound,
     SandboxStateError,
@@ -103,6 +104,8 @@ def from_host_error(exc: HostError) -> ApiError:
     if isinstance(exc, HostExhausted):
         return ApiError(503, "unavailable", f"{exc} (no host has room for it now; retry later "
                         "or ask for a smaller sandbox)", headers={"Retry-After": "5"})
+    if isinstance(exc, NoObjectStore):
+        return ApiError(409, "conflict", f"{exc} (set PANDASTACK_OBJECT_STORE on the hosts)")
     if isinstance(exc, ObjectStoreUnavailable):
         return ApiError(503, "unavailable", f"{exc} (nothing stored is lost: retry once the "
                         "object store is back)", headers={"Retry-After": "5"})

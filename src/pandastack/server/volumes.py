@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +21,9 @@ from sqlalchemy.exc import IntegrityError
 
 from pandastack.hostport.errors import VolumeNotFound
 from pandastack.hostport.protocols import RuntimePort
-from pandastack.hostport.volumes import VolumeMountRequest, VolumePort
+from pandastack.hostport.volumes import HostVolume, VolumeMountRequest, VolumePort
 from pandastack.rules import (
+    DEFAULT_VOLUME_MB,
     SNAPSHOT_ID_RE,
     VOLUME_NAME_PATTERN,
     clone_volume_id,
@@ -42,6 +43,7 @@ from .quotas import Quotas
 from .store import Sandbox, Store, Volume
 from .store.usage import QuotaCheck
 from .store.volumes import PlannedAttach, VolumeConflict, VolumeGone, attaching
+from .volume_snapshots import VolumeSnapshots
 
 #: The longest volume name (rules.VOLUME_NAME_PATTERN: 63 characters).
 MAX_NAME = 63
@@ -82,6 +84,7 @@ class VolumeService:
         self.store = store
         self.runtime = runtime
         self.quotas = quotas
+        self.snapshots = VolumeSnapshots(self)
 
     # -- lookups --------------------------------------------------------------------------
 
@@ -133,21 +136,32 @@ class VolumeService:
     # -- the volumes API ------------------------------------------------------------------
 
     async def create(self, team: str, req: CreateVolume) -> Volume:
-        """A new empty volume (409 if the team has one of that name); `req.host_id` is
-        pinned by the caller (admin only)."""
-        row = Volume(id=new_volume_id(), team=team, name=req.name, size_mb=req.size_mb,
-                     host_id=None, source_volume=None, created_at=time.time(),
+        """A new empty volume (409 if the team has one of that name), or one holding a
+        volume snapshot (`req.from_snapshot`); `req.host_id` is pinned by the caller (admin
+        only)."""
+        if req.from_snapshot is not None:
+            return await self.snapshots.restore(team, req)
+        size_mb = DEFAULT_VOLUME_MB if req.size_mb is None else req.size_mb
+        return await self.make(team, req.name, size_mb, None,
+                               lambda port, vid: port.create_volume(vid, size_mb))
+
+    async def make(self, team: str, name: str, size_mb: int, source_volume: str | None,
+                   build: Callable[[VolumePort, str], Awaitable[HostVolume]]) -> Volume:
+        """A new volume row (after the team's quota), then `build(port, id)` on a host: the
+        row goes again if the host does not make it."""
+        row = Volume(id=new_volume_id(), team=team, name=name, size_mb=size_mb,
+                     host_id=None, source_volume=source_volume, created_at=time.time(),
                      deleted_at=None)
         port = self.port
 
         def quota(s: Any, team: str) -> None:
-            self.quotas.check_volume(s, team, req.size_mb)
+            self.quotas.check_volume(s, team, size_mb)
         try:
             self.store.add_volume(row, quota)
         except IntegrityError:
-            raise conflict(f"the team has a volume named {req.name!r}") from None
+            raise conflict(f"the team has a volume named {name!r}") from None
         try:
-            made = await port.create_volume(row.id, req.size_mb)
+            made = await build(port, row.id)
         except BaseException as exc:
             self.store.forget_volume(row.id)
             api = api_error_of(exc) if isinstance(exc, Exception) else None
@@ -206,6 +220,9 @@ class VolumeService:
         return row
 
     def _detached(self, row: Volume, what: str) -> None:
+        if row.moving_to is not None:
+            raise in_use(f"volume {row.name!r} is being moved to host {row.moving_to}: "
+                         f"cannot {what} it until the move ends")
         held = self.store.volume_attachments([row.id])[row.id]
         if held:
             raise in_use(f"volume {row.name!r} is attached to "

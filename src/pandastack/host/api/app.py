@@ -66,6 +66,7 @@ def _host_router() -> APIRouter:
     for module in (sandboxes, migrations, transfers, processes, files, watch, code,
                    snapshots, templates, metrics, volumes):
         router.include_router(module.router)
+    router.include_router(volumes.backups)
     return router
 
 

@@ -9,13 +9,17 @@ from fastapi import APIRouter, Depends, Request, Response
 from pandastack.hostport.errors import VolumeNotFound
 from pandastack.hostport.volumes import VolumePort
 from pandastack.hostport.wire import (
+    BackupVolumeRequest,
     CreateVolumeRequest,
     HostVolumeList,
     HostVolumeModel,
     ResizeVolumeRequest,
+    RestoreVolumeRequest,
+    VolumeBackupModel,
 )
 
 router = APIRouter(prefix="/volumes", tags=["volumes"])
+backups = APIRouter(prefix="/volume-backups", tags=["volumes"])
 
 
 def get_volumes(request: Request) -> VolumePort:
@@ -52,4 +56,21 @@ async def resize_volume(volume_id: str, body: ResizeVolumeRequest,
 @router.delete("/{volume_id}", status_code=204, operation_id="deleteVolume")
 async def delete_volume(volume_id: str, host: Volumes) -> Response:
     await host.delete_volume(volume_id)
+    return Response(status_code=204)
+
+
+@router.post("/{volume_id}/backup", status_code=201, operation_id="backupVolume")
+async def backup_volume(volume_id: str, body: BackupVolumeRequest,
+                        host: Volumes) -> VolumeBackupModel:
+    return VolumeBackupModel.of(await host.backup_volume(volume_id, body.backup_id))
+
+
+@backups.post("/restore", status_code=201, operation_id="restoreVolumeBackup")
+async def restore_volume(body: RestoreVolumeRequest, host: Volumes) -> HostVolumeModel:
+    return HostVolumeModel.of(await host.restore_volume(body.backup_id, body.volume_id))
+
+
+@backups.delete("/{backup_id}", status_code=204, operation_id="deleteVolumeBackup")
+async def delete_volume_backup(backup_id: str, host: Volumes) -> Response:
+    await host.delete_volume_backup(backup_id)
     return Response(status_code=204)

@@ -203,7 +203,10 @@ class RemoteState:
 
     # -- fetching -------------------------------------------------------------------------
 
-    async def _manifest(self, name: str, kind: str) -> dict[str, Any] | None:
+    async def _manifest(self, name: str, kind: str, *,
+                        vmm_state: bool = True) -> dict[str, Any] | None:
+        """The manifest, checked: format, kind, and with `vmm_state` (a memory stream in
+        it) that this host's VMM wrote it."""
         raw = await self.store.get_manifest(name)
         if raw is None:
             return None
@@ -215,7 +218,7 @@ class RemoteState:
         if document.get("kind") != kind:
             raise SetupError(f"{name} in the object store is not a {kind} manifest")
         here = self._identity()
-        if document.get("driver") != here:
+        if vmm_state and document.get("driver") != here:
             # The stream is the VMM's own: another VMM version or accelerator cannot load it.
             raise SetupError(f"{name} was saved by {document.get('driver')!r}; this host runs "
                              f"{here!r}")
@@ -332,6 +335,24 @@ class RemoteState:
         fields["layers"] = tuple(fields["layers"])
         await self.store.evict()
         return {**fields, "template_path": str(template)}
+
+    # -- single files (volume backups) -----------------------------------------------------
+
+    async def put_file(self, path: Path, name: str) -> Ref:
+        """The file in the store (chunked: holes and known chunks not sent); its reference."""
+        return await self._put(path, name)
+
+    async def copy_file(self, ref: Ref, dest: Path) -> None:
+        """A writable copy of a stored file as `dest`."""
+        await self._copy(ref, dest)
+
+    async def put_document(self, name: str, document: dict[str, Any]) -> None:
+        await self.store.put_manifest(name, json.dumps({"format": FORMAT, **document},
+                                                       indent=1).encode())
+
+    async def document(self, name: str, kind: str) -> dict[str, Any] | None:
+        """A manifest that holds no VMM state (any host may read it); None if absent."""
+        return await self._manifest(name, kind, vmm_state=False)
 
     # -- deleting -------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,18 @@ class HostVolumes:
 
     def settle(self, sandbox_id: str) -> None:
         self._claims.pop(sandbox_id, None)
+
+    @contextlib.contextmanager
+    def reading(self, volume_id: str) -> Iterator[None]:
+        """Hold the volume as a reader while its image is copied: no writer mounts it
+        meanwhile (VolumeInUse if one has it now)."""
+        self.check_free(volume_id, read_only=True)
+        key = f"(a copy of {volume_id}, {time.monotonic_ns()})"
+        self._claims[key] = (Mounted(-1, volume_id, "", True),)
+        try:
+            yield
+        finally:
+            self._claims.pop(key, None)
 
     # -- who has what ---------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pandastack.host.sparse import data_ranges
@@ -39,6 +39,7 @@ class VolumeFiles:
     size_bytes: int
     created_at: float
     source: str | None = None  # the volume this one is a copy of
+    restored_from: str | None = None  # the backup it was made of (host/volumes/backup.py)
 
     @property
     def size_mb(self) -> int:
@@ -104,6 +105,23 @@ class VolumeStore:
         work.mkdir(mode=0o700)
         return work
 
+    def begin(self, volume_id: str) -> Path:
+        """A work directory for a volume made elsewhere (a restore): put its image in it
+        as `IMAGE`, then `commit` or `abort` it."""
+        self._dir(volume_id)
+        return self._work(volume_id)
+
+    def commit(self, work: Path, files: VolumeFiles) -> VolumeFiles:
+        try:
+            os.chmod(work / IMAGE, 0o600)
+            return self._commit(work, files)
+        except BaseException:
+            self.abort(work)
+            raise
+
+    def abort(self, work: Path) -> None:
+        shutil.rmtree(work, ignore_errors=True)
+
     def create(self, volume_id: str, size_mb: int) -> VolumeFiles:
         """A new empty ext4 volume (blocking: callers run it in a thread)."""
         check_size(size_mb)
@@ -153,7 +171,7 @@ class VolumeStore:
             # left (the journal is replayed) and nothing more.
             _run(["e2fsck", "-p", "-f", str(image)], "checking the file system")
             _run(["resize2fs", str(image)], "growing the file system")
-        grown = VolumeFiles(files.id, size_mb * MIB, files.created_at, files.source)
+        grown = replace(files, size_bytes=size_mb * MIB)
         (image.parent / META).write_text(json.dumps(asdict(grown)))
         return grown
 

@@ -17,8 +17,9 @@ from pandastack.hostport.results import (
     SnapshotResult,
     TransferDocument,
 )
-from pandastack.hostport.volumes import HostVolume, VolumeMountRequest
+from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumeMountRequest
 from pandastack.hostport.wire import (
+    BackupVolumeRequest,
     BuildRequest,
     BuildResultModel,
     CreateRequest,
@@ -34,6 +35,7 @@ from pandastack.hostport.wire import (
     Pruned,
     PruneRequest,
     ResizeVolumeRequest,
+    RestoreVolumeRequest,
     SandboxInfo,
     SandboxList,
     SnapshotInfoModel,
@@ -41,6 +43,7 @@ from pandastack.hostport.wire import (
     SnapshotRequest,
     SnapshotResultModel,
     TransferDocumentModel,
+    VolumeBackupModel,
     VolumeMountModel,
     network_model,
 )
@@ -286,6 +289,26 @@ class HostClient:
 
     async def delete_volume(self, volume_id: str) -> None:
         await self._caller.call("DELETE", api_path("volumes", volume_id),
+                                read=self._t.lifecycle)
+
+    async def backup_volume(self, volume_id: str, backup_id: str) -> VolumeBackup:
+        # An upload of the whole image: no read deadline, like a publish.
+        made = await self._caller.model(VolumeBackupModel, "POST",
+                                        api_path("volumes", volume_id, "backup"),
+                                        json=BackupVolumeRequest(backup_id=backup_id),
+                                        read=None)
+        return made.value()
+
+    async def restore_volume(self, backup_id: str, volume_id: str) -> HostVolume:
+        made = await self._caller.model(HostVolumeModel, "POST",
+                                        api_path("volume-backups", "restore"),
+                                        json=RestoreVolumeRequest(backup_id=backup_id,
+                                                                  volume_id=volume_id),
+                                        read=None)
+        return made.value()
+
+    async def delete_volume_backup(self, backup_id: str) -> None:
+        await self._caller.call("DELETE", api_path("volume-backups", backup_id),
                                 read=self._t.lifecycle)
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,

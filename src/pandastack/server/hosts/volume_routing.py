@@ -7,12 +7,12 @@ takes it, which is reported in `HostVolume.host_id`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from pandastack.hostport.errors import HostExhausted, HostUnavailable, VolumeNotFound
 from pandastack.hostport.protocols import RuntimePort
-from pandastack.hostport.volumes import HostVolume, VolumePort
+from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumePort
 
 from .pinning import pinned_host
 
@@ -49,7 +49,9 @@ class VolumeRouting:
                                   f"({', '.join(sorted(self._unreachable))})")
         raise VolumeNotFound(volume_id)
 
-    async def create_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+    async def _place(self, volume_id: str,
+                     make: Callable[[VolumePort], Awaitable[HostVolume]]) -> HostVolume:
+        """A new volume on the pinned host, else on the best-ranked one that takes it."""
         pinned = pinned_host.get()
         candidates = [pinned] if pinned is not None else \
             self._create_candidates("base", 1, 512, None)
@@ -58,7 +60,7 @@ class VolumeRouting:
             if host_id not in self.hosts:
                 raise HostExhausted(f"no host {host_id!r}")
             try:
-                made = await volume_port(self.hosts[host_id]).create_volume(volume_id, size_mb)
+                made = await make(volume_port(self.hosts[host_id]))
             except (HostExhausted, HostUnavailable) as exc:
                 refused.append(f"{host_id}: {exc}")
                 continue
@@ -66,6 +68,24 @@ class VolumeRouting:
             return replace(made, host_id=host_id)
         raise HostExhausted("no host took the volume" +
                             (f" ({'; '.join(refused)})" if refused else ""))
+
+    async def create_volume(self, volume_id: str, size_mb: int) -> HostVolume:
+        return await self._place(volume_id, lambda port: port.create_volume(volume_id, size_mb))
+
+    async def restore_volume(self, backup_id: str, volume_id: str) -> HostVolume:
+        return await self._place(volume_id,
+                                 lambda port: port.restore_volume(backup_id, volume_id))
+
+    async def backup_volume(self, volume_id: str, backup_id: str) -> VolumeBackup:
+        host_id = await self.volume_host(volume_id)
+        return await volume_port(self.hosts[host_id]).backup_volume(volume_id, backup_id)
+
+    async def delete_volume_backup(self, backup_id: str) -> None:
+        # The store is the hosts' own: any host that answers can delete from it.
+        names = [h for h in self.hosts if h not in self._unreachable]
+        if not names:
+            raise HostUnavailable("no host is reachable to delete the backup")
+        await volume_port(self.hosts[names[0]]).delete_volume_backup(backup_id)
 
     async def get_volume(self, volume_id: str) -> HostVolume:
         host_id = await self.volume_host(volume_id)

@@ -14,9 +14,10 @@ from .models import (
     TemplateVersion,
     Volume,
     VolumeAttachment,
+    VolumeBackup,
 )
 from .repo import Store
 
 __all__ = ["ApiKey", "Host", "Lease", "Sandbox", "ServerSecret", "Snapshot", "Store", "Team",
            "TemplateBlob", "TemplateName", "TemplateVersion", "Volume", "VolumeAttachment",
-           "open_store"]
+           "VolumeBackup", "open_store"]

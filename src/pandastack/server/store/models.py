@@ -25,7 +25,7 @@ from pandastack.registry.models import Base, Host, Lease
 
 __all__ = ["ApiKey", "Base", "Host", "Lease", "Sandbox", "ServerSecret", "Snapshot", "Team",
            "TeamQuota", "TemplateBlob", "TemplateName", "TemplateVersion", "UsageSegment",
-           "Volume", "VolumeAttachment"]
+           "Volume", "VolumeAttachment", "VolumeBackup"]
 
 
 class Team(Base):
@@ -115,6 +115,27 @@ class Volume(Base):
     size_mb: Mapped[int] = mapped_column(Integer)
     host_id: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
     source_volume: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    created_at: Mapped[float] = mapped_column(Float)
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    # A move under way (server/volume_moves.py): the host it goes to until the row names
+    # that host, then the host it left until its copy there is deleted.
+    moving_to: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    moving_from: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+
+
+class VolumeBackup(Base):
+    """A backup of a team's volume in the object store (`volumes.snapshot`): it outlives the
+    volume. `volume_name` is the name the volume had when it was taken."""
+
+    __tablename__ = "volume_backups"
+    __table_args__ = (Index("ix_volume_backups_team", "team"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    team: Mapped[str] = mapped_column(String(128), ForeignKey("teams.id"))
+    volume_id: Mapped[str] = mapped_column(String(32))
+    volume_name: Mapped[str] = mapped_column(String(128))
+    size_mb: Mapped[int] = mapped_column(Integer)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[float] = mapped_column(Float)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 

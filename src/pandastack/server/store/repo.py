@@ -26,13 +26,14 @@ from .models import (
     TemplateVersion,
 )
 from .usage import UsageStore, close_segments, meter_state_change, open_snapshot_segment
+from .volume_backups import VolumeBackupStore
 from .volumes import VolumeStore, detach_sandboxes
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
-class Store(Registry, UsageStore, VolumeStore, SandboxListing):
+class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing):
     """The registry's engine and sessions (and its host and lease queries), with the
     control plane's own tables. Every write of a sandbox's state meters it in the same
     transaction (store/usage.py)."""

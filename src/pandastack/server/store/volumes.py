@@ -53,12 +53,16 @@ def attach(s: Session, sandbox_id: str, plan: Sequence[PlannedAttach], at: float
     `s`'s transaction. VolumeGone, VolumeConflict."""
     existing = sorted({p.volume_id for p in plan if p.clone is None})
     if existing:
-        live = set(s.scalars(select(Volume.id).where(
-            Volume.id.in_(existing), Volume.deleted_at.is_(None))
-            .order_by(Volume.id).with_for_update()))
+        live = {vid: moving for vid, moving in s.execute(
+            select(Volume.id, Volume.moving_to).where(
+                Volume.id.in_(existing), Volume.deleted_at.is_(None))
+            .order_by(Volume.id).with_for_update()).all()}
         gone = [v for v in existing if v not in live]
         if gone:
             raise VolumeGone(", ".join(gone))
+        moving = [v for v in existing if live[v] is not None]
+        if moving:
+            raise VolumeConflict(f"volume {moving[0]} is being moved to another host")
         held = list(s.scalars(select(VolumeAttachment).where(
             VolumeAttachment.volume_id.in_(existing))))
         for p in plan:
