@@ -62,8 +62,8 @@ class FakeSandbox:
         self.state = "running"
         self.files: dict[str, bytes] = {}
         self.last_env: Mapping[str, str] | None = None
-        self.wakes = 0
         self.spawn_timeout: float | None = None
+        self.wakes = 0
         self.network = NetworkPolicy()
         self.code_contexts: dict[str, dict[str, object]] = {}
         self.volumes: list[VolumeMountRequest] = []
@@ -111,11 +111,11 @@ class FakeSandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         user: str | None = None,
-    ) -> int:
         timeout: float | None = None,
+    ) -> int:
         await self._guest()
-        return 42
         self.spawn_timeout = timeout
+        return 42
 
     async def attach(
         self,
@@ -123,11 +123,10 @@ class FakeSandbox:
         *,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
         on_dropped: DroppedCallback | None = None,
         keep_output: bool = True,
+    ) -> ExecResult:
         await self._guest()
-        return ExecResult(0, b"", b"", 1.0, False, None, False)
         # A stream sees a replay note, one chunk of each stream, then the exit.
         for callback, args in ((on_dropped, (3, 0)), (on_stdout, (b"out\n",)),
                                (on_stderr, (b"err\n",))):
@@ -135,6 +134,7 @@ class FakeSandbox:
                 r = callback(*args)  # type: ignore[operator]
                 if r is not None:
                     await r
+        return ExecResult(0, b"", b"", 1.0, False, None, False)
 
     async def procs(self) -> list[dict[str, object]]:
         await self._guest()
