@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 # Top-level modules of the server extra (and of what only those pull in).
-SERVER_ONLY = ("fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "qemu", "websockets")
+SERVER_ONLY = ("fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "qemu")
 # Loaded when present, not needed: httpx imports its CLI's click in a try block, and
 # setuptools' .pth file loads _distutils_hack at start-up.
 INCIDENTAL = {"click", "setuptools"}
@@ -143,7 +143,8 @@ def test_base_dependencies_cover_what_the_client_side_imports(tmp_path: Path) ->
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = {_name(r) for r in project["dependencies"]}
     server = {_name(r) for r in project["optional-dependencies"]["server"]}
-    assert {"fastapi", "uvicorn", "sqlalchemy", "alembic", "qemu-qmp", "websockets"} <= server
+    assert {"fastapi", "uvicorn", "sqlalchemy", "alembic", "qemu-qmp"} <= server
+    assert "websockets" in base  # the SDK's terminals (docs/adr/0028-terminals.md)
     assert not base & server
     providers = metadata.packages_distributions()
     loaded = {m.partition(".")[0] for m in run_blocked(tmp_path)["client_modules"]}

@@ -50,6 +50,9 @@ def read_until(raw: Raw, op: int, needle: bytes, seen: bytearray) -> P.Frame | N
             continue
         if f.t == "exit":
             return f
+        if f.t == "attached":  # first, before any output
+            assert not seen and f.header["pid"] > 0, f.header
+            continue
         assert f.t == "stdout", f.header
         seen += f.payload
     return None

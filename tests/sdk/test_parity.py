@@ -19,10 +19,12 @@ from pandastack.sdk import (
     AsyncHosts,
     AsyncKeys,
     AsyncProcess,
+    AsyncPty,
     AsyncSandbox,
     AsyncSandboxes,
     AsyncSnapshots,
     AsyncTeams,
+    AsyncTerminals,
     AsyncVolumes,
     AsyncWatch,
     Client,
@@ -32,10 +34,12 @@ from pandastack.sdk import (
     Hosts,
     Keys,
     Process,
+    Pty,
     Sandbox,
     Sandboxes,
     Snapshots,
     Teams,
+    Terminals,
     Volumes,
     Watch,
 )
@@ -54,6 +58,8 @@ TWINS = [
     (Teams, AsyncTeams),
     (Volumes, AsyncVolumes),
     (Watch, AsyncWatch),
+    (Terminals, AsyncTerminals),
+    (Pty, AsyncPty),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}

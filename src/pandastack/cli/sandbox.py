@@ -16,7 +16,8 @@ the whole `ExecResult`).
 
 Exit status: 0 on success; 1 when the API or the configuration says no (one line on stderr, as
 `{"error": ...}` with `--json`). `exec` exits with the command's exit code, 124 when it hit its
-`--timeout`, and 125 when it could not be run at all. `shell` exits with the last command's code.
+`--timeout`, and 125 when it could not be run at all. `shell` exits with the shell's code (a
+terminal, cli/shell.py; line by line when stdin is not a terminal: the last command's).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from pandastack.cli.shell import terminal
 from pandastack.sdk import (
     APIConnectionError,
     APIError,
@@ -167,10 +169,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     metrics.add_argument("id", metavar="ID")
     _json_flag(metrics)
 
-    shell = ss.add_parser("shell", help="a line-by-line shell in a sandbox (exit or EOF leaves)")
+    shell = ss.add_parser("shell", help="a terminal in a sandbox (its shell, or --cmd); with "
+                                        "stdin not a terminal and no --cmd, a line-by-line "
+                                        "shell")
     shell.add_argument("id", metavar="ID")
+    shell.add_argument("--cmd", default=None, metavar="CMD",
+                       help="run CMD (a shell command line) on the terminal instead of the "
+                            "user's shell")
     shell.add_argument("--timeout", type=_timeout, default=DEFAULT_EXEC_TIMEOUT,
-                       metavar="SECONDS", help="per-line command timeout")
+                       metavar="SECONDS", help="per-line command timeout (line-by-line shell)")
 
 
 def exec_command(words: Sequence[str]) -> str | list[str]:
@@ -384,6 +391,8 @@ def shell_script(line: str, cwd: str, last: int, cwd_file: str) -> str:
 
 def _shell(client: Client, args: argparse.Namespace, io: _Streams) -> int:
     sbx = client.sandboxes.connect(args.id)
+    if args.cmd is not None or sys.stdin.isatty():
+        return terminal(sbx, args.cmd)
     interactive = sys.stdin.isatty()
     if interactive:
         with contextlib.suppress(ImportError):

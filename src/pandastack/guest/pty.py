@@ -149,9 +149,9 @@ def pty(table: ProcessTable, op: Op, f: Frame) -> None:
 
 
 def attach(table: ProcessTable, op: Op, f: Frame) -> None:
-    """The ring, then live output as ``stdout`` frames, then ``exit``; meanwhile the host
-    sends ``stdin`` (credit-controlled keystrokes) and ``resize {cols, rows}`` on this id.
-    A cancel detaches; the process runs on."""
+    """``attached``, the ring, then live output as ``stdout`` frames, then ``exit``;
+    meanwhile the host sends ``stdin`` (credit-controlled keystrokes) and ``resize {cols,
+    rows}`` on this id. A cancel detaches; the process runs on."""
     proc = _proc(table, f.header)
     if not isinstance(proc, PtyProcess):
         raise OpError("EINVAL", f"process {proc.pid} has no terminal")
@@ -177,6 +177,7 @@ def attach(table: ProcessTable, op: Op, f: Frame) -> None:
         out, _err, info = proc.attach(sink)
         if info is None:
             op.keep = True
+        op.send("attached", pid=proc.pid)
         if out and not op.send_data("stdout", out):
             return
         if info is not None:

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 from pandastack.templatespec import TemplateSpec
 
 from .network import NetworkPolicy
+from .pty import PtySession
 from .results import (
     BuildResult,
     CodeEvent,
@@ -85,6 +86,16 @@ class SandboxPort(Protocol):
     async def signal(self, pid: int, sig: int) -> None: ...
 
     async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None: ...
+
+    async def pty_create(self, *, cols: int, rows: int, cmd: str | Sequence[str] | None = None,
+                         env: Mapping[str, str] | None = None, cwd: str | None = None,
+                         user: str | None = None) -> int:
+        """A process on a new terminal (`cmd`, or the user's shell): its pid (hostport.pty)."""
+        ...
+
+    async def pty_connect(self, pid: int) -> PtySession:
+        """Attach to terminal `pid` (GuestOSError ESRCH if none); `close()` it when done."""
+        ...
 
     def read_file(self, path: str) -> AsyncIterator[bytes]: ...
 

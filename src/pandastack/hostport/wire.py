@@ -27,6 +27,7 @@ from . import errors as errors_module
 from .errors import HostError
 from .network import NetworkPolicy
 from .protocols import SandboxPlacement, SandboxPort
+from .pty import DEFAULT_COLS, DEFAULT_ROWS, MAX_DIM
 from .results import (
     BuildResult,
     CodeEvent,
@@ -407,6 +408,17 @@ class SpawnRequest(Strict):
 
 class Spawned(Strict):
     pid: int
+
+
+class PtyRequest(Strict):
+    """A process on a new terminal (hostport.pty): `cmd`, or the user's shell."""
+
+    cols: int = Field(default=DEFAULT_COLS, ge=1, le=MAX_DIM)
+    rows: int = Field(default=DEFAULT_ROWS, ge=1, le=MAX_DIM)
+    cmd: str | list[str] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    user: str | None = None
 
 
 class ProcessList(Strict):

@@ -5,6 +5,7 @@ Configure with `PANDASTACK_API` / `PANDASTACK_API_KEY`, `~/.config/pandastack/co
 `api_url=` / `api_key=` arguments (see `pandastack.sdk.config`).
 """
 
+from pandastack.sdk.async_pty import AsyncPty, AsyncTerminals
 from pandastack.sdk.async_sandbox import AsyncSandbox
 from pandastack.sdk.client import (
     AsyncClient,
@@ -91,6 +92,7 @@ from pandastack.sdk.models import (
     VolumeSnapshotInfo,
     WriteResult,
 )
+from pandastack.sdk.pty import Pty, Terminals
 from pandastack.sdk.sandbox import Sandbox
 from pandastack.sdk.templates import AsyncTemplates, Templates
 from pandastack.sdk.watch import AsyncWatch, FileEvent, Watch
@@ -115,11 +117,13 @@ __all__ = [
     "AsyncKeys",
     "AsyncOutputCallback",
     "AsyncProcess",
+    "AsyncPty",
     "AsyncSandbox",
     "AsyncSandboxes",
     "AsyncSnapshots",
     "AsyncTeams",
     "AsyncTemplates",
+    "AsyncTerminals",
     "AsyncVolumes",
     "AsyncWatch",
     "AuthError",
@@ -161,6 +165,7 @@ __all__ = [
     "Process",
     "ProcessInfo",
     "ProtocolError",
+    "Pty",
     "QuotaExceededError",
     "QuotaInfo",
     "RateCard",
@@ -181,6 +186,7 @@ __all__ = [
     "TemplateBuildingError",
     "TemplateSpec",
     "Templates",
+    "Terminals",
     "TimeoutError",
     "TransportError",
     "TransportTimeoutError",

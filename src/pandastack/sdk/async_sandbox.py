@@ -26,6 +26,7 @@ from pandastack.sdk import _base, _metrics, _streams
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import AsyncHTTP
 from pandastack.sdk._streams import SandboxPage
+from pandastack.sdk.async_pty import AsyncTerminals
 from pandastack.sdk.code import (
     DEFAULT_CODE_TIMEOUT,
     AsyncCodeInterpreter,
@@ -85,11 +86,17 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         self._commands = AsyncCommands(info.id, http)
         self._filesystem = AsyncFilesystem(info.id, http)
         self._code = AsyncCodeInterpreter(info.id, http)
+        self._pty = AsyncTerminals(info.id, http)
 
     @property
     def commands(self) -> AsyncCommands:
         """Run commands and drive background processes."""
         return self._commands
+
+    @property
+    def pty(self) -> AsyncTerminals:
+        """Terminals: `create` one (a shell by default), `connect` to one by its pid."""
+        return self._pty
 
     @property
     def code(self) -> AsyncCodeInterpreter:

@@ -45,6 +45,7 @@ from pandastack.sdk.models import (
     SandboxInfo,
     SandboxMetrics,
 )
+from pandastack.sdk.pty import Terminals
 
 __all__ = ["Sandbox"]
 
@@ -82,11 +83,17 @@ class Sandbox(_base.SandboxBase[HTTP]):
         self._commands = Commands(info.id, http)
         self._filesystem = Filesystem(info.id, http)
         self._code = CodeInterpreter(info.id, http)
+        self._pty = Terminals(info.id, http)
 
     @property
     def commands(self) -> Commands:
         """Run commands and drive background processes."""
         return self._commands
+
+    @property
+    def pty(self) -> Terminals:
+        """Terminals: `create` one (a shell by default), `connect` to one by its pid."""
+        return self._pty
 
     @property
     def code(self) -> CodeInterpreter:

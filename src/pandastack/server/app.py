@@ -18,6 +18,7 @@ from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.metrics_http import MetricsAccess, scrape
 from pandastack.wire import ErrorEnvelope
+from pandastack.wire_pty import PTY_WEBSOCKET
 
 from .bootstrap import ensure_admin_key, private_database
 from .errors import ApiError, RequestIdMiddleware, install_handlers
@@ -33,6 +34,7 @@ from .routes import (
     network,
     ports,
     processes,
+    pty,
     sandboxes,
     snapshots,
     state,
@@ -163,7 +165,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                               "`{\"error\": {code, message, request_id}}`; every response "
                               "carries `X-Request-Id`. A JSON body over the server's limit "
                               "(`PANDASTACK_MAX_BODY_KB`, default 1 MiB) gets 413 before it is "
-                              "read; raw uploads (files, stdin) have their own, larger limit.")
+                              "read; raw uploads (files, stdin) have their own, larger limit."
+                              "\n\n" + PTY_WEBSOCKET)
     app.state.settings = settings
     app.state.ready = False
     app.state.metrics = server_metrics = ServerMetrics()
@@ -193,7 +196,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
 
     for module in (sandboxes, state, snapshots, exec_routes, code, processes, watch, files,
                    lifecycle, network, ports, keys, template_routes, host_routes, usage_routes,
-                   volume_routes, stream_routes,
+                   volume_routes, stream_routes, pty,
                    metrics):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,

@@ -76,6 +76,7 @@ _REPLIES = frozenset(
         "stderr",
         "exit",
         "spawned",
+        "attached",
         "proc_list",
         "replay",
         "metrics",

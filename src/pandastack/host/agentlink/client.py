@@ -17,6 +17,7 @@ from pandastack.host.agentlink.channel import InitParams, Op
 from pandastack.host.agentlink.code import CodeMethods
 from pandastack.host.agentlink.files import FileOps
 from pandastack.host.agentlink.metrics import MetricsOps
+from pandastack.host.agentlink.pty import PtyOps
 from pandastack.host.agentlink.volumes import VolumeOps
 from pandastack.host.agentlink.watch import WatchOps
 from pandastack.hostport.errors import AgentLimitError
@@ -43,8 +44,8 @@ def exit_code_of(procs: list[dict[str, object]], pid: int) -> int | None:
     return None
 
 
-# code.py: run_code, code contexts; watch.py: file watching
-class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps):
+# code.py: run_code, code contexts; watch.py: file watching; pty.py: terminals
+class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps):
     # -- basic operations -----------------------------------------------------------------
     async def init(self, *, time_ns: int, entropy: bytes, hostname: str, machine_id: str) -> None:
         """Set clock, RNG seed, hostname and machine-id in the guest (after a restore)."""

@@ -22,6 +22,7 @@ from . import (
     metrics,
     migrations,
     processes,
+    pty,
     sandboxes,
     snapshots,
     templates,
@@ -66,6 +67,7 @@ def _host_router() -> APIRouter:
     for module in (sandboxes, migrations, transfers, processes, files, watch, code,
                    snapshots, templates, metrics, volumes):
         router.include_router(module.router)
+    router.include_router(pty.router)
     router.include_router(volumes.backups)
     return router
 
@@ -114,6 +116,7 @@ def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False,
                             lambda: agent_metrics.refresh(host))
 
     app.include_router(_host_router())
+    app.include_router(pty.ws_router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.agentlink.client import AgentClient, DroppedCallback
 from pandastack.host.agentlink.failures import note_failure
+from pandastack.host.agentlink.pty import AgentPty
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError
 from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
@@ -162,6 +163,15 @@ class SandboxHandle:
 
     async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None:
         await (await self.agent()).send_stdin(pid, data, eof=eof)
+
+    async def pty_create(self, *, cols: int, rows: int, cmd: str | Sequence[str] | None = None,
+                         env: Mapping[str, str] | None = None, cwd: str | None = None,
+                         user: str | None = None) -> int:
+        return await (await self.agent()).pty_create(cols=cols, rows=rows, cmd=cmd, env=env,
+                                                     cwd=cwd, user=user)
+
+    async def pty_connect(self, pid: int) -> AgentPty:
+        return await (await self.agent()).pty_connect(pid)
 
     async def read_file(self, path: str) -> AsyncIterator[bytes]:
         agent = await self.agent()

@@ -71,6 +71,7 @@ class Caller:
     def __init__(self, url: str, token: str, timeouts: Timeouts) -> None:
         transport, base_url = parse_address(url)
         self.address = url
+        self.token = token  # for the WebSockets (terminals), which httpx does not open
         self.timeouts = timeouts
         self.http = httpx.AsyncClient(transport=transport, base_url=base_url,
                                       headers={"Authorization": f"Bearer {token}"},

@@ -22,6 +22,7 @@ from pandastack.hostport.wire import (
     GuestMetricsModel,
     MkdirRequest,
     ProcessList,
+    PtyRequest,
     RenameRequest,
     RunCodeRequest,
     Replay,
@@ -34,6 +35,7 @@ from pandastack.hostport.wire import (
 )
 
 from .calls import Caller, FrameStream, api_path, parse
+from .pty import RemotePty, connect_pty
 
 # What an ExecResult keeps of each stream, as the guest-agent client does in process
 # (host/agentlink/client.py DEFAULT_MAX_OUTPUT); past it the agent reports `truncated`.
@@ -156,6 +158,20 @@ class RemoteSandbox:
     async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None:
         await self._caller.call("POST", self._path("processes", pid, "stdin"),
                                 json=StdinRequest(data=data, eof=eof), read=self._guest)
+
+    async def pty_create(self, *, cols: int, rows: int, cmd: str | Sequence[str] | None = None,
+                         env: Mapping[str, str] | None = None, cwd: str | None = None,
+                         user: str | None = None) -> int:
+        body = PtyRequest(cols=cols, rows=rows,
+                          cmd=cmd if cmd is None or isinstance(cmd, str) else list(cmd),
+                          env=dict(env) if env is not None else None, cwd=cwd, user=user)
+        spawned = await self._caller.model(Spawned, "POST", self._path("pty"), json=body,
+                                           read=self._guest)
+        return spawned.pid
+
+    async def pty_connect(self, pid: int) -> RemotePty:
+        return await connect_pty(self._caller.address, self._caller.token, self.id, pid,
+                                 self._guest)
 
     # -- files ------------------------------------------------------------------------------
 

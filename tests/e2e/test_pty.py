@@ -1,0 +1,168 @@
+"""Terminals against a live server and real VMs: through the SDK (sync and async), through
+hibernation and wake and into a fork's child, and `pandastack sandbox shell` driven through a
+real pseudo-terminal (pexpect). One sandbox serves the module."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pexpect
+import pytest
+
+from pandastack import AsyncSandbox, NotFoundError, PandastackError, Sandbox
+from pandastack.sdk import Pty
+from tests.e2e.conftest import LiveServer
+
+pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(600)]
+
+PROMPTLY = 60.0  # a guard against a hang; TCG guests answer in well under a second
+
+
+@pytest.fixture(scope="module")
+def sbx(live_server: LiveServer) -> Iterator[Sandbox]:
+    with Sandbox.create(ttl_seconds=900, api_url=live_server.api_url,
+                        api_key=live_server.api_key) as s:
+        yield s
+        left = [p for p in s.commands.list() if p.running]
+        assert not left, f"processes left running: {left}"
+
+
+class Screen:
+    """What one attachment has shown so far, read on until a marker appears."""
+
+    def __init__(self, pty: Pty) -> None:
+        self.pty = pty
+        self.seen = bytearray()
+        self._output = iter(pty)
+
+    def until(self, needle: bytes) -> bytes:
+        deadline = time.monotonic() + PROMPTLY
+        start = len(self.seen)
+        while needle not in self.seen[start:]:
+            assert time.monotonic() < deadline, f"no {needle!r} in {bytes(self.seen)!r}"
+            self.seen += next(self._output)
+        return bytes(self.seen[start:])
+
+    def run(self, line: str, marker: str) -> bytes:
+        """Type `line; echo <marker computed by the shell>` and read up to the marker (the
+        echo of the typed line itself does not contain it)."""
+        left, right = marker[:len(marker) // 2], marker[len(marker) // 2:]
+        self.pty.send_stdin(f"{line}; echo {left}''{right}\n")
+        return self.until(marker.encode() + b"\r\n")
+
+
+def test_terminal_size_ctrl_c_full_screen_reattach_and_exit(sbx: Sandbox,
+                                                           live_server: LiveServer) -> None:
+    pty = sbx.pty.create(cols=80, rows=24)
+    screen = Screen(pty)
+    try:
+        out = screen.run("stty size; tty", "M1")
+        assert b"24 80" in out and b"/dev/pts/" in out
+        pty.resize(100, 30)
+        assert b"30 100" in screen.run("stty size", "M2")
+        pty.send_stdin("sleep 100\n")
+        time.sleep(1)
+        pty.send_stdin("\x03")
+        assert b"alive" in screen.run("echo al''ive", "M3")  # the shell lived through ^C
+        assert b"load average" in screen.run("top -b -n 1 | head -5", "M4")
+        screen.run("echo before-attach", "M5")
+        # A second client (not `with`: leaving that would kill the sandbox).
+        other = Sandbox.connect(sbx.id, api_url=live_server.api_url,
+                                api_key=live_server.api_key)
+        try:
+            second = Screen(other.pty.connect(pty.pid))
+            assert b"before-attach" in second.until(b"M5")  # the guest's recent output
+            screen.run("echo lat''er", "M6")
+            assert b"later" in second.until(b"M6\r\n")
+            pty.send_stdin("exit 3\n")
+            assert second.pty.wait(PROMPTLY) == 3
+            second.pty.disconnect()
+        finally:
+            other.close()
+        assert pty.wait(PROMPTLY) == 3
+    finally:
+        if pty.exit_code is None:
+            pty.kill()
+        pty.disconnect()
+    with pytest.raises(NotFoundError):
+        sbx.pty.connect(999999)
+
+
+def test_terminal_lives_through_hibernation_and_into_a_fork(sbx: Sandbox) -> None:
+    pty = sbx.pty.create(cmd="bash --norc -i")
+    screen = Screen(pty)
+    try:
+        screen.run("X=4$((1+1))", "H1")
+        pty.disconnect()
+        sbx.hibernate()
+        sbx.wake()
+        again = Screen(sbx.pty.connect(pty.pid))
+        assert b"H1" in again.until(b"H1")  # the ring came back with the guest's memory
+        assert b"42" in again.run("echo $X", "H2")  # and so did the shell and its variable
+        again.pty.disconnect()
+        (child,) = sbx.fork()
+        try:
+            in_child = Screen(child.pty.connect(pty.pid))
+            assert b"42" in in_child.run("echo $X; X=7", "F1")
+            in_child.pty.send_stdin("exit 4\n")
+            assert in_child.pty.wait(PROMPTLY) == 4
+            in_child.pty.disconnect()
+        finally:
+            child.kill()
+            child.close()
+        parent = Screen(sbx.pty.connect(pty.pid))
+        assert b"42" in parent.run("echo $X", "F2")  # the child's terminal was its own copy
+        parent.pty.kill()
+        assert parent.pty.wait(PROMPTLY) == 137
+        parent.pty.disconnect()
+    finally:
+        with contextlib.suppress(PandastackError):  # killed above, unless a step failed
+            sbx.pty.connect(pty.pid).kill()
+
+
+def test_async_terminal_with_on_data(sbx: Sandbox, live_server: LiveServer) -> None:
+    async def main() -> None:
+        asbx = await AsyncSandbox.connect(sbx.id, api_url=live_server.api_url,
+                                          api_key=live_server.api_key)
+        try:
+            seen = bytearray()
+            pty = await asbx.pty.create(cmd=["sh", "-c", "read line; echo got-$line; exit 9"],
+                                        on_data=seen.extend)
+            await pty.send_stdin(b"abc\n")
+            assert await pty.wait(PROMPTLY) == 9
+            assert b"got-abc" in seen
+            await pty.disconnect()
+        finally:
+            await asbx.close()  # not kill(): the module's sandbox
+
+    asyncio.run(main())
+
+
+def test_cli_shell_under_a_real_terminal(sbx: Sandbox, live_server: LiveServer) -> None:
+    env = {**os.environ, "PANDASTACK_API": live_server.api_url,
+           "PANDASTACK_API_KEY": live_server.api_key, "TERM": "xterm"}
+    child = pexpect.spawn(sys.executable, ["-m", "pandastack", "sandbox", "shell", sbx.id],
+                          env=env, dimensions=(24, 80), timeout=PROMPTLY)
+    try:
+        child.expect(rb"[#$] ")  # the guest shell's prompt
+        child.sendline("echo hi$((1+1))")
+        child.expect(b"hi2")
+        child.sendline("sleep 100")
+        time.sleep(1)
+        child.sendcontrol("c")  # raw mode: the byte goes to the guest, which sends SIGINT
+        child.sendline("echo alive$((3+4))")
+        child.expect(b"alive7")
+        child.setwinsize(30, 100)  # SIGWINCH to the CLI, a resize to the guest
+        time.sleep(1)
+        child.sendline("stty size")
+        child.expect(b"30 100")
+        child.sendline("exit 5")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 5
