@@ -1,0 +1,64 @@
+"""Background processes followed live, against the REAL guest agent in test mode (no VM):
+an attach opens with the rings' replay note (what they dropped), `timeout_ms` of a spawn
+kills the process and its exit says so, and a stream that keeps nothing still sees it all."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from pandastack.guest.procs import RING_BYTES
+from pandastack.host.agentlink.client import AgentClient
+from tests.host.agentlink.test_agent_client import local_agent
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[AgentClient]:
+    async with local_agent() as client:
+        yield client
+
+
+async def test_attach_says_what_the_rings_dropped(agent: AgentClient) -> None:
+    over = 300_000
+    pid = await agent.spawn(f"head -c {RING_BYTES + over} /dev/zero; echo tail >&2")
+    first = await agent.attach(pid, timeout=20)  # wait for the exit: all of it is written
+    assert first.exit_code == 0
+    told: list[tuple[int, int]] = []
+    order: list[str] = []
+
+    def dropped(out: int, err: int) -> None:
+        told.append((out, err))
+        order.append("dropped")
+
+    again = await agent.attach(pid, on_dropped=dropped,
+                               on_stdout=lambda b: order.append("stdout"), timeout=20)
+    assert told == [(over, 0)]
+    assert order[0] == "dropped" and "stdout" in order
+    assert len(again.stdout) == RING_BYTES and again.stderr == b"tail\n"
+
+
+async def test_a_complete_backlog_is_told_as_nothing_dropped(agent: AgentClient) -> None:
+    pid = await agent.spawn("echo one; echo two >&2")
+    told: list[tuple[int, int]] = []
+    result = await agent.attach(pid, on_dropped=lambda o, e: told.append((o, e)), timeout=10)
+    assert told == [(0, 0)]
+    assert (result.stdout, result.stderr) == (b"one\n", b"two\n")
+
+
+async def test_spawn_timeout_kills_it_and_the_exit_says_so(agent: AgentClient) -> None:
+    pid = await agent.spawn("echo up; sleep 30", timeout=0.5)
+    result = await agent.attach(pid, timeout=20)
+    assert result.timed_out and result.exit_code == 137 and result.stdout == b"up\n"
+    listed = {p["pid"]: p for p in await agent.procs()}
+    assert listed[pid]["timed_out"] is True and listed[pid]["running"] is False
+
+
+async def test_a_stream_keeping_nothing_still_sees_every_chunk(agent: AgentClient) -> None:
+    pid = await agent.spawn("for i in 1 2 3; do echo line$i; done")
+    chunks: list[bytes] = []
+    result = await agent.attach(pid, on_stdout=chunks.append, max_output=0, timeout=10)
+    assert b"".join(chunks) == b"line1\nline2\nline3\n"
+    assert result.stdout == b""
