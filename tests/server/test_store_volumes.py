@@ -81,7 +81,13 @@ def test_one_writer_or_many_readers(store: Store) -> None:
     for sid in ("sbx-000000000005", "sbx-000000000006"):
         store.update_sandbox(sid, state="running", host_id="host-a")
     assert sorted(store.mark_host_lost(["host-a"])) == ["sbx-000000000005", "sbx-000000000006"]
-    assert attached(store, "vol-000000000001") == []  # their VMs went with the host
+    # Lost with their host, they keep the volume (it is on that host) until they are killed.
+    assert attached(store, "vol-000000000001") == [("sbx-000000000005", True),
+                                                   ("sbx-000000000006", True)]
+    with pytest.raises(VolumeConflict):
+        admit(store, "sbx-000000000007", "vol-000000000001", False)
+    for sid in ("sbx-000000000005", "sbx-000000000006"):
+        store.end_sandbox(sid, "killed", "test")
     admit(store, "sbx-000000000007", "vol-000000000001", False)
     assert attached(store, "vol-000000000001") == [("sbx-000000000007", False)]
 

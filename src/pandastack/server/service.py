@@ -270,6 +270,12 @@ class SandboxService:
         cluster = self.cluster
         if cluster is None:
             raise lost(row)
+        mounted = self.store.sandbox_attachments([row.id]).get(row.id, [])
+        if mounted:
+            # Its guest has them mounted, and they live on the lost host: restored elsewhere
+            # it would write to disks it does not have. The volumes come back with the host.
+            raise lost(row, "its volumes (" + ", ".join(v.name for _, v in mounted) +
+                       ") are on that host; kill the sandbox, or wait for the host to return")
         self.store.check_quota(row.team, self.quotas.admission([(row.vcpus, row.memory_mb)]))
         async with self.transition(row.id):
             try:

@@ -127,7 +127,13 @@ async def test_a_lost_host_is_fenced_once_and_its_sandboxes_are_host_lost(
         saved = (await c.post("/v1/sandboxes", json={"host_id": a,
                                                       "persistent": True})).json()["id"]
         assert (await c.post(f"/v1/sandboxes/{saved}/hibernate")).status_code == 200
-        for sid in (plain, saved):  # what the agent does at create
+        r = await c.post("/v1/volumes", json={"name": "data", "host_id": a, "size_mb": 64})
+        assert r.status_code == 201, r.text
+        mounted = (await c.post("/v1/sandboxes", json={
+            "persistent": True, "volumes": [{"name": "data", "mount_path": "/data"}]})).json()
+        assert mounted["host_id"] == a
+        assert (await c.post(f"/v1/sandboxes/{mounted['id']}/hibernate")).status_code == 200
+        for sid in (plain, saved, mounted["id"]):  # what the agent does at create
             assert store.lease(sid, a, store.get_host(a).epoch)  # type: ignore[union-attr]
         epoch = store.get_host(a).epoch  # type: ignore[union-attr]
 
@@ -140,7 +146,7 @@ async def test_a_lost_host_is_fenced_once_and_its_sandboxes_are_host_lost(
         # The reaper marks them; requests get a clear 409; new creates go to b.
         for _ in range(50):
             states = {s: (await c.get(f"/v1/sandboxes/{s}")).json()["state"]
-                      for s in (plain, saved)}
+                      for s in (plain, saved, mounted["id"])}
             if set(states.values()) == {"host_lost"}:
                 break
             await pool.refresh(force=True)
@@ -158,6 +164,14 @@ async def test_a_lost_host_is_fenced_once_and_its_sandboxes_are_host_lost(
         assert saved in cluster.fakes["b"].sandboxes
         r = await c.post(f"/v1/sandboxes/{saved}/exec", json={"cmd": "true"})
         assert r.status_code == 200, r.text
+        # One whose volume is on the lost host cannot come back without it; killed, it
+        # lets go of the volume (which comes back with its host).
+        r = await c.post(f"/v1/sandboxes/{mounted['id']}/wake")
+        assert_envelope(r, 409, "host_lost")
+        assert "volume" in r.json()["error"]["message"]
+        assert mounted["id"] not in cluster.fakes["b"].sandboxes
+        assert (await c.delete(f"/v1/sandboxes/{mounted['id']}")).status_code == 204
+        assert (await c.get("/v1/volumes/data")).json()["attachments"] == []
         # Killing a host_lost sandbox needs no host: it ends.
         assert (await c.delete(f"/v1/sandboxes/{plain}")).status_code == 204
         assert (await c.get(f"/v1/sandboxes/{plain}")).json()["state"] == "killed"

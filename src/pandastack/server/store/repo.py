@@ -217,7 +217,8 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
                 row.state = "host_lost"
             if rows:  # nothing is held for them now: their VMs went with the host
                 close_segments(s, [row.id for row in rows], ("compute", "disk"), time.time())
-            detach_sandboxes(s, [row.id for row in rows])  # their VMs are gone
+            # Their volume attachments stay until they are killed: a hibernated one's memory
+            # has them mounted, and the volumes are on that host, which may come back.
             return [row.id for row in rows]
 
     def delete_snapshot(self, snapshot_id: str, now: float | None = None) -> None:
