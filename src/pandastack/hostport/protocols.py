@@ -32,9 +32,9 @@ from .volumes import VolumeMountRequest
 from .watch import WatchEvent
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
-BuildLog = Callable[[str], None]
 DroppedCallback = Callable[[int, int], Awaitable[None] | None]
 """(stdout_dropped, stderr_dropped): what a process's rings lost before an attach's backlog."""
+BuildLog = Callable[[str], None]
 
 
 @dataclass(frozen=True)

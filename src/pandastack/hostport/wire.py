@@ -404,6 +404,16 @@ class SpawnRequest(Strict):
     env: dict[str, str] | None = None
     cwd: str | None = None
     user: str | None = None
+    timeout: float | None = Field(default=None, gt=0, description="seconds, then the "
+                                  "process's tree is killed and its exit says timed_out")
+
+
+class Replay(Strict):
+    """The REPLAY frame that opens an attach: bytes of each stream the guest's 1 MiB rings
+    had dropped before the backlog that follows."""
+
+    stdout_dropped: int = Field(ge=0)
+    stderr_dropped: int = Field(ge=0)
 
 
 class Spawned(Strict):
@@ -443,16 +453,6 @@ class FileInfoModel(Strict):
     type: str
     size: int
     mode: int
-    timeout: float | None = Field(default=None, gt=0, description="seconds, then the "
-                                  "process's tree is killed and its exit says timed_out")
-
-
-class Replay(Strict):
-    """The REPLAY frame that opens an attach: bytes of each stream the guest's 1 MiB rings
-    had dropped before the backlog that follows."""
-
-    stdout_dropped: int = Field(ge=0)
-    stderr_dropped: int = Field(ge=0)
     mtime: float
 
     @classmethod

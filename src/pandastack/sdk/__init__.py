@@ -5,6 +5,7 @@ Configure with `PANDASTACK_API` / `PANDASTACK_API_KEY`, `~/.config/pandastack/co
 `api_url=` / `api_key=` arguments (see `pandastack.sdk.config`).
 """
 
+from pandastack.sdk._streams import ProcessEvent, SandboxPage
 from pandastack.sdk.async_pty import AsyncPty, AsyncTerminals
 from pandastack.sdk.async_sandbox import AsyncSandbox
 from pandastack.sdk.client import (
@@ -163,6 +164,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "Process",
+    "ProcessEvent",
     "ProcessInfo",
     "ProtocolError",
     "Pty",
@@ -175,6 +177,7 @@ __all__ = [
     "SandboxError",
     "SandboxInfo",
     "SandboxMetrics",
+    "SandboxPage",
     "SandboxState",
     "Sandboxes",
     "ServerError",

@@ -278,13 +278,6 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         created_at + seconds`); returns the new lifecycle. `set_timeout` counts from now."""
         return await self._http.run(_base.update_lifecycle_call(self.id, ttl_seconds=seconds))
 
-    async def set_persistent(self, flag: bool) -> Lifecycle:
-        """Exempt the sandbox from the idle reaper (True) or not (False)."""
-        return await self._http.run(_base.update_lifecycle_call(self.id, persistent=flag))
-
-    async def network(self) -> NetworkSpec:
-        """The sandbox's egress policy."""
-        return await self._http.run(_base.network_call(self.id))
     async def set_timeout(self, seconds: int) -> Lifecycle:
         """End the sandbox `seconds` from now (E2B's meaning), whatever its age; the TTL
         becomes the one that ends then. Returns the new lifecycle."""
@@ -298,6 +291,13 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         except NotFoundError:
             return False
 
+    async def set_persistent(self, flag: bool) -> Lifecycle:
+        """Exempt the sandbox from the idle reaper (True) or not (False)."""
+        return await self._http.run(_base.update_lifecycle_call(self.id, persistent=flag))
+
+    async def network(self) -> NetworkSpec:
+        """The sandbox's egress policy."""
+        return await self._http.run(_base.network_call(self.id))
 
     async def update_network(self, network: _base.NetworkArg) -> NetworkSpec:
         """Replace the egress policy with `network` (a `NetworkSpec` or a mapping of its

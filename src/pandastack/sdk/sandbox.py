@@ -273,13 +273,6 @@ class Sandbox(_base.SandboxBase[HTTP]):
         created_at + seconds`); returns the new lifecycle. `set_timeout` counts from now."""
         return self._http.run(_base.update_lifecycle_call(self.id, ttl_seconds=seconds))
 
-    def set_persistent(self, flag: bool) -> Lifecycle:
-        """Exempt the sandbox from the idle reaper (True) or not (False)."""
-        return self._http.run(_base.update_lifecycle_call(self.id, persistent=flag))
-
-    def network(self) -> NetworkSpec:
-        """The sandbox's egress policy."""
-        return self._http.run(_base.network_call(self.id))
     def set_timeout(self, seconds: int) -> Lifecycle:
         """End the sandbox `seconds` from now (E2B's meaning), whatever its age; the TTL
         becomes the one that ends then. Returns the new lifecycle."""
@@ -293,6 +286,13 @@ class Sandbox(_base.SandboxBase[HTTP]):
         except NotFoundError:
             return False
 
+    def set_persistent(self, flag: bool) -> Lifecycle:
+        """Exempt the sandbox from the idle reaper (True) or not (False)."""
+        return self._http.run(_base.update_lifecycle_call(self.id, persistent=flag))
+
+    def network(self) -> NetworkSpec:
+        """The sandbox's egress policy."""
+        return self._http.run(_base.network_call(self.id))
 
     def update_network(self, network: _base.NetworkArg) -> NetworkSpec:
         """Replace the egress policy with `network` (a `NetworkSpec` or a mapping of its

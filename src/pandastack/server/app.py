@@ -42,9 +42,9 @@ from .routes import (
 )
 from .routes import exec as exec_routes
 from .routes import hosts as host_routes
+from .routes import streams as stream_routes
 from .routes import templates as template_routes
 from .routes import usage as usage_routes
-from .routes import streams as stream_routes
 from .routes import volumes as volume_routes
 from .routes.ports import PortProxy
 from .service import SandboxService

@@ -25,10 +25,10 @@ from pandastack.hostport.results import CodeEvent as CodeEvent  # re-exported
 from pandastack.hostport.results import ExecResult
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
-
 DroppedCallback = Callable[[int, int], Awaitable[None] | None]
 """Told, before an attach's backlog, how many bytes of stdout and of stderr the guest's
 rings had already dropped (0, 0: the backlog is everything the process wrote)."""
+
 DEFAULT_MAX_OUTPUT = 64 * 2**20
 MAX_PROCS = 10_000
 """Entries of one ``procs`` listing (the agent keeps running ones and the last 64 ended)."""
@@ -133,8 +133,8 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         on_stdout: OutputCallback | None,
         on_stderr: OutputCallback | None,
         max_output: int,
-    ) -> ExecResult:
         on_dropped: DroppedCallback | None = None,
+    ) -> ExecResult:
         bufs = {"stdout": bytearray(), "stderr": bytearray()}
         cbs = {"stdout": on_stdout, "stderr": on_stderr}
         truncated = False
@@ -183,8 +183,8 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         user: str | None = None,
-    ) -> int:
         timeout: float | None = None,
+    ) -> int:
         """Start a background process (stdin open for ``send_stdin``); returns its pid.
         With ``timeout`` the agent kills its tree after that long (its exit: timed_out)."""
         fields = self._cmd_fields(cmd, env, cwd, user)
@@ -202,8 +202,8 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         on_stderr: OutputCallback | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
         timeout: float | None = None,
-    ) -> ExecResult:
         on_dropped: DroppedCallback | None = None,
+    ) -> ExecResult:
         """Stream a managed process's buffered and future output, then its exit ("wait").
 
         ``timeout`` (default: none) bounds the wait; on expiry the process keeps running

@@ -24,8 +24,8 @@ from pandastack.hostport.wire import (
     ProcessList,
     PtyRequest,
     RenameRequest,
-    RunCodeRequest,
     Replay,
+    RunCodeRequest,
     SandboxInfo,
     SignalRequest,
     Spawned,
@@ -54,18 +54,18 @@ class _Output:
         self.callbacks = {Kind.STDOUT: on_stdout, Kind.STDERR: on_stderr}
         self.kept = {Kind.STDOUT: bytearray(), Kind.STDERR: bytearray()}
         self.truncated = False
-
-    async def read(self, frames: FrameStream, address: str = "") -> None:
         self.on_dropped = on_dropped
         self.keep = keep
+
+    async def read(self, frames: FrameStream, address: str = "") -> None:
         async for frame in frames:
-            if frame.kind not in self.kept:
-                continue
             if frame.kind == Kind.REPLAY and self.on_dropped is not None:
                 replay = parse(Replay, frame.payload, address)
                 told = self.on_dropped(replay.stdout_dropped, replay.stderr_dropped)
                 if inspect.isawaitable(told):
                     await told
+            if frame.kind not in self.kept:
+                continue
             kept = self.kept[frame.kind]
             room = self.keep - len(kept)
             kept += frame.payload[:max(room, 0)]
@@ -141,9 +141,9 @@ class RemoteSandbox:
                      keep_output: bool = True) -> ExecResult:
         output = _Output(on_stdout, on_stderr, on_dropped, MAX_OUTPUT if keep_output else 0)
         async with self._caller.stream("POST", self._path("processes", pid, "attach"),
+                                       params=None if keep_output else {"keep_output": "false"},
                                        read=None) as frames:
             await output.read(frames, self._caller.address)
-                                       params=None if keep_output else {"keep_output": "false"},
         return output.result(frames, self._caller.address)
 
     async def procs(self) -> list[dict[str, object]]:
