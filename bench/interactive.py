@@ -11,13 +11,20 @@
   and the SDK (`sbx.files.watch` iterated in a thread; the changes by `sbx.files`): what an
   agent sees. The acceptance line: each event within 200 ms.
 
-Usage: python bench/interactive.py [--only watch] [--n 50] [--api]
+- **pty**: keystroke echo round trip of a terminal (a key typed at the guest shell's prompt
+  until its echo is read back), on a sandbox of a host runtime in this process, beside two
+  floors from the same run: the guest agent's ping and an exec of `true`. With `--api`, the
+  same through a real `pandastack serve` and the SDK's WebSocket (`sbx.pty`), beside an exec
+  of `true` through the REST API. The target: at most 30 ms p50.
+
+Usage: python bench/interactive.py [--only watch|pty] [--n 50] [--api]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import queue
 import tempfile
 import threading
@@ -25,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from common import line, temp_runtime
+from common import line, pct, temp_runtime
 from pandastack.hostport.watch import WatchEvent
 
 Measure = Callable[[argparse.Namespace], Awaitable[list[str]]]
@@ -136,7 +143,130 @@ def watch_api(n: int) -> list[str]:
     return [line(f"watch (API, SDK) {k} event", v) for k, v in lat.items()]
 
 
-MEASURES: dict[str, Measure] = {"watch": watch}
+# -- pty: keystroke echo ------------------------------------------------------------------
+# One key typed at the prompt of the guest's shell (bash: readline echoes it) until it is seen
+# in the terminal's output; a Ctrl-U every ECHO_LINE keys keeps the line short. The floors,
+# measured in the same run on the same sandbox: the guest agent's ping (the channel's own
+# round trip, what no keystroke can beat) and a plain exec of `true` (a request/response
+# command, what an exec loop would pay per line).
+ECHO_LINE = 40
+KEYS = b"abcdefghijklmnopqrstuvwxyz"
+
+
+async def _echo(send: Callable[[bytes], Awaitable[None]],
+                receive: Callable[[], Awaitable[bytes]], n: int) -> list[float]:
+    out: list[float] = []
+    for i in range(n + 5):  # the first few warm up, untimed
+        if i % ECHO_LINE == ECHO_LINE - 1:
+            await send(b"\x15")
+            await _quiet(receive)
+            continue
+        key = KEYS[i % len(KEYS):i % len(KEYS) + 1]
+        t0 = time.perf_counter()
+        await send(key)
+        seen = b""
+        while key not in seen:
+            seen += await asyncio.wait_for(receive(), 10)
+        if i >= 5:
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def _quiet(receive: Callable[[], Awaitable[bytes]]) -> None:
+    """Read until the terminal has been silent for 0.2 s."""
+    while True:
+        try:
+            await asyncio.wait_for(receive(), 0.2)
+        except TimeoutError:
+            return
+
+
+async def pty(args: argparse.Namespace) -> list[str]:
+    async with temp_runtime("psb-pty-") as (rt, _):
+        await rt.ensure_template("base")
+        sbx = await rt.create("base")
+        agent = await sbx.agent()
+        pings = [await agent.ping() for _ in range(args.n + 5)][5:]
+        execs = []
+        for i in range(args.n + 5):
+            t0 = time.perf_counter()
+            await agent.exec("true")
+            if i >= 5:
+                execs.append((time.perf_counter() - t0) * 1000)
+        pid = await sbx.pty_create(cols=80, rows=24)
+        session = await sbx.pty_connect(pid)
+
+        async def receive() -> bytes:
+            item = await session.receive()
+            assert isinstance(item, bytes), item
+            return item
+
+        await _quiet(receive)  # the prompt
+        echo = await _echo(session.send, receive, args.n)
+        await sbx.signal(pid, 9)
+        await session.close()
+    out = [line("pty (host) keystroke echo", echo),
+           line("  floor: guest agent ping", pings),
+           line("  floor: exec `true`", execs),
+           f"  echo p50 / ping p50 {pct(echo, 50) / pct(pings, 50):.1f}x, "
+           f"/ exec p50 {pct(echo, 50) / pct(execs, 50):.2f}x"]
+    if args.api:
+        out += await asyncio.to_thread(pty_api, args.n)
+    return out
+
+
+def pty_api(n: int) -> list[str]:
+    from api import live_server  # bench/api.py: a real `pandastack serve`
+    from pandastack import Sandbox
+
+    with tempfile.TemporaryDirectory(prefix="psb-pty-api-", dir="/tmp") as tmp, \
+            live_server(Path(tmp)) as server, \
+            Sandbox.create(api_url=server.api_url, api_key=server.api_key,
+                           ttl_seconds=600) as sbx:
+        execs = []
+        for i in range(n + 5):
+            t0 = time.perf_counter()
+            sbx.exec("true")
+            if i >= 5:
+                execs.append((time.perf_counter() - t0) * 1000)
+        terminal = sbx.pty.create(cols=80, rows=24)
+        pending: queue.Queue[bytes] = queue.Queue()
+
+        def pump() -> None:
+            with contextlib.suppress(Exception):  # ends with the kill below
+                for chunk in terminal:
+                    pending.put(chunk)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+        def quiet() -> None:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    pending.get(timeout=0.2)
+
+        quiet()  # the prompt
+        echo: list[float] = []
+        for i in range(n + 5):
+            if i % ECHO_LINE == ECHO_LINE - 1:
+                terminal.send_stdin(b"\x15")
+                quiet()
+                continue
+            key = KEYS[i % len(KEYS):i % len(KEYS) + 1]
+            t0 = time.perf_counter()
+            terminal.send_stdin(key)
+            seen = b""
+            while key not in seen:
+                seen += pending.get(timeout=10)
+            if i >= 5:
+                echo.append((time.perf_counter() - t0) * 1000)
+        terminal.kill()
+        terminal.disconnect()
+    return [line("pty (API, SDK WebSocket) keystroke echo", echo),
+            line("  floor: exec `true` (REST)", execs),
+            f"  echo p50 / exec p50 {pct(echo, 50) / pct(execs, 50):.2f}x"]
+
+
+MEASURES: dict[str, Measure] = {"watch": watch, "pty": pty}
 
 
 async def main() -> None:
