@@ -10,6 +10,7 @@ and start a new watch). Also: streamed reads of a file (`read(path, format="stre
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any
@@ -37,6 +38,7 @@ class Watch:
         self._lock = threading.Lock()
         self._stopped = False
         response = self._stack.enter_context(http.stream(call))
+        self._network = response.extensions.get("network_stream")
         self._chunks: Iterator[bytes] = response.iter_bytes()
         try:
             self._start()
@@ -68,6 +70,8 @@ class Watch:
                     if self._stopped:
                         return  # stop() closed the stream under us
                     raise
+                if self._stopped:
+                    return  # what came after stop() (even an error) is no longer ours
                 if chunk is None:
                     self._pending += self._decoder.close()
                     yield from self._take_pending()
@@ -88,6 +92,12 @@ class Watch:
             if self._stopped:
                 return
             self._stopped = True
+        # A read blocked in another thread wakes only when the socket is shut down (closing
+        # it is not enough on Linux); then the connection is closed and not reused.
+        sock = self._network.get_extra_info("socket") if self._network is not None else None
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(httpx.HTTPError, OSError, RuntimeError):
             self._stack.close()
 
@@ -148,6 +158,8 @@ class AsyncWatch:
                     if self._stopped:
                         return
                     raise
+                if self._stopped:
+                    return
                 if chunk is None:
                     self._pending += self._decoder.close()
                     for e in self._take_pending():
