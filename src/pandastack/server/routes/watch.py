@@ -33,6 +33,13 @@ KEEPALIVE_SECONDS = 15.0
 QUEUED_BATCHES = 4
 """Event batches (<= 64 KiB of JSON each) waiting for a slow client; then the host waits."""
 
+FILE_WATCH_SSE = """**File watching** (`GET /v1/sandboxes/{id}/files/watch?path=&recursive=`) is a
+Server-Sent Events stream: `watching` once the guest's inotify watch is set up, then one event
+per change named by its type (`create`, `write`, `remove`, `rename` with `old_path`, `chmod`),
+data a FileEvent, in the order the guest saw them; it ends with `overflow` (the client fell
+behind and events were lost: list again and watch anew), `end` (the directory went away) or
+`error`. Every hop's buffer is bounded (spec/file-watch.md, docs/adr/0029-file-watch.md)."""
+
 WATCH_DESCRIPTION = """Server-Sent Events (`text/event-stream`), one per file event:
 first `event: watching` (data `{"path", "recursive"}`) once the watch is set up in the guest:
 what happens from then on is seen. Then, in the order the guest's inotify saw them, events
