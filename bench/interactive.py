@@ -89,7 +89,7 @@ async def watch(args: argparse.Namespace) -> list[str]:
                 lat[k].append(v * 1000)
             for k, v in zip(acks, (ack - t0, ack1 - t1, ack2 - t2), strict=True):
                 acks[k].append(v * 1000)
-        await batches.aclose()  # type: ignore[attr-defined]
+        await batches.aclose()
     out = [line(f"watch (host) {k} event", v) for k, v in lat.items()]
     out += [line(f"  guest op {k} acknowledged", v) for k, v in acks.items()]
     if args.api:
