@@ -17,7 +17,14 @@
   same through a real `pandastack serve` and the SDK's WebSocket (`sbx.pty`), beside an exec
   of `true` through the REST API. The target: at most 30 ms p50.
 
-Usage: python bench/interactive.py [--only watch|pty] [--n 50] [--api]
+- **background**: first-chunk latency of a background process's live output: from the start
+  request until the first line the process prints (`echo ready`) comes out of a stream of its
+  output, on a sandbox of a host runtime in this process (spawn, then attach: what the route
+  does), beside the spawn alone. With `--api`, through a real `pandastack serve` and the SDK:
+  `sbx.commands.start()` until the first `stdout` event of `Process.stream()` (the SSE route),
+  beside the start alone.
+
+Usage: python bench/interactive.py [--only watch|pty|background] [--n 50] [--api]
 """
 
 from __future__ import annotations
@@ -266,7 +273,68 @@ def pty_api(n: int) -> list[str]:
             f"  echo p50 / exec p50 {pct(echo, 50) / pct(execs, 50):.2f}x"]
 
 
-MEASURES: dict[str, Measure] = {"watch": watch, "pty": pty}
+# -- background: first chunk of a process's live output -----------------------------------
+FIRST_LINE = "echo ready; exec sleep 60"
+
+
+async def background(args: argparse.Namespace) -> list[str]:
+    first: list[float] = []
+    spawns: list[float] = []
+    async with temp_runtime("psb-bg-") as (rt, _):
+        await rt.ensure_template("base")
+        sbx = await rt.create("base")
+        for i in range(args.n + 3):  # the first few warm up, untimed
+            arrived: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+            def on_stdout(_data: bytes, arrived: asyncio.Future[float] = arrived) -> None:
+                if not arrived.done():
+                    arrived.set_result(time.perf_counter())
+
+            t0 = time.perf_counter()
+            pid = await sbx.spawn(FIRST_LINE)
+            spawned = time.perf_counter()
+            follow = asyncio.create_task(sbx.attach(pid, on_stdout=on_stdout,
+                                                    keep_output=False))
+            at = await asyncio.wait_for(arrived, 10)
+            await sbx.signal(pid, 9)
+            await follow
+            if i >= 3:
+                first.append((at - t0) * 1000)
+                spawns.append((spawned - t0) * 1000)
+    out = [line("background (host) first chunk after start", first),
+           line("  spawn alone", spawns)]
+    if args.api:
+        out += await asyncio.to_thread(background_api, args.n)
+    return out
+
+
+def background_api(n: int) -> list[str]:
+    from api import live_server  # bench/api.py: a real `pandastack serve`
+    from pandastack import Sandbox
+
+    first: list[float] = []
+    starts: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="psb-bg-api-", dir="/tmp") as tmp, \
+            live_server(Path(tmp)) as server, \
+            Sandbox.create(api_url=server.api_url, api_key=server.api_key,
+                           ttl_seconds=600) as sbx:
+        for i in range(n + 3):
+            t0 = time.perf_counter()
+            proc = sbx.commands.start(FIRST_LINE)
+            started = time.perf_counter()
+            for event in proc.stream():
+                if event.type == "stdout":
+                    at = time.perf_counter()
+                    break
+            proc.kill()
+            if i >= 3:
+                first.append((at - t0) * 1000)
+                starts.append((started - t0) * 1000)
+    return [line("background (API, SDK SSE) first chunk after start", first),
+            line("  start alone (REST)", starts)]
+
+
+MEASURES: dict[str, Measure] = {"watch": watch, "pty": pty, "background": background}
 
 
 async def main() -> None:
