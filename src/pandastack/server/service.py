@@ -438,10 +438,11 @@ class SandboxService:
             with suppress(SandboxNotFound):
                 await self.runtime.kill(row.id)
             raise conflict(f"sandbox {row.id} was ended while it was starting")
+        host_id = self.host_of(row.id)
+        self.volumes.place_clones(volumes, host_id)
         updated = self.store.update_sandbox(row.id, state="running", created_at=ready,
                                             expires_at=ready + req.ttl_seconds,
-                                            last_activity_at=ready,
-                                            host_id=self.host_of(row.id))
+                                            last_activity_at=ready, host_id=host_id)
         assert updated is not None
         return updated
 

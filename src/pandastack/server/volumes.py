@@ -272,8 +272,10 @@ class VolumeService:
         shared = self.store.volumes_by_id(team, [e["id"] for e in recorded if e["read_only"]])
         plan = CreatePlan()
         for e in recorded:
-            plan.host_id = plan.host_id or e.get("host_id")
             if e["read_only"]:
+                # A shared volume stays on its host, and so must the sandbox. The copies of
+                # read-write ones travel with the snapshot (its manifest in the object store).
+                plan.host_id = plan.host_id or e.get("host_id")
                 if e["id"] not in shared:
                     raise not_found(f"volume {e['name']!r} (read-only in snapshot "
                                     f"{snapshot_id}; deleted since)")
@@ -306,6 +308,12 @@ class VolumeService:
                                             a.mount_path, child))
             plans.append((child, plan))
         return plans
+
+    def place_clones(self, plan: CreatePlan, host_id: str | None) -> None:
+        """The copies a new sandbox got live where it landed."""
+        for p in plan.attach:
+            if p.clone is not None and host_id is not None and p.clone.host_id != host_id:
+                self.store.set_volume_host(p.clone.id, host_id)
 
     def host_of_attached(self, sandbox_id: str) -> str | None:
         """The host of the sandbox's volumes (a fork of it must land there)."""

@@ -1,5 +1,6 @@
-"""Portable volumes on two real agents, microVMs, PostgreSQL and the real S3 server: a volume
-snapshot holds what a killed sandbox wrote and makes a new volume on the other host (grown);
+"""Portable volumes on two real agents, microVMs, PostgreSQL and the real S3 server: a
+sandbox's snapshot carries its volume's copy to the other host; a volume snapshot holds what a
+killed sandbox wrote and makes a new volume on the other host (grown);
 a move takes a volume to the other host with its data, and the next sandbox that mounts it
 lands there; a move that a server left half-done is undone when it starts again; nothing is
 left on either host."""
@@ -56,6 +57,21 @@ async def test_volume_snapshots_and_moves_across_hosts(pg_dsn: str, tmp_path: Pa
             assert_envelope(r, 409, "volume_in_use")
             r = await two.client.post("/v1/volumes/data/move", json={"host_id": id_b})
             assert_envelope(r, 409, "volume_in_use")
+            # A sandbox's snapshot takes its volume's copy along: made of it on B, the new
+            # sandbox gets that copy there (a volume of the team, on B).
+            taken = await ok(await one.client.post(f"/v1/sandboxes/{sbx['id']}/snapshots",
+                                                   json={"name": "with-volume"}), 201)
+            twin = await ok(await two.client.post("/v1/sandboxes", json={
+                "snapshot": taken["id"], "host_id": id_b}), 201)
+            assert twin["host_id"] == id_b
+            assert await run(two, str(twin["id"]), "sha256sum /data/blob") == digest
+            clone = twin["volumes"][0]  # type: ignore[index]
+            got = await ok(await two.client.get(f"/v1/volumes/{clone['name']}"))
+            assert (got["host_id"], got["source_volume"]) == (id_b, vol["id"])
+            assert clone["id"] in volume_dirs(b.volumes_dir)
+            await kill(two, twin["id"])
+            await gone(await two.client.delete(f"/v1/volumes/{clone['name']}"))
+            await gone(await one.client.delete(f"/v1/snapshots/{taken['id']}"))
             await kill(one, sbx["id"])
 
             snap = await ok(await two.client.post("/v1/volumes/data/snapshots"), 201)

@@ -170,8 +170,13 @@ class RemoteState:
 
     async def publish_snapshot(self, info: SnapshotInfo, directory: Path) -> None:
         snapshot = {k: v for k, v in asdict(info).items() if k != "template_path"}
+        # The copies it keeps of read-write volumes go with it: a sandbox made of it on
+        # another host gets them (read-only volumes stay on their host, which it must use).
+        copies = await asyncio.gather(*(self._put(directory / str(entry["copy"]))
+                                        for entry in info.volumes if "copy" in entry))
         await self._publish(snapshot_manifest(info.id), {"kind": "snapshot",
-                                                         "snapshot": snapshot},
+                                                         "snapshot": snapshot,
+                                                         "volume_copies": list(copies)},
                             directory / STREAM, directory, info.layers, Path(info.template_path))
 
     async def publish_sandbox(self, record: SandboxRecord, workdir: Path) -> str:
@@ -307,9 +312,13 @@ class RemoteState:
             template = await self._template(document["template"])
             work = snapshots.begin(snapshot_id)
             try:
+                # Volume copies as copies, not links: a one-child fork's child may take a
+                # snapshot's copy as its own volume, and must not write into the cache.
                 await asyncio.gather(self._link(document["stream"], work / STREAM),
                                      self._layers(document["layers"], work, template,
-                                                  writable_top=False))
+                                                  writable_top=False),
+                                     *(self._copy(ref, work / ref["name"])
+                                       for ref in document.get("volume_copies", ())))
                 data = dict(document["snapshot"])
                 data["layers"] = tuple(data["layers"])
                 data |= {"template_path": str(template), "size_bytes": allocated_bytes(work)}
