@@ -102,6 +102,44 @@ def test_upgrade_moves_spec_and_logs_out_of_the_version_rows(db: str) -> None:
         store.close()
 
 
+def test_what_held_resources_across_0009_is_metered_from_0010(db: str) -> None:
+    upgrade_to(db, "0009")
+    engine = make_engine(db)
+    sandbox = ("INSERT INTO sandboxes (id, team, template, state, created_at, ttl_seconds, "
+               "persistent, vcpus, memory_mb, disk_mb, env, metadata, last_activity_at) VALUES "
+               "(:id, 't', 'base', :state, 1.0, 60, false, 2, 1024, :disk, '{}', '{}', 1.0)")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO teams (id, created_at) VALUES ('t', 1.0)"))
+        for sid, state, disk in (("sbx-run", "running", None), ("sbx-sleep", "hibernated", 4096),
+                                 ("sbx-gone", "killed", None), ("sbx-new", "running", None)):
+            conn.execute(text(sandbox), {"id": sid, "state": state, "disk": disk})
+        # One started under 0009's code: metered already, it must not be metered twice.
+        conn.execute(text("INSERT INTO usage_segments (team, kind, subject_id, sandbox_id, "
+                          "template, vcpus, memory_mb, gib, started_at) VALUES ('t', :kind, "
+                          "'sbx-new', 'sbx-new', 'base', 2, 1024, 2.0, 5.0)"),
+                     [{"kind": "compute"}, {"kind": "disk"}])
+        conn.execute(text("INSERT INTO volumes (id, team, name, size_mb, created_at) VALUES "
+                          "('vol-1', 't', 'data', 2048, 1.0)"))
+        conn.execute(text("INSERT INTO snapshots (id, team, template, created_at, vcpus, "
+                          "memory_mb, size_bytes, volumes) VALUES ('snap-1', 't', 'base', 1.0, "
+                          "1, 512, 1073741824, '[]')"))
+    engine.dispose()
+    before = time.time()
+    open_store(db).close()
+    engine = make_engine(db)
+    with engine.connect() as conn:
+        got = conn.execute(text("SELECT subject_id, kind, vcpus, gib, started_at FROM "
+                                "usage_segments WHERE ended_at IS NULL ORDER BY subject_id, "
+                                "kind")).all()
+    engine.dispose()
+    assert [(r[0], r[1], r[2], r[3]) for r in got] == [
+        ("sbx-new", "compute", 2, 2.0), ("sbx-new", "disk", 2, 2.0),
+        ("sbx-run", "compute", 2, 0.0), ("sbx-run", "disk", 0, 2.0),
+        ("sbx-sleep", "disk", 0, 4.0), ("snap-1", "snapshot", 0, 1.0),
+        ("vol-1", "volume", 0, 2.0)]
+    assert all(r[4] >= before for r in got if r[0] != "sbx-new")
+
+
 def test_every_revision_downgrades_and_upgrades_again(db: str) -> None:
     store = open_store(db)
     with store.engine.begin() as conn:

@@ -43,7 +43,8 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Float, nullable=False),
     )
     # No segment is made for sandboxes running across this upgrade: when they started to hold
-    # what they hold is recorded nowhere. They are metered from their next wake or restore.
+    # what they hold is recorded nowhere. 0010 meters them (and volumes, snapshots) from its
+    # own upgrade.
 
 
 def downgrade() -> None:
