@@ -13,7 +13,6 @@ are qcow2 chains (qemu_disk.py); QMP is spoken in qmp.py.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import functools
@@ -24,11 +23,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from qemu.qmp import ExecuteError, QMPClient
+from qemu.qmp import QMPClient
 
 from pandastack.host.file_modes import PRIVATE_FILE, SERVICE_UMASK
 from pandastack.host.network.manager import GUEST_MAC, TAP
-from pandastack.host.vmm import qemu_migrate
+from pandastack.host.vmm import qemu_migrate, qemu_save
 from pandastack.host.vmm.driver import (
     AGENT_PORT_NAME,
     VOLUME_SLOTS,
@@ -42,13 +41,11 @@ from pandastack.host.vmm.driver import (
     VolumeDrive,
     connect_unix,
     log_tail,
-    max_stream_bytes,
     read_cmdline,
     volume_serial,
 )
 from pandastack.host.vmm.qemu_disk import ROOT_DRIVE, Qcow2Layers
 from pandastack.host.vmm.qmp import (
-    QMP_TIMEOUT_S,
     connect_qmp,
     qmp_pipeline,
     qmp_socket,
@@ -319,16 +316,16 @@ class QemuDriver:
             status = await qmp.execute("query-status")
             was_running = isinstance(status, dict) and bool(status.get("running"))
             if was_running and not self.live_precopy() and short_pause and not overwrite:
-                background = await _prepare_migration(qmp, background=True)
+                background = await qemu_save.prepare_save(qmp, background=True)
             if background:
                 # QEMU 7.2 leaves the guest hung (vCPUs blocked on write-protected pages) when
                 # a background snapshot fails to write: reserve the space while nothing is
                 # stopped yet, so running out of it is a clean error.
-                bound = _stream_bound(await qmp.execute("query-memory-size-summary"))
-                kept = await _pass_stream_fd(qmp, target, reserve=bound)
+                bound = qemu_save.stream_bound(await qmp.execute("query-memory-size-summary"))
+                kept = await qemu_save.pass_stream_fd(qmp, target, reserve=bound)
             else:
-                await _prepare_migration(qmp)
-                kept = await _pass_stream_fd(qmp, target, truncate=not overwrite)
+                await qemu_save.prepare_save(qmp)
+                kept = await qemu_save.pass_stream_fd(qmp, target, truncate=not overwrite)
             if was_running and not self.live_precopy():
                 stopped_at = time.monotonic()
                 await qmp.execute("stop")
@@ -336,11 +333,11 @@ class QemuDriver:
                 # QEMU captures the device state in this same stop: switch the disk first.
                 await self._switch_disk(qmp, new_top)
                 switched = True
-                await _start_migration(qmp)
-                resumed = await _wait_running(qmp)  # QEMU resumes the guest by itself
+                await qemu_save.start_stream(qmp)
+                resumed = await qemu_save.wait_running(qmp)  # QEMU resumes the guest by itself
                 await wait_migration(qmp, poll_s=0.002)
             else:
-                await _start_migration(qmp)
+                await qemu_save.start_stream(qmp)
                 if stopped_at is not None or not was_running:
                     # The guest is stopped already: switch its disk while QEMU writes the
                     # memory (QEMU runs the two in turn under its big lock; the switch is
@@ -353,12 +350,12 @@ class QemuDriver:
                     await self._switch_disk(qmp, new_top)
                     switched = True
                 if was_running:
-                    await _cont_after_migration(qmp)
+                    await qemu_save.cont_after_migration(qmp)
                 resumed = time.monotonic()
-            # `_written` closes the duplicate, also when it fails: it is no longer ours to
+            # `stream_written` closes the duplicate, also when it fails: it is no longer ours to
             # close below.
             fd, kept = kept, None
-            written = _written(fd, trim=background)
+            written = qemu_save.stream_written(fd, trim=background)
             if not overwrite:
                 os.replace(target, stream)
         except BaseException as exc:
@@ -367,7 +364,7 @@ class QemuDriver:
             with contextlib.suppress(Exception):
                 status = await qmp.execute("query-status")
                 if was_running and isinstance(status, dict) and not status.get("running"):
-                    await _cont_after_migration(qmp)
+                    await qemu_save.cont_after_migration(qmp)
             if not overwrite:
                 with contextlib.suppress(OSError):
                     target.unlink()
@@ -391,10 +388,10 @@ class QemuDriver:
         qmp = await connect_qmp(qmp_socket(vm.paths))
         try:
             await qmp.execute("stop")
-            await _prepare_migration(qmp)
+            await qemu_save.prepare_save(qmp)
             partial = stream.with_suffix(".partial")
-            os.close(await _pass_stream_fd(qmp, partial))
-            await _start_migration(qmp)
+            os.close(await qemu_save.pass_stream_fd(qmp, partial))
+            await qemu_save.start_stream(qmp)
             await wait_migration(qmp)
             os.replace(partial, stream)
         finally:
@@ -442,7 +439,8 @@ class QemuDriver:
     async def finish_incoming(self, vm: VMProcess) -> None:
         qmp = await connect_qmp(qmp_socket(vm.paths))
         try:
-            await _cont_after_migration(qmp)  # activates the disks first (late-block-activate)
+            # `cont` activates the disks first (late-block-activate).
+            await qemu_save.cont_after_migration(qmp)
         finally:
             await qmp.disconnect()
 
@@ -517,106 +515,3 @@ def _huge_pages_inherited(allowed: bool) -> Iterator[None]:
         yield
     finally:
         prctl(PR_SET_THP_DISABLE, before, 0, 0, 0)
-
-
-async def _cont_after_migration(qmp: QMPClient, within_s: float = 5.0) -> None:
-    """`cont` once a finished migration lets it. QEMU reports a migration "completed" a moment
-    before its migration thread leaves the finish-migrate run state, and refuses `cont` until
-    then (seen once, in a benchmark's first fork, which failed on it)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            await qmp.execute("cont")
-            return
-        except ExecuteError as exc:
-            if "not finalized" not in str(exc) or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.0005)
-
-
-STREAM_FD_NAME = "pandastack-migration"
-
-
-async def _pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
-                          truncate: bool = True) -> int:
-    """Hand QEMU a descriptor of the stream file at `path` for the next `migrate`; return a
-    duplicate the caller closes. It shares QEMU's file offset: `_written` reads the
-    stream's length off it.
-
-    With `reserve`, that much space is allocated first (ENOSPC here, not mid-stream).
-    Without `truncate`, an existing file is written over in place (a warm buffer)."""
-    # QEMU writes straight into a file descriptor we hand it: no shell, no pipe, no copy.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
-    fd = os.open(path, flags, 0o600)
-    kept: int | None = None
-    try:
-        if reserve:
-            os.posix_fallocate(fd, 0, reserve)
-        kept = os.dup(fd)
-        qmp.send_fd_scm(fd)
-        await qmp.execute("getfd", {"fdname": STREAM_FD_NAME})
-    except BaseException:
-        if kept is not None:
-            os.close(kept)
-        raise
-    finally:
-        os.close(fd)
-    return kept
-
-
-def _stream_bound(summary: object) -> int:
-    ram = int(summary.get("base-memory", 0)) if isinstance(summary, dict) else 0
-    return max_stream_bytes(ram)
-
-
-async def _start_migration(qmp: QMPClient) -> None:
-    """Start writing the stream into the descriptor `_pass_stream_fd` handed over."""
-    await qmp.execute("migrate", {"uri": f"fd:{STREAM_FD_NAME}"})
-
-
-def _written(kept: int, *, trim: bool) -> int:
-    """The stream's length (QEMU's offset in the shared descriptor); with `trim`, a reserved
-    file is cut to it. Closes the duplicate."""
-    try:
-        written = os.lseek(kept, 0, os.SEEK_CUR)
-        if trim:
-            os.ftruncate(kept, written)
-        return written
-    finally:
-        os.close(kept)
-
-
-async def _prepare_migration(qmp: QMPClient, *, background: bool = False) -> bool:
-    """Set the capabilities and parameters of the next save; False if QEMU refused a
-    background snapshot (its RAM cannot be write-protected), which leaves it a plain one."""
-    # Same stream format as template saves (clones' RAM is not shared, so it is all sent);
-    # no bandwidth cap (the stream goes to a local file) and a short stop at the end.
-    # Capabilities persist in QEMU between migrations: each save sets all it depends on.
-    try:
-        await qmp.execute("migrate-set-capabilities", {"capabilities": [
-            {"capability": "x-ignore-shared", "state": True},
-            {"capability": "background-snapshot", "state": background}]})
-    except ExecuteError:
-        if not background:
-            raise
-        return False
-    await qmp.execute("migrate-set-parameters", {
-        "max-bandwidth": 64 << 30, "downtime-limit": 20})
-    return True
-
-
-async def _wait_running(qmp: QMPClient, timeout: float = QMP_TIMEOUT_S) -> float:
-    """Wait until QEMU resumes the guest after a background snapshot's stop; return the
-    monotonic time it was first seen running. A failed migration never resumes it."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        status = await qmp.execute("query-status")
-        if isinstance(status, dict) and status.get("running"):
-            return time.monotonic()
-        migration = await qmp.execute("query-migrate")
-        if isinstance(migration, dict) and migration.get("status") in ("failed", "cancelled"):
-            raise VMMError(f"migration {migration.get('status')}: "
-                           f"{migration.get('error-desc', '')}")
-        if asyncio.get_running_loop().time() > deadline:
-            raise VMMError(f"the guest did not resume in {timeout}s after its snapshot")
-        await asyncio.sleep(0.001)
