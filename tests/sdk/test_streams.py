@@ -23,7 +23,7 @@ from pandastack.sdk import (
     ProcessEvent,
     Sandbox,
 )
-from pandastack.sdk._streams import ProcessStreamDecoder
+from pandastack.sdk._streams import KEPT_CHARS, ProcessStreamDecoder
 from tests.server.live import FakeServer, fake_server
 
 
@@ -56,6 +56,20 @@ def test_decoder_takes_the_stream_in_any_pieces() -> None:
     assert [e.type for e in events] == ["dropped", "stdout", "exit"]
     assert events[0].dropped == {"stdout": 5, "stderr": 0} and events[1].data == "hé"
     assert events[2].result is not None and events[2].result.stdout == "hé"
+
+
+def test_decoder_keeps_a_bounded_tail_for_the_result() -> None:
+    decoder = ProcessStreamDecoder()
+    chunk = "x" * 4095 + "\n"
+    for _ in range(3 * KEPT_CHARS // len(chunk)):
+        decoder.feed(b'event: stdout\ndata: {"data":"' + chunk.replace("\n", "\\n").encode()
+                     + b'"}\n\n')
+    decoder.feed(b'event: stdout\ndata: {"data":"end"}\n\n')
+    [done] = decoder.feed(b'event: exit\ndata: {"exit_code":0,"stdout":"","stderr":"",'
+                          b'"duration_ms":1.0}\n\n')
+    assert done.result is not None
+    assert len(done.result.stdout) == KEPT_CHARS and done.result.stdout.endswith("x\nend")
+    assert sum(len(c) for c in decoder._chunks["stdout"]) <= 2 * KEPT_CHARS + len(chunk)
 
 
 def test_sync_stream_connect_and_callbacks(server: FakeServer) -> None:

@@ -34,6 +34,9 @@ __all__ = ["ProcessEvent", "ProcessStreamDecoder", "SandboxPage"]
 T = TypeVar("T")
 
 EventType = Literal["stdout", "stderr", "dropped", "exit"]
+KEPT_CHARS = 1 << 20
+"""What a stream keeps of each output stream for its exit's result: as much as the guest's
+ring holds, so `wait()` with callbacks returns what `wait()` without them would."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +48,9 @@ class ProcessEvent:
     - ``"dropped"``: comes first, and only when the guest's ring buffer (the last 1 MiB of each
       stream) had already lost the start of the output: `dropped` maps ``"stdout"`` and
       ``"stderr"`` to the bytes lost. The replay that follows is the tail.
-    - ``"exit"``: the last event; `result` is the process's `ExecResult` (empty stdout/stderr:
-      the output came in the events; `timed_out` if its `timeout_seconds` killed it).
+    - ``"exit"``: the last event; `result` is the process's `ExecResult` with the output the
+      stream carried (at most its last `KEPT_CHARS` characters per stream, so following a
+      process for days stays bounded; `timed_out` if its `timeout_seconds` killed it).
     """
 
     type: EventType
@@ -63,6 +67,7 @@ class ProcessStreamDecoder:
     def __init__(self) -> None:
         self._sse = SSEDecoder()
         self._chunks: dict[StreamName, list[str]] = {"stdout": [], "stderr": []}
+        self._kept: dict[StreamName, int] = {"stdout": 0, "stderr": 0}
         self._exit: ExecResult | None = None
 
     @property
@@ -86,7 +91,7 @@ class ProcessStreamDecoder:
                 text = payload.get("data") if isinstance(payload, dict) else None
                 if not isinstance(text, str):
                     raise ProtocolError(f"process stream: {name} event lacks a string 'data'")
-                self._chunks[name].append(text)
+                self._keep(name, text)
                 out.append(ProcessEvent(name, data=text))
             elif event.event == "dropped":
                 payload = self._json(event)
@@ -103,6 +108,15 @@ class ProcessStreamDecoder:
             # anything else: an event this SDK does not know yet; skip it
         return out
 
+    def _keep(self, name: StreamName, text: str) -> None:
+        chunks = self._chunks[name]
+        chunks.append(text)
+        self._kept[name] += len(text)
+        if self._kept[name] > 2 * KEPT_CHARS:  # compact now and then: amortised O(1)
+            tail = "".join(chunks)[-KEPT_CHARS:]
+            chunks[:] = [tail]
+            self._kept[name] = len(tail)
+
     @staticmethod
     def _json(event: ServerSentEvent) -> Any:
         try:
@@ -114,8 +128,9 @@ class ProcessStreamDecoder:
         """The exit's result with the streamed output; `ProtocolError` before the exit."""
         if self._exit is None:
             raise ProtocolError("process stream ended before its exit event")
-        return self._exit.model_copy(update={"stdout": "".join(self._chunks["stdout"]),
-                                             "stderr": "".join(self._chunks["stderr"])})
+        return self._exit.model_copy(update={
+            "stdout": "".join(self._chunks["stdout"])[-KEPT_CHARS:],
+            "stderr": "".join(self._chunks["stderr"])[-KEPT_CHARS:]})
 
 
 def stream_call(sandbox_id: str, pid: int, *, base_timeout: httpx.Timeout,
