@@ -2,20 +2,28 @@
 a remote agent is driven), on a real microVM: the events of a create, write, rename, chmod
 and remove in order; a flood of 100 k events the control plane does not read ends in
 `overflow`, and the agent process's memory does not grow with the flood (its buffers are the
-channel's credit window and the stream's outbox); leaving the stream stops the guest's watch."""
+channel's credit window and the stream's outbox); leaving the stream stops the guest's watch.
+And the whole path: the SDK's watch through `pandastack serve --agent` on that agent."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.watch import WatchEvent
+from pandastack.sdk import Sandbox
 from pandastack.server.hostclient import HostClient
 from tests.host.runtime.test_runtime_watch import FLOOD, brief
+from tests.server.live import free_port, terminate, wait_healthy
 from tests.server.live_agent import LiveAgent, live_agent
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
@@ -84,3 +92,46 @@ async def test_watch_over_the_host_api(agent: LiveAgent) -> None:
             assert await guest_inotify_fds(sbx) == idle
         finally:
             await client.kill(sbx.id)
+
+
+@contextlib.contextmanager
+def serve_over(agent: LiveAgent) -> Iterator[tuple[str, str]]:
+    """`pandastack serve --agent` on `agent`, private DB and client config: (url, admin key)."""
+    tmp = agent.tmp / "serve"
+    tmp.mkdir()
+    port = free_port()
+    env = {**os.environ, "PANDASTACK_DB": f"sqlite:///{tmp / 'db'}",
+           "PANDASTACK_CLIENT_CONFIG": str(tmp / "client.json"),
+           "PANDASTACK_STATE_DIR": str(tmp / "s")}
+    url = f"http://127.0.0.1:{port}"
+    with (tmp / "log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port),
+             "--agent", agent.url, "--agent-token-file", str(agent.token_file)],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(url, proc, tmp / "log", 120)
+        yield url, json.loads((tmp / "client.json").read_text())["api_key"]
+    finally:
+        terminate(proc, 30)
+
+
+def sdk_watch(url: str, key: str) -> list[tuple[str, str, str | None]]:
+    with Sandbox.create(api_url=url, api_key=key, ttl_seconds=300) as sbx:
+        sbx.files.mkdir("/work/w")
+        seen: list[tuple[str, str, str | None]] = []
+        with sbx.files.watch("/work/w") as w:
+            sbx.exec("cd /work/w && echo hi > a && mv a b && chmod 600 b && rm b")
+            for e in w:
+                seen.append((e.type, e.path, e.old_path))
+                if len(seen) == 5:
+                    break
+        return seen
+
+
+async def test_sdk_watch_through_serve_over_the_agent(agent: LiveAgent) -> None:
+    with serve_over(agent) as (url, key):
+        assert await asyncio.to_thread(sdk_watch, url, key) == [
+            ("create", "/work/w/a", None), ("write", "/work/w/a", None),
+            ("rename", "/work/w/b", "/work/w/a"), ("chmod", "/work/w/b", None),
+            ("remove", "/work/w/b", None)]
