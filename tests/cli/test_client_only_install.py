@@ -76,7 +76,8 @@ report["usage"] = run(["usage"])
 report["client_modules"] = sorted(m for m in sys.modules
                                   if m.partition(".")[0] not in sys.stdlib_module_names)
 report["serve"] = run(["serve"])
-report["keys"] = run(["keys", "list"])
+report["keys"] = run(["keys", "list", "--db"])
+report["keys_api"] = run(["keys", "list"])
 report["loaded_blocked"] = sorted(m for m in sys.modules if m.partition(".")[0] in BLOCKED)
 print(json.dumps(report))
 """
@@ -101,7 +102,7 @@ def test_sdk_and_client_commands_work_without_the_server_extra(tmp_path: Path) -
     assert report["sandbox_help"]["code"] == 0 and "list" in report["sandbox_help"]["out"]
     assert report["sandbox_list"]["code"] == 1
     assert "cannot reach the pandastack server" in report["sandbox_list"]["err"]
-    for command in ("volume_list", "usage"):  # they need the SDK only, like `sandbox`
+    for command in ("volume_list", "usage", "keys_api"):  # the SDK only, like `sandbox`
         assert report[command]["code"] == 1, report[command]
         assert "cannot reach the pandastack server" in report[command]["err"], report[command]
     client_side = {m.partition(".")[0] for m in report["client_modules"]}

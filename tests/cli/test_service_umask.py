@@ -24,7 +24,7 @@ def test_keys_creates_a_private_database_and_sets_the_service_umask(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_umask: None) -> None:
     db = tmp_path / "new" / "pandastack.db"
     monkeypatch.setenv("PANDASTACK_DB", f"sqlite:///{db}")
-    assert main(["keys", "create", "--name", "ops"]) == 0
+    assert main(["keys", "create", "--name", "ops", "--db"]) == 0
     assert os.umask(0o022) == 0o077
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700

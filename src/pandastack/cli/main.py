@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         command.add_parser(sub)
     args = parser.parse_args(argv)
     errors: tuple[type[Exception], ...] = (ValueError,)
-    if args.command in SERVICE_COMMANDS:
+    # `keys` goes through the API unless told to use the database (`--db`).
+    if args.command in SERVICE_COMMANDS and (args.command != "keys" or args.db):
         missing = missing_server_extra()
         if missing:
             console.print(f"[red]error:[/red] pandastack {args.command} needs the server extra: "
