@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated
 
@@ -24,6 +25,7 @@ router = APIRouter(tags=["processes"], route_class=StrictJsonRoute)
 
 Pid = Annotated[int, Path(ge=1, le=2**31 - 1)]
 STREAM_QUEUE_ITEMS = 64
+KEEPALIVE_SECONDS = 15.0
 # ("stdout" | "stderr", bytes) as written, or ("dropped", {"stdout": n, "stderr": m}).
 Item = tuple[str, bytes | dict[str, int]]
 
@@ -41,9 +43,10 @@ number of clients:
    (`timed_out: true` if its `timeout_seconds` killed it), or one `event: error` with the
    error envelope. A process that has already exited gives its replay and exit at once.
 
-Closing the stream detaches; the process keeps running. An unknown pid is a 404 before the
-stream starts. Backpressure: a client that stops reading stops the guest process on its pipe
-(as for exec/stream), so read promptly or disconnect."""
+A comment line (`: keepalive`) comes after every 15 s without an event, so that nothing in
+between closes a quiet stream. Closing the stream detaches; the process keeps running. An
+unknown pid is a 404 before the stream starts. Backpressure: a client that stops reading stops
+the guest process on its pipe (as for exec/stream), so read promptly or disconnect."""
 
 
 @router.get("/sandboxes/{sandbox_id}/processes/{pid}/stream",
@@ -85,6 +88,11 @@ async def stream_process(sandbox_id: SandboxId, pid: Pid, who: CurrentPrincipal,
         decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
                     for name in ("stdout", "stderr")}
         async for item in _chain(first, items):
+            if item is None:
+                # A quiet process sends nothing for hours: proxies and NATs in between close
+                # a silent connection, so say something (an SSE comment) now and then.
+                yield b": keepalive\n\n"
+                continue
             if not isinstance(item, Finished):
                 name, value = item
                 if isinstance(value, bytes):
@@ -110,10 +118,25 @@ async def stream_process(sandbox_id: SandboxId, pid: Pid, who: CurrentPrincipal,
 
 async def _chain(first: Item | Finished[HostExecResult],
                  rest: AsyncGenerator[Item | Finished[HostExecResult], None],
-                 ) -> AsyncIterator[Item | Finished[HostExecResult]]:
+                 keepalive: float = KEEPALIVE_SECONDS,
+                 ) -> AsyncGenerator[Item | Finished[HostExecResult] | None, None]:
+    """`first`, then what `rest` yields; None whenever `rest` has been quiet for `keepalive`
+    seconds (the item awaited is never cancelled for it, only when the stream is left)."""
+    pending: asyncio.Future[Item | Finished[HostExecResult]] | None = None
     try:
         yield first
-        async for item in rest:
+        while True:
+            pending = asyncio.ensure_future(anext(rest))
+            while not (await asyncio.wait({pending}, timeout=keepalive))[0]:
+                yield None
+            try:
+                item = pending.result()
+            except StopAsyncIteration:
+                return
             yield item
     finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
         await rest.aclose()
