@@ -47,6 +47,7 @@ from .routes import templates as template_routes
 from .routes import usage as usage_routes
 from .routes import volumes as volume_routes
 from .routes.ports import PortProxy
+from .routes.streams import PROCESS_STREAM_SSE
 from .routes.watch import FILE_WATCH_SSE
 from .service import SandboxService
 from .settings import Settings
@@ -167,7 +168,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                               "carries `X-Request-Id`. A JSON body over the server's limit "
                               "(`PANDASTACK_MAX_BODY_KB`, default 1 MiB) gets 413 before it is "
                               "read; raw uploads (files, stdin) have their own, larger limit."
-                              "\n\n" + PTY_WEBSOCKET + "\n\n" + FILE_WATCH_SSE)
+                              "\n\n" + PTY_WEBSOCKET + "\n\n" + FILE_WATCH_SSE
+                              + "\n\n" + PROCESS_STREAM_SSE)
     app.state.settings = settings
     app.state.ready = False
     app.state.metrics = server_metrics = ServerMetrics()

@@ -29,6 +29,14 @@ KEEPALIVE_SECONDS = 15.0
 # ("stdout" | "stderr", bytes) as written, or ("dropped", {"stdout": n, "stderr": m}).
 Item = tuple[str, bytes | dict[str, int]]
 
+PROCESS_STREAM_SSE = """**Background output** (`GET /v1/sandboxes/{id}/processes/{pid}/stream`) is a
+Server-Sent Events stream of a process started with `POST .../processes` (optionally with
+`timeout_seconds`): `dropped` if the guest's rings (the last 1 MiB of each stream) already lost
+its start, the replay of what they hold (all of stdout, then all of stderr), live `stdout` and
+`stderr` events, then one `exit` (an ExecResult, `timed_out` when its timeout killed it) or
+`error`. Any number of clients may follow one process; leaving detaches
+(docs/adr/0030-background-output-and-lifecycle.md)."""
+
 STREAM_DESCRIPTION = """Server-Sent Events (`text/event-stream`), for a process started with
 `POST /processes` (or a foreground exec whose client went away). Attach at any time, from any
 number of clients:
