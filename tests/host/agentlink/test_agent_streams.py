@@ -1,16 +1,21 @@
 """Background processes followed live, against the REAL guest agent in test mode (no VM):
 an attach opens with the rings' replay note (what they dropped), `timeout_ms` of a spawn
-kills the process and its exit says so, and a stream that keeps nothing still sees it all."""
+kills the process and its exit says so, and a stream that keeps nothing still sees it all.
+A scripted hostile guest cannot pass a count that is not one to the host's callbacks."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
+from pandastack.guest import protocol as P
 from pandastack.guest.procs import RING_BYTES
 from pandastack.host.agentlink.client import AgentClient
+from pandastack.hostport.errors import AgentProtocolError
 from tests.host.agentlink.test_agent_client import local_agent
+from tests.host.fake_guest import FakeGuest, in_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,3 +67,22 @@ async def test_a_stream_keeping_nothing_still_sees_every_chunk(agent: AgentClien
     result = await agent.attach(pid, on_stdout=chunks.append, max_output=0, timeout=10)
     assert b"".join(chunks) == b"line1\nline2\nline3\n"
     assert result.stdout == b""
+
+
+@pytest.mark.parametrize("count", [-1, True, "3"])
+async def test_a_replay_note_with_a_bad_count_fails_the_attach(count: object) -> None:
+    fake = FakeGuest()
+    try:
+        client = await fake.client(op_timeout=10)
+        told: list[tuple[int, int]] = []
+        task = asyncio.create_task(client.attach(7, on_dropped=lambda o, e: told.append((o, e))))
+        req = await in_thread(lambda: fake.recv_until("attach"))
+        assert isinstance(req, P.Frame)
+        await in_thread(lambda: fake.send(P.frame("replay", req.id, stdout_dropped=count,
+                                                  stderr_dropped=0)))
+        with pytest.raises(AgentProtocolError):
+            await asyncio.wait_for(task, 10)
+        assert told == []
+        await client.close()
+    finally:
+        fake.close()

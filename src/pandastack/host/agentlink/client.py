@@ -141,9 +141,12 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         while True:
             f = await self._next(op, None if deadline is None else deadline - time.monotonic())
             if f.t == "replay" and op.kind == "attach":
+                counts = (self._field(f, "stdout_dropped", int),
+                          self._field(f, "stderr_dropped", int))
+                if any(isinstance(n, bool) or n < 0 for n in counts):
+                    raise self._protocol_error("replay frame: a count that is not one")
                 if on_dropped is not None:
-                    r = on_dropped(self._field(f, "stdout_dropped", int),
-                                   self._field(f, "stderr_dropped", int))
+                    r = on_dropped(*counts)
                     if inspect.isawaitable(r):
                         await r
             elif f.t in ("stdout", "stderr"):
