@@ -67,6 +67,14 @@ def test_build_create_version_delete(live_server: LiveServer, client: Client,
         assert cli.returncode == 0, cli.stderr
         assert json.loads(cli.stdout)["version"] == 2
         assert "Step 1/" in cli.stderr  # the log was shown
+        for which in ("web-app", "web-app:2", json.loads(cli.stdout)["build_id"]):
+            logs = subprocess.run([sys.executable, "-m", "pandastack.cli.main", "template",
+                                   "logs", which], env=env, capture_output=True, text=True,
+                                  timeout=120)
+            assert logs.returncode == 0, logs.stderr
+            assert logs.stdout.startswith(f"build {json.loads(cli.stdout)['build_id']}: "
+                                          "template web-app version 2\nStep 1/")
+            assert "ready: 5 steps" in logs.stdout
         with Sandbox.create(template="web-app", ttl_seconds=300, api_url=live_server.api_url,
                             api_key=live_server.api_key) as v2, \
              Sandbox.create(template="web-app:1", ttl_seconds=300,

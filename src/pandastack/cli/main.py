@@ -12,7 +12,7 @@ from typing import Protocol
 from rich.console import Console
 from rich.markup import escape
 
-from . import agent, files, hosts, keys, sandbox, serve, teams, template, usage, volume
+from . import agent, files, hosts, keys, sandbox, serve, snapshot, teams, template, usage, volume
 
 
 class Command(Protocol):
@@ -26,8 +26,8 @@ class Command(Protocol):
 # In the order `pandastack --help` lists them (after `setup`, which is here).
 COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
-    for module in (serve, agent, keys, sandbox, files, template, hosts, usage, teams,
-                   volume)}
+    for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
+                   usage, teams)}
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads

@@ -1,4 +1,5 @@
-"""`pandastack sandbox create|list|exec|kill|shell`: sandboxes through the API server.
+"""`pandastack sandbox create|list|exec|kill|shell|...`: sandboxes through the API server (the
+commands about one sandbox's state and reach are in sandbox_ops.py).
 
 Built on the Python SDK, configured the way it is: `PANDASTACK_API` / `PANDASTACK_API_KEY`,
 else `~/.config/pandastack/config.json` (which `pandastack serve` writes on first start).
@@ -38,6 +39,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from pandastack.cli import sandbox_ops
 from pandastack.cli.shell import terminal
 from pandastack.sdk import (
     APIConnectionError,
@@ -114,7 +116,8 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "sandbox", help="create, list, exec in and kill sandboxes (through the API server)",
+        "sandbox", help="create, list, exec in, fork, snapshot and kill sandboxes (through "
+                        "the API server)",
         description="Sandboxes through the API server (PANDASTACK_API / PANDASTACK_API_KEY, "
                     "else ~/.config/pandastack/config.json).",
         epilog="exit status: 0 ok; 1 the API or the configuration said no (one line on "
@@ -168,6 +171,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     metrics = ss.add_parser("metrics", help="CPU, memory and disk use, measured in the guest now")
     metrics.add_argument("id", metavar="ID")
     _json_flag(metrics)
+
+    sandbox_ops.add_parsers(ss)  # info, logs, pause ... url
 
     shell = ss.add_parser("shell", help="a terminal in a sandbox (its shell, or --cmd); with "
                                         "stdin not a terminal and no --cmd, a line-by-line "
@@ -452,7 +457,7 @@ def _shell_line(sbx: Sandbox, script: str, timeout: float, io: _Streams) -> int:
 
 _COMMANDS: dict[str, Callable[[Client, argparse.Namespace, _Streams], int]] = {
     "create": _create, "list": _list, "exec": _exec, "kill": _kill, "shell": _shell,
-    "metrics": _metrics,
+    "metrics": _metrics, **sandbox_ops.COMMANDS,
 }
 
 

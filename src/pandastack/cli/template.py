@@ -1,4 +1,5 @@
-"""`pandastack template build|list|show|delete`: the team's own templates, through the API.
+"""`pandastack template build|list|show|delete|logs`: the team's own templates, through the
+API.
 
 `build` reads a Dockerfile in pandastack's subset (FROM a pandastack template, RUN, COPY, ENV,
 WORKDIR, USER, CMD/ENTRYPOINT), sends it with its COPY files, and follows the build: a spinner
@@ -17,7 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from pandastack.sdk import Client, PandastackError, resolve_config
+from pandastack.rules import BUILD_ID_RE
+from pandastack.sdk import Client, NotFoundError, PandastackError, resolve_config
 from pandastack.sdk.errors import TemplateBuildError
 from pandastack.wire import TemplateBuildInfo
 
@@ -53,7 +55,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     delete = ts.add_parser("delete", help="delete a template (all versions, or --version)")
     delete.add_argument("name")
     delete.add_argument("--version", type=int, default=None)
-    for sp in (build, ts.choices["list"], show):
+    logs = ts.add_parser("logs", help="a build's log (follows a build under way)")
+    logs.add_argument("which", metavar="NAME[:VERSION]|BUILD_ID",
+                      help="a template (its newest version by default) or a build id")
+    for sp in (build, ts.choices["list"], show, delete):
         sp.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -117,10 +122,35 @@ def _show(client: Client, args: argparse.Namespace, console: Console) -> int:
 
 def _delete(client: Client, args: argparse.Namespace, console: Console) -> int:
     client.templates.delete(args.name, args.version)
+    if args.json:
+        print(json.dumps({"deleted": args.name, "version": args.version}))
     return 0
 
 
-_COMMANDS = {"build": _build, "list": _list, "show": _show, "delete": _delete}
+def build_of(client: Client, which: str) -> str:
+    """The build id that `which` names: itself (`tb-...`), or a template's `NAME[:VERSION]`
+    (its newest version when none is given)."""
+    if BUILD_ID_RE.match(which):
+        return which
+    name, _, version = which.partition(":")
+    versions = client.templates.get(name).versions
+    if version:
+        found = [v for v in versions if str(v.version) == version]
+        if not found:
+            raise NotFoundError(f"template {name!r} has no version {version}", status=404,
+                                code="not_found")
+        return found[0].build_id
+    return max(versions, key=lambda v: v.version).build_id
+
+
+def _logs(client: Client, args: argparse.Namespace, console: Console) -> int:
+    for line in client.templates.logs(build_of(client, args.which)):
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+_COMMANDS = {"build": _build, "list": _list, "show": _show, "delete": _delete, "logs": _logs}
 
 
 def run(args: argparse.Namespace) -> int:
