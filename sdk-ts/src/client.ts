@@ -13,14 +13,23 @@ import { SSEDecoder } from "./sse.js";
 import type { CreatedKey, DrainResult, HostInfo, KeyInfo, NetworkArg, QuotaInfo, SandboxInfo,
   SnapshotInfo, TemplateBuildInfo, TemplateInfo, TemplateSpec, UsageReport, VolumeInfo } from "./types.js";
 
+/** What every namespace shares: the connection of its client. */
+class Namespace {
+  /** @internal */
+  constructor(protected readonly http: Http) {}
+
+  /** The server this namespace talks to. */
+  get apiUrl(): string {
+    return this.http.config.apiUrl;
+  }
+}
+
 /** How long `templates.build` follows a build by default (builds under TCG are slow). */
 export const DEFAULT_BUILD_TIMEOUT = 3600;
 /** A drain moves the host's sandboxes one after another. */
 const DRAIN_TIMEOUT_SECONDS = 3600;
 
-export class Sandboxes {
-  /** @internal */
-  constructor(private readonly http: Http) {}
+export class Sandboxes extends Namespace {
 
   /** As `Sandbox.list`; each item uses this client's connection settings. */
   async list(options: Omit<ListOptions, keyof ConnectionOptions> = {}): Promise<SandboxPage> {
@@ -49,9 +58,7 @@ export class Sandboxes {
   }
 }
 
-export class Snapshots {
-  /** @internal */
-  constructor(private readonly http: Http) {}
+export class Snapshots extends Namespace {
 
   async list(): Promise<SnapshotInfo[]> {
     const body = await this.http.json<{ snapshots: unknown[] }>({ method: "GET", path: "/v1/snapshots" });
@@ -79,15 +86,13 @@ export interface BuildOptions {
   timeoutSeconds?: number;
 }
 
-export class Templates {
-  /** @internal */
-  constructor(private readonly http: Http) {}
+export class Templates extends Namespace {
 
-  /** Build a new version of template `name` from `spec` (the wire `TemplateSpec`:
+  /** Build a new version of template `name` from `template`, a template spec (the wire `TemplateSpec`:
    * `{from_template, steps: [{kind: "apt", packages: [...]}, ...], start, ready}`) and, with
    * `wait`, follow its log to the end. A failed build throws `TemplateBuildError`. */
-  async build(spec: TemplateSpec, name: string, options: BuildOptions = {}): Promise<TemplateBuildInfo> {
-    const body: Record<string, unknown> = { name, spec, vcpus: options.vcpus ?? 1,
+  async build(template: TemplateSpec, name: string, options: BuildOptions = {}): Promise<TemplateBuildInfo> {
+    const body: Record<string, unknown> = { name, spec: template, vcpus: options.vcpus ?? 1,
       memory_mb: options.memoryMb ?? 512 };
     if (options.network !== undefined) body["network"] = snakeify(options.network);
     const info = camelize(await this.http.json({ method: "POST", path: "/v1/templates", json: body })) as TemplateBuildInfo;
@@ -156,9 +161,7 @@ export interface VolumeSnapshotInfo {
   [key: string]: unknown;
 }
 
-export class Volumes {
-  /** @internal */
-  constructor(private readonly http: Http) {}
+export class Volumes extends Namespace {
 
   private path(name: string, ...rest: string[]): string {
     return ["/v1/volumes", pathSegment(name), ...rest].join("/");
@@ -215,9 +218,7 @@ export class Volumes {
   }
 }
 
-export class Keys {
-  /** @internal */
-  constructor(private readonly http: Http) {}
+export class Keys extends Namespace {
 
   /** A new API key (its secret is in the answer only). `team`: admin keys only. */
   async create(name: string, options: { team?: string } = {}): Promise<CreatedKey> {
@@ -234,9 +235,7 @@ export class Keys {
   }
 }
 
-export class Hosts {
-  /** @internal */
-  constructor(private readonly http: Http) {}
+export class Hosts extends Namespace {
 
   async list(): Promise<HostInfo[]> {
     const body = await this.http.json<{ hosts: unknown[] }>({ method: "GET", path: "/v1/hosts" });
@@ -270,9 +269,7 @@ export interface QuotaOptions {
   clear?: string[];
 }
 
-export class Teams {
-  /** @internal */
-  constructor(private readonly http: Http) {}
+export class Teams extends Namespace {
 
   async getQuota(team: string): Promise<QuotaInfo> {
     return camelize(await this.http.json({ method: "GET", path: `/v1/teams/${pathSegment(team)}/quota` })) as QuotaInfo;

@@ -19,6 +19,7 @@ export class Result {
   readonly data: Record<string, string>;
   readonly isMainResult: boolean;
 
+  /** @internal */
   constructor(wire: CodeResultWire) {
     this.data = wire.data;
     this.isMainResult = wire.isMainResult ?? false;
@@ -56,6 +57,7 @@ export class Result {
 
 /** What one run produced. */
 export class Execution {
+  /** @internal */
   constructor(readonly stdout: string, readonly stderr: string, readonly results: Result[],
     readonly error: CodeError | undefined, readonly executionCount: number | undefined) {}
 
@@ -64,6 +66,7 @@ export class Execution {
     return this.results.find((r) => r.isMainResult)?.text;
   }
 
+  /** @internal */
   static fromWire(raw: unknown): Execution {
     const w = camelize(raw) as { stdout?: string; stderr?: string; results?: CodeResultWire[];
       error?: CodeError | null; executionCount?: number | null };

@@ -71,16 +71,10 @@ export interface APIErrorFields {
   details?: unknown;
 }
 
+/** The server answered with an error; `message` is the envelope's human-readable one. */
 export class APIError extends PandastackError {
   declare readonly status: number;
   declare readonly code: string;
-  /** The human-readable message of the envelope. */
-  readonly detail: string;
-
-  constructor(message: string, fields: APIErrorFields) {
-    super(message, fields);
-    this.detail = message;
-  }
 
   override toString(): string {
     const rid = this.requestId ? `, requestId=${this.requestId}` : "";

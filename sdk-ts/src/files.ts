@@ -14,6 +14,8 @@ import { type Http, type UploadBody, sandboxPath } from "./http.js";
 import type { FileEntry, WriteResult } from "./types.js";
 
 export type ReadFormat = "bytes" | "text" | "stream";
+/** Told the bytes moved so far after each chunk of an upload or a download. */
+export type Progress = (bytes: number) => unknown;
 
 function modeParam(mode: number | undefined): string | undefined {
   return mode === undefined ? undefined : mode.toString(8); // the server reads octal, as chmod does
@@ -68,20 +70,32 @@ export class Filesystem {
     return camelize(body.files) as WriteResult[];
   }
 
-  /** Stream the local file `localPath` to `remotePath` in the sandbox. */
-  async upload(localPath: string, remotePath: string, options: { mode?: number } = {}): Promise<WriteResult> {
+  /** Stream the local file `localPath` to `remotePath` in the sandbox (`onProgress`: told
+   * the bytes sent so far after each chunk). */
+  async upload(localPath: string, remotePath: string,
+    options: { mode?: number; onProgress?: Progress } = {}): Promise<WriteResult> {
     const size = (await localStat(localPath)).size;
+    const onProgress = options.onProgress;
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      let sent = 0;
+      for await (const chunk of createReadStream(localPath, { highWaterMark: 256 * 1024 })) {
+        yield chunk as Uint8Array;
+        sent += (chunk as Uint8Array).length;
+        if (onProgress) await onProgress(sent);
+      }
+    }
     return camelize(await this.http.json({
       method: "PUT", path: sandboxPath(this.sandboxId, "files"),
       query: { path: remotePath, mode: modeParam(options.mode) },
-      body: createReadStream(localPath, { highWaterMark: 256 * 1024 }),
+      body: chunks(),
       headers: { "Content-Type": "application/octet-stream", "Content-Length": String(size) },
     })) as WriteResult;
   }
 
-  /** Stream the sandbox file `remotePath` to `localPath`; the bytes written. The local file
-   * appears only once complete; a failed download leaves nothing. */
-  async download(remotePath: string, localPath: string): Promise<number> {
+  /** Stream the sandbox file `remotePath` to `localPath`; the bytes written (`onProgress`:
+   * told the bytes received so far after each chunk). The local file appears only once
+   * complete; a failed download leaves nothing. */
+  async download(remotePath: string, localPath: string, options: { onProgress?: Progress } = {}): Promise<number> {
     const tmp = join(dirname(localPath), `.${basename(localPath)}.${randomBytes(4).toString("hex")}.part`);
     const out = createWriteStream(tmp, { flags: "wx" });
     let written = 0;
@@ -89,6 +103,7 @@ export class Filesystem {
       for await (const chunk of this.http.stream(this.readCall(remotePath))) {
         if (!out.write(chunk)) await new Promise((resolve) => out.once("drain", resolve));
         written += chunk.length;
+        if (options.onProgress) await options.onProgress(written);
       }
       await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())));
       await rename(tmp, localPath);

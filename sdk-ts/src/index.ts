@@ -16,7 +16,6 @@ export { CodeInterpreter, Execution, Result, type CodeEvent, type Language,
   type RunCodeOptions } from "./code.js";
 export { resolveConfig, defaultConfigPath, DEFAULT_TIMEOUT, type ClientConfig,
   type ConnectionOptions } from "./config.js";
-export { SSEDecoder, type ServerSentEvent } from "./sse.js";
 export {
   APIConnectionError, APIError, AuthError, AuthenticationError, ConfigError, ConflictError,
   HostLostError, HostUnavailableError, InsufficientStorageError, InvalidRequestError,

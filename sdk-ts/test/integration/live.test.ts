@@ -1,0 +1,101 @@
+// Against a live server booting real VMs: run by tests/e2e/test_sdk_ts.py with PANDASTACK_API
+// and PANDASTACK_API_KEY in the environment (the SDK's own config path, as a user would).
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { Client, NotFoundError, Sandbox } from "../../src/index.js";
+
+const STEP_BROKEN = "import sys\nprint('working')\nprint(1 / 0)\n";
+const STEP_FIXED = "print('working')\nopen('/work/out.bin', 'wb').write(bytes(range(256)))\nprint('done')\n";
+
+let sbx: Sandbox;
+
+before(async () => {
+  sbx = await Sandbox.create({ ttlSeconds: 900, metadata: { test: "sdk-ts" } });
+});
+
+after(async () => {
+  await sbx?.kill();
+});
+
+test("the seed's agent loop: write, exec, read the traceback, fix, exec again, read bytes", async () => {
+  await sbx.files.write("/work/step.py", STEP_BROKEN);
+  const failed = await sbx.exec("python3 /work/step.py", { timeoutSeconds: 120 });
+  assert.notEqual(failed.exitCode, 0);
+  assert.equal(failed.stdout, "working\n");
+  assert.match(failed.stderr, /Traceback \(most recent call last\)/);
+  assert.match(failed.stderr, /ZeroDivisionError/);
+
+  await sbx.files.write("/work/step.py", STEP_FIXED);
+  const fixed = await sbx.exec("python3 /work/step.py", { timeoutSeconds: 120 });
+  assert.equal(fixed.exitCode, 0, fixed.stderr);
+  assert.equal(fixed.stdout, "working\ndone\n");
+  const out = await sbx.files.read("/work/out.bin");
+  assert.ok(out instanceof Uint8Array);
+  assert.deepEqual(Array.from(out), Array.from({ length: 256 }, (_, i) => i));
+  assert.equal(await sbx.files.read("/work/step.py", { format: "text" }), STEP_FIXED);
+  assert.equal((await sbx.files.stat("/work/out.bin")).size, 256);
+  assert.ok(await sbx.files.exists("/work/out.bin"));
+  assert.ok(!(await sbx.files.exists("/work/nope")));
+});
+
+test("streaming exec hands each chunk over as the command writes it", async () => {
+  const seen: { text: string; at: number }[] = [];
+  const errors: string[] = [];
+  const run = await sbx.exec(
+    ["python3", "-u", "-c", "import sys, time\nfor i in range(3):\n    print(f'tick {i}')\n    time.sleep(0.5)\nprint('oops', file=sys.stderr)"],
+    { timeoutSeconds: 120, onStdout: (text) => { seen.push({ text, at: Date.now() }); },
+      onStderr: (text) => { errors.push(text); } });
+  assert.equal(run.exitCode, 0);
+  assert.equal(seen.map((s) => s.text).join(""), "tick 0\ntick 1\ntick 2\n");
+  assert.ok(seen.length >= 2, `the output came in one piece: ${JSON.stringify(seen)}`);
+  assert.equal(errors.join(""), "oops\n");
+  assert.equal(run.stdout, "tick 0\ntick 1\ntick 2\n");
+});
+
+test("a background process: stdin in, output streamed, exit result", async () => {
+  const proc = await sbx.commands.start(["python3", "-u", "-c", "import sys\nfor line in sys.stdin:\n    print('got', line.strip())"]);
+  await proc.sendStdin("a\nb\n", { eof: true });
+  const chunks: string[] = [];
+  let exitCode: number | undefined;
+  for await (const event of proc.stream({ timeoutSeconds: 120 })) {
+    if (event.type === "stdout") chunks.push(event.data);
+    if (event.type === "exit") exitCode = event.result.exitCode;
+  }
+  assert.equal(chunks.join(""), "got a\ngot b\n");
+  assert.equal(exitCode, 0);
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === proc.pid));
+});
+
+test("files: mkdir, list, rename, remove; a streamed write", async () => {
+  await sbx.files.mkdir("/work/d/e");
+  async function* parts() {
+    for (let i = 0; i < 4; i++) yield new TextEncoder().encode(`part ${i}\n`);
+  }
+  await sbx.files.write("/work/d/e/streamed.txt", parts());
+  assert.deepEqual((await sbx.files.list("/work/d/e")).map((e) => e.name), ["streamed.txt"]);
+  await sbx.files.rename("/work/d/e/streamed.txt", "/work/d/moved.txt");
+  assert.equal(await sbx.files.read("/work/d/moved.txt", { format: "text" }), "part 0\npart 1\npart 2\npart 3\n");
+  await sbx.files.remove("/work/d", { recursive: true });
+  await assert.rejects(sbx.files.stat("/work/d"), NotFoundError);
+});
+
+test("fork with three children: each has the parent's files, and its own id", async () => {
+  await sbx.files.write("/work/parent.txt", "from the parent");
+  const children = await sbx.fork({ count: 3 });
+  try {
+    assert.equal(children.length, 3);
+    assert.equal(new Set(children.map((c) => c.id).concat(sbx.id)).size, 4);
+    const reads = await Promise.all(children.map((c) => c.files.read("/work/parent.txt", { format: "text" })));
+    assert.deepEqual(reads, ["from the parent", "from the parent", "from the parent"]);
+    await children[0]!.files.write("/work/parent.txt", "changed in a child");
+    assert.equal(await sbx.files.read("/work/parent.txt", { format: "text" }), "from the parent");
+  } finally {
+    await Promise.all(children.map((c) => c.kill()));
+  }
+  const client = new Client();
+  for (const child of children) {
+    const state = await client.sandboxes.get(child.id).then((i) => i.state, () => "killed");
+    assert.ok(["killed", "expired", "reaped", "failed"].includes(state), `${child.id}: ${state}`);
+  }
+});

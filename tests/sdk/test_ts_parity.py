@@ -1,0 +1,197 @@
+"""The TypeScript SDK (sdk-ts/) and the Python SDK have the same public surface: the same
+classes, members and parameters, names mapped snake_case <-> camelCase (Python keyword
+arguments are the properties of the TypeScript options object; see sdk-ts/scripts/surface.mjs),
+except the differences listed, each with its reason, in sdk-ts/parity-exceptions.json. A listed
+difference that is gone fails too, so the list only shrinks by being edited. Also here: the
+generated wire types are what the generator makes of spec/openapi.json now.
+
+The TypeScript surface is read from the compiled declarations, so the SDK is built first
+(sdk-ts/scripts/build.sh: `npm ci` from the lock when it changed, then `tsc`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from pandastack.sdk import (
+    AsyncClient,
+    AsyncCodeInterpreter,
+    AsyncCommands,
+    AsyncFilesystem,
+    AsyncHosts,
+    AsyncKeys,
+    AsyncProcess,
+    AsyncPty,
+    AsyncSandbox,
+    AsyncSandboxes,
+    AsyncSnapshots,
+    AsyncTeams,
+    AsyncTemplates,
+    AsyncTerminals,
+    AsyncVolumes,
+    AsyncWatch,
+    Execution,
+    Result,
+    errors,
+)
+
+SDK = Path(__file__).resolve().parents[2] / "sdk-ts"
+
+# The TypeScript SDK is async only: it mirrors the async twins (whose sync twins
+# tests/sdk/test_parity.py holds to them).
+PAIRS: list[tuple[type[Any], str]] = [
+    (AsyncSandbox, "Sandbox"), (AsyncCommands, "Commands"), (AsyncProcess, "Process"),
+    (AsyncFilesystem, "Filesystem"), (AsyncCodeInterpreter, "CodeInterpreter"),
+    (AsyncTerminals, "Terminals"), (AsyncPty, "Pty"), (AsyncWatch, "Watch"),
+    (AsyncClient, "Client"), (AsyncSandboxes, "Sandboxes"), (AsyncSnapshots, "Snapshots"),
+    (AsyncTemplates, "Templates"), (AsyncVolumes, "Volumes"), (AsyncKeys, "Keys"),
+    (AsyncHosts, "Hosts"), (AsyncTeams, "Teams"), (Execution, "Execution"), (Result, "Result"),
+]
+# Python's `TimeoutError` would shadow JavaScript's global of that name.
+ERROR_NAMES = {"TimeoutError": "PandastackTimeoutError"}
+# Python takes the constructor's arguments only where users call it (Client(...)).
+CONSTRUCTED = {AsyncClient}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+@pytest.fixture(scope="module")
+def ts_surface() -> dict[str, Any]:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail("node and npm are needed (scripts/host-deps.sh installs them)")
+    subprocess.run(["bash", str(SDK / "scripts" / "build.sh")], check=True, timeout=600)
+    out = subprocess.run(["node", str(SDK / "scripts" / "surface.mjs")], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    surface: dict[str, Any] = json.loads(out)
+    return surface
+
+
+@pytest.fixture(scope="module")
+def listed() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SDK / "parity-exceptions.json").read_text())
+    return data
+
+
+def parameters(func: Any, renames: dict[str, str]) -> list[str]:
+    names = []
+    for p in inspect.signature(func).parameters.values():
+        if p.name in ("self", "cls") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        names.append(renames.get(p.name, camel(p.name)))
+    return names
+
+
+def python_members(cls: type[Any], renames: dict[str, str]) -> dict[str, list[str]]:
+    """Public member -> its parameters (camelCase); attributes have none."""
+    if issubclass(cls, pydantic.BaseModel):
+        own = [c for c in cls.__mro__ if issubclass(c, pydantic.BaseModel)
+               and c is not pydantic.BaseModel]
+        names = set(cls.model_fields) | {n for c in own for n in vars(c)
+                                         if not n.startswith("_") and not n.startswith("model_")}
+    else:
+        names = {n for n in dir(cls) if not n.startswith("_")}
+    out: dict[str, list[str]] = {}
+    for name in sorted(names):
+        attr = inspect.getattr_static(cls, name, None)
+        if isinstance(attr, classmethod | staticmethod):
+            out[camel(name)] = parameters(getattr(cls, name), renames)
+        elif inspect.isfunction(attr):
+            out[camel(name)] = parameters(attr, renames)
+        else:
+            out[camel(name)] = []
+    if cls in CONSTRUCTED:
+        out["constructor"] = parameters(cls.__init__, renames)
+    return out
+
+
+def differences(ts: dict[str, Any], renames: dict[str, str]) -> set[tuple[str, str]]:
+    """(entry, the side that has it) for everything only one SDK has."""
+    found: set[tuple[str, str]] = set()
+    for py_cls, ts_name in PAIRS:
+        ts_cls = ts["classes"].get(ts_name)
+        if ts_cls is None:
+            found.add((ts_name, "python"))
+            continue
+        py = python_members(py_cls, renames)
+        tsm = {name: member["params"] for name, member in ts_cls.items()}
+        for name in py.keys() - tsm.keys():
+            found.add((f"{ts_name}.{name}", "python"))
+        for name in tsm.keys() - py.keys():
+            found.add((f"{ts_name}.{name}", "typescript"))
+        for name in py.keys() & tsm.keys():
+            for param in set(py[name]) - set(tsm[name]):
+                found.add((f"{ts_name}.{name}({param})", "python"))
+            for param in set(tsm[name]) - set(py[name]):
+                found.add((f"{ts_name}.{name}({param})", "typescript"))
+    py_errors = {ERROR_NAMES.get(n, n) for n in errors.__all__}
+    for name in py_errors - set(ts["exports"]):
+        found.add((name, "python"))
+    return found
+
+
+def test_the_sdks_have_the_same_surface(ts_surface: dict[str, Any],
+                                        listed: dict[str, Any]) -> None:
+    renames = {py: entry["to"] for py, entry in listed["renames"].items()}
+    found = differences(ts_surface, renames)
+    allowed = {(e["entry"], e["only_in"]) for e in listed["exceptions"]}
+    unlisted = sorted(found - allowed)
+    stale = sorted(allowed - found)
+    assert not unlisted, ("one SDK has what the other lacks; mirror it, or list it in "
+                          f"sdk-ts/parity-exceptions.json with a reason: {unlisted}")
+    assert not stale, f"listed in sdk-ts/parity-exceptions.json but no longer different: {stale}"
+
+
+def test_every_exception_has_a_reason(listed: dict[str, Any]) -> None:
+    entries = [e["entry"] for e in listed["exceptions"]]
+    assert len(entries) == len(set(entries)), "an entry is listed twice"
+    for entry in [*listed["exceptions"], *listed["renames"].values()]:
+        assert entry["reason"].strip(), entry
+        assert entry.get("only_in", "python") in ("python", "typescript"), entry
+
+
+def test_the_surface_check_sees_a_missing_method(ts_surface: dict[str, Any]) -> None:
+    """The comparison itself: a method dropped from the TypeScript side, or a parameter, is
+    reported on the Python side."""
+    pruned = json.loads(json.dumps(ts_surface))
+    del pruned["classes"]["Sandbox"]["hibernate"]
+    pruned["classes"]["Commands"]["run"]["params"].remove("cwd")
+    found = differences(pruned, {"transport": "fetch"})
+    assert ("Sandbox.hibernate", "python") in found
+    assert ("Commands.run(cwd)", "python") in found
+
+
+def test_errors_carry_the_python_attributes(ts_surface: dict[str, Any]) -> None:
+    """Each error class has Python's attributes (status, code, requestId, and retryAfter,
+    limit, value, current, build where Python has them)."""
+    for name in errors.__all__:
+        py_cls = getattr(errors, name)
+        ts_cls = ts_surface["classes"].get(ERROR_NAMES.get(name, name))
+        if ts_cls is None:  # an alias (ValidationError, TransportError): a const in TS
+            assert ERROR_NAMES.get(name, name) in ts_surface["exports"]
+            continue
+        wanted = {"status", "code", "requestId"} | {
+            camel(p) for p in inspect.signature(py_cls.__init__).parameters
+            if p not in ("self", "message", "args", "kwargs", "status", "code", "request_id")}
+        assert wanted <= ts_cls.keys(), (name, sorted(wanted - ts_cls.keys()))
+
+
+def test_generated_wire_types_are_current(ts_surface: dict[str, Any]) -> None:
+    """sdk-ts/src/generated/openapi.ts is what openapi-typescript makes of spec/openapi.json
+    (run `npm run gen` in sdk-ts/ after regenerating the document)."""
+    proc = subprocess.run(["node", str(SDK / "scripts" / "gen-types.mjs"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    header = (SDK / "src" / "generated" / "openapi.ts").read_text()[:300]
+    assert re.search(r"Generated by sdk-ts/scripts/gen-types\.mjs", header)
