@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PANDASTACK_HOME ?= /var/lib/pandastack
 
-.PHONY: run test soak deps venv lint typecheck layers pytest bench clean-state cluster cluster-down
+.PHONY: run test soak deps venv lint typecheck layers sdk-ts pytest bench clean-state cluster cluster-down
 
 run: deps venv
 	$(BIN)/pandastack setup
 	$(BIN)/pandastack serve
 
-test: deps venv lint typecheck layers pytest
+test: deps venv lint typecheck layers sdk-ts pytest
 
 HOSTS ?= 2
 CLUSTER_PORT ?= 8080
@@ -43,6 +43,11 @@ typecheck: venv
 
 layers: venv
 	$(BIN)/lint-imports
+
+# The TypeScript SDK: npm ci from its lock (reused while the lock is unchanged), then tsc;
+# its tests run inside pytest (tests/sdk/test_ts_parity.py, tests/e2e/test_sdk_ts.py).
+sdk-ts: deps
+	bash sdk-ts/scripts/build.sh
 
 # `make test` leaves out what runs a whole `make cluster` (marker `cluster`, ~90 s): `make soak`.
 pytest: venv

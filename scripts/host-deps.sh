@@ -27,6 +27,12 @@ for pkg in "${packages[@]}"; do
   fi
 done
 
+# The TypeScript SDK's build (sdk-ts/scripts/build.sh): Debian 12's nodejs (18) and npm. Checked
+# by command, not by package: a nodejs from elsewhere (NodeSource's bundles npm) is as good.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
+
 if ((${#missing[@]})); then
   if [[ $EUID -ne 0 ]]; then
     echo "host-deps: need root to install: ${missing[*]}" >&2
