@@ -6,6 +6,7 @@ overflow, and a missing directory as an API error."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,42 @@ def test_files_watch(server: FakeServer, capsys: pytest.CaptureFixture[str]) -> 
         assert main(["files", "watch", sid, "/work/flood", "--no-recursive"]) == 3
         assert capsys.readouterr().out.splitlines()[-1] == "overflow /work/flood"
         assert main(["files", "watch", sid, "/missing", "--json"]) == 1
+        assert json.loads(capsys.readouterr().err)["error"]["status"] == 404
+    finally:
+        assert main(["sandbox", "kill", sid]) == 0
+
+
+def test_file_commands(server: FakeServer, capsys: pytest.CaptureFixture[str],
+                       tmp_path: Path) -> None:
+    assert main(["sandbox", "create"]) == 0
+    sid = capsys.readouterr().out.strip()
+    local = tmp_path / "data.bin"
+    local.write_bytes(bytes(range(256)) * 1000)
+    try:
+        assert main(["files", "mkdir", sid, "/work/d", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"made": "/work/d"}
+        assert main(["files", "put", sid, str(local), "/work/d/data.bin", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"path": "/work/d/data.bin",
+                                                       "size": 256_000}
+        assert main(["files", "ls", sid, "/work/d", "--json"]) == 0
+        [entry] = json.loads(capsys.readouterr().out)["entries"]
+        assert (entry["name"], entry["size"]) == ("data.bin", 256_000)
+        assert main(["files", "stat", sid, "/work/d/data.bin"]) == 0
+        assert capsys.readouterr().out.startswith("/work/d/data.bin\tfile\t256000\t")
+        (tmp_path / "note.txt").write_text("a note\n")
+        assert main(["files", "put", sid, str(tmp_path / "note.txt"), "/work/d/note"]) == 0
+        assert capsys.readouterr().out == ""  # nothing but the result, and there is none
+        assert main(["files", "cat", sid, "/work/d/note"]) == 0
+        assert capsys.readouterr().out == "a note\n"
+        back = tmp_path / "back.bin"
+        assert main(["files", "get", sid, "/work/d/data.bin", str(back), "--quiet"]) == 0
+        assert back.read_bytes() == local.read_bytes()
+        assert main(["files", "mv", sid, "/work/d/data.bin", "/work/d/moved.bin"]) == 0
+        # (The fake host keeps files, not directories: a directory's rm -r is on a real VM,
+        # tests/e2e/test_cli_state.py.)
+        assert main(["files", "rm", sid, "/work/d/moved.bin", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"removed": "/work/d/moved.bin"}
+        assert main(["files", "stat", sid, "/work/d/moved.bin", "--json"]) == 1
         assert json.loads(capsys.readouterr().err)["error"]["status"] == 404
     finally:
         assert main(["sandbox", "kill", sid]) == 0

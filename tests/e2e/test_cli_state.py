@@ -1,11 +1,13 @@
 """The `pandastack sandbox` commands about one sandbox's state and reach, and `pandastack
 snapshot`, as a user runs them: the real CLI in a subprocess against the live server, one
 real sandbox through info, ttl, pause/resume, ports and url (a web server in the guest reached
-through the signed URL), snapshot, fork, hibernate/wake and logs."""
+through the signed URL), snapshot, fork, hibernate/wake, `pandastack files` (a 20 MB file up
+and down) and logs."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -41,7 +43,7 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
-def test_one_sandbox_through_its_states(cli: CLI) -> None:
+def test_one_sandbox_through_its_states(cli: CLI, tmp_path: Path) -> None:
     sid = ok(cli("create", "--ttl", "300", "--metadata", "suite=cli-state")).strip()
     info = json.loads(ok(cli("info", sid, "--json")))
     assert (info["id"], info["state"], info["metadata"]) == (sid, "running",
@@ -83,6 +85,21 @@ def test_one_sandbox_through_its_states(cli: CLI) -> None:
 
     assert ok(cli("hibernate", sid)) == f"{sid} hibernated\n"
     assert ok(cli("wake", sid)) == f"{sid} running\n"
+    # Files: a 20 MB file up and down (streamed), listed, read, moved, removed with its dir.
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(20 << 20))
+    files = ("files",)
+    ok(top(cli, *files, "mkdir", sid, "/work/up"))
+    ok(top(cli, *files, "put", sid, str(blob), "/work/up/blob.bin"))
+    [entry] = json.loads(ok(top(cli, *files, "ls", sid, "/work/up", "--json")))["entries"]
+    assert (entry["name"], entry["size"]) == ("blob.bin", 20 << 20)
+    ok(top(cli, *files, "get", sid, "/work/up/blob.bin", str(tmp_path / "back.bin")))
+    assert (tmp_path / "back.bin").read_bytes() == blob.read_bytes()
+    ok(cli("exec", sid, "--", "sh", "-c", "echo text > /work/up/t"))
+    assert ok(top(cli, *files, "cat", sid, "/work/up/t")) == "text\n"
+    ok(top(cli, *files, "rm", sid, "/work/up", "-r"))
+    assert top(cli, *files, "ls", sid, "/work/up").returncode == 1
+
     ok(cli("exec", sid, "--", "sh", "-c", "echo cli-state-marker > /dev/console"))
     logs = json.loads(ok(cli("logs", sid, "--json")))
     assert "cli-state-marker" in logs["console"] and isinstance(logs["agent"], str)

@@ -1,13 +1,21 @@
-"""`pandastack files`: a sandbox's files through the API server (the key as for `pandastack
-sandbox`). For now one command (the rest of `files` is issue 19's item 6):
+"""`pandastack files ls|stat|cat|put|get|mkdir|mv|rm|watch`: a sandbox's files through the
+API server (the key as for `pandastack sandbox`).
 
+    pandastack files ls SANDBOX /work                # a table (tab-separated when piped)
+    pandastack files cat SANDBOX /work/out.txt       # the bytes, to stdout
+    pandastack files put SANDBOX ./data.csv /work/data.csv
+    pandastack files get SANDBOX /work/result.png ./result.png   # or - for stdout
+    pandastack files rm SANDBOX /work/tmp -r
     pandastack files watch SANDBOX /work            # one line per event until Ctrl-C
     pandastack files watch SANDBOX /work --json     # one JSON object per line
     pandastack files watch SANDBOX /work --no-recursive --count 10
 
-Exit status: 0 when the watch ended (Ctrl-C, --count reached, the directory went away);
-1 when the API or the configuration says no; 3 after an overflow (events were lost: list
-the directory again).
+`put` and `get` stream (a file of any size, memory bounded) and show a progress bar on
+stderr when it is a terminal, unless `--quiet`; stdout gets only the result.
+
+Exit status: 0 on success (watch: it ended: Ctrl-C, --count reached, the directory went
+away); 1 when the API or the configuration says no; 3 after a watch's overflow (events were
+lost: list the directory again).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import httpx
 
 from pandastack.sdk import Client
 
+from . import file_ops
 from .sandbox import run_client
 
 __all__ = ["add_parser", "run"]
@@ -35,11 +44,12 @@ def _count(text: str) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("files", help="a sandbox's files (watch)",
+    p = sub.add_parser("files", help="a sandbox's files: ls, cat, put, get, rm, watch ...",
                        description="A sandbox's files through the API server.",
                        epilog="exit status: 0 ok; 1 the API or the configuration said no; "
                               "3 watch: events were lost (overflow)")
     fs = p.add_subparsers(dest="files_command", required=True, metavar="COMMAND")
+    file_ops.add_parsers(fs)
     watch = fs.add_parser("watch", help="print file events under a directory as they happen")
     watch.add_argument("sandbox_id", metavar="SANDBOX")
     watch.add_argument("path", help="a directory in the sandbox")
@@ -74,4 +84,5 @@ def _watch(client: Client, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
-    return run_client(args, {"watch": _watch}[args.files_command], transport)
+    return run_client(args, {"watch": _watch, **file_ops.COMMANDS}[args.files_command],
+                      transport)

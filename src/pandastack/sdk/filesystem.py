@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import os
 import stat as _stat
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal, overload
 
@@ -34,15 +34,27 @@ def _upload_size(path: Path) -> int | None:
     return st.st_size if _stat.S_ISREG(st.st_mode) else None
 
 
-def _chunks(f: BinaryIO) -> Iterator[bytes]:
+#: Told the bytes moved so far after each chunk of an upload or a download (a progress bar).
+Progress = Callable[[int], object]
+
+
+def _chunks(f: BinaryIO, on_progress: Progress | None = None) -> Iterator[bytes]:
+    sent = 0
     while chunk := f.read(_base.UPLOAD_CHUNK_SIZE):
         yield chunk
+        sent += len(chunk)
+        if on_progress is not None:
+            on_progress(sent)
 
 
-async def _achunks(path: Path) -> AsyncIterator[bytes]:
+async def _achunks(path: Path, on_progress: Progress | None = None) -> AsyncIterator[bytes]:
+    sent = 0
     async with await anyio.open_file(path, "rb") as f:
         while chunk := await f.read(_base.UPLOAD_CHUNK_SIZE):
             yield chunk
+            sent += len(chunk)
+            if on_progress is not None:
+                on_progress(sent)
 
 
 class Filesystem(_base.NamespaceBase[HTTP]):
@@ -88,17 +100,20 @@ class Filesystem(_base.NamespaceBase[HTTP]):
         return Watch(self._http, _watch.watch_call(self._sandbox_id, path, recursive=recursive,
                                                    base_timeout=self._http.timeout))
 
-    def upload(self, local_path: StrPath, remote_path: str,
-               mode: int | None = None) -> WriteResult:
-        """Stream the local file `local_path` to `remote_path` in the sandbox."""
+    def upload(self, local_path: StrPath, remote_path: str, mode: int | None = None, *,
+               on_progress: Progress | None = None) -> WriteResult:
+        """Stream the local file `local_path` to `remote_path` in the sandbox
+        (`on_progress`: told the bytes sent so far after each chunk)."""
         local = Path(local_path)
         with local.open("rb") as f:
             call = _files.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
                                          size=_upload_size(local))
-            return self._http.run(call, content=_chunks(f))
+            return self._http.run(call, content=_chunks(f, on_progress))
 
-    def download(self, remote_path: str, local_path: StrPath) -> int:
-        """Stream the sandbox file `remote_path` to `local_path`; return the bytes written.
+    def download(self, remote_path: str, local_path: StrPath, *,
+                 on_progress: Progress | None = None) -> int:
+        """Stream the sandbox file `remote_path` to `local_path`; return the bytes written
+        (`on_progress`: told the bytes received so far after each chunk).
 
         The local file appears only once it is complete; a failed download leaves nothing.
         """
@@ -111,6 +126,8 @@ class Filesystem(_base.NamespaceBase[HTTP]):
                 for chunk in resp.iter_bytes():
                     f.write(chunk)
                     written += len(chunk)
+                    if on_progress is not None:
+                        on_progress(written)
             os.replace(tmp, dst)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -195,16 +212,19 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
         await w._start()
         return w
 
-    async def upload(self, local_path: StrPath, remote_path: str,
-                     mode: int | None = None) -> WriteResult:
-        """Stream the local file `local_path` to `remote_path` in the sandbox."""
+    async def upload(self, local_path: StrPath, remote_path: str, mode: int | None = None, *,
+                     on_progress: Progress | None = None) -> WriteResult:
+        """Stream the local file `local_path` to `remote_path` in the sandbox
+        (`on_progress`: told the bytes sent so far after each chunk)."""
         local = Path(local_path)
         call = _files.write_file_call(self._sandbox_id, remote_path, None, mode=mode,
                                      size=_upload_size(local))
-        return await self._http.run(call, content=_achunks(local))
+        return await self._http.run(call, content=_achunks(local, on_progress))
 
-    async def download(self, remote_path: str, local_path: StrPath) -> int:
-        """Stream the sandbox file `remote_path` to `local_path`; return the bytes written.
+    async def download(self, remote_path: str, local_path: StrPath, *,
+                       on_progress: Progress | None = None) -> int:
+        """Stream the sandbox file `remote_path` to `local_path`; return the bytes written
+        (`on_progress`: told the bytes received so far after each chunk).
 
         The local file appears only once it is complete; a failed download leaves nothing.
         """
@@ -217,6 +237,8 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
                 async for chunk in resp.aiter_bytes():
                     await f.write(chunk)
                     written += len(chunk)
+                    if on_progress is not None:
+                        on_progress(written)
             os.replace(tmp, dst)
         except BaseException:
             tmp.unlink(missing_ok=True)
