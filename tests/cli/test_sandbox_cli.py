@@ -256,6 +256,21 @@ def test_list_plain_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.usefixtures("configured")
+def test_list_pages(capsys: pytest.CaptureFixture[str]) -> None:
+    api = FakeAPI().on("GET", "/v1/sandboxes",
+                       reply(200, {"sandboxes": [SANDBOX], "next_token": "tok-2"}))
+    assert run(api, "list", "--limit", "1", "--template", "base", "--json") == 0
+    page = json.loads(capsys.readouterr().out)
+    assert ([s["id"] for s in page["sandboxes"]], page["next_token"]) == (["sb-1"], "tok-2")
+    params = api.last("GET", "/v1/sandboxes").url.params
+    assert (params["limit"], params["template"]) == ("1", "base")
+    assert run(api, "list", "--limit", "1", "--next-token", "tok-2") == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("sb-1\t") and captured.err == "more: --next-token tok-2\n"
+    assert api.last("GET", "/v1/sandboxes").url.params["next_token"] == "tok-2"
+
+
+@pytest.mark.usefixtures("configured")
 def test_list_shows_live_sandboxes_unless_all(capsys: pytest.CaptureFixture[str]) -> None:
     ended = {**SANDBOX, "id": "sb-2", "state": "killed"}
     api = FakeAPI().on("GET", "/v1/sandboxes", reply(200, {"sandboxes": [SANDBOX, ended]}))

@@ -148,6 +148,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="also the ended ones (killed, expired, reaped, failed)")
     ls.add_argument("--metadata", type=parse_kv, nargs="+", action="extend", default=[],
                     metavar="KEY=VALUE", help="only sandboxes carrying all these labels")
+    ls.add_argument("--template", help="only sandboxes of this template")
+    ls.add_argument("--limit", type=_positive_int, metavar="N",
+                    help="one page of N (--json: {\"sandboxes\", \"next_token\"}; otherwise "
+                         "the next page's token on stderr)")
+    ls.add_argument("--next-token", metavar="TOKEN", help="the page after the one that gave it")
     _json_flag(ls)
 
     ex = ss.add_parser("exec", help="run a command, streaming its output; exits with its code",
@@ -308,11 +313,17 @@ def _create(client: Client, args: argparse.Namespace, io: _Streams) -> int:
 
 
 def _list(client: Client, args: argparse.Namespace, io: _Streams) -> int:
-    infos = [sbx.info for sbx in client.sandboxes.list(
-        state=args.state, metadata=dict(args.metadata) or None, include_ended=args.include_ended)]
+    page = client.sandboxes.list(
+        state=args.state, metadata=dict(args.metadata) or None, include_ended=args.include_ended,
+        template=args.template, limit=args.limit, next_token=args.next_token)
+    infos = [sbx.info for sbx in page]
     if args.json:
-        io.print_json([info.model_dump(mode="json") for info in infos])
+        listed = [info.model_dump(mode="json") for info in infos]
+        io.print_json(listed if args.limit is None else
+                      {"sandboxes": listed, "next_token": page.next_token})
         return 0
+    if page.next_token is not None:
+        io.err.write(f"more: --next-token {page.next_token}\n")
     rows = list_rows(infos, time.time())
     console = Console(file=io.out)
     if console.is_terminal:

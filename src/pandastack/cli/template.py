@@ -47,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     build.add_argument("-n", "--name", required=True, help="the template's name")
     build.add_argument("--vcpus", type=int, default=1)
     build.add_argument("--memory-mb", type=int, default=512)
+    build.add_argument("--quiet", action="store_true",
+                       help="no spinner and no log on stderr (the result only; a failure "
+                            "still says which step)")
     build.add_argument("--no-wait", action="store_true",
                        help="print the build id and return at once")
     ts.add_parser("list", help="the team's templates (newest version of each)")
@@ -63,10 +66,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _print_info(info: TemplateBuildInfo, as_json: bool, console: Console) -> None:
+    # The result on stdout (the log and the spinner are on stderr).
     if as_json:
         print(json.dumps(info.model_dump()))
     else:
-        console.print(f"{info.name}:{info.version} {info.status} (build {info.build_id})")
+        print(f"{info.name}:{info.version} {info.status} (build {info.build_id})")
 
 
 def _build(client: Client, args: argparse.Namespace, console: Console) -> int:
@@ -75,6 +79,15 @@ def _build(client: Client, args: argparse.Namespace, console: Console) -> int:
     if args.no_wait:
         info = client.templates.build(dockerfile, args.name, context_dir=context,
                                       vcpus=args.vcpus, memory_mb=args.memory_mb, wait=False)
+        _print_info(info, args.json, console)
+        return 0
+    if args.quiet:
+        try:
+            info = client.templates.build(dockerfile, args.name, context_dir=context,
+                                          vcpus=args.vcpus, memory_mb=args.memory_mb)
+        except TemplateBuildError as exc:
+            console.print(f"[red]build failed:[/red] {exc}", highlight=False)
+            return EXIT_BUILD_FAILED
         _print_info(info, args.json, console)
         return 0
     started = time.monotonic()
