@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pexpect
 import pytest
@@ -33,19 +34,22 @@ def sbx(live_server: LiveServer) -> Iterator[Sandbox]:
 
 
 class Screen:
-    """What one attachment has shown so far, read on until a marker appears."""
+    """What one attachment has shown so far (its output comes by on_data to a queue, so a
+    read gives up after PROMPTLY instead of hanging), read on until a marker appears."""
 
-    def __init__(self, pty: Pty) -> None:
-        self.pty = pty
+    def __init__(self, connect: Callable[[Callable[[bytes], object]], Pty]) -> None:
         self.seen = bytearray()
-        self._output = iter(pty)
+        self._chunks: queue.Queue[bytes] = queue.Queue()
+        self.pty = connect(self._chunks.put)
 
     def until(self, needle: bytes) -> bytes:
         deadline = time.monotonic() + PROMPTLY
         start = len(self.seen)
         while needle not in self.seen[start:]:
-            assert time.monotonic() < deadline, f"no {needle!r} in {bytes(self.seen)!r}"
-            self.seen += next(self._output)
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {needle!r} in {bytes(self.seen[-2000:])!r}"
+            with contextlib.suppress(queue.Empty):
+                self.seen += self._chunks.get(timeout=left)
         return bytes(self.seen[start:])
 
     def run(self, line: str, marker: str) -> bytes:
@@ -58,8 +62,8 @@ class Screen:
 
 def test_terminal_size_ctrl_c_full_screen_reattach_and_exit(sbx: Sandbox,
                                                            live_server: LiveServer) -> None:
-    pty = sbx.pty.create(cols=80, rows=24)
-    screen = Screen(pty)
+    screen = Screen(lambda on_data: sbx.pty.create(cols=80, rows=24, on_data=on_data))
+    pty = screen.pty
     try:
         out = screen.run("stty size; tty", "M1")
         assert b"24 80" in out and b"/dev/pts/" in out
@@ -69,13 +73,17 @@ def test_terminal_size_ctrl_c_full_screen_reattach_and_exit(sbx: Sandbox,
         time.sleep(1)
         pty.send_stdin("\x03")
         assert b"alive" in screen.run("echo al''ive", "M3")  # the shell lived through ^C
-        assert b"load average" in screen.run("top -b -n 1 | head -5", "M4")
+        pty.send_stdin("top -d 1\n")  # full screen: reads keys raw, paints with escapes
+        assert b"\x1b[" in screen.until(b"load average")
+        pty.send_stdin("q")  # one key, no Enter; top flushes what was typed after it
+        screen.until(b"\x1b[?2004h")  # so wait for bash's prompt (bracketed paste on)
+        screen.run("echo top-q''uit", "M4")
         screen.run("echo before-attach", "M5")
         # A second client (not `with`: leaving that would kill the sandbox).
         other = Sandbox.connect(sbx.id, api_url=live_server.api_url,
                                 api_key=live_server.api_key)
         try:
-            second = Screen(other.pty.connect(pty.pid))
+            second = Screen(lambda on_data: other.pty.connect(pty.pid, on_data=on_data))
             assert b"before-attach" in second.until(b"M5")  # the guest's recent output
             screen.run("echo lat''er", "M6")
             assert b"later" in second.until(b"M6\r\n")
@@ -94,20 +102,20 @@ def test_terminal_size_ctrl_c_full_screen_reattach_and_exit(sbx: Sandbox,
 
 
 def test_terminal_lives_through_hibernation_and_into_a_fork(sbx: Sandbox) -> None:
-    pty = sbx.pty.create(cmd="bash --norc -i")
-    screen = Screen(pty)
+    screen = Screen(lambda on_data: sbx.pty.create(cmd="bash --norc -i", on_data=on_data))
+    pty = screen.pty
     try:
         screen.run("X=4$((1+1))", "H1")
         pty.disconnect()
         sbx.hibernate()
         sbx.wake()
-        again = Screen(sbx.pty.connect(pty.pid))
+        again = Screen(lambda on_data: sbx.pty.connect(pty.pid, on_data=on_data))
         assert b"H1" in again.until(b"H1")  # the ring came back with the guest's memory
         assert b"42" in again.run("echo $X", "H2")  # and so did the shell and its variable
         again.pty.disconnect()
         (child,) = sbx.fork()
         try:
-            in_child = Screen(child.pty.connect(pty.pid))
+            in_child = Screen(lambda on_data: child.pty.connect(pty.pid, on_data=on_data))
             assert b"42" in in_child.run("echo $X; X=7", "F1")
             in_child.pty.send_stdin("exit 4\n")
             assert in_child.pty.wait(PROMPTLY) == 4
@@ -115,7 +123,7 @@ def test_terminal_lives_through_hibernation_and_into_a_fork(sbx: Sandbox) -> Non
         finally:
             child.kill()
             child.close()
-        parent = Screen(sbx.pty.connect(pty.pid))
+        parent = Screen(lambda on_data: sbx.pty.connect(pty.pid, on_data=on_data))
         assert b"42" in parent.run("echo $X", "F2")  # the child's terminal was its own copy
         parent.pty.kill()
         assert parent.pty.wait(PROMPTLY) == 137
