@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -24,12 +25,21 @@ class LiveServer:
     api_url: str
     api_key: str
     state_dir: Path
+    preview_port: int = 0  # the listener of sandbox ports on their own origin
+
+    def preview(self, signed_url: str) -> tuple[str, dict[str, str]]:
+        """A signed URL as this machine reaches it: the loopback listener, and the Host
+        header naming the port's origin (`*.localhost` needs no DNS in a browser; httpx
+        would ask the resolver)."""
+        parts = urlsplit(signed_url)
+        return (f"http://127.0.0.1:{parts.port}{parts.path}?{parts.query}",
+                {"Host": parts.netloc})
 
 
 @pytest.fixture(scope="session")
 def live_server() -> Iterator[LiveServer]:
     tmp = Path(tempfile.mkdtemp(prefix="pse-", dir="/tmp"))
-    port = free_port()
+    port, preview_port = free_port(), free_port()
     env = {
         **os.environ,
         "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
@@ -39,6 +49,7 @@ def live_server() -> Iterator[LiveServer]:
         # Build-step caching is tested on the host runtime; here no cache snapshot outlives
         # its build, so the no-leftovers check below stays exact.
         "PANDASTACK_BUILD_CACHE_ENTRIES": "0",
+        "PANDASTACK_PREVIEW_PORT": str(preview_port),
     }
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 (closed in teardown)
     proc = subprocess.Popen(
@@ -48,7 +59,7 @@ def live_server() -> Iterator[LiveServer]:
     try:
         wait_healthy(url, proc, tmp / "server.log", 300)  # may have to bake the template first
         key = json.loads((tmp / "client.json").read_text())["api_key"]
-        yield LiveServer(url, key, tmp / "sandboxes")
+        yield LiveServer(url, key, tmp / "sandboxes", preview_port)
     finally:
         terminate(proc, 30)
         log.close()

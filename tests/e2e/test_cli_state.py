@@ -70,8 +70,9 @@ def test_one_sandbox_through_its_states(cli: CLI, tmp_path: Path) -> None:
     assert f"8123\t{cli.server.api_url}/v1/sandboxes/{sid}/ports/8123/\n" in \
         ok(cli("ports", sid))
     signed = ok(cli("url", sid, "8123", "--signed", "--ttl", "60")).strip()
-    base, _, query = signed.partition("?")
-    page = httpx.get(f"{base}index.html?{query}", timeout=30)  # no API key
+    address, host = cli.server.preview(signed)
+    base, _, query = address.partition("?")
+    page = httpx.get(f"{base}index.html?{query}", headers=host, timeout=30)  # no API key
     assert (page.status_code, page.text) == (200, "hello\n")
 
     snap = ok(cli("snapshot", sid, "--name", "cli")).strip()

@@ -38,9 +38,11 @@ def test_ports_and_network(live_server: LiveServer) -> None:
         assert r.status_code == 200 and r.text == "<p>hi</p>"
         assert httpx.get(url, timeout=10).status_code == 401
 
-        signed = sbx.signed_url(8000, ttl_seconds=60)
-        base, _, query = signed.partition("?")
-        r = httpx.get(f"{base}index.html?{query}", timeout=10)
+        signed = sbx.signed_url(8000, ttl_seconds=60)  # on the port's own origin
+        assert signed.startswith(f"http://8000-{sbx.id}.localhost:{live_server.preview_port}/?")
+        address, host = live_server.preview(signed)
+        base, _, query = address.partition("?")
+        r = httpx.get(f"{base}index.html?{query}", headers=host, timeout=10)
         assert r.status_code == 200 and r.text == "<p>hi</p>"
         with pytest.raises(InvalidRequestError):
             sbx.get_url(0)

@@ -3,6 +3,8 @@ is tested against loopback servers in tests/server/test_ws_proxy.py)."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from websockets.sync.client import connect
 
@@ -76,9 +78,10 @@ def test_websocket_to_a_server_in_the_sandbox(live_server: LiveServer) -> None:
             assert ws.recv(10) == "hello from the host"
             ws.send(b"\x00\xffbinary")
             assert ws.recv(10) == b"\x00\xffbinary"
-        signed = sbx.signed_url(8765, ttl_seconds=60)
+        signed = sbx.signed_url(8765, ttl_seconds=60)  # on the port's own origin
         base, _, query = signed.partition("?")
-        with connect(base.replace("http://", "ws://", 1) + "x?" + query, proxy=None,
-                     open_timeout=10) as ws:
+        sock = socket.create_connection(("127.0.0.1", live_server.preview_port), timeout=10)
+        with connect(base.replace("http://", "ws://", 1) + "x?" + query, sock=sock,
+                     proxy=None, open_timeout=10) as ws:
             ws.send("signed")
             assert ws.recv(10) == "signed"

@@ -24,6 +24,7 @@ class FakeServer:
     admin_key: str
     pid: int
     log: Path
+    preview_port: int = 0  # its preview listener (sandbox ports on their own origin)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin_key}"}
@@ -70,6 +71,7 @@ def fake_server(tmp: Path, *, module: str = "tests.server.serve_fake",
     """Start it (`python -m MODULE PORT DIR SETTINGS_JSON`), wait for /health, yield;
     SIGTERM (then SIGKILL) on the way out."""
     port = free_port()
+    settings = {"preview_port": free_port(), **settings}
     log = tmp / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -79,6 +81,6 @@ def fake_server(tmp: Path, *, module: str = "tests.server.serve_fake",
     try:
         wait_healthy(url, proc, log, 30)
         key = json.loads((tmp / "client" / "config.json").read_text())["api_key"]
-        yield FakeServer(url, key, proc.pid, log)
+        yield FakeServer(url, key, proc.pid, log, int(settings["preview_port"]))  # type: ignore[call-overload]
     finally:
         terminate(proc, 10)

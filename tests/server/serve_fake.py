@@ -1,5 +1,6 @@
 """`python -m tests.server.serve_fake PORT DIR [SETTINGS_JSON]`: the app over the in-memory
-runtime on a real uvicorn at 127.0.0.1:PORT, with its DB and client config under DIR. For
+runtime on a real uvicorn at 127.0.0.1:PORT (and its preview listener), with its DB and
+client config under DIR. For
 tests that need a real HTTP server in a process of its own (memory, sockets, restarts)."""
 
 from __future__ import annotations
@@ -8,8 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-import uvicorn
-
+from pandastack.cli.serve import serve_app
 from pandastack.server.app import create_app
 from tests.server.conftest import make_settings
 from tests.server.fakes import FakeRuntime, ScriptedBuilder
@@ -23,7 +23,8 @@ def main(argv: list[str]) -> int:
     settings = make_settings(tmp, port=port, **overrides)
     runtime.builder = ScriptedBuilder(runtime)
     app = create_app(settings, runtime)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    # As `serve` runs it: the API and the preview listener (settings' preview_port).
+    serve_app(app, settings, "warning", access_log=False)
     return 0
 
 

@@ -18,6 +18,7 @@ import pytest
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.live import fake_server, free_port
+from tests.server.preview_client import preview_client
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -133,8 +134,13 @@ async def test_proxy_with_the_api_key(api: Api, upstream: int) -> None:
     assert seen["headers"]["x-custom"] == "v"
     assert "authorization" not in seen["headers"]
     assert seen["headers"]["x-forwarded-prefix"] == base
-    assert r.headers.get_list("set-cookie") == ["a=1", "b=2"]
     assert "keep-alive" not in r.headers
+    # The API's origin: no cookie either way, pages in an opaque origin, no service worker.
+    r = await c.get(f"{base}/", headers={"Cookie": "session=secret"})
+    assert "cookie" not in r.json()["headers"] and "set-cookie" not in r.headers
+    assert r.headers["content-security-policy"].startswith("sandbox allow-scripts")
+    assert_envelope(await c.get(f"{base}/sw.js", headers={"Service-Worker": "script"}), 403,
+                    "forbidden")
     after = (await c.get(f"/v1/sandboxes/{sid}/lifecycle")).json()["last_activity_at"]
     assert after > before
 
@@ -164,7 +170,7 @@ async def test_no_network_is_a_conflict(tmp_path: Path) -> None:
         assert_envelope(await api.client.get(f"/v1/sandboxes/{sid}/ports/80/"), 409)
 
 
-async def test_signed_urls(api: Api, upstream: int) -> None:
+async def test_signed_urls_are_served_on_the_ports_own_origin(api: Api, upstream: int) -> None:
     c = api.client
     sid = await new_sandbox(api)
     r = await c.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
@@ -173,39 +179,86 @@ async def test_signed_urls(api: Api, upstream: int) -> None:
     signed = r.json()
     assert time.time() + 55 < signed["expires_at"] <= time.time() + 61
     parts = urlsplit(signed["url"])
-    assert parts.path == f"/v1/sandboxes/{sid}/ports/{upstream}/"
-    anonymous = {"Authorization": ""}
-    r = await c.get(f"{parts.path}x?{parts.query}&keep=1", headers=anonymous)
-    assert r.status_code == 200, r.text
-    assert r.json()["path"] == "/x?keep=1"  # ps_expires / ps_sig are not forwarded
-    encoded = parts.query.replace("ps_sig", "ps%5Fsig").replace("ps_expires", "ps%5Fexpires")
-    r = await c.get(f"{parts.path}x?{encoded}&keep=1", headers=anonymous)
-    assert r.status_code == 200, r.text
-    assert r.json()["path"] == "/x?keep=1"  # nor under an encoded spelling of their names
+    host = f"{upstream}-{sid}.localhost"
+    assert (parts.scheme, parts.hostname, parts.port, parts.path) == (
+        "http", host, api.app.state.settings.preview_listener_port, "/")
+    # On the API's origin a signed URL is refused: it would share the API's origin.
+    assert_envelope(await c.get(f"/v1/sandboxes/{sid}/ports/{upstream}/?{parts.query}",
+                                headers={"Authorization": ""}), 403, "forbidden")
+
+    async with preview_client(api, host) as browser:
+        r = await browser.get(f"/x?{parts.query}&keep=1", headers={"Cookie": "mine=1"})
+        assert r.status_code == 200, r.text
+        seen = r.json()
+        assert seen["path"] == "/x?keep=1"  # ps_expires / ps_sig are not forwarded
+        assert seen["headers"]["cookie"] == "mine=1"  # the page's own cookies are
+        assert "x-forwarded-prefix" not in seen["headers"]
+        access = [v for v in r.headers.get_list("set-cookie") if v.startswith("ps_access=")]
+        assert len(access) == 1 and "HttpOnly" in access[0] and "SameSite=Lax" in access[0]
+        assert "domain" not in access[0].lower()
+        # Its own cookies come back (host-only); the access cookie lets the page's next
+        # requests in with no parameters, and is not forwarded.
+        assert {"a=1", "b=2"} <= set(r.headers.get_list("set-cookie"))
+        r = await browser.get("/next")
+        assert r.status_code == 200, r.text
+        assert "ps_access" not in r.json()["headers"].get("cookie", "")
+        encoded = parts.query.replace("ps_sig", "ps%5Fsig").replace("ps_expires",
+                                                                     "ps%5Fexpires")
+        r = await browser.get(f"/x?{encoded}&keep=1")
+        assert r.json()["path"] == "/x?keep=1"  # nor under an encoded spelling of their names
 
     params = dict(p.split("=") for p in parts.query.split("&"))
     tampered = params["ps_sig"][:-1] + ("0" if params["ps_sig"][-1] != "0" else "1")
-    for query in (f"ps_expires={params['ps_expires']}&ps_sig={tampered}",
-                  f"ps_expires={int(params['ps_expires']) + 1}&ps_sig={params['ps_sig']}",
-                  f"ps_sig={params['ps_sig']}", f"{parts.query}&ps_sig=00"):
-        assert_envelope(await c.get(f"{parts.path}?{query}", headers=anonymous), 403,
-                        "forbidden")
-    other_port = f"/v1/sandboxes/{sid}/ports/{upstream + 1}/?{parts.query}"
-    assert_envelope(await c.get(other_port, headers=anonymous), 403)
+    async with preview_client(api, host) as anonymous:
+        for query in (f"ps_expires={params['ps_expires']}&ps_sig={tampered}",
+                      f"ps_expires={int(params['ps_expires']) + 1}&ps_sig={params['ps_sig']}",
+                      f"ps_sig={params['ps_sig']}", f"{parts.query}&ps_sig=00"):
+            assert_envelope(await anonymous.get(f"/?{query}"), 403, "forbidden")
+        assert_envelope(await anonymous.get("/"), 401, "unauthorized")
+        # A cookie for this port opens nothing else: another port, another sandbox.
+        cookie = {"Cookie": f"ps_access={params['ps_expires']}.{params['ps_sig']}"}
+        assert (await anonymous.get("/", headers=cookie)).status_code == 200
+    async with preview_client(api, f"{upstream + 1}-{sid}.localhost") as other_port:
+        assert_envelope(await other_port.get("/", headers=cookie), 403, "forbidden")
+        assert_envelope(await other_port.get(f"/?{parts.query}"), 403, "forbidden")
+    async with preview_client(api, f"{upstream}-{sid}.elsewhere.test") as wrong_domain:
+        assert_envelope(await wrong_domain.get(f"/?{parts.query}"), 404, "not_found")
+    async with preview_client(api, host) as keyed:  # a program may use its API key
+        r = await keyed.get("/k", headers=api.headers())
+        assert r.status_code == 200 and "authorization" not in r.json()["headers"]
+        other = api.headers(await api.new_key("other-team"))
+        assert_envelope(await keyed.get("/k", headers=other), 404, "not_found")
+        # The API's own routes are not on the preview listener: a path there is the
+        # sandbox server's, and a host that names no sandbox port is nothing.
+        r = await keyed.get("/v1/sandboxes", headers=api.headers())
+        assert r.json()["path"] == "/v1/sandboxes"
+    async with preview_client(api, "localhost") as bare:
+        assert_envelope(await bare.get("/v1/sandboxes", headers=api.headers()), 404,
+                        "not_found")
 
     signer = api.app.state.port_proxy.signer
     expires, sig = signer.sign(sid, upstream, 1, now=time.time() - 10)
-    r = await c.get(f"{parts.path}?ps_expires={expires}&ps_sig={sig}", headers=anonymous)
-    assert_envelope(r, 403, "forbidden")
-    assert "expired" in r.json()["error"]["message"]
+    async with preview_client(api, host) as late:
+        r = await late.get(f"/?ps_expires={expires}&ps_sig={sig}")
+        assert_envelope(r, 403, "forbidden")
+        assert "expired" in r.json()["error"]["message"]
 
-    other = api.headers(await api.new_key("other-team"))
+    other = api.headers(await api.new_key("other-team-2"))
     assert_envelope(await c.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
                                  json={}, headers=other), 404)
     assert_envelope(await c.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
                                  json={"ttl_seconds": 0}), 422)
     await c.delete(f"/v1/sandboxes/{sid}")
-    assert_envelope(await c.get(f"{parts.path}?{parts.query}", headers=anonymous), 409)
+    async with preview_client(api, host) as after:
+        assert_envelope(await after.get(f"/?{parts.query}"), 409)
+
+
+async def test_a_server_without_a_preview_listener_signs_no_url(tmp_path: Path) -> None:
+    async with running_app(make_settings(tmp_path, preview_port=0),
+                           FakeRuntime(tmp_path / "s")) as api:
+        sid = await new_sandbox(api)
+        assert_envelope(await api.client.post(f"/v1/sandboxes/{sid}/ports/80/signed-url",
+                                              json={}), 409, "conflict")
 
 
 async def test_signing_key_is_kept_in_the_database(tmp_path: Path, upstream: int) -> None:
@@ -218,8 +271,10 @@ async def test_signing_key_is_kept_in_the_database(tmp_path: Path, upstream: int
                                      json={})).json()["url"]
     async with running_app(settings, runtime) as api:  # a restart: the same key
         parts = urlsplit(url)
-        r = await api.client.get(f"{parts.path}?{parts.query}", headers={"Authorization": ""})
-        assert r.status_code == 200, r.text
+        assert parts.hostname is not None
+        async with preview_client(api, parts.hostname) as browser:
+            r = await browser.get(f"/?{parts.query}")
+            assert r.status_code == 200, r.text
 
 
 def test_responses_stream(tmp_path: Path, upstream: int) -> None:

@@ -1,6 +1,7 @@
 """Exposed ports and the egress policy through the REST API on a real microVM (one VM): a web
 server started in the sandbox answers through the API URL with the key, through a signed URL
-without it, not after the signed URL expired, and not to another team. Traffic stays on the
+on its own origin (the preview listener) without it, not after the signed URL expired, and
+not to another team. Traffic stays on the
 host: the server reaches the guest through the sandbox's namespace address."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.server.conftest import Api, assert_envelope
+from tests.server.preview_client import preview_client
 from tests.server.vm_app import vm_app
 
 pytestmark = pytest.mark.vm
@@ -58,14 +60,18 @@ async def test_policy_and_exposed_port(api: Api) -> None:
         assert_envelope(await c.get(f"{base}/hello.txt", headers=anonymous), 401)
         r = await c.post(f"{base}/signed-url", json={"ttl_seconds": 60})
         signed = urlsplit(r.json()["url"])
-        r = await c.get(f"{signed.path}hello.txt?{signed.query}", headers=anonymous)
-        assert r.status_code == 200 and r.content == b"hello from the sandbox"
+        assert signed.hostname == f"8000-{sid}.localhost"
+        async with preview_client(api, signed.hostname) as browser:
+            r = await browser.get(f"/hello.txt?{signed.query}")
+            assert r.status_code == 200 and r.content == b"hello from the sandbox"
+            r = await browser.get("/hello.txt")  # the cookie the first request set
+            assert r.status_code == 200 and r.content == b"hello from the sandbox"
 
         r = await c.post(f"{base}/signed-url", json={"ttl_seconds": 1})
         short = urlsplit(r.json()["url"])
         await asyncio.sleep(2)
-        assert_envelope(await c.get(f"{short.path}hello.txt?{short.query}",
-                                    headers=anonymous), 403, "forbidden")
+        async with preview_client(api, signed.hostname) as late:
+            assert_envelope(await late.get(f"/hello.txt?{short.query}"), 403, "forbidden")
 
         other = api.headers(await api.new_key("ports-other-team"))
         assert_envelope(await c.get(f"{base}/hello.txt", headers=other), 404, "not_found")

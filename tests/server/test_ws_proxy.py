@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -137,24 +138,46 @@ def test_upstream_close_code_reaches_the_client(srv: FakeServer, sid: str, echo:
         assert ws.close_reason == "bye from upstream"
 
 
+def open_preview(srv: FakeServer, host: str, path: str,
+                 headers: dict[str, str] | None = None) -> ClientConnection:
+    """A WebSocket to the preview listener under `host` (a connected loopback socket: the
+    URL's host name is what the server routes by, and needs no DNS)."""
+    sock = socket.create_connection(("127.0.0.1", srv.preview_port), timeout=10)
+    return connect(f"ws://{host}:{srv.preview_port}{path}", sock=sock,
+                   additional_headers=headers, proxy=None, open_timeout=10, close_timeout=5)
+
+
 def test_signed_url_without_a_key(srv: FakeServer, http: httpx.Client, sid: str,
                                   echo: int) -> None:
     r = http.post(f"/v1/sandboxes/{sid}/ports/{echo}/signed-url", json={"ttl_seconds": 60})
     assert r.status_code == 200, r.text
     parts = urlsplit(r.json()["url"])
-    with open_ws(srv, f"{parts.path}chat?{parts.query}&keep=1") as ws:
+    host = f"{echo}-{sid}.localhost"
+    assert (parts.hostname, parts.port) == (host, srv.preview_port)
+    with open_preview(srv, host, f"/chat?{parts.query}&keep=1",
+                      {"Cookie": "mine=1"}) as ws:
         ws.send("via signed url")
         assert ws.recv(5) == "via signed url"
         ws.send("whoami")
         info = json.loads(ws.recv(5))
         assert info["path"] == "/chat?keep=1"  # ps_expires / ps_sig are not forwarded
-
+        assert info["headers"]["cookie"] == "mine=1"
     params = dict(p.split("=") for p in parts.query.split("&"))
+    access = f"ps_access={params['ps_expires']}.{params['ps_sig']}"
+    with open_preview(srv, host, "/chat", {"Cookie": f"{access}; mine=2"}) as ws:
+        ws.send("whoami")  # the access cookie lets it in, and is not forwarded
+        assert json.loads(ws.recv(5))["headers"]["cookie"] == "mine=2"
+
     bad = params["ps_sig"][:-1] + ("0" if params["ps_sig"][-1] != "0" else "1")
-    status, body = refused(srv, f"{parts.path}?ps_expires={params['ps_expires']}&ps_sig={bad}")
+    with pytest.raises(InvalidStatus) as info_:
+        open_preview(srv, host, f"/?ps_expires={params['ps_expires']}&ps_sig={bad}")
+    assert info_.value.response.status_code == 403
+    with pytest.raises(InvalidStatus) as info_:  # signed for another port
+        open_preview(srv, f"{echo + 1}-{sid}.localhost", f"/?{parts.query}")
+    assert info_.value.response.status_code == 403
+    # The path form on the API's origin takes an API key only.
+    status, body = refused(srv, f"/v1/sandboxes/{sid}/ports/{echo}/?{parts.query}")
     assert status == 403 and body["error"]["code"] == "forbidden"
-    status, _ = refused(srv, f"/v1/sandboxes/{sid}/ports/{echo + 1}/?{parts.query}")
-    assert status == 403  # signed for another port
 
 
 def test_refused_without_access(srv: FakeServer, http: httpx.Client, sid: str,

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+log = logging.getLogger("pandastack.server")
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -19,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("serve", help="serve the REST API (host runtime in-process, or an agent)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 8080)")
+    p.add_argument("--preview-port", type=int, default=None,
+                   help="the listener of sandbox ports on their own origin (default: --port "
+                        "+ 1; 0: none; PANDASTACK_PREVIEW_PORT)")
     p.add_argument("--agent", action="append", default=None, metavar="unix:PATH|URL",
                    help="drive this `pandastack agent` instead of a host runtime in this "
                         "process; repeat it for a pool of hosts (PANDASTACK_AGENT, "
@@ -47,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         overrides["host"] = args.host
     if args.port is not None:
         overrides["port"] = args.port
+    if args.preview_port is not None:
+        overrides["preview_port"] = args.preview_port
     if args.agent is not None:
         overrides["agent"] = ",".join(args.agent)
     if args.db is not None:
@@ -64,10 +72,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_app(app: FastAPI, settings: Settings, log_level: str) -> None:
-    """Run `app` on uvicorn as `serve` does: its access log on, at `log_level`; signatures of
-    signed URLs are redacted from it by the app (server/signing.py)."""
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
+              access_log: bool = True) -> None:
+    """Run `app` on uvicorn as `serve` does: the API on its port and sandbox ports on the
+    preview listener (server/preview.py), one process and one event loop; the access log on,
+    at `log_level`; signatures of signed URLs are redacted from it by the app
+    (server/signing.py). A preview port left to its default (the API's + 1) that is taken
+    means no preview listener, said in the log; one set explicitly that is taken is an
+    error, as the API's own port is."""
     import uvicorn
 
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                proxy_headers=False)
+    from pandastack.server.preview import PreviewDispatch
+
+    sockets = [_listen(settings.host, settings.port)]
+    preview = settings.preview_listener_port
+    if preview:
+        try:
+            sockets.append(_listen(settings.host, preview))
+        except OSError as exc:
+            if settings.preview_port is not None:
+                raise
+            log.warning("no preview listener (signed port URLs are refused): port %d: %s; "
+                        "set PANDASTACK_PREVIEW_PORT", preview, exc)
+            settings = settings.with_(preview_port=0)
+            app.state.settings = settings
+    config = uvicorn.Config(PreviewDispatch(app, settings), log_level=log_level,
+                            proxy_headers=False, access_log=access_log)
+    uvicorn.Server(config).run(sockets=sockets)

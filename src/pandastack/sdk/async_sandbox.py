@@ -317,8 +317,10 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
 
     async def signed_url(self, port: int, ttl_seconds: int = 3600) -> str:
         """A URL of TCP `port` inside the sandbox that works without an API key (in a
-        browser, say) for `ttl_seconds` (up to 7 days); anyone holding it can use it until
-        then. Append any path after its `/` (keep the query string)."""
+        browser, say) for `ttl_seconds` (up to 7 days), on the port's own origin
+        (`{port}-{id}.{preview domain}`: its cookies and storage are its own); anyone
+        holding it can use it until then. Append any path after its `/` (keep the query
+        string); the page's own requests need no parameters (a cookie of that host)."""
         return (await self._http.run(_base.signed_url_call(self.id, port, ttl_seconds))).url
 
     async def logs(self) -> Logs:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pandastack.hostport.network import operator_allow_from, parse_cidrs
 from pandastack.rules import DEFAULT_HOME
@@ -51,6 +52,12 @@ class Settings:
     port_read_timeout_seconds: float = 300.0
     # The HMAC key of signed port URLs; None: generated once and kept in the database.
     url_signing_secret: str | None = None
+    # Sandbox ports on their own origin (server/preview.py): the listener's port (None: the
+    # API's port + 1; 0: no listener, so no signed URLs) and the address users reach it at,
+    # whose host name is the wildcard domain (`{port}-{sandbox id}.{domain}`); None:
+    # http://localhost:{listener port} (browsers resolve *.localhost to loopback).
+    preview_port: int | None = None
+    preview_url: str | None = None
     client_config_path: Path = field(default_factory=_default_client_config)
     write_client_config: bool = True
     # CIDRs of the always-denied ranges (private, loopback, link-local/metadata, CGNAT,
@@ -104,6 +111,14 @@ class Settings:
             raise ValueError("the hosts of a cluster come from its database: no --agent")
         if not 0 < self.port < 65536:
             raise ValueError("port must be between 1 and 65535")
+        if self.preview_port is not None and not 0 <= self.preview_port < 65536:
+            raise ValueError("preview_port must be between 0 (none) and 65535")
+        if self.preview_url is not None:
+            parts = urlsplit(self.preview_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or \
+                    parts.path not in ("", "/") or parts.query:
+                raise ValueError("preview_url must be http(s)://DOMAIN[:PORT] (no path): the "
+                                 "wildcard domain of the sandboxes' ports")
 
     @property
     def agents(self) -> list[str]:
@@ -117,6 +132,21 @@ class Settings:
     @property
     def api_url(self) -> str:
         return self.public_url or f"http://{self.host}:{self.port}"
+
+    @property
+    def preview_listener_port(self) -> int:
+        """The preview listener's port; 0 when there is none."""
+        if self.preview_port is not None:
+            return self.preview_port
+        return self.port + 1 if self.port < 65535 else 0
+
+    @property
+    def preview_base(self) -> tuple[str, str, int | None]:
+        """(scheme, wildcard domain, public port or None for the scheme's) of port URLs."""
+        url = self.preview_url or f"http://localhost:{self.preview_listener_port}"
+        parts = urlsplit(url)
+        assert parts.hostname is not None
+        return parts.scheme, parts.hostname.lower(), parts.port
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -144,6 +174,8 @@ class Settings:
         take("PANDASTACK_HOST", "host", str)
         take("PANDASTACK_PORT", "port", int)
         take("PANDASTACK_PUBLIC_URL", "public_url", str)
+        take("PANDASTACK_PREVIEW_PORT", "preview_port", int)
+        take("PANDASTACK_PREVIEW_URL", "preview_url", str)
         take("PANDASTACK_IDLE_TIMEOUT", "idle_timeout_seconds", int)
         take("PANDASTACK_RETENTION", "retention_seconds", int)
         if env.get("PANDASTACK_HIBERNATE_IDLE", "").strip().lower() in ("off", "none", "0"):

@@ -1,14 +1,22 @@
-"""Exposed ports: HTTP to a TCP port inside the sandbox, through the server, and signed URLs
-that reach it without an API key.
+"""Exposed ports: HTTP to a TCP port inside the sandbox, through the server.
 
-`/v1/sandboxes/{id}/ports/{port}/{path}` (any method) is proxied to `http://{slot}:{port}/
-{path}?{query}`, where the slot address is the one the sandbox's network namespace DNATs to
-the guest; a WebSocket handshake there is relayed to `ws://{slot}:{port}/{path}?{query}`
-(see wsproxy.py), with the same access rules. Both bodies stream (nothing is buffered
-whole); hop-by-hop headers, the caller's credentials (Authorization, X-API-Key) and the
-`ps_expires`/`ps_sig` parameters are not forwarded. A proxied request wakes a hibernated
-sandbox and counts as activity; while its response streams (or its WebSocket is open), the
-idle reaper leaves the sandbox alone.
+Two ways in. On the preview origin (server/preview.py: its own listener, one origin per
+sandbox port, `{port}-{sandbox id}.{preview domain}`), by a signed URL (then a cookie of that
+host only) or an API key: what a browser uses. On the API's origin, the path form
+`/v1/sandboxes/{id}/ports/{port}/{path}`, by an API key only: a convenience for programs.
+A page served there shares the API's origin with every other sandbox's, so the path form
+forwards no cookies either way, refuses service-worker scripts, drops
+`Service-Worker-Allowed`, and serves every response under `Content-Security-Policy:
+sandbox` (an opaque origin: the page reaches no storage, cookie or worker of the API's).
+
+Either way the request goes to `http://{slot}:{port}/{path}?{query}`, where the slot address
+is the one the sandbox's network namespace DNATs to the guest; a WebSocket handshake is
+relayed to `ws://{slot}:{port}/{path}?{query}` (wsproxy.py), with the same access rules. Both
+bodies stream (nothing is buffered whole); hop-by-hop headers, the caller's credentials
+(Authorization, X-API-Key, the preview's access cookie) and the `ps_expires`/`ps_sig`
+parameters are not forwarded. A proxied request wakes a hibernated sandbox and counts as
+activity; while its response streams (or its WebSocket is open), the idle reaper leaves the
+sandbox alone.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from typing import Annotated
 from urllib.parse import unquote_to_bytes
 
@@ -56,6 +65,23 @@ REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "x-api-key"}
 WS_REQUEST_DROP = REQUEST_DROP | {"sec-websocket-key", "sec-websocket-version",
                                   "sec-websocket-extensions", "sec-websocket-protocol"}
 SIGNED_KEYS = frozenset(p.encode() for p in SIGNED_PARAMS)
+# The path form on the API's origin: no cookies either way, no service workers, and pages in
+# an opaque origin (what a browser would otherwise share with the API and every sandbox).
+PATH_FORM_REQUEST_DROP = REQUEST_DROP | {"cookie"}
+PATH_FORM_RESPONSE_DROP = frozenset({"set-cookie", "set-cookie2", "service-worker-allowed",
+                                     "content-security-policy"})
+PATH_FORM_CSP = (b"content-security-policy",
+                 b"sandbox allow-scripts allow-forms allow-popups allow-modals "
+                 b"allow-downloads")
+
+#: What a response of the sandbox goes through on its way out: (name, value) pairs in, pairs
+#: out (the name lowercased).
+HeaderFilter = Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]
+
+
+def path_form_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in headers
+            if k.decode("latin-1") not in PATH_FORM_RESPONSE_DROP] + [PATH_FORM_CSP]
 
 
 class PortProxy:
@@ -88,7 +114,7 @@ def _dropped(headers: list[tuple[bytes, bytes]], drop: frozenset[str]) -> set[st
     return set(drop) | named
 
 
-def _forward_headers(request: HTTPConnection, prefix: str,
+def forward_headers(request: HTTPConnection, prefix: str,
                      drop_always: frozenset[str] = REQUEST_DROP) -> list[tuple[bytes, bytes]]:
     raw = list(request.headers.raw)
     drop = _dropped(raw, drop_always)
@@ -97,8 +123,9 @@ def _forward_headers(request: HTTPConnection, prefix: str,
     client = request.client.host if request.client else ""
     scheme = {"ws": "http", "wss": "https"}.get(request.url.scheme, request.url.scheme)
     headers += [(b"x-forwarded-for", client.encode()),
-                (b"x-forwarded-proto", scheme.encode()),
-                (b"x-forwarded-prefix", prefix.encode())]
+                (b"x-forwarded-proto", scheme.encode())]
+    if prefix:
+        headers.append((b"x-forwarded-prefix", prefix.encode()))
     host = request.headers.get("host")
     if host:
         headers.append((b"x-forwarded-host", host.encode("latin-1")))
@@ -126,16 +153,16 @@ def _as_request(conn: HTTPConnection) -> Request:
     return Request({**conn.scope, "type": "http"})
 
 
-async def _caller_team(request: HTTPConnection, service: SandboxService, sandbox_id: str,
-                       port: int) -> str:
-    """The team the request acts for: by its signed URL, or else by its API key."""
-    params = request.query_params
-    if not any(name in params for name in SIGNED_PARAMS):
-        return (await principal(_as_request(request))).team
-    expires, signature = params.getlist(EXPIRES_PARAM), params.getlist(SIGNATURE_PARAM)
-    if len(expires) != 1 or len(signature) != 1:
-        raise ApiError(403, "forbidden", "a signed URL needs one ps_expires and one ps_sig")
-    why = _proxy_of(request).signer.check(sandbox_id, port, expires[0], signature[0])
+async def key_team(request: HTTPConnection) -> str:
+    """The team of the request's API key (401 otherwise)."""
+    return (await principal(_as_request(request))).team
+
+
+def signed_team(request: HTTPConnection, service: SandboxService, sandbox_id: str, port: int,
+                expires: str, signature: str) -> str:
+    """The team of the sandbox a valid signature (for its `port`) names: 403 if it is not
+    this server's or has expired, 429 past the sandbox's URL rate, 404 for no sandbox."""
+    why = _proxy_of(request).signer.check(sandbox_id, port, expires, signature)
     if why is not None:
         raise ApiError(403, "forbidden", why)
     wait = request.app.state.rate_limiter.take(f"url:{sandbox_id}")
@@ -148,18 +175,27 @@ async def _caller_team(request: HTTPConnection, service: SandboxService, sandbox
     return row.team
 
 
+async def _path_form_team(request: HTTPConnection) -> str:
+    """The path form's caller: an API key only (a signed URL is the preview origin's)."""
+    if any(name in request.query_params for name in SIGNED_PARAMS):
+        raise ApiError(403, "forbidden", "signed URLs are served on the preview origin "
+                       "(`POST .../signed-url` gives one); on the API's origin a port takes "
+                       "an API key")
+    return await key_team(request)
+
+
 class ProxyResponse(Response):
     """Streams the upstream response to the client, raw (content-encoding kept). Ends early
     when the client goes away; when the upstream fails mid-body, the connection is closed
     without completing the response, so the client sees it truncated, not complete."""
 
     def __init__(self, upstream: httpx.Response, cleanup: contextlib.AsyncExitStack,
-                 where: str) -> None:
+                 where: str, headers_out: HeaderFilter | None = None) -> None:
         super().__init__(status_code=upstream.status_code)
         raw = list(upstream.headers.raw)
         drop = _dropped(raw, HOP_BY_HOP)
-        self.raw_headers = [(k.lower(), v) for k, v in raw
-                            if k.decode("latin-1").lower() not in drop]
+        kept = [(k.lower(), v) for k, v in raw if k.decode("latin-1").lower() not in drop]
+        self.raw_headers = kept if headers_out is None else headers_out(kept)
         self._upstream = upstream
         self._cleanup = cleanup
         self._where = where
@@ -194,12 +230,9 @@ class ProxyResponse(Response):
                 await self._cleanup.aclose()
 
 
-async def _target_sandbox(request: HTTPConnection, service: SandboxService, sandbox_id: str,
-                          port: int) -> tuple[str, str]:
-    """(sandbox id, slot address) of the running sandbox the caller may reach: 401/403/404
-    as for any route, 409 if it is not running (a hibernated one is woken) or has no
-    network."""
-    team = await _caller_team(request, service, sandbox_id, port)
+async def target_sandbox(service: SandboxService, team: str, sandbox_id: str) -> tuple[str, str]:
+    """(sandbox id, slot address) of the team's running sandbox: 404 as for any route, 409
+    if it is not running (a hibernated one is woken) or has no network."""
     row, _ = await service.running(team, sandbox_id)  # 404 / 409; wakes a hibernated one
     ns_ip = (await service.placement(row.id)).ns_ip
     if not isinstance(ns_ip, str):
@@ -207,11 +240,15 @@ async def _target_sandbox(request: HTTPConnection, service: SandboxService, sand
     return row.id, ns_ip
 
 
-async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request: Request,
-                     service: Service) -> Response:
-    sandbox_id, ns_ip = await _target_sandbox(request, service, sandbox_id, port)
+async def forward_http(request: Request, service: SandboxService, sandbox_id: str, ns_ip: str,
+                       port: int, prefix: str, path: str, *,
+                       drop: frozenset[str] = REQUEST_DROP,
+                       headers_in: list[tuple[bytes, bytes]] | None = None,
+                       headers_out: HeaderFilter | None = None) -> Response:
+    """The request sent on to the sandbox's port, its response streamed back. `prefix`: the
+    part of the path that is ours (the rest is the sandbox server's); `headers_in` replaces
+    the forwarded request headers; `headers_out` filters the response's."""
     proxy = _proxy_of(request)
-    prefix = f"{request.scope.get('root_path', '')}/v1/sandboxes/{sandbox_id}/ports/{port}"
     target = _upstream_target(request, prefix, path)
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     where = f"{request.method} {sandbox_id}:{port}"
@@ -220,7 +257,8 @@ async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request
     try:
         upstream_request = httpx.Request(
             request.method, httpx.URL(scheme="http", host=ns_ip, port=port, raw_path=target),
-            headers=_forward_headers(request, prefix),
+            headers=headers_in if headers_in is not None else
+            forward_headers(request, prefix, drop),
             content=request.stream() if has_body else None,
             extensions={"timeout": proxy.timeout.as_dict()})
         upstream = await proxy.transport.handle_async_request(upstream_request)
@@ -238,38 +276,64 @@ async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request
     except BaseException:
         await cleanup.aclose()
         raise
-    return ProxyResponse(upstream, cleanup, where)
+    return ProxyResponse(upstream, cleanup, where, headers_out)
+
+
+async def proxy_port(sandbox_id: SandboxId, port: Port, path: ProxyPath, request: Request,
+                     service: Service) -> Response:
+    team = await _path_form_team(request)
+    if "service-worker" in request.headers:
+        raise ApiError(403, "forbidden", "no service workers on the API's origin: serve the "
+                       "app on the preview origin (a signed URL)")
+    sandbox_id, ns_ip = await target_sandbox(service, team, sandbox_id)
+    prefix = f"{request.scope.get('root_path', '')}/v1/sandboxes/{sandbox_id}/ports/{port}"
+    return await forward_http(request, service, sandbox_id, ns_ip, port, prefix, path,
+                              drop=PATH_FORM_REQUEST_DROP, headers_out=path_form_headers)
 
 
 @router.post("/sandboxes/{sandbox_id}/ports/{port}/signed-url",
              operation_id="createSignedUrl", response_model=SignedUrl,
              summary="A URL that reaches the port without an API key until it expires",
              description="The URL carries `ps_expires` (UNIX seconds) and `ps_sig` (an "
-                         "HMAC-SHA256 by the server over `sandbox_id:port:expires`); append "
-                         "any path after its `/`. Anyone holding it reaches the port until "
-                         "it expires; it cannot be revoked earlier.")
+                         "HMAC-SHA256 by the server over `sandbox_id:port:expires`) on the "
+                         "port's own origin, `{port}-{sandbox_id}.{preview domain}` (the "
+                         "server's preview listener, PANDASTACK_PREVIEW_URL); append any "
+                         "path after its `/`. Its first request sets a cookie of that host, "
+                         "so the page's own requests need no parameters. Anyone holding it "
+                         "reaches the port until it expires; it cannot be revoked earlier. "
+                         "409 where the server has no preview listener.")
 async def signed_url(sandbox_id: SandboxId, port: Port, body: SignedUrlRequest,
                      who: CurrentPrincipal, service: Service, settings: AppSettings,
                      request: Request) -> SignedUrl:
     row = service.live(who.team, sandbox_id)
+    if not settings.preview_listener_port:
+        raise ApiError(409, "conflict", "this server has no preview listener "
+                       "(PANDASTACK_PREVIEW_PORT=0): signed URLs are served there")
     expires, signature = _proxy_of(request).signer.sign(row.id, port, body.ttl_seconds)
-    path = request.app.url_path_for("proxy_port_get", sandbox_id=row.id, port=str(port),
-                                    path="")
-    base = (settings.public_url or str(request.base_url)).rstrip("/")
-    url = f"{base}{path}?{EXPIRES_PARAM}={expires}&{SIGNATURE_PARAM}={signature}"
+    url = (preview_origin(settings, row.id, port) +
+           f"/?{EXPIRES_PARAM}={expires}&{SIGNATURE_PARAM}={signature}")
     return SignedUrl(url=url, expires_at=float(expires))
+
+
+def preview_origin(settings: Settings, sandbox_id: str, port: int) -> str:
+    """`scheme://{port}-{sandbox id}.{domain}[:port]`: the port's own origin."""
+    scheme, domain, public_port = settings.preview_base
+    suffix = f":{public_port}" if public_port is not None else ""
+    return f"{scheme}://{port}-{sandbox_id}.{domain}{suffix}"
 
 
 # After signed-url: Starlette takes the first route that matches path and method.
 PROXY_PATH = "/sandboxes/{sandbox_id}/ports/{port}/{path:path}"
 PROXY_DESCRIPTION = (
     "Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies "
-    "streamed). Access with "
-    "an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query "
-    "parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the "
-    "sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing "
-    "listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is "
-    "the API's, not proxied.")
+    "streamed), with an API key of the sandbox's team: a convenience for programs. On the "
+    "API's origin no cookie is forwarded either way, a service-worker script is refused "
+    "(403), `Service-Worker-Allowed` is dropped and every response carries "
+    "`Content-Security-Policy: sandbox ...` (the page runs in an opaque origin). Browsers "
+    "use the port's own origin instead (a signed URL from `POST .../ports/{port}/signed-url`, "
+    "served by the preview listener). The response is the sandbox server's own; errors of "
+    "the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the "
+    "error envelope. `POST .../signed-url` itself is the API's, not proxied.")
 
 for _method in PROXY_METHODS:
     router.add_api_route(
@@ -284,7 +348,7 @@ for _method in PROXY_METHODS:
 
 # -- WebSocket -----------------------------------------------------------------------------
 
-async def _deny(websocket: WebSocket, exc: ApiError) -> None:
+async def deny(websocket: WebSocket, exc: ApiError) -> None:
     """Refuse the handshake with the error envelope as an HTTP response, where the server
     supports that (uvicorn does); else by closing before accepting (the client sees 403)."""
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
@@ -296,34 +360,49 @@ async def _deny(websocket: WebSocket, exc: ApiError) -> None:
 
 
 async def proxy_port_ws(websocket: WebSocket, sandbox_id: str, port: str, path: str) -> None:
-    """A WebSocket to the port: the caller is checked as for HTTP (refusals are the error
-    envelope, as the handshake's HTTP response); then the sandbox's server is connected
-    (within the connect timeout), the handshake accepted with the subprotocol it chose, and
-    messages relayed until either side closes. When the sandbox's port does not complete a
-    handshake, the client's is accepted and closed at once with 1014 (bad gateway) and the
-    reason, which is what a browser can see."""
+    """A WebSocket to the port by the path form: the caller is checked as for HTTP (an API
+    key; refusals are the error envelope, as the handshake's HTTP response), no cookie
+    goes either way; then relayed as `forward_ws` says."""
     service: SandboxService = websocket.app.state.service
-    settings: Settings = websocket.app.state.settings
     try:
         if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
             raise ApiError(422, "validation_error", "port: must be an integer in 1..65535")
         number = int(port)
-        sandbox_id, ns_ip = await _target_sandbox(websocket, service, sandbox_id, number)
-        prefix = (f"{websocket.scope.get('root_path', '')}/v1/sandboxes/{sandbox_id}/ports/"
-                  f"{number}")
-        target = _upstream_target(websocket, prefix, path)
-        if not target.isascii():
-            raise ApiError(400, "bad_request", "cannot forward this request: non-ASCII path")
+        team = await _path_form_team(websocket)
+        sandbox_id, ns_ip = await target_sandbox(service, team, sandbox_id)
     except HostError as exc:
-        await _deny(websocket, from_host_error(exc))
+        await deny(websocket, from_host_error(exc))
         return
     except ApiError as exc:
-        await _deny(websocket, exc)
+        await deny(websocket, exc)
+        return
+    prefix = f"{websocket.scope.get('root_path', '')}/v1/sandboxes/{sandbox_id}/ports/{number}"
+    await forward_ws(websocket, service, sandbox_id, ns_ip, number, prefix, path,
+                     drop=WS_REQUEST_DROP | {"cookie"},
+                     headers_out=lambda hs: [(k, v) for k, v in hs
+                                             if k not in (b"set-cookie", b"set-cookie2")])
+
+
+async def forward_ws(websocket: WebSocket, service: SandboxService, sandbox_id: str,
+                     ns_ip: str, number: int, prefix: str, path: str, *,
+                     drop: frozenset[str] = WS_REQUEST_DROP,
+                     headers_in: list[tuple[str, str]] | None = None,
+                     headers_out: HeaderFilter | None = None) -> None:
+    """The sandbox's server connected (within the connect timeout), the handshake accepted
+    with the subprotocol it chose, and messages relayed until either side closes. When the
+    sandbox's port does not complete a handshake, the client's is accepted and closed at
+    once with 1014 (bad gateway) and the reason, which is what a browser can see."""
+    settings: Settings = websocket.app.state.settings
+    target = _upstream_target(websocket, prefix, path)
+    if not target.isascii():
+        await deny(websocket, ApiError(400, "bad_request",
+                                       "cannot forward this request: non-ASCII path"))
         return
     host = f"[{ns_ip}]" if ":" in ns_ip else ns_ip
     uri = f"ws://{host}:{number}{target.decode('ascii')}"
-    headers = [(k.decode("latin-1"), v.decode("latin-1"))
-               for k, v in _forward_headers(websocket, prefix, WS_REQUEST_DROP)]
+    headers = headers_in if headers_in is not None else [
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in forward_headers(websocket, prefix, drop)]
     where = f"WebSocket {sandbox_id}:{number}"
     async with service.busy(sandbox_id):
         try:
@@ -338,8 +417,10 @@ async def proxy_port_ws(websocket: WebSocket, sandbox_id: str, port: str, path: 
                 f"port {number} of sandbox {sandbox_id} did not answer ({detail})")
             return
         try:
+            accepted = wsproxy.response_headers(upstream, HOP_BY_HOP)
             await websocket.accept(subprotocol=upstream.subprotocol,
-                                   headers=wsproxy.response_headers(upstream, HOP_BY_HOP))
+                                   headers=accepted if headers_out is None
+                                   else headers_out(accepted))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await upstream.close(wsproxy.GOING_AWAY)
