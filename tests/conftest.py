@@ -1,6 +1,8 @@
 """Shared fixtures. VM tests share one runtime whose state dir is private to the test session,
 so the session can assert that everything it created was removed, while the (slow to build)
-guest image and template cache under PANDASTACK_HOME is shared with every other run."""
+guest image and template cache under PANDASTACK_HOME is shared with every other run. The
+session's one PostgreSQL and one S3 server are here too, so that no suite starts its own
+(each test takes a database or a key prefix of its own on them)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,27 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from tests.helpers import SandboxFactory, vmm_pids_under
+from tests.host.objects.s3_server import s3_server
+from tests.services import Postgres, postgres_server
 
 # Network safety: guests in tests never get the host's real resolver. The tests that need
 # DNS give their runtime a stub resolver inside a namespace they create.
 os.environ["PANDASTACK_DNS"] = "off"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """The session's PostgreSQL server; `Postgres.database()` makes a test's own database."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_env() -> Iterator[dict[str, str]]:
+    """The session's S3 server's environment (PANDASTACK_S3_ENDPOINT, ...); a test or a
+    module stores under a prefix of its own."""
+    with s3_server() as env:
+        yield env
 
 
 @pytest.fixture(scope="session")

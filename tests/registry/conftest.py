@@ -1,5 +1,6 @@
-"""Registry fixtures: the session's PostgreSQL and the per-test database of tests/server,
-and real `pandastack agent` processes that register in it."""
+"""Registry fixtures: a database of its own per test on the session's PostgreSQL (the
+`postgres` fixture of tests/conftest.py), the `db` fixture of tests/server, and real
+`pandastack agent` processes that register in it."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import pytest
 
 from pandastack.registry import Registry
 from pandastack.server.store.db import make_engine, migrate
-from tests.server.conftest import Postgres, db, postgres
+from tests.server.conftest import db
 from tests.server.live_agent import LiveAgent, assert_nothing_left, stop_cleanly
+from tests.services import Postgres
 
-__all__ = ["Postgres", "db", "postgres"]
+__all__ = ["db"]
 
 
 @pytest.fixture

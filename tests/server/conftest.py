@@ -4,21 +4,14 @@ transport with its lifespan running; the admin key comes from the client config 
 from __future__ import annotations
 
 import json
-import secrets
-import shutil
-import subprocess
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 from pandastack.host.local import LocalHost
 from pandastack.host.runtime import HostRuntime
@@ -26,6 +19,7 @@ from pandastack.hostport.protocols import RuntimePort
 from pandastack.server.app import create_app
 from pandastack.server.settings import Settings
 from tests.server.fakes import FakeRuntime, ScriptedBuilder
+from tests.services import Postgres
 
 #: The host port's implementations every API VM suite runs against (tests/server/vm_app.py).
 HOST_MODES = ("in-process", "agent")
@@ -37,57 +31,9 @@ def host_mode(request: pytest.FixtureRequest) -> str:
     return mode
 
 
-PG_CLUSTER = Path(__file__).resolve().parents[2] / "scripts" / "pg-cluster"
-#: The databases the store's suites run against (the `db` fixture).
+#: The databases the store's suites run against (the `db` fixture; PostgreSQL is the
+#: session's one server, the `postgres` fixture of tests/conftest.py).
 DATABASES = ("sqlite", "postgresql")
-
-
-class Postgres:
-    """The session's private PostgreSQL server (scripts/pg-cluster)."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self._admin = create_engine(dsn, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-
-    @contextmanager
-    def database(self) -> Iterator[str]:
-        """A new empty database for one test, dropped after it (with whatever still holds
-        a connection to it)."""
-        name = "t_" + secrets.token_hex(6)
-        with self._admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-        try:
-            yield make_url(self.dsn).set(database=name).render_as_string(hide_password=False)
-        finally:
-            with self._admin.connect() as conn:
-                conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-
-    def close(self) -> None:
-        self._admin.dispose()
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    """A PostgreSQL server of the session's own, started from Debian's binaries (`make deps`
-    installs them) and removed after it. Fails, never skips, when there is none: CI must run
-    the store's suites on PostgreSQL."""
-    path = Path(tempfile.mkdtemp(prefix="psp-", dir="/tmp"))
-    try:
-        done = subprocess.run([str(PG_CLUSTER), "start", str(path)], capture_output=True,
-                              text=True, timeout=180, check=False)
-    except subprocess.TimeoutExpired:
-        done = subprocess.CompletedProcess([], 1, "", "timed out after 180 s")
-    if done.returncode != 0:
-        subprocess.run([str(PG_CLUSTER), "stop", str(path)], capture_output=True, check=False)
-        shutil.rmtree(path, ignore_errors=True)
-        pytest.fail(f"cannot start PostgreSQL for the tests ({PG_CLUSTER.name} start): "
-                    f"{done.stderr.strip()}", pytrace=False)
-    server = Postgres(done.stdout.strip())
-    try:
-        yield server
-    finally:
-        server.close()
-        subprocess.run([str(PG_CLUSTER), "stop", str(path)], capture_output=True, check=False)
 
 
 @pytest.fixture(params=DATABASES)

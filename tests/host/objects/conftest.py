@@ -1,19 +1,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from pandastack.host.objects import ObjectStore, ObjectStoreConfig
-from tests.host.objects.s3_server import s3_server
-
-
-@pytest.fixture(scope="session")
-def s3_env() -> Iterator[dict[str, str]]:
-    with s3_server() as env:
-        yield env
 
 
 @pytest.fixture

@@ -15,11 +15,10 @@ from tests.host.runtime.test_runtime_object_store import (
     Host,
     MakeHost,
     make_host,
-    s3_env,
     store_config,
 )
 
-__all__ = ["make_host", "s3_env", "store_config"]  # the fixtures, shared
+__all__ = ["make_host", "store_config"]  # the fixtures, shared
 
 pytestmark = pytest.mark.vm
 

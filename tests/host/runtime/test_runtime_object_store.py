@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,15 +23,8 @@ from pandastack.host.runtime.remote import RemoteState, sandbox_manifest, snapsh
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import SandboxNotFound, SnapshotNotFound
 from tests.helpers import vmm_pids_under
-from tests.host.objects.s3_server import s3_server
 
 pytestmark = pytest.mark.vm
-
-
-@pytest.fixture(scope="module")
-def s3_env() -> Iterator[dict[str, str]]:
-    with s3_server() as env:
-        yield env
 
 
 @pytest.fixture(scope="module")

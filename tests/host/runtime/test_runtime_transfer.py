@@ -25,11 +25,10 @@ from tests.host.runtime.test_runtime_object_store import (
     _chain,
     _start_sleeper,
     make_host,
-    s3_env,
     store_config,
 )
 
-__all__ = ["make_host", "s3_env", "store_config"]
+__all__ = ["make_host", "store_config"]
 
 pytestmark = pytest.mark.vm
 

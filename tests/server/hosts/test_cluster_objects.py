@@ -21,7 +21,6 @@ from pandastack.host.objects import ObjectStoreConfig
 from pandastack.host.objects.s3 import S3Bucket
 from pandastack.server.hosts.drain import drain
 from tests.helpers import HOLDER
-from tests.host.objects.s3_server import s3_server
 from tests.registry.conftest import pg_dsn
 from tests.registry.proxy import TcpProxy
 from tests.server.conftest import Api, assert_envelope
@@ -32,11 +31,12 @@ __all__ = ["pg_dsn"]
 
 
 @pytest.fixture(scope="module")
-def s3_env() -> Iterator[dict[str, str]]:
-    with s3_server() as env, pytest.MonkeyPatch.context() as mp:
+def s3_env(s3_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The session's S3 server (tests/conftest.py), its keys in the agents' environment."""
+    with pytest.MonkeyPatch.context() as mp:
         for name in ("PANDASTACK_S3_ACCESS_KEY", "PANDASTACK_S3_SECRET_KEY"):
-            mp.setenv(name, env[name])  # the agents' environment
-        yield env
+            mp.setenv(name, s3_env[name])
+        yield s3_env
 
 
 def store_url(env: dict[str, str], endpoint: str | None = None) -> str:
