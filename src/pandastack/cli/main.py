@@ -12,7 +12,20 @@ from typing import Protocol
 from rich.console import Console
 from rich.markup import escape
 
-from . import agent, files, hosts, keys, sandbox, serve, snapshot, teams, template, usage, volume
+from . import (
+    agent,
+    files,
+    hosts,
+    keys,
+    mcp,
+    sandbox,
+    serve,
+    snapshot,
+    teams,
+    template,
+    usage,
+    volume,
+)
 
 
 class Command(Protocol):
@@ -27,7 +40,7 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
     for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
-                   usage, teams)}
+                   usage, teams, mcp)}
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette.routing import Route
 
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
@@ -24,6 +25,7 @@ from .bootstrap import ensure_admin_key, private_database
 from .errors import ApiError, RequestIdMiddleware, install_handlers
 from .lifecycle import reaper
 from .limits import BodyLimitMiddleware
+from .mcp import MCP_PATH, McpEndpoint
 from .ratelimit import RateLimiter
 from .routes import (
     code,
@@ -146,7 +148,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             app.state.service = service
             app.state.ready = True
             task = asyncio.create_task(reaper(service, reconcile), name="pandastack-reaper")
-            yield
+            async with mcp_endpoint.running():
+                yield
         finally:
             app.state.ready = False
             if task is not None:
@@ -196,6 +199,10 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         return await scrape(request, server_metrics.registry, access, lambda: (
             server_metrics.refresh(store, cluster=settings.cluster,
                                    local=settings.agent is None)))
+
+    mcp_endpoint = McpEndpoint(settings.api_url)
+    app.router.routes.append(Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"],
+                                   include_in_schema=False))
 
     for module in (sandboxes, state, snapshots, exec_routes, code, processes, watch, files,
                    lifecycle, network, ports, keys, template_routes, host_routes, usage_routes,

@@ -1,0 +1,95 @@
+"""The MCP tools at `/mcp` (streamable HTTP), behind the REST API's own auth (docs/adr/0032).
+
+Each request is authenticated here as every REST request is (Bearer or X-API-Key, the rate
+limit), then served by the MCP package's session manager, stateless: any API server answers
+any request, as for the REST API. A tool acts through the SDK on the caller's key against this
+same app, in process (httpx's ASGI transport): the same routes, auth, team scoping, quotas and
+errors as the REST API and the stdio transport, with no second code path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from mcp.server.mcpserver import Context
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from pandastack.mcp.tools import build_server
+from pandastack.sdk import AsyncClient
+
+from .auth import key_from_headers, principal
+from .errors import ApiError, error_response
+
+__all__ = ["MCP_PATH", "McpEndpoint"]
+
+MCP_PATH = "/mcp"
+_CALLER = "pandastack.mcp.caller"
+
+
+class _Caller:
+    def __init__(self, app: ASGIApp, api_url: str, key: str) -> None:
+        self.app = app
+        self.api_url = api_url
+        self.key = key
+
+
+def _caller_of(ctx: Context) -> _Caller:
+    request: Any = ctx.request_context.request
+    caller = request.scope.get(_CALLER) if isinstance(request, Request) else None
+    if not isinstance(caller, _Caller):
+        raise RuntimeError("an MCP call reached the tools without passing /mcp's auth")
+    return caller
+
+
+@contextlib.asynccontextmanager
+async def _client(ctx: Context) -> AsyncIterator[AsyncClient]:
+    caller = _caller_of(ctx)
+    # The app's public URL as base: the Host the routes see is the one their URLs name.
+    transport = httpx.ASGITransport(app=caller.app)
+    async with AsyncClient(caller.api_url, caller.key, transport=transport) as client:
+        yield client
+
+
+class McpEndpoint:
+    """The ASGI app of `/mcp`; `running()` belongs in the API app's lifespan."""
+
+    def __init__(self, api_url: str) -> None:
+        self.api_url = api_url
+        self.server = build_server(_client)
+        self._manager: Any = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        # A session manager runs once: a new one for each start of the app.
+        self.server.streamable_http_app(
+            stateless_http=True, json_response=True,
+            # Browsers never send the Bearer key by themselves, so a rebound name gets
+            # nothing the auth below does not already refuse.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        self._manager = self.server.session_manager
+        async with self._manager.run():
+            try:
+                yield
+            finally:
+                self._manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        if self._manager is None:
+            await error_response(request, 503, "unavailable", "starting")(scope, receive, send)
+            return
+        try:
+            await principal(request)
+        except ApiError as exc:
+            response = error_response(request, exc.status, exc.code, exc.message, exc.headers)
+            await response(scope, receive, send)
+            return
+        key = key_from_headers(request)
+        assert key is not None  # principal() refused a request without one
+        scope[_CALLER] = _Caller(scope["app"], self.api_url, key)
+        await self._manager.handle_request(scope, receive, send)
