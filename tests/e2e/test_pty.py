@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pexpect
 import pytest
 
-from pandastack import AsyncSandbox, NotFoundError, PandastackError, Sandbox
+from pandastack import APIConnectionError, AsyncSandbox, NotFoundError, PandastackError, Sandbox
 from pandastack.sdk import Pty
 from tests.e2e.conftest import LiveServer
 
@@ -145,6 +145,12 @@ def test_async_terminal_with_on_data(sbx: Sandbox, live_server: LiveServer) -> N
             assert await pty.wait(PROMPTLY) == 9
             assert b"got-abc" in seen
             await pty.disconnect()
+            sleeper = await asbx.pty.create(cmd="sleep 300")
+            await sleeper.disconnect()
+            assert [chunk async for chunk in sleeper] == []  # its own detach: a plain end
+            with pytest.raises(APIConnectionError):
+                await sleeper.wait(PROMPTLY)
+            await (await asbx.pty.connect(sleeper.pid)).kill()
         finally:
             await asbx.close()  # not kill(): the module's sandbox
 

@@ -54,6 +54,7 @@ class AsyncPty:
         self._ws = ws
         self._state = _pty.PtyState()
         self._on_data = on_data
+        self._detached = False
         self._reader: asyncio.Task[None] | None = None
         if on_data is not None:
             self._reader = asyncio.get_running_loop().create_task(self._read_all())
@@ -79,8 +80,8 @@ class AsyncPty:
             try:
                 message = await self._ws.recv()
             except ConnectionClosed as exc:
-                if self._state.exited:
-                    return None
+                if self._state.exited or self._detached:
+                    return None  # the end, or this handle's own disconnect()
                 rcvd = exc.rcvd
                 raise _pty.closed_error(rcvd.code if rcvd else None,
                                         rcvd.reason if rcvd else "", self._label()) from None
@@ -134,7 +135,8 @@ class AsyncPty:
                     await asyncio.shield(self._reader)
         except TimeoutError:
             raise TimeoutError(f"{self._label()} still runs after {timeout} s") from None
-        assert self._state.exit_code is not None
+        if self._state.exit_code is None:  # disconnect() came first
+            raise _pty.closed_error(None, "disconnected", self._label())
         return self._state.exit_code
 
     async def kill(self) -> None:
@@ -143,6 +145,7 @@ class AsyncPty:
 
     async def disconnect(self) -> None:
         """Detach: the process runs on (`sbx.pty.connect(pid)` attaches again)."""
+        self._detached = True
         await self._ws.close()
         if self._reader is not None and self._reader is not asyncio.current_task():
             self._reader.cancel()

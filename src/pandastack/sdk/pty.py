@@ -56,6 +56,7 @@ class Pty:
         self._ws = ws
         self._state = _pty.PtyState()
         self._on_data = on_data
+        self._detached = False
         self._done = threading.Event()
         self._failure: BaseException | None = None
         self._reader: threading.Thread | None = None
@@ -87,8 +88,8 @@ class Pty:
                 message = self._ws.recv(None if deadline is None
                                         else max(0.0, deadline - time.monotonic()))
             except ConnectionClosed as exc:
-                if self._state.exited:
-                    return None
+                if self._state.exited or self._detached:
+                    return None  # the end, or this handle's own disconnect()
                 rcvd = exc.rcvd
                 raise _pty.closed_error(rcvd.code if rcvd else None,
                                         rcvd.reason if rcvd else "", self._label()) from None
@@ -147,7 +148,8 @@ class Pty:
             raise TimeoutError(f"{self._label()} still runs after {timeout} s")
         if self._failure is not None:
             raise self._failure
-        assert self._state.exit_code is not None
+        if self._state.exit_code is None:  # disconnect() came first
+            raise _pty.closed_error(None, "disconnected", self._label())
         return self._state.exit_code
 
     def kill(self) -> None:
@@ -156,6 +158,7 @@ class Pty:
 
     def disconnect(self) -> None:
         """Detach: the process runs on (`sbx.pty.connect(pid)` attaches again)."""
+        self._detached = True
         self._ws.close()
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(10)
