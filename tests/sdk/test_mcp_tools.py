@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ImageContent, TextContent
 
@@ -32,6 +32,15 @@ from tests.sdk.fakes import (
 )
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+SID = "sbx-0123456789ab"
+INFO = {**SANDBOX, "id": SID}
+
+
+def _with_sandbox(api: FakeAPI) -> FakeAPI:
+    """Routes to create, get and kill sandbox SID (an id, not a name, to the SDK)."""
+    return (api.on("POST", "/v1/sandboxes", reply(201, INFO))
+            .on("GET", f"/v1/sandboxes/{SID}", reply(200, INFO))
+            .on("DELETE", f"/v1/sandboxes/{SID}", reply(204)))
 
 
 def _server(api: FakeAPI | Callable[[httpx.Request], httpx.Response]) -> Any:
@@ -71,18 +80,18 @@ async def test_tools_are_listed_with_bounded_schemas() -> None:
 
 
 async def test_an_api_error_is_a_tool_error_with_its_code() -> None:
-    api = FakeAPI().on("GET", "/v1/sandboxes/sb-9", reply(
-        404, envelope("not_found", "sandbox sb-9 not found", "req-7")))
-    result = await _call(api, "run_command", sandbox_id="sb-9", command="ls")
+    api = FakeAPI().on("GET", "/v1/sandboxes/sbx-999999999999", reply(
+        404, envelope("not_found", "sandbox sbx-999999999999 not found", "req-7")))
+    result = await _call(api, "run_command", sandbox_id="sbx-999999999999", command="ls")
     assert result.is_error
     assert _payload(result) == {"error": {"code": "not_found", "status": 404,
-                                          "message": "sandbox sb-9 not found",
+                                          "message": "sandbox sbx-999999999999 not found",
                                           "request_id": "req-7"}}
 
 
 async def test_an_input_over_its_bound_is_refused_before_any_request() -> None:
-    api = FakeAPI().with_sandbox()
-    result = await _call(api, "run_command", sandbox_id="sb-1",
+    api = _with_sandbox(FakeAPI())
+    result = await _call(api, "run_command", sandbox_id=SID,
                          command="x" * (MAX_COMMAND_CHARS + 1))
     assert result.is_error
     first = result.content[0]
@@ -104,13 +113,13 @@ async def test_an_unexpected_failure_is_a_tool_error_and_the_server_goes_on() ->
 
 async def test_run_command_clips_long_output_and_says_so() -> None:
     long = "a" * (MAX_OUTPUT_CHARS * 2) + "THE END"
-    api = FakeAPI().with_sandbox().on("POST", "/v1/sandboxes/sb-1/exec", reply(
+    api = _with_sandbox(FakeAPI()).on("POST", f"/v1/sandboxes/{SID}/exec", reply(
         200, exec_result(exit_code=2, stdout=long, stderr="bad\n")))
-    data = _payload(await _call(api, "run_command", sandbox_id="sb-1", command="make",
+    data = _payload(await _call(api, "run_command", sandbox_id=SID, command="make",
                                 timeout_seconds=5, cwd="/work"))
     assert data["exit_code"] == 2 and data["stderr"] == "bad\n" and data["truncated"] is True
     assert data["stdout"].endswith("THE END") and len(data["stdout"]) < MAX_OUTPUT_CHARS + 100
-    sent = body(api.last("POST", "/v1/sandboxes/sb-1/exec"))
+    sent = body(api.last("POST", f"/v1/sandboxes/{SID}/exec"))
     assert sent["cmd"] == "make" and sent["timeout_seconds"] == 5 and sent["cwd"] == "/work"
 
 
@@ -120,9 +129,9 @@ async def test_run_code_returns_charts_as_images_and_the_traceback() -> None:
                  "results": [{"data": {"image/png": png, "text/plain": "<Figure>"}},
                              {"data": {"text/plain": "42"}, "is_main_result": True}],
                  "error": {"name": "ValueError", "value": "no", "traceback": "Traceback..."}}
-    api = FakeAPI().with_sandbox().on("POST", "/v1/sandboxes/sb-1/code",
+    api = _with_sandbox(FakeAPI()).on("POST", f"/v1/sandboxes/{SID}/code",
                                       reply(200, execution))
-    result = await _call(api, "run_code", sandbox_id="sb-1", code="plot()")
+    result = await _call(api, "run_code", sandbox_id=SID, code="plot()")
     data = _payload(result)
     assert data["stdout"] == "hi\n"
     assert data["results"][1] == {"is_main_result": True, "formats": ["text/plain"],
@@ -136,32 +145,32 @@ async def test_run_code_returns_charts_as_images_and_the_traceback() -> None:
 
 def _file_api(content: bytes, size: int | None = None) -> FakeAPI:
     entry = {**FILE_ENTRY, "size": len(content) if size is None else size}
-    return (FakeAPI().with_sandbox()
-            .on("GET", "/v1/sandboxes/sb-1/files/stat", reply(200, entry))
-            .on("GET", "/v1/sandboxes/sb-1/files",
+    return (_with_sandbox(FakeAPI())
+            .on("GET", f"/v1/sandboxes/{SID}/files/stat", reply(200, entry))
+            .on("GET", f"/v1/sandboxes/{SID}/files",
                 lambda r: httpx.Response(200, content=content)))
 
 
 async def test_read_file_text_binary_image_and_too_large() -> None:
-    text = _payload(await _call(_file_api(b"hello\n"), "read_file", sandbox_id="sb-1",
+    text = _payload(await _call(_file_api(b"hello\n"), "read_file", sandbox_id=SID,
                                 path="/work/a.txt"))
     assert text["encoding"] == "utf-8" and text["content"] == "hello\n"
 
-    binary = _payload(await _call(_file_api(b"\xff\xfe\x00"), "read_file", sandbox_id="sb-1",
+    binary = _payload(await _call(_file_api(b"\xff\xfe\x00"), "read_file", sandbox_id=SID,
                                   path="/work/a.bin"))
     assert binary["encoding"] == "base64" and base64.b64decode(binary["content"]) == b"\xff\xfe\x00"
 
-    image = await _call(_file_api(PNG), "read_file", sandbox_id="sb-1", path="/work/a.png")
+    image = await _call(_file_api(PNG), "read_file", sandbox_id=SID, path="/work/a.png")
     assert any(isinstance(c, ImageContent) for c in image.content)
 
     big = _file_api(b"", size=50 << 20)
-    refused = await _call(big, "read_file", sandbox_id="sb-1", path="/work/big.log")
+    refused = await _call(big, "read_file", sandbox_id=SID, path="/work/big.log")
     assert refused.is_error and _payload(refused)["error"]["code"] == "too_large"
     assert "run_command" in _payload(refused)["error"]["message"]
-    assert big.calls("GET", "/v1/sandboxes/sb-1/files") == []  # never read into memory
+    assert big.calls("GET", f"/v1/sandboxes/{SID}/files") == []  # never read into memory
 
     over = await _call(_file_api(b"a" * (MAX_READ_BYTES + 1)), "read_file",
-                       sandbox_id="sb-1", path="/work/a.txt")
+                       sandbox_id=SID, path="/work/a.txt")
     assert over.is_error and _payload(over)["error"]["code"] == "too_large"
 
 
@@ -170,42 +179,62 @@ async def test_read_file_text_binary_image_and_too_large() -> None:
     (base64.b64encode(b"\x00\x01").decode(), "base64", b"\x00\x01"),
 ])
 async def test_write_file_sends_the_bytes(content: str, encoding: str, sent: bytes) -> None:
-    api = FakeAPI().with_sandbox().on("PUT", "/v1/sandboxes/sb-1/files", reply(
+    api = _with_sandbox(FakeAPI()).on("PUT", f"/v1/sandboxes/{SID}/files", reply(
         200, {"path": "/work/a", "size": len(sent)}))
-    data = _payload(await _call(api, "write_file", sandbox_id="sb-1", path="/work/a",
+    data = _payload(await _call(api, "write_file", sandbox_id=SID, path="/work/a",
                                 content=content, encoding=encoding))
     assert data == {"path": "/work/a", "size": len(sent)}
-    assert api.last("PUT", "/v1/sandboxes/sb-1/files").content == sent
+    assert api.last("PUT", f"/v1/sandboxes/{SID}/files").content == sent
 
 
 async def test_write_file_refuses_bad_base64() -> None:
-    api = FakeAPI().with_sandbox()
-    result = await _call(api, "write_file", sandbox_id="sb-1", path="/work/a",
+    api = _with_sandbox(FakeAPI())
+    result = await _call(api, "write_file", sandbox_id=SID, path="/work/a",
                          content="not base64!", encoding="base64")
     assert result.is_error and _payload(result)["error"]["code"] == "invalid_argument"
-    assert api.calls("PUT", "/v1/sandboxes/sb-1/files") == []
+    assert api.calls("PUT", f"/v1/sandboxes/{SID}/files") == []
 
 
 async def test_create_fork_snapshot_kill_and_url() -> None:
     child = {**SANDBOX, "id": "sb-2"}
-    api = (FakeAPI().with_sandbox()
-           .on("POST", "/v1/sandboxes/sb-1/fork", reply(201, {"parent": "sb-1",
+    api = (_with_sandbox(FakeAPI())
+           .on("POST", f"/v1/sandboxes/{SID}/fork", reply(201, {"parent": SID,
                                                               "sandboxes": [child]}))
-           .on("POST", "/v1/sandboxes/sb-1/snapshots", reply(201, {
-               "id": "snap-1", "source_sandbox": "sb-1", "template": "base",
+           .on("POST", f"/v1/sandboxes/{SID}/snapshots", reply(201, {
+               "id": "snap-1", "source_sandbox": SID, "template": "base",
                "created_at": 1.0, "vcpus": 1, "memory_mb": 512}))
-           .on("POST", "/v1/sandboxes/sb-1/ports/8000/signed-url", reply(
+           .on("POST", f"/v1/sandboxes/{SID}/ports/8000/signed-url", reply(
                200, {"url": "http://x/signed", "expires_at": 5.0})))
     created = _payload(await _call(api, "create_sandbox", template="base", ttl_seconds=600,
                                    metadata={"task": "t"}))
-    assert created["id"] == "sb-1"
+    assert created["id"] == SID
     assert body(api.last("POST", "/v1/sandboxes"))["ttl_seconds"] == 600
-    forked = _payload(await _call(api, "fork_sandbox", sandbox_id="sb-1", count=1))
+    forked = _payload(await _call(api, "fork_sandbox", sandbox_id=SID, count=1))
     assert [s["id"] for s in forked["sandboxes"]] == ["sb-2"]
-    url = _payload(await _call(api, "get_url", sandbox_id="sb-1", port=8000))
+    url = _payload(await _call(api, "get_url", sandbox_id=SID, port=8000))
     assert url["url"] == "http://x/signed"
-    killed = _payload(await _call(api, "kill_sandbox", sandbox_id="sb-1"))
-    assert killed == {"sandbox_id": "sb-1", "killed": True}
-    snap = await _call(api, "snapshot_sandbox", sandbox_id="sb-1")
+    killed = _payload(await _call(api, "kill_sandbox", sandbox_id=SID))
+    assert killed == {"sandbox_id": SID, "killed": True}
+    snap = await _call(api, "snapshot_sandbox", sandbox_id=SID)
     assert not snap.is_error, snap
     assert _payload(snap)["snapshot_id"] == "snap-1"
+
+
+async def test_a_sandbox_file_is_a_resource() -> None:
+    async with Client(_server(_file_api(b"a,b\n1,2\n"))) as client:
+        templates = (await client.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["sandbox://{sandbox_id}/files{+path}"]
+        read = await client.read_resource(f"sandbox://{SID}/files/work/out.csv")
+    assert [getattr(c, "text", None) for c in read.contents] == ["a,b\n1,2\n"]
+    api = _file_api(b"")
+    async with Client(_server(api)) as client:
+        await client.read_resource(f"sandbox://{SID}/files/work/out.csv")
+    assert api.last("GET", f"/v1/sandboxes/{SID}/files").url.params["path"] == "/work/out.csv"
+
+
+async def test_a_missing_file_resource_is_a_protocol_error_with_the_code() -> None:
+    api = _with_sandbox(FakeAPI()).on("GET", f"/v1/sandboxes/{SID}/files/stat", reply(
+        404, envelope("not_found", "no such file /nope")))
+    async with Client(_server(api)) as client:
+        with pytest.raises(MCPError, match="not_found"):
+            await client.read_resource(f"sandbox://{SID}/files/nope")

@@ -9,13 +9,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer, ResourceSecurity
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from pandastack import __version__
 from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS, MAX_FORK, MAX_TTL_SECONDS
-from pandastack.sdk import AsyncClient, AsyncSandbox, SandboxInfo
+from pandastack.sdk import AsyncClient, AsyncSandbox, NotFoundError, PandastackError, SandboxInfo
 
 from .results import MAX_OUTPUT_CHARS, ToolFailure, clip, from_exception, ok
 
@@ -42,6 +43,8 @@ LIMITS = {"command_chars": MAX_COMMAND_CHARS, "code_chars": MAX_CODE_CHARS,
           "write_chars": MAX_WRITE_CHARS, "read_bytes": MAX_READ_BYTES,
           "image_read_bytes": MAX_IMAGE_READ_BYTES, "list_entries": MAX_LIST_ENTRIES,
           "output_chars": MAX_OUTPUT_CHARS}
+
+FILE_RESOURCE = "sandbox://{sandbox_id}/files{+path}"
 
 TOOL_NAMES = ("create_sandbox", "list_sandboxes", "run_command", "run_code", "read_file",
               "write_file", "list_files", "fork_sandbox", "snapshot_sandbox", "kill_sandbox",
@@ -95,6 +98,30 @@ class Tools:
 
     async def sandbox(self, client: AsyncClient, sandbox_id: str) -> AsyncSandbox:
         return await client.sandboxes.connect(sandbox_id)
+
+    async def file_resource(self, ctx: Context, sandbox_id: str, path: str) -> str | bytes:
+        """A sandbox's file as a resource: text if it is UTF-8, else its bytes. Resources
+        have no error results: a failure is a protocol error with the API's code."""
+        try:
+            async with self._opener(ctx) as client:
+                sbx = await self.sandbox(client, sandbox_id)
+                entry = await sbx.filesystem.stat(path)
+                if entry.type == "dir":
+                    raise ToolFailure("is_a_directory", f"{path} is a directory")
+                if entry.size > MAX_IMAGE_READ_BYTES:
+                    raise ToolFailure("too_large", _too_large(path, entry.size))
+                data = await sbx.filesystem.read(path)
+        except NotFoundError as exc:
+            raise ResourceNotFoundError(f"not_found: {exc.message}") from exc
+        except ToolFailure as exc:
+            raise ResourceError(f"{exc.code}: {exc.message}") from exc
+        except PandastackError as exc:
+            code = getattr(exc, "code", type(exc).__name__)
+            raise ResourceError(f"{code}: {getattr(exc, 'message', str(exc))}") from exc
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
 
     async def create_sandbox(self, client: AsyncClient, template: str, ttl_seconds: int | None,
                              metadata: dict[str, str] | None, env: dict[str, str] | None,
@@ -317,6 +344,16 @@ def build_server(opener: Opener, *, name: str = "pandastack") -> MCPServer:
             ttl_seconds: Annotated[int, Field(ge=60, le=7 * 24 * 3600)] = 3600,
     ) -> CallToolResult:
         return await tools.call(ctx, lambda c: tools.get_url(c, sandbox_id, port, ttl_seconds))
+
+    @server.resource(FILE_RESOURCE, name="sandbox_file",
+                     description="a file inside a sandbox, e.g. "
+                                 "sandbox://sbx-0123456789ab/files/work/out.csv (text if "
+                                 f"UTF-8, else bytes; up to {MAX_IMAGE_READ_BYTES} bytes)",
+                     # A path inside the sandbox may be absolute or climb: the VM, not
+                     # this server, is what the path can reach.
+                     security=ResourceSecurity(exempt_params={"path"}))
+    async def sandbox_file(sandbox_id: str, path: str, ctx: Context) -> str | bytes:
+        return await tools.file_resource(ctx, sandbox_id, path)
 
     register(create_sandbox, "Create a sandbox (a fresh Linux VM) and return its id and "
              "details. Kill it with kill_sandbox when done.")
