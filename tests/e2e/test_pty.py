@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 
 import pexpect
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from pandastack import APIConnectionError, AsyncSandbox, NotFoundError, PandastackError, Sandbox
 from pandastack.sdk import Pty
@@ -99,6 +101,12 @@ def test_terminal_size_ctrl_c_full_screen_reattach_and_exit(sbx: Sandbox,
         pty.disconnect()
     with pytest.raises(NotFoundError):
         sbx.pty.connect(999999)
+    url = live_server.api_url.replace("http://", "ws://") + f"/v1/sandboxes/{sbx.id}/pty/1"
+    for headers in ({}, {"Authorization": "Bearer psk_wrong"}):
+        with pytest.raises(InvalidStatus) as refused:
+            ws_connect(url, additional_headers=headers, open_timeout=PROMPTLY)
+        assert refused.value.response.status_code == 401
+        assert b'"code":"unauthorized"' in refused.value.response.body.replace(b" ", b"")
 
 
 def test_terminal_lives_through_hibernation_and_into_a_fork(sbx: Sandbox) -> None:
