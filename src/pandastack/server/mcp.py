@@ -9,6 +9,7 @@ errors as the REST API and the stdio transport, with no second code path.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -65,18 +66,35 @@ class McpEndpoint:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        # A session manager runs once: a new one for each start of the app.
+        # A session manager runs once: a new one for each start of the app. It runs in a task
+        # of its own: its task group must be left by the task that entered it, and an app's
+        # lifespan may be entered and left by different tasks (test fixtures do).
         self.server.streamable_http_app(
             stateless_http=True, json_response=True,
             # Browsers never send the Bearer key by themselves, so a rebound name gets
             # nothing the auth below does not already refuse.
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-        self._manager = self.server.session_manager
-        async with self._manager.run():
-            try:
-                yield
-            finally:
-                self._manager = None
+        manager = self.server.session_manager
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def run() -> None:
+            async with manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(run(), name="pandastack-mcp")
+        ready = asyncio.create_task(started.wait())
+        await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():
+            ready.cancel()
+            await task  # raises what stopped it
+        self._manager = manager
+        try:
+            yield
+        finally:
+            self._manager = None
+            stop.set()
+            await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
