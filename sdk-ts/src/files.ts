@@ -12,6 +12,7 @@ import { camelize } from "./camel.js";
 import { NotFoundError, invalid } from "./errors.js";
 import { type Http, type UploadBody, sandboxPath } from "./http.js";
 import type { FileEntry, WriteResult } from "./types.js";
+import { Watch } from "./watch.js";
 
 export type ReadFormat = "bytes" | "text" | "stream";
 /** Told the bytes moved so far after each chunk of an upload or a download. */
@@ -68,6 +69,15 @@ export class Filesystem {
     const body = await this.http.json<{ files: unknown[] }>({
       method: "POST", path: sandboxPath(this.sandboxId, "files", "batch"), json: { files: items } });
     return camelize(body.files) as WriteResult[];
+  }
+
+  /** Watch the directory `path` (and, with `recursive`, default true, everything under it):
+   * iterate the `Watch` for `FileEvent`s, `stop()` it when done. Set up when this resolves. */
+  async watch(path: string, options: { recursive?: boolean } = {}): Promise<Watch> {
+    // No read timeout: a quiet directory sends only keep-alives, and may send nothing for long.
+    return new Watch(this.http, { method: "GET", path: sandboxPath(this.sandboxId, "files", "watch"),
+      query: { path, recursive: (options.recursive ?? true) ? "true" : "false" },
+      headers: { Accept: "text/event-stream" }, timeout: null }).start();
   }
 
   /** Stream the local file `localPath` to `remotePath` in the sandbox (`onProgress`: told

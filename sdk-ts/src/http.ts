@@ -28,6 +28,8 @@ export interface Call {
   headers?: Record<string, string> | undefined;
   /** Seconds of silence allowed (null: none); undefined: the client's timeout. */
   timeout?: number | null | undefined;
+  /** Aborts the request, or the stream of its body (a watch's `stop()`). */
+  signal?: AbortSignal | undefined;
 }
 
 export function pathSegment(value: string | number): string {
@@ -47,18 +49,25 @@ export function withReadTimeout(base: number | null, seconds: number | null | un
   return Math.max(base, seconds + EXEC_TIMEOUT_MARGIN);
 }
 
-function toStream(body: AsyncIterable<Uint8Array>): ReadableStream<Uint8Array> {
-  const iterator = body[Symbol.asyncIterator]();
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      const next = await iterator.next();
-      if (next.done) controller.close();
-      else controller.enqueue(next.value);
-    },
-    async cancel() {
-      await iterator.return?.();
-    },
-  });
+/** The chunks of a streamed body, as an async iterable: Node's fetch takes one as a body and
+ * pulls it as the socket drains. Given a ReadableStream (the standard body), Node 20's fetch
+ * keeps every chunk until the request ends: counted in tests/e2e/test_sdk_ts.py's 50 MB
+ * upload, 50 of its 50 chunks alive at once, against at most 7 this way. */
+async function* chunksOf(body: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+  if (!(body instanceof ReadableStream)) {
+    yield* body;
+    return;
+  }
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const next = await reader.read();
+      if (next.done) return;
+      yield next.value;
+    }
+  } finally {
+    reader.releaseLock();
+  }
 }
 
 class Timer {
@@ -160,12 +169,16 @@ export class Http {
       if (typeof body === "string" || body instanceof Uint8Array) {
         init.body = body as BodyInit;
       } else {
-        init.body = body instanceof ReadableStream ? body : toStream(body);
+        init.body = chunksOf(body) as unknown as BodyInit; // not in DOM's BodyInit; Node takes it
         init.duplex = "half"; // a streamed request body (Node's fetch requires saying so)
       }
     }
     const controller = new AbortController();
     init.signal = controller.signal;
+    if (call.signal) {
+      if (call.signal.aborted) controller.abort();
+      else call.signal.addEventListener("abort", () => controller.abort(), { once: true });
+    }
     const label = `${call.method} ${call.path}`;
     const timer = new Timer(call.timeout === undefined ? this.timeout : call.timeout, controller);
     let response: Response;

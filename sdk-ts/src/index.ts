@@ -11,7 +11,9 @@ export { Client, Sandboxes, Snapshots, Templates, Volumes, Keys, Hosts, Teams,
   type BuildOptions, type QuotaOptions, type TimeArg, type UsageGroupBy, type VolumeSnapshotInfo } from "./client.js";
 export { Commands, Process, type ExecOptions, type StartOptions, type ConnectOptions,
   type ProcessEvent } from "./commands.js";
-export { Filesystem, type ReadFormat } from "./files.js";
+export { Filesystem, type ReadFormat, type Progress } from "./files.js";
+export { Watch, type FileEvent } from "./watch.js";
+export { Pty, Terminals, type PtyCreateOptions, type PtyDataCallback } from "./pty.js";
 export { CodeInterpreter, Execution, Result, type CodeEvent, type Language,
   type RunCodeOptions } from "./code.js";
 export { resolveConfig, defaultConfigPath, DEFAULT_TIMEOUT, type ClientConfig,

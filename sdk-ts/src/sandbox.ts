@@ -15,6 +15,7 @@ import { type ConnectionOptions, resolveConfig } from "./config.js";
 import { NotFoundError, TemplateBuildingError, invalid } from "./errors.js";
 import { Filesystem } from "./files.js";
 import { Http, sandboxPath } from "./http.js";
+import { Terminals } from "./pty.js";
 import type { ExecResult, ForkResult, Lifecycle, Logs, NetworkArg, NetworkSpec, SandboxInfo,
   SandboxMetrics, SnapshotInfo, VolumeArg } from "./types.js";
 
@@ -131,6 +132,8 @@ export class Sandbox implements AsyncDisposable {
   readonly commands: Commands;
   readonly code: CodeInterpreter;
   readonly filesystem: Filesystem;
+  /** Terminals: `create` one (a shell by default), `connect` to one by its pid. */
+  readonly pty: Terminals;
   private current: SandboxInfo;
   private killed = false;
 
@@ -140,6 +143,7 @@ export class Sandbox implements AsyncDisposable {
     this.commands = new Commands(info.id, http);
     this.code = new CodeInterpreter(info.id, http);
     this.filesystem = new Filesystem(info.id, http);
+    this.pty = new Terminals(info.id, http);
   }
 
   /** The sandbox id. */

@@ -1,7 +1,10 @@
 // Against a live server booting real VMs: run by tests/e2e/test_sdk_ts.py with PANDASTACK_API
 // and PANDASTACK_API_KEY in the environment (the SDK's own config path, as a user would).
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { after, before, test } from "node:test";
+import v8 from "node:v8";
+import vm from "node:vm";
 
 import { Client, NotFoundError, Sandbox } from "../../src/index.js";
 
@@ -98,4 +101,105 @@ test("fork with three children: each has the parent's files, and its own id", as
     const state = await client.sandboxes.get(child.id).then((i) => i.state, () => "killed");
     assert.ok(["killed", "expired", "reaped", "failed"].includes(state), `${child.id}: ${state}`);
   }
+});
+
+test("a 50 MB file streamed up and down, never held in the client's memory", async () => {
+  const MiB = 1 << 20;
+  // Counted, not measured: how many of the 1 MiB chunks are still reachable, sampled after
+  // forced collections (heap figures count backing stores V8 has not swept yet, and read
+  // 50 MB for a stream that holds 5 chunks). Holding the file would keep all 50.
+  v8.setFlagsFromString("--expose-gc");
+  const gc = vm.runInNewContext("gc") as () => void;
+  let made = 0;
+  let freed = 0;
+  let peak = 0;
+  let sampling = true;
+  const registry = new FinalizationRegistry(() => { freed++; });
+  const track = (chunk: Uint8Array) => { registry.register(chunk, null); made++; return chunk; };
+  const sampler = (async () => {
+    while (sampling) {
+      gc();
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      peak = Math.max(peak, made - freed);
+    }
+  })();
+  const sent = createHash("sha256");
+  async function* fifty() {
+    for (let i = 0; i < 50; i++) {
+      const block = track(new Uint8Array(MiB));
+      for (let j = 0; j < MiB; j += 4096) block[j] = (i + j) & 0xff; // each MiB differs
+      sent.update(block);
+      yield block;
+    }
+  }
+  let upPeak: number;
+  const got = createHash("sha256");
+  let size = 0;
+  try {
+    await sbx.files.write("/work/big.bin", fifty());
+    upPeak = peak;
+    peak = 0;
+    made = freed = 0;
+    for await (const chunk of await sbx.files.read("/work/big.bin", { format: "stream" })) {
+      got.update(track(chunk));
+      size += chunk.length;
+    }
+  } finally {
+    sampling = false;
+    await sampler;
+  }
+  assert.equal(size, 50 * MiB);
+  assert.equal(got.digest("hex"), sent.digest("hex"));
+  assert.ok(upPeak < 25, `${upPeak} of the 50 uploaded chunks were alive at once`);
+  const downChunks = made; // the server's chunks are smaller than a MiB: bound by bytes
+  assert.ok(peak < downChunks / 2, `${peak} of the ${downChunks} downloaded chunks were alive at once`);
+  await sbx.files.remove("/work/big.bin");
+});
+
+test("a terminal: typed input, its output, its exit code", async () => {
+  const pty = await sbx.pty.create({ cmd: ["sh", "-c", "read x; echo got-$x; exit 3"], cols: 100, rows: 30 });
+  await pty.resize(120, 40);
+  await pty.sendStdin("hi\n");
+  let seen = "";
+  for await (const data of pty) seen += new TextDecoder().decode(data);
+  assert.match(seen, /got-hi/);
+  assert.equal(pty.exitCode, 3);
+  assert.equal(await pty.wait(), 3);
+  await pty.disconnect();
+});
+
+test("a file watch sees a file created and written", async () => {
+  await sbx.files.mkdir("/work/watched");
+  const watch = await sbx.files.watch("/work/watched");
+  try {
+    await sbx.files.write("/work/watched/a.txt", "x");
+    const types: string[] = [];
+    for await (const event of watch) {
+      assert.equal(event.path, "/work/watched/a.txt");
+      types.push(event.type);
+      if (event.type === "write") break;
+    }
+    assert.ok(types.includes("write"), JSON.stringify(types));
+  } finally {
+    await watch.stop();
+  }
+  assert.ok(watch.stopped);
+  await sbx.files.remove("/work/watched", { recursive: true });
+});
+
+test("runCode: rich results (a PNG), state kept, the error with its traceback", async () => {
+  await using ci = await Sandbox.create({ template: "code-interpreter", ttlSeconds: 600, metadata: { test: "sdk-ts" } });
+  const results: string[] = [];
+  const plot = await ci.runCode(
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()\nx = 41",
+    { onResult: (r) => { results.push(...r.formats()); } });
+  assert.equal(plot.error, undefined, JSON.stringify(plot.error));
+  const png = plot.results.find((r) => r.png !== undefined);
+  assert.ok(png, `no PNG among ${JSON.stringify(plot.results.map((r) => r.formats()))}`);
+  assert.deepEqual(Array.from(png.pngBytes()!.slice(0, 4)), [0x89, 0x50, 0x4e, 0x47]);
+  assert.ok(results.includes("image/png"));
+  assert.equal((await ci.runCode("x + 1")).text, "42");
+  const failed = await ci.runCode("1 / 0");
+  assert.equal(failed.error?.name, "ZeroDivisionError");
+  assert.match(failed.error?.traceback ?? "", /ZeroDivisionError/);
 });

@@ -18,6 +18,11 @@ export function mockFetch(handler: Handler): { fetch: typeof globalThis.fetch; s
     if (typeof raw === "string") body = raw;
     else if (raw instanceof Uint8Array) body = new TextDecoder().decode(raw);
     else if (raw instanceof ReadableStream) body = await new Response(raw).text();
+    else if (raw && typeof raw === "object" && Symbol.asyncIterator in raw) {
+      const parts: Uint8Array[] = [];
+      for await (const part of raw as AsyncIterable<Uint8Array>) parts.push(part);
+      body = Buffer.concat(parts).toString("utf8");
+    }
     const req = { method: init?.method ?? "GET", url, headers: new Headers(init?.headers), body };
     sent.push(req);
     return handler(req);
