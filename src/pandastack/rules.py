@@ -108,6 +108,9 @@ DEFAULT_VOLUME_MB = 1024
 MAX_VOLUMES_PER_SANDBOX = 4
 #: A volume's name within its team (like a template's).
 VOLUME_NAME_PATTERN = rf"^{TEMPLATE_NAME_BODY}$"
+#: A sandbox's name: letters (either case), digits, '.', '_', '-'; up to 63; never a
+#: sandbox id's form (SANDBOX_ID_RE: checked apart), so an id or a name can be told apart.
+SANDBOX_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 
 # -- error codes --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 # The limits that used to be defined here are re-exported (`X as X`): clients import them
 # from `wire`, their one source is `rules`.
@@ -33,6 +33,8 @@ from pandastack.rules import MAX_TTL_SECONDS as MAX_TTL_SECONDS
 from pandastack.rules import MAX_VOLUME_MB as MAX_VOLUME_MB
 from pandastack.rules import MAX_VOLUMES_PER_SANDBOX as MAX_VOLUMES_PER_SANDBOX
 from pandastack.rules import MIN_VOLUME_MB as MIN_VOLUME_MB
+from pandastack.rules import SANDBOX_ID_RE as SANDBOX_ID_RE
+from pandastack.rules import SANDBOX_NAME_PATTERN as SANDBOX_NAME_PATTERN
 from pandastack.rules import TEMPLATE_NAME_PATTERN as TEMPLATE_NAME_PATTERN
 from pandastack.rules import VOLUME_NAME_PATTERN as VOLUME_NAME_PATTERN
 from pandastack.rules import ErrorCode as ErrorCode
@@ -139,6 +141,18 @@ class CreateSandbox(Strict):
                                        max_length=MAX_VOLUMES_PER_SANDBOX)
     # Admin keys only: place the sandbox on this host (where the server drives many).
     host_id: str | None = Field(default=None, max_length=64)
+    name: str | None = Field(
+        default=None, pattern=SANDBOX_NAME_PATTERN,
+        description="the team's name for it, unique among its sandboxes that have not "
+                    "ended (409 otherwise); `PUT /v1/sandboxes/by-name/{name}` gets or makes "
+                    "one; never of the form sbx-<12 hex>")
+
+    @field_validator("name")
+    @classmethod
+    def _not_an_id(cls, value: str | None) -> str | None:
+        if value is not None and SANDBOX_ID_RE.match(value):
+            raise ValueError("a name must not have a sandbox id's form (sbx-<12 hex>)")
+        return value
 
 
 class SandboxInfo(Strict):
@@ -158,6 +172,7 @@ class SandboxInfo(Strict):
     snapshot: str | None = None  # the snapshot it was created from, if any
     host_id: str | None = None  # the host it runs on, where the server drives many
     volumes: list[AttachedVolume] = Field(default_factory=list)
+    name: str | None = None  # the team's name for it, if it was given one
 
 
 class SandboxList(Strict):

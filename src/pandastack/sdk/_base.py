@@ -359,7 +359,8 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
                         env: Mapping[str, str] | None, metadata: Mapping[str, str] | None,
                         snapshot: str | None = None,
                         network: NetworkArg | None = None,
-                        volumes: Sequence[VolumeArg] | None = None) -> Call[SandboxInfo]:
+                        volumes: Sequence[VolumeArg] | None = None,
+                        name: str | None = None) -> Call[SandboxInfo]:
     """From a snapshot the template and shape are the snapshot's: the default template is
     then not sent (an explicit other one is, and the server refuses it)."""
     if snapshot is not None and template == DEFAULT_TEMPLATE:
@@ -368,7 +369,8 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
                   persistent=persistent, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb,
                   env=dict(env) if env else None, metadata=dict(metadata) if metadata else None,
                   snapshot=snapshot, volumes=[v if isinstance(v, wire.VolumeMount) else dict(v)
-                                              for v in volumes] if volumes else None)
+                                              for v in volumes] if volumes else None,
+                  name=name)
     if network is not None:
         body["network"] = network_body(network)
     return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body)

@@ -22,7 +22,7 @@ from types import TracebackType
 
 import httpx
 
-from pandastack.sdk import _base, _metrics, _streams
+from pandastack.sdk import _base, _metrics, _names, _streams
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import AsyncHTTP
 from pandastack.sdk._streams import SandboxPage
@@ -119,7 +119,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
                snapshot: str | None = None, network: _base.NetworkArg | None = None,
-               volumes: Sequence[_base.VolumeArg] | None = None,
+               volumes: Sequence[_base.VolumeArg] | None = None, name: str | None = None,
                api_url: str | None = None, api_key: str | None = None,
                timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                transport: httpx.AsyncBaseTransport | None = None) -> AsyncSandbox:
@@ -136,6 +136,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         `[{"name": "data", "mount_path": "/data", "read_only": False}]` (one sandbox may
         mount a volume read-write at a time: `VolumeInUseError`; see `Client.volumes`). A
         sandbox from a snapshot gets the snapshot's volumes (copies of read-write ones).
+        `name`: the team's name for it (unique among its sandboxes that have not ended:
+        `ConflictError` otherwise; see `get_or_create`).
         `api_url`/`api_key` override
         the environment and config file; `timeout` is the HTTP timeout of ordinary requests;
         `transport` replaces httpx's (for tests).
@@ -144,7 +146,34 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                                          persistent=persistent, vcpus=vcpus,
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
                                          metadata=metadata, snapshot=snapshot,
-                                         network=network, volumes=volumes)
+                                         network=network, volumes=volumes, name=name)
+        http = _open(api_url, api_key, timeout, transport)
+        try:
+            info = await create_waiting(http, call)
+        except BaseException:
+            await http.aclose()
+            raise
+        return cls(info, http, owns_http=True)
+
+    @classmethod
+    async def get_or_create(cls, name: str, template: str = "base",
+                            ttl_seconds: int | None = None, persistent: bool = False,
+                            vcpus: int | None = None, memory_mb: int | None = None,
+                            env: Mapping[str, str] | None = None,
+                            metadata: Mapping[str, str] | None = None, *,
+                            disk_mb: int | None = None,
+                            snapshot: str | None = None, network: _base.NetworkArg | None = None,
+                            volumes: Sequence[_base.VolumeArg] | None = None,
+                            api_url: str | None = None, api_key: str | None = None,
+                            timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+                            transport: httpx.AsyncBaseTransport | None = None) -> AsyncSandbox:
+        """The team's live sandbox named `name` (a hibernated one woken), or a new one made
+        with these options (those of `create`). Concurrent calls with one name get one
+        sandbox; an ended sandbox frees its name, so the next call makes a new one."""
+        call = _names.get_or_create_call(_base.create_sandbox_call(
+            template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
+            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
+            snapshot=snapshot, network=network, volumes=volumes, name=name), name)
         http = _open(api_url, api_key, timeout, transport)
         try:
             info = await create_waiting(http, call)
@@ -162,7 +191,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         Note that using it as a context manager kills the sandbox on exit; call `close()`
         instead to just drop the handle.
         """
-        call = _base.get_sandbox_call(sandbox_id)
+        call = _base.get_sandbox_call(sandbox_id)  # an id, or the team's name for one
         http = _open(api_url, api_key, timeout, transport)
         try:
             info = await http.run(call)

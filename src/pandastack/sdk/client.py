@@ -20,7 +20,7 @@ from types import TracebackType
 
 import httpx
 
-from pandastack.sdk import _admin, _base, _streams
+from pandastack.sdk import _admin, _base, _names, _streams
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk._streams import SandboxPage
 from pandastack.sdk._usage import AsyncTeams, Teams, TimeArg, usage_call
@@ -72,15 +72,33 @@ class Sandboxes(_base.ClientBase[HTTP]):
                metadata: Mapping[str, str] | None = None, *,
                disk_mb: int | None = None, snapshot: str | None = None,
                network: _base.NetworkArg | None = None,
-               volumes: Sequence[_base.VolumeArg] | None = None) -> Sandbox:
+               volumes: Sequence[_base.VolumeArg] | None = None,
+               name: str | None = None) -> Sandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return Sandbox(create_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network, volumes=volumes)), self._http)
+            snapshot=snapshot, network=network, volumes=volumes, name=name)), self._http)
+
+    def get_or_create(self, name: str, template: str = "base",
+                      ttl_seconds: int | None = None, persistent: bool = False,
+                      vcpus: int | None = None, memory_mb: int | None = None,
+                      env: Mapping[str, str] | None = None,
+                      metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
+                      snapshot: str | None = None, network: _base.NetworkArg | None = None,
+                      volumes: Sequence[_base.VolumeArg] | None = None) -> Sandbox:
+        """The team's live sandbox named `name`, or a new one (as `Sandbox.get_or_create`);
+        it uses this client's connections."""
+        create = _base.create_sandbox_call(
+            template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
+            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
+            snapshot=snapshot, network=network, volumes=volumes, name=name)
+        return Sandbox(create_waiting(self._http, _names.get_or_create_call(create, name)),
+                       self._http)
 
     def connect(self, sandbox_id: str) -> Sandbox:
-        """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
+        """A handle on the existing sandbox `sandbox_id` (or the live one of that name),
+        using this client's connections."""
         return Sandbox(self.get(sandbox_id), self._http)
 
     def kill(self, sandbox_id: str) -> None:
@@ -242,15 +260,34 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
                      metadata: Mapping[str, str] | None = None, *,
                      disk_mb: int | None = None, snapshot: str | None = None,
                      network: _base.NetworkArg | None = None,
-                     volumes: Sequence[_base.VolumeArg] | None = None) -> AsyncSandbox:
+                     volumes: Sequence[_base.VolumeArg] | None = None,
+                     name: str | None = None) -> AsyncSandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return AsyncSandbox(await acreate_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network, volumes=volumes)), self._http)
+            snapshot=snapshot, network=network, volumes=volumes, name=name)), self._http)
+
+    async def get_or_create(self, name: str, template: str = "base",
+                            ttl_seconds: int | None = None, persistent: bool = False,
+                            vcpus: int | None = None, memory_mb: int | None = None,
+                            env: Mapping[str, str] | None = None,
+                            metadata: Mapping[str, str] | None = None, *,
+                            disk_mb: int | None = None,
+                            snapshot: str | None = None, network: _base.NetworkArg | None = None,
+                            volumes: Sequence[_base.VolumeArg] | None = None) -> AsyncSandbox:
+        """The team's live sandbox named `name`, or a new one (as `Sandbox.get_or_create`);
+        it uses this client's connections."""
+        create = _base.create_sandbox_call(
+            template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
+            memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
+            snapshot=snapshot, network=network, volumes=volumes, name=name)
+        info = await acreate_waiting(self._http, _names.get_or_create_call(create, name))
+        return AsyncSandbox(info, self._http)
 
     async def connect(self, sandbox_id: str) -> AsyncSandbox:
-        """A handle on the existing sandbox `sandbox_id`, using this client's connections."""
+        """A handle on the existing sandbox `sandbox_id` (or the live one of that name),
+        using this client's connections."""
         return AsyncSandbox(await self.get(sandbox_id), self._http)
 
     async def kill(self, sandbox_id: str) -> None:

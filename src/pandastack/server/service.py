@@ -35,6 +35,7 @@ from pandastack.wire import (
 from .errors import ApiError, api_error_of, bad_request, conflict, not_found
 from .hosts.cluster import ClusterPool
 from .hosts.pinning import pinned_host
+from .names import SandboxNames, claiming
 from .quotas import Quotas
 from .settings import Settings
 from .store import Sandbox, Store, TemplateVersion
@@ -67,7 +68,7 @@ def to_info(row: Sandbox, volumes: Sequence[AttachedVolume] = ()) -> SandboxInfo
         persistent=row.persistent, vcpus=row.vcpus, memory_mb=row.memory_mb,
         disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
         end_reason=row.end_reason, snapshot=row.snapshot, host_id=row.host_id,
-        volumes=list(volumes),
+        volumes=list(volumes), name=row.name,
     )
 
 
@@ -89,6 +90,7 @@ class SandboxService:
         self.settings = settings
         self.quotas = Quotas(store, settings)
         self.volumes = VolumeService(store, runtime, self.quotas)
+        self.names = SandboxNames(self)
         self._busy: dict[str, int] = {}
         self._transitions: dict[str, int] = {}
         # Set by the app when team templates are enabled (`templates.TemplateService`).
@@ -408,13 +410,14 @@ class SandboxService:
             persistent=req.persistent, vcpus=vcpus, memory_mb=memory_mb,
             disk_mb=disk_mb, env=env, meta=dict(req.metadata),
             last_activity_at=now, ended_at=None, end_reason=None, snapshot=req.snapshot,
-            cwd=cwd, user=user,
+            cwd=cwd, user=user, name=req.name,
         )
         volumes = (await asyncio.to_thread(self.volumes.plan_create, team, req, row.id)
                    if req.volumes or req.snapshot else CreatePlan())
         # The quota's check, the volumes' attachments and the `starting` row commit together
         # under the team's lock.
-        self.volumes.admit([row], self.quotas.admission([(vcpus, memory_mb)]),
+        check = self.quotas.admission([(vcpus, memory_mb)])
+        self.volumes.admit([row], check if req.name is None else claiming(check, req.name),
                            [(row.id, volumes.attach)])
         # Without volumes the host's create is called as it always was.
         create = (functools.partial(self.runtime.create, volumes=volumes.mounts)

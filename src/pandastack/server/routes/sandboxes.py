@@ -1,15 +1,24 @@
-"""Create, list, get and kill sandboxes."""
+"""Create, list, get and kill sandboxes; get or create one by name (server/names.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from pandastack.wire import ENDED_STATES, CreateSandbox, SandboxInfo, SandboxList, SandboxState
+from pandastack.rules import SANDBOX_ID_RE
+from pandastack.wire import (
+    ENDED_STATES,
+    SANDBOX_NAME_PATTERN,
+    CreateSandbox,
+    SandboxInfo,
+    SandboxList,
+    SandboxState,
+)
 
 from ..auth import CurrentPrincipal
-from ..errors import bad_request
+from ..errors import ApiError, bad_request
 from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
 from ..store.listing import BadPageToken, SandboxFilter
@@ -73,10 +82,52 @@ async def list_sandboxes(request: Request, who: CurrentPrincipal, service: Servi
     return SandboxList(sandboxes=service.infos(rows), next_token=token)
 
 
-@router.get("/sandboxes/{sandbox_id}", response_model=SandboxInfo)
+@router.get("/sandboxes/{sandbox_id}", response_model=SandboxInfo,
+            summary="A sandbox, by id or by the team's name for a live one")
 async def get_sandbox(sandbox_id: SandboxId, who: CurrentPrincipal,
                       service: Service) -> SandboxInfo:
+    # An id, or the team's name for a live sandbox (a name never has an id's form).
+    if not SANDBOX_ID_RE.match(sandbox_id) and SANDBOX_NAME_RE.match(sandbox_id):
+        named = service.names.live(who.team, sandbox_id)
+        if named is not None:
+            return service.info(named)
     return service.info(service.row(who.team, sandbox_id))
+
+
+SANDBOX_NAME_RE = re.compile(SANDBOX_NAME_PATTERN)
+SandboxName = Annotated[str, Path(pattern=SANDBOX_NAME_PATTERN,
+                                  description="the team's name for the sandbox")]
+
+
+@router.get("/sandboxes/by-name/{name}", response_model=SandboxInfo,
+            summary="The team's live sandbox of that name (404 if none)")
+async def get_sandbox_by_name(name: SandboxName, who: CurrentPrincipal,
+                              service: Service) -> SandboxInfo:
+    return service.info(service.names.row(who.team, name))
+
+
+@router.put("/sandboxes/by-name/{name}", response_model=SandboxInfo,
+            responses={201: {"model": SandboxInfo, "description": "made now"}},
+            summary="Get or create the team's sandbox of that name",
+            description="200 with the live sandbox of that name (a hibernated one woken; one "
+                        "still starting once it has started), else 201 with a new one made "
+                        "with the body's options (those of `POST /v1/sandboxes`; `name`, if "
+                        "given, must be the path's). Concurrent calls with one name get one "
+                        "sandbox. An ended sandbox frees its name: the next call makes a new "
+                        "one.")
+async def get_or_create_sandbox(name: SandboxName, body: CreateSandbox,
+                                who: CurrentPrincipal, service: Service,
+                                response: Response) -> SandboxInfo:
+    if SANDBOX_ID_RE.match(name):
+        raise ApiError(422, "validation_error", "name: a name must not have a sandbox id's "
+                       "form (sbx-<12 hex>)")
+    if body.name is not None and body.name != name:
+        raise ApiError(422, "validation_error", "name: the body names another sandbox than "
+                       "the path")
+    with pinned_to(body.host_id, admin=who.admin):
+        row, made = await service.names.get_or_create(who.team, name, body)
+    response.status_code = 201 if made else 200
+    return service.info(row)
 
 
 @router.delete("/sandboxes/{sandbox_id}", status_code=204, response_class=Response,

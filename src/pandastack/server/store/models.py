@@ -51,7 +51,11 @@ class ApiKey(Base):
 class Sandbox(Base):
     __tablename__ = "sandboxes"
     __table_args__ = (Index("ix_sandboxes_team_state", "team", "state"),
-                      Index("ix_sandboxes_state", "state"))
+                      Index("ix_sandboxes_state", "state"),
+                      # A name is the team's among sandboxes that have not ended.
+                      Index("uq_sandboxes_team_name_live", "team", "name", unique=True,
+                            sqlite_where=text("name IS NOT NULL AND ended_at IS NULL"),
+                            postgresql_where=text("name IS NOT NULL AND ended_at IS NULL")))
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     team: Mapped[str] = mapped_column(String(128), ForeignKey("teams.id"))
@@ -76,6 +80,8 @@ class Sandbox(Base):
     # The host placed on (hosts.id; no foreign key, see Lease). Not used by the API yet.
     host_id: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None,
                                                 index=True)
+    # The team's name for it (`Sandbox.get_or_create("user-42")`, server/names.py).
+    name: Mapped[str | None] = mapped_column(String(128), nullable=True, default=None)
 
 
 class Snapshot(Base):
