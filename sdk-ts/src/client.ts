@@ -47,7 +47,12 @@ export class Sandboxes extends Namespace {
     return new Sandbox(await createWaiting(this.http, createBody(options)), this.http);
   }
 
-  /** A handle on the existing sandbox `sandboxId`. */
+  /** The team's live sandbox named `name`, or a new one (as `Sandbox.getOrCreate`). */
+  async getOrCreate(name: string, options: Omit<CreateOptions, keyof ConnectionOptions | "name"> = {}): Promise<Sandbox> {
+    return new Sandbox(await createWaiting(this.http, createBody({ ...options, name }), name), this.http);
+  }
+
+  /** A handle on the existing sandbox `sandboxId` (or the live one of that name). */
   async connect(sandboxId: string): Promise<Sandbox> {
     return new Sandbox(await this.get(sandboxId), this.http);
   }

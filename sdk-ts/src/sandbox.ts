@@ -14,7 +14,7 @@ import { Commands, type ExecOptions } from "./commands.js";
 import { type ConnectionOptions, resolveConfig } from "./config.js";
 import { NotFoundError, TemplateBuildingError, invalid } from "./errors.js";
 import { Filesystem } from "./files.js";
-import { Http, sandboxPath } from "./http.js";
+import { Http, pathSegment, sandboxPath } from "./http.js";
 import { Terminals } from "./pty.js";
 import type { ExecResult, ForkResult, Lifecycle, Logs, NetworkArg, NetworkSpec, SandboxInfo,
   SandboxMetrics, SnapshotInfo, VolumeArg } from "./types.js";
@@ -45,6 +45,9 @@ export interface CreateOptions extends ConnectionOptions {
   network?: NetworkArg;
   /** Team volumes to mount: `[{name, mountPath, readOnly}]`. */
   volumes?: VolumeArg[];
+  /** A name of the team's, unique among its live sandboxes (`ConflictError` if taken; see
+   * `getOrCreate`); `connect` takes it where it takes an id. */
+  name?: string;
 }
 
 export interface ListOptions extends ConnectionOptions {
@@ -79,11 +82,15 @@ function openHttp(options: ConnectionOptions): Http {
 
 /** Send a create; while its template is still building (409 template_building), wait as the
  * server asks and send it again, for up to TEMPLATE_WAIT_SECONDS. */
-export async function createWaiting(http: Http, body: Record<string, unknown>): Promise<SandboxInfo> {
+export async function createWaiting(http: Http, body: Record<string, unknown>,
+  byName?: string): Promise<SandboxInfo> {
   const deadline = Date.now() + TEMPLATE_WAIT_SECONDS * 1000;
+  // By name, a PUT: the team's live sandbox of that name, or a new one (server/names.py).
+  const call = byName === undefined ? { method: "POST", path: "/v1/sandboxes", json: body }
+    : { method: "PUT", path: `/v1/sandboxes/by-name/${pathSegment(byName)}`, json: body };
   for (;;) {
     try {
-      return camelize(await http.json({ method: "POST", path: "/v1/sandboxes", json: body })) as SandboxInfo;
+      return camelize(await http.json(call)) as SandboxInfo;
     } catch (err) {
       if (!(err instanceof TemplateBuildingError) || Date.now() >= deadline) throw err;
       await sleep(Math.min(Math.max(err.retryAfter ?? 5, 1), 30));
@@ -101,7 +108,7 @@ export function createBody(options: CreateOptions): Record<string, unknown> {
     template, ttlSeconds: options.ttlSeconds, persistent: options.persistent ?? false,
     vcpus: options.vcpus, memoryMb: options.memoryMb, diskMb: options.diskMb,
     env: options.env, metadata: options.metadata, snapshot: options.snapshot,
-    network: options.network, volumes: options.volumes,
+    network: options.network, volumes: options.volumes, name: options.name,
   });
 }
 
@@ -168,7 +175,17 @@ export class Sandbox implements AsyncDisposable {
     return new Sandbox(await createWaiting(http, body), http);
   }
 
-  /** A handle on the existing sandbox `sandboxId` (`NotFoundError` if there is none). Note
+  /** The team's live sandbox named `name` (a hibernated one woken), or a new one made with
+   * these options (those of `create`). Concurrent calls with one name get one sandbox; an
+   * ended sandbox frees its name. */
+  static async getOrCreate(name: string, options: Omit<CreateOptions, "name"> = {}): Promise<Sandbox> {
+    const body = createBody({ ...options, name });
+    const http = openHttp(options);
+    return new Sandbox(await createWaiting(http, body, name), http);
+  }
+
+  /** A handle on the existing sandbox `sandboxId` (or the team's live one of that name;
+   * `NotFoundError` if there is none). Note
    * that `await using` it kills the sandbox at the end of the block. */
   static async connect(sandboxId: string, options: ConnectionOptions = {}): Promise<Sandbox> {
     const http = openHttp(options);

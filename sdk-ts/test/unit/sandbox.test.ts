@@ -162,3 +162,15 @@ test("list filters and pages as the Python SDK does", async () => {
   assert.equal(q.get("include_ended"), "false");
   assert.equal(q.get("limit"), "2");
 });
+
+test("getOrCreate PUTs the create by name; create sends the name", async () => {
+  const { fetch, sent } = mockFetch(() => json(200, { ...SANDBOX, name: "agent-7" }));
+  const sbx = await Sandbox.getOrCreate("agent-7", { ...OPTS, fetch, ttlSeconds: 60 });
+  assert.equal(sbx.id, "sbx-1");
+  assert.equal(sent[0]!.method, "PUT");
+  assert.equal(sent[0]!.url.pathname, "/v1/sandboxes/by-name/agent-7");
+  assert.deepEqual(JSON.parse(sent[0]!.body!), { template: "base", ttl_seconds: 60, persistent: false, name: "agent-7" });
+  await Sandbox.create({ ...OPTS, fetch, name: "other" });
+  assert.equal(sent[1]!.method, "POST");
+  assert.equal(JSON.parse(sent[1]!.body!).name, "other");
+});
