@@ -35,8 +35,15 @@ async def _serve() -> None:
         await build_server(lambda _ctx: shared(client)).run_stdio_async()
 
 
+def _have_mcp() -> bool:
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except ImportError:  # a broken or blocked install counts as none
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("mcp") is None:
+    if not _have_mcp():
         print(f"error: pandastack mcp needs the mcp package: pip install '{MCP_EXTRA}'",
               file=sys.stderr)
         return 1
