@@ -33,10 +33,12 @@ _CALLER = "pandastack.mcp.caller"
 
 
 class _Caller:
-    def __init__(self, app: ASGIApp, api_url: str, key: str) -> None:
+    def __init__(self, app: ASGIApp, api_url: str, key: str,
+                 client: tuple[str, int] | None) -> None:
         self.app = app
         self.api_url = api_url
         self.key = key
+        self.client = client
 
 
 def _caller_of(ctx: Context) -> _Caller:
@@ -51,7 +53,10 @@ def _caller_of(ctx: Context) -> _Caller:
 async def _client(ctx: Context) -> AsyncIterator[AsyncClient]:
     caller = _caller_of(ctx)
     # The app's public URL as base: the Host the routes see is the one their URLs name.
-    transport = httpx.ASGITransport(app=caller.app)
+    # The caller's address too: the inner calls' logs and forwarded headers name the
+    # client, not this server.
+    transport = (httpx.ASGITransport(app=caller.app, client=caller.client) if caller.client
+                 else httpx.ASGITransport(app=caller.app))
     async with AsyncClient(caller.api_url, caller.key, transport=transport) as client:
         yield client
 
@@ -109,5 +114,7 @@ class McpEndpoint:
             return
         key = key_from_headers(request)
         assert key is not None  # principal() refused a request without one
-        scope[_CALLER] = _Caller(scope["app"], self.api_url, key)
+        client = scope.get("client")
+        scope[_CALLER] = _Caller(scope["app"], self.api_url, key,
+                                 (str(client[0]), int(client[1])) if client else None)
         await self._manager.handle_request(scope, receive, send)
