@@ -9,6 +9,7 @@ import { ProtocolError, TemplateBuildError, invalid } from "./errors.js";
 import { Http, pathSegment, sandboxPath, withReadTimeout } from "./http.js";
 import { type CreateOptions, type ListOptions, type SandboxPage, Sandbox, createBody, createWaiting,
   listInfos } from "./sandbox.js";
+import { fromDockerfile } from "./dockerfile.js";
 import { SSEDecoder } from "./sse.js";
 import type { CreatedKey, DrainResult, HostInfo, KeyInfo, NetworkArg, QuotaInfo, SandboxInfo,
   SnapshotInfo, TemplateBuildInfo, TemplateInfo, TemplateSpec, UsageReport, VolumeInfo } from "./types.js";
@@ -96,8 +97,9 @@ export class Templates extends Namespace {
   /** Build a new version of template `name` from `template`, a template spec (the wire `TemplateSpec`:
    * `{from_template, steps: [{kind: "apt", packages: [...]}, ...], start, ready}`) and, with
    * `wait`, follow its log to the end. A failed build throws `TemplateBuildError`. */
-  async build(template: TemplateSpec, name: string, options: BuildOptions = {}): Promise<TemplateBuildInfo> {
-    const body: Record<string, unknown> = { name, spec: template, vcpus: options.vcpus ?? 1,
+  async build(template: TemplateSpec | string, name: string, options: BuildOptions = {}): Promise<TemplateBuildInfo> {
+    const spec = typeof template === "string" ? fromDockerfile(template) : template;
+    const body: Record<string, unknown> = { name, spec, vcpus: options.vcpus ?? 1,
       memory_mb: options.memoryMb ?? 512 };
     if (options.network !== undefined) body["network"] = snakeify(options.network);
     const info = camelize(await this.http.json({ method: "POST", path: "/v1/templates", json: body })) as TemplateBuildInfo;

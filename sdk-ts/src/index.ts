@@ -11,6 +11,7 @@ export { Client, Sandboxes, Snapshots, Templates, Volumes, Keys, Hosts, Teams,
   type BuildOptions, type QuotaOptions, type TimeArg, type UsageGroupBy, type VolumeSnapshotInfo } from "./client.js";
 export { Commands, Process, type ExecOptions, type StartOptions, type ConnectOptions,
   type ProcessEvent } from "./commands.js";
+export { fromDockerfile } from "./dockerfile.js";
 export { Filesystem, type ReadFormat, type Progress } from "./files.js";
 export { Watch, type FileEvent } from "./watch.js";
 export { Pty, Terminals, type PtyCreateOptions, type PtyDataCallback } from "./pty.js";

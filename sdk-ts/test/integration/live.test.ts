@@ -203,3 +203,22 @@ test("runCode: rich results (a PNG), state kept, the error with its traceback", 
   assert.equal(failed.error?.name, "ZeroDivisionError");
   assert.match(failed.error?.traceback ?? "", /ZeroDivisionError/);
 });
+
+test("a template built from Dockerfile text, its log followed; a sandbox of it", async () => {
+  const client = new Client();
+  const name = `sdk-ts-${process.pid}`;
+  const lines: string[] = [];
+  const built = await client.templates.build(
+    "FROM base\nRUN echo built-by-ts > /etc/sdk-ts-mark\nENV MARK=ts\n", name,
+    { onLog: (line) => { lines.push(line); }, timeoutSeconds: 900 });
+  try {
+    assert.equal(built.status, "ready");
+    assert.ok(lines.length > 0, "no log line came");
+    await using made = await Sandbox.create({ template: name, ttlSeconds: 300, metadata: { test: "sdk-ts" } });
+    const run = await made.exec("cat /etc/sdk-ts-mark; echo $MARK");
+    assert.equal(run.stdout, "built-by-ts\nts\n");
+  } finally {
+    await client.templates.delete(name);
+  }
+  await assert.rejects(client.templates.get(name), NotFoundError);
+});

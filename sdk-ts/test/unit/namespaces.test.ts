@@ -170,6 +170,11 @@ test("templates: build follows the log, a failed build throws with its status", 
   assert.equal(done.status, "ready");
   assert.deepEqual(lines, ["step 1", "step 2"]);
   assert.deepEqual(JSON.parse(sent[0]!.body!), { name: "app", spec, vcpus: 1, memory_mb: 1024 });
+  await client.templates.build("FROM python\nRUN pip install flask\nCMD [\"python\", \"app.py\"]\n", "app", { wait: false });
+  assert.deepEqual(JSON.parse(sent.at(-1)!.body!).spec, { from_template: "python",
+    steps: [{ kind: "run", command: "pip install flask" }], start: "python app.py" });
+  await assert.rejects(client.templates.build("FROM base\nCOPY . /app\n", "app"), (e: unknown) =>
+    e instanceof InvalidRequestError && /line 2: COPY/.test(e.message));
   status = "failed";
   await assert.rejects(client.templates.build(spec, "app"), (e: unknown) =>
     e instanceof TemplateBuildError && /step 2/.test(e.message));

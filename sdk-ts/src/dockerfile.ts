@@ -1,0 +1,244 @@
+/**
+ * The Dockerfile subset of pandastack templates, read into a template spec: a port of
+ * src/pandastack/templatespec/dockerfile.py (tests/sdk/test_ts_parity.py feeds both the same
+ * Dockerfiles and compares the specs). Supported: one `FROM <template>` first; `RUN` (shell
+ * or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` / `ENTRYPOINT`
+ * (the template's start command); `# pandastack: ready port 8000` / `ready-timeout 60`
+ * directives. `EXPOSE`, `LABEL`, `MAINTAINER` are ignored. Not yet here: `COPY` / `ADD`
+ * (they read the build context; the Python SDK builds those steps).
+ */
+import { invalid } from "./errors.js";
+import type { TemplateSpec } from "./types.js";
+
+const IGNORED = new Set(["EXPOSE", "LABEL", "MAINTAINER"]);
+const UNSUPPORTED = new Set(["ARG", "SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"]);
+const DEFAULT_READY_TIMEOUT_SECONDS = 120;
+const DIRECTIVE = /^#\s*pandastack\s*:\s*(.*)$/i;
+const PARSER_DIRECTIVE = /^#\s*([a-zA-Z]+)\s*=\s*(.*?)\s*$/;
+const INSTRUCTION = /^\s*([A-Za-z]+)(?:\s+([\s\S]*))?$/;
+const HEREDOC = /^<<-?\s*["']?[A-Za-z_]/;
+
+type Step = Record<string, unknown> & { kind: string };
+
+/** Python's str.split() with no argument: runs of whitespace, none at the ends. */
+function words(text: string, max = Infinity): string[] {
+  const out: string[] = [];
+  let rest = text.replace(/^\s+/, "");
+  while (rest && out.length < max - 1) {
+    const m = /^(\S+)\s*/.exec(rest)!;
+    out.push(m[1]!);
+    rest = rest.slice(m[0].length);
+  }
+  if (rest) out.push(max === Infinity ? rest.trimEnd() : rest);
+  return out.filter((w) => w !== "");
+}
+
+/** POSIX shell-like splitting (Python's shlex.split). */
+export function shlexSplit(text: string): string[] {
+  const out: string[] = [];
+  let word: string | undefined;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (/\s/.test(c)) {
+      if (word !== undefined) out.push(word);
+      word = undefined;
+    } else if (c === "'") {
+      const end = text.indexOf("'", i + 1);
+      if (end < 0) throw new Error("No closing quotation");
+      word = (word ?? "") + text.slice(i + 1, end);
+      i = end;
+    } else if (c === '"') {
+      let j = i + 1;
+      let part = "";
+      for (; j < text.length && text[j] !== '"'; j++) {
+        if (text[j] === "\\" && j + 1 < text.length && '\\"$`\n'.includes(text[j + 1]!)) j++;
+        part += text[j];
+      }
+      if (j >= text.length) throw new Error("No closing quotation");
+      word = (word ?? "") + part;
+      i = j;
+    } else if (c === "\\") {
+      if (i + 1 >= text.length) throw new Error("No escaped character");
+      word = (word ?? "") + text[++i];
+    } else {
+      word = (word ?? "") + c;
+    }
+  }
+  if (word !== undefined) out.push(word);
+  return out;
+}
+
+/** Python's shlex.join. */
+export function shlexJoin(argv: string[]): string {
+  return argv.map((a) => a === "" ? "''" : /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'"'"'`)}'`).join(" ");
+}
+
+function jsonList(args: string): string[] | undefined {
+  if (!args.startsWith("[")) return undefined;
+  try {
+    const value: unknown = JSON.parse(args);
+    return Array.isArray(value) && value.every((v) => typeof v === "string") ? value as string[] : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+class Parser {
+  fromTemplate: string | undefined;
+  steps: Step[] = [];
+  cmd: string | string[] | undefined;
+  entrypoint: string | string[] | undefined;
+  ready: [string, string] | undefined;
+  readyTimeout = DEFAULT_READY_TIMEOUT_SECONDS;
+
+  directive(lineno: number, text: string): void {
+    const w = words(text, 3);
+    const bad = (why: string) => invalid(`Dockerfile line ${lineno}: bad pandastack directive: ${why}`);
+    if (w.length === 3 && w[0]!.toLowerCase() === "ready") {
+      if (!["port", "file", "command"].includes(w[1]!)) throw bad(`unknown ready check '${w[1]}'`);
+      this.ready = [w[1]!, w[2]!.trim()];
+    } else if (w.length === 2 && w[0]!.toLowerCase() === "ready-timeout") {
+      const seconds = Number(w[1]);
+      if (!Number.isFinite(seconds) || seconds <= 0) throw bad(`ready-timeout ${w[1]}`);
+      this.readyTimeout = seconds;
+    } else {
+      throw bad("expected 'ready port|file|command <value>' or 'ready-timeout <seconds>'");
+    }
+  }
+
+  instruction(line: string): void {
+    const m = INSTRUCTION.exec(line);
+    if (m === null) throw new Error(`cannot parse ${JSON.stringify(line.trim().slice(0, 80))}`);
+    const name = m[1]!.toUpperCase();
+    const args = (m[2] ?? "").trim();
+    if (name === "FROM") return this.from(args);
+    if (this.fromTemplate === undefined) throw new Error("the first instruction must be FROM <template>");
+    if (IGNORED.has(name)) return;
+    if (UNSUPPORTED.has(name)) throw new Error(`${name} is not supported`);
+    if (name === "COPY" || name === "ADD") {
+      throw new Error(`${name} is not supported by the TypeScript SDK yet (the Python SDK builds it from the context directory)`);
+    }
+    const handlers: Record<string, (a: string) => void> = {
+      RUN: (a) => this.run(a), ENV: (a) => this.env(a), WORKDIR: (a) => this.steps.push({ kind: "workdir", path: a }),
+      USER: (a) => this.user(a), CMD: (a) => { this.cmd = jsonList(a) ?? a; },
+      ENTRYPOINT: (a) => { this.entrypoint = jsonList(a) ?? a; },
+    };
+    const handler = handlers[name];
+    if (handler === undefined) throw new Error(`unknown instruction ${name}`);
+    if (!args) throw new Error(`${name} needs arguments`);
+    handler(args);
+  }
+
+  private from(args: string): void {
+    const w = words(args);
+    if (this.fromTemplate !== undefined) throw new Error("multi-stage builds are not supported (a second FROM)");
+    if (w[0]?.startsWith("--")) throw new Error(`FROM flags are not supported: ${w[0]}`);
+    if (w.length === 3 && w[1]!.toLowerCase() === "as") throw new Error("multi-stage builds are not supported (FROM ... AS)");
+    if (w.length !== 1) throw new Error("FROM takes one pandastack template name");
+    this.fromTemplate = w[0];
+  }
+
+  private run(args: string): void {
+    if (args.startsWith("--")) throw new Error(`RUN flags are not supported: ${words(args)[0]}`);
+    if (HEREDOC.test(args)) throw new Error("heredocs are not supported");
+    this.steps.push({ kind: "run", command: jsonList(args) ?? args });
+  }
+
+  private env(args: string): void {
+    const values: Record<string, string> = {};
+    if (words(args)[0]!.includes("=")) {
+      let parts: string[];
+      try {
+        // shlex would turn `\$` into `$`; keep it escaped for the build's expansion.
+        parts = shlexSplit(args.replace(/\\\$/g, "\\\\$"));
+      } catch (err) {
+        throw new Error(`ENV: ${(err as Error).message}`);
+      }
+      for (const word of parts) {
+        const eq = word.indexOf("=");
+        if (eq < 0) throw new Error(`ENV: expected NAME=VALUE, got '${word}'`);
+        values[word.slice(0, eq)] = word.slice(eq + 1);
+      }
+    } else {
+      const parts = words(args, 2);
+      if (parts.length !== 2) throw new Error("ENV: expected NAME VALUE or NAME=VALUE ...");
+      values[parts[0]!] = parts[1]!;
+    }
+    this.steps.push({ kind: "env", env: values });
+  }
+
+  private user(args: string): void {
+    if (args.includes(":")) throw new Error("USER user:group is not supported; give a user name");
+    this.steps.push({ kind: "user", name: args });
+  }
+
+  private start(): string | undefined {
+    let entry = this.entrypoint;
+    const cmd = this.cmd;
+    if (entry === undefined) return Array.isArray(cmd) ? shlexJoin(cmd) : cmd;
+    if (typeof entry === "string") return entry; // shell form ENTRYPOINT ignores CMD, as in Docker
+    if (typeof cmd === "string") entry = [...entry, "/bin/sh", "-c", cmd];
+    else if (cmd !== undefined) entry = [...entry, ...cmd];
+    return shlexJoin(entry);
+  }
+
+  finish(): TemplateSpec {
+    if (this.fromTemplate === undefined) throw invalid("Dockerfile has no FROM");
+    const spec: Record<string, unknown> = { from_template: this.fromTemplate, steps: this.steps };
+    const start = this.start();
+    if (start) spec["start"] = start;
+    if (this.ready !== undefined) {
+      spec["ready"] = { kind: this.ready[0], value: this.ready[1], timeout_seconds: this.readyTimeout };
+    }
+    return spec as TemplateSpec;
+  }
+}
+
+/** Lines of text as Python's str.splitlines() cuts them. */
+function splitlines(text: string): string[] {
+  const lines = text.split(/\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]/);
+  if (lines.length && lines[lines.length - 1] === "") lines.pop();
+  return lines;
+}
+
+/** Read the Dockerfile subset into a template spec (`InvalidRequestError` naming the line). */
+export function fromDockerfile(text: string): TemplateSpec {
+  const parser = new Parser();
+  let parts: string[] = [];
+  let start = 0;
+  let leading = true; // parser directives (`# escape=`) are only valid before anything else
+  const run = (lineno: number, line: string) => {
+    try {
+      parser.instruction(line);
+    } catch (err) {
+      throw invalid(`Dockerfile line ${lineno}: ${(err as Error).message}`);
+    }
+  };
+  splitlines(text).forEach((raw, index) => {
+    const lineno = index + 1;
+    if (raw.includes("\0")) throw invalid(`Dockerfile line ${lineno}: NUL byte`);
+    const stripped = raw.trim();
+    if (stripped.startsWith("#")) {
+      const m = PARSER_DIRECTIVE.exec(stripped);
+      if (leading && m && m[1]!.toLowerCase() === "escape" && m[2] !== "\\") {
+        throw invalid(`Dockerfile line ${lineno}: only the default escape character (backslash) is supported`);
+      }
+      const found = DIRECTIVE.exec(stripped);
+      if (found) parser.directive(lineno, found[1]!);
+      return;
+    }
+    leading = false;
+    if (!stripped) return;
+    if (!parts.length) start = lineno;
+    const body = raw.trimEnd();
+    if (body.endsWith("\\")) {
+      parts.push(body.slice(0, -1));
+      return;
+    }
+    parts.push(raw);
+    run(start, parts.join(""));
+    parts = [];
+  });
+  if (parts.length) run(start, parts.join(""));
+  return parser.finish();
+}
