@@ -60,9 +60,9 @@ def _payload(result: CallToolResult) -> dict[str, Any]:
     return data
 
 
-async def _call(api: FakeAPI, name: str, **arguments: Any) -> CallToolResult:
+async def _call(api: FakeAPI, tool: str, **arguments: Any) -> CallToolResult:
     async with Client(_server(api)) as client:
-        return await client.call_tool(name, arguments)
+        return await client.call_tool(tool, arguments)
 
 
 async def test_tools_are_listed_with_bounded_schemas() -> None:
@@ -206,9 +206,10 @@ async def test_create_fork_snapshot_kill_and_url() -> None:
            .on("POST", f"/v1/sandboxes/{SID}/ports/8000/signed-url", reply(
                200, {"url": "http://x/signed", "expires_at": 5.0})))
     created = _payload(await _call(api, "create_sandbox", template="base", ttl_seconds=600,
-                                   metadata={"task": "t"}))
+                                   metadata={"task": "t"}, name="user-42"))
     assert created["id"] == SID
-    assert body(api.last("POST", "/v1/sandboxes"))["ttl_seconds"] == 600
+    sent = body(api.last("POST", "/v1/sandboxes"))
+    assert sent["ttl_seconds"] == 600 and sent["name"] == "user-42"
     forked = _payload(await _call(api, "fork_sandbox", sandbox_id=SID, count=1))
     assert [s["id"] for s in forked["sandboxes"]] == ["sb-2"]
     url = _payload(await _call(api, "get_url", sandbox_id=SID, port=8000))

@@ -15,7 +15,12 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from pandastack import __version__
-from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS, MAX_FORK, MAX_TTL_SECONDS
+from pandastack.rules import (
+    MAX_EXEC_TIMEOUT_SECONDS,
+    MAX_FORK,
+    MAX_TTL_SECONDS,
+    SANDBOX_NAME_PATTERN,
+)
 from pandastack.sdk import AsyncClient, AsyncSandbox, NotFoundError, PandastackError, SandboxInfo
 
 from .results import MAX_OUTPUT_CHARS, ToolFailure, clip, from_exception, ok
@@ -63,7 +68,7 @@ _IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jp
 
 SandboxId = Annotated[str, Field(min_length=1, max_length=64,
                                  description="the sandbox's id (sbx-...), as create_sandbox "
-                                             "or list_sandboxes returned it")]
+                                             "or list_sandboxes returned it, or its name")]
 Path = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS,
                             description="an absolute path inside the sandbox, e.g. /work/a.py")]
 Labels = Annotated[dict[str, str] | None, Field(
@@ -71,7 +76,7 @@ Labels = Annotated[dict[str, str] | None, Field(
 
 
 def _info(info: SandboxInfo) -> dict[str, Any]:
-    return {"id": info.id, "template": info.template, "state": info.state,
+    return {"id": info.id, "name": info.name, "template": info.template, "state": info.state,
             "created_at": info.created_at, "expires_at": info.expires_at,
             "ttl_seconds": info.ttl_seconds, "vcpus": info.vcpus, "memory_mb": info.memory_mb,
             "metadata": info.metadata}
@@ -125,9 +130,10 @@ class Tools:
 
     async def create_sandbox(self, client: AsyncClient, template: str, ttl_seconds: int | None,
                              metadata: dict[str, str] | None, env: dict[str, str] | None,
-                             snapshot: str | None) -> CallToolResult:
+                             snapshot: str | None, name: str | None) -> CallToolResult:
         sbx = await client.sandboxes.create(template=template, ttl_seconds=ttl_seconds,
-                                            metadata=metadata, env=env, snapshot=snapshot)
+                                            metadata=metadata, env=env, snapshot=snapshot,
+                                            name=name)
         return ok(_info(sbx.info))
 
     async def list_sandboxes(self, client: AsyncClient, state: str | None,
@@ -272,9 +278,12 @@ def build_server(opener: Opener, *, name: str = "pandastack") -> MCPServer:
                 description="environment variables of every command")] = None,
             snapshot: Annotated[str | None, Field(max_length=128, description=(
                 "a snapshot id from snapshot_sandbox: start from its files, memory and "
-                "processes instead of a template"))] = None) -> CallToolResult:
+                "processes instead of a template"))] = None,
+            name: Annotated[str | None, Field(pattern=SANDBOX_NAME_PATTERN, description=(
+                "a name for it, unique among the team's live sandboxes; every tool then "
+                "takes it in place of the id"))] = None) -> CallToolResult:
         return await tools.call(ctx, lambda c: tools.create_sandbox(
-            c, template, ttl_seconds, metadata, env, snapshot))
+            c, template, ttl_seconds, metadata, env, snapshot, name))
 
     async def list_sandboxes(
             ctx: Context,
