@@ -104,6 +104,17 @@ class FakeSandbox:
                 await r
         return ExecResult(0, out, b"", 1.0, False, None, False)
 
+    # The in-memory host has no terminals (they are tested on real VMs): a clear refusal.
+    async def pty_create(self, *, cols: int, rows: int, cmd: str | Sequence[str] | None = None,
+                         env: Mapping[str, str] | None = None, cwd: str | None = None,
+                         user: str | None = None) -> int:
+        await self._guest()
+        raise GuestOSError("ENOTSUP", "the in-memory host has no terminals", None)
+
+    async def pty_connect(self, pid: int) -> object:
+        await self._guest()
+        raise GuestOSError("ESRCH", f"no terminal {pid}", None)
+
     async def spawn(
         self,
         cmd: str | Sequence[str],

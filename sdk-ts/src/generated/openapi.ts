@@ -129,7 +129,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List the team's sandboxes; filter with state= and metadata.KEY=VALUE */
+        /**
+         * List the team's sandboxes; filter with state=, template=, started_after=, metadata.KEY=VALUE; page with limit= and next_token=
+         * @description Oldest first. Without `limit` every match comes in one answer; with it, at most `limit` and a `next_token` (null on the last page) to pass back, with the same filters, for the next page. Pages are keyset-paged on (created_at, id): sandboxes created or ended meanwhile never shift a page, so none is skipped or repeated; one whose state changes may move in or out of a state= filter.
+         */
         get: operations["listSandboxes"];
         put?: never;
         /**
@@ -150,7 +153,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get Sandbox */
+        /** A sandbox, by id or by the team's name for a live one */
         get: operations["getSandbox"];
         put?: never;
         post?: never;
@@ -317,6 +320,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandbox_id}/files/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Write many files in one request (parents are created)
+         * @description Each file's `data` is UTF-8 text or, with `encoding: base64`, base64. Written in order; the first failure stops the batch with its error (the files before it stay written). The whole body is bounded by the JSON body limit (413 past it); more than MAX_WRITE_MANY_FILES files, bad base64 or a NUL in a path are 422. For big files, use `PUT .../files` (streamed).
+         */
+        post: operations["writeFiles"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{sandbox_id}/files/list": {
         parameters: {
             query?: never;
@@ -385,6 +408,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandbox_id}/files/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Watch a directory for file events (Server-Sent Events)
+         * @description Server-Sent Events (`text/event-stream`), one per file event:
+         *     first `event: watching` (data `{"path", "recursive"}`) once the watch is set up in the guest:
+         *     what happens from then on is seen. Then, in the order the guest's inotify saw them, events
+         *     named by their type, `create`, `write`, `remove`, `rename` and `chmod`, each with data
+         *     `{"type", "path", "old_path", "is_dir"}` (a FileEvent; `old_path` only for `rename`, whose
+         *     `path` is the new name; a move into the tree is a `create`, out of it a `remove`). A run of
+         *     writes to one file is one `write`; with `recursive` (default) a new directory is followed and
+         *     what is already in it is told as `create`s.
+         *
+         *     The stream ends with exactly one of: `event: overflow` (events were lost because the client
+         *     read slower than they came and the guest's bounded queue filled: list the directory again
+         *     and start a new watch), `event: end` (data `{"reason": "removed"}`: the watched directory
+         *     went away), or `event: error` (the error envelope). Lines starting with `:` are
+         *     keep-alives. Errors before the stream starts (no such directory: 404, not a directory:
+         *     400) are ordinary error responses.
+         */
+        get: operations["watchFiles"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{sandbox_id}/fork": {
         parameters: {
             query?: never;
@@ -440,8 +497,8 @@ export interface paths {
         options?: never;
         head?: never;
         /**
-         * Change the TTL (expires_at = created_at + ttl_seconds) or persistence
-         * @description Setting `ttl_seconds` recomputes `expires_at = created_at + ttl_seconds`: a larger value extends the life, a value already in the past ends the sandbox on the next lifecycle sweep (~1 s). `persistent=true` exempts it from both TTL and the idle reaper.
+         * Change the TTL (expires_at = created_at + ttl_seconds), the timeout (expires_at = now + timeout_seconds) or persistence
+         * @description Setting `ttl_seconds` recomputes `expires_at = created_at + ttl_seconds`: a larger value extends the life, a value already in the past ends the sandbox on the next lifecycle sweep (~1 s). `timeout_seconds` counts from now instead (E2B's set_timeout): `expires_at = now + timeout_seconds`, stored as the TTL that ends then (`ttl_seconds = ceil(now + timeout_seconds - created_at)`); giving both is a 400. `persistent=true` exempts it from both TTL and the idle reaper.
          */
         patch: operations["updateLifecycle"];
         trace?: never;
@@ -537,33 +594,33 @@ export interface paths {
         };
         /**
          * Reach a port inside the sandbox (HTTP)
-         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed). Access with an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
+         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed), with an API key of the sandbox's team: a convenience for programs. On the API's origin no cookie is forwarded either way, a service-worker script is refused (403), `Service-Worker-Allowed` is dropped and every response carries `Content-Security-Policy: sandbox ...` (the page runs in an opaque origin). Browsers use the port's own origin instead (a signed URL from `POST .../ports/{port}/signed-url`, served by the preview listener). The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
          */
         get: operations["proxyPortGet"];
         /**
          * Reach a port inside the sandbox (HTTP)
-         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed). Access with an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
+         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed), with an API key of the sandbox's team: a convenience for programs. On the API's origin no cookie is forwarded either way, a service-worker script is refused (403), `Service-Worker-Allowed` is dropped and every response carries `Content-Security-Policy: sandbox ...` (the page runs in an opaque origin). Browsers use the port's own origin instead (a signed URL from `POST .../ports/{port}/signed-url`, served by the preview listener). The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
          */
         put: operations["proxyPortPut"];
         /**
          * Reach a port inside the sandbox (HTTP)
-         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed). Access with an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
+         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed), with an API key of the sandbox's team: a convenience for programs. On the API's origin no cookie is forwarded either way, a service-worker script is refused (403), `Service-Worker-Allowed` is dropped and every response carries `Content-Security-Policy: sandbox ...` (the page runs in an opaque origin). Browsers use the port's own origin instead (a signed URL from `POST .../ports/{port}/signed-url`, served by the preview listener). The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
          */
         post: operations["proxyPortPost"];
         /**
          * Reach a port inside the sandbox (HTTP)
-         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed). Access with an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
+         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed), with an API key of the sandbox's team: a convenience for programs. On the API's origin no cookie is forwarded either way, a service-worker script is refused (403), `Service-Worker-Allowed` is dropped and every response carries `Content-Security-Policy: sandbox ...` (the page runs in an opaque origin). Browsers use the port's own origin instead (a signed URL from `POST .../ports/{port}/signed-url`, served by the preview listener). The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
          */
         delete: operations["proxyPortDelete"];
         /**
          * Reach a port inside the sandbox (HTTP)
-         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed). Access with an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
+         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed), with an API key of the sandbox's team: a convenience for programs. On the API's origin no cookie is forwarded either way, a service-worker script is refused (403), `Service-Worker-Allowed` is dropped and every response carries `Content-Security-Policy: sandbox ...` (the page runs in an opaque origin). Browsers use the port's own origin instead (a signed URL from `POST .../ports/{port}/signed-url`, served by the preview listener). The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
          */
         options: operations["proxyPortOptions"];
         head?: never;
         /**
          * Reach a port inside the sandbox (HTTP)
-         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed). Access with an API key of the sandbox's team, or with a signed URL (`ps_expires`, `ps_sig` query parameters, from `POST .../ports/{port}/signed-url`) and no key. The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
+         * @description Proxied to the TCP port inside the sandbox (HTTP, any method, HEAD too; both bodies streamed), with an API key of the sandbox's team: a convenience for programs. On the API's origin no cookie is forwarded either way, a service-worker script is refused (403), `Service-Worker-Allowed` is dropped and every response carries `Content-Security-Policy: sandbox ...` (the page runs in an opaque origin). Browsers use the port's own origin instead (a signed URL from `POST .../ports/{port}/signed-url`, served by the preview listener). The response is the sandbox server's own; errors of the API itself (auth, unknown sandbox, nothing listening: 502 `bad_gateway`) are the error envelope. `POST .../signed-url` itself is the API's, not proxied.
          */
         patch: operations["proxyPortPatch"];
         trace?: never;
@@ -579,7 +636,7 @@ export interface paths {
         put?: never;
         /**
          * A URL that reaches the port without an API key until it expires
-         * @description The URL carries `ps_expires` (UNIX seconds) and `ps_sig` (an HMAC-SHA256 by the server over `sandbox_id:port:expires`); append any path after its `/`. Anyone holding it reaches the port until it expires; it cannot be revoked earlier.
+         * @description The URL carries `ps_expires` (UNIX seconds) and `ps_sig` (an HMAC-SHA256 by the server over `sandbox_id:port:expires`) on the port's own origin, `{port}-{sandbox_id}.{preview domain}` (the server's preview listener, PANDASTACK_PREVIEW_URL); append any path after its `/`. Its first request sets a cookie of that host, so the page's own requests need no parameters. Anyone holding it reaches the port until it expires; it cannot be revoked earlier. 409 where the server has no preview listener.
          */
         post: operations["createSignedUrl"];
         delete?: never;
@@ -598,7 +655,10 @@ export interface paths {
         /** List Processes */
         get: operations["listProcesses"];
         put?: never;
-        /** Start a background process (stdin stays open) */
+        /**
+         * Start a background process (stdin stays open)
+         * @description Its output goes to ring buffers in the guest (the last 1 MiB of each stream); follow it with GET .../processes/{pid}/stream. With `timeout_seconds` its whole cgroup is killed after that long.
+         */
         post: operations["startProcess"];
         delete?: never;
         options?: never;
@@ -640,6 +700,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandbox_id}/processes/{pid}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Replay a background process's buffered output, then follow it live
+         * @description Server-Sent Events (`text/event-stream`), for a process started with
+         *     `POST /processes` (or a foreground exec whose client went away). Attach at any time, from any
+         *     number of clients:
+         *
+         *     1. `event: dropped` with data `{"stdout": N, "stderr": M}`, only if the guest's ring buffers
+         *        (the last 1 MiB of each stream) already lost the first N / M bytes: the replay below is then
+         *        the tail of the output, not all of it.
+         *     2. The replay: `event: stdout` / `event: stderr` with data `{"data": "<utf-8 text>"}`, first
+         *        all of stdout the ring holds, then all of stderr (their interleaving is not kept).
+         *     3. Live output, as the process writes it, in the same events.
+         *     4. Exactly one `event: exit` whose data is an ExecResult with empty stdout/stderr
+         *        (`timed_out: true` if its `timeout_seconds` killed it), or one `event: error` with the
+         *        error envelope. A process that has already exited gives its replay and exit at once.
+         *
+         *     A comment line (`: keepalive`) comes after every 15 s without an event, so that nothing in
+         *     between closes a quiet stream. Closing the stream detaches; the process keeps running. An
+         *     unknown pid is a 404 before the stream starts. Backpressure: a client that stops reading stops
+         *     the guest process on its pipe (as for exec/stream), so read promptly or disconnect.
+         */
+        get: operations["streamProcess"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{sandbox_id}/processes/{pid}/wait": {
         parameters: {
             query?: never;
@@ -651,6 +748,39 @@ export interface paths {
         put?: never;
         /** Wait for the process to exit; 408 `timeout` if it is still running */
         post: operations["waitProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandbox_id}/pty": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a process on a new terminal
+         * @description Terminals: `POST /v1/sandboxes/{id}/pty` starts a process on a new
+         *     pseudo-terminal (the user's shell unless `cmd` is given) and answers its `pid`; the WebSocket
+         *     `GET /v1/sandboxes/{id}/pty/{pid}` (same API key, sent as `Authorization: Bearer` or
+         *     `X-API-Key` on the handshake) attaches to it, from any number of clients, as often as wanted.
+         *     Binary messages are the terminal's bytes, both ways: what the guest kept of its recent
+         *     output (256 KiB) comes first, then live output; what a client sends is typed into the
+         *     terminal (at most 65536 bytes per message; `\u0003` is Ctrl-C). Text messages are
+         *     JSON control messages (at most 1024 characters): a client sends
+         *     `{"type": "resize", "cols": C, "rows": R}` (1..1000); the server sends, once the process
+         *     ended, `{"type": "exit", "exit_code": N, "signal": S or null}` and closes with 1000.
+         *     Closing the socket detaches: the process runs on (kill it with `POST .../processes/{pid}/
+         *     signal`). A refused handshake is an HTTP error envelope (401, 404 for an unknown pid, 400 for
+         *     a process without a terminal); a bad control message closes with 1008, an oversized message
+         *     with 1009, a failure of the host with 1011.
+         */
+        post: operations["createPty"];
         delete?: never;
         options?: never;
         head?: never;
@@ -708,6 +838,27 @@ export interface paths {
         put?: never;
         /** Restore a hibernated sandbox (a no-op for one that is awake) */
         post: operations["wakeSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/by-name/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The team's live sandbox of that name (404 if none) */
+        get: operations["getSandboxByName"];
+        /**
+         * Get or create the team's sandbox of that name
+         * @description 200 with the live sandbox of that name (a hibernated one woken; one still starting once it has started), else 201 with a new one made with the body's options (those of `POST /v1/sandboxes`; `name`, if given, must be the path's). Concurrent calls with one name get one sandbox. An ended sandbox frees its name: the next call makes a new one.
+         */
+        put: operations["getOrCreateSandbox"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -859,6 +1010,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/volume-snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The team's volume snapshots (of one volume name, with `volume`) */
+        get: operations["listVolumeSnapshots"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volume-snapshots/{snapshot_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A volume snapshot */
+        get: operations["getVolumeSnapshot"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a volume snapshot
+         * @description Volumes made of it are not touched.
+         */
+        delete: operations["deleteVolumeSnapshot"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/volumes": {
         parameters: {
             query?: never;
@@ -870,8 +1059,8 @@ export interface paths {
         get: operations["listVolumes"];
         put?: never;
         /**
-         * Create an empty volume (ext4) that outlives every sandbox
-         * @description Mount it with `POST /v1/sandboxes {"volumes": [{"name": ..., "mount_path": ...}]}`: one sandbox may mount it read-write at a time, any number read-only. 409 if the team has a volume of that name; 429 past the team's volume quota. `host_id`: admin keys only, where the server drives many hosts.
+         * Create a volume (ext4) that outlives every sandbox
+         * @description Empty, or holding a volume snapshot (`from_snapshot`). Mount it with `POST /v1/sandboxes {"volumes": [{"name": ..., "mount_path": ...}]}`: one sandbox may mount it read-write at a time, any number read-only. 409 if the team has a volume of that name; 429 past the team's volume quota. `host_id`: admin keys only, where the server drives many hosts.
          */
         post: operations["createVolume"];
         delete?: never;
@@ -901,6 +1090,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/volumes/{name}/move": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Move a detached volume to another host (admin keys)
+         * @description The volume keeps its id, name and data; sandboxes that mount it afterwards land on its new host. Through the object store: 409 volume_in_use while attached (hibernated sandboxes included), 422 for an unknown host or a server that drives one host.
+         */
+        post: operations["moveVolume"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/volumes/{name}/resize": {
         parameters: {
             query?: never;
@@ -915,6 +1124,26 @@ export interface paths {
          * @description 409 volume_in_use while attached; 422 to shrink it; 429 past the team's volume quota.
          */
         post: operations["resizeVolume"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Snapshot a volume into the object store
+         * @description What the volume holds now, stored in the object store the hosts share (holes and chunks stored before take nothing): it outlives the volume, and `POST /v1/volumes {"from_snapshot": ...}` makes a new volume of it on any host. 409 volume_in_use while a sandbox has it mounted read-write (readers may stay); 409 where the hosts have no object store.
+         */
+        post: operations["snapshotVolume"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1100,6 +1329,11 @@ export interface components {
             metadata?: {
                 [key: string]: string;
             };
+            /**
+             * Name
+             * @description the team's name for it, unique among its sandboxes that have not ended (409 otherwise); `PUT /v1/sandboxes/by-name/{name}` gets or makes one; never of the form sbx-<12 hex>
+             */
+            name?: string | null;
             network?: components["schemas"]["NetworkSpec"] | null;
             /**
              * Persistent
@@ -1130,15 +1364,20 @@ export interface components {
         };
         /** CreateVolume */
         CreateVolume: {
+            /**
+             * From Snapshot
+             * @description a volume snapshot of the team (`POST /v1/volumes/{name}/snapshots`): the new volume holds what it holds, on any host that shares the object store
+             */
+            from_snapshot?: string | null;
             /** Host Id */
             host_id?: string | null;
             /** Name */
             name: string;
             /**
              * Size Mb
-             * @default 1024
+             * @description default 1024; from a snapshot, the snapshot's size (a larger size grows the restored file system)
              */
-            size_mb: number;
+            size_mb?: number | null;
         };
         /**
          * DrainResult
@@ -1423,6 +1662,16 @@ export interface components {
             /** Path */
             path: string;
         };
+        /** MoveVolume */
+        MoveVolume: {
+            /** Host Id */
+            host_id: string;
+            /**
+             * Team
+             * @description the volume's team (default: the admin key's)
+             */
+            team?: string | null;
+        };
         /**
          * NetworkSpec
          * @description A sandbox's egress policy, enforced on the host (outside the guest).
@@ -1492,11 +1741,54 @@ export interface components {
             pid: number;
             /** Running */
             running: boolean;
+            /**
+             * Timed Out
+             * @default false
+             */
+            timed_out: boolean;
         };
         /** ProcessList */
         ProcessList: {
             /** Processes */
             processes: components["schemas"]["ProcessInfo"][];
+        };
+        /** PtyCreateRequest */
+        PtyCreateRequest: {
+            /**
+             * Cmd
+             * @description a shell command line or an argv list; default: the user's login shell (from the guest's passwd)
+             */
+            cmd?: (string | string[]) | null;
+            /**
+             * Cols
+             * @default 80
+             */
+            cols: number;
+            /** Cwd */
+            cwd?: string | null;
+            /** Env */
+            env?: {
+                [key: string]: string;
+            } | null;
+            /**
+             * Rows
+             * @default 24
+             */
+            rows: number;
+            /**
+             * User
+             * @description a user of the guest's passwd (default: the template's USER, else root)
+             */
+            user?: string | null;
+        };
+        /** PtyInfo */
+        PtyInfo: {
+            /** Cols */
+            cols: number;
+            /** Pid */
+            pid: number;
+            /** Rows */
+            rows: number;
         };
         /**
          * QuotaInfo
@@ -1662,6 +1954,8 @@ export interface components {
             metadata?: {
                 [key: string]: string;
             };
+            /** Name */
+            name?: string | null;
             /** Persistent */
             persistent: boolean;
             /** Snapshot */
@@ -1682,6 +1976,11 @@ export interface components {
         };
         /** SandboxList */
         SandboxList: {
+            /**
+             * Next Token
+             * @description with limit=: pass it back as next_token= for the next page; null on the last page
+             */
+            next_token?: string | null;
             /** Sandboxes */
             sandboxes: components["schemas"]["SandboxInfo"][];
         };
@@ -1787,6 +2086,11 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /**
+             * Timeout Seconds
+             * @description kill the process (its whole cgroup) after this long; its exit then has timed_out=true (code 137). Default: it runs as long as the sandbox
+             */
+            timeout_seconds?: number | null;
         };
         /** TemplateBuildInfo */
         TemplateBuildInfo: {
@@ -1841,6 +2145,11 @@ export interface components {
         UpdateLifecycle: {
             /** Persistent */
             persistent?: boolean | null;
+            /**
+             * Timeout Seconds
+             * @description end the sandbox this many seconds from now: expires_at = now + timeout_seconds, and ttl_seconds becomes expires_at - created_at (rounded up). Not with ttl_seconds
+             */
+            timeout_seconds?: number | null;
             /** Ttl Seconds */
             ttl_seconds?: number | null;
         };
@@ -2006,6 +2315,32 @@ export interface components {
             read_only: boolean;
         };
         /**
+         * VolumeSnapshotInfo
+         * @description A volume's contents at one instant, in the object store: it outlives the volume.
+         */
+        VolumeSnapshotInfo: {
+            /** Created At */
+            created_at: number;
+            /** Id */
+            id: string;
+            /** Size Mb */
+            size_mb: number;
+            /**
+             * Stored Bytes
+             * @description what its data takes in the object store (holes and chunks stored before are not counted)
+             */
+            stored_bytes: number;
+            /** Volume Id */
+            volume_id: string;
+            /** Volume Name */
+            volume_name: string;
+        };
+        /** VolumeSnapshotList */
+        VolumeSnapshotList: {
+            /** Snapshots */
+            snapshots: components["schemas"]["VolumeSnapshotInfo"][];
+        };
+        /**
          * WorkdirStep
          * @description The directory later steps (and the start command) run in; created if missing.
          */
@@ -2017,6 +2352,37 @@ export interface components {
             kind: "workdir";
             /** Path */
             path: string;
+        };
+        /** WriteManyFile */
+        WriteManyFile: {
+            /**
+             * Data
+             * @description the content: UTF-8 text, or base64 with encoding=base64
+             */
+            data: string;
+            /**
+             * Encoding
+             * @default utf-8
+             * @enum {string}
+             */
+            encoding: "utf-8" | "base64";
+            /**
+             * Mode
+             * @description permission bits (an int)
+             */
+            mode?: number | null;
+            /** Path */
+            path: string;
+        };
+        /** WriteManyRequest */
+        WriteManyRequest: {
+            /** Files */
+            files: components["schemas"]["WriteManyFile"][];
+        };
+        /** WriteManyResult */
+        WriteManyResult: {
+            /** Files */
+            files: components["schemas"]["WriteResult"][];
         };
         /** WriteResult */
         WriteResult: {
@@ -2275,7 +2641,12 @@ export interface operations {
             query?: {
                 /** @description false: only live sandboxes (starting, running, paused, hibernated); ignored with state= */
                 include_ended?: boolean;
+                limit?: number | null;
+                next_token?: string | null;
+                /** @description only those created after this (Unix seconds) */
+                started_after?: number | null;
                 state?: ("starting" | "running" | "paused" | "hibernated" | "killed" | "expired" | "reaped" | "failed" | "host_lost") | null;
+                template?: string | null;
             };
             header?: never;
             path?: never;
@@ -2785,6 +3156,42 @@ export interface operations {
             };
         };
     };
+    writeFiles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description sandbox id, e.g. sbx-0123456789ab */
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WriteManyRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WriteManyResult"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     listFiles: {
         parameters: {
             query: {
@@ -2910,6 +3317,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FileEntry"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    watchFiles: {
+        parameters: {
+            query: {
+                /** @description a directory in the guest */
+                path: string;
+                recursive?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description sandbox id, e.g. sbx-0123456789ab */
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the event stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
                 };
             };
             /** @description error envelope */
@@ -3710,6 +4153,40 @@ export interface operations {
             };
         };
     };
+    streamProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pid: number;
+                /** @description sandbox id, e.g. sbx-0123456789ab */
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the event stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/event-stream": string;
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     waitProcess: {
         parameters: {
             query?: {
@@ -3740,6 +4217,42 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    createPty: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description sandbox id, e.g. sbx-0123456789ab */
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PtyCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PtyInfo"];
+                };
             };
             /** @description error envelope */
             default: {
@@ -3834,6 +4347,83 @@ export interface operations {
         responses: {
             /** @description Successful Response */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxInfo"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getSandboxByName: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the team's name for the sandbox */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxInfo"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getOrCreateSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the team's name for the sandbox */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSandbox"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxInfo"];
+                };
+            };
+            /** @description made now */
+            201: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4239,6 +4829,99 @@ export interface operations {
             };
         };
     };
+    listVolumeSnapshots: {
+        parameters: {
+            query?: {
+                volume?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VolumeSnapshotList"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getVolumeSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the volume snapshot's id */
+                snapshot_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VolumeSnapshotInfo"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    deleteVolumeSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the volume snapshot's id */
+                snapshot_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     listVolumes: {
         parameters: {
             query?: never;
@@ -4363,6 +5046,42 @@ export interface operations {
             };
         };
     };
+    moveVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the volume's name in its team */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MoveVolume"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VolumeInfo"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
     resizeVolume: {
         parameters: {
             query?: never;
@@ -4386,6 +5105,38 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["VolumeInfo"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    snapshotVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the volume's name in its team */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VolumeSnapshotInfo"];
                 };
             };
             /** @description error envelope */
