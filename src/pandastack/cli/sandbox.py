@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pandastack.cli import sandbox_ops
+from pandastack.cli.args import positive_int
 from pandastack.cli.shell import terminal
 from pandastack.sdk import (
     APIConnectionError,
@@ -100,16 +101,6 @@ def _timeout(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
@@ -126,13 +117,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     create = ss.add_parser("create", help="create a sandbox and print its id")
     create.add_argument("--template", default="base", help="template to restore (default base)")
-    create.add_argument("--ttl", type=_positive_int, metavar="SECONDS",
+    create.add_argument("--ttl", type=positive_int, metavar="SECONDS",
                         help="lifetime in seconds (server default when omitted)")
     create.add_argument("--persistent", action="store_true",
                         help="exempt from the TTL and the idle reaper")
-    create.add_argument("--vcpus", type=_positive_int)
-    create.add_argument("--memory-mb", type=_positive_int, metavar="MB")
-    create.add_argument("--disk-mb", type=_positive_int, metavar="MB")
+    create.add_argument("--vcpus", type=positive_int)
+    create.add_argument("--memory-mb", type=positive_int, metavar="MB")
+    create.add_argument("--disk-mb", type=positive_int, metavar="MB")
     create.add_argument("--metadata", type=parse_kv, nargs="+", action="extend", default=[],
                         metavar="KEY=VALUE", help="labels (list can filter by them)")
     create.add_argument("--env", type=parse_kv, nargs="+", action="extend", default=[],
@@ -149,7 +140,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ls.add_argument("--metadata", type=parse_kv, nargs="+", action="extend", default=[],
                     metavar="KEY=VALUE", help="only sandboxes carrying all these labels")
     ls.add_argument("--template", help="only sandboxes of this template")
-    ls.add_argument("--limit", type=_positive_int, metavar="N",
+    ls.add_argument("--limit", type=positive_int, metavar="N",
                     help="one page of N (--json: {\"sandboxes\", \"next_token\"}; otherwise "
                          "the next page's token on stderr)")
     ls.add_argument("--next-token", metavar="TOKEN", help="the page after the one that gave it")

@@ -30,6 +30,8 @@ from rich.console import Console
 
 from pandastack.sdk import Client
 
+from .args import positive_int
+
 __all__ = ["COMMANDS", "add_parsers", "listening_ports"]
 
 Command = Callable[[Client, argparse.Namespace, Any], int]
@@ -45,16 +47,6 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError("a port is 1 to 65535")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
     return value
 
 
@@ -75,7 +67,7 @@ def add_parsers(ss: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        ("wake", "restore a hibernated sandbox")):
         command(verb, text)
     fork = command("fork", "live copies of a running sandbox; prints each child's id")
-    fork.add_argument("--count", type=_count, default=1, help="children (default 1)")
+    fork.add_argument("--count", type=positive_int, default=1, help="children (default 1)")
     fork.add_argument("--durable", action="store_true",
                       help="children on other hosts come from a snapshot in the object store")
     fork.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -83,13 +75,13 @@ def add_parsers(ss: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     snap.add_argument("--name", help="a name of the team's choosing")
     ttl = command("ttl", "show the lifecycle; with SECONDS, end the sandbox that many seconds "
                          "from now")
-    ttl.add_argument("seconds", type=_count, nargs="?", metavar="SECONDS")
+    ttl.add_argument("seconds", type=positive_int, nargs="?", metavar="SECONDS")
     command("ports", "TCP ports listening in the guest, with their API URLs")
     url = command("url", "the API URL of a port in the sandbox (needs the API key), or a "
                          "signed one that needs none")
     url.add_argument("port", type=_port, metavar="PORT")
     url.add_argument("--signed", action="store_true", help="a URL that works without a key")
-    url.add_argument("--ttl", type=_count, default=3600, metavar="SECONDS",
+    url.add_argument("--ttl", type=positive_int, default=3600, metavar="SECONDS",
                      help="how long a signed URL works (default 3600)")
     for p in made:
         p.add_argument("--json", action="store_true", help="print JSON for scripts")

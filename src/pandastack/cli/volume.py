@@ -29,7 +29,8 @@ import httpx
 from pandastack.rules import DEFAULT_VOLUME_MB
 from pandastack.sdk import Client, VolumeInfo, VolumeSnapshotInfo
 
-from .sandbox import _positive_int, run_client
+from .args import positive_int
+from .sandbox import run_client
 from .usage import print_table
 
 __all__ = ["add_parser", "run", "volume_rows"]
@@ -45,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     vs = p.add_subparsers(dest="volume_command", required=True)
     create = vs.add_parser("create", help="create an empty volume")
     create.add_argument("name", metavar="NAME")
-    create.add_argument("--size-mb", type=_positive_int, default=None, metavar="MB",
+    create.add_argument("--size-mb", type=positive_int, default=None, metavar="MB",
                         help=f"size (default {DEFAULT_VOLUME_MB}, or the snapshot's)")
     create.add_argument("--from-snapshot", metavar="ID",
                         help="a volume snapshot: the new volume holds what it holds")
@@ -56,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     delete.add_argument("name", metavar="NAME")
     resize = vs.add_parser("resize", help="grow a detached volume (its file system follows)")
     resize.add_argument("name", metavar="NAME")
-    resize.add_argument("--size-mb", type=_positive_int, required=True, metavar="MB")
+    resize.add_argument("--size-mb", type=positive_int, required=True, metavar="MB")
     snap = vs.add_parser("snapshot", help="store what a volume holds in the object store "
                          "(not while a sandbox writes to it)")
     snap.add_argument("name", metavar="NAME")

@@ -43,6 +43,7 @@ from .errors import ApiError, error_response, from_host_error
 from .routes.ports import (
     REQUEST_DROP,
     WS_REQUEST_DROP,
+    as_request,
     deny,
     forward_headers,
     forward_http,
@@ -149,15 +150,11 @@ class PreviewAccess:
                                    stamp, signature)
             except ApiError as exc:
                 refused = exc
-        if key_from_headers(_as_request(self.conn)) is not None:
+        if key_from_headers(as_request(self.conn)) is not None:
             return await key_team(self.conn)
         raise refused or ApiError(401, "unauthorized", "this sandbox port needs a signed URL "
                                   "(POST /v1/sandboxes/{id}/ports/{port}/signed-url) or an "
                                   "API key")
-
-
-def _as_request(conn: HTTPConnection) -> Request:
-    return conn if isinstance(conn, Request) else Request({**conn.scope, "type": "http"})
 
 
 class PreviewDispatch:

@@ -146,7 +146,7 @@ def _upstream_target(request: HTTPConnection, prefix: str, path: str) -> bytes:
     return b"/" + rest + (b"?" + query if query else b"")
 
 
-def _as_request(conn: HTTPConnection) -> Request:
+def as_request(conn: HTTPConnection) -> Request:
     """An HTTP request's view of `conn` (headers, query, app, state), for what takes one."""
     if isinstance(conn, Request):
         return conn
@@ -155,7 +155,7 @@ def _as_request(conn: HTTPConnection) -> Request:
 
 async def key_team(request: HTTPConnection) -> str:
     """The team of the request's API key (401 otherwise)."""
-    return (await principal(_as_request(request))).team
+    return (await principal(as_request(request))).team
 
 
 def signed_team(request: HTTPConnection, service: SandboxService, sandbox_id: str, port: int,
@@ -353,7 +353,7 @@ async def deny(websocket: WebSocket, exc: ApiError) -> None:
     supports that (uvicorn does); else by closing before accepting (the client sees 403)."""
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
         await websocket.send_denial_response(error_response(
-            _as_request(websocket), exc.status, exc.code, exc.message, exc.headers))
+            as_request(websocket), exc.status, exc.code, exc.message, exc.headers))
     else:
         code = 1008 if exc.status < 500 else wsproxy.INTERNAL_ERROR
         await websocket.close(code, wsproxy.close_reason(exc.message))

@@ -7,7 +7,6 @@ the sandbox alone."""
 from __future__ import annotations
 
 from fastapi import APIRouter, WebSocket
-from starlette.requests import HTTPConnection, Request
 
 from pandastack.hostport import pty
 from pandastack.hostport.errors import GuestOSError, HostError
@@ -18,6 +17,7 @@ from ..errors import ApiError, bad_request, error_response, not_found
 from ..jsonbody import StrictJsonRoute
 from ..service import SandboxService
 from .deps import SandboxId, Service, check_text
+from .ports import as_request
 
 router = APIRouter(tags=["pty"], route_class=StrictJsonRoute)
 
@@ -39,14 +39,10 @@ async def create_pty(sandbox_id: SandboxId, body: PtyCreateRequest, who: Current
     return PtyInfo(pid=pid, cols=body.cols, rows=body.rows)
 
 
-def _as_request(conn: HTTPConnection) -> Request:
-    return Request({**conn.scope, "type": "http"})
-
-
 async def _deny(websocket: WebSocket, exc: ApiError) -> None:
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
         await websocket.send_denial_response(error_response(
-            _as_request(websocket), exc.status, exc.code, exc.message, exc.headers))
+            as_request(websocket), exc.status, exc.code, exc.message, exc.headers))
     else:
         await websocket.close(pty.CLOSE_POLICY if exc.status < 500 else pty.CLOSE_ERROR,
                               exc.message[:120])
@@ -54,7 +50,7 @@ async def _deny(websocket: WebSocket, exc: ApiError) -> None:
 
 async def _attach(websocket: WebSocket, service: SandboxService, sandbox_id: str,
                   pid: int) -> tuple[str, pty.PtySession]:
-    team = (await principal(_as_request(websocket))).team
+    team = (await principal(as_request(websocket))).team
     row, handle = await service.running(team, sandbox_id)
     try:
         return row.id, await handle.pty_connect(pid)
