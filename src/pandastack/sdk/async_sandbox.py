@@ -17,7 +17,7 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 
 import httpx
@@ -70,6 +70,20 @@ async def create_waiting(http: AsyncHTTP, call: _base.Call[SandboxInfo]) -> Sand
 def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
           transport: httpx.AsyncBaseTransport | None) -> AsyncHTTP:
     return AsyncHTTP(resolve_config(api_url, api_key, timeout=timeout), transport)
+
+
+async def _first_info(fetch: Callable[[AsyncHTTP], Awaitable[SandboxInfo]],
+                      api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
+                      transport: httpx.AsyncBaseTransport | None
+                      ) -> tuple[SandboxInfo, AsyncHTTP]:
+    """Open the connections a new handle will own and run its first call on them; closed
+    again when that call fails, since no handle will own them then."""
+    http = _open(api_url, api_key, timeout, transport)
+    try:
+        return await fetch(http), http
+    except BaseException:
+        await http.aclose()
+        raise
 
 
 class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
@@ -147,12 +161,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
                                          metadata=metadata, snapshot=snapshot,
                                          network=network, volumes=volumes, name=name)
-        http = _open(api_url, api_key, timeout, transport)
-        try:
-            info = await create_waiting(http, call)
-        except BaseException:
-            await http.aclose()
-            raise
+        info, http = await _first_info(lambda h: create_waiting(h, call), api_url, api_key,
+                                       timeout, transport)
         return cls(info, http, owns_http=True)
 
     @classmethod
@@ -174,12 +184,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
             snapshot=snapshot, network=network, volumes=volumes, name=name), name)
-        http = _open(api_url, api_key, timeout, transport)
-        try:
-            info = await create_waiting(http, call)
-        except BaseException:
-            await http.aclose()
-            raise
+        info, http = await _first_info(lambda h: create_waiting(h, call), api_url, api_key,
+                                       timeout, transport)
         return cls(info, http, owns_http=True)
 
     @classmethod
@@ -192,12 +198,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         instead to just drop the handle.
         """
         call = _base.get_sandbox_call(sandbox_id)  # an id, or the team's name for one
-        http = _open(api_url, api_key, timeout, transport)
-        try:
-            info = await http.run(call)
-        except BaseException:
-            await http.aclose()
-            raise
+        info, http = await _first_info(lambda h: h.run(call), api_url, api_key, timeout,
+                                       transport)
         return cls(info, http, owns_http=True)
 
     @classmethod

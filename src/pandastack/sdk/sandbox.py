@@ -16,7 +16,7 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 import httpx
@@ -69,6 +69,19 @@ def create_waiting(http: HTTP, call: _base.Call[SandboxInfo]) -> SandboxInfo:
 def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
           transport: httpx.BaseTransport | None) -> HTTP:
     return HTTP(resolve_config(api_url, api_key, timeout=timeout), transport)
+
+
+def _first_info(fetch: Callable[[HTTP], SandboxInfo], api_url: str | None,
+                api_key: str | None, timeout: TimeoutTypes,
+                transport: httpx.BaseTransport | None) -> tuple[SandboxInfo, HTTP]:
+    """Open the connections a new handle will own and run its first call on them; closed
+    again when that call fails, since no handle will own them then."""
+    http = _open(api_url, api_key, timeout, transport)
+    try:
+        return fetch(http), http
+    except BaseException:
+        http.close()
+        raise
 
 
 class Sandbox(_base.SandboxBase[HTTP]):
@@ -144,12 +157,8 @@ class Sandbox(_base.SandboxBase[HTTP]):
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
                                          metadata=metadata, snapshot=snapshot,
                                          network=network, volumes=volumes, name=name)
-        http = _open(api_url, api_key, timeout, transport)
-        try:
-            info = create_waiting(http, call)
-        except BaseException:
-            http.close()
-            raise
+        info, http = _first_info(lambda h: create_waiting(h, call), api_url, api_key, timeout,
+                                 transport)
         return cls(info, http, owns_http=True)
 
     @classmethod
@@ -170,12 +179,8 @@ class Sandbox(_base.SandboxBase[HTTP]):
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
             snapshot=snapshot, network=network, volumes=volumes, name=name), name)
-        http = _open(api_url, api_key, timeout, transport)
-        try:
-            info = create_waiting(http, call)
-        except BaseException:
-            http.close()
-            raise
+        info, http = _first_info(lambda h: create_waiting(h, call), api_url, api_key, timeout,
+                                 transport)
         return cls(info, http, owns_http=True)
 
     @classmethod
@@ -188,12 +193,7 @@ class Sandbox(_base.SandboxBase[HTTP]):
         instead to just drop the handle.
         """
         call = _base.get_sandbox_call(sandbox_id)  # an id, or the team's name for one
-        http = _open(api_url, api_key, timeout, transport)
-        try:
-            info = http.run(call)
-        except BaseException:
-            http.close()
-            raise
+        info, http = _first_info(lambda h: h.run(call), api_url, api_key, timeout, transport)
         return cls(info, http, owns_http=True)
 
     @classmethod
