@@ -8,7 +8,8 @@ from __future__ import annotations
 import errno
 import logging
 import secrets
-from typing import Any, cast
+from collections.abc import Awaitable
+from typing import Any, TypeVar, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -164,6 +165,21 @@ def api_error_of(exc: BaseException) -> ApiError | None:
             return ApiError(507, "insufficient_storage", f"host: {exc}")
         return ApiError(503, "unavailable", f"host: {exc}")
     return None
+
+
+T = TypeVar("T")
+
+
+async def host_call(op: Awaitable[T]) -> T:
+    """Await a host operation; what it raises becomes its API error (`api_error_of`), and
+    what is a bug of ours stays itself (a 500)."""
+    try:
+        return await op
+    except Exception as exc:
+        api = api_error_of(exc)
+        if api is None:
+            raise
+        raise api from None
 
 
 def clean_text(text: str) -> str:

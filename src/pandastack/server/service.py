@@ -32,7 +32,7 @@ from pandastack.wire import (
     SandboxState,
 )
 
-from .errors import ApiError, api_error_of, bad_request, conflict, not_found
+from .errors import ApiError, api_error_of, bad_request, conflict, host_call, not_found
 from .hosts.cluster import ClusterPool
 from .hosts.pinning import pinned_host
 from .names import SandboxNames, claiming
@@ -201,13 +201,7 @@ class SandboxService:
     async def host_call(self, op: Awaitable[T]) -> T:
         """Await a host operation; what it raises becomes its API error (`api_error_of`:
         the host's SandboxNotFound is 409, not on this host)."""
-        try:
-            return await op
-        except Exception as exc:
-            api = api_error_of(exc)
-            if api is None:
-                raise
-            raise api from None
+        return await host_call(op)
 
     async def sync_state(self, row: Sandbox) -> Sandbox:
         """Make the row's state the runtime's (running, paused or hibernated)."""

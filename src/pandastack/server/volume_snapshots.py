@@ -27,7 +27,7 @@ from pandastack.hostport.volumes import HostVolume, VolumePort
 from pandastack.rules import VOLUME_BACKUP_ID_PREFIX, VOLUME_BACKUP_ID_RE, new_volume_backup_id
 from pandastack.wire import CreateVolume, VolumeSnapshotInfo
 
-from .errors import ApiError, api_error_of, not_found
+from .errors import ApiError, api_error_of, host_call, not_found
 from .hosts.pinning import pinned_host
 from .store import Volume, VolumeBackup
 from .store.volume_backups import MoveRefused
@@ -49,13 +49,6 @@ def snapshot_info(row: VolumeBackup) -> VolumeSnapshotInfo:
     return VolumeSnapshotInfo(id=row.id, volume_name=row.volume_name, volume_id=row.volume_id,
                               size_mb=row.size_mb, stored_bytes=row.stored_bytes,
                               created_at=row.created_at)
-
-
-def host_call_failed(exc: Exception) -> ApiError:
-    api = api_error_of(exc)
-    if api is None:
-        raise exc
-    return api
 
 
 class VolumeSnapshots:
@@ -83,10 +76,7 @@ class VolumeSnapshots:
                            "snapshot the sandbox, which copies its volumes)")
         backup_id = new_volume_backup_id()
         with self.volumes.pinned(volume.host_id):
-            try:
-                made = await self.volumes.port.backup_volume(volume.id, backup_id)
-            except Exception as exc:
-                raise host_call_failed(exc) from None
+            made = await host_call(self.volumes.port.backup_volume(volume.id, backup_id))
         return self.store.add_volume_backup(VolumeBackup(
             id=backup_id, team=team, volume_id=volume.id, volume_name=volume.name,
             size_mb=made.size_mb, stored_bytes=made.stored_bytes, created_at=made.created_at,
@@ -94,10 +84,7 @@ class VolumeSnapshots:
 
     async def delete(self, team: str, snapshot_id: str) -> None:
         row = self.row(team, snapshot_id)
-        try:
-            await self.volumes.port.delete_volume_backup(row.id)
-        except Exception as exc:
-            raise host_call_failed(exc) from None
+        await host_call(self.volumes.port.delete_volume_backup(row.id))
         self.store.mark_volume_backup_deleted(row.id)
 
     async def restore(self, team: str, req: CreateVolume) -> Volume:
@@ -142,8 +129,9 @@ class VolumeSnapshots:
             await self._undo(volume.id, source, host_id)
             if isinstance(exc, HostExhausted):
                 raise ApiError(422, "validation_error", f"host_id: {exc}") from None
-            if isinstance(exc, Exception):
-                raise host_call_failed(exc) from None
+            api = api_error_of(exc) if isinstance(exc, Exception) else None
+            if api is not None:
+                raise api from None
             raise
         self.store.switch_volume_host(volume.id)
         await self._drop_source(volume.id, source, host_id)

@@ -37,7 +37,7 @@ from pandastack.wire import (
     VolumeInfo,
 )
 
-from .errors import ApiError, api_error_of, conflict, not_found
+from .errors import ApiError, conflict, host_call, not_found
 from .hosts.pinning import pinned_host
 from .quotas import Quotas
 from .store import Sandbox, Store, Volume
@@ -52,6 +52,12 @@ VOLUME_NAME_RE = re.compile(VOLUME_NAME_PATTERN)
 
 def in_use(message: str) -> ApiError:
     return ApiError(409, "volume_in_use", message)
+
+
+async def _lost_is_deleted(op: Awaitable[None]) -> None:
+    # A volume its host lost already is as good as deleted there: the row still goes.
+    with suppress(VolumeNotFound):
+        await op
 
 
 def clone_name(name: str, sandbox_id: str) -> str:
@@ -161,13 +167,10 @@ class VolumeService:
         except IntegrityError:
             raise conflict(f"the team has a volume named {name!r}") from None
         try:
-            made = await build(port, row.id)
-        except BaseException as exc:
+            made = await host_call(build(port, row.id))
+        except BaseException:
             self.store.forget_volume(row.id)
-            api = api_error_of(exc) if isinstance(exc, Exception) else None
-            if api is None:
-                raise
-            raise api from None
+            raise
         host_id = made.host_id or pinned_host.get()
         if host_id is not None:
             self.store.set_volume_host(row.id, host_id)
@@ -180,15 +183,7 @@ class VolumeService:
         self._detached(row, "delete")
         port = self.port
         with self.pinned(row.host_id):
-            try:
-                await port.delete_volume(row.id)
-            except VolumeNotFound:
-                pass  # its host lost it already: the row still goes
-            except Exception as exc:
-                api = api_error_of(exc)
-                if api is None:
-                    raise
-                raise api from None
+            await host_call(_lost_is_deleted(port.delete_volume(row.id)))
         self.store.mark_volume_deleted(row.id)
 
     async def resize(self, team: str, name: str, size_mb: int) -> Volume:
@@ -208,13 +203,7 @@ class VolumeService:
         self.store.check_quota(team, quota)
         port = self.port
         with self.pinned(row.host_id):
-            try:
-                await port.resize_volume(row.id, size_mb)
-            except Exception as exc:
-                api = api_error_of(exc)
-                if api is None:
-                    raise
-                raise api from None
+            await host_call(port.resize_volume(row.id, size_mb))
         self.store.resize_volume_row(row.id, size_mb)
         row.size_mb = size_mb
         return row
