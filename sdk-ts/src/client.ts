@@ -10,6 +10,7 @@ import { Http, pathSegment, sandboxPath, withReadTimeout } from "./http.js";
 import { type CreateOptions, type ListOptions, type SandboxPage, Sandbox, createBody, createWaiting,
   listInfos } from "./sandbox.js";
 import { fromDockerfile } from "./dockerfile.js";
+import { Template } from "./template.js";
 import { SSEDecoder } from "./sse.js";
 import type { CreatedKey, DrainResult, HostInfo, KeyInfo, NetworkArg, QuotaInfo, SandboxInfo,
   SnapshotInfo, TemplateBuildInfo, TemplateInfo, TemplateSpec, UsageReport, VolumeInfo } from "./types.js";
@@ -81,6 +82,8 @@ export class Snapshots extends Namespace {
 }
 
 export interface BuildOptions {
+  /** Where a Dockerfile's COPY/ADD sources are read from (Dockerfile text only). */
+  contextDir?: string;
   vcpus?: number;
   memoryMb?: number;
   /** The build VM's egress policy. */
@@ -94,11 +97,13 @@ export interface BuildOptions {
 
 export class Templates extends Namespace {
 
-  /** Build a new version of template `name` from `template`, a template spec (the wire `TemplateSpec`:
+  /** Build a new version of template `name` from `template`: a `Template` builder, Dockerfile
+   * text (COPY sources from `contextDir`) or a template spec (the wire `TemplateSpec`:
    * `{from_template, steps: [{kind: "apt", packages: [...]}, ...], start, ready}`) and, with
    * `wait`, follow its log to the end. A failed build throws `TemplateBuildError`. */
-  async build(template: TemplateSpec | string, name: string, options: BuildOptions = {}): Promise<TemplateBuildInfo> {
-    const spec = typeof template === "string" ? fromDockerfile(template) : template;
+  async build(template: Template | TemplateSpec | string, name: string, options: BuildOptions = {}): Promise<TemplateBuildInfo> {
+    const spec = template instanceof Template ? template.toSpec()
+      : typeof template === "string" ? fromDockerfile(template, options.contextDir) : template;
     const body: Record<string, unknown> = { name, spec, vcpus: options.vcpus ?? 1,
       memory_mb: options.memoryMb ?? 512 };
     if (options.network !== undefined) body["network"] = snakeify(options.network);

@@ -4,21 +4,23 @@
  * Dockerfiles and compares the specs). Supported: one `FROM <template>` first; `RUN` (shell
  * or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` / `ENTRYPOINT`
  * (the template's start command); `# pandastack: ready port 8000` / `ready-timeout 60`
- * directives. `EXPOSE`, `LABEL`, `MAINTAINER` are ignored. Not yet here: `COPY` / `ADD`
- * (they read the build context; the Python SDK builds those steps).
+ * directives; `COPY` / `ADD <src>... <dst>` (sources from the build context directory, globs
+ * allowed; `ADD` only for plain local files: src/copy.ts reads them). `EXPOSE`, `LABEL`,
+ * `MAINTAINER` are ignored. Steps are checked as Python's models check them (src/template.ts).
  */
+import { CopyBudget, copyStep, globPaths, joinPure, purePath } from "./copy.js";
 import { invalid } from "./errors.js";
+import { type TemplateStep, DEFAULT_READY_TIMEOUT_SECONDS, checkedSpec, envStep, pyRepr, readyCheck, runStep,
+  userStep, workdirStep } from "./template.js";
 import type { TemplateSpec } from "./types.js";
 
 const IGNORED = new Set(["EXPOSE", "LABEL", "MAINTAINER"]);
 const UNSUPPORTED = new Set(["ARG", "SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"]);
-const DEFAULT_READY_TIMEOUT_SECONDS = 120;
+const ARCHIVES = [".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"];
 const DIRECTIVE = /^#\s*pandastack\s*:\s*(.*)$/i;
 const PARSER_DIRECTIVE = /^#\s*([a-zA-Z]+)\s*=\s*(.*?)\s*$/;
 const INSTRUCTION = /^\s*([A-Za-z]+)(?:\s+([\s\S]*))?$/;
 const HEREDOC = /^<<-?\s*["']?[A-Za-z_]/;
-
-type Step = Record<string, unknown> & { kind: string };
 
 /** Python's str.split() with no argument: runs of whitespace, none at the ends. */
 function words(text: string, max = Infinity): string[] {
@@ -83,23 +85,47 @@ function jsonList(args: string): string[] | undefined {
   }
 }
 
+/** Python's `_json_list(args) or fallback`: an empty list is not the exec form either. */
+function jsonOr<T>(args: string, fallback: T): string[] | T {
+  const list = jsonList(args);
+  return list !== undefined && list.length ? list : fallback;
+}
+
 class Parser {
+  readonly context: string | undefined;
+  readonly budget = new CopyBudget();
   fromTemplate: string | undefined;
-  steps: Step[] = [];
+  steps: TemplateStep[] = [];
   cmd: string | string[] | undefined;
   entrypoint: string | string[] | undefined;
   ready: [string, string] | undefined;
   readyTimeout = DEFAULT_READY_TIMEOUT_SECONDS;
 
+  constructor(contextDir: string | undefined) {
+    // Path.absolute(): made absolute, not resolved (`..` stays, symlinks are not followed).
+    this.context = contextDir === undefined ? undefined
+      : contextDir.startsWith("/") ? purePath(contextDir) : joinPure(process.cwd(), contextDir);
+  }
+
   directive(lineno: number, text: string): void {
     const w = words(text, 3);
     const bad = (why: string) => invalid(`Dockerfile line ${lineno}: bad pandastack directive: ${why}`);
     if (w.length === 3 && w[0]!.toLowerCase() === "ready") {
-      if (!["port", "file", "command"].includes(w[1]!)) throw bad(`unknown ready check '${w[1]}'`);
+      if (!["port", "file", "command"].includes(w[1]!)) throw bad(`unknown ready check ${pyRepr(w[1]!)}`);
       this.ready = [w[1]!, w[2]!.trim()];
+      try {
+        readyCheck(w[1] as "port", this.ready[1], DEFAULT_READY_TIMEOUT_SECONDS);
+      } catch (err) {
+        throw bad((err as Error).message);
+      }
     } else if (w.length === 2 && w[0]!.toLowerCase() === "ready-timeout") {
       const seconds = Number(w[1]);
-      if (!Number.isFinite(seconds) || seconds <= 0) throw bad(`ready-timeout ${w[1]}`);
+      if (Number.isNaN(seconds) || !w[1]!.trim()) throw bad(`could not convert string to float: ${pyRepr(w[1]!)}`);
+      try {
+        readyCheck("file", "-", seconds);
+      } catch (err) {
+        throw bad((err as Error).message);
+      }
       this.readyTimeout = seconds;
     } else {
       throw bad("expected 'ready port|file|command <value>' or 'ready-timeout <seconds>'");
@@ -115,13 +141,11 @@ class Parser {
     if (this.fromTemplate === undefined) throw new Error("the first instruction must be FROM <template>");
     if (IGNORED.has(name)) return;
     if (UNSUPPORTED.has(name)) throw new Error(`${name} is not supported`);
-    if (name === "COPY" || name === "ADD") {
-      throw new Error(`${name} is not supported by the TypeScript SDK yet (the Python SDK builds it from the context directory)`);
-    }
     const handlers: Record<string, (a: string) => void> = {
-      RUN: (a) => this.run(a), ENV: (a) => this.env(a), WORKDIR: (a) => this.steps.push({ kind: "workdir", path: a }),
-      USER: (a) => this.user(a), CMD: (a) => { this.cmd = jsonList(a) ?? a; },
-      ENTRYPOINT: (a) => { this.entrypoint = jsonList(a) ?? a; },
+      RUN: (a) => this.run(a), COPY: (a) => this.copy(a, "COPY"), ADD: (a) => this.add(a),
+      ENV: (a) => this.env(a), WORKDIR: (a) => this.steps.push(workdirStep(a)),
+      USER: (a) => this.user(a), CMD: (a) => { this.cmd = jsonOr(a, a); },
+      ENTRYPOINT: (a) => { this.entrypoint = jsonOr(a, a); },
     };
     const handler = handlers[name];
     if (handler === undefined) throw new Error(`unknown instruction ${name}`);
@@ -141,7 +165,40 @@ class Parser {
   private run(args: string): void {
     if (args.startsWith("--")) throw new Error(`RUN flags are not supported: ${words(args)[0]}`);
     if (HEREDOC.test(args)) throw new Error("heredocs are not supported");
-    this.steps.push({ kind: "run", command: jsonList(args) ?? args });
+    this.steps.push(runStep(jsonOr(args, args)));
+  }
+
+  private copy(args: string, instruction: string): void {
+    const tokens = jsonOr(args, words(args));
+    if (tokens[0]!.startsWith("--")) throw new Error(`${instruction} flags are not supported: ${tokens[0]}`);
+    if (tokens.length < 2) throw new Error(`${instruction} needs a source and a destination`);
+    if (this.context === undefined) throw new Error(`${instruction} needs a build context directory`);
+    const sources = tokens.slice(0, -1);
+    const dst = tokens[tokens.length - 1]!;
+    const paths: string[] = [];
+    for (const src of sources) {
+      if (src.includes("://")) throw new Error(`${instruction} from a URL is not supported: ${src}`);
+      const rel = src.replace(/^\/+/, "") || ".";
+      if (/[*?[]/.test(rel)) {
+        const matches = globPaths(this.context, rel);
+        if (!matches.length) throw new Error(`no file in the build context matches ${src}`);
+        paths.push(...matches);
+      } else {
+        paths.push(joinPure(this.context, rel));
+      }
+    }
+    this.steps.push(copyStep(paths, dst, { root: this.context, budget: this.budget }));
+  }
+
+  private add(args: string): void {
+    const tokens = jsonOr(args, words(args));
+    for (const src of tokens.slice(0, -1)) {
+      if (src.includes("://")) throw new Error(`ADD from a URL is not supported: ${src}`);
+      if (ARCHIVES.some((ext) => src.toLowerCase().endsWith(ext))) {
+        throw new Error("ADD of an archive (which Docker unpacks) is not supported; COPY it and RUN tar");
+      }
+    }
+    this.copy(args, "ADD");
   }
 
   private env(args: string): void {
@@ -156,7 +213,7 @@ class Parser {
       }
       for (const word of parts) {
         const eq = word.indexOf("=");
-        if (eq < 0) throw new Error(`ENV: expected NAME=VALUE, got '${word}'`);
+        if (eq < 0) throw new Error(`ENV: expected NAME=VALUE, got ${pyRepr(word)}`);
         values[word.slice(0, eq)] = word.slice(eq + 1);
       }
     } else {
@@ -164,12 +221,12 @@ class Parser {
       if (parts.length !== 2) throw new Error("ENV: expected NAME VALUE or NAME=VALUE ...");
       values[parts[0]!] = parts[1]!;
     }
-    this.steps.push({ kind: "env", env: values });
+    this.steps.push(envStep(values));
   }
 
   private user(args: string): void {
     if (args.includes(":")) throw new Error("USER user:group is not supported; give a user name");
-    this.steps.push({ kind: "user", name: args });
+    this.steps.push(userStep(args));
   }
 
   private start(): string | undefined {
@@ -184,13 +241,13 @@ class Parser {
 
   finish(): TemplateSpec {
     if (this.fromTemplate === undefined) throw invalid("Dockerfile has no FROM");
-    const spec: Record<string, unknown> = { from_template: this.fromTemplate, steps: this.steps };
-    const start = this.start();
-    if (start) spec["start"] = start;
-    if (this.ready !== undefined) {
-      spec["ready"] = { kind: this.ready[0], value: this.ready[1], timeout_seconds: this.readyTimeout };
+    try {
+      const ready = this.ready === undefined ? undefined
+        : readyCheck(this.ready[0] as "port", this.ready[1], this.readyTimeout);
+      return checkedSpec(this.fromTemplate, this.steps, this.start() || undefined, ready);
+    } catch (err) {
+      throw invalid(`Dockerfile: ${(err as Error).message}`);
     }
-    return spec as TemplateSpec;
   }
 }
 
@@ -201,9 +258,10 @@ function splitlines(text: string): string[] {
   return lines;
 }
 
-/** Read the Dockerfile subset into a template spec (`InvalidRequestError` naming the line). */
-export function fromDockerfile(text: string): TemplateSpec {
-  const parser = new Parser();
+/** Read the Dockerfile subset into a template spec (`InvalidRequestError` naming the line);
+ * `contextDir` is where COPY sources are read from. */
+export function fromDockerfile(text: string, contextDir?: string): TemplateSpec {
+  const parser = new Parser(contextDir);
   let parts: string[] = [];
   let start = 0;
   let leading = true; // parser directives (`# escape=`) are only valid before anything else

@@ -12,6 +12,8 @@ export { Client, Sandboxes, Snapshots, Templates, Volumes, Keys, Hosts, Teams,
 export { Commands, Process, type ExecOptions, type StartOptions, type ConnectOptions,
   type ProcessEvent } from "./commands.js";
 export { fromDockerfile } from "./dockerfile.js";
+export { Template, waitForCommand, waitForFile, waitForPort, type ReadyCheck, type TemplateStep } from "./template.js";
+export { MAX_COPY_BYTES, MAX_COPY_FILES } from "./copy.js";
 export { Filesystem, type ReadFormat, type Progress } from "./files.js";
 export { Watch, type FileEvent } from "./watch.js";
 export { Pty, Terminals, type PtyCreateOptions, type PtyDataCallback } from "./pty.js";

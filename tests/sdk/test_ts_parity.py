@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -43,6 +44,15 @@ from pandastack.sdk import (
     Result,
     errors,
 )
+from pandastack.templatespec import (
+    MAX_COPY_BYTES,
+    Template,
+    TemplateSpec,
+    from_dockerfile,
+    wait_for_command,
+    wait_for_file,
+    wait_for_port,
+)
 
 SDK = Path(__file__).resolve().parents[2] / "sdk-ts"
 
@@ -55,11 +65,14 @@ PAIRS: list[tuple[type[Any], str]] = [
     (AsyncClient, "Client"), (AsyncSandboxes, "Sandboxes"), (AsyncSnapshots, "Snapshots"),
     (AsyncTemplates, "Templates"), (AsyncVolumes, "Volumes"), (AsyncKeys, "Keys"),
     (AsyncHosts, "Hosts"), (AsyncTeams, "Teams"), (Execution, "Execution"), (Result, "Result"),
+    (Template, "Template"),
 ]
+# The template spec's helpers the Python SDK exports beside its classes.
+FUNCTIONS = [from_dockerfile, wait_for_port, wait_for_file, wait_for_command]
 # Python's `TimeoutError` would shadow JavaScript's global of that name.
 ERROR_NAMES = {"TimeoutError": "PandastackTimeoutError"}
 # Python takes the constructor's arguments only where users call it (Client(...)).
-CONSTRUCTED = {AsyncClient}
+CONSTRUCTED: set[type[Any]] = {AsyncClient, Template}
 
 
 def camel(name: str) -> str:
@@ -87,7 +100,8 @@ def listed() -> dict[str, Any]:
 def parameters(func: Any, renames: dict[str, str]) -> list[str]:
     names = []
     for p in inspect.signature(func).parameters.values():
-        if p.name in ("self", "cls") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+        # *packages is a rest parameter in TypeScript (aptInstall(...packages)).
+        if p.name in ("self", "cls") or p.kind == p.VAR_KEYWORD:
             continue
         names.append(renames.get(p.name, camel(p.name)))
     return names
@@ -138,6 +152,9 @@ def differences(ts: dict[str, Any], renames: dict[str, str]) -> set[tuple[str, s
     py_errors = {ERROR_NAMES.get(n, n) for n in errors.__all__}
     for name in py_errors - set(ts["exports"]):
         found.add((name, "python"))
+    for func in FUNCTIONS:
+        if camel(func.__name__) not in ts["exports"]:
+            found.add((camel(func.__name__), "python"))
     return found
 
 
@@ -246,3 +263,179 @@ def test_dockerfiles_read_the_same_in_both_sdks(ts_surface: dict[str, Any]) -> N
         assert "error" in got, (text, got)
         where = re.match(r"Dockerfile( line \d+)?", str(caught.value))
         assert where and got["error"].startswith(where.group(0)), (text, got, str(caught.value))
+
+
+# Both SDKs read a build context into copy steps (templatespec/builder.py and its port,
+# sdk-ts/src/copy.ts). One tree holds what the cases below read: nested directories, a
+# hidden file, modes, a symlink that stays inside, one that leaves, a symlinked directory,
+# and a file and a file count each past the limits.
+def make_context(root: Path) -> Path:
+    ctx = root / "ctx"
+    (ctx / "app" / "sub" / "deep").mkdir(parents=True)
+    (ctx / "app" / "main.py").write_text("print('hi')\n")
+    (ctx / "app" / ".hidden").write_bytes(b"\x00\xffbinary")
+    (ctx / "app" / "sub" / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (ctx / "app" / "sub" / "run.sh").chmod(0o755)
+    (ctx / "app" / "sub" / "deep" / "é-ü.txt").write_text("unicode name\n")
+    (ctx / "data").mkdir()
+    (ctx / "data" / "inside.txt").write_text("inside\n")
+    (ctx / "app" / "link-in").symlink_to("../data/inside.txt")
+    (ctx / "readme.md").write_text("# readme\n")
+    (ctx / "cfg").mkdir()
+    for name in ("b.json", "a.json", "c.yaml"):
+        (ctx / "cfg" / name).write_text("{}\n")
+    (root / "outside").mkdir()
+    (root / "outside" / "secret.txt").write_text("secret\n")
+    (ctx / "bad-out").mkdir()
+    (ctx / "bad-out" / "leak").symlink_to("../../outside/secret.txt")
+    (ctx / "bad-dir").mkdir()
+    (ctx / "bad-dir" / "linked").symlink_to("../app")
+    (ctx / "big").mkdir()
+    with (ctx / "big" / "huge.bin").open("wb") as f:
+        f.truncate(MAX_COPY_BYTES + 1)  # sparse: refused from its size, before any read
+    (ctx / "many").mkdir()
+    for i in range(10_001):
+        (ctx / "many" / f"f{i}").touch()
+    return ctx
+
+
+COPY_DOCKERFILES = [
+    "FROM base\nCOPY app /srv/app/\nCOPY readme.md /srv/README\nCOPY readme.md /srv/docs/\n"
+    "COPY cfg/*.json data/inside.txt /etc/cfg/\nADD [\"app/main.py\", \"/opt/\"]\n"
+    "COPY /app/sub rel\nCOPY app/sub/run.sh .\nCOPY a*/s?b/[d-e]*/ /globbed/\n",
+    "FROM base\nCOPY **/*.json /all/\nCOPY app/./sub//deep /d\nWORKDIR /srv\nCMD [\"sh\"]\n",
+]
+BAD_COPY_DOCKERFILES = [
+    "FROM base\nCOPY bad-out /x/\n",  # a symlink out of the context
+    "FROM base\nCOPY bad-dir /x/\n",  # a symlinked directory
+    "FROM base\nCOPY ../outside/secret.txt /x\n",  # outside by its path
+    "FROM base\nRUN true\nCOPY nope /x\n",
+    "FROM base\nCOPY *.nothing /x/\n",
+    "FROM base\nCOPY readme.md app /x\n",
+    "FROM base\nADD app.tar.gz /x/\n",
+    "FROM base\nADD https://example.com/a /x\n",
+    "FROM base\nCOPY --chown=app readme.md /x\n",
+    "FROM base\nCOPY readme.md\n",
+    "FROM base\nCOPY big /x/\n",  # over MAX_COPY_BYTES
+    "FROM base\nCOPY app /a/\nCOPY many /x/\n",  # over MAX_COPY_FILES
+]
+
+
+def builder_ops(ctx: Path) -> list[list[Any]]:
+    return [
+        ["aptInstall", "curl", "git=1:2.39.2-1"], ["pipInstall", "flask==3.0.0", "requests"],
+        ["npmInstall", "@scope/pkg@1.2.3"], ["run", ["echo", "hi"]], ["run", "make all"],
+        ["copy", str(ctx / "app"), "/srv/app/"], ["copy", str(ctx / "readme.md"), "/srv/README"],
+        ["copy", str(ctx / "bad-out"), "/leak/"],  # no context: a symlink may point anywhere
+        ["env", {"A": "1", "PATH": "/x:$PATH"}], ["workdir", "/srv"], ["user", "app"],
+        ["start", "python -m http.server 8000", ["waitForPort", 8000, 30]],
+    ]
+
+
+BAD_BUILDER_OPS = [
+    [["pipInstall", "bad name"]], [["aptInstall"]], [["user", "1000"]], [["run", "  "]],
+    [["env", {"1A": "x"}]], [["start", "serve", ["waitForPort", 0]]],
+    [["start", "serve", ["waitForFile", "/up", 0]]], [["copy", "/nonexistent-ps", "/x"]],
+    [["copy", "@ctx/big", "/x/"]], [["copy", "@ctx/app", "/a/"], ["copy", "@ctx/many", "/m/"]],
+]
+
+
+def python_template(ops: list[list[Any]], ctx: Path) -> TemplateSpec:
+    waits = {"waitForPort": wait_for_port, "waitForFile": wait_for_file,
+             "waitForCommand": wait_for_command}
+    template = Template("python")
+    for name, *args in ops:
+        args = [a.replace("@ctx", str(ctx)) if isinstance(a, str) else a for a in args]
+        method = getattr(template, re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name))
+        if name == "start" and len(args) == 2:
+            args[1] = waits[args[1][0]](*args[1][1:])
+        method(*args)
+    return template.to_spec()
+
+
+def ts_copy_cases(cases: list[dict[str, Any]]) -> list[Any]:
+    script = """
+import { readFileSync } from 'node:fs';
+import * as sdk from './dist/src/index.js';
+const run = (c) => {
+  if (c.dockerfile !== undefined) return sdk.fromDockerfile(c.dockerfile, c.context ?? undefined);
+  const t = new sdk.Template('python');
+  for (const [name, ...args] of c.ops) {
+    const real = args.map((a) => typeof a === 'string' ? a.replace('@ctx', c.context) : a);
+    if (name === 'start' && real.length === 2) real[1] = sdk[real[1][0]](...real[1].slice(1));
+    t[name](...real);
+  }
+  return t.toSpec();
+};
+const out = JSON.parse(readFileSync(0, 'utf8')).map((c) => {
+  try { return { spec: run(c) }; }
+  catch (e) { return { error: e.message, invalid: e instanceof sdk.InvalidRequestError }; } });
+process.stdout.write(JSON.stringify(out));
+"""
+    proc = subprocess.run(["node", "--input-type=module", "-e", script], cwd=SDK,
+                          input=json.dumps(cases), capture_output=True, text=True, check=True,
+                          timeout=120)
+    result: list[Any] = json.loads(proc.stdout)
+    return result
+
+
+def python_error(exc: Exception) -> str:
+    if isinstance(exc, pydantic.ValidationError):
+        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+    return str(exc)
+
+
+def same_refusal(py: str, ts: str) -> bool:
+    """The same message, but for what the OS said about an unreadable path (errno texts
+    differ between the runtimes): `cannot read <path>: ...` is compared up to the path."""
+    cut = re.compile(r"(cannot read [^:]+): .*")
+    return cut.sub(r"\1", py) == cut.sub(r"\1", ts)
+
+
+def test_build_contexts_read_the_same_in_both_sdks(ts_surface: dict[str, Any],
+                                                   tmp_path: Path) -> None:
+    """COPY/ADD and the builder's copy(): the same context gives the same spec JSON in both
+    SDKs (files, modes, contents, destinations, glob matches), and what Python refuses
+    (symlinks leaving the context, symlinked directories, paths outside, the byte and file
+    limits) TypeScript refuses with the same message, as an InvalidRequestError."""
+    ctx = make_context(tmp_path)
+    cases: list[dict[str, Any]] = [
+        *({"dockerfile": t, "context": str(ctx)} for t in COPY_DOCKERFILES),
+        # relative to the process's directory, as Python's context_dir may be
+        {"dockerfile": COPY_DOCKERFILES[1], "context": os.path.relpath(ctx, SDK)},
+        {"ops": builder_ops(ctx), "context": str(ctx)},
+    ]
+    got = ts_copy_cases(cases)
+    for case, result in zip(cases[:len(COPY_DOCKERFILES)], got, strict=False):
+        assert "spec" in result, (case, result)
+        want = from_dockerfile(case["dockerfile"], Path(case["context"]))
+        assert want.steps and any(s.kind == "copy" for s in want.steps)
+        assert TemplateSpec.model_validate(result["spec"]) == want, case["dockerfile"]
+    assert got[len(COPY_DOCKERFILES)] == got[1]  # the relative context read the same files
+    spec = python_template(builder_ops(ctx), ctx)
+    assert "spec" in got[-1], got[-1]
+    assert TemplateSpec.model_validate(got[-1]["spec"]) == spec
+    copied = [f.path for s in spec.steps if s.kind == "copy" for f in s.files]
+    assert {".hidden", "link-in", "sub/deep/é-ü.txt", "leak"} <= set(copied)
+
+    bad: list[dict[str, Any]] = [
+        *({"dockerfile": t, "context": str(ctx)} for t in BAD_COPY_DOCKERFILES),
+        {"dockerfile": "FROM base\nCOPY a /b\n", "context": None},
+        *({"ops": ops, "context": str(ctx)} for ops in BAD_BUILDER_OPS),
+    ]
+    classes = ["is outside the build context", "symlinked directories are not supported",
+               "copied files exceed 64 MiB together", "more than 10000 copied files",
+               "needs a build context directory", "cannot read"]
+    seen: set[str] = set()
+    for case, result in zip(bad, ts_copy_cases(bad), strict=True):
+        with pytest.raises(ValueError) as caught:
+            if "dockerfile" in case:
+                from_dockerfile(case["dockerfile"],
+                                Path(case["context"]) if case["context"] else None)
+            else:
+                python_template(case["ops"], ctx)
+        want = python_error(caught.value)
+        assert "error" in result and result["invalid"], (case, result, want)
+        assert same_refusal(want, result["error"]), (case, want, result["error"])
+        seen |= {c for c in classes if c in want}
+    assert seen == set(classes)  # every refusal the brief names was met
