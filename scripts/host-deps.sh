@@ -17,6 +17,9 @@ packages=(
   # The store's tests and the development cluster run a private PostgreSQL from its binaries
   # (scripts/pg-cluster); a single-machine install needs none (SQLite).
   postgresql
+  # The dashboard's browser tests (tests/server/browser.py): Debian's Chromium, driven by
+  # Playwright's Python package over its own protocol; no browser download.
+  chromium
 )
 
 missing=()

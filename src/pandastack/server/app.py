@@ -22,6 +22,7 @@ from pandastack.wire import ErrorEnvelope
 from pandastack.wire_pty import PTY_WEBSOCKET
 
 from .bootstrap import ensure_admin_key, private_database
+from .dashboard import DashboardMiddleware
 from .errors import ApiError, RequestIdMiddleware, install_handlers
 from .lifecycle import reaper
 from .limits import BodyLimitMiddleware
@@ -185,6 +186,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                        max_template_bytes=settings.max_template_bytes)
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(MetricsContextMiddleware, metrics=server_metrics)
+    # /dashboard: outermost, so what it forwards to /v1 meets every layer above once.
+    app.add_middleware(DashboardMiddleware)
     access = MetricsAccess.of(settings.host)
 
     @app.get("/health", response_model=Health, tags=["health"])

@@ -77,10 +77,18 @@ def authenticate(store: Store, key: str | None) -> Principal:
     return Principal(key_id=row.id, team=row.team, admin=row.admin)
 
 
+# Where the dashboard (server/dashboard) puts the caller its session cookie stands for, before
+# it hands a request to the API in process. Only code in this process can set a scope key; the
+# dashboard strips the cookie, so no route ever authenticates one.
+SESSION_PRINCIPAL = "pandastack.session_principal"
+
+
 async def principal(request: Request) -> Principal:
     """Dependency: the authenticated caller (401 otherwise), rate limited per key (429)."""
     state = request.app.state
-    who = authenticate(state.store, key_from_headers(request))
+    who = request.scope.get(SESSION_PRINCIPAL)
+    if not isinstance(who, Principal):
+        who = authenticate(state.store, key_from_headers(request))
     wait = state.rate_limiter.take(who.key_id)
     if wait > 0:
         raise ApiError(429, "rate_limited", "too many requests for this API key",

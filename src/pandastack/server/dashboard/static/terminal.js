@@ -1,0 +1,106 @@
+// A browser terminal on the PTY WebSocket (docs/adr/0028-terminals.md), drawn by xterm.js
+// (vendor/, loaded as a classic script: window.Terminal, window.FitAddon).
+import {api, h, notify} from "./api.js";
+
+const MAX_INPUT = 64 * 1024;  // the server closes with 1009 past this: a paste is cut
+
+export function terminalPanel(id) {
+  let term = null, socket = null, fit = null, pid = null, onResize = null;
+  const screen = h("div", {class: "terminal", hidden: true});
+  const state = h("span", {class: "sub", role: "status"});
+  const open = h("button", {type: "button", id: "open-terminal", onclick: () => start()},
+                 "Open terminal");
+  const close = h("button", {type: "button", class: "secondary", hidden: true,
+                             onclick: () => stop(true)}, "Close");
+  const element = h("section", {"aria-labelledby": "term-h"},
+    h("div", {class: "section-head"}, h("h2", {id: "term-h"}, "Terminal"), state, open, close),
+    screen);
+
+  function stop(kill) {
+    if (onResize) window.removeEventListener("resize", onResize);
+    onResize = null;
+    if (socket) socket.close(1000);
+    socket = null;
+    if (kill && pid !== null) {
+      api("POST", `/v1/sandboxes/${id}/processes/${pid}/signal`, {body: {signal: 9}})
+        .catch(() => { /* already gone */ });
+    }
+    pid = null;
+    if (term) term.dispose();
+    term = null;
+    screen.hidden = true;
+    open.hidden = false;
+    close.hidden = true;
+  }
+
+  async function start() {
+    open.hidden = true;
+    close.hidden = false;
+    screen.hidden = false;
+    term = new window.Terminal({cursorBlink: true, fontSize: 14, convertEol: false,
+                                scrollback: 5000});
+    fit = new window.FitAddon.FitAddon();
+    term.loadAddon(fit);
+    term.open(screen);
+    fit.fit();
+    try {
+      const info = await api("POST", `/v1/sandboxes/${id}/pty`,
+                             {body: {cols: term.cols, rows: term.rows}});
+      pid = info.pid;
+    } catch (e) {
+      notify(`Terminal: ${e.message}`, "error");
+      stop(false);
+      return;
+    }
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    socket = new WebSocket(`${scheme}//${location.host}/dashboard/api/v1/sandboxes/` +
+                           `${encodeURIComponent(id)}/pty/${pid}`);
+    socket.binaryType = "arraybuffer";
+    const encoder = new TextEncoder();
+    socket.onopen = () => {
+      state.textContent = `pid ${pid}`;
+      term.focus();
+    };
+    socket.onmessage = (event) => {
+      if (typeof event.data === "string") {
+        const message = JSON.parse(event.data);
+        if (message.type === "exit") {
+          term.write(`\r\n[exited: ${message.signal ? "signal " + message.signal
+                                                     : message.exit_code}]\r\n`);
+          state.textContent = "exited";
+        }
+        return;
+      }
+      term.write(new Uint8Array(event.data));
+    };
+    socket.onclose = (event) => {
+      if (event.code !== 1000 && term) {
+        term.write(`\r\n[disconnected: ${event.code}]\r\n`);
+        state.textContent = "disconnected";
+      }
+    };
+    term.onData((data) => {
+      if (!socket || socket.readyState !== WebSocket.OPEN) return;
+      const bytes = encoder.encode(data);
+      for (let i = 0; i < bytes.length; i += MAX_INPUT) {
+        socket.send(bytes.subarray(i, i + MAX_INPUT));
+      }
+    });
+    term.onResize(({cols, rows}) => {
+      if (socket && socket.readyState === WebSocket.OPEN) {
+        socket.send(JSON.stringify({type: "resize", cols, rows}));
+      }
+    });
+    onResize = () => fit && fit.fit();
+    window.addEventListener("resize", onResize);
+  }
+
+  return {
+    element,
+    stop: () => stop(false),
+    setState(sandboxState) {
+      open.disabled = sandboxState !== "running";
+      open.title = open.disabled ? `The sandbox is ${sandboxState}` : "";
+    },
+  };
+}

@@ -1,0 +1,85 @@
+"""A real browser for the dashboard's tests: Debian's Chromium (scripts/host-deps.sh installs
+it), driven by Playwright's Python package with `executable_path`, never a downloaded build.
+The flags keep it off the network (this machine has none but loopback) and its profile is a
+fresh directory, removed afterwards. Every console error and uncaught page error is kept, so a
+test can assert there were none; screenshots go to `artifacts_dir()`, outside the repo."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playwright.sync_api import ConsoleMessage, Error, Page, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage"]
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots go: $PANDASTACK_ARTIFACTS/dashboard, else /tmp/pandastack-artifacts/
+    dashboard; printed, so a run's log says where to look."""
+    root = Path(os.environ.get("PANDASTACK_ARTIFACTS", "/tmp/pandastack-artifacts"))
+    path = root / "dashboard"
+    path.mkdir(parents=True, exist_ok=True)
+    print(f"dashboard screenshots: {path}")
+    return path
+
+
+@dataclass
+class Browser:
+    page: Page
+    errors: list[str] = field(default_factory=list)
+
+    def shot(self, name: str) -> Path:
+        path = artifacts_dir() / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def sign_in(self, base_url: str, key: str) -> None:
+        self.page.goto(f"{base_url}/dashboard/")
+        self.page.wait_for_url("**/dashboard/login")
+        self.page.fill("#key", key)
+        self.page.keyboard.press("Enter")  # keyboard only: the form submits on Enter
+        self.page.wait_for_url("**/dashboard/#/sandboxes")
+        self.page.wait_for_selector("#who:not(:empty)")
+
+
+@contextmanager
+def chromium(viewport: dict[str, int] | None = None) -> Iterator[Browser]:
+    """A fresh Chromium with one page; confirm/prompt dialogs are accepted (with their
+    default text)."""
+    profile = Path(tempfile.mkdtemp(prefix="ps-chromium-"))
+    try:
+        with sync_playwright() as p:
+            context = p.chromium.launch_persistent_context(
+                str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
+                viewport=viewport or DESKTOP)  # type: ignore[arg-type]
+            try:
+                page = context.pages[0] if context.pages else context.new_page()
+                browser = Browser(page)
+
+                def console(message: ConsoleMessage) -> None:
+                    if message.type == "error":
+                        browser.errors.append(f"console: {message.text} ({message.location})")
+
+                def page_error(error: Error) -> None:
+                    browser.errors.append(f"page error: {error}")
+
+                page.on("console", console)
+                page.on("pageerror", page_error)
+                page.on("dialog", lambda dialog: dialog.accept(dialog.default_value))
+                yield browser
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert not profile.exists()
