@@ -2,7 +2,8 @@
 (`node --test` on the compiled sdk-ts/test/integration/live.test.ts: the seed's agent loop,
 streaming exec, a background process, files, a 50 MB file streamed both ways in bounded
 memory, a terminal, a file watch, run_code with a PNG, a fork with three children, a
-template built from Dockerfile text with its log), and the packed
+template built from Dockerfile text that COPYs a directory of its context, with its log,
+and a sandbox of it reading the copied files), and the packed
 tarball installed into an empty folder running the README's TypeScript quickstart.
 
 The SDK is built here (sdk-ts/scripts/build.sh: `npm ci` from the committed lock, reused

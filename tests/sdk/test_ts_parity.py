@@ -341,8 +341,8 @@ BAD_BUILDER_OPS = [
 
 
 def python_template(ops: list[list[Any]], ctx: Path) -> TemplateSpec:
-    waits = {"waitForPort": wait_for_port, "waitForFile": wait_for_file,
-             "waitForCommand": wait_for_command}
+    waits: dict[str, Any] = {"waitForPort": wait_for_port, "waitForFile": wait_for_file,
+                             "waitForCommand": wait_for_command}
     template = Template("python")
     for name, *args in ops:
         args = [a.replace("@ctx", str(ctx)) if isinstance(a, str) else a for a in args]
@@ -434,8 +434,8 @@ def test_build_contexts_read_the_same_in_both_sdks(ts_surface: dict[str, Any],
                                 Path(case["context"]) if case["context"] else None)
             else:
                 python_template(case["ops"], ctx)
-        want = python_error(caught.value)
-        assert "error" in result and result["invalid"], (case, result, want)
-        assert same_refusal(want, result["error"]), (case, want, result["error"])
-        seen |= {c for c in classes if c in want}
+        refusal = python_error(caught.value)
+        assert "error" in result and result["invalid"], (case, result, refusal)
+        assert same_refusal(refusal, result["error"]), (case, refusal, result["error"])
+        seen |= {c for c in classes if c in refusal}
     assert seen == set(classes)  # every refusal the brief names was met

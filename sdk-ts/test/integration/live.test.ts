@@ -2,6 +2,9 @@
 // and PANDASTACK_API_KEY in the environment (the SDK's own config path, as a user would).
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import v8 from "node:v8";
 import vm from "node:vm";
@@ -204,21 +207,30 @@ test("runCode: rich results (a PNG), state kept, the error with its traceback", 
   assert.match(failed.error?.traceback ?? "", /ZeroDivisionError/);
 });
 
-test("a template built from Dockerfile text, its log followed; a sandbox of it", async () => {
+test("a template built from Dockerfile text with a COPY of its context, its log followed; a sandbox of it", async () => {
   const client = new Client();
   const name = `sdk-ts-${process.pid}`;
   const lines: string[] = [];
-  const built = await client.templates.build(
-    "FROM base\nRUN echo built-by-ts > /etc/sdk-ts-mark\nENV MARK=ts\n", name,
-    { onLog: (line) => { lines.push(line); }, timeoutSeconds: 900 });
+  const context = mkdtempSync(join(tmpdir(), "psts-ctx-"));
   try {
-    assert.equal(built.status, "ready");
-    assert.ok(lines.length > 0, "no log line came");
-    await using made = await Sandbox.create({ template: name, ttlSeconds: 300, metadata: { test: "sdk-ts" } });
-    const run = await made.exec("cat /etc/sdk-ts-mark; echo $MARK");
-    assert.equal(run.stdout, "built-by-ts\nts\n");
+    mkdirSync(join(context, "app", "conf"), { recursive: true });
+    writeFileSync(join(context, "app", "conf", "hello.txt"), "copied-by-ts\n");
+    writeFileSync(join(context, "app", "run.sh"), "#!/bin/sh\necho ran\n", { mode: 0o755 });
+    const built = await client.templates.build(
+      "FROM base\nRUN echo built-by-ts > /etc/sdk-ts-mark\nCOPY app /srv/app/\nENV MARK=ts\n", name,
+      { contextDir: context, onLog: (line) => { lines.push(line); }, timeoutSeconds: 900 });
+    try {
+      assert.equal(built.status, "ready");
+      assert.ok(lines.length > 0, "no log line came");
+      await using made = await Sandbox.create({ template: name, ttlSeconds: 300, metadata: { test: "sdk-ts" } });
+      const run = await made.exec("cat /etc/sdk-ts-mark; echo $MARK; cat /srv/app/conf/hello.txt; /srv/app/run.sh");
+      assert.equal(run.stdout, "built-by-ts\nts\ncopied-by-ts\nran\n", run.stderr);
+    } finally {
+      await client.templates.delete(name);
+    }
   } finally {
-    await client.templates.delete(name);
+    rmSync(context, { recursive: true, force: true });
   }
+  assert.ok(!existsSync(context));
   await assert.rejects(client.templates.get(name), NotFoundError);
 });
