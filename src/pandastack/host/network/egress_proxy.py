@@ -30,7 +30,6 @@ connections); a restarted runtime binds them again for the sandboxes it adopts.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import ipaddress
@@ -40,6 +39,10 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+
+import dns.asyncresolver
+import dns.exception
+import dns.resolver
 
 from pandastack.host.network.egress_wire import (
     MAX_HEAD,
@@ -66,27 +69,51 @@ RESOLVE_TIMEOUT = 5.0
 IDLE_TIMEOUT = 600.0  # no byte either way for this long ends a proxied connection
 MAX_CONNECTIONS = 256  # per slot, at once
 MAX_ADDRESSES = 4  # resolved addresses tried, in order
-# getaddrinfo blocks a thread until the resolver gives up. Its own threads, so guests asking
-# for names that never resolve cannot starve the runtime's other threaded work; and a few per
-# slot, so one guest cannot take them all.
-RESOLVER_THREADS = 8
-RESOLVES_PER_SLOT = 2
+RESOLVES_PER_SLOT = 2  # one guest's names in flight at once (each holds a socket)
 CHUNK = 1 << 16
 UPSTREAM_PORTS = ProxyPorts(http=80, tls=443)
 _SWITCHING = re.compile(rb"HTTP/1\.[01] 101[ \r]")
 
 
+class DnsResolver:
+    """Names to IPv4 addresses over DNS itself (dnspython, asyncio sockets), not getaddrinfo:
+    a query the caller stops waiting for ends with it. getaddrinfo held a thread until the
+    system resolver gave up, so guests asking for names that never resolve kept a fixed pool
+    of threads busy after their own timeouts and stalled name rules for every sandbox on the
+    host (issue 22). The host's /etc/hosts is not read: its names are the host's, not the
+    internet's."""
+
+    def __init__(self, nameservers: Sequence[str] | None = None, port: int = 53) -> None:
+        """`nameservers`: those of /etc/resolv.conf when None."""
+        self._resolver = dns.asyncresolver.Resolver(configure=nameservers is None)
+        if nameservers is not None:
+            self._resolver.nameservers = list(nameservers)
+        self._resolver.port = port
+        # The proxy bounds the wait (RESOLVE_TIMEOUT); this bounds one query's.
+        self._resolver.lifetime = RESOLVE_TIMEOUT
+        self._resolver.cache = dns.resolver.Cache()
+
+    async def __call__(self, name: str) -> list[str]:
+        literal = ipv4_literal(name)
+        if literal is not None:
+            return [literal]
+        try:
+            answer = await self._resolver.resolve(name, "A", search=False)
+        except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer, dns.resolver.NoNameservers,
+                dns.exception.Timeout) as exc:
+            raise OSError(f"{type(exc).__name__}: {exc}") from None
+        except dns.exception.DNSException as exc:  # a malformed name or answer
+            raise ValueError(str(exc)) from None
+        return list(dict.fromkeys(str(record) for record in answer))[:MAX_ADDRESSES * 4]
+
+
 @functools.cache
-def _resolver_pool() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS,
-                                                 thread_name_prefix="egress-resolve")
+def _system_resolver() -> DnsResolver:
+    return DnsResolver()
 
 
 async def system_resolve(name: str) -> list[str]:
-    infos = await asyncio.get_running_loop().run_in_executor(
-        _resolver_pool(), functools.partial(socket.getaddrinfo, name, None,
-                                            family=socket.AF_INET, type=socket.SOCK_STREAM))
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+    return await _system_resolver()(name)
 
 
 # -- decision -------------------------------------------------------------------------------
