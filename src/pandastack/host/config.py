@@ -60,6 +60,11 @@ class HostConfig:
     # The VMM driver, by name (host/vmm/factory.py knows them): PANDASTACK_VMM.
     vmm: str = "qemu"
     qemu_binary: str = "qemu-system-x86_64"
+    # The jailed VMM (ADR 0036): each VMM as its own uid (`jail_uid_base` + network slot),
+    # chrooted, seccomp-filtered, in a cgroup sized by its machine. PANDASTACK_JAIL=off turns
+    # it off (for debugging); it needs root, and is off by itself where the host is not.
+    jail: bool = True
+    jail_uid_base: int = 200_000
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
     # (host/memory/stage.py); None keeps them where they are (snapshots then stop the guest).
     memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
@@ -98,6 +103,9 @@ class HostConfig:
                 raise ValueError(f"{name} must be one of {choices}, not {value!r}")
         if not 0 <= self.volume_slots <= MAX_VOLUMES_PER_SANDBOX:
             raise ValueError(f"volume_slots must be between 0 and {MAX_VOLUMES_PER_SANDBOX}")
+        if not 1000 <= self.jail_uid_base <= 2**32 - 2**17:
+            raise ValueError(f"jail_uid_base must leave room for every slot's uid, not "
+                             f"{self.jail_uid_base}")
         if self.stream_hugetlb_mb is not None and self.stream_hugetlb_mb < 0:
             raise ValueError(f"stream_hugetlb_mb must be 0 or more, not {self.stream_hugetlb_mb}")
 
@@ -142,6 +150,11 @@ class HostConfig:
             values["fork_buffer_s"] = float(env["PANDASTACK_FORK_BUFFER_S"])
         if env.get("PANDASTACK_STREAM_HUGETLB_MB", "auto") != "auto":
             values["stream_hugetlb_mb"] = int(env["PANDASTACK_STREAM_HUGETLB_MB"])
+        if env.get("PANDASTACK_JAIL", "").strip():
+            values["jail"] = env["PANDASTACK_JAIL"].strip().lower() not in ("off", "0", "no",
+                                                                           "false")
+        if env.get("PANDASTACK_JAIL_UID_BASE", "").strip():
+            values["jail_uid_base"] = int(env["PANDASTACK_JAIL_UID_BASE"])
         if "PANDASTACK_TB_SIZE_MB" in env:
             values["tb_size_mb"] = int(env["PANDASTACK_TB_SIZE_MB"])
         values["object_store"] = ObjectStoreConfig.from_env(env)

@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from pandastack.host.vmm import cgroups
 from pandastack.host.vmm.driver import iter_cmdlines, pid_is_running, read_cmdline
 from pandastack.host.vmm.factory import is_vmm_process, vm_workdir
+from pandastack.host.vmm.jail import JAIL_DIR
 
 GRACE_S = 600.0
 
@@ -121,16 +123,27 @@ def orphan_vmms(cmdlines: Iterable[tuple[int, list[str]]] | None = None,
 def _gone(pid: int, workdir: Path) -> bool:
     """Whether `workdir` is gone for us and for the VMM `pid` too: one in another mount
     namespace (an agent with private mounts, ADR 0021) may see a directory that we do not.
-    /proc/PID/root walks the path in that process's own view of the mounts."""
+    A VMM's working directory is its work directory, or the jail inside it (ADR 0036), whose
+    link in /proc names a removed one so; otherwise /proc/PID/root walks the path in that
+    process's own view of the mounts (a jailed VMM's root is its jail: not that way)."""
     if workdir.exists():
         return False
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = ""
+    if cwd.endswith(" (deleted)"):
+        return True
+    if cwd == str(workdir / JAIL_DIR):
+        return False  # alive in a directory we cannot see
     return not os.path.exists(f"/proc/{pid}/root{workdir.absolute()}")
 
 
 def kill_orphan_vmms(progress: Callable[[str], None] = print,
                      cmdlines: Iterable[tuple[int, list[str]]] | None = None,
                      ) -> list[tuple[int, Path]]:
-    """Kill the VMMs `orphan_vmms(cmdlines)` finds; returns (pid, workdir) of each."""
+    """Kill the VMMs `orphan_vmms(cmdlines)` finds; returns (pid, workdir) of each. Then
+    remove VM cgroups nobody is in any more (of VMMs that died with their runtime)."""
     killed: list[tuple[int, Path]] = []
     for pid, workdir in orphan_vmms(cmdlines):
         # Checked again right before the kill: the pid must still be that VMM.
@@ -143,4 +156,10 @@ def kill_orphan_vmms(progress: Callable[[str], None] = print,
             continue
         progress(f"killed orphan VMM {pid} (its directory {workdir} is gone)")
         killed.append((pid, workdir))
+    for pid, workdir in killed:
+        deadline = time.monotonic() + 5.0
+        while pid_is_running(pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        cgroups.remove(cgroups.cgroup_name(workdir), wait_s=0.5)
+    cgroups.remove_stale(progress)
     return killed

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from pandastack.host.vmm import cgroups
 from pandastack.hostport.errors import VMMError
 from pandastack.rules import MAX_VOLUMES_PER_SANDBOX
 
@@ -148,7 +149,15 @@ class VMProcess:
         return self._popen.poll() if self._popen is not None else None
 
     def kill(self, timeout: float = 5.0) -> None:
-        """SIGKILL the VMM and wait until the process is gone (reaped when it is our child)."""
+        """SIGKILL the VMM and wait until the process is gone (reaped when it is our child);
+        then remove the VM's cgroup, if its driver made one (ADR 0036)."""
+        try:
+            self._kill(timeout)
+        finally:
+            with contextlib.suppress(OSError):
+                cgroups.remove(cgroups.cgroup_name(self.paths.workdir))
+
+    def _kill(self, timeout: float) -> None:
         if self._popen is None and not self._still_ours():
             return
         with contextlib.suppress(ProcessLookupError):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pandastack.host.config import HostConfig
+from pandastack.host.vmm import jail
 from pandastack.host.vmm.accel import resolve_accel
 from pandastack.host.vmm.driver import KernelSpec, VMMDriver, VMMProcesses
 from pandastack.host.vmm.qemu import QemuDriver, QemuProcesses
@@ -38,9 +39,12 @@ def _qemu(config: HostConfig, kernel: KernelSpec, reports_free_pages: bool) -> V
     huge = config.stream_huge_pages
     if huge == "auto":
         huge = "off" if reports_free_pages else "on"
+    cell = None
+    if config.jail and jail.usable():
+        cell = jail.JailSettings(uid_base=config.jail_uid_base, tb_size_mb=config.tb_size_mb)
     return QemuDriver(accel, binary=config.qemu_binary, tb_size_mb=config.tb_size_mb,
                       tcg_cpu=config.tcg_cpu, stream_huge_pages=huge == "on",
-                      volume_slots=config.volume_slots)
+                      volume_slots=config.volume_slots, jail=cell)
 
 
 _KINDS: dict[str, DriverKind] = {"qemu": DriverKind(_qemu, QemuProcesses())}

@@ -27,7 +27,7 @@ from qemu.qmp import QMPClient
 
 from pandastack.host.file_modes import PRIVATE_FILE, SERVICE_UMASK
 from pandastack.host.network.manager import GUEST_MAC, TAP
-from pandastack.host.vmm import qemu_migrate, qemu_save
+from pandastack.host.vmm import jail, qemu_migrate, qemu_save
 from pandastack.host.vmm.driver import (
     AGENT_PORT_NAME,
     VOLUME_SLOTS,
@@ -44,7 +44,8 @@ from pandastack.host.vmm.driver import (
     read_cmdline,
     volume_serial,
 )
-from pandastack.host.vmm.qemu_disk import ROOT_DRIVE, Qcow2Layers
+from pandastack.host.vmm.jail import JailSettings
+from pandastack.host.vmm.qemu_disk import ROOT_DRIVE, Qcow2Layers, switch_top
 from pandastack.host.vmm.qmp import (
     connect_qmp,
     qmp_pipeline,
@@ -105,11 +106,13 @@ class QemuDriver:
 
     def __init__(self, accel: str, *, binary: str = "qemu-system-x86_64", tb_size_mb: int = 64,
                  tcg_cpu: str = "max", precopy: bool | None = None,
-                 stream_huge_pages: bool = True, volume_slots: int = VOLUME_SLOTS):
+                 stream_huge_pages: bool = True, volume_slots: int = VOLUME_SLOTS,
+                 jail: JailSettings | None = None):
         """`precopy`: whether snapshots copy memory while the guest runs; None decides by
         accelerator and QEMU version (see `live_precopy`). `stream_huge_pages`: whether a VM
         restored from a stream (a snapshot, fork or wake) gets transparent huge pages for its
-        anonymous RAM (see `accel.reports_free_pages`)."""
+        anonymous RAM (see `accel.reports_free_pages`). `jail`: run each VMM as its own
+        uid, chrooted, seccomp-filtered, in its own cgroup (jail.py); None runs it as root."""
         if accel not in ("kvm", "tcg"):
             raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
         self.accel = accel
@@ -119,6 +122,7 @@ class QemuDriver:
         self.tb_size_mb = tb_size_mb
         self.cpu = "host" if accel == "kvm" else tcg_cpu
         self._precopy = precopy
+        self.jail = jail
 
     def live_precopy(self) -> bool:
         """Whether a snapshot may copy memory while the guest runs. Not under TCG before
@@ -159,6 +163,10 @@ class QemuDriver:
         # restore, so both paths share this one function.
         # The VM runs inside its sandbox's network namespace, where its tap device lives.
         prefix = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
+        # A drive QEMU may write is opened read-write at once: with auto-read-only, an
+        # incoming VM (inactive disks: no writer yet) opens it read-only and reopens it by
+        # name when its disks activate, which a jailed QEMU cannot (jail.py).
+        rw = ",file.auto-read-only=off" if self.jail is not None else ""
         return [
             *prefix,
             self.binary,
@@ -173,7 +181,7 @@ class QemuDriver:
             # Appended to, so that the runtime can trim it under a writing guest (console.py).
             "-chardev", f"file,id=console,path={paths.console_log},append=on",
             "-serial", "chardev:console",
-            "-drive", f"id={ROOT_DRIVE},file={disk},format=qcow2,if=none,discard=unmap",
+            "-drive", f"id={ROOT_DRIVE},file={disk},format=qcow2,if=none,discard=unmap{rw}",
             "-device", f"virtio-blk-device,drive={ROOT_DRIVE}",
             "-device", "virtio-serial-device,max_ports=2",
             "-chardev", f"socket,id=agent,path={paths.agent_socket},server=on,wait=off",
@@ -182,7 +190,7 @@ class QemuDriver:
             "-mon", "chardev=qmp,mode=control",
             "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
             "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
-            *_volume_slot_args(paths, volumes or {}, self.volume_slots),
+            *_volume_slot_args(paths, volumes or {}, self.volume_slots, rw),
             # Templates are saved stopped; without the run state in the stream, a restored
             # clone is not held "paused" but starts as soon as its state is loaded.
             "-global", "migration.store-global-state=off",
@@ -194,9 +202,28 @@ class QemuDriver:
             "-global", "migration.announce-rounds=0",
         ]
 
-    def _spawn(self, argv: list[str], paths: VMPaths, pass_fds: tuple[int, ...] = (), *,
-               huge_pages: bool = True) -> VMProcess:
+    def _spawn(self, argv: list[str], paths: VMPaths, shape: MachineShape, netns: str | None,
+               pass_fds: tuple[int, ...] = (), *, huge_pages: bool = True) -> VMProcess:
         paths.workdir.mkdir(parents=True, exist_ok=True)
+        cell = jail.prepare(paths, shape, netns, self.jail) if self.jail is not None else None
+        if cell is not None:
+            argv = [*argv, *cell.qemu_args()]
+        try:
+            vm = self._popen(argv, paths, pass_fds, huge_pages=huge_pages)
+        except BaseException:
+            if cell is not None:
+                jail.release(paths.workdir)
+            raise
+        if cell is not None:
+            try:
+                jail.enter(cell, vm.pid)
+            except BaseException:
+                vm.kill()
+                raise
+        return vm
+
+    def _popen(self, argv: list[str], paths: VMPaths, pass_fds: tuple[int, ...], *,
+               huge_pages: bool) -> VMProcess:
         log = os.open(paths.vmm_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
                       PRIVATE_FILE)
         with open(log, "ab") as log_file, _huge_pages_inherited(huge_pages):
@@ -222,7 +249,7 @@ class QemuDriver:
     def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
              shape: MachineShape, *, netns: str | None = None) -> VMProcess:
         return self._spawn(self._argv(paths, kernel, shape, memory_file, share=True, disk=disk,
-                                      netns=netns), paths)
+                                      netns=netns), paths, shape, netns)
 
     async def restore(self, paths: VMPaths, snapshot: SnapshotFiles, disk: Path, *,
                       netns: str | None = None, hugetlb: bool = False,
@@ -244,7 +271,7 @@ class QemuDriver:
             # costs ~3 MiB less (PSS 46.9 -> 44.0 MiB, no measurable change in speed). A
             # restore from a stream may keep them: its RAM is anonymous and loads faster so,
             # except where fresh memory is slow to touch in 2 MiB pages.
-            vm = self._spawn(argv, paths, pass_fds=(fd,),
+            vm = self._spawn(argv, paths, snapshot.shape, netns, pass_fds=(fd,),
                              huge_pages=snapshot.memory is None and self.stream_huge_pages)
         finally:
             os.close(fd)
@@ -377,8 +404,10 @@ class QemuDriver:
         downtime = float(info.get("downtime", 0)) if was_running else 0.0
         return SnapshotPause(downtime + (resumed - t_seen) * 1000, "precopy", written)
 
-    @staticmethod
-    async def _switch_disk(qmp: QMPClient, new_top: Path) -> None:
+    async def _switch_disk(self, qmp: QMPClient, new_top: Path) -> None:
+        if self.jail is not None:
+            await switch_top(qmp, new_top)  # a jailed QEMU opens no file by name
+            return
         await qmp.execute("blockdev-snapshot-sync", {
             "device": ROOT_DRIVE, "snapshot-file": str(new_top), "format": "qcow2",
             "mode": "existing"})
@@ -420,7 +449,7 @@ class QemuDriver:
             stale.unlink(missing_ok=True)
         # Anonymous RAM, like every restore from a stream: the whole memory comes with it.
         argv = self._argv(paths, kernel, shape, None, share=False, disk=disk, netns=netns)
-        vm = self._spawn([*argv, "-S", "-incoming", "defer"], paths,
+        vm = self._spawn([*argv, "-S", "-incoming", "defer"], paths, shape, netns,
                          huge_pages=self.stream_huge_pages)
         try:
             # As a restore: the guest finds the agent port open when it runs here.
@@ -464,7 +493,7 @@ def _volume_drive(slot: int) -> str:
 
 
 def _volume_slot_args(paths: VMPaths, volumes: Mapping[int, VolumeDrive],
-                      slots: int) -> list[str]:
+                      slots: int, options: str = "") -> list[str]:
     """Every volume slot, in slot order (the virtio-mmio order must not change): the volume
     attached to it, or the VM's empty placeholder."""
     if any(slot >= slots for slot in volumes):
@@ -487,7 +516,7 @@ def _volume_slot_args(paths: VMPaths, volumes: Mapping[int, VolumeDrive],
         # copy a snapshot or fork makes of it) holds what the file system uses, not all it
         # ever wrote.
         args += ["-drive", f"id={_volume_drive(slot)},file={image},format={fmt},if=none,"
-                           "discard=unmap",
+                           f"discard=unmap{options}",
                  "-device", f"virtio-blk-device,drive={_volume_drive(slot)},"
                             f"serial={volume_serial(slot)}"]
     return args

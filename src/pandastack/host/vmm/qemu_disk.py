@@ -4,15 +4,24 @@ A template's disk is a qcow2 image backed by the raw rootfs (`qemu-img create`, 
 bake). A sandbox's top layer is an empty qcow2 overlay over the layer below it, written
 directly (`qcow2.create_overlay`: on the create path a `qemu-img` fork+exec would cost ~10 ms).
 A running VM's chain is merged into its top by QEMU itself (`block-stream` over QMP).
+
+A running QEMU opens no disk file by its name: a jailed one (jail.py) sees only an empty
+directory. A snapshot's new top reaches it as a descriptor (`switch_top`), and a merge names
+its base by node, not by path (`start_flatten`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from qemu.qmp import QMPClient
 
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.host.vmm.qcow2 import create_overlay
@@ -58,9 +67,14 @@ class Qcow2Layers:
         qmp = await connect_qmp(qmp_socket(vm.paths))
         try:
             path = str(base.resolve())
+            # "base" by file name would have QEMU resolve the path itself, which a jailed
+            # QEMU cannot: find the node holding that file instead.
+            node = _node_of(await qmp.execute("query-named-block-nodes"), path)
+            if node is None:
+                raise VMMError(f"{path} is not in the VM's disk chain")
             # The top's header gets the same absolute backing name a fresh clone's has.
             await qmp.execute("block-stream", {"job-id": FLATTEN_JOB, "device": ROOT_DRIVE,
-                                               "base": path, "backing-file": path})
+                                               "base-node": node, "backing-file": path})
         finally:
             await qmp.disconnect()
 
@@ -84,6 +98,54 @@ class Qcow2Layers:
             return _root_backing(await qmp.execute("query-block")) == str(base.resolve())
         finally:
             await qmp.disconnect()
+
+
+async def switch_top(qmp: QMPClient, new_top: Path) -> None:
+    """Move the root disk onto `new_top` (an empty layer over its current top): the file goes
+    to QEMU as a descriptor in an fd set, the layer is added as a node without its backing,
+    which `blockdev-snapshot` then makes the current top."""
+    fd = os.open(new_top, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        qmp.send_fd_scm(fd)
+        added = await qmp.execute("add-fd", {"opaque": f"top {new_top.name}"})
+    finally:
+        os.close(fd)
+    fdset = int(added["fdset-id"]) if isinstance(added, dict) else 0
+    node = "top" + secrets.token_hex(8)
+    try:
+        # discard=unmap as the drive was opened with (QemuDriver._argv): freed blocks become
+        # holes in every layer the guest writes.
+        await qmp.execute("blockdev-add", {
+            "driver": "qcow2", "node-name": node, "discard": "unmap", "backing": None,
+            "file": {"driver": "file", "filename": f"/dev/fdset/{fdset}",
+                     "discard": "unmap"}})
+        try:
+            await qmp.execute("blockdev-snapshot", {"node": ROOT_DRIVE, "overlay": node})
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await qmp.execute("blockdev-del", {"node-name": node})
+            raise
+    finally:
+        # The node holds its own duplicate: the set itself is no longer needed.
+        await qmp.execute("remove-fd", {"fdset-id": fdset})
+
+
+def _node_of(nodes: object, path: str) -> str | None:
+    """The format node (not its protocol node) whose image is the file at `path`."""
+    for node in nodes if isinstance(nodes, list) else []:
+        if not isinstance(node, dict) or node.get("drv") in ("file", "host_device"):
+            continue
+        name, file = node.get("node-name"), node.get("file")
+        if isinstance(name, str) and isinstance(file, str) and _same_file(file, path):
+            return name
+    return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _info(path: Path, *options: str) -> Any:
