@@ -24,6 +24,7 @@ from pandastack.wire_pty import PTY_WEBSOCKET
 from .bootstrap import ensure_admin_key, private_database
 from .dashboard import DashboardMiddleware
 from .errors import ApiError, RequestIdMiddleware, install_handlers
+from .events import EventContextMiddleware
 from .lifecycle import reaper
 from .limits import BodyLimitMiddleware
 from .mcp import MCP_PATH, McpEndpoint
@@ -43,12 +44,14 @@ from .routes import (
     state,
     watch,
 )
+from .routes import events as event_routes
 from .routes import exec as exec_routes
 from .routes import hosts as host_routes
 from .routes import streams as stream_routes
 from .routes import templates as template_routes
 from .routes import usage as usage_routes
 from .routes import volumes as volume_routes
+from .routes import webhooks as webhook_routes
 from .routes.ports import PortProxy
 from .routes.streams import PROCESS_STREAM_SSE
 from .routes.watch import FILE_WATCH_SSE
@@ -56,8 +59,11 @@ from .service import SandboxService
 from .settings import Settings
 from .signing import UrlSigner, redact_signatures_in_logs
 from .store import Store, open_store
+from .store.events_log import EventLog
 from .telemetry import MetricsContextMiddleware, ServerMetrics
 from .templates import TemplateService
+from .webhooks import WebhookService
+from .webhooks import running as webhooks_running
 
 log = logging.getLogger("pandastack.server")
 
@@ -149,7 +155,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             app.state.service = service
             app.state.ready = True
             task = asyncio.create_task(reaper(service, reconcile), name="pandastack-reaper")
-            async with mcp_endpoint.running():
+            app.state.webhooks = WebhookService(EventLog(store), settings)
+            async with mcp_endpoint.running(), webhooks_running(app.state.webhooks):
                 yield
         finally:
             app.state.ready = False
@@ -186,6 +193,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                        max_template_bytes=settings.max_template_bytes)
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(MetricsContextMiddleware, metrics=server_metrics)
+    app.add_middleware(EventContextMiddleware)  # the caller that events name as their actor
     # /dashboard: outermost, so what it forwards to /v1 meets every layer above once.
     app.add_middleware(DashboardMiddleware)
     access = MetricsAccess.of(settings.host)
@@ -210,7 +218,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     for module in (sandboxes, state, snapshots, exec_routes, code, processes, watch, files,
                    lifecycle, network, ports, keys, template_routes, host_routes, usage_routes,
                    volume_routes, stream_routes, pty,
-                   metrics):
+                   metrics, event_routes, webhook_routes):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})

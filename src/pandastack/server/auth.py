@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 
 from .errors import ApiError
 from .store import ApiKey, Store
+from .store.events import note_caller
 
 KEY_PREFIX = "psk_"
 KEY_RANDOM_CHARS = 32
@@ -89,6 +90,7 @@ async def principal(request: Request) -> Principal:
     who = request.scope.get(SESSION_PRINCIPAL)
     if not isinstance(who, Principal):
         who = authenticate(state.store, key_from_headers(request))
+    note_caller(who.key_id, who.team)
     wait = state.rate_limiter.take(who.key_id)
     if wait > 0:
         raise ApiError(429, "rate_limited", "too many requests for this API key",

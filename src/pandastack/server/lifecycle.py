@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pandastack.hostport.errors import HostUnavailable, SandboxNotFound
 
 from .errors import ApiError
+from .events import prune as prune_events
 from .service import AWAKE_STATES, SandboxService
 from .store import Sandbox, Store
 
@@ -113,6 +114,7 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
             except ApiError as exc:
                 log.warning("hibernating idle sandbox %s failed: %s", row.id, exc.message)
     await asyncio.to_thread(purge, service.store, now - settings.retention_seconds)
+    await asyncio.to_thread(prune_events, service.store, now, settings.event_retention_seconds)
     return ended
 
 

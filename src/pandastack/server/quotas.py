@@ -16,6 +16,7 @@ from .errors import ApiError
 from .metering import QuotaDefaults, Rates, format_size_classes, month_start, summarize
 from .settings import Settings
 from .store import Store
+from .store.events import note_quota_exceeded
 from .store.models import TeamQuota
 from .store.usage import QuotaCheck, active_use, segments_since, volume_use_gib
 
@@ -26,6 +27,7 @@ UNITS = {"max_sandboxes": "sandboxes", "max_vcpus": "vCPUs", "max_memory_mb": "M
 def quota_exceeded(team: str, limit: str, value: float, current: float,
                    adding: float | None = None) -> ApiError:
     more = f" and this asks for {adding:g} more" if adding else ""
+    note_quota_exceeded(team, limit=limit, value=value, current=current, adding=adding)
     return ApiError(429, "quota_exceeded",
                     f"team {team!r} is at its quota {limit}={value:g} {UNITS.get(limit, '')}: "
                     f"it holds {current:g}{more} (ask an admin to raise it, or end something)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,17 @@ from .metering import DEFAULT_SIZE_CLASSES, QuotaDefaults, Rates, settings_from_
 def _default_client_config() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "pandastack" / "config.json"
+
+
+def _cidrs(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """CIDRs (IPv4 or IPv6) in canonical form; ValueError naming a bad one."""
+    out: list[str] = []
+    for entry in entries:
+        try:
+            out.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(f"webhook_allow_cidrs: {entry!r} is not a CIDR") from None
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,16 @@ class Settings:
     rates: Rates = field(default_factory=Rates)
     quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
     size_classes: tuple[tuple[int, int], ...] = DEFAULT_SIZE_CLASSES
+    # Events and webhooks (server/events.py, server/webhooks.py, ADR 0035): how long the
+    # log keeps events, the SSE streams a team may hold open on this server, and which
+    # webhook targets outside the public internet the operator lets through (all of them,
+    # or these CIDRs); a delivery is retried for `webhook_retry_seconds`.
+    event_retention_seconds: int = 86400
+    max_event_streams_per_team: int = 10
+    webhook_allow_private: bool = False
+    webhook_allow_cidrs: tuple[str, ...] = ()
+    webhook_retry_seconds: float = 86400.0
+    webhook_timeout_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "network_operator_allow",
@@ -87,6 +109,10 @@ class Settings:
             raise ValueError("idle_timeout_seconds must be >= 1")
         if self.hibernate_idle_seconds is not None and self.hibernate_idle_seconds < 1:
             raise ValueError("hibernate_idle_seconds must be >= 1 (or None: off)")
+        if self.event_retention_seconds < 60 or self.max_event_streams_per_team < 1:
+            raise ValueError("event_retention_seconds must be >= 60, "
+                             "max_event_streams_per_team >= 1")
+        object.__setattr__(self, "webhook_allow_cidrs", _cidrs(self.webhook_allow_cidrs))
         if self.retention_seconds < 0:
             raise ValueError("retention_seconds must be >= 0")
         if self.reaper_interval_seconds <= 0:
@@ -198,6 +224,14 @@ class Settings:
         if env.get("PANDASTACK_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on"):
             values["cluster"] = True
         take("PANDASTACK_HOST_STALE_SECONDS", "host_stale_seconds", float)
+        take("PANDASTACK_EVENT_RETENTION", "event_retention_seconds", int)
+        take("PANDASTACK_MAX_EVENT_STREAMS", "max_event_streams_per_team", int)
+        if env.get("PANDASTACK_WEBHOOK_ALLOW_PRIVATE", "").strip().lower() in (
+                "1", "true", "yes", "on"):
+            values["webhook_allow_private"] = True
+        values["webhook_allow_cidrs"] = tuple(
+            c.strip() for c in env.get("PANDASTACK_WEBHOOK_ALLOW_CIDRS", "").split(",")
+            if c.strip())
         values["network_operator_allow"] = operator_allow_from(env)
         values.update(settings_from_env(env))
         values.update(overrides)

@@ -15,6 +15,7 @@ from .errors import not_found
 from .hosts.cluster import durable_fork
 from .service import SandboxService, log
 from .store import Sandbox, Snapshot
+from .store.events import forking
 from .telemetry import timed
 
 MIB = 1 << 20
@@ -98,7 +99,8 @@ async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, 
                 env=dict(parent.env or {}), meta=dict(parent.meta or {}),
                 last_activity_at=now, ended_at=None, end_reason=None, snapshot=None,
                 cwd=parent.cwd, user=parent.user, host_id=service.host_of(handle.id)))
-        children = list(service.volumes.admit(rows, admission, plans, at=now))
+        with forking(parent.id):  # one sandbox.forked event, in the children's transaction
+            children = list(service.volumes.admit(rows, admission, plans, at=now))
     except BaseException:
         log.exception("recording the children of a fork of %s failed", parent.id)
         for row in children:

@@ -1,5 +1,6 @@
 """Persistence: SQLAlchemy models, repository functions and alembic migrations."""
 
+from . import events as _events  # noqa: F401  (its tables and its flush hook)
 from .db import open_store
 from .models import (
     ApiKey,

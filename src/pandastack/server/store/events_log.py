@@ -1,0 +1,255 @@
+"""Reading and pruning the event log, and the webhook tables' queries (the delivery queue).
+
+Ids order the log, but on PostgreSQL a transaction may take id 10, then another take 11 and
+commit first: a reader that saw 11 and moved its cursor past 10 would never see 10. Readers
+therefore stop at the first event younger than `settle_seconds` (on PostgreSQL; SQLite's
+one writer commits in id order): an event's transaction commits well within that of the
+flush that wrote it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from pandastack.wire_events import type_matches
+
+from .events import Event, EventMark, Webhook, WebhookDelivery, new_event
+from .repo import Store
+
+#: How far a PostgreSQL reader stays behind the newest event (see the module's docstring).
+PG_SETTLE_SECONDS = 1.0
+READ_BATCH = 200
+
+
+def wire_event(row: Event) -> dict[str, Any]:
+    """The event as the API and webhooks send it."""
+    return {**(row.data or {}), "id": row.id, "type": row.type, "time": row.time,
+            "team": row.team, "actor": row.actor, "sandbox_id": row.sandbox_id,
+            "template": row.template}
+
+
+def matches(patterns: Sequence[str] | None, event_type: str) -> bool:
+    return patterns is None or any(type_matches(p, event_type) for p in patterns)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery a worker claimed: what it POSTs, and where."""
+
+    id: int
+    webhook_id: str
+    url: str
+    secret: str
+    body: str
+    event_type: str
+    attempts: int
+    created_at: float
+
+
+class EventLog:
+    """The log and the webhooks over a store."""
+
+    def __init__(self, store: Store, settle_seconds: float | None = None) -> None:
+        self.store = store
+        if settle_seconds is None:
+            pg = store.engine.dialect.name == "postgresql"
+            settle_seconds = PG_SETTLE_SECONDS if pg else 0.0
+        self.settle_seconds = settle_seconds
+
+    # -- the log -----------------------------------------------------------------------
+
+    def record(self, team: str, type_: str, *, who: str | None = None,
+               sandbox_id: str | None = None, template: str | None = None,
+               **data: Any) -> int:
+        """An event that is no state change's (quota.exceeded), in its own transaction."""
+        with self.store.session() as s:
+            row = new_event(team, type_, sandbox_id=sandbox_id, template=template, who=who,
+                            **data)
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def head(self) -> int:
+        """The newest id in the log (0 when it is empty)."""
+        with self.store.session() as s:
+            return int(s.scalar(select(func.max(Event.id))) or 0)
+
+    def pruned_through(self) -> int:
+        with self.store.session() as s:
+            mark = s.get(EventMark, "pruned")
+            return 0 if mark is None else int(mark.value)
+
+    def oldest(self) -> int | None:
+        with self.store.session() as s:
+            value = s.scalar(select(func.min(Event.id)))
+            return None if value is None else int(value)
+
+    def _settled(self, rows: Sequence[Event], now: float) -> list[Event]:
+        if self.settle_seconds <= 0:
+            return list(rows)
+        ready: list[Event] = []
+        for row in rows:
+            if row.time > now - self.settle_seconds:
+                break
+            ready.append(row)
+        return ready
+
+    def after(self, team: str, cursor: int, patterns: Sequence[str] | None = None,
+              limit: int = READ_BATCH, now: float | None = None) -> tuple[list[dict[str, Any]],
+                                                                          int]:
+        """The team's events after `cursor` (matching `patterns`), and the cursor to read on
+        from (past events read but filtered out, so a quiet filter does not read them again)."""
+        now = time.time() if now is None else now
+        with self.store.session() as s:
+            rows = list(s.scalars(select(Event).where(Event.team == team, Event.id > cursor)
+                                  .order_by(Event.id).limit(limit)))
+        rows = self._settled(rows, now)
+        out = [wire_event(r) for r in rows if matches(patterns, r.type)]
+        return out, (rows[-1].id if rows else cursor)
+
+    def prune(self, before: float) -> int:
+        """Drop events older than `before` and deliveries that finished before it; the
+        newest dropped id is kept (`pruned_through`). Pending deliveries stay."""
+        with self.store.session() as s:
+            newest = s.scalar(select(func.max(Event.id)).where(Event.time < before))
+            if newest is None:
+                dropped = 0
+            else:
+                result = s.execute(delete(Event).where(Event.time < before))
+                dropped = int(getattr(result, "rowcount", 0) or 0)
+                mark = s.get(EventMark, "pruned", with_for_update=True)
+                if mark is None:
+                    s.add(EventMark(name="pruned", value=int(newest)))
+                elif mark.value < newest:
+                    mark.value = int(newest)
+            s.execute(delete(WebhookDelivery).where(WebhookDelivery.status != "pending",
+                                                    WebhookDelivery.finished_at < before))
+            return dropped
+
+    # -- webhooks ----------------------------------------------------------------------
+
+    def add_webhook(self, row: Webhook, max_per_team: int) -> bool:
+        """Insert `row` unless its team has `max_per_team` already (False then)."""
+        with self.store.team_locked(row.team) as s:
+            count = s.scalar(select(func.count()).select_from(Webhook)
+                             .where(Webhook.team == row.team)) or 0
+            if count >= max_per_team:
+                return False
+            s.add(row)
+            return True
+
+    def webhooks(self, team: str) -> list[Webhook]:
+        with self.store.session() as s:
+            return list(s.scalars(select(Webhook).where(Webhook.team == team)
+                                  .order_by(Webhook.created_at)))
+
+    def webhook(self, team: str, webhook_id: str) -> Webhook | None:
+        with self.store.session() as s:
+            row = s.get(Webhook, webhook_id)
+            return row if row is not None and row.team == team else None
+
+    def delete_webhook(self, team: str, webhook_id: str) -> bool:
+        """Delete the team's webhook with its delivery log and queue."""
+        with self.store.session() as s:
+            row = s.get(Webhook, webhook_id)
+            if row is None or row.team != team:
+                return False
+            s.execute(delete(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id))
+            s.delete(row)
+            return True
+
+    def deliveries(self, webhook_id: str, limit: int = 100,
+                   before: int | None = None) -> list[WebhookDelivery]:
+        """The webhook's deliveries, newest first."""
+        q = select(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id)
+        if before is not None:
+            q = q.where(WebhookDelivery.id < before)
+        with self.store.session() as s:
+            return list(s.scalars(q.order_by(WebhookDelivery.id.desc()).limit(limit)))
+
+    def add_delivery(self, row: WebhookDelivery) -> WebhookDelivery:
+        with self.store.session() as s:
+            s.add(row)
+        return row
+
+    def fan_out(self, now: float, limit: int = 500) -> int:
+        """Queue a delivery of each event past the `fanout` mark to each of its team's
+        webhooks that takes its type and existed when it happened; returns how many were
+        queued. The mark moves in the same transaction (a restart resumes from it)."""
+        with self.store.session() as s:
+            mark = s.get(EventMark, "fanout", with_for_update=True)
+            if mark is None:
+                mark = EventMark(name="fanout", value=0)
+                s.add(mark)
+                s.flush()
+            rows = self._settled(list(s.scalars(
+                select(Event).where(Event.id > mark.value).order_by(Event.id).limit(limit))),
+                now)
+            if not rows:
+                return 0
+            hooks = self._hooks_of(s, {r.team for r in rows})
+            queued = 0
+            for row in rows:
+                for hook in hooks.get(row.team, ()):
+                    if hook.created_at <= row.time and matches(hook.events, row.type):
+                        s.add(WebhookDelivery(
+                            webhook_id=hook.id, team=row.team, event_id=row.id,
+                            event_type=row.type, status="pending", attempts=0,
+                            body=json.dumps(wire_event(row), separators=(",", ":")),
+                            created_at=now, next_attempt_at=now))
+                        queued += 1
+            mark.value = rows[-1].id
+            return queued
+
+    @staticmethod
+    def _hooks_of(s: Session, teams: set[str]) -> dict[str, list[Webhook]]:
+        found: dict[str, list[Webhook]] = {}
+        for hook in s.scalars(select(Webhook).where(Webhook.team.in_(sorted(teams)))):
+            found.setdefault(hook.team, []).append(hook)
+        return found
+
+    def claim_due(self, now: float, limit: int, lease_seconds: float) -> list[Claimed]:
+        """Take up to `limit` pending deliveries that are due: each is pushed `lease_seconds`
+        ahead (a worker that dies mid-attempt leaves it to be retried then) and counts one
+        more attempt. Another server's claims are skipped, not waited for."""
+        with self.store.session() as s:
+            rows = list(s.scalars(
+                select(WebhookDelivery).where(WebhookDelivery.status == "pending",
+                                              WebhookDelivery.next_attempt_at <= now)
+                .order_by(WebhookDelivery.next_attempt_at).limit(limit)
+                .with_for_update(skip_locked=True)))
+            hooks = {h.id: h for h in s.scalars(select(Webhook).where(
+                Webhook.id.in_(sorted({r.webhook_id for r in rows}))))} if rows else {}
+            claimed: list[Claimed] = []
+            for row in rows:
+                hook = hooks.get(row.webhook_id)
+                if hook is None:  # deleted under us: its rows go with it
+                    continue
+                row.attempts += 1
+                row.next_attempt_at = now + lease_seconds
+                claimed.append(Claimed(row.id, hook.id, hook.url, hook.secret, row.body,
+                                       row.event_type, row.attempts, row.created_at))
+            return claimed
+
+    def finish_attempt(self, delivery_id: int, *, now: float, delivered: bool,
+                       response_status: int | None, error: str | None,
+                       retry_at: float | None) -> None:
+        """Record one attempt: delivered, retried at `retry_at`, or failed for good (None)."""
+        with self.store.session() as s:
+            row = s.get(WebhookDelivery, delivery_id, with_for_update=True)
+            if row is None:
+                return
+            row.response_status = response_status
+            row.error = None if delivered else (error or "")[:1000]
+            if delivered or retry_at is None:
+                row.status = "delivered" if delivered else "failed"
+                row.finished_at = now
+                row.next_attempt_at = None
+            else:
+                row.next_attempt_at = retry_at

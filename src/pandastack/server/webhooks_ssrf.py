@@ -1,0 +1,144 @@
+"""Where a webhook may POST: its host name resolved here, and every address it resolves to
+on the public internet, not this host's own. A delivery connects to the address checked
+(the URL's host name stays in the Host header and TLS's SNI), so a name that resolves to a
+public address when checked and to 127.0.0.1 a moment later (DNS rebinding) gets nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+#: Refused whatever `is_global` says: metadata services, multicast, NAT64's and 6to4's
+#: wrappers of private IPv4 are unwrapped below.
+_ALWAYS = tuple(ipaddress.ip_network(n) for n in (
+    "0.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+    "255.255.255.255/32", "::/128", "::1/128", "fe80::/10", "fc00::/7", "ff00::/8",
+    "fd00:ec2::254/128"))
+_OWN_TTL = 60.0
+
+
+class TargetRefused(ValueError):
+    """The URL may not be a webhook's target; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    scheme: str
+    host: str  # as in the URL
+    port: int
+    address: str  # the checked address a delivery connects to
+    path: str  # path and query
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+def _unwrap(ip: IPAddress) -> IPAddress:
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip.sixtofour is not None:
+            return ip.sixtofour
+        if ip in ipaddress.ip_network("64:ff9b::/96"):
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+_own_cache: tuple[float, frozenset[IPAddress]] = (0.0, frozenset())
+
+
+def own_addresses() -> frozenset[IPAddress]:
+    """The addresses of this host's interfaces (a public one is still this host)."""
+    global _own_cache
+    now = time.monotonic()
+    if now - _own_cache[0] < _OWN_TTL:
+        return _own_cache[1]
+    found: set[IPAddress] = set()
+    try:
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for prev, line in itertools.pairwise(lines):
+            if "/32 host LOCAL" in line:
+                found.add(ipaddress.IPv4Address(prev.strip().split()[-1]))
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            raw = line.split()[0]
+            found.add(ipaddress.IPv6Address(":".join(raw[i:i + 4] for i in range(0, 32, 4))))
+    except (OSError, ValueError, IndexError):
+        pass
+    _own_cache = (now, frozenset(found))
+    return _own_cache[1]
+
+
+def refusal(address: str, allow_private: bool,
+            allow: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str | None:
+    """Why a webhook may not connect to `address` (None: it may)."""
+    try:
+        ip = _unwrap(ipaddress.ip_address(address.split("%", 1)[0]))
+    except ValueError:
+        return f"{address!r} is not an IP address"
+    if allow_private or any(ip in net for net in allow if net.version == ip.version):
+        return None
+    if ip in own_addresses():
+        return f"{ip} is an address of this host"
+    if not ip.is_global or any(ip in net for net in _ALWAYS if net.version == ip.version):
+        return f"{ip} is not a public address (loopback, private, link-local, CGNAT, " \
+               "multicast, metadata or reserved)"
+    return None
+
+
+def parse_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path?query) of an http(s) URL without credentials."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetRefused("url must be http:// or https:// with a host")
+    if parts.username or parts.password:
+        raise TargetRefused("url must not carry credentials")
+    if parts.fragment:
+        raise TargetRefused("url must not have a #fragment")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise TargetRefused("url has a bad port") from None
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.scheme, parts.hostname, port, path
+
+
+async def check_target(url: str, *, allow_private: bool,
+                       allow: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
+                       resolve: Resolver = system_resolve) -> Target:
+    """The checked target of `url`, or TargetRefused. Every address the name resolves to
+    must pass: a name with one private address among public ones is refused."""
+    scheme, host, port, path = parse_url(url)
+    try:
+        literal: IPAddress | None = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        addresses = [str(literal)]
+    else:
+        try:
+            addresses = await resolve(host, port)
+        except (OSError, UnicodeError) as exc:
+            raise TargetRefused(f"{host} does not resolve ({exc})") from None
+    if not addresses:
+        raise TargetRefused(f"{host} does not resolve")
+    for address in addresses:
+        why = refusal(address, allow_private, allow)
+        if why is not None:
+            raise TargetRefused(f"{host}: {why} (an operator may allow it: "
+                                "PANDASTACK_WEBHOOK_ALLOW_PRIVATE or _ALLOW_CIDRS)")
+    return Target(scheme, host, port, addresses[0].split("%", 1)[0], path)
