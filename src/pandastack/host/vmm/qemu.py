@@ -167,6 +167,11 @@ class QemuDriver:
         # incoming VM (inactive disks: no writer yet) opens it read-only and reopens it by
         # name when its disks activate, which a jailed QEMU cannot (jail.py).
         rw = ",file.auto-read-only=off" if self.jail is not None else ""
+        # After a snapshot QEMU reopens the old top read-only, by name: jailed, that fails
+        # (QEMU carries on), the layer stays open for writing and its image lock would keep
+        # every other VM from reading the frozen layer. The runtime, not QEMU's image
+        # locks, decides which VM writes which layer.
+        root_rw = f"{rw},file.locking=off" if rw else ""
         return [
             *prefix,
             self.binary,
@@ -181,7 +186,7 @@ class QemuDriver:
             # Appended to, so that the runtime can trim it under a writing guest (console.py).
             "-chardev", f"file,id=console,path={paths.console_log},append=on",
             "-serial", "chardev:console",
-            "-drive", f"id={ROOT_DRIVE},file={disk},format=qcow2,if=none,discard=unmap{rw}",
+            "-drive", f"id={ROOT_DRIVE},file={disk},format=qcow2,if=none,discard=unmap{root_rw}",
             "-device", f"virtio-blk-device,drive={ROOT_DRIVE}",
             "-device", "virtio-serial-device,max_ports=2",
             "-chardev", f"socket,id=agent,path={paths.agent_socket},server=on,wait=off",

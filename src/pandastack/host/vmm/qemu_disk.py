@@ -103,7 +103,8 @@ class Qcow2Layers:
 async def switch_top(qmp: QMPClient, new_top: Path) -> None:
     """Move the root disk onto `new_top` (an empty layer over its current top): the file goes
     to QEMU as a descriptor in an fd set, the layer is added as a node without its backing,
-    which `blockdev-snapshot` then makes the current top."""
+    which `blockdev-snapshot` then makes the current top. Without image locks, as the root
+    drive (QemuDriver._argv: a jailed QEMU cannot reopen a layer read-only by name)."""
     fd = os.open(new_top, os.O_RDWR | os.O_CLOEXEC)
     try:
         qmp.send_fd_scm(fd)
@@ -118,7 +119,7 @@ async def switch_top(qmp: QMPClient, new_top: Path) -> None:
         await qmp.execute("blockdev-add", {
             "driver": "qcow2", "node-name": node, "discard": "unmap", "backing": None,
             "file": {"driver": "file", "filename": f"/dev/fdset/{fdset}",
-                     "discard": "unmap"}})
+                     "discard": "unmap", "locking": "off"}})
         try:
             await qmp.execute("blockdev-snapshot", {"node": ROOT_DRIVE, "overlay": node})
         except BaseException:
