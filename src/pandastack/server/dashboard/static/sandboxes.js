@@ -125,17 +125,18 @@ export function sandboxesPage(main) {
 
   function make(s) {
     const link = h("a", {href: `#/sandboxes/${encodeURIComponent(s.id)}`}, s.name || s.id);
+    const cell = (label) => h("td", {dataset: {label}});
     const row = h("tr", {dataset: {id: s.id}},
       h("td", {}, link, s.name ? h("div", {class: "sub"}, s.id) : null),
-      h("td", {}), h("td", {}), h("td", {}), h("td", {}), h("td", {}), h("td", {}),
-      h("td", {}));
+      cell("State"), cell("Template"), cell("Host"), cell("Age"), cell("TTL left"),
+      cell("Metadata"), cell("Actions"));
     update(row, s);
     return row;
   }
 
   async function refresh() {
     const query = showEnded ? {include_ended: true, started_after: Math.floor(now() - 86400)}
-      : {};
+      : {include_ended: false};
     const list = await api("GET", "/v1/sandboxes", {query});
     const seen = new Set();
     list.sandboxes.slice().reverse().forEach((s, i) => {
