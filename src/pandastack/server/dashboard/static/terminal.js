@@ -16,15 +16,17 @@ export function terminalPanel(id) {
     h("div", {class: "section-head"}, h("h2", {id: "term-h"}, "Terminal"), state, open, close),
     screen);
 
-  function stop(kill) {
+  async function stop(kill) {
     if (onResize) window.removeEventListener("resize", onResize);
     onResize = null;
+    // Closing the socket only detaches (the shell runs on, ADR 0028): Close ends the shell
+    // first, as closing a terminal window does (SIGHUP), then detaches.
+    if (kill && pid !== null && socket && socket.readyState === WebSocket.OPEN) {
+      await api("POST", `/v1/sandboxes/${id}/processes/${pid}/signal`, {body: {signal: 1}})
+        .catch((e) => notify(`Terminal: ${e.message}`, "error"));
+    }
     if (socket) socket.close(1000);
     socket = null;
-    if (kill && pid !== null) {
-      api("POST", `/v1/sandboxes/${id}/processes/${pid}/signal`, {body: {signal: 9}})
-        .catch(() => { /* already gone */ });
-    }
     pid = null;
     if (term) term.dispose();
     term = null;
