@@ -29,9 +29,10 @@ from pandastack.host.vmm.driver import MachineShape, VMPaths
 # capability and no_new_privs, and spawn=deny refuses execve, so they cannot raise anything.
 SECCOMP = "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"
 JAIL_DIR = "jail"
-# Measured (docs/benchmarks.md, "jailed VMM"): QEMU's own memory beside guest RAM under TCG
-# is ~100 MiB plus its translation buffer; streams a snapshot or fork writes into tmpfs are
-# charged to the VM that writes them (another guest RAM's worth).
+# Measured (bench/jail.py): a 512 MiB sandbox's QEMU peaks at ~96 MiB charged after create
+# and a first exec; the limit leaves that and a margin beside guest RAM and the translation
+# buffer. A stream a snapshot or fork writes into tmpfs is charged to the QEMU writing it and
+# cannot be reclaimed without swap: another guest RAM's worth (limits_for).
 OVERHEAD_MB = 160
 # QEMU's threads: one per vCPU, its main loop, RCU, and the block layer's pool (up to 64).
 PIDS_MAX = 256
