@@ -14,14 +14,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playwright.sync_api import ConsoleMessage, Error, Page, sync_playwright
+from playwright.sync_api import ConsoleMessage, Error, Page, ViewportSize, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage"]
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 def artifacts_dir() -> Path:
@@ -54,7 +54,7 @@ class Browser:
 
 
 @contextmanager
-def chromium(viewport: dict[str, int] | None = None) -> Iterator[Browser]:
+def chromium(viewport: ViewportSize | None = None) -> Iterator[Browser]:
     """A fresh Chromium with one page; confirm/prompt dialogs are accepted (with their
     default text)."""
     profile = Path(tempfile.mkdtemp(prefix="ps-chromium-"))
@@ -62,7 +62,7 @@ def chromium(viewport: dict[str, int] | None = None) -> Iterator[Browser]:
         with sync_playwright() as p:
             context = p.chromium.launch_persistent_context(
                 str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
-                viewport=viewport or DESKTOP)  # type: ignore[arg-type]
+                viewport=viewport or DESKTOP)
             try:
                 page = context.pages[0] if context.pages else context.new_page()
                 browser = Browser(page)

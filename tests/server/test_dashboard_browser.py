@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pandastack import Client, Sandbox
@@ -25,7 +26,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
     with fake_server(tmp_path_factory.mktemp("dashboard")) as srv:
         yield srv
         with Client(srv.url, srv.admin_key) as client:
-            left = [s.id for s in client.sandboxes.list() if s.state not in ENDED]
+            left = [s.id for s in client.sandboxes.list()]  # the live ones
         assert not left, f"sandboxes left: {left}"
 
 
@@ -88,6 +89,22 @@ def test_every_page_renders_without_console_errors(server: FakeServer, signed_in
         assert sbx.files.read("/work/up.txt") == b"uploaded from a browser"
         signed_in.shot("sandbox")
         assert not signed_in.errors, signed_in.errors
+
+
+def test_template_versions_and_build_log(server: FakeServer, signed_in: Browser) -> None:
+    spec = {"from_template": "base", "steps": [{"kind": "run", "command": "echo hi"}]}
+    r = httpx.post(f"{server.url}/v1/templates", json={"name": "dash-app", "spec": spec},
+                   headers=server.headers(), timeout=30)
+    assert r.status_code == 202, r.text
+    page = signed_in.page
+    page.goto(f"{server.url}/dashboard/#/templates")
+    page.wait_for_selector('section[aria-label="Template dash-app"]')
+    page.click('button[aria-label="Build log of dash-app v1"]')
+    log = page.locator("#build-log")
+    log.filter(has_text="Step 1/1 RUN something").wait_for()
+    log.filter(has_text="[ready]").wait_for()
+    signed_in.shot("templates-build-log")
+    assert not signed_in.errors, signed_in.errors
 
 
 def test_readable_on_a_phone(server: FakeServer, signed_in: Browser) -> None:

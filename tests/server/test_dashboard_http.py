@@ -5,6 +5,8 @@ test_dashboard_browser.py and tests/e2e/test_dashboard.py."""
 
 from __future__ import annotations
 
+import fnmatch
+import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -40,7 +42,8 @@ async def sign_in(client: httpx.AsyncClient, key: str) -> str:
 
 async def key_id(api: Api, key: str) -> str:
     listed = (await api.client.get("/v1/keys")).json()["keys"]
-    return next(k["id"] for k in listed if key.startswith(k["prefix"]))
+    found: str = next(k["id"] for k in listed if key.startswith(k["prefix"]))
+    return found
 
 
 async def test_without_a_session_pages_redirect_and_the_api_is_401(api: Api) -> None:
@@ -215,7 +218,7 @@ async def test_the_terminal_socket_needs_a_session_and_this_origin(tmp_path: Pat
                     async with connect(ws, additional_headers=headers, open_timeout=10):
                         return 101
                 except InvalidStatus as exc:
-                    bodies.append(exc.response.body or b"")
+                    bodies.append(bytes(exc.response.body or b""))
                     return exc.response.status_code
 
             bodies: list[bytes] = []
@@ -228,3 +231,18 @@ async def test_the_terminal_socket_needs_a_session_and_this_origin(tmp_path: Pat
             assert b"terminal 7" in bodies[-1], bodies[-1]
             r = await http.delete(f"/v1/sandboxes/{sid}", headers=srv.headers())
             assert r.status_code == 204
+
+
+def test_every_asset_is_package_data() -> None:
+    """`pip install` carries only what pyproject's package data names: every file the pages
+    load must match one of its globs (a new folder under static/ needs a new one)."""
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["pandastack"]
+    static = root / "src" / "pandastack" / "server" / "dashboard" / "static"
+    files = [p.relative_to(root / "src" / "pandastack").as_posix()
+             for p in static.rglob("*") if p.is_file()]
+    assert "server/dashboard/static/vendor/xterm.js" in files
+    missing = [f for f in files if not any(fnmatch.fnmatchcase(f, g) and
+                                           f.count("/") == g.count("/") for g in globs)]
+    assert not missing, missing
