@@ -61,6 +61,44 @@ def test_a_new_sandbox_appears_and_is_killed_from_the_ui(server: FakeServer,
             sbx.kill()
 
 
+def test_the_lifecycle_buttons(server: FakeServer, signed_in: Browser) -> None:
+    page = signed_in.page
+    with Sandbox.create(ttl_seconds=600, api_url=server.url,
+                        api_key=server.admin_key) as sbx, \
+            Client(server.url, server.admin_key) as client:
+        page.goto(f"{server.url}/dashboard/#/sandboxes")
+        row = f'tr[data-id="{sbx.id}"]'
+
+        def press(action: str, then: str) -> None:
+            page.click(f'{row} button[data-action="{action}"]')
+            page.wait_for_selector(f'{row}[data-state="{then}"]')
+            assert sbx.refresh().state == then
+
+        page.wait_for_selector(f'{row}[data-state="running"]')
+        press("pause", "paused")
+        press("resume", "running")
+        press("hibernate", "hibernated")
+        press("wake", "running")
+        ttl = sbx.refresh().ttl_seconds
+        for times in (1, 2):  # the second from the TTL the first made
+            button = f'{row} button[data-action="extend"]'
+            page.click(button)  # the prompt's default: 60 min; disabled until it is done
+            page.wait_for_selector(f"{button}:not([disabled])")
+            assert sbx.refresh().ttl_seconds == ttl + times * 3600
+        page.click(f'{row} button[data-action="snapshot"]')
+        page.wait_for_selector("#status:has-text('taken')")
+        assert [s.source_sandbox for s in client.snapshots.list()] == [sbx.id]
+        page.click(f'{row} button[data-action="fork"]')
+        page.wait_for_selector("#status:has-text('Forked: sbx-')")
+        children = [s for s in client.sandboxes.list() if s.id != sbx.id]
+        assert len(children) == 1
+        page.wait_for_selector(f'tr[data-id="{children[0].id}"]')
+        children[0].kill()
+        for snap in client.snapshots.list():
+            client.snapshots.delete(snap.id)
+    assert not signed_in.errors, signed_in.errors
+
+
 def test_every_page_renders_without_console_errors(server: FakeServer, signed_in: Browser,
                                                    tmp_path: Path) -> None:
     with Sandbox.create(ttl_seconds=600, api_url=server.url,

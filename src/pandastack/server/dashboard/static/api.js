@@ -143,11 +143,11 @@ export function notify(message, kind = "info") {
 }
 
 // Runs an action, and says how it went (errors as the API's message, never a console error);
-// `quiet`: only a failure is told (loading a page's data).
+// `quiet`: only a failure is told (loading a page's data). A string fn returns is the news.
 export async function act(label, fn, {quiet = false} = {}) {
   try {
     const result = await fn();
-    if (!quiet) notify(`${label}: done`);
+    if (!quiet) notify(typeof result === "string" ? result : `${label}: done`);
     return result;
   } catch (e) {
     notify(`${label}: ${e.message}`, "error");

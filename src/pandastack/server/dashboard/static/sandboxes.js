@@ -1,5 +1,5 @@
 // The sandboxes list (live: polled every second) and one sandbox's page.
-import {act, api, bytes, duration, h, load, notify, now, poll, setText, table, when}
+import {act, api, bytes, duration, h, load, now, poll, setText, table, when}
   from "./api.js";
 import {filesPanel} from "./files.js";
 import {terminalPanel} from "./terminal.js";
@@ -17,22 +17,23 @@ const ACTIONS = {
   wake: {label: "Wake", run: (s) => api("POST", `/v1/sandboxes/${s.id}/wake`)},
   fork: {label: "Fork", run: async (s) => {
     const result = await api("POST", `/v1/sandboxes/${s.id}/fork`, {body: {count: 1}});
-    notify(`Forked: ${result.sandboxes.map((c) => c.id).join(", ")}`);
+    return `Forked: ${result.sandboxes.map((c) => c.id).join(", ")}`;
   }},
   snapshot: {label: "Snapshot", run: async (s) => {
     const name = prompt("Snapshot name (optional)", "");
     if (name === null) return false;
     const snap = await api("POST", `/v1/sandboxes/${s.id}/snapshots`,
                            {body: {name: name.trim() || null}});
-    notify(`Snapshot ${snap.id} taken`);
+    return `Snapshot ${snap.id} taken`;
   }},
   extend: {label: "Extend TTL", run: async (s) => {
     const minutes = prompt("Add how many minutes to its time to live?", "60");
     if (minutes === null) return false;
     const add = Math.round(Number(minutes) * 60);
     if (!(add > 0)) throw new Error("a positive number of minutes is needed");
-    await api("PATCH", `/v1/sandboxes/${s.id}/lifecycle`,
-              {body: {ttl_seconds: s.ttl_seconds + add}});
+    // The TTL now, not the one this button was drawn with (it may have been extended since).
+    const {ttl_seconds: ttl} = await api("GET", `/v1/sandboxes/${s.id}/lifecycle`);
+    await api("PATCH", `/v1/sandboxes/${s.id}/lifecycle`, {body: {ttl_seconds: ttl + add}});
   }},
 };
 
@@ -56,7 +57,9 @@ function actionButtons(sandbox, after) {
                           const button = event.currentTarget;
                           button.disabled = true;
                           await act(`${spec.label} ${sandbox.id}`, async () => {
-                            if (await spec.run(sandbox) === false) throw new Error("cancelled");
+                            const news = await spec.run(sandbox);
+                            if (news === false) throw new Error("cancelled");
+                            return news;
                           });
                           button.disabled = false;
                           after();
