@@ -50,8 +50,12 @@ sdk-ts: deps
 	bash sdk-ts/scripts/build.sh
 
 # `make test` leaves out what runs a whole `make cluster` (marker `cluster`, ~90 s): `make soak`.
+# Two workers, a test module each at a time (its shared server or sandbox stays on one worker):
+# most of a VM test's time is the guest waiting, so two overlap well on two cores. Each worker
+# has its own PostgreSQL, S3 server and runtime; network slots are claimed host-wide.
+TEST_WORKERS ?= 2
 pytest: venv
-	$(BIN)/pytest -m "not cluster"
+	$(BIN)/pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 soak: deps venv
 	$(BIN)/pytest -m cluster
