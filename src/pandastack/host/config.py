@@ -65,6 +65,10 @@ class HostConfig:
     # it off (for debugging); it needs root, and is off by itself where the host is not.
     jail: bool = True
     jail_uid_base: int = 200_000
+    # Whether a jailed VMM may write-protect guest RAM for short-pause snapshots: sets the
+    # host-wide vm.unprivileged_userfaultfd=1 (ADR 0036). PANDASTACK_JAIL_USERFAULTFD=off
+    # leaves the sysctl alone; TCG snapshots then stop the guest for the whole save.
+    jail_userfaultfd: bool = True
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
     # (host/memory/stage.py); None keeps them where they are (snapshots then stop the guest).
     memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
@@ -153,6 +157,9 @@ class HostConfig:
         if env.get("PANDASTACK_JAIL", "").strip():
             values["jail"] = env["PANDASTACK_JAIL"].strip().lower() not in ("off", "0", "no",
                                                                            "false")
+        if env.get("PANDASTACK_JAIL_USERFAULTFD", "").strip():
+            values["jail_userfaultfd"] = env["PANDASTACK_JAIL_USERFAULTFD"].strip().lower() \
+                not in ("off", "0", "no", "false")
         if env.get("PANDASTACK_JAIL_UID_BASE", "").strip():
             values["jail_uid_base"] = int(env["PANDASTACK_JAIL_UID_BASE"])
         if "PANDASTACK_TB_SIZE_MB" in env:

@@ -42,6 +42,8 @@ def _qemu(config: HostConfig, kernel: KernelSpec, reports_free_pages: bool) -> V
     cell = None
     if config.jail and jail.usable():
         cell = jail.JailSettings(uid_base=config.jail_uid_base, tb_size_mb=config.tb_size_mb)
+        if config.jail_userfaultfd:
+            jail.allow_userfaultfd()
     return QemuDriver(accel, binary=config.qemu_binary, tb_size_mb=config.tb_size_mb,
                       tcg_cpu=config.tcg_cpu, stream_huge_pages=huge == "on",
                       volume_slots=config.volume_slots, jail=cell)

@@ -104,6 +104,23 @@ def release(workdir: Path) -> None:
         cgroups.remove(cgroups.cgroup_name(workdir))
 
 
+UNPRIVILEGED_USERFAULTFD = Path("/proc/sys/vm/unprivileged_userfaultfd")
+
+
+def allow_userfaultfd() -> bool:
+    """Let processes without CAP_SYS_PTRACE make userfaultfds (host-wide sysctl): a background
+    snapshot (ADR 0008) write-protects guest RAM with one, which QEMU 7.2 creates only after
+    it dropped to the VM's uid (by the system call; /dev/userfaultfd, which a file mode could
+    grant, is QEMU 8.1's). Without it, TCG snapshots stop the guest for the whole save.
+    True if it is allowed now."""
+    try:
+        if UNPRIVILEGED_USERFAULTFD.read_text().strip() != "1":
+            UNPRIVILEGED_USERFAULTFD.write_text("1")
+        return True
+    except OSError:
+        return False
+
+
 def usable() -> bool:
     """The jail needs root (to chroot and drop to another uid) and writable cgroups."""
     return os.geteuid() == 0 and cgroups.available()
