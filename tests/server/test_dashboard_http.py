@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from pandastack.server.dashboard.session import COOKIE, SESSION_SECONDS
+from pandastack.server.dashboard.session import COOKIE, SESSION_SECONDS, SessionSigner
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.live import fake_server
@@ -246,3 +246,21 @@ def test_every_asset_is_package_data() -> None:
     missing = [f for f in files if not any(fnmatch.fnmatchcase(f, g) and
                                            f.count("/") == g.count("/") for g in globs)]
     assert not missing, missing
+
+
+def test_session_cookies_are_signed_bound_and_expire() -> None:
+    signer, other = SessionSigner(b"a" * 32), SessionSigner(b"b" * 32)
+    session = signer.issue("key_0123456789abcdef", now=1000.0)
+    assert signer.check(session.cookie, now=1001.0) == session
+    assert signer.check(session.cookie, now=1000.0 + SESSION_SECONDS) is None  # expired
+    assert other.check(session.cookie, now=1001.0) is None  # another server's secret
+    key, expires, nonce, sig = session.cookie.split(".")
+    for forged in (f"key_fedcba9876543210.{expires}.{nonce}.{sig}",  # another key
+                   f"{key}.{int(expires) + 86400}.{nonce}.{sig}",  # a longer life
+                   f"{key}.{expires}.{nonce}.{sig[:-1]}{'1' if sig[-1] == '0' else '0'}",
+                   "", "garbage"):
+        assert signer.check(forged, now=1001.0) is None, forged
+    token = signer.csrf_token(session)
+    assert signer.csrf_ok(session, token)
+    assert not signer.csrf_ok(signer.issue(key, now=1000.0), token)  # bound to its cookie
+    assert not signer.csrf_ok(session, None) and not signer.csrf_ok(session, token.upper())

@@ -80,7 +80,7 @@ def _route_path(scope: Scope) -> str:
 class DashboardMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._signer: SessionSigner | None = None
+        self._signer: tuple[Store, SessionSigner] | None = None
         self._assets: dict[str, bytes] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,9 +104,11 @@ class DashboardMiddleware:
     # -- sessions -----------------------------------------------------------------------
 
     def signer(self, store: Store) -> SessionSigner:
-        if self._signer is None:
-            self._signer = SessionSigner.for_store(store)
-        return self._signer
+        # The secret is the database's: a new store (the app started again on another
+        # database) has its own.
+        if self._signer is None or self._signer[0] is not store:
+            self._signer = (store, SessionSigner.for_store(store))
+        return self._signer[1]
 
     def _session(self, request: Request) -> tuple[Session, Principal] | None:
         """The request's session and the caller it stands for, if its key is still valid."""
