@@ -27,6 +27,7 @@ from pandastack.sdk._usage import AsyncTeams, Teams, TimeArg, usage_call
 from pandastack.sdk.async_sandbox import AsyncSandbox
 from pandastack.sdk.async_sandbox import create_waiting as acreate_waiting
 from pandastack.sdk.config import DEFAULT_TIMEOUT, TimeoutTypes, resolve_config
+from pandastack.sdk.events import AsyncEvents, AsyncWebhooks, Events, Webhooks
 from pandastack.sdk.models import (
     CreatedKey,
     DrainResult,
@@ -178,6 +179,8 @@ class Client(_base.ClientBase[HTTP]):
         self._hosts = Hosts(config, self._http)
         self._teams = Teams(config, self._http)
         self._volumes = Volumes(config, self._http)
+        self._events = Events(config, self._http)
+        self._webhooks = Webhooks(config, self._http)
 
     @property
     def sandboxes(self) -> Sandboxes:
@@ -213,6 +216,16 @@ class Client(_base.ClientBase[HTTP]):
     def volumes(self) -> Volumes:
         """Create, list, inspect, grow and delete the team's volumes."""
         return self._volumes
+
+    @property
+    def events(self) -> Events:
+        """The team's event log, live (`events.stream()`)."""
+        return self._events
+
+    @property
+    def webhooks(self) -> Webhooks:
+        """Create, list, test and delete the team's webhooks; their delivery logs."""
+        return self._webhooks
 
     def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
               group_by: UsageGroupBy = "sandbox", *, team: str | None = None) -> UsageReport:
@@ -368,6 +381,8 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
         self._hosts = AsyncHosts(config, self._http)
         self._teams = AsyncTeams(config, self._http)
         self._volumes = AsyncVolumes(config, self._http)
+        self._events = AsyncEvents(config, self._http)
+        self._webhooks = AsyncWebhooks(config, self._http)
 
     @property
     def sandboxes(self) -> AsyncSandboxes:
@@ -403,6 +418,16 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
     def volumes(self) -> AsyncVolumes:
         """Create, list, inspect, grow and delete the team's volumes."""
         return self._volumes
+
+    @property
+    def events(self) -> AsyncEvents:
+        """The team's event log, live (`await events.stream()`)."""
+        return self._events
+
+    @property
+    def webhooks(self) -> AsyncWebhooks:
+        """Create, list, test and delete the team's webhooks; their delivery logs."""
+        return self._webhooks
 
     async def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
                     group_by: UsageGroupBy = "sandbox", *,

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import ipaddress
 import json
 import logging
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from pandastack.webhooks import sign
 from pandastack.wire_events import (
     MAX_WEBHOOKS_PER_TEAM,
     SIGNATURE_HEADER,
@@ -43,12 +42,6 @@ MAX_RESPONSE_BYTES = 4096
 CLAIM_LEASE_SECONDS = 120.0
 CLAIM_BATCH = 16
 USER_AGENT = "pandastack-webhooks/1"
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The v1 signature: HMAC-SHA256 over `timestamp + "." + body`, hex."""
-    return hmac.new(secret.encode(), f"{timestamp}.".encode() + body,
-                    hashlib.sha256).hexdigest()
 
 
 def signature_header(secret: str, body: bytes, now: float) -> str:
