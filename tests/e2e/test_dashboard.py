@@ -53,7 +53,8 @@ def test_create_terminal_kill(live_server: LiveServer, browser: Browser) -> None
         page.locator(".xterm-rows", has_text="dash-42").wait_for(timeout=PROMPTLY_MS)
         page.wait_for_selector(".meter", timeout=PROMPTLY_MS)  # metrics of a real guest
         browser.shot("e2e-sandbox-terminal")
-        page.click("text=Close")
+        page.keyboard.press("Control+BracketRight")  # out of the terminal, onto Close
+        page.keyboard.press("Enter")
         page.wait_for_selector("#open-terminal:not([hidden])")
 
         page.goto(f"{url}/dashboard/#/sandboxes")

@@ -12,9 +12,10 @@ export function terminalPanel(id) {
                  "Open terminal");
   const close = h("button", {type: "button", class: "secondary", hidden: true,
                              onclick: () => stop(true)}, "Close");
+  const hint = h("p", {class: "hint", hidden: true}, "Ctrl+] leaves the terminal for the page.");
   const element = h("section", {"aria-labelledby": "term-h"},
     h("div", {class: "section-head"}, h("h2", {id: "term-h"}, "Terminal"), state, open, close),
-    screen);
+    screen, hint);
 
   async function stop(kill) {
     if (onResize) window.removeEventListener("resize", onResize);
@@ -31,6 +32,7 @@ export function terminalPanel(id) {
     if (term) term.dispose();
     term = null;
     screen.hidden = true;
+    hint.hidden = true;
     open.hidden = false;
     close.hidden = true;
   }
@@ -39,6 +41,7 @@ export function terminalPanel(id) {
     open.hidden = true;
     close.hidden = false;
     screen.hidden = false;
+    hint.hidden = false;
     term = new window.Terminal({cursorBlink: true, fontSize: 14, convertEol: false,
                                 scrollback: 5000});
     fit = new window.FitAddon.FitAddon();
@@ -81,6 +84,15 @@ export function terminalPanel(id) {
         state.textContent = "disconnected";
       }
     };
+    // The terminal takes Tab and Shift+Tab (the shell needs them): Ctrl+] is the way out
+    // for a keyboard, as in telnet.
+    term.attachCustomKeyEventHandler((event) => {
+      if (event.type === "keydown" && event.ctrlKey && event.key === "]") {
+        close.focus();
+        return false;
+      }
+      return true;
+    });
     term.onData((data) => {
       if (!socket || socket.readyState !== WebSocket.OPEN) return;
       const bytes = encoder.encode(data);
