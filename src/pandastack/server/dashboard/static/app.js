@@ -22,6 +22,7 @@ function route() {
     cleanup = null;
   }
   main.replaceChildren();
+  document.getElementById("status").hidden = true;  // news of the page left behind
   const [name = "sandboxes", ...rest] = location.hash.replace(/^#\/?/, "").split("/");
   const page = name === "sandboxes" && rest.length ? sandboxPage : pages[name];
   for (const link of document.querySelectorAll("#nav a")) {
