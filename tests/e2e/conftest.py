@@ -50,6 +50,8 @@ def live_server() -> Iterator[LiveServer]:
         # its build, so the no-leftovers check below stays exact.
         "PANDASTACK_BUILD_CACHE_ENTRIES": "0",
         "PANDASTACK_PREVIEW_PORT": str(preview_port),
+        # The webhook test's receiver is on 127.0.0.1, which webhooks may not reach otherwise.
+        "PANDASTACK_WEBHOOK_ALLOW_PRIVATE": "1",
     }
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 (closed in teardown)
     proc = subprocess.Popen(

@@ -1,13 +1,16 @@
 """Fork, snapshots and hibernation through the public SDK against a live server (real VMs):
 fork two children that each run a command; snapshot -> create from it; hibernate -> a command
-wakes it."""
+wakes it. Events and webhooks: create, fork and kill seen in order on the event stream and
+delivered, signed, to a webhook on a loopback receiver."""
 
 from __future__ import annotations
 
 import pytest
 
 from pandastack import Client, ConflictError, NotFoundError, Sandbox
+from pandastack.webhooks import verify_signature
 from tests.e2e.conftest import LiveServer
+from tests.server.webhook_receiver import receiver
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
@@ -48,3 +51,32 @@ def test_fork_snapshot_hibernate(live_server: LiveServer) -> None:
         parent_id = parent.id
     with Client(**creds) as client, pytest.raises(ConflictError):
         client.sandboxes.connect(parent_id).fork()
+
+
+def test_events_and_webhook_of_a_fork(live_server: LiveServer) -> None:
+    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    wanted = ["sandbox.created", "sandbox.forked", "sandbox.killed"]
+    with receiver() as r, Client(**creds) as client:
+        hook = client.webhooks.create(r.url, wanted)
+        try:
+            with client.events.stream(types=wanted) as stream:
+                sbx = client.sandboxes.create(ttl_seconds=300)
+                [child] = sbx.fork(1)
+                child.kill()
+                sbx.kill()
+                got = []
+                for e in stream:  # bounded: four events are written before the loop
+                    got.append(e)
+                    if len(got) == 4:
+                        break
+            assert [(e.type, e.sandbox_id) for e in got] == [
+                ("sandbox.created", sbx.id), ("sandbox.forked", sbx.id),
+                ("sandbox.killed", child.id), ("sandbox.killed", sbx.id)]
+            assert got[1].model_extra is not None
+            assert got[1].model_extra["children"] == [child.id]
+            delivered = r.wait_for(4, timeout=60)
+            bodies = [verify_signature(hook.secret, d.headers, d.body) for d in delivered]
+            # Deliveries run concurrently: their order is not the log's, their ids are.
+            assert sorted(b["id"] for b in bodies) == [e.id for e in got]
+        finally:
+            client.webhooks.delete(hook.id)

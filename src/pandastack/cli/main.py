@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from . import (
     agent,
+    events,
     files,
     hosts,
     keys,
@@ -25,6 +26,7 @@ from . import (
     template,
     usage,
     volume,
+    webhook,
 )
 
 
@@ -40,7 +42,7 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
     for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
-                   usage, teams, mcp)}
+                   usage, teams, events, webhook, mcp)}
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
