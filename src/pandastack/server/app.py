@@ -128,7 +128,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
             service = SandboxService(store, rt, settings)
             server_metrics.bind(service)
             templates = TemplateService(service, cache_entries=settings.build_cache_entries,
-                                        max_concurrent=settings.max_concurrent_builds)
+                                        max_concurrent=settings.max_concurrent_builds,
+                                        max_per_team=settings.max_builds_per_team)
 
             async def reconcile() -> None:
                 await rt.start()

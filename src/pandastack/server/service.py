@@ -39,6 +39,7 @@ from .names import SandboxNames, claiming
 from .quotas import Quotas
 from .settings import Settings
 from .store import Sandbox, Store, TemplateVersion
+from .team_slots import TeamSlots
 from .telemetry import timed
 from .volumes import CreatePlan, VolumeService
 
@@ -91,6 +92,9 @@ class SandboxService:
         self.quotas = Quotas(store, settings)
         self.volumes = VolumeService(store, runtime, self.quotas)
         self.names = SandboxNames(self)
+        self.exec_slots = TeamSlots(settings.max_execs_per_team, "commands running")
+        self.stream_slots = TeamSlots(settings.max_streams_per_team,
+                                      "streams and terminals open")
         self._busy: dict[str, int] = {}
         self._transitions: dict[str, int] = {}
         # Set by the app when team templates are enabled (`templates.TemplateService`).

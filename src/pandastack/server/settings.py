@@ -55,6 +55,13 @@ class Settings:
     build_cache_entries: int = 32
     # Template builds running at once (each is a VM); more wait their turn.
     max_concurrent_builds: int = 2
+    # What one team may hold at once on this server (server/team_slots.py): commands
+    # running (exec, exec/stream), streams and terminals attached (a process's output, a
+    # watch, a terminal), and build slots of the `max_concurrent_builds` (its further builds
+    # wait for its own, so another team always finds one free).
+    max_execs_per_team: int = 64
+    max_streams_per_team: int = 32
+    max_builds_per_team: int = 1
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 200
     logs_max_bytes: int = 64 << 10
@@ -125,6 +132,10 @@ class Settings:
             raise ValueError("build_cache_entries must be >= 0")
         if self.max_concurrent_builds < 1:
             raise ValueError("max_concurrent_builds must be >= 1")
+        if min(self.max_execs_per_team, self.max_streams_per_team,
+               self.max_builds_per_team) < 1:
+            raise ValueError("max_execs_per_team, max_streams_per_team and "
+                             "max_builds_per_team must be >= 1")
         if self.rate_limit_per_second <= 0 or self.rate_limit_burst < 1:
             raise ValueError("rate limit must be positive")
         if self.port_connect_timeout_seconds <= 0 or self.port_read_timeout_seconds <= 0:
@@ -213,6 +224,9 @@ class Settings:
         take("PANDASTACK_MAX_TEMPLATE_MB", "max_template_bytes", int, 1 << 20)
         take("PANDASTACK_BUILD_CACHE_ENTRIES", "build_cache_entries", int)
         take("PANDASTACK_MAX_BUILDS", "max_concurrent_builds", int)
+        take("PANDASTACK_MAX_EXECS_PER_TEAM", "max_execs_per_team", int)
+        take("PANDASTACK_MAX_STREAMS_PER_TEAM", "max_streams_per_team", int)
+        take("PANDASTACK_MAX_BUILDS_PER_TEAM", "max_builds_per_team", int)
         take("PANDASTACK_RATE_LIMIT", "rate_limit_per_second", float)
         take("PANDASTACK_RATE_BURST", "rate_limit_burst", int)
         take("PANDASTACK_PORT_CONNECT_TIMEOUT", "port_connect_timeout_seconds", float)

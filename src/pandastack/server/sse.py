@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from .errors import api_error_of, envelope, log
 
@@ -37,10 +38,30 @@ def failure_envelope(exc: BaseException, request_id: str, what: str) -> dict[str
     return envelope("internal", "internal error", request_id)
 
 
-def event_stream(frames: AsyncIterator[bytes]) -> StreamingResponse:
+class _HeldStream(StreamingResponse):
+    """A stream that holds something (a team's stream slot) until it is over, however it
+    ends: sent to the end, the client gone, or a send that failed."""
+
+    def __init__(self, frames: AsyncIterator[bytes], release: Callable[[], None],
+                 headers: dict[str, str]) -> None:
+        super().__init__(frames, media_type="text/event-stream", headers=headers)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def event_stream(frames: AsyncIterator[bytes],
+                 release: Callable[[], None] | None = None) -> StreamingResponse:
+    """`release`: called once the stream is over (see `_HeldStream`)."""
     # No proxy buffering: events must reach the client as they happen.
-    return StreamingResponse(frames, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if release is not None:
+        return _HeldStream(frames, release, headers)
+    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
 
 
 @dataclass(frozen=True)

@@ -90,11 +90,16 @@ def to_build_info(row: TemplateVersion) -> TemplateBuildInfo:
 
 class TemplateService:
     def __init__(self, sandboxes: SandboxService, *, cache_entries: int = 32,
-                 max_concurrent: int = 2) -> None:
+                 max_concurrent: int = 2, max_per_team: int = 1) -> None:
         self.sandboxes = sandboxes
         self.cache_entries = cache_entries
         # Each build is a VM doing heavy work: more at once only slows them all down.
         self._slots = asyncio.Semaphore(max_concurrent)
+        # A team's builds beyond `max_per_team` wait for its own, not for the shared slots:
+        # one team starting many builds (or one that runs for hours) cannot hold them all.
+        self.max_per_team = max_per_team
+        self._team_slots: dict[str, asyncio.Semaphore] = {}
+        self._team_waiting: dict[str, int] = {}
         self.store = sandboxes.store
         self.runtime = sandboxes.runtime
         self._logs: dict[str, BuildLog] = {}
@@ -157,6 +162,28 @@ class TemplateService:
             raise not_found(f"template {base!r}")
         return SNAPSHOT_PREFIX + version.snapshot_id
 
+    @contextlib.asynccontextmanager
+    async def _build_slot(self, team: str, build_log: BuildLog) -> AsyncIterator[None]:
+        """One of the team's own build slots, then one of the shared ones."""
+        own = self._team_slots.get(team)
+        if own is None:
+            own = self._team_slots[team] = asyncio.Semaphore(self.max_per_team)
+        self._team_waiting[team] = self._team_waiting.get(team, 0) + 1
+        try:
+            if own.locked():
+                build_log.add(f"waiting for this team's other builds ({self.max_per_team} "
+                              "at a time per team)")
+            async with own:
+                if self._slots.locked():
+                    build_log.add("waiting for a build slot (other builds are running)")
+                async with self._slots:
+                    yield
+        finally:
+            self._team_waiting[team] -= 1
+            if not self._team_waiting[team]:  # no build of the team left: nor its semaphore
+                del self._team_waiting[team]
+                del self._team_slots[team]
+
     async def _run(self, row: TemplateVersion, req: BuildTemplate, spec: TemplateSpec,
                    build_log: BuildLog) -> None:
         build_log.add(f"build {row.id}: template {row.name} version {row.version}")
@@ -165,9 +192,7 @@ class TemplateService:
             policy = None
             if req.network is not None:
                 policy = await self.sandboxes.network_policy(req.network)
-            if self._slots.locked():
-                build_log.add("waiting for a build slot (other builds are running)")
-            async with self._slots:
+            async with self._build_slot(row.team, build_log):
                 # The step cache is per team: an equal prefix of another team's steps holds
                 # what that team's build made (keys, secrets), and a hit would tell of it.
                 result = await self.runtime.build_template(

@@ -41,10 +41,11 @@ async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPri
     _validate(body)
     row, handle = await service.running(who.team, sandbox_id)
     env, cwd, user = service.call_context(row, body.env, body.cwd)
-    async with service.busy(row.id):
-        result = await service.host_call(handle.exec(
-            body.cmd, timeout=body.timeout_seconds, env=env, cwd=cwd, user=user,
-            stdin=None if body.stdin is None else body.stdin.encode()))
+    with service.exec_slots.take(who.team):
+        async with service.busy(row.id):
+            result = await service.host_call(handle.exec(
+                body.cmd, timeout=body.timeout_seconds, env=env, cwd=cwd, user=user,
+                stdin=None if body.stdin is None else body.stdin.encode()))
     return to_exec_result(result)
 
 
@@ -90,4 +91,5 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
             elif item.result is not None:
                 yield sse("exit", to_exec_result(item.result, with_output=False).model_dump())
 
-    return event_stream(events())
+    release = service.exec_slots.acquire(who.team)  # 429 here, before the 200
+    return event_stream(events(), release)

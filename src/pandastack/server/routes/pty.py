@@ -13,11 +13,11 @@ from pandastack.hostport.errors import GuestOSError, HostError
 from pandastack.wire_pty import PTY_WEBSOCKET, PtyCreateRequest, PtyInfo
 
 from ..auth import CurrentPrincipal, principal
-from ..errors import ApiError, bad_request, error_response, not_found
+from ..errors import ApiError, bad_request, not_found
 from ..jsonbody import StrictJsonRoute
 from ..service import SandboxService
 from .deps import SandboxId, Service, check_text
-from .ports import as_request
+from .ports import as_request, deny
 
 router = APIRouter(tags=["pty"], route_class=StrictJsonRoute)
 
@@ -39,21 +39,12 @@ async def create_pty(sandbox_id: SandboxId, body: PtyCreateRequest, who: Current
     return PtyInfo(pid=pid, cols=body.cols, rows=body.rows)
 
 
-async def _deny(websocket: WebSocket, exc: ApiError) -> None:
-    if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(error_response(
-            as_request(websocket), exc.status, exc.code, exc.message, exc.headers))
-    else:
-        await websocket.close(pty.CLOSE_POLICY if exc.status < 500 else pty.CLOSE_ERROR,
-                              exc.message[:120])
-
-
 async def _attach(websocket: WebSocket, service: SandboxService, sandbox_id: str,
-                  pid: int) -> tuple[str, pty.PtySession]:
+                  pid: int) -> tuple[str, str, pty.PtySession]:
     team = (await principal(as_request(websocket))).team
     row, handle = await service.running(team, sandbox_id)
     try:
-        return row.id, await handle.pty_connect(pid)
+        return team, row.id, await handle.pty_connect(pid)
     except GuestOSError as exc:
         if exc.errno_name == "ESRCH":
             raise not_found(f"terminal {pid} in sandbox {row.id}") from None
@@ -67,21 +58,30 @@ async def connect_pty(websocket: WebSocket, sandbox_id: str, pid: str) -> None:
     try:
         if not (pid.isascii() and pid.isdigit() and 1 <= int(pid) < 2**31):
             raise ApiError(422, "validation_error", "pid: must be an integer in 1..2**31-1")
-        sandbox_id, session = await service.host_call(
+        team, sandbox_id, session = await service.host_call(
             _attach(websocket, service, sandbox_id, int(pid)))
     except ApiError as exc:
-        await _deny(websocket, exc)
+        await deny(websocket, exc)
         return
     except HostError as exc:  # not one host_call maps: still an answer, not a dropped socket
-        await _deny(websocket, ApiError(502, "bad_gateway", str(exc)))
+        await deny(websocket, ApiError(502, "bad_gateway", str(exc)))
         return
     try:
-        await websocket.accept()
-    except BaseException:
+        release = service.stream_slots.acquire(team)
+    except ApiError as exc:
         await session.close()
-        raise
-    async with service.busy(sandbox_id):
-        await pty.relay(websocket, session)
+        await deny(websocket, exc)
+        return
+    try:
+        try:
+            await websocket.accept()
+        except BaseException:
+            await session.close()
+            raise
+        async with service.busy(sandbox_id):
+            await pty.relay(websocket, session)
+    finally:
+        release()
 
 
 router.add_api_websocket_route("/sandboxes/{sandbox_id}/pty/{pid}", connect_pty,

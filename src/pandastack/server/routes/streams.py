@@ -121,7 +121,8 @@ async def stream_process(sandbox_id: SandboxId, pid: Pid, who: CurrentPrincipal,
                 done = to_exec_result(item.result, with_output=False)
                 yield sse("exit", done.model_copy(update={"truncated": False}).model_dump())
 
-    return event_stream(events())
+    release = service.stream_slots.acquire(who.team)  # 429 here, before the 200
+    return event_stream(events(), release)
 
 
 async def _chain(first: Item | Finished[HostExecResult],

@@ -124,7 +124,8 @@ async def watch_files(sandbox_id: SandboxId, who: CurrentPrincipal, service: Ser
                 with contextlib.suppress(BaseException):
                     await task
 
-    return event_stream(events())
+    release = service.stream_slots.acquire(who.team)  # 429 here, before the 200
+    return event_stream(events(), release)
 
 
 @router.post("/sandboxes/{sandbox_id}/files/batch", operation_id="writeFiles",
