@@ -152,7 +152,7 @@ async def test_builtin_first_use_answers_building_at_once(
 async def test_builds_beyond_the_limit_wait_their_turn(tmp_path: Path) -> None:
     runtime = FakeRuntime(tmp_path)
     builder = ScriptedBuilder(runtime, gated=True)
-    settings = make_settings(tmp_path, max_concurrent_builds=1)
+    settings = make_settings(tmp_path, max_concurrent_builds=1, max_builds_per_team=2)
     async with running_app(settings, runtime, builder=builder) as api:
         first = (await api.client.post("/v1/templates", json={"name": "a", "spec": SPEC})).json()
         second = (await api.client.post("/v1/templates", json={"name": "b", "spec": SPEC})).json()
