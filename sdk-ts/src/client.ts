@@ -12,6 +12,8 @@ import { type CreateOptions, type ListOptions, type SandboxPage, Sandbox, create
 import { fromDockerfile } from "./dockerfile.js";
 import { Template } from "./template.js";
 import { SSEDecoder } from "./sse.js";
+import { Events } from "./events.js";
+import { Webhooks } from "./webhooks.js";
 import type { CreatedKey, DrainResult, HostInfo, KeyInfo, NetworkArg, QuotaInfo, SandboxInfo,
   SnapshotInfo, TemplateBuildInfo, TemplateInfo, TemplateSpec, UsageReport, VolumeInfo } from "./types.js";
 
@@ -316,6 +318,8 @@ export class Client {
   readonly keys: Keys;
   readonly hosts: Hosts;
   readonly teams: Teams;
+  readonly events: Events;
+  readonly webhooks: Webhooks;
   private readonly http: Http;
 
   /** `apiUrl`/`apiKey` override the environment and config file; `fetch` replaces the global. */
@@ -330,6 +334,8 @@ export class Client {
     this.keys = new Keys(this.http);
     this.hosts = new Hosts(this.http);
     this.teams = new Teams(this.http);
+    this.events = new Events(this.http);
+    this.webhooks = new Webhooks(this.http);
   }
 
   /** What this key's team held in [start, end) and what it cost, per sandbox, day or

@@ -16,6 +16,9 @@ export { Template, waitForCommand, waitForFile, waitForPort, type ReadyCheck, ty
 export { MAX_COPY_BYTES, MAX_COPY_FILES } from "./copy.js";
 export { Filesystem, type ReadFormat, type Progress } from "./files.js";
 export { Watch, type FileEvent } from "./watch.js";
+export { Events, EventStream, EVENT_TYPES, type Event, type EventStreamOptions } from "./events.js";
+export { Webhooks, verifySignature, InvalidSignature, SIGNATURE_HEADER, type Webhook, type WebhookCreated,
+  type WebhookDelivery } from "./webhooks.js";
 export { Pty, Terminals, type PtyCreateOptions, type PtyDataCallback } from "./pty.js";
 export { CodeInterpreter, Execution, Result, type CodeEvent, type Language,
   type RunCodeOptions } from "./code.js";

@@ -44,6 +44,7 @@ from pandastack.sdk import (
     Result,
     errors,
 )
+from pandastack.sdk.events import AsyncEvents, AsyncEventStream, AsyncWebhooks
 from pandastack.templatespec import (
     MAX_COPY_BYTES,
     Template,
@@ -53,6 +54,7 @@ from pandastack.templatespec import (
     wait_for_file,
     wait_for_port,
 )
+from pandastack.webhooks import verify_signature
 
 SDK = Path(__file__).resolve().parents[2] / "sdk-ts"
 
@@ -65,10 +67,11 @@ PAIRS: list[tuple[type[Any], str]] = [
     (AsyncClient, "Client"), (AsyncSandboxes, "Sandboxes"), (AsyncSnapshots, "Snapshots"),
     (AsyncTemplates, "Templates"), (AsyncVolumes, "Volumes"), (AsyncKeys, "Keys"),
     (AsyncHosts, "Hosts"), (AsyncTeams, "Teams"), (Execution, "Execution"), (Result, "Result"),
-    (Template, "Template"),
+    (Template, "Template"), (AsyncEvents, "Events"), (AsyncEventStream, "EventStream"),
+    (AsyncWebhooks, "Webhooks"),
 ]
-# The template spec's helpers the Python SDK exports beside its classes.
-FUNCTIONS = [from_dockerfile, wait_for_port, wait_for_file, wait_for_command]
+# The template spec's helpers the Python SDK exports beside its classes, and the webhook check.
+FUNCTIONS = [from_dockerfile, wait_for_port, wait_for_file, wait_for_command, verify_signature]
 # Python's `TimeoutError` would shadow JavaScript's global of that name.
 ERROR_NAMES = {"TimeoutError": "PandastackTimeoutError"}
 # Python takes the constructor's arguments only where users call it (Client(...)).
