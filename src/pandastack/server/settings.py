@@ -62,6 +62,13 @@ class Settings:
     max_execs_per_team: int = 64
     max_streams_per_team: int = 32
     max_builds_per_team: int = 1
+    # Stopping (SIGTERM): requests in flight get this long to end, streams and terminals
+    # included, before they are cut; with `hibernate_on_stop`, a server whose host is in its
+    # own process (`serve` without agents) then hibernates its persistent running sandboxes,
+    # so a host reboot after it loses none of their memory. Other VMs keep running either
+    # way, and the next start adopts them.
+    stop_grace_seconds: int = 10
+    hibernate_on_stop: bool = False
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 200
     logs_max_bytes: int = 64 << 10
@@ -132,6 +139,8 @@ class Settings:
             raise ValueError("build_cache_entries must be >= 0")
         if self.max_concurrent_builds < 1:
             raise ValueError("max_concurrent_builds must be >= 1")
+        if self.stop_grace_seconds < 0:
+            raise ValueError("stop_grace_seconds must be >= 0")
         if min(self.max_execs_per_team, self.max_streams_per_team,
                self.max_builds_per_team) < 1:
             raise ValueError("max_execs_per_team, max_streams_per_team and "
@@ -227,6 +236,10 @@ class Settings:
         take("PANDASTACK_MAX_EXECS_PER_TEAM", "max_execs_per_team", int)
         take("PANDASTACK_MAX_STREAMS_PER_TEAM", "max_streams_per_team", int)
         take("PANDASTACK_MAX_BUILDS_PER_TEAM", "max_builds_per_team", int)
+        take("PANDASTACK_STOP_GRACE", "stop_grace_seconds", int)
+        if env.get("PANDASTACK_HIBERNATE_ON_STOP", "").strip().lower() in (
+                "1", "true", "yes", "on"):
+            values["hibernate_on_stop"] = True
         take("PANDASTACK_RATE_LIMIT", "rate_limit_per_second", float)
         take("PANDASTACK_RATE_BURST", "rate_limit_burst", int)
         take("PANDASTACK_PORT_CONNECT_TIMEOUT", "port_connect_timeout_seconds", float)
@@ -240,6 +253,7 @@ class Settings:
         take("PANDASTACK_HOST_STALE_SECONDS", "host_stale_seconds", float)
         take("PANDASTACK_EVENT_RETENTION", "event_retention_seconds", int)
         take("PANDASTACK_MAX_EVENT_STREAMS", "max_event_streams_per_team", int)
+        take("PANDASTACK_WEBHOOK_RETRY", "webhook_retry_seconds", float)
         if env.get("PANDASTACK_WEBHOOK_ALLOW_PRIVATE", "").strip().lower() in (
                 "1", "true", "yes", "on"):
             values["webhook_allow_private"] = True
