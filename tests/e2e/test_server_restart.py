@@ -1,8 +1,10 @@
 """SIGKILL the server while sandboxes run, kill one sandbox's VM while the server is down, then
 start the server again on the same DB and state dir: the survivor is adopted (listed as
 running, exec works, its files are intact); the dead one is marked `failed` and nothing of it
-is left on the host. Real `pandastack serve` processes, real VMs. Also here, because it needs
-the real server process: a 1 GB JSON body is refused without growing that process's memory."""
+is left on the host. SIGTERM with a command and a stream in flight: the command ends, the
+stream is cut after the grace, persistent sandboxes hibernate when configured, spares go.
+Real `pandastack serve` processes, real VMs. Also here, because it needs the real server
+process: a 1 GB JSON body is refused without growing that process's memory."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pandastack.host.config import HostConfig
+from pandastack.host.network.manager import NetworkManager
 from tests.helpers import qemu_pids_under
 from tests.server.live import free_port, wait_healthy
 
@@ -40,9 +45,10 @@ class ServeProcess:
         self.log_path = tmp / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 120, **extra_env: str) -> None:
         env = {
             **os.environ,
+            **extra_env,
             "PANDASTACK_STATE_DIR": str(self.state_dir),
             "PANDASTACK_VOLUMES_DIR": str(self.volumes_dir),
             "PANDASTACK_DB": f"sqlite:///{self.tmp / 'pandastack.db'}",
@@ -185,6 +191,84 @@ def test_sigkill_restart_adopts_survivors_and_fails_the_dead(serve: ServeProcess
     assert not list(serve.state_dir.glob("sbx-*"))
     assert "Traceback" not in serve.log_path.read_text(errors="replace"), serve.log_tail()
     assert time.monotonic() - started < 60
+
+
+def test_sigterm_finishes_what_is_in_flight_and_hibernates_the_persistent(
+        serve: ServeProcess) -> None:
+    serve.start(PANDASTACK_HIBERNATE_ON_STOP="1", PANDASTACK_STOP_GRACE="3")
+    headers = {"Authorization": f"Bearer {serve.api_key()}"}
+    results: dict[str, object] = {}
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        r = c.post("/v1/sandboxes", json={"ttl_seconds": 600, "persistent": True})
+        assert r.status_code == 201, r.text
+        keeper = str(r.json()["id"])
+        worker = create(c, "worker")
+        r = c.put(f"/v1/sandboxes/{keeper}/files", params={"path": "/work/kept.txt"},
+                  content=b"kept\n")
+        assert r.status_code == 200, r.text
+
+        def long_exec() -> None:
+            with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as own:
+                results["exec"] = own.post(f"/v1/sandboxes/{worker}/exec", json={
+                    "cmd": "touch /tmp/started; sleep 2; echo done"})
+
+        def open_watch() -> None:  # a stream that never ends by itself
+            try:
+                with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as own, \
+                        own.stream("GET", f"/v1/sandboxes/{worker}/files/watch",
+                                   params={"path": "/work"}) as stream:
+                    results["watch_status"] = stream.status_code
+                    results["watch_tail"] = b"".join(stream.iter_bytes())[-400:]
+            except httpx.HTTPError as exc:
+                results["watch_cut"] = repr(exc)
+            results["watch_ended"] = True
+
+        threads = [threading.Thread(target=long_exec), threading.Thread(target=open_watch)]
+        for t in threads:
+            t.start()
+        for _ in range(200):  # until the command runs in the guest
+            r = c.post(f"/v1/sandboxes/{worker}/exec", json={"cmd": "test -f /tmp/started"})
+            if r.json()["exit_code"] == 0:
+                break
+            time.sleep(0.05)
+        assert r.json()["exit_code"] == 0, r.text
+    worker_pids = qemu_pids_under(serve.state_dir / worker)
+    serve.signal(signal.SIGTERM, timeout=90)  # killed if it does not stop by itself
+    for t in threads:
+        t.join(timeout=30)
+    exec_result = results["exec"]
+    assert isinstance(exec_result, httpx.Response) and exec_result.status_code == 200, results
+    assert exec_result.json()["stdout"] == "done\n", exec_result.text
+    assert results.get("watch_status") == 200 and results.get("watch_ended"), results
+    # cut after the grace, with a word: an error event saying the server is stopping
+    assert b"event: error" in results["watch_tail"], results  # type: ignore[operator]
+    assert b"the server is stopping" in results["watch_tail"], results  # type: ignore[operator]
+    log = serve.log_path.read_text(errors="replace")
+    assert "hibernated 1 persistent sandboxes" in log, serve.log_tail()
+    assert "Traceback" not in log, serve.log_tail()
+    # The worker's VM runs on; the keeper's is gone (hibernated); no spare slot is kept.
+    assert qemu_pids_under(serve.state_dir / worker) == worker_pids
+    assert not qemu_pids_under(serve.state_dir / keeper)
+    config = HostConfig.from_env(state_dir=serve.state_dir)
+    spare_owner = config.sandboxes_dir / ".spare-slots"
+    claims = NetworkManager(config.network_claims_dir).claims()
+    assert spare_owner not in claims.values(), claims
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{serve.url}/health", timeout=5)
+
+    serve.start()
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        listed = {s["id"]: s for s in c.get("/v1/sandboxes").json()["sandboxes"]}
+        assert listed[keeper]["state"] == "hibernated", listed[keeper]
+        assert listed[worker]["state"] == "running", listed[worker]
+        r = c.post(f"/v1/sandboxes/{keeper}/wake")
+        assert r.status_code == 200, r.text
+        r = c.post(f"/v1/sandboxes/{keeper}/exec", json={"cmd": "cat /work/kept.txt"})
+        assert r.status_code == 200 and r.json()["stdout"] == "kept\n", r.text
+        for sid in (keeper, worker):
+            assert c.delete(f"/v1/sandboxes/{sid}").status_code == 204
+    serve.signal(signal.SIGTERM)
+    assert not qemu_pids_under(serve.tmp), serve.log_tail()
 
 
 def _status_kb(pid: int, field: str) -> int:

@@ -8,6 +8,7 @@ import argparse
 import logging
 import socket
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 log = logging.getLogger("pandastack.server")
@@ -96,6 +97,11 @@ def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
 
     from pandastack.server.preview import PreviewDispatch
 
+    class _StoppingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            app.state.stopping = True  # streams cut after the grace say why (server/sse.py)
+            super().handle_exit(sig, frame)
+
     sockets = [_listen(settings.host, settings.port)]
     preview = settings.preview_listener_port
     if preview:
@@ -108,6 +114,9 @@ def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
                         "set PANDASTACK_PREVIEW_PORT", preview, exc)
             settings = settings.with_(preview_port=0)
             app.state.settings = settings
+    # Bounded: an open stream or terminal must not hold a stop forever (uvicorn waits for
+    # every connection without it).
     config = uvicorn.Config(PreviewDispatch(app, settings), log_level=log_level,
-                            proxy_headers=False, access_log=access_log)
-    uvicorn.Server(config).run(sockets=sockets)
+                            proxy_headers=False, access_log=access_log,
+                            timeout_graceful_shutdown=settings.stop_grace_seconds)
+    _StoppingServer(config).run(sockets=sockets)

@@ -25,7 +25,7 @@ from .bootstrap import ensure_admin_key, private_database
 from .dashboard import DashboardMiddleware
 from .errors import ApiError, RequestIdMiddleware, install_handlers
 from .events import EventContextMiddleware
-from .lifecycle import reaper
+from .lifecycle import hibernate_persistent, reaper
 from .limits import BodyLimitMiddleware
 from .mcp import MCP_PATH, McpEndpoint
 from .ratelimit import RateLimiter
@@ -122,6 +122,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         store = open_store(settings.dsn)
         rt: RuntimePort = runtime if runtime is not None else default_host(settings, store)
         task: asyncio.Task[None] | None = None
+        service: SandboxService | None = None
         templates: TemplateService | None = None
         proxy: PortProxy | None = None
         try:
@@ -169,6 +170,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                 await templates.close()
             if proxy is not None:
                 await proxy.aclose()
+            if owns_runtime and settings.hibernate_on_stop and service is not None:
+                await hibernate_persistent(service)
             if owns_runtime:
                 await rt.close()
             store.close()

@@ -118,6 +118,35 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
     return ended
 
 
+# What a stop may spend hibernating (a hibernation writes the guest's memory to disk: about
+# a second per 256 MiB here); the sandboxes not reached by then keep running.
+HIBERNATE_ON_STOP_SECONDS = 120.0
+
+
+async def hibernate_persistent(service: SandboxService,
+                               budget: float = HIBERNATE_ON_STOP_SECONDS) -> list[str]:
+    """At a stop with `hibernate_on_stop`: hibernate each running persistent sandbox, one at
+    a time, within `budget` seconds; a failure is logged and the sandbox keeps running (the
+    next start adopts it). Returns the ids hibernated."""
+    done: list[str] = []
+    rows = [r for r in service.store.live_sandboxes()
+            if r.persistent and r.state == "running" and not service.in_transition(r.id)]
+    try:
+        async with asyncio.timeout(budget):
+            for row in rows:
+                try:
+                    await service.hibernate_row(row)
+                    done.append(row.id)
+                except ApiError as exc:
+                    log.warning("stop: hibernating sandbox %s failed: %s", row.id, exc.message)
+    except TimeoutError:
+        log.warning("stop: %d of %d persistent sandboxes hibernated within %.0f s; the others "
+                    "keep running", len(done), len(rows), budget)
+    if done:
+        log.info("stop: hibernated %d persistent sandboxes: %s", len(done), ", ".join(done))
+    return done
+
+
 def purge(store: Store, before: float) -> None:
     """Remove what ended before `before`: sandbox rows, and template versions that failed
     or were deleted (with their specs and logs; their version numbers stay taken)."""

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .errors import api_error_of, envelope, log
+from .errors import api_error_of, envelope, log, request_id_of
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -38,11 +38,19 @@ def failure_envelope(exc: BaseException, request_id: str, what: str) -> dict[str
     return envelope("internal", "internal error", request_id)
 
 
+def stopping(scope: Scope) -> bool:
+    """Whether the server is stopping (`serve` marks it when SIGTERM arrives)."""
+    app = scope.get("app")
+    return bool(getattr(getattr(app, "state", None), "stopping", False))
+
+
 class _HeldStream(StreamingResponse):
     """A stream that holds something (a team's stream slot) until it is over, however it
-    ends: sent to the end, the client gone, or a send that failed."""
+    ends: sent to the end, the client gone, or a send that failed. One the server's stop
+    cuts (after its grace) ends with an `error` event saying so, not a bare reset, which
+    tells a client to reconnect elsewhere or later."""
 
-    def __init__(self, frames: AsyncIterator[bytes], release: Callable[[], None],
+    def __init__(self, frames: AsyncIterator[bytes], release: Callable[[], None] | None,
                  headers: dict[str, str]) -> None:
         super().__init__(frames, media_type="text/event-stream", headers=headers)
         self._release = release
@@ -50,18 +58,23 @@ class _HeldStream(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            if not stopping(scope):
+                raise
+            last = sse("error", envelope("unavailable", "the server is stopping: reconnect",
+                                         request_id_of(scope)))
+            with contextlib.suppress(Exception):  # the client may be gone as well
+                await send({"type": "http.response.body", "body": last, "more_body": False})
         finally:
-            self._release()
+            if self._release is not None:
+                self._release()
 
 
 def event_stream(frames: AsyncIterator[bytes],
                  release: Callable[[], None] | None = None) -> StreamingResponse:
     """`release`: called once the stream is over (see `_HeldStream`)."""
     # No proxy buffering: events must reach the client as they happen.
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    if release is not None:
-        return _HeldStream(frames, release, headers)
-    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+    return _HeldStream(frames, release, {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 @dataclass(frozen=True)
