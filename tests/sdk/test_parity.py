@@ -43,6 +43,14 @@ from pandastack.sdk import (
     Volumes,
     Watch,
 )
+from pandastack.sdk.events import (
+    AsyncEvents,
+    AsyncEventStream,
+    AsyncWebhooks,
+    Events,
+    EventStream,
+    Webhooks,
+)
 
 TWINS = [
     (Sandbox, AsyncSandbox),
@@ -60,6 +68,9 @@ TWINS = [
     (Watch, AsyncWatch),
     (Terminals, AsyncTerminals),
     (Pty, AsyncPty),
+    (Events, AsyncEvents),
+    (EventStream, AsyncEventStream),
+    (Webhooks, AsyncWebhooks),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}

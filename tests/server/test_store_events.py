@@ -6,11 +6,14 @@ restart (a second Store on the same database)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from pandastack.server.errors import ApiError
+from pandastack.server.events import StreamSlots, stream
 from pandastack.server.store import Sandbox, Snapshot, Store, TemplateVersion, open_store
 from pandastack.server.store.events import Caller, Webhook, caller, forking, note_caller
 from pandastack.server.store.events_log import EventLog
@@ -166,3 +169,40 @@ def test_fan_out_and_queue_survive_a_restart(db: str) -> None:
         assert not log.delete_webhook("other", hook.id)
     finally:
         store.close()
+
+
+async def test_a_pruned_resume_point_is_told_then_the_oldest_kept_follows(store: Store) -> None:
+    log = EventLog(store, settle_seconds=0)
+    old = log.record(TEAM, "quota.exceeded", limit="max_sandboxes")
+    log.prune(time.time() + 1)
+    kept = log.record(TEAM, "quota.exceeded", limit="max_vcpus")
+    frames = stream(log, TEAM, old - 1, None)
+    try:
+        notice = (await anext(frames)).decode()
+        assert notice.startswith("event: events.truncated\n")
+        assert json.loads(notice.split("data: ", 1)[1]) == {
+            "after": old - 1, "oldest": kept, "pruned_through": old}
+        assert json.loads((await anext(frames)).decode().split("data: ", 1)[1]) == {
+            "after": old}
+        first = (await anext(frames)).decode()
+        assert first.startswith(f"id: {kept}\nevent: quota.exceeded\n")
+    finally:
+        await frames.aclose()  # type: ignore[attr-defined]
+    # A resume point that was not pruned is no notice.
+    frames = stream(log, TEAM, old, None)
+    try:
+        assert (await anext(frames)).decode().startswith("event: ready\n")
+    finally:
+        await frames.aclose()  # type: ignore[attr-defined]
+
+
+def test_stream_slots_are_bounded_and_given_back() -> None:
+    slots = StreamSlots(1)
+    release = slots.take(TEAM)
+    with pytest.raises(ApiError):
+        slots.take(TEAM)
+    other = slots.take("other")  # per team
+    release()
+    other()
+    assert slots.open == {}
+    slots.take(TEAM)()

@@ -83,10 +83,14 @@ class EventStream:
 
     @property
     def last_id(self) -> int | None:
+        """The id of the last event handed out (or where the stream started): pass it as
+        `after=` to resume later."""
         return self._state.last_id
 
     @property
     def truncated(self) -> dict[str, Any] | None:
+        """The server's notice that the resume point was pruned (`after`, `oldest`,
+        `pruned_through`: events up to it are gone), or None."""
         return self._state.truncated
 
     def _open(self) -> None:
@@ -137,6 +141,7 @@ class EventStream:
         return out
 
     def stop(self) -> None:
+        """End the stream (iteration ends)."""
         self._state.stopped = True
         with contextlib.suppress(httpx.HTTPError, OSError, RuntimeError):
             self._stack.close()
@@ -163,10 +168,14 @@ class AsyncEventStream:
 
     @property
     def last_id(self) -> int | None:
+        """The id of the last event handed out (or where the stream started): pass it as
+        `after=` to resume later."""
         return self._state.last_id
 
     @property
     def truncated(self) -> dict[str, Any] | None:
+        """The server's notice that the resume point was pruned (`after`, `oldest`,
+        `pruned_through`: events up to it are gone), or None."""
         return self._state.truncated
 
     async def _open(self) -> None:
@@ -221,6 +230,7 @@ class AsyncEventStream:
         return out
 
     async def stop(self) -> None:
+        """End the stream (iteration ends)."""
         self._state.stopped = True
         with contextlib.suppress(httpx.HTTPError, OSError, RuntimeError):
             await self._stack.aclose()
@@ -265,9 +275,11 @@ class Webhooks(_base.ClientBase[HTTP]):
         return self._http.run(create_webhook_call(url, events, description))
 
     def list(self) -> builtins.list[Webhook]:
+        """The team's webhooks (without secrets)."""
         return self._http.run(list_webhooks_call())
 
     def get(self, webhook_id: str) -> Webhook:
+        """Webhook `webhook_id` (`NotFoundError` if the team has none of that id)."""
         return self._http.run(get_webhook_call(webhook_id))
 
     def delete(self, webhook_id: str) -> None:
@@ -293,9 +305,11 @@ class AsyncWebhooks(_base.ClientBase[AsyncHTTP]):
         return await self._http.run(create_webhook_call(url, events, description))
 
     async def list(self) -> builtins.list[Webhook]:
+        """The team's webhooks (without secrets)."""
         return await self._http.run(list_webhooks_call())
 
     async def get(self, webhook_id: str) -> Webhook:
+        """Webhook `webhook_id` (`NotFoundError` if the team has none of that id)."""
         return await self._http.run(get_webhook_call(webhook_id))
 
     async def delete(self, webhook_id: str) -> None:

@@ -5,11 +5,10 @@ on open streams, the middleware that gives each request its `Caller` (and writes
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -76,18 +75,19 @@ class StreamSlots:
         self.limit = limit
         self.open: dict[str, int] = {}
 
-    @contextlib.contextmanager
-    def take(self, team: str) -> Iterator[None]:
+    def take(self, team: str) -> Callable[[], None]:
+        """One of the team's slots (429 when none is free); call what it returns, once, to
+        give it back."""
         if self.open.get(team, 0) >= self.limit:
             raise ApiError(429, "rate_limited", f"team {team!r} has {self.limit} event "
                            "streams open on this server already: close one first")
         self.open[team] = self.open.get(team, 0) + 1
-        try:
-            yield
-        finally:
+
+        def release() -> None:
             self.open[team] -= 1
             if not self.open[team]:
                 del self.open[team]
+        return release
 
 
 def record_quota_events(store: Store, events: list[dict[str, Any]]) -> None:

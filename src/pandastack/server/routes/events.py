@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
@@ -88,15 +89,35 @@ async def stream_events(
     if slots is None:
         slots = request.app.state.event_streams = StreamSlots(
             service.settings.max_event_streams_per_team)
-    log = EventLog(service.store)
-    held = slots.take(scope)
-    held.__enter__()  # refused here (429) before the 200 is sent
+    release = slots.take(scope)  # refused here (429), before the 200 is sent
+    return event_stream(Frames(stream(EventLog(service.store), scope, cursor, patterns),
+                               release))
 
-    async def frames() -> AsyncIterator[bytes]:
+
+class Frames:
+    """The stream's frames, giving the team's slot back when it ends, or when it is dropped
+    without ever being read (a client gone before the response started)."""
+
+    def __init__(self, inner: AsyncIterator[bytes], release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._release: Callable[[], None] | None = release
+
+    def _done(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+    def __aiter__(self) -> Frames:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            async for chunk in stream(log, scope, cursor, patterns):
-                yield chunk
-        finally:
-            held.__exit__(None, None, None)
+            return await anext(self._inner)
+        except BaseException:
+            self._done()
+            with contextlib.suppress(Exception):
+                await self._inner.aclose()  # type: ignore[attr-defined]
+            raise
 
-    return event_stream(frames())
+    def __del__(self) -> None:
+        self._done()
