@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PANDASTACK_HOME ?= /var/lib/pandastack
 
-.PHONY: run test soak deps venv lint typecheck layers sdk-ts pytest bench clean-state cluster cluster-down
+.PHONY: run test soak soak-bench deps venv lint typecheck layers sdk-ts pytest bench clean-state cluster cluster-down
 
 run: deps venv
 	$(BIN)/pandastack setup
@@ -59,6 +59,11 @@ pytest: venv
 
 soak: deps venv
 	$(BIN)/pytest -m cluster
+
+# Issue 22's soak and density figures at full size (docs/reliability.md): ~20 min on 2 cores.
+soak-bench: deps venv
+	$(BIN)/python bench/soak.py --cycles 1000 --clients 4
+	$(BIN)/python bench/density.py --k 100
 
 bench: deps venv
 	$(BIN)/python bench/create.py
