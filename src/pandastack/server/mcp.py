@@ -12,19 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from mcp.server.mcpserver import Context
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pandastack.mcp.tools import build_server
 from pandastack.sdk import AsyncClient
 
 from .auth import key_from_headers, principal
 from .errors import ApiError, error_response
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import Context
 
 __all__ = ["MCP_PATH", "McpEndpoint"]
 
@@ -62,24 +62,54 @@ async def _client(ctx: Context) -> AsyncIterator[AsyncClient]:
 
 
 class McpEndpoint:
-    """The ASGI app of `/mcp`; `running()` belongs in the API app's lifespan."""
+    """The ASGI app of `/mcp`; `running()` belongs in the API app's lifespan. The MCP package
+    is imported, and its session manager started, on the first request: most servers never
+    get one, and the import costs most of a second at every start."""
 
     def __init__(self, api_url: str) -> None:
         self.api_url = api_url
-        self.server = build_server(_client)
+        self._active = False
         self._manager: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._starting: asyncio.Lock | None = None
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
+        self._active = True
+        try:
+            yield
+        finally:
+            self._active = False
+            task, stop = self._task, self._stop
+            self._manager = self._task = self._stop = self._starting = None
+            if task is not None and stop is not None:
+                stop.set()
+                await task
+
+    async def _started(self) -> Any:
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._manager is None:
+                await self._start()
+        return self._manager
+
+    async def _start(self) -> None:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from pandastack.mcp.tools import build_server
+
+        server = build_server(_client)
         # A session manager runs once: a new one for each start of the app. It runs in a task
-        # of its own: its task group must be left by the task that entered it, and an app's
-        # lifespan may be entered and left by different tasks (test fixtures do).
-        self.server.streamable_http_app(
+        # of its own: its task group must be left by the task that entered it, and the
+        # request that starts it ends long before the app does.
+        server.streamable_http_app(
             stateless_http=True, json_response=True,
             # Browsers never send the Bearer key by themselves, so a rebound name gets
             # nothing the auth below does not already refuse.
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-        manager = self.server.session_manager
+        manager = server.session_manager
         started, stop = asyncio.Event(), asyncio.Event()
 
         async def run() -> None:
@@ -93,17 +123,11 @@ class McpEndpoint:
         if not started.is_set():
             ready.cancel()
             await task  # raises what stopped it
-        self._manager = manager
-        try:
-            yield
-        finally:
-            self._manager = None
-            stop.set()
-            await task
+        self._manager, self._task, self._stop = manager, task, stop
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        if self._manager is None:
+        if not self._active:
             await error_response(request, 503, "unavailable", "starting")(scope, receive, send)
             return
         try:
@@ -117,4 +141,5 @@ class McpEndpoint:
         client = scope.get("client")
         scope[_CALLER] = _Caller(scope["app"], self.api_url, key,
                                  (str(client[0]), int(client[1])) if client else None)
-        await self._manager.handle_request(scope, receive, send)
+        manager = await self._started()
+        await manager.handle_request(scope, receive, send)
