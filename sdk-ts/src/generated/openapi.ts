@@ -19,6 +19,39 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The team's events (Server-Sent Events), resumable with Last-Event-ID
+         * @description Server-Sent Events of the team's event log, oldest first: first
+         *     `event: ready` (data `{"after": id}`: events after that id follow), then one SSE message per
+         *     event, `id:` the event's id, `event:` its type, data the event (`id`, `type`, `time`, `team`,
+         *     `actor`: the API key id or `system`, `sandbox_id`, `template`, and the type's own fields).
+         *     Types: sandbox.created, sandbox.paused, sandbox.resumed, sandbox.hibernated, sandbox.woken, sandbox.forked, sandbox.snapshotted, sandbox.killed, sandbox.expired, sandbox.reaped, sandbox.failed, sandbox.host_lost, template.build.started, template.build.succeeded, template.build.failed, quota.exceeded.
+         *
+         *     Resume with `Last-Event-ID` (what EventSource sends on reconnect) or `since` (an event id;
+         *     the header wins): events after it follow. Without either the stream starts now. A resume
+         *     point older than the log's retention (`PANDASTACK_EVENT_RETENTION`, default 24 h) is not an
+         *     error: the stream starts with `event: events.truncated` (data `{"after", "oldest",
+         *     "pruned_through"}`: events up to `pruned_through` are gone) and goes on from the oldest event
+         *     kept. `types` filters (comma-separated types, `sandbox.*`-style prefixes). Lines starting
+         *     with `:` are keep-alives. A team may hold a bounded number of streams open per server (429
+         *     `rate_limited` past it).
+         */
+        get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/hosts": {
         parameters: {
             query?: never;
@@ -1144,6 +1177,87 @@ export interface paths {
          * @description What the volume holds now, stored in the object store the hosts share (holes and chunks stored before take nothing): it outlives the volume, and `POST /v1/volumes {"from_snapshot": ...}` makes a new volume of it on any host. 409 volume_in_use while a sandbox has it mounted read-write (readers may stay); 409 where the hosts have no object store.
          */
         post: operations["snapshotVolume"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The team's webhooks */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Create a webhook (its secret is shown once)
+         * @description POSTs each event of the given types (`sandbox.created`, a prefix such
+         *     as `sandbox.*`, or `*`) that happens from now on to `url` as JSON (the event, as
+         *     `GET /v1/events` sends it), signed: header `X-Pandastack-Signature: t=<unix seconds>,v1=<hex>`,
+         *     `v1` the HMAC-SHA256 of `t + "." + body` under the secret this answer holds (shown once).
+         *     A delivery that does not get a 2xx is retried with exponential backoff (30 s, doubling, at
+         *     most an hour apart) for 24 h; redirects are not followed. The target's host must resolve
+         *     to public addresses only (not loopback, private, link-local, CGNAT, multicast, metadata or
+         *     this host's own) unless the operator allows them; it is checked again at every delivery. At
+         *     most 20 webhooks per team (409).
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One of the team's webhooks */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /** Delete a webhook, its pending deliveries and its delivery log */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The webhook's deliveries, newest first (pending ones with their next attempt; finished ones are kept for the event retention window) */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** POST a webhook.test event to the webhook now, once (no retries); the answer is the delivery as its log records it */
+        post: operations["testWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2340,6 +2454,93 @@ export interface components {
             /** Snapshots */
             snapshots: components["schemas"]["VolumeSnapshotInfo"][];
         };
+        /** Webhook */
+        Webhook: {
+            /** Created At */
+            created_at: number;
+            /** Description */
+            description?: string | null;
+            /** Events */
+            events: string[];
+            /** Id */
+            id: string;
+            /** Url */
+            url: string;
+        };
+        /** WebhookCreate */
+        WebhookCreate: {
+            /** Description */
+            description?: string | null;
+            /**
+             * Events
+             * @description event types, `sandbox.*`-style prefixes, or `*`
+             */
+            events: string[];
+            /**
+             * Url
+             * @description http(s) URL to POST to
+             */
+            url: string;
+        };
+        /** WebhookCreated */
+        WebhookCreated: {
+            /** Created At */
+            created_at: number;
+            /** Description */
+            description?: string | null;
+            /** Events */
+            events: string[];
+            /** Id */
+            id: string;
+            /**
+             * Secret
+             * @description the signing secret: shown once, here
+             */
+            secret: string;
+            /** Url */
+            url: string;
+        };
+        /** WebhookDelivery */
+        WebhookDelivery: {
+            /** Attempts */
+            attempts: number;
+            /** Created At */
+            created_at: number;
+            /** Error */
+            error?: string | null;
+            /**
+             * Event Id
+             * @description None for a test delivery
+             */
+            event_id: number | null;
+            /** Event Type */
+            event_type: string;
+            /** Finished At */
+            finished_at?: number | null;
+            /** Id */
+            id: number;
+            /** Next Attempt At */
+            next_attempt_at?: number | null;
+            /** Response Status */
+            response_status?: number | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "failed";
+            /** Webhook Id */
+            webhook_id: string;
+        };
+        /** WebhookDeliveryList */
+        WebhookDeliveryList: {
+            /** Deliveries */
+            deliveries: components["schemas"]["WebhookDelivery"][];
+        };
+        /** WebhookList */
+        WebhookList: {
+            /** Webhooks */
+            webhooks: components["schemas"]["Webhook"][];
+        };
         /**
          * WorkdirStep
          * @description The directory later steps (and the start command) run in; created if missing.
@@ -2416,6 +2617,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: {
+                /** @description resume after this event id */
+                since?: string | null;
+                /** @description admin keys: another team's events */
+                team?: string | null;
+                /** @description comma-separated event types or prefixes (sandbox.*); default: all */
+                types?: string | null;
+            };
+            header?: {
+                "last-event-id"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the event stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
         };
@@ -5137,6 +5376,198 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["VolumeSnapshotInfo"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description webhook id, e.g. wh_0123456789abcdef */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description webhook id, e.g. wh_0123456789abcdef */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description deliveries with ids below this (the next page) */
+                before?: number | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description webhook id, e.g. wh_0123456789abcdef */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    testWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description webhook id, e.g. wh_0123456789abcdef */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
                 };
             };
             /** @description error envelope */
