@@ -50,10 +50,12 @@ sdk-ts: deps
 	bash sdk-ts/scripts/build.sh
 
 # `make test` leaves out what runs a whole `make cluster` (marker `cluster`, ~90 s): `make soak`.
-# Two workers, a test module each at a time (its shared server or sandbox stays on one worker):
-# most of a VM test's time is the guest waiting, so two overlap well on two cores. Each worker
-# has its own PostgreSQL, S3 server and runtime; network slots are claimed host-wide.
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2 runs two workers, a test module each at a time (its shared server or sandbox
+# stays on one worker); each has its own PostgreSQL, S3 server and runtime, and network slots
+# are claimed host-wide. It took pytest from 31 to 13 minutes here, but five e2e tests failed
+# in it: the built-in template's files under PANDASTACK_HOME were rewritten by the other
+# worker while they created from it. Until that cache is safe to share, one process.
+TEST_WORKERS ?= 0
 pytest: venv
 	$(BIN)/pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadscope --durations=25
 

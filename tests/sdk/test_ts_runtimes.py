@@ -47,8 +47,10 @@ def run_isolated(argv: list[str]) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
            "DENO_DIR": str(home / "deno"), "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"}
     try:
+        # The unit tests expect files they write to get mode 0644: a umask of 022, whatever
+        # this worker's in-process servers set for themselves (the service's is 077).
         return subprocess.run(argv, cwd=SDK, env=env, capture_output=True, text=True,
-                              timeout=600)
+                              timeout=600, preexec_fn=lambda: os.umask(0o022))
     finally:
         shutil.rmtree(home, ignore_errors=True)
         assert not home.exists()
