@@ -123,3 +123,36 @@ def test_max_body_setting_validation(value: str) -> None:
             Settings(max_body_bytes=0)
     else:
         assert Settings.from_env({"PANDASTACK_MAX_BODY_KB": value}).max_body_bytes == 1 << 20
+
+
+def post_without_reading(url: str, headers: dict[str, str], body: bytes) -> bytes:
+    """Sends a whole request before reading a byte, as httpx does, then reads to EOF; what a
+    client that got a reset instead of the answer sees is an OSError (returned as b"")."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = (f"POST /v1/sandboxes HTTP/1.1\r\nHost: {parts.netloc}\r\n{head}"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
+        # refused early, the send fails: the answer may still be there to read
+        with contextlib.suppress(OSError):
+            s.sendall(request.encode() + body)
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except OSError:
+            return b""
+        return answer
+
+
+def test_a_refused_body_sent_whole_still_gets_its_413_not_a_reset(tmp_path: Path) -> None:
+    """A JSON body a little over the limit (as the SDK's write_many sends one) used to be
+    answered and the socket closed with the body unread: the kernel then reset the
+    connection and the client saw "connection reset by peer" instead of the 413."""
+    with fake_server(tmp_path) as srv:
+        body = b'{"x": "' + b"y" * (3 << 20) + b'"}'
+        answers = [post_without_reading(srv.url, srv.headers(), body) for _ in range(10)]
+    assert all(a.startswith(b"HTTP/1.1 413") for a in answers), [a[:40] for a in answers]

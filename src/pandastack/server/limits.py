@@ -6,7 +6,9 @@ limit and stay streamed; every other body is JSON and gets the small one."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,6 +33,33 @@ JSON_BODY_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# After a 413 the rest of the body is read and dropped for a moment before the connection is
+# closed: closing a socket with unread bytes makes the kernel send a reset and throw away what
+# it had not sent yet, the 413 included, so a client still writing its body got "connection
+# reset" instead of the error. Bounded in bytes and time, so a refused body is never read whole.
+DRAIN_MAX_BYTES = 16 * 2**20
+DRAIN_MAX_SECONDS = 1.0
+
+
+async def drain(receive: Receive) -> None:
+    """Reads and drops the rest of a request body, up to the bounds above."""
+    dropped = 0
+    deadline = time.monotonic() + DRAIN_MAX_SECONDS
+    while dropped <= DRAIN_MAX_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), left)
+        except (TimeoutError, OSError):
+            return
+        if message["type"] != "http.request":
+            return
+        dropped += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
 class BodyTooLarge(StarletteHTTPException):
     """Raised from `receive` once a streamed body passes its limit; the app's handlers turn it
     into the 413 envelope (FastAPI re-raises HTTP exceptions met while parsing a body)."""
@@ -50,8 +79,9 @@ def declared_length(scope: Scope) -> int | None:
 
 
 class BodyLimitMiddleware:
-    """Pure ASGI: refuses bodies over the limit with a 413 envelope and `Connection: close`,
-    so the server drops the connection instead of draining the rest of the body."""
+    """Pure ASGI: refuses bodies over the limit with a 413 envelope and `Connection: close`;
+    the rest of the body is dropped for at most `DRAIN_MAX_BYTES` or `DRAIN_MAX_SECONDS`
+    (see `drain`), never read whole."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int,
                  max_template_bytes: int | None = None) -> None:
@@ -77,7 +107,7 @@ class BodyLimitMiddleware:
         limit = self.limit_for(scope)
         declared = declared_length(scope)
         if declared is not None and declared > limit:
-            await self.refuse(scope, send, limit)
+            await self.refuse(scope, receive, send, limit)
             return
 
         received = 0
@@ -102,6 +132,11 @@ class BodyLimitMiddleware:
                     headers = [(k, v) for k, v in message.get("headers", [])
                                if k.lower() != b"connection"]
                     message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            elif over and message["type"] == "http.response.body" \
+                    and not message.get("more_body", False):
+                await send({**message, "more_body": True})
+                await drain(receive)
+                message = {"type": "http.response.body", "body": b""}
             await send(message)
 
         try:
@@ -109,10 +144,10 @@ class BodyLimitMiddleware:
         except BodyTooLarge:
             if started:
                 raise
-            await self.refuse(scope, send, limit)
+            await self.refuse(scope, receive, send, limit)
 
     @staticmethod
-    async def refuse(scope: Scope, send: Send, limit: int) -> None:
+    async def refuse(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         rid = request_id_of(scope)
         body = ErrorEnvelope(error=ErrorBody(
             code="payload_too_large", message=f"request body over the {limit}-byte limit",
@@ -121,4 +156,7 @@ class BodyLimitMiddleware:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        # the whole answer goes out first (its length is declared), then the drain
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        await drain(receive)
+        await send({"type": "http.response.body", "body": b""})
