@@ -128,3 +128,27 @@ def test_a_vmm_whose_directory_only_its_mount_namespace_sees_is_not_killed(
         proc.kill()
         proc.wait()
     assert proc.returncode == -9
+
+
+def test_a_version_another_process_has_loaded_is_kept_until_it_exits(tmp_path: Path) -> None:
+    """Two runtimes on one host may use different versions of one template (a setting that
+    changes its key); one's prune must not remove the version the other loaded, even with no
+    VM of the other's running from it (or a jailed VMM whose command line does not name it)."""
+    import sys
+
+    templates = tmp_path / "templates"
+    current = _version(templates, "base", "mine", "img-a", age=0)
+    theirs = _version(templates, "base", "theirs", "img-b", age=3600)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, pathlib; from pandastack.host.gc import hold_version;"
+         f" assert hold_version(pathlib.Path({str(theirs)!r})); print('held', flush=True);"
+         " sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert prune_templates(templates, [current], progress=lambda m: None) == []
+        assert theirs.exists()
+    finally:
+        holder.communicate("", timeout=30)
+    assert prune_templates(templates, [current], progress=lambda m: None) == [theirs]
+    assert not theirs.exists() and current.exists()

@@ -4,11 +4,16 @@ processes nobody owns.
 Every change to the guest agent or image recipe produces a new image (~300 MB) and new
 template snapshots (memory file, disk layer). Old versions are removed once no running VMM
 process refers to them and they have not been touched for a grace period (a create that has
-picked a template but not yet started its VM must not lose it).
+picked a template but not yet started its VM must not lose it). A process that has loaded a
+version also holds a shared lock on its `template.json` for as long as it lives: runtimes
+whose VMs the command lines no longer name it for (a jailed VMM gets its files by descriptor),
+or that have no VM from it running right now, keep it all the same.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -24,6 +29,41 @@ from pandastack.host.vmm.factory import is_vmm_process, vm_workdir
 from pandastack.host.vmm.jail import JAIL_DIR
 
 GRACE_S = 600.0
+# template version directory -> the descriptor this process holds a shared lock through
+_HELD: dict[str, int] = {}
+
+
+def hold_version(version: Path) -> bool:
+    """Mark the template version `version` used by this process until it exits; False if it
+    was removed before the lock was had (its files are then not to be used)."""
+    key = str(version.resolve())
+    if key in _HELD:
+        return True
+    try:
+        fd = os.open(version / "template.json", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a pruner is removing it
+    if not (version / "template.json").exists():
+        os.close(fd)
+        return False
+    _HELD[key] = fd
+    return True
+
+
+def _held_elsewhere(version: Path) -> int | None:
+    """None if some process holds `version`; else a descriptor holding it exclusively, kept
+    while it is removed so that nobody starts to use it half way."""
+    try:
+        fd = os.open(version / "template.json", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return -1  # a version with no metadata was never whole: nobody can have loaded it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _vmm_cmdlines() -> list[str]:
@@ -75,7 +115,17 @@ def prune_templates(templates_dir: Path, keep: Iterable[Path], *, grace: float =
         names = {str(version) + "/", str(version.resolve()) + "/"}
         if any(name in line for line in in_use for name in names):
             continue
-        shutil.rmtree(version, ignore_errors=True)
+        if str(version.resolve()) in _HELD:
+            continue
+        fd = _held_elsewhere(version)
+        if fd is None:
+            continue
+        try:
+            shutil.rmtree(version, ignore_errors=True)
+        finally:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         removed.append(version)
     if removed:
         progress(f"removed {len(removed)} unused template version(s)")

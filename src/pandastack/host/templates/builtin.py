@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pandastack.host.agentlink import code as code_client
 from pandastack.host.agentlink.client import AgentClient, exit_code_of
-from pandastack.host.gc import prune_images, prune_templates
+from pandastack.host.gc import hold_version, prune_images, prune_templates
 from pandastack.host.images.build import BASE, KERNEL_SERVER_PATH, GuestImage
 from pandastack.host.images.common import fsync_path
 from pandastack.host.memory.stage import stage as stage_memory
@@ -166,7 +166,7 @@ class TemplateStore:
 
     def _load(self, name: str, directory: Path, *, stage: bool = True) -> Template | None:
         meta_path = directory / "template.json"
-        if not meta_path.exists():
+        if not meta_path.exists() or not hold_version(directory):
             return None
         meta = json.loads(meta_path.read_text())
         shape = MachineShape(vcpus=meta["vcpus"], memory_mb=meta["memory_mb"])
