@@ -133,7 +133,7 @@ def test_a_vmm_whose_directory_only_its_mount_namespace_sees_is_not_killed(
 def test_a_version_another_process_has_loaded_is_kept_until_it_exits(tmp_path: Path) -> None:
     """Two runtimes on one host may use different versions of one template (a setting that
     changes its key); one's prune must not remove the version the other loaded, even with no
-    VM of the other's running from it (or a jailed VMM whose command line does not name it)."""
+    VM of the other's running from it at that moment."""
     import sys
 
     templates = tmp_path / "templates"
