@@ -41,6 +41,11 @@ MAX_ENV_ITEMS = 256
 MAX_NETWORK_RULES = 256
 #: Children of one fork.
 MAX_FORK = 16
+#: What one exec's result keeps of each of its stdout and stderr, in MiB: the default of
+#: PANDASTACK_MAX_EXEC_OUTPUT_MB, and the most that setting may say (a result is one JSON
+#: body, held whole in the server's memory while it is sent).
+DEFAULT_EXEC_OUTPUT_MB = 64
+MAX_EXEC_OUTPUT_MB = 1024
 
 # -- templates ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pandastack.hostport.network import operator_allow_from, parse_cidrs
-from pandastack.rules import DEFAULT_HOME
+from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB, DEFAULT_HOME, MAX_EXEC_OUTPUT_MB
 
 from .metering import DEFAULT_SIZE_CLASSES, QuotaDefaults, Rates, settings_from_env
 
@@ -62,6 +62,10 @@ class Settings:
     max_execs_per_team: int = 64
     max_streams_per_team: int = 32
     max_builds_per_team: int = 1
+    # What one exec's result keeps of each of its stdout and stderr (the rest is counted,
+    # not held, and the result says `truncated`); a request may ask for less
+    # (`max_output_bytes`), never more.
+    max_exec_output_bytes: int = DEFAULT_EXEC_OUTPUT_MB << 20
     # Stopping (SIGTERM): requests in flight get this long to end, streams and terminals
     # included, before they are cut; with `hibernate_on_stop`, a server whose host is in its
     # own process (`serve` without agents) then hibernates its persistent running sandboxes,
@@ -145,6 +149,9 @@ class Settings:
                self.max_builds_per_team) < 1:
             raise ValueError("max_execs_per_team, max_streams_per_team and "
                              "max_builds_per_team must be >= 1")
+        if not 1 <= self.max_exec_output_bytes <= MAX_EXEC_OUTPUT_MB << 20:
+            raise ValueError(f"max_exec_output_bytes must be between 1 and "
+                             f"{MAX_EXEC_OUTPUT_MB} MiB (PANDASTACK_MAX_EXEC_OUTPUT_MB)")
         if self.rate_limit_per_second <= 0 or self.rate_limit_burst < 1:
             raise ValueError("rate limit must be positive")
         if self.port_connect_timeout_seconds <= 0 or self.port_read_timeout_seconds <= 0:
@@ -236,6 +243,7 @@ class Settings:
         take("PANDASTACK_MAX_EXECS_PER_TEAM", "max_execs_per_team", int)
         take("PANDASTACK_MAX_STREAMS_PER_TEAM", "max_streams_per_team", int)
         take("PANDASTACK_MAX_BUILDS_PER_TEAM", "max_builds_per_team", int)
+        take("PANDASTACK_MAX_EXEC_OUTPUT_MB", "max_exec_output_bytes", int, 1 << 20)
         take("PANDASTACK_STOP_GRACE", "stop_grace_seconds", int)
         if env.get("PANDASTACK_HIBERNATE_ON_STOP", "").strip().lower() in (
                 "1", "true", "yes", "on"):
