@@ -19,8 +19,8 @@ export const EVENT_TYPES = [
   "sandbox.created", "sandbox.paused", "sandbox.resumed", "sandbox.hibernated",
   "sandbox.woken", "sandbox.forked", "sandbox.snapshotted", "sandbox.killed",
   "sandbox.expired", "sandbox.reaped", "sandbox.failed", "sandbox.host_lost",
-  "template.build.started", "template.build.succeeded", "template.build.failed",
-  "quota.exceeded",
+  "sandbox.stopped", "template.build.started", "template.build.succeeded",
+  "template.build.failed", "quota.exceeded",
 ] as const;
 
 /** One event (wire_events.Event; not in the committed OpenAPI document: it is SSE). The

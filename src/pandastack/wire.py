@@ -41,8 +41,11 @@ from pandastack.rules import ErrorCode as ErrorCode
 from pandastack.templatespec.models import TemplateSpec
 from pandastack.wirebase import Strict
 
-SandboxState = Literal["starting", "running", "paused", "hibernated", "killed", "expired",
-                       "reaped", "failed", "host_lost"]
+SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "killed",
+                       "expired", "reaped", "failed", "host_lost"]
+#: How a stopped sandbox came back (ADR 0037): its hibernation, its newest snapshot of
+#: itself, or a boot of its own disk (files kept, processes not).
+RestoredFrom = Literal["hibernation", "snapshot", "disk"]
 ENDED_STATES: frozenset[str] = frozenset({"killed", "expired", "reaped", "failed"})
 
 
@@ -173,6 +176,13 @@ class SandboxInfo(Strict):
     host_id: str | None = None  # the host it runs on, where the server drives many
     volumes: list[AttachedVolume] = Field(default_factory=list)
     name: str | None = None  # the team's name for it, if it was given one
+    stop_reason: str | None = Field(
+        default=None, description="state stopped: why its VM ended (a wake, or any request "
+                                  "that needs the VM, starts it again)")
+    restored_from: RestoredFrom | None = Field(
+        default=None, description="after a stopped sandbox was started again: from its "
+                                  "hibernation, its newest snapshot, or a boot of its own "
+                                  "disk (files kept, processes not)")
 
 
 class SandboxList(Strict):

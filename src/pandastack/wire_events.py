@@ -14,8 +14,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "sandbox.created", "sandbox.paused", "sandbox.resumed", "sandbox.hibernated",
     "sandbox.woken", "sandbox.forked", "sandbox.snapshotted", "sandbox.killed",
     "sandbox.expired", "sandbox.reaped", "sandbox.failed", "sandbox.host_lost",
-    "template.build.started", "template.build.succeeded", "template.build.failed",
-    "quota.exceeded",
+    "sandbox.stopped", "template.build.started", "template.build.succeeded",
+    "template.build.failed", "quota.exceeded",
 )
 #: The event a webhook's test sends (never in the log).
 TEST_EVENT = "webhook.test"

@@ -134,10 +134,12 @@ class FakeDriver:
     def identity(self) -> str:
         return "fake-vmm-1"
 
-    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
+    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path | None,
              shape: MachineShape, *, netns: str | None = None) -> VMProcess:
         self._call("boot")
-        _write_json(memory_file, {"memory_mb": shape.memory_mb})
+        if memory_file is not None:
+            _write_json(memory_file, {"memory_mb": shape.memory_mb})
+        paths.agent_socket.unlink(missing_ok=True)
         return self._spawn(paths, disk)
 
     async def save(self, vm: VMProcess, device_state: Path) -> None:

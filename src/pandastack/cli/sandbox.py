@@ -66,7 +66,8 @@ EXIT_API_ERROR = 1
 EXIT_TIMED_OUT = 124
 EXIT_EXEC_FAILED = 125
 EXIT_BROKEN_PIPE = 141
-STATES = ("starting", "running", "paused", "hibernated", "killed", "expired", "reaped", "failed")
+STATES = ("starting", "running", "paused", "hibernated", "stopped", "killed", "expired", "reaped",
+          "failed")
 LIST_COLUMNS = ("id", "state", "template", "age", "expires", "size", "metadata")
 
 

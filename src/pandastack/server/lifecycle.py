@@ -34,6 +34,8 @@ def decide(*, state: str, persistent: bool, expires_at: float | None,
     no RAM or CPU, only disk)."""
     if state == "host_lost" and not persistent and expires_at is not None and now >= expires_at:
         return Verdict("expired", "ttl elapsed (its host was lost)")
+    if state == "stopped" and not persistent and expires_at is not None and now >= expires_at:
+        return Verdict("expired", "ttl elapsed (it was stopped)")  # made non-persistent since
     if state not in AWAKE_STATES or persistent:
         return None
     if expires_at is not None and now >= expires_at:
@@ -76,8 +78,9 @@ async def _healthy_on_host(service: SandboxService) -> dict[str, str]:
 
 
 async def sweep(service: SandboxService, now: float | None = None) -> list[tuple[str, str]]:
-    """One pass: end what must end, fail what died, purge what is past retention (ended
-    sandboxes, failed and deleted template versions)."""
+    """One pass: end what must end, fail what died (a persistent one is stopped instead,
+    its disk kept: ADR 0037), purge what is past retention (ended sandboxes, failed and
+    deleted template versions)."""
     now = time.time() if now is None else now
     settings = service.settings
     ended: list[tuple[str, str]] = []
@@ -97,6 +100,9 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
         # other is looked up on its own, which also settles a listing that went stale.
         if verdict is None and steady and healthy.get(row.id) != row.state:
             if await _vm_gone(service, row):
+                if row.persistent:
+                    await asyncio.to_thread(service.stop_row, row, "VM exited unexpectedly")
+                    continue
                 verdict = Verdict("failed", "VM exited unexpectedly")
             else:
                 row = await service.sync_state(row)

@@ -38,6 +38,7 @@ from .hosts.pinning import pinned_host
 from .names import SandboxNames, claiming
 from .quotas import Quotas
 from .settings import Settings
+from .stopped import reconcile_snapshots, restart_row, stop_row
 from .store import Sandbox, Store, TemplateVersion
 from .team_slots import TeamSlots
 from .telemetry import timed
@@ -46,6 +47,9 @@ from .volumes import CreatePlan, VolumeService
 log = logging.getLogger("pandastack.server")
 
 AWAKE_STATES = ("running", "paused", "hibernated")
+#: The states a request may find a live sandbox in: a stopped one (its VM died, ADR 0037) is
+#: started again by whatever needs its VM.
+USABLE_STATES = (*AWAKE_STATES, "stopped")
 SNAPSHOT_SHAPE = ("template", "vcpus", "memory_mb")
 #: How long a create waits for a built-in template that is not built yet before it answers
 #: 409 template_building (a template found on disk is ready well within this).
@@ -69,7 +73,8 @@ def to_info(row: Sandbox, volumes: Sequence[AttachedVolume] = ()) -> SandboxInfo
         persistent=row.persistent, vcpus=row.vcpus, memory_mb=row.memory_mb,
         disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
         end_reason=row.end_reason, snapshot=row.snapshot, host_id=row.host_id,
-        volumes=list(volumes), name=row.name,
+        volumes=list(volumes), name=row.name, stop_reason=row.stop_reason,
+        restored_from=row.restored_from,  # type: ignore[arg-type]
     )
 
 
@@ -134,19 +139,21 @@ class SandboxService:
         return row
 
     def live(self, team: str, sandbox_id: str) -> Sandbox:
-        """The team's sandbox that has not ended: 404 if unknown, 409 if ended or starting."""
+        """The team's sandbox that has not ended (a stopped one included): 404 if unknown,
+        409 if ended or starting."""
         row = self.row(team, sandbox_id)
         if row.state == "host_lost":
             raise lost(row)
-        if row.state not in AWAKE_STATES:
+        if row.state not in USABLE_STATES:
             raise conflict(f"sandbox {sandbox_id} is {row.state}, not running")
         return row
 
     async def running(self, team: str, sandbox_id: str) -> tuple[Sandbox, SandboxPort]:
         """The team's running sandbox and its handle: 404 if unknown, 409 if it ended, is
-        paused or is not on this host. A hibernated one is woken first (transparently)."""
+        paused or is not on this host. A hibernated one is woken first (transparently), and
+        a stopped one started again (`restart_row`)."""
         row = self.row(team, sandbox_id)
-        if row.state == "hibernated":
+        if row.state in ("hibernated", "stopped"):
             row = await self.wake_row(row)
         if row.state == "host_lost":
             raise lost(row)
@@ -222,6 +229,8 @@ class SandboxService:
 
     @timed("wake", when=lambda _self, row: row.state == "hibernated")
     async def wake_row(self, row: Sandbox) -> Sandbox:
+        if row.state == "stopped":
+            return await self.restart_row(row)
         if row.state == "hibernated":  # a woken sandbox counts against the quota again
             self.store.check_quota(row.team, self.quotas.admission([(row.vcpus, row.memory_mb)]))
         async with self.transition(row.id):
@@ -229,9 +238,10 @@ class SandboxService:
             return await self.sync_state(row)
 
     async def awake(self, team: str, sandbox_id: str) -> Sandbox:
-        """The team's live sandbox with a VM (running or paused); woken if hibernated."""
+        """The team's live sandbox with a VM (running or paused); woken if hibernated,
+        started again if stopped."""
         row = self.live(team, sandbox_id)
-        return await self.wake_row(row) if row.state == "hibernated" else row
+        return await self.wake_row(row) if row.state in ("hibernated", "stopped") else row
 
     async def pause(self, team: str, sandbox_id: str) -> Sandbox:
         row = await self.awake(team, sandbox_id)
@@ -246,8 +256,12 @@ class SandboxService:
             return await self.sync_state(row)
 
     async def hibernate(self, team: str, sandbox_id: str) -> Sandbox:
-        """Idempotent: a hibernated sandbox stays as it is."""
+        """Idempotent: a hibernated sandbox stays as it is. A stopped one has no VM to save:
+        409 (wake it first)."""
         row = self.live(team, sandbox_id)
+        if row.state == "stopped":
+            raise conflict(f"sandbox {sandbox_id} is stopped (its VM ended: "
+                           f"{row.stop_reason}); wake it first")
         return row if row.state == "hibernated" else await self.hibernate_row(row)
 
     async def hibernate_row(self, row: Sandbox) -> Sandbox:
@@ -262,6 +276,14 @@ class SandboxService:
         if row.state == "host_lost":
             return await self.restore_lost(row)
         return await self.wake_row(self.live(team, sandbox_id))
+
+    def stop_row(self, row: Sandbox, reason: str) -> Sandbox:
+        """A persistent sandbox whose VM died: `stopped` (`stopped.py`, ADR 0037)."""
+        return stop_row(self, row, reason)
+
+    async def restart_row(self, row: Sandbox) -> Sandbox:
+        """A stopped sandbox running again under its id (`stopped.py`)."""
+        return await restart_row(self, row)
 
     async def restore_lost(self, row: Sandbox) -> Sandbox:
         """A sandbox of a lost host, back on a live one under its id: from its hibernation
@@ -547,13 +569,16 @@ class SandboxService:
     # -- startup --------------------------------------------------------------------------
 
     async def reconcile(self) -> tuple[list[str], list[str]]:
-        """After `runtime.start()`: rows whose VM is gone -> failed; VMs without a live row ->
+        """After `runtime.start()`: rows whose VM is gone -> stopped if persistent (their
+        disks kept, ADR 0037), else failed; VMs (and kept disks) without a live row ->
         killed; the rows of adopted sandboxes take the runtime's state (running, paused or
-        hibernated); snapshot rows whose files are gone -> deleted. Rows still `starting` (a
-        create interrupted by a restart) count as gone."""
-        on_host = {h.id for h in await self.runtime.list_sandboxes()}
+        hibernated); snapshot rows whose files are gone -> deleted, and user snapshots on the
+        host without a row (older than a grace) -> removed. Rows still `starting` (a create
+        interrupted by a restart) count as gone."""
+        listed = {h.id: h for h in await self.runtime.list_sandboxes()}
         self.mark_lost_hosts()
         failed: list[str] = []
+        stopped: list[str] = []
         # Another API server of a cluster may be creating it right now: only a create older
         # than any create may take counts as interrupted.
         started_before = time.time() - CREATE_DEADLINE_SECONDS if self.cluster else None
@@ -563,23 +588,35 @@ class SandboxService:
             if (row.state == "starting" and started_before is not None
                     and row.created_at > started_before):
                 continue
-            if row.state == "starting" or row.id not in on_host:
-                self.store.end_sandbox(row.id, "failed", "VM gone after a server restart")
+            held = listed.get(row.id)
+            gone = held is None or (held.state != "hibernated" and not held.is_alive())
+            if row.state != "starting" and gone and row.persistent and (
+                    held is not None or self.store.newest_snapshot_of(row.id) is not None):
+                if row.state != "stopped":
+                    self.stop_row(row, "VM gone after a server restart")
+                stopped.append(row.id)
+            elif row.state == "starting" or gone:
+                reason = ("VM gone after a server restart" if held is not None
+                          or row.state == "starting" else
+                          "its disk is gone from the host (and it has no snapshot)")
+                self.store.end_sandbox(row.id, "failed", reason)
                 failed.append(row.id)
-            else:
+            elif row.state != "stopped":
                 await self.sync_state(row)
+        if stopped:
+            log.warning("reconciled after start: %d persistent sandboxes stopped (their VMs "
+                        "are gone, their disks kept): %s", len(stopped), ", ".join(stopped))
         keep = {row.id for row in self.store.live_sandboxes()}
         killed: list[str] = []
-        for sid in sorted(on_host - keep):
+        for sid in sorted(set(listed) - keep):
             with suppress(SandboxNotFound):
                 await self.runtime.kill(sid)
             killed.append(sid)
         if self.cluster is not None:
             # Snapshots live in the object store, not only on the host that took them.
             return failed, killed
-        held = {info.id for info in await self.runtime.list_snapshots()}
-        for snap in self.store.list_snapshots(None):
-            if snap.id not in held:
-                log.warning("snapshot %s of team %s is gone from the host", snap.id, snap.team)
-                self.store.delete_snapshot(snap.id)
+        await self._reconcile_snapshots()
         return failed, killed
+
+    async def _reconcile_snapshots(self) -> None:
+        await reconcile_snapshots(self)

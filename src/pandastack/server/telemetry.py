@@ -29,7 +29,7 @@ from .store import Sandbox, Store
 P = ParamSpec("P")
 R = TypeVar("R")
 
-LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
+LIVE_STATES = ("starting", "running", "paused", "hibernated", "stopped", "host_lost")
 OPERATIONS = ("create", "fork", "wake")
 HOLDING_STATES = ("running", "paused")  # a VM holds its vCPUs and memory
 # Under TCG a create is ~0.1-1 s, a fork of many or a cold wake seconds; a first template

@@ -207,8 +207,13 @@ async def test_a_restarted_runtime_adopts_what_its_records_and_the_driver_vouch_
     second = new_runtime(config)
     try:
         report = await second.start()
-        assert sorted(report.adopted) == sorted([keep.id, sleeper.id])
-        assert set(report.cleaned) == {doomed.id, impostor_dir.name, junk.name}
+        assert sorted(report.adopted) == sorted([keep.id, sleeper.id, doomed.id])
+        # The dead VM's sandbox keeps its disk (ADR 0037); a VMM that is not the record's
+        # VM, and a directory without a record, are no sandbox's.
+        assert report.stopped == [doomed.id]
+        assert set(report.cleaned) == {impostor_dir.name, junk.name}
+        assert second.get(doomed.id).state == "stopped"
+        await second.kill(doomed.id)
         assert impostor.wait(timeout=5) == -signal.SIGKILL
         adopted = second.get(keep.id)
         assert (adopted.pid, adopted.state) == (keep_pid, "running")

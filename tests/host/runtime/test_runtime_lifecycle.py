@@ -125,8 +125,12 @@ async def test_host_crash_then_restart_adopts_running_and_cleans_dead(
         rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state,
                                     accel=host_config.accel), progress=lambda m: None)
         report = await rt.start()
-        assert report.adopted == [alive_id]
-        assert dead_id in report.cleaned
+        # The dead one's disk is kept (ADR 0037): adopted stopped, for the control plane to
+        # wake or kill.
+        assert sorted(report.adopted) == sorted([alive_id, dead_id])
+        assert report.stopped == [dead_id] and dead_id not in report.cleaned
+        assert rt.get(dead_id).state == "stopped" and rt.get(dead_id).pid is None
+        await rt.kill(dead_id)
         assert not (state / dead_id).exists()
         adopted = rt.get(alive_id)
         assert await adopted.read_file_bytes("/work/note") == b"survives"

@@ -3,9 +3,10 @@ snapshot, fork, hibernate and wake them, find them, kill them.
 
 Every sandbox owns exactly one directory under the state dir (its disk layers, sockets, logs
 and `sandbox.json`) and at most one VMM process, started in its own session so that it
-outlives this process. Kill removes both. `start()` re-adopts the VMs that are still running
-(and hibernated sandboxes) and removes the remains of dead ones, so a crash or restart of the
-host process loses nothing and leaks nothing.
+outlives this process. Kill removes both. `start()` re-adopts the VMs that are still running,
+hibernated sandboxes, and sandboxes whose VM died as `stopped` (their disks kept until the
+control plane wakes or kills them: ADR 0037), and removes what is no sandbox's, so a crash or
+restart of the host process loses nothing and leaks nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pandastack.host.runtime.machinery import ImageSource, Machinery
 from pandastack.host.runtime.migration import Migrations
 from pandastack.host.runtime.records import (
     SANDBOX_ID_RE,
+    STOPPED,
     AdoptReport,
     SandboxRecord,
     scan_vmm_processes,
@@ -173,7 +175,8 @@ class HostRuntime:
     # -- adoption -------------------------------------------------------------------------
 
     async def start(self) -> AdoptReport:
-        """Re-adopt running and hibernated sandboxes from the state dir; clean up dead ones."""
+        """Re-adopt running and hibernated sandboxes from the state dir, and those whose VM
+        died as `stopped` (their disks kept: `records.sort_state_dir`); clean up the rest."""
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         await self.prepare()
         if self.config.object_store is not None and self.remote is None:
@@ -186,12 +189,17 @@ class HostRuntime:
         # Host-wide: VMMs whose directory is gone belong to no runtime, this one included.
         orphans = await asyncio.to_thread(kill_orphan_vmms, self.progress, cmdlines)
         adopted: list[str] = []
+        stopped: list[str] = []
         cleaned = [workdir.name for _, workdir in orphans if workdir.parent == self.sandboxes_dir]
         running = scan_vmm_processes(self.sandboxes_dir, cmdlines,
                                      self.driver.processes.vm_workdir)
         adopt, dead = sort_state_dir(self.sandboxes_dir, running, self._sandboxes,
                                      self.driver.owns)
         for record, vm in adopt:
+            if vm is None:  # its state may have changed (records.without_vm)
+                record = self._save(record)
+                if record.state == STOPPED:
+                    stopped.append(record.id)
             self._adopt(record, vm)
             adopted.append(record.id)
         for entry in dead:
@@ -205,7 +213,7 @@ class HostRuntime:
             self._console_watch = asyncio.get_running_loop().create_task(
                 watch_consoles(self.sandboxes_dir, self.progress), name="console-cap")
         await self.slots.reattach(list(self._records.values()))
-        return AdoptReport(adopted, cleaned)
+        return AdoptReport(adopted, cleaned, stopped)
 
     def _adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
         handle = SandboxHandle(record.id, vm, self.sandboxes_dir / record.id, record.hostname,

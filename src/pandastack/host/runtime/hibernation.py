@@ -1,19 +1,43 @@
 """Hibernation of a host's sandboxes (`HostRuntime.hibernate`, `.wake`): the whole state
 written to disk and the VM ended, then restored under the same id (here, or on another host
-through the object store: ADR 0020). Volumes stay mounted across it (ADR 0027)."""
+through the object store: ADR 0020). Volumes stay mounted across it (ADR 0027).
+
+The wake of a sandbox whose VM died (`stopped`, ADR 0037) boots its own disk: its files are
+kept, its processes are not.
+
+Crash safety of a hibernation: the record says `hibernating` before the save starts, the
+driver writes the stream to a `.partial` file and renames it only once whole, and only then
+does the VM end and the record say `hibernated`. A runtime that starts after a crash anywhere
+in between finds either a whole hibernation file (and adopts the sandbox hibernated) or none
+(and adopts it stopped, its disk kept): `records.without_vm`."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pandastack.host.runtime.records import HIBERNATION, SANDBOX_ID_RE
+from pandastack.host.runtime.records import HIBERNATING, HIBERNATION, SANDBOX_ID_RE, STOPPED
 from pandastack.host.runtime.remote import fetch_hibernated
+from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.volumes.attach import mounts_of
-from pandastack.hostport.errors import SandboxNotFound
+from pandastack.hostport.errors import SandboxNotFound, SandboxStateError, SetupError
+
+#: How long a booted disk's guest may take until its agent answers (a cold boot under TCG
+#: takes tens of seconds; the template bake allows the same).
+BOOT_DEADLINE_S = 240.0
+#: Test hook: a process with this variable set to a crash point's name exits there at once,
+#: as a SIGKILL would end it (tests/e2e/test_persistent_vm_death.py).
+CRASH_AT_ENV = "PANDASTACK_TEST_CRASH_AT"
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get(CRASH_AT_ENV) == name:
+        os._exit(137)
 
 if TYPE_CHECKING:
     from pandastack.host.runtime.core import HostRuntime
@@ -34,13 +58,25 @@ class Hibernation:
             # sandbox (which never runs its guest again) then loses nothing of it.
             await rt.volumes.flush(rt.driver, handle, mounts_of(rt._records[sandbox_id].volumes))
             await handle.disconnect()
-            await rt.driver.save_stopped(vm, handle.workdir / HIBERNATION)
+            before = rt._records[sandbox_id]
+            rt._save(replace(before, state=HIBERNATING))
+            try:
+                await rt.driver.save_stopped(vm, handle.workdir / HIBERNATION)
+            except BaseException:
+                rt._save(before)
+                if before.state == "running":  # the save stopped the guest first
+                    try:
+                        await rt.driver.resume(vm)
+                    except Exception as exc:
+                        rt.progress(f"sandbox {sandbox_id}: resume after a failed "
+                                    f"hibernation failed: {exc}")
+                raise
             await asyncio.to_thread(vm.kill)
+            crash_point("hibernate-after-vm-ended")
             rt._vm_ended(handle.workdir)
             handle.vm = None
             handle.state = "hibernated"
-            record = rt._save(replace(rt._records[sandbox_id], state="hibernated",
-                                        pid=None))
+            record = rt._save(replace(before, state="hibernated", pid=None))
             if rt.remote is not None:
                 # Under the lock: a wake would write to the top layer being uploaded. A
                 # failure leaves the sandbox hibernated here, but not in the store.
@@ -48,15 +84,18 @@ class Hibernation:
                 rt._save(replace(record, in_store=True, store_writer=writer))
 
     async def wake(self, sandbox_id: str) -> None:
-        """Restore a hibernated sandbox; a no-op for one that is awake. With an object store,
-        a sandbox this host does not know is fetched from there first (it was hibernated on
-        another host) and is this host's from then on."""
+        """Restore a hibernated sandbox; boot the disk of one whose VM died; a no-op for one
+        that is awake. With an object store, a sandbox this host does not know is fetched
+        from there first (it was hibernated on another host) and is this host's from then
+        on."""
         rt = self.rt
         if sandbox_id not in rt._sandboxes and rt.remote is not None:
             await self._fetch_hibernated(sandbox_id)
         handle = rt.get(sandbox_id)
         async with handle.lifecycle_lock:
             if handle.state != "hibernated":
+                if handle.state == STOPPED or not handle.is_alive():
+                    await self._boot_disk(handle)
                 return
             record = rt._records[sandbox_id]
             store = await rt.prepare()
@@ -80,6 +119,41 @@ class Hibernation:
             rt._save(replace(record, state="running", pid=vm.pid))
             stream.unlink(missing_ok=True)
 
+    async def _boot_disk(self, handle: SandboxHandle) -> None:
+        """(Under the lifecycle lock.) Cold-boot the guest kernel on the sandbox's own disk
+        (the top layer over its chain) after its VM died: the files it wrote are there, its
+        memory and processes are not. On failure it stays stopped, its disk untouched."""
+        rt = self.rt
+        record = rt._records[handle.id]
+        if record.volumes:
+            # Their drives are attached and mounted only by a create (or kept in a restored
+            # memory); a booted guest would run without them.
+            raise SandboxStateError(f"sandbox {handle.id} is stopped with volumes mounted; "
+                                    "booting its disk without them is not supported")
+        if handle.vm is not None:
+            await handle.disconnect()
+            await asyncio.to_thread(handle.vm.kill)
+        rt._vm_ended(handle.workdir)
+        handle.vm, handle.state = None, STOPPED
+        (handle.workdir / HIBERNATION).unlink(missing_ok=True)  # older than the disk now
+        rt._save(replace(record, state=STOPPED, pid=None))
+        store = await rt.prepare()
+        tmpl = store.load_dir(record.template, Path(record.template_path))
+        netns = rt.slots.slot(record.slot).netns if record.slot is not None else None
+        vm = await asyncio.to_thread(rt.driver.boot, VMPaths(handle.workdir),
+                                     tmpl.snapshot.kernel, handle.workdir / record.top, None,
+                                     tmpl.snapshot.shape, netns=netns)
+        handle.vm, handle.state = vm, "running"
+        try:
+            await _first_contact(handle, record.machine_id)
+        except BaseException:
+            await handle.disconnect()
+            await asyncio.to_thread(vm.kill)
+            rt._vm_ended(handle.workdir)
+            handle.vm, handle.state = None, STOPPED
+            raise
+        rt._save(replace(record, state="running", pid=vm.pid))
+
     async def fetch_hibernated(self, sandbox_id: str) -> None:
         """A sandbox hibernated on another host, laid out here hibernated (no VM yet): the
         agent leases it between this and the wake. SandboxNotFound without a store."""
@@ -100,3 +174,21 @@ class Hibernation:
                 rt._adopt(rt._save(record), None)
                 rt.slots.refill_spares()
 
+
+
+async def _first_contact(handle: SandboxHandle, machine_id: str) -> None:
+    """Until the booting guest's agent answers its first call (it starts late in the boot)."""
+    deadline = time.monotonic() + BOOT_DEADLINE_S
+    while True:
+        vm = handle.vm
+        if vm is None or not vm.is_alive():
+            raise SetupError(f"sandbox {handle.id}: the VM exited while its disk booted")
+        try:
+            await handle.initialize(machine_id)
+            return
+        except Exception as exc:
+            await handle.disconnect()
+            if time.monotonic() > deadline:
+                raise SetupError(f"sandbox {handle.id}: its guest agent did not answer within "
+                                 f"{BOOT_DEADLINE_S:.0f} s of booting its disk: {exc}") from exc
+        await asyncio.sleep(0.5)

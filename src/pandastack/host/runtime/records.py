@@ -8,7 +8,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Container, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,12 @@ from pandastack.host.vmm.driver import VMPaths, VMProcess
 
 SANDBOX_ID_RE = re.compile(r"^sbx-[0-9a-f]{12}$")
 HIBERNATION = "hibernate.stream"
+# The record's state while a hibernation is under way: a runtime that finds it at start knows
+# the VM was being saved, and keeps the hibernation file if the save completed.
+HIBERNATING = "hibernating"
+# A sandbox whose VM died (crash, OOM kill, host reboot) with its directory kept: its disk
+# (and hibernation, if it has one) stays until the control plane wakes or kills it.
+STOPPED = "stopped"
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class SandboxRecord:
 class AdoptReport:
     adopted: list[str]
     cleaned: list[str]
+    # Adopted without a VM (among `adopted`): their VMs died while no runtime watched.
+    stopped: list[str] = field(default_factory=list)
 
 
 def try_load(path: Path) -> SandboxRecord | None:
@@ -96,8 +104,12 @@ def sort_state_dir(sandboxes_dir: Path, running: dict[str, int], known: Containe
                    owns: Callable[[int, VMPaths], bool],
                    ) -> tuple[list[tuple[SandboxRecord, VMProcess | None]], list[Path]]:
     """The sandbox directories not `known` yet: those to re-adopt (with their VM, or None for
-    a hibernated one) and the dead ones to remove. A dead one's VMM process is killed here.
-    `running` (sandbox id -> VMM pid) loses the entries that are looked at."""
+    a hibernated or stopped one) and the remains to remove. A directory with a good record
+    whose VMM is gone is never removed here: its sandbox is adopted `stopped` (or
+    `hibernated`, when a hibernation was written whole before the VM ended) and the control
+    plane decides (it may be persistent). A VMM process found here that is not the record's
+    VM, or one that was being hibernated, is killed. `running` (sandbox id -> VMM pid)
+    loses the entries that are looked at."""
     adopt: list[tuple[SandboxRecord, VMProcess | None]] = []
     dead: list[Path] = []
     for entry in sorted(sandboxes_dir.iterdir()):
@@ -106,14 +118,30 @@ def sort_state_dir(sandboxes_dir: Path, running: dict[str, int], known: Containe
         paths = VMPaths(entry)
         pid = running.pop(entry.name, None)
         record = try_load(entry / "sandbox.json")
-        if record is not None and pid is not None and owns(pid, paths):
+        if (record is not None and pid is not None and owns(pid, paths)
+                and record.state != HIBERNATING):
             adopt.append((record, VMProcess(pid, paths)))
-            continue
-        if (record is not None and pid is None and record.state == "hibernated"
-                and (entry / HIBERNATION).exists()):
-            adopt.append((record, None))
             continue
         if pid is not None:
             VMProcess(pid, paths).kill()
-        dead.append(entry)
+            if record is None or not owns(pid, paths):
+                dead.append(entry)
+                continue
+        if record is None:
+            dead.append(entry)
+            continue
+        adopt.append((without_vm(record, entry), None))
     return adopt, dead
+
+
+def without_vm(record: SandboxRecord, workdir: Path) -> SandboxRecord:
+    """The record of a sandbox whose VM is gone: hibernated if its hibernation file is the
+    state it was last saved in (a file is only ever there whole: the driver writes a
+    `.partial` and renames it), else stopped, with a stale file removed (one left by a
+    wake whose VM ran since: the disk has moved on from it)."""
+    stream = workdir / HIBERNATION
+    stream.with_suffix(".partial").unlink(missing_ok=True)  # a save that did not complete
+    if record.state in ("hibernated", HIBERNATING) and stream.exists():
+        return replace(record, state="hibernated", pid=None)
+    stream.unlink(missing_ok=True)
+    return replace(record, state=STOPPED, pid=None)

@@ -34,8 +34,8 @@ EXIT_GRACE_S = 1.0
 
 
 class SandboxHandle:
-    """`state` is "running", "paused" or "hibernated" (then there is no VM process: the next
-    guest operation wakes it through `waker`)."""
+    """`state` is "running", "paused", "hibernated" (then there is no VM process: the next
+    guest operation wakes it through `waker`) or "stopped" (its VM died; a wake boots it)."""
 
     def __init__(self, sandbox_id: str, vm: VMProcess | None, workdir: Path, hostname: str,
                  created_at: float, agent_timeout: float, *, template: str = "base",
@@ -96,6 +96,8 @@ class SandboxHandle:
             await self.waker(self.id)
         if self.state == "paused":
             raise SandboxStateError(f"sandbox {self.id} is paused; resume it first")
+        if self.state == "stopped":  # its VM died; only a wake boots it again (ADR 0037)
+            raise SandboxStateError(f"sandbox {self.id} is stopped; wake it first")
         if self._agent is not None and not self._agent.broken:
             return self._agent
         async with self._lock:

@@ -283,9 +283,12 @@ class VMMDriver(Protocol):
     def processes(self) -> VMMProcesses:
         ...
 
-    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
+    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path | None,
              shape: MachineShape, *, netns: str | None = None) -> VMProcess:
-        """Cold-boot a VM whose RAM is `memory_file`, shared, so it can become a template."""
+        """Cold-boot a VM whose RAM is `memory_file`, shared, so it can become a template; or,
+        with None, private anonymous RAM (a stopped sandbox booting its own disk, whose later
+        snapshots and hibernations then carry all of its memory). Sockets an earlier VMM
+        left in `paths` are removed first."""
         ...
 
     async def save(self, vm: VMProcess, device_state: Path) -> None:

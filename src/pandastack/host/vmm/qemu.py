@@ -251,8 +251,10 @@ class QemuDriver:
 
     # -- driver interface -----------------------------------------------------------------
 
-    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path,
+    def boot(self, paths: VMPaths, kernel: KernelSpec, disk: Path, memory_file: Path | None,
              shape: MachineShape, *, netns: str | None = None) -> VMProcess:
+        for stale in (paths.agent_socket, qmp_socket(paths)):
+            stale.unlink(missing_ok=True)
         return self._spawn(self._argv(paths, kernel, shape, memory_file, share=True, disk=disk,
                                       netns=netns), paths, shape, netns)
 

@@ -141,7 +141,9 @@ _MOVES = {("starting", "running"): "sandbox.created", ("running", "paused"): "sa
           ("paused", "running"): "sandbox.resumed", ("hibernated", "running"): "sandbox.woken",
           ("hibernated", "paused"): "sandbox.woken", ("host_lost", "running"): "sandbox.woken",
           ("running", "hibernated"): "sandbox.hibernated",
-          ("paused", "hibernated"): "sandbox.hibernated"}
+          ("paused", "hibernated"): "sandbox.hibernated",
+          ("running", "stopped"): "sandbox.stopped", ("paused", "stopped"): "sandbox.stopped",
+          ("hibernated", "stopped"): "sandbox.stopped", ("stopped", "running"): "sandbox.woken"}
 
 
 def _sandbox_event(row: Sandbox, old: str | None, new: str) -> str | None:
@@ -182,6 +184,10 @@ def _sandbox_row_event(row: Sandbox, old: str | None, new: str) -> Event | None:
                     snapshot=row.snapshot, metadata=dict(row.meta or {}))
     if old == "host_lost":
         data["restored_on"] = row.host_id
+    if new == "stopped":
+        data["reason"] = row.stop_reason
+    if old == "stopped":
+        data["restored_from"] = row.restored_from
     return new_event(row.team, kind, sandbox_id=row.id, template=row.template, **data)
 
 

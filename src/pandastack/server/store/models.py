@@ -82,6 +82,9 @@ class Sandbox(Base):
                                                 index=True)
     # The team's name for it (`Sandbox.get_or_create("user-42")`, server/names.py).
     name: Mapped[str | None] = mapped_column(String(128), nullable=True, default=None)
+    # Why its VM ended, while it is `stopped`; how it came back since (ADR 0037).
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    restored_from: Mapped[str | None] = mapped_column(String(16), nullable=True, default=None)
 
 
 class Snapshot(Base):

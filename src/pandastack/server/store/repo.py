@@ -29,7 +29,7 @@ from .usage import UsageStore, close_segments, meter_state_change, open_snapshot
 from .volume_backups import VolumeBackupStore
 from .volumes import VolumeStore, detach_sandboxes
 
-LIVE_STATES = ("starting", "running", "paused", "hibernated", "host_lost")
+LIVE_STATES = ("starting", "running", "paused", "hibernated", "stopped", "host_lost")
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
@@ -143,6 +143,17 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
             if (row is not None and row.state in ("running", "paused", "hibernated")
                     and row.state != state):
                 old, row.state = row.state, state
+                meter_state_change(s, row, old, time.time())
+            return row
+
+    def stop_sandbox(self, sandbox_id: str, reason: str) -> Sandbox | None:
+        """A live row whose VM died becomes `stopped` (ADR 0037), with why; a row that ended,
+        is still starting or is stopped already is left as it is."""
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id, with_for_update=True)
+            if row is not None and row.state in ("running", "paused", "hibernated"):
+                old, row.state = row.state, "stopped"
+                row.stop_reason = reason
                 meter_state_change(s, row, old, time.time())
             return row
 

@@ -31,7 +31,7 @@ from .models import Sandbox, Snapshot, Team, TeamQuota, UsageSegment
 # an executemany of plain rows is a fraction of an ORM INSERT's cost (~0.1 ms against ~0.8).
 SEGMENTS = cast(Table, UsageSegment.__table__)
 COMPUTE_STATES = frozenset({"running", "paused"})
-DISK_STATES = frozenset({"running", "paused", "hibernated"})
+DISK_STATES = frozenset({"running", "paused", "hibernated", "stopped"})
 #: What counts against a team's concurrent-sandbox quota (a hibernated one holds no VM).
 ACTIVE_STATES = ("starting", "running", "paused")
 #: The root disk of a sandbox created without `disk_mb`: the built-in templates' rootfs

@@ -1,0 +1,99 @@
+"""Persistent sandboxes survive the death of their VM (ADR 0037): such a sandbox becomes
+`stopped` with its disk (and any hibernation) kept, and `restart_row` brings it back under
+its id. Also here: the reconcile of snapshot files and rows at start."""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+from pandastack.hostport.errors import HostError, SandboxNotFound, SnapshotNotFound
+
+from .errors import api_error_of, conflict
+from .store import Sandbox
+
+if TYPE_CHECKING:
+    from .service import SandboxService
+
+log = logging.getLogger("pandastack.server")
+
+#: What the reconcile at start leaves alone although the host holds no database row for it:
+#: a user snapshot younger than this may be one whose row is being written right now.
+ORPHAN_SNAPSHOT_GRACE_SECONDS = 600.0
+
+
+def stop_row(service: SandboxService, row: Sandbox, reason: str) -> Sandbox:
+    """A persistent sandbox whose VM died: `stopped`, its disk (and hibernation, if its
+    host holds one) kept for `restart_row` (ADR 0037)."""
+    updated = service.store.stop_sandbox(row.id, reason)
+    log.warning("sandbox %s stopped: %s", row.id, reason)
+    return updated if updated is not None else row
+
+async def restart_row(service: SandboxService, row: Sandbox) -> Sandbox:
+    """A stopped sandbox running again under its id: from the hibernation its host holds
+    if there is one (memory and processes back), else from its newest snapshot of
+    itself (the state at that snapshot), else by booting its own disk (files kept,
+    processes not). The row says which (`restored_from`). On a failure it stays
+    stopped, and what it had is kept."""
+    service.store.check_quota(row.team, service.quotas.admission([(row.vcpus, row.memory_mb)]))
+    async with service.transition(row.id):
+        try:
+            held: str | None = (await service.runtime.get(row.id)).state
+        except SandboxNotFound:
+            held = None  # its directory is gone (a host that lost its disk)
+        except HostError as exc:
+            raise (api_error_of(exc) or exc) from None
+        mounted = service.store.sandbox_attachments([row.id]).get(row.id, [])
+        snap = None if held == "hibernated" else service.store.newest_snapshot_of(row.id)
+        if held != "hibernated" and mounted:
+            # A boot or a snapshot's restore would not have them mounted as they were.
+            raise conflict(f"sandbox {row.id} is stopped with volumes mounted ("
+                           + ", ".join(v.name for _, v in mounted) + ") and no "
+                           "hibernation to restore them from; kill it to free them")
+        source: str
+        if held == "hibernated":
+            source = "hibernation"
+            await service.host_call(service.runtime.wake(row.id))
+        elif snap is not None:
+            source = "snapshot"
+            policy = None
+            if held is not None:
+                policy = (await service.placement(row.id)).network
+                with suppress(SandboxNotFound):
+                    await service.host_call(service.runtime.kill(row.id))
+            await service.host_call(service.runtime.create(
+                snap.template, vcpus=snap.vcpus, memory_mb=snap.memory_mb,
+                sandbox_id=row.id, snapshot=snap.id, network=policy))
+        elif held is None:
+            raise conflict(f"sandbox {row.id} is stopped, its disk is gone from its host "
+                           "and it has no snapshot to restore: kill it")
+        else:
+            source = "disk"
+            await service.host_call(service.runtime.wake(row.id))
+        updated = service.store.update_sandbox(
+            row.id, state="running", restored_from=source, stop_reason=None,
+            last_activity_at=time.time(), host_id=service.host_of(row.id) or row.host_id)
+        assert updated is not None
+        log.info("sandbox %s started again from its %s", row.id, source)
+        return updated
+
+
+async def reconcile_snapshots(service: SandboxService) -> None:
+    """Snapshot rows whose files the host lost are deleted (a create from one answers
+    404, as for any deleted snapshot); user snapshots the host holds without a row are
+    removed once older than ORPHAN_SNAPSHOT_GRACE_SECONDS (a crash between the host's
+    snapshot and its row leaves one; a younger one may have its row written now)."""
+    held = {info.id: info for info in await service.runtime.list_snapshots()}
+    rows = {snap.id for snap in service.store.list_snapshots(None)}
+    for snap in service.store.list_snapshots(None):
+        if snap.id not in held:
+            log.warning("snapshot %s of team %s is gone from the host", snap.id, snap.team)
+            service.store.delete_snapshot(snap.id)
+    before = time.time() - ORPHAN_SNAPSHOT_GRACE_SECONDS
+    for sid, info in sorted(held.items()):
+        if sid not in rows and info.created_at < before:
+            log.warning("snapshot %s on the host has no database row: removed", sid)
+            with suppress(SnapshotNotFound):
+                await service.runtime.delete_snapshot(sid)
