@@ -1,0 +1,302 @@
+"""Chaos (issue 22): SIGKILL the server in the middle of create, fork, snapshot, hibernate and
+wake, and SIGKILL a sandbox's QEMU, each N times at a random moment, against a real
+`pandastack serve` booting real VMs; after each blow the server is started again on the same
+database and state dir and the invariant is checked:
+
+- **every call ends**: the interrupted call returns a result or raises one of the SDK's
+  errors (a dropped connection is `APIConnectionError`); none hangs past its bound and none is
+  a 5xx other than the documented host errors;
+- **no sandbox lost**: the sandbox the operation acted on (the source of a fork or snapshot,
+  the one hibernated or woken) is still there after the restart, in a live state, and answers
+  an exec once woken (its marker file intact); a sandbox whose QEMU was killed ends in a final
+  state with a reason, or (persistent) comes back, and calls on it get a 4xx, never a 5xx;
+- **no leftovers**: after every sandbox is killed and the server stopped, nothing of the run
+  is on the host (the soak's checks: VMMs, namespaces, taps, claims, mounts, files, live rows).
+
+The moment is drawn uniformly from [0, 1.5 x the operation's duration measured untimed first],
+so some blows land before the server got the request and some after it answered.
+Figures printed: per scenario, how many blows, how the interrupted calls ended, violations.
+Exit status 1 on any violation or leftover.
+
+Usage: python bench/chaos.py [--n 20] [--only create,fork,...] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
+
+from tests.e2e.test_server_restart import ServeProcess
+from tests.helpers import qemu_pids_under
+
+from pandastack import Client, Sandbox
+from pandastack.sdk import APIConnectionError, APIError, PandastackError, ServerError
+from soak import Baseline, leftovers
+
+MAX_N = 200
+CALL_BOUND_S = 300.0  # an interrupted call that has not ended by then has hung
+SCENARIOS = ("create", "fork", "snapshot", "hibernate", "wake", "qemu")
+FINAL = {"killed", "failed", "expired", "reaped"}
+MARK = "/root/chaos-mark"
+
+
+@dataclass
+class Tally:
+    blows: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+
+
+class Chaos:
+    """One server (killed and started again), its client, and the checks."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.server = ServeProcess(tmp)
+        self.server.start(timeout=300)
+        self.client = self._client()
+
+    def _client(self) -> Client:
+        return Client(self.server.url, self.server.api_key(), timeout=60)
+
+    def restart(self) -> None:
+        self.client.close()
+        if self.server.proc is not None:
+            self.server.signal(signal.SIGKILL)
+        self.server.start(timeout=300)
+        self.client = self._client()
+
+    def connect(self, sid: str) -> Sandbox:
+        return self.client.sandboxes.connect(sid)
+
+    def new(self, persistent: bool = False) -> Sandbox:
+        sbx = self.client.sandboxes.create(template="base", ttl_seconds=900,
+                                           persistent=persistent)
+        sbx.files.write(MARK, sbx.id)
+        return sbx
+
+    def intact(self, sid: str, tally: Tally, what: str) -> None:
+        """The sandbox `sid` is live, wakes if hibernated, and still holds its marker."""
+        try:
+            info = self.client.sandboxes.get(sid)
+            if info.state in FINAL:
+                tally.violations.append(f"{what}: {sid} lost ({info.state}: {info.end_reason})")
+                return
+            sbx = self.connect(sid)
+            if info.state == "hibernated":
+                sbx.wake()
+            elif info.state == "paused":
+                sbx.resume()
+            got = sbx.files.read(MARK, format="text")
+            if got != sid:
+                tally.violations.append(f"{what}: {sid} marker reads {got!r}")
+        except PandastackError as exc:
+            tally.violations.append(f"{what}: {sid} unusable after restart: {exc!r}"[:300])
+
+    def kill_all(self, tally: Tally, what: str) -> None:
+        for info in self.client.sandboxes.list():
+            try:
+                self.client.sandboxes.kill(info.id)
+            except PandastackError as exc:
+                tally.violations.append(f"{what}: kill {info.id}: {exc!r}"[:300])
+
+    def close(self) -> None:
+        self.client.close()
+        if self.server.proc is not None:
+            self.server.signal(signal.SIGTERM)
+
+
+def interrupted(call: Callable[[], object], delay: float, chaos: Chaos, tally: Tally,
+                what: str) -> None:
+    """Run `call` in a thread, SIGKILL the server after `delay`, restart it; tally how the
+    call ended."""
+    ended: list[str] = []
+
+    def run() -> None:
+        try:
+            call()
+            ended.append("result")
+        except APIConnectionError:
+            ended.append("connection error")
+        except ServerError as exc:
+            ended.append(f"5xx {exc.code}")
+        except APIError as exc:
+            ended.append(f"{exc.status} {exc.code}")
+        except PandastackError as exc:
+            ended.append(type(exc).__name__)
+        except Exception as exc:  # anything else is a violation, named
+            ended.append(f"unexpected {type(exc).__name__}: {exc}"[:200])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(delay)
+    chaos.restart()
+    thread.join(CALL_BOUND_S)
+    tally.blows += 1
+    outcome = ended[0] if ended else "hung"
+    tally.outcomes[outcome] += 1
+    if outcome == "hung" or outcome.startswith(("unexpected", "5xx")):
+        tally.violations.append(f"{what}: the interrupted call ended as {outcome}")
+
+
+def timed(call: Callable[[], object]) -> float:
+    started = time.monotonic()
+    call()
+    return time.monotonic() - started
+
+
+def scenario(name: str, chaos: Chaos, n: int, rng: random.Random) -> Tally:
+    tally = Tally()
+    source = chaos.new(persistent=name in ("hibernate", "wake"))
+    sid = source.id
+    if name == "create":
+        span = timed(lambda: chaos.client.sandboxes.kill(chaos.new().id))
+    elif name == "fork":
+        def fork_and_kill() -> None:
+            for child in source.fork():
+                child.kill()
+
+        span = timed(fork_and_kill)
+    elif name == "snapshot":
+        span = timed(source.snapshot)
+    elif name in ("hibernate", "wake"):
+        span = timed(source.hibernate) + timed(source.wake)
+        span /= 2
+    else:
+        span = 0.0
+    for i in range(n):
+        what = f"{name} #{i + 1}"
+        delay = rng.uniform(0, 1.5 * span)
+        if name == "create":
+            interrupted(lambda: chaos.new(), delay, chaos, tally, what)
+        elif name == "fork":
+            interrupted(lambda: chaos.connect(sid).fork(), delay, chaos, tally, what)
+        elif name == "snapshot":
+            interrupted(lambda: chaos.connect(sid).snapshot(), delay, chaos, tally, what)
+        elif name == "hibernate":
+            interrupted(lambda: chaos.connect(sid).hibernate(), delay, chaos, tally, what)
+        elif name == "wake":
+            chaos.connect(sid).hibernate()
+            interrupted(lambda: chaos.connect(sid).wake(), delay, chaos, tally, what)
+        else:
+            qemu_blow(chaos, tally, what, rng.random() < 0.5)
+            continue
+        chaos.intact(sid, tally, what)
+        # what the interrupted call made (a child, a half-made create) goes, the source stays
+        for info in chaos.client.sandboxes.list():
+            if info.id != sid:
+                chaos.client.sandboxes.kill(info.id)
+    chaos.kill_all(tally, name)
+    for snap in chaos.client.snapshots.list():
+        chaos.client.snapshots.delete(snap.id)
+    return tally
+
+
+def qemu_blow(chaos: Chaos, tally: Tally, what: str, persistent: bool) -> None:
+    """SIGKILL the QEMU of a fresh sandbox: it must end (or, persistent, come back) with a
+    reason, and calls on it must get an answer that is not a 5xx."""
+    sbx = chaos.new(persistent=persistent)
+    pids = qemu_pids_under(chaos.server.state_dir / sbx.id)
+    tally.blows += 1
+    if len(pids) != 1:
+        tally.violations.append(f"{what}: {len(pids)} QEMU processes for {sbx.id}")
+        return
+    os.kill(pids[0], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    state: str = "?"
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        state = str(chaos.client.sandboxes.get(sbx.id).state)
+        if state in FINAL or state == "stopped":
+            break
+        try:
+            sbx.exec("true", timeout_seconds=10)
+        except ServerError as exc:
+            seen.add(f"5xx {exc.code}: {exc.message}"[:160])
+        except APIError as exc:
+            seen.add(f"{exc.status} {exc.code}")
+        except PandastackError as exc:
+            seen.add(type(exc).__name__)
+        time.sleep(0.5)
+    for answer in sorted(seen):
+        tally.outcomes[f"exec meanwhile: {answer}"] += 1
+        if answer.startswith("5xx"):
+            tally.violations.append(f"{what}: exec after the QEMU kill: {answer}")
+    tally.outcomes[f"{'persistent' if persistent else 'ephemeral'} -> {state}"] += 1
+    if state not in FINAL and state != "stopped":
+        tally.violations.append(f"{what}: still {state} 60 s after its QEMU was killed")
+    with_reason = chaos.client.sandboxes.get(sbx.id)
+    if with_reason.state in FINAL and not with_reason.end_reason:
+        tally.violations.append(f"{what}: ended {with_reason.state} with no end_reason")
+    try:
+        chaos.client.sandboxes.kill(sbx.id)
+    except ServerError as exc:
+        tally.violations.append(f"{what}: kill after the QEMU kill: 5xx {exc.code}")
+    except PandastackError:
+        pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--n", type=int, default=20, help=f"blows per scenario, <= {MAX_N}")
+    parser.add_argument("--only", default=",".join(SCENARIOS))
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    chosen = [s for s in args.only.split(",") if s]
+    if not 1 <= args.n <= MAX_N or any(s not in SCENARIOS for s in chosen):
+        parser.error(f"--n in 1..{MAX_N}; --only from {','.join(SCENARIOS)}")
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    rng = random.Random(seed)
+    base = Baseline.now()
+    tmp = Path(tempfile.mkdtemp(prefix="psc-", dir="/tmp"))
+    tallies: dict[str, Tally] = {}
+    left_live: list[str] = []
+    left_stopped: list[str] = []
+    print(f"seed {seed}; state under {tmp}")
+    try:
+        chaos = Chaos(tmp)
+        try:
+            for name in chosen:
+                began = time.monotonic()
+                tallies[name] = scenario(name, chaos, args.n, rng)
+                print(f"  {name}: {tallies[name].blows} blows in "
+                      f"{time.monotonic() - began:.0f} s", flush=True)
+            db = tmp / "pandastack.db"
+            left_live = leftovers(tmp, chaos.server.state_dir, db, base, stopped=False)
+        finally:
+            chaos.close()
+        left_stopped = leftovers(tmp, chaos.server.state_dir, None, base, stopped=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    bad = 0
+    for name, tally in tallies.items():
+        ends = ", ".join(f"{k} x{v}" for k, v in sorted(tally.outcomes.items()))
+        print(f"{name}: {tally.blows} blows; calls ended: {ends}; "
+              f"violations {len(tally.violations)}")
+        for v in tally.violations[:5]:
+            print(f"  {v}")
+        bad += len(tally.violations)
+    print(f"leftovers with the server up: {len(left_live)}")
+    for item in left_live:
+        print(f"  {item}")
+    print(f"leftovers after its SIGTERM: {len(left_stopped)}")
+    for item in left_stopped:
+        print(f"  {item}")
+    return 1 if bad or left_live or left_stopped else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
