@@ -23,6 +23,10 @@ export interface ExecOptions {
   env?: Record<string, string>;
   cwd?: string;
   stdin?: string;
+  /** Bytes of each of stdout and stderr the result keeps (streamed: sent); past it
+   * `truncated` is true. Default, and the most allowed: the server's
+   * PANDASTACK_MAX_EXEC_OUTPUT_MB (64 MiB unless set). */
+  maxOutputBytes?: number;
   /** Streams the output: each chunk of stdout as it arrives. */
   onStdout?: OutputCallback;
   onStderr?: OutputCallback;
@@ -192,7 +196,10 @@ export class Commands {
     const call = {
       method: "POST",
       path: sandboxPath(this.sandboxId, ...(streaming ? ["exec", "stream"] : ["exec"])),
-      json: snakeify({ cmd, timeoutSeconds, env: options.env, cwd: options.cwd, stdin: options.stdin }),
+      json: snakeify({
+        cmd, timeoutSeconds, env: options.env, cwd: options.cwd, stdin: options.stdin,
+        maxOutputBytes: options.maxOutputBytes,
+      }),
       headers: streaming ? { Accept: "text/event-stream" } : undefined,
       timeout: withReadTimeout(this.http.timeout, timeoutSeconds),
     };

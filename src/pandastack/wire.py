@@ -25,6 +25,7 @@ from pandastack.rules import (
     MIN_VCPUS,
 )
 from pandastack.rules import MAX_ENV_ITEMS as MAX_ENV_ITEMS
+from pandastack.rules import MAX_EXEC_OUTPUT_MB as MAX_EXEC_OUTPUT_MB
 from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS as MAX_EXEC_TIMEOUT_SECONDS
 from pandastack.rules import MAX_FORK as MAX_FORK
 from pandastack.rules import MAX_METADATA_ITEMS as MAX_METADATA_ITEMS
@@ -282,6 +283,11 @@ class ExecRequest(Strict):
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_ITEMS)
     cwd: str | None = Field(default=None, max_length=4096)
     stdin: str | None = None
+    max_output_bytes: int | None = Field(
+        default=None, ge=0, le=MAX_EXEC_OUTPUT_MB << 20,
+        description="bytes of each of stdout and stderr the result keeps (a stream: sends); "
+                    "past it the result says truncated=true. Default: the server's "
+                    "PANDASTACK_MAX_EXEC_OUTPUT_MB; more than that is 422")
 
 
 class ExecResult(Strict):

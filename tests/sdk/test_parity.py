@@ -209,6 +209,7 @@ def test_sandbox_surface_is_complete() -> None:
         "stdin",
         "on_stdout",
         "on_stderr",
+        "max_output_bytes",
     ]
     assert inspect.signature(Sandbox.exec).parameters["timeout_seconds"].default == 60
     create = inspect.signature(Sandbox.create).parameters

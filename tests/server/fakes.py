@@ -62,6 +62,7 @@ class FakeSandbox:
         self.state = "running"
         self.files: dict[str, bytes] = {}
         self.last_env: Mapping[str, str] | None = None
+        self.last_max_output: int | None = None
         self.spawn_timeout: float | None = None
         self.wakes = 0
         self.network = NetworkPolicy()
@@ -93,16 +94,19 @@ class FakeSandbox:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
         user: str | None = None,
+        max_output: int | None = None,
     ) -> ExecResult:
         await self._guest()
         self.last_env = env
+        self.last_max_output = max_output
         text = cmd if isinstance(cmd, str) else " ".join(cmd)
         out = text.encode() + b"\xff"  # one invalid UTF-8 byte: decoded with replacement
         if on_stdout is not None:
             r = on_stdout(out)
             if r is not None:
                 await r
-        return ExecResult(0, out, b"", 1.0, False, None, False)
+        keep = len(out) if max_output is None else max_output
+        return ExecResult(0, out[:keep], b"", 1.0, False, None, len(out) > keep)
 
     # The in-memory host has no terminals (they are tested on real VMs): a clear refusal.
     async def pty_create(self, *, cols: int, rows: int, cmd: str | Sequence[str] | None = None,

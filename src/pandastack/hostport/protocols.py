@@ -64,7 +64,11 @@ class SandboxPort(Protocol):
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                    stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None,
-                   user: str | None = None) -> ExecResult: ...
+                   user: str | None = None, max_output: int | None = None) -> ExecResult:
+        """`max_output`: what the result keeps of each of stdout and stderr (None: the
+        host's default, rules.DEFAULT_EXEC_OUTPUT_MB); past it the result says `truncated`.
+        The callbacks hear all of it either way."""
+        ...
 
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
                     cwd: str | None = None, user: str | None = None,

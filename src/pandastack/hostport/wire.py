@@ -375,6 +375,11 @@ class ExecRequest(Strict):
     cwd: str | None = None
     stdin: Base64 | None = None
     user: str | None = None
+    max_output: int | None = Field(
+        default=None, ge=0,
+        description="bytes of each of stdout and stderr the caller keeps for its result "
+                    "(None: rules.DEFAULT_EXEC_OUTPUT_MB): the RESULT's `truncated` says "
+                    "whether more came; every byte is still sent in frames")
 
 
 class ExecDone(Strict):

@@ -95,10 +95,12 @@ class ExecStreamDecoder:
 
 def exec_call(sandbox_id: str, cmd: str | Sequence[str], *, timeout_seconds: float,
               env: Mapping[str, str] | None, cwd: str | None, stdin: str | None,
-              stream: bool, base_timeout: httpx.Timeout) -> Call[ExecResult]:
+              stream: bool, base_timeout: httpx.Timeout,
+              max_output_bytes: int | None = None) -> Call[ExecResult]:
     """`exec` (or `exec/stream`), with a read timeout that outlasts `timeout_seconds`."""
     body = encode(wire.ExecRequest, cmd=_cmd(cmd), timeout_seconds=timeout_seconds,
-                  env=dict(env) if env else None, cwd=cwd, stdin=stdin)
+                  env=dict(env) if env else None, cwd=cwd, stdin=stdin,
+                  max_output_bytes=max_output_bytes)
     path = sandbox_path(sandbox_id, "exec", "stream") if stream else sandbox_path(sandbox_id,
                                                                                   "exec")
     headers = {"Accept": "text/event-stream"} if stream else None

@@ -238,10 +238,12 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
     async def exec(self, cmd: str | Sequence[str], timeout_seconds: float = 60,
              env: Mapping[str, str] | None = None, cwd: str | None = None,
              stdin: str | None = None, on_stdout: AsyncOutputCallback | None = None,
-             on_stderr: AsyncOutputCallback | None = None) -> ExecResult:
+             on_stderr: AsyncOutputCallback | None = None,
+             max_output_bytes: int | None = None) -> ExecResult:
         """Run `cmd` to completion; same as `commands.run()` (see there)."""
         return await self._commands.run(cmd, timeout_seconds=timeout_seconds, env=env, cwd=cwd,
-                                  stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+                                  stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
+                                  max_output_bytes=max_output_bytes)
 
     async def run_code(self, code: str, language: Language = "python",
                  context: str | CodeContext | None = None,

@@ -28,7 +28,8 @@ class Commands(_base.NamespaceBase[HTTP]):
     def run(self, cmd: str | Sequence[str], timeout_seconds: float = 60,
             env: Mapping[str, str] | None = None, cwd: str | None = None,
             stdin: str | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None) -> ExecResult:
+            on_stderr: OutputCallback | None = None,
+            max_output_bytes: int | None = None) -> ExecResult:
         """Run `cmd` to completion and return its `ExecResult`.
 
         `cmd` is a shell command line (a string) or an argv list. The command is killed after
@@ -40,7 +41,8 @@ class Commands(_base.NamespaceBase[HTTP]):
         streaming = on_stdout is not None or on_stderr is not None
         call = _commands.exec_call(self._sandbox_id, cmd, timeout_seconds=timeout_seconds, env=env,
                                cwd=cwd, stdin=stdin, stream=streaming,
-                               base_timeout=self._http.timeout)
+                               base_timeout=self._http.timeout,
+                               max_output_bytes=max_output_bytes)
         if not streaming:
             return self._http.run(call)
         decoder = _commands.ExecStreamDecoder()
@@ -150,19 +152,24 @@ class AsyncCommands(_base.NamespaceBase[AsyncHTTP]):
     async def run(self, cmd: str | Sequence[str], timeout_seconds: float = 60,
                   env: Mapping[str, str] | None = None, cwd: str | None = None,
                   stdin: str | None = None, on_stdout: AsyncOutputCallback | None = None,
-                  on_stderr: AsyncOutputCallback | None = None) -> ExecResult:
+                  on_stderr: AsyncOutputCallback | None = None,
+                  max_output_bytes: int | None = None) -> ExecResult:
         """Run `cmd` to completion and return its `ExecResult`.
 
         `cmd` is a shell command line (a string) or an argv list. The command is killed after
         `timeout_seconds` (then `timed_out` is true); the HTTP read timeout is set above that, so
         long commands are never cut by the client. With `on_stdout`/`on_stderr` (plain or async
         functions) the output is streamed: each callback gets every chunk of text as it
-        arrives, and the result still holds the whole output.
+        arrives, and the result still holds the whole output. `max_output_bytes` bounds
+        what the result keeps (streamed: what is sent) of each of stdout and stderr; past it
+        `truncated` is true. Default, and the most a request may ask for: the server's
+        PANDASTACK_MAX_EXEC_OUTPUT_MB (64 MiB unless set).
         """
         streaming = on_stdout is not None or on_stderr is not None
         call = _commands.exec_call(self._sandbox_id, cmd, timeout_seconds=timeout_seconds, env=env,
                                cwd=cwd, stdin=stdin, stream=streaming,
-                               base_timeout=self._http.timeout)
+                               base_timeout=self._http.timeout,
+                               max_output_bytes=max_output_bytes)
         if not streaming:
             return await self._http.run(call)
         decoder = _commands.ExecStreamDecoder()

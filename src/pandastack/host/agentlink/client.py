@@ -23,13 +23,14 @@ from pandastack.host.agentlink.watch import WatchOps
 from pandastack.hostport.errors import AgentLimitError
 from pandastack.hostport.results import CodeEvent as CodeEvent  # re-exported
 from pandastack.hostport.results import ExecResult
+from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 DroppedCallback = Callable[[int, int], Awaitable[None] | None]
 """Told, before an attach's backlog, how many bytes of stdout and of stderr the guest's
 rings had already dropped (0, 0: the backlog is everything the process wrote)."""
 
-DEFAULT_MAX_OUTPUT = 64 * 2**20
+DEFAULT_MAX_OUTPUT = DEFAULT_EXEC_OUTPUT_MB << 20
 MAX_PROCS = 10_000
 """Entries of one ``procs`` listing (the agent keeps running ones and the last 64 ended)."""
 

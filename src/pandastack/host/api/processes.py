@@ -20,6 +20,7 @@ from pandastack.hostport.wire import (
     StdinRequest,
     dump_json,
 )
+from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
 
 from .deps import Sandbox
 from .framed import FramedResponse, Outbox, framed_responses
@@ -35,12 +36,23 @@ async def _output(outbox: Outbox, kind: Kind, data: bytes) -> None:
 @router.post("/exec", operation_id="execCommand", response_class=FramedResponse,
              responses=framed_responses(ExecDone, OUTPUT_FRAMES))
 async def exec_command(body: ExecRequest, sandbox: Sandbox) -> FramedResponse:
+    # The caller keeps the output from the frames; the agent keeps none of it (max_output=0),
+    # so an exec's output is held once, by the server, and only up to its limit. Whether
+    # it went past the limit is counted here.
+    keep = DEFAULT_EXEC_OUTPUT_MB << 20 if body.max_output is None else body.max_output
+    sent = {Kind.STDOUT: 0, Kind.STDERR: 0}
+
+    async def output(outbox: Outbox, kind: Kind, data: bytes) -> None:
+        sent[kind] += len(data)
+        await outbox.put(kind, data)
+
     async def run(outbox: Outbox) -> ExecDone:
         result = await sandbox.exec(
             body.cmd, timeout=body.timeout, env=body.env, cwd=body.cwd, stdin=body.stdin,
-            user=body.user, on_stdout=lambda data: _output(outbox, Kind.STDOUT, data),
-            on_stderr=lambda data: _output(outbox, Kind.STDERR, data))
-        return ExecDone.of(result)
+            user=body.user, on_stdout=lambda data: output(outbox, Kind.STDOUT, data),
+            on_stderr=lambda data: output(outbox, Kind.STDERR, data), max_output=0)
+        done = ExecDone.of(result)
+        return done.model_copy(update={"truncated": max(sent.values()) > keep})
     return FramedResponse(run)
 
 

@@ -135,10 +135,14 @@ class SandboxHandle:
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                    stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None,
-                   user: str | None = None) -> ExecResult:
+                   user: str | None = None, max_output: int | None = None) -> ExecResult:
         agent = await self.agent()
+        if max_output is None:
+            return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
+                                    on_stdout=on_stdout, on_stderr=on_stderr, user=user)
         return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
-                                on_stdout=on_stdout, on_stderr=on_stderr, user=user)
+                                on_stdout=on_stdout, on_stderr=on_stderr, user=user,
+                                max_output=max_output)
 
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
                     cwd: str | None = None, user: str | None = None,

@@ -33,13 +33,14 @@ from pandastack.hostport.wire import (
     StdinRequest,
     Written,
 )
+from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
 
 from .calls import Caller, FrameStream, api_path, parse
 from .pty import RemotePty, connect_pty
 
-# What an ExecResult keeps of each stream, as the guest-agent client does in process
-# (host/agentlink/client.py DEFAULT_MAX_OUTPUT); past it the agent reports `truncated`.
-MAX_OUTPUT = 64 * 2**20
+# What an ExecResult keeps of each stream when the caller says nothing, as the guest-agent
+# client does in process (host/agentlink/client.py DEFAULT_MAX_OUTPUT).
+MAX_OUTPUT = DEFAULT_EXEC_OUTPUT_MB << 20
 # How long past an exec's own timeout its answer may take: the guest-agent client waits
 # `timeout + agent_timeout_s` (30 s by default) before it gives up itself.
 EXEC_GRACE = 120.0
@@ -114,11 +115,12 @@ class RemoteSandbox:
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                    stdin: bytes | None = None, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None,
-                   user: str | None = None) -> ExecResult:
+                   user: str | None = None, max_output: int | None = None) -> ExecResult:
+        keep = MAX_OUTPUT if max_output is None else max_output
         body = ExecRequest(cmd=cmd if isinstance(cmd, str) else list(cmd), timeout=timeout,
                            env=dict(env) if env is not None else None, cwd=cwd, stdin=stdin,
-                           user=user)
-        output = _Output(on_stdout, on_stderr)
+                           user=user, max_output=keep)
+        output = _Output(on_stdout, on_stderr, keep=keep)
         read = None if timeout is None else timeout + EXEC_GRACE
         async with self._caller.stream("POST", self._path("exec"), json=body,
                                        read=read) as frames:

@@ -13,10 +13,11 @@ from pandastack.hostport.results import ExecResult as HostExecResult
 from pandastack.wire import ExecRequest, ExecResult
 
 from ..auth import CurrentPrincipal
-from ..errors import request_id_of
+from ..errors import ApiError, request_id_of
 from ..jsonbody import StrictJsonRoute
+from ..settings import Settings
 from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
-from .deps import SandboxId, Service, check_text, to_exec_result
+from .deps import AppSettings, SandboxId, Service, check_text, to_exec_result
 
 router = APIRouter(tags=["exec"], route_class=StrictJsonRoute)
 
@@ -28,24 +29,32 @@ then exactly one `event: exit` whose data is an ExecResult with empty stdout/std
 or one `event: error` whose data is the error envelope if the run fails mid-way."""
 
 
-def _validate(body: ExecRequest) -> None:
+def _validate(body: ExecRequest, settings: Settings) -> int:
+    """Checks the request; returns what to keep (or send) of each of stdout and stderr."""
     check_text(body.cmd, "cmd")
     check_text(body.env, "env")
     check_text(body.cwd, "cwd")
+    most = settings.max_exec_output_bytes
+    if body.max_output_bytes is None:
+        return most
+    if body.max_output_bytes > most:
+        raise ApiError(422, "validation_error", f"max_output_bytes: at most {most} on this "
+                                                f"server (PANDASTACK_MAX_EXEC_OUTPUT_MB)")
+    return body.max_output_bytes
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response_model=ExecResult,
              summary="Run a command and wait for it (timed_out=true on timeout, still 200)")
 async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrincipal,
-                       service: Service) -> ExecResult:
-    _validate(body)
+                       service: Service, settings: AppSettings) -> ExecResult:
+    keep = _validate(body, settings)
     row, handle = await service.running(who.team, sandbox_id)
     env, cwd, user = service.call_context(row, body.env, body.cwd)
     with service.exec_slots.take(who.team):
         async with service.busy(row.id):
             result = await service.host_call(handle.exec(
                 body.cmd, timeout=body.timeout_seconds, env=env, cwd=cwd, user=user,
-                stdin=None if body.stdin is None else body.stdin.encode()))
+                stdin=None if body.stdin is None else body.stdin.encode(), max_output=keep))
     return to_exec_result(result)
 
 
@@ -54,24 +63,34 @@ async def exec_command(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPri
              description=SSE_DESCRIPTION,
              responses=SSE_RESPONSES)
 async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrincipal,
-                      service: Service, request: Request) -> StreamingResponse:
-    _validate(body)
+                      service: Service, settings: AppSettings,
+                      request: Request) -> StreamingResponse:
+    keep = _validate(body, settings)
     rid = request_id_of(request)
     row, handle = await service.running(who.team, sandbox_id)
     env, cwd, user = service.call_context(row, body.env, body.cwd)
+    # The limit bounds what is sent of each stream; past it output is counted and dropped.
+    seen = {"stdout": 0, "stderr": 0}
 
     async def run(queue: asyncio.Queue[tuple[str, bytes] | None]) -> HostExecResult:
+        async def forward(name: str, data: bytes) -> None:
+            room = keep - seen[name]
+            seen[name] += len(data)
+            if room > 0:
+                await queue.put((name, data[:room]))
+
         async def on_stdout(data: bytes) -> None:
-            await queue.put(("stdout", data))
+            await forward("stdout", data)
 
         async def on_stderr(data: bytes) -> None:
-            await queue.put(("stderr", data))
+            await forward("stderr", data)
 
+        # The `exit` event carries no output, so the host keeps none (max_output=0).
         async with service.busy(row.id):
             return await handle.exec(
                 body.cmd, timeout=body.timeout_seconds, env=env, cwd=cwd, user=user,
                 stdin=None if body.stdin is None else body.stdin.encode(),
-                on_stdout=on_stdout, on_stderr=on_stderr)
+                on_stdout=on_stdout, on_stderr=on_stderr, max_output=0)
 
     async def events() -> AsyncIterator[bytes]:
         decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
@@ -89,7 +108,9 @@ async def exec_stream(sandbox_id: SandboxId, body: ExecRequest, who: CurrentPrin
             if item.error is not None:
                 yield sse("error", failure_envelope(item.error, rid, "exec stream"))
             elif item.result is not None:
-                yield sse("exit", to_exec_result(item.result, with_output=False).model_dump())
+                done = to_exec_result(item.result, with_output=False)
+                done.truncated = max(seen.values()) > keep
+                yield sse("exit", done.model_dump())
 
     release = service.exec_slots.acquire(who.team)  # 429 here, before the 200
     return event_stream(events(), release)
