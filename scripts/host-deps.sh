@@ -36,6 +36,12 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   missing+=(nodejs npm)
 fi
 
+# The guest agent binary (scripts/build-guest-agent.sh): any rustc will do (a rustup one in
+# ~/.cargo/bin too); without one, Debian's, with the static glibc it links.
+if ! command -v rustc >/dev/null && [[ ! -x "$HOME/.cargo/bin/rustc" ]]; then
+  missing+=(rustc libc6-dev)
+fi
+
 if ((${#missing[@]})); then
   if [[ $EUID -ne 0 ]]; then
     echo "host-deps: need root to install: ${missing[*]}" >&2

@@ -56,8 +56,8 @@ def sock_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def raw(sock_path: Path) -> Iterator[Raw]:
-    r = Raw("--code-socket", str(sock_path))
+def raw(sock_path: Path, agent_cmd: list[str]) -> Iterator[Raw]:
+    r = Raw("--code-socket", str(sock_path), cmd=agent_cmd)
     yield r
     r.close()
 

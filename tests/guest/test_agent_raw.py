@@ -23,12 +23,15 @@ SRC = str(Path(P.__file__).resolve().parents[2])
 
 
 class Raw:
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, cmd: list[str] | None = None) -> None:
+        """An agent started by ``cmd`` (tests/guest/conftest.py: ``agent_cmd``; the Python
+        agent without one) on one end of a socketpair."""
         self.sock, agent_end = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pandastack.guest", "--fd", str(agent_end.fileno()), *args],
+            [*(cmd or [sys.executable, "-m", "pandastack.guest"]), "--fd",
+             str(agent_end.fileno()), *args],
             pass_fds=[agent_end.fileno()],
             env=env,
         )
@@ -86,8 +89,8 @@ class Raw:
 
 
 @pytest.fixture
-def raw() -> Iterator[Raw]:
-    r = Raw()
+def raw(agent_cmd: list[str]) -> Iterator[Raw]:
+    r = Raw(cmd=agent_cmd)
     yield r
     r.close()
 

@@ -13,12 +13,12 @@ import pytest
 from pandastack.guest import protocol as P
 from tests.guest.test_agent_raw import Raw
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.agent_ops("pty")]
 
 
 @pytest.fixture
-def raw() -> Iterator[Raw]:
-    r = Raw()
+def raw(agent_cmd: list[str]) -> Iterator[Raw]:
+    r = Raw(cmd=agent_cmd)
     r.hello()
     yield r
     r.req("procs", 9999)
