@@ -68,6 +68,7 @@ CHANGES: dict[str, Any] = {
     "variant": "node",
     "pip_packages": ("numpy",),
     "files": {"opt/pandastack/kernel_server.py": b"print('serve')\n"},
+    "agent_binary": b"\x7fELF binary agent",
 }
 
 

@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -184,6 +185,7 @@ class ImageInputs:
     variant: str = BASE
     pip_packages: tuple[str, ...] = ()
     files: Mapping[str, bytes] = field(default_factory=dict, hash=False)  # rootfs path -> bytes
+    agent_binary: bytes | None = field(default=None, hash=False)  # ADR 0038; None: Python
 
 
 def image_key(inputs: ImageInputs) -> str:
@@ -193,6 +195,8 @@ def image_key(inputs: ImageInputs) -> str:
         named["pip"] = list(inputs.pip_packages)
     if inputs.files:
         named["files"] = {k: sha256_bytes(v) for k, v in sorted(inputs.files.items())}
+    if inputs.agent_binary is not None:
+        named["agent_binary"] = sha256_bytes(inputs.agent_binary)
     return hash_json(
         {
             **named,
@@ -217,6 +221,29 @@ def read_asset(name: str) -> bytes:
 def read_package_file(path: str) -> bytes:
     """A file shipped in the pandastack package, by its path under it (`ImageSpec.files`)."""
     return resources.files("pandastack").joinpath(path).read_bytes()
+
+
+GUEST_AGENT_ENV = "PANDASTACK_GUEST_AGENT"
+"""`python` (the default) or `binary`: which guest agent images get (ADR 0038)."""
+GUEST_AGENT_BUILD = Path(__file__).resolve().parents[4] / "scripts" / "build-guest-agent.sh"
+
+
+def guest_agent_binary() -> bytes | None:
+    """The binary agent's bytes if `PANDASTACK_GUEST_AGENT=binary`, else None (Python).
+
+    Opt-in while the binary does not yet do everything the Python agent does (issue 23);
+    it is built from a source checkout by scripts/build-guest-agent.sh (cached there)."""
+    choice = os.environ.get(GUEST_AGENT_ENV, "python") or "python"
+    if choice == "python":
+        return None
+    if choice != "binary":
+        raise SetupError(f"{GUEST_AGENT_ENV} must be 'python' or 'binary', not {choice!r}")
+    if not GUEST_AGENT_BUILD.is_file():
+        raise SetupError(f"{GUEST_AGENT_ENV}=binary needs a source checkout ({GUEST_AGENT_BUILD})")
+    out = subprocess.run([str(GUEST_AGENT_BUILD)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SetupError(f"building the guest agent failed: {out.stderr.strip()[-2000:]}")
+    return Path(out.stdout.strip().splitlines()[-1]).read_bytes()
 
 
 def agent_package_dir() -> Path:
@@ -259,6 +286,7 @@ def _gather(home: Path, image: ImageSpec, progress: Progress, *,
         variant=image.name,
         pip_packages=image.pip_packages,
         files={dest: read_package_file(path) for dest, path in image.files},
+        agent_binary=guest_agent_binary(),
     )
     return inputs, pkg, spec
 
@@ -375,6 +403,7 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
                 pip_packages=inputs.pip_packages,
                 pip_cache=home / "cache" / "pip",
                 files=inputs.files,
+                agent_binary=inputs.agent_binary,
             )
             meta = {
                 "key": key,

@@ -39,6 +39,9 @@ DPKG_OPTIONS = (
 )
 
 AGENT_DIR = "opt/pandastack/pandastack_guest"
+AGENT_BINARY = "opt/pandastack/pandastack-agent"
+"""Where an image built with the binary agent (ADR 0038) has it."""
+_PYTHON_AGENT_START = b"exec python3 -m pandastack_guest --guest"
 HOSTNAME = "pandastack"
 
 
@@ -215,6 +218,14 @@ def agent_files(agent_dir: Path) -> dict[str, bytes]:
     return files
 
 
+def init_for_binary_agent(init_script: bytes) -> bytes:
+    """The init script, starting the binary agent where it starts the Python one. Rewritten
+    here rather than in the asset, so images with the Python agent keep their content key."""
+    if init_script.count(_PYTHON_AGENT_START) != 1:
+        raise SetupError("the rootfs init does not start the Python agent where expected")
+    return init_script.replace(_PYTHON_AGENT_START, b"exec /" + AGENT_BINARY.encode() + b" --guest")
+
+
 def _in_package(root: Path, rel: Path) -> bool:
     """Whether every directory from `root` down to `rel`'s is a Python package."""
     return all((root.joinpath(*rel.parts[:depth]) / "__init__.py").is_file()
@@ -233,10 +244,12 @@ def build_rootfs(
     pip_packages: tuple[str, ...] = (),
     pip_cache: Path | None = None,
     files: Mapping[str, bytes] | None = None,
+    agent_binary: bytes | None = None,
 ) -> None:
     """Unpack the base, add the pandastack layer and write a sparse ext4 image (no mounting).
 
-    `files` maps paths relative to the rootfs to their contents (mode 0644)."""
+    `files` maps paths relative to the rootfs to their contents (mode 0644). With
+    `agent_binary` (ADR 0038) the init starts that binary as the agent instead of Python."""
     with tempfile.TemporaryDirectory(dir=scratch_parent, prefix=".tmp-rootfs-") as tmp:
         root = Path(tmp) / "root"
         root.mkdir(mode=0o755)
@@ -244,6 +257,12 @@ def build_rootfs(
         run(["tar", "-xpf", base_tar, "-C", root, "--numeric-owner", "--xattrs",
              "--xattrs-include=*"], what="tar")
         progress(f"rootfs: installing agent ({len(agent)} files) and init")
+        if agent_binary is not None:
+            init_script = init_for_binary_agent(init_script)
+            dest = root / AGENT_BINARY
+            _guest_dirs(dest.parent)
+            dest.write_bytes(agent_binary)
+            dest.chmod(0o755)
         _customize(root, agent, init_script)
         for rel, data in sorted((files or {}).items()):
             if Path(rel).is_absolute() or ".." in Path(rel).parts:
