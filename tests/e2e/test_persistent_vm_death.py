@@ -1,0 +1,182 @@
+"""Persistent means persistent (ADR 0037), with real `pandastack serve` processes and real
+VMs: a persistent sandbox whose QEMU is SIGKILLed becomes `stopped` (its disk kept) and a
+wake boots its disk with the files written before; the same after a server SIGKILL plus a
+QEMU SIGKILL, where the first exec starts it again; a non-persistent one still ends
+`failed`; a server that dies between ending the VM of a hibernation and recording it keeps
+the hibernation file, and the sandbox wakes from it with its memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from pandastack.host.runtime.hibernation import CRASH_AT_ENV
+from pandastack.host.runtime.records import HIBERNATION
+from tests.e2e.test_server_restart import ServeProcess, wait_gone
+from tests.e2e.test_server_restart import serve as serve_process
+from tests.helpers import qemu_pids_under
+
+pytestmark = [pytest.mark.vm, pytest.mark.e2e]
+
+# Under TCG, with the rest of the suite on the same cores, a cold boot of a guest's disk
+# takes tens of seconds.
+SLOW = 300
+
+# The restart test's fixture: a private `pandastack serve`, SIGKILLed and its VMs and files
+# removed at the end.
+serve = serve_process
+
+
+def create(c: httpx.Client, *, persistent: bool) -> str:
+    r = c.post("/v1/sandboxes", json={"ttl_seconds": 600, "persistent": persistent})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def write(c: httpx.Client, sid: str, path: str, data: bytes) -> None:
+    r = c.put(f"/v1/sandboxes/{sid}/files", params={"path": path}, content=data)
+    assert r.status_code == 200, r.text
+
+
+def sh(c: httpx.Client, sid: str, cmd: str) -> dict[str, Any]:
+    r = c.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": cmd}, timeout=SLOW)
+    assert r.status_code == 200, r.text
+    result: dict[str, Any] = r.json()
+    return result
+
+
+def kill_vm(serve: ServeProcess, sid: str) -> None:
+    pids = qemu_pids_under(serve.state_dir / sid)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    wait_gone(pids[0])
+
+
+def wait_state(c: httpx.Client, sid: str, state: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        info: dict[str, Any] = c.get(f"/v1/sandboxes/{sid}").json()
+        if info["state"] == state or time.monotonic() > deadline:
+            assert info["state"] == state, info
+            return info
+        time.sleep(0.3)
+
+
+def events_of(serve: ServeProcess, sid: str) -> list[tuple[str, dict[str, Any]]]:
+    """The sandbox's events in the durable log, oldest first (read from the server's DB)."""
+    with sqlite3.connect(serve.tmp / "pandastack.db") as db:
+        rows = db.execute("SELECT type, data FROM events WHERE sandbox_id = ? ORDER BY id",
+                          (sid,)).fetchall()
+    return [(kind, json.loads(data)) for kind, data in rows]
+
+
+def end_all(c: httpx.Client, serve: ServeProcess, *sids: str) -> None:
+    for sid in sids:
+        assert c.delete(f"/v1/sandboxes/{sid}").status_code == 204
+        assert not (serve.state_dir / sid).exists()
+    assert not qemu_pids_under(serve.state_dir)
+
+
+def test_qemu_sigkill_stops_a_persistent_sandbox_and_wake_boots_its_disk(
+        serve: ServeProcess) -> None:
+    serve.start()
+    headers = {"Authorization": f"Bearer {serve.api_key()}"}
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        kept, plain = create(c, persistent=True), create(c, persistent=False)
+        for sid in (kept, plain):
+            write(c, sid, "/work/kept.txt", b"on disk\n")
+            # on disk for sure before the VM dies (the guest's page cache dies with it)
+            assert sh(c, sid, "sync")["exit_code"] == 0
+        # in guest memory only: gone after a boot of the disk
+        assert sh(c, kept, "echo in-memory > /run/mem.txt")["exit_code"] == 0
+        kill_vm(serve, kept)
+        kill_vm(serve, plain)
+
+        info = wait_state(c, kept, "stopped")
+        assert info["stop_reason"] and info["ended_at"] is None, info
+        assert (serve.state_dir / kept).is_dir()  # its disk is kept
+        ended = wait_state(c, plain, "failed")
+        assert ended["end_reason"] == "VM exited unexpectedly", ended
+        assert not (serve.state_dir / plain).exists()
+
+        r = c.post(f"/v1/sandboxes/{kept}/wake", timeout=SLOW)
+        assert r.status_code == 200, r.text
+        assert (r.json()["state"], r.json()["restored_from"]) == ("running", "disk"), r.json()
+        out = sh(c, kept, "cat /work/kept.txt; test -e /run/mem.txt && echo mem-kept || "
+                          "echo mem-gone")
+        assert out["stdout"] == "on disk\nmem-gone\n", out
+        r = c.get(f"/v1/sandboxes/{kept}/files", params={"path": "/work/kept.txt"})
+        assert r.status_code == 200 and r.content == b"on disk\n"
+
+        kinds = [(k, d.get("reason"), d.get("restored_from")) for k, d in events_of(serve, kept)]
+        assert ("sandbox.stopped", "VM exited unexpectedly", None) in kinds, kinds
+        assert ("sandbox.woken", None, "disk") in kinds, kinds
+        assert [k for k, _ in events_of(serve, plain)][-1] == "sandbox.failed"
+        end_all(c, serve, kept)
+
+
+def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again(
+        serve: ServeProcess) -> None:
+    serve.start()
+    headers = {"Authorization": f"Bearer {serve.api_key()}"}
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        kept, plain = create(c, persistent=True), create(c, persistent=False)
+        for sid in (kept, plain):
+            write(c, sid, "/work/kept.txt", b"before the crash\n")
+            assert sh(c, sid, "sync")["exit_code"] == 0
+    serve.signal(signal.SIGKILL)
+    kill_vm(serve, kept)
+    kill_vm(serve, plain)
+
+    serve.start()
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        info = c.get(f"/v1/sandboxes/{kept}").json()
+        assert info["state"] == "stopped" and info["stop_reason"], info
+        assert c.get(f"/v1/sandboxes/{plain}").json()["state"] == "failed"
+        assert not (serve.state_dir / plain).exists()
+        # exec needs the VM: it starts the stopped sandbox first
+        out = sh(c, kept, "cat /work/kept.txt")
+        assert (out["exit_code"], out["stdout"]) == (0, "before the crash\n"), out
+        info = c.get(f"/v1/sandboxes/{kept}").json()
+        assert (info["state"], info["restored_from"], info["stop_reason"]) == (
+            "running", "disk", None), info
+        end_all(c, serve, kept)
+    assert "Traceback" not in serve.log_path.read_text(errors="replace"), serve.log_tail()
+
+
+def test_a_crash_between_ending_the_vm_and_recording_the_hibernation_keeps_its_file(
+        serve: ServeProcess) -> None:
+    serve.start(**{CRASH_AT_ENV: "hibernate-after-vm-ended"})
+    headers = {"Authorization": f"Bearer {serve.api_key()}"}
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        sid = create(c, persistent=True)
+        write(c, sid, "/work/kept.txt", b"on disk\n")
+        assert sh(c, sid, "echo in-memory > /run/mem.txt")["exit_code"] == 0
+        with pytest.raises(httpx.TransportError):
+            c.post(f"/v1/sandboxes/{sid}/hibernate", timeout=SLOW)
+    assert serve.proc is not None
+    assert serve.proc.wait(timeout=30) == 137  # the hook's exit, where the state is recorded
+    serve.proc = None
+    stream = serve.state_dir / sid / HIBERNATION
+    assert stream.is_file() and stream.stat().st_size > 0
+    assert not qemu_pids_under(serve.state_dir / sid)  # the VM had ended
+
+    serve.start()  # without the hook
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        info = c.get(f"/v1/sandboxes/{sid}").json()
+        assert info["state"] == "hibernated", info
+        assert stream.is_file()
+        r = c.post(f"/v1/sandboxes/{sid}/wake", timeout=SLOW)
+        assert r.status_code == 200 and r.json()["state"] == "running", r.text
+        # its memory came back: the hibernation was restored, not the disk booted
+        out = sh(c, sid, "cat /work/kept.txt /run/mem.txt")
+        assert out["stdout"] == "on disk\nin-memory\n", out
+        assert not stream.exists()
+        end_all(c, serve, sid)
