@@ -65,6 +65,7 @@ class FakeSandbox:
         self.last_max_output: int | None = None
         self.spawn_timeout: float | None = None
         self.wakes = 0
+        self.boots = 0
         self.network = NetworkPolicy()
         self.code_contexts: dict[str, dict[str, object]] = {}
         self.volumes: list[VolumeMountRequest] = []
@@ -491,6 +492,9 @@ class FakeRuntime:
                 raise self.fail_wake
             sbx.state = "running"
             sbx.wakes += 1
+        elif not sbx.alive:  # as the host boots a stopped sandbox's disk (ADR 0037)
+            sbx.alive, sbx.state = True, "running"
+            sbx.boots += 1
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
         if self.snapshots.infos.pop(snapshot_id, None) is None:

@@ -81,19 +81,25 @@ async def restart_row(service: SandboxService, row: Sandbox) -> Sandbox:
 
 
 async def reconcile_snapshots(service: SandboxService) -> None:
-    """Snapshot rows whose files the host lost are deleted (a create from one answers
-    404, as for any deleted snapshot); user snapshots the host holds without a row are
-    removed once older than ORPHAN_SNAPSHOT_GRACE_SECONDS (a crash between the host's
-    snapshot and its row leaves one; a younger one may have its row written now)."""
+    """Snapshot rows whose files the host lost are deleted (a create from one answers 404, as
+    for any deleted snapshot). A user snapshot the host holds without a row is removed when
+    it is older than ORPHAN_SNAPSHOT_GRACE_SECONDS (a younger one may have its row written
+    right now) and was taken of a sandbox this database knows: a crash between the host's
+    snapshot and its row leaves one. Snapshots of sandboxes the database never had are left
+    alone: several servers, each with its own database, may share a host's snapshots
+    directory (its default is under PANDASTACK_HOME)."""
     held = {info.id: info for info in await service.runtime.list_snapshots()}
-    rows = {snap.id for snap in service.store.list_snapshots(None)}
-    for snap in service.store.list_snapshots(None):
+    rows = service.store.list_snapshots(None)
+    for snap in rows:
         if snap.id not in held:
             log.warning("snapshot %s of team %s is gone from the host", snap.id, snap.team)
             service.store.delete_snapshot(snap.id)
+    known = {snap.id for snap in rows}
     before = time.time() - ORPHAN_SNAPSHOT_GRACE_SECONDS
     for sid, info in sorted(held.items()):
-        if sid not in rows and info.created_at < before:
-            log.warning("snapshot %s on the host has no database row: removed", sid)
-            with suppress(SnapshotNotFound):
-                await service.runtime.delete_snapshot(sid)
+        if (sid in known or info.created_at >= before
+                or service.store.sandbox_by_id(info.source) is None):
+            continue
+        log.warning("snapshot %s of sandbox %s has no database row: removed", sid, info.source)
+        with suppress(SnapshotNotFound):
+            await service.runtime.delete_snapshot(sid)
