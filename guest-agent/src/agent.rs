@@ -12,8 +12,9 @@ use crate::channel::{self, Channel};
 use crate::frame::{self, Decoder, Frame, PROTOCOL_VERSION};
 use crate::json::{Obj, Value};
 use crate::op::{Op, OpResult};
+use crate::cgroups::{self, Cgroups};
 use crate::procs::ProcTable;
-use crate::{code, execs, files, sysinit};
+use crate::{code, execs, files, metrics, pty, sysinit, volumes};
 
 pub const AGENT_VERSION: &str = "0.1.0";
 
@@ -92,6 +93,12 @@ fn handler(t: &str) -> Option<Handler> {
         "rename" => files::rename,
         "sync" => files::sync,
         "code" => code::code,
+        "metrics" => metrics::metrics,
+        "pty" => pty::pty,
+        "pty_attach" => pty::attach,
+        "mount_volume" => volumes::mount_volume,
+        "unmount_volume" => volumes::unmount_volume,
+        "freeze_volume" => volumes::freeze_volume,
         _ => return None,
     })
 }
@@ -111,7 +118,7 @@ pub fn run(mut chan: Channel, guest: bool, default_cwd: Option<String>, code_soc
         out,
         gen: Mutex::new(0),
         ops: Mutex::new(HashMap::new()),
-        procs: ProcTable::new(default_cwd),
+        procs: ProcTable::new(default_cwd, if guest { Cgroups::setup(cgroups::ROOT) } else { None }),
         guest,
         code_socket,
     });

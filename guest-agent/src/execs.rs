@@ -20,6 +20,18 @@ const MAX_PROC_LIST: usize = 900 * 1024;
 pub struct WireSink {
     op: Arc<Op>,
     closed: Mutex<bool>,
+    /// Called after the exit went out (a terminal's attachment ends its keystroke writer).
+    after: Option<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl WireSink {
+    pub fn new(op: Arc<Op>, after: Option<Box<dyn Fn() + Send + Sync>>) -> WireSink {
+        WireSink { op, closed: Mutex::new(false), after }
+    }
+    /// Held while a backlog is sent, so live output cannot overtake it.
+    pub fn hold(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.closed.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Sink for WireSink {
@@ -41,6 +53,9 @@ impl Sink for WireSink {
             *c = true;
         }
         self.op.release();
+        if let Some(f) = &self.after {
+            f();
+        }
     }
 }
 
@@ -60,7 +75,7 @@ fn shlex_join(argv: &[String]) -> String {
         .join(" ")
 }
 
-fn command(h: &Value) -> Result<(Vec<String>, String), OpError> {
+pub fn command(h: &Value) -> Result<(Vec<String>, String), OpError> {
     if let Some(argv) = h.get("argv").filter(|v| !v.is_null()) {
         let list: Option<Vec<String>> = match argv {
             Value::Arr(items) if !items.is_empty() => items
@@ -85,7 +100,7 @@ fn command(h: &Value) -> Result<(Vec<String>, String), OpError> {
     }
 }
 
-fn env(h: &Value) -> Result<Option<Vec<(String, String)>>, OpError> {
+pub fn env(h: &Value) -> Result<Option<Vec<(String, String)>>, OpError> {
     let bad = || OpError::inval("'env' must map names to strings");
     match h.get("env") {
         None | Some(Value::Null) => Ok(None),
@@ -107,6 +122,29 @@ fn env(h: &Value) -> Result<Option<Vec<(String, String)>>, OpError> {
     }
 }
 
+pub fn user(h: &Value) -> Result<Option<users::User>, OpError> {
+    match arg_opt_str(h, "user")? {
+        None => Ok(None),
+        Some(name) => match users::lookup(&name) {
+            Some(u) => Ok(Some(u)),
+            None => Err(OpError::inval(&format!("no such user: {}", py_repr(&Value::Str(name))))),
+        },
+    }
+}
+
+/// A bad cwd is an error reply, a missing program an exit code: std reports both the same
+/// way from the child, so the cwd is checked first.
+pub fn check_cwd(cwd: &Option<String>) -> Result<(), OpError> {
+    if let Some(c) = cwd {
+        match std::fs::metadata(c) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(OpError::io(&std::io::Error::from_raw_os_error(20), Some(c))),
+            Err(e) => return Err(OpError::io(&e, Some(c))),
+        }
+    }
+    Ok(())
+}
+
 enum Started {
     Proc(Arc<Proc>),
     /// A program that cannot be run: (exit code, message) as the shell would say it.
@@ -117,23 +155,9 @@ fn start(sh: &Arc<Shared>, h: &Value, background: bool, stdin: bool) -> Result<S
     let (argv, display) = command(h)?;
     let cwd = arg_opt_str(h, "cwd")?;
     let timeout_ms = arg_opt_int(h, "timeout_ms", 1)?;
-    let user = match arg_opt_str(h, "user")? {
-        None => None,
-        Some(name) => match users::lookup(&name) {
-            Some(u) => Some(u),
-            None => return Err(OpError::inval(&format!("no such user: {}", py_repr(&Value::Str(name))))),
-        },
-    };
+    let user = user(h)?;
     let env = env(h)?;
-    // A bad cwd is an error reply, a missing program an exit code: std reports both the same
-    // way from the child, so the cwd is checked first.
-    if let Some(c) = &cwd {
-        match std::fs::metadata(c) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(OpError::io(&std::io::Error::from_raw_os_error(20), Some(c))),
-            Err(e) => return Err(OpError::io(&e, Some(c))),
-        }
-    }
+    check_cwd(&cwd)?;
     let spec = Spec {
         argv: &argv,
         display,
@@ -143,6 +167,7 @@ fn start(sh: &Arc<Shared>, h: &Value, background: bool, stdin: bool) -> Result<S
         background,
         timeout: timeout_ms.map(|ms| Duration::from_millis(ms.min(u64::MAX as i128) as u64)),
         user,
+        tty: None,
     };
     match sh.procs.start(spec) {
         Ok(p) => Ok(Started::Proc(p)),
@@ -169,7 +194,7 @@ pub fn exec(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
         }
         Started::Proc(p) => p,
     };
-    proc.add_sink(Arc::new(WireSink { op: op.clone(), closed: Mutex::new(false) }));
+    proc.add_sink(Arc::new(WireSink::new(op.clone(), None)));
     let (tx, rx) = mpsc::channel::<Option<Vec<u8>>>();
     let tx = Arc::new(Mutex::new(tx));
     let (p1, tx1) = (proc.clone(), tx.clone());
@@ -231,16 +256,16 @@ pub fn spawn(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     }
 }
 
-fn managed(sh: &Arc<Shared>, h: &Value) -> Result<Arc<Proc>, OpError> {
+pub fn managed(sh: &Arc<Shared>, h: &Value) -> Result<Arc<Proc>, OpError> {
     let pid = arg_int(h, "pid", None, 1)?;
     sh.procs.get(pid).ok_or_else(|| OpError::new("ESRCH", &format!("no managed process {}", pid)))
 }
 
 pub fn attach(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     let proc = managed(sh, &f.header)?;
-    let sink = Arc::new(WireSink { op: op.clone(), closed: Mutex::new(false) });
+    let sink = Arc::new(WireSink::new(op.clone(), None));
     op.set_handlers(Box::new(|_| {}), Arc::new(|o: &Op| o.release()));
-    let _held = sink.closed.lock().unwrap_or_else(|e| e.into_inner());
+    let _held = sink.hold();
     let b = proc.attach(sink.clone());
     if b.info.is_none() {
         op.keep.store(true, Ordering::SeqCst);

@@ -7,15 +7,17 @@
 //! blocks the process (plain pipe backpressure).
 
 use std::collections::HashMap;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::io::{AsRawFd, FromRawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cgroups::Cgroups;
 use crate::json::{Obj, Value};
 use crate::sys;
 use crate::users::User;
@@ -25,7 +27,14 @@ const READ_SIZE: usize = 64 * 1024;
 /// After the main process exited, how long descendants may keep its pipes open before the
 /// exit is reported anyway.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// The same once its cgroup was killed: every descendant is dying, but a thousand of them (a
+/// fork bomb) take seconds to exit on one TCG vCPU; the exit is reported once they have, so
+/// the next exec meets neither them nor the pids limit they still hold.
+const KILLED_GRACE: Duration = Duration::from_secs(10);
 const MAX_FINISHED: usize = 64;
+/// A terminal's ring is smaller than a pipe's: a re-attach repaints a screen, it does not
+/// replay a log.
+const PTY_RING_BYTES: usize = 256 * 1024;
 
 pub const DEFAULT_ENV: &[(&str, &str)] = &[
     ("PATH", "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -77,12 +86,16 @@ pub trait Sink: Send + Sync {
 struct Ring {
     buf: Vec<u8>,
     dropped: u64,
+    cap: usize,
 }
 
 impl Ring {
+    fn new(cap: usize) -> Ring {
+        Ring { buf: Vec::new(), dropped: 0, cap }
+    }
     fn append(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
-        let over = self.buf.len().saturating_sub(RING_BYTES);
+        let over = self.buf.len().saturating_sub(self.cap);
         if over > 0 {
             self.buf.drain(..over);
             self.dropped += over as u64;
@@ -102,12 +115,20 @@ pub struct Proc {
     pub background: AtomicBool,
     started_wall: f64,
     t0: Instant,
+    /// On a terminal (`pty`): stdin is a second descriptor of its master, stdout the master.
+    pub tty: bool,
     inner: Mutex<Inner>,
-    stdin: Mutex<Option<ChildStdin>>,
+    stdin: Mutex<Option<File>>,
+    pipes: Mutex<Vec<(File, Stream)>>,
     timed_out: AtomicBool,
     done: Mutex<bool>,
     done_cv: Condvar,
     io: Mutex<Option<Child>>,
+    cgroups: Option<Arc<Cgroups>>,
+    /// The tree's cgroup leaf until it goes back to the pool: a kill after that must not
+    /// reach the next exec's tree, so both take this lock.
+    leaf: Mutex<Option<String>>,
+    leaf_killed: AtomicBool,
 }
 
 /// What the backlog of an attach was: output so far, the exit if any, bytes the rings lost.
@@ -120,6 +141,15 @@ pub struct Backlog {
 
 impl Proc {
     pub fn kill_tree(&self, sig: i32) {
+        if sig == sys::SIGKILL {
+            if let Some(cg) = &self.cgroups {
+                let leaf = self.leaf.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(l) = leaf.as_ref() {
+                    cg.kill(l);
+                    self.leaf_killed.store(true, Ordering::SeqCst);
+                }
+            }
+        }
         sys::killpg(self.pid, sig);
     }
 
@@ -132,6 +162,13 @@ impl Proc {
         match g.as_mut() {
             Some(pipe) => pipe.write_all(data),
             None => Err(io::Error::from_raw_os_error(32)),
+        }
+    }
+
+    /// TIOCSWINSZ on the terminal's master: the kernel sends SIGWINCH to its foreground job.
+    pub fn resize(&self, cols: u16, rows: u16) {
+        if let Some(f) = self.stdin.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            sys::set_winsize(f.as_raw_fd(), cols, rows);
         }
     }
 
@@ -182,7 +219,7 @@ impl Proc {
 
     pub fn describe(&self) -> Value {
         let info = self.info();
-        Obj::new()
+        let o = Obj::new()
             .put("pid", self.pid)
             .put("cmd", self.display.chars().take(256).collect::<String>())
             .put("running", info.is_none())
@@ -190,8 +227,8 @@ impl Proc {
             .put("exit_code", info.as_ref().map(|i| i.code))
             .put("signal", info.as_ref().and_then(|i| i.signal))
             .put("timed_out", self.timed_out.load(Ordering::SeqCst))
-            .put("started", self.started_wall)
-            .value()
+            .put("started", self.started_wall);
+        if self.tty { o.put("tty", true).value() } else { o.value() }
     }
 
     /// The process's I/O loop, until it exited and its pipes closed (or the grace passed:
@@ -202,13 +239,7 @@ impl Proc {
             Some(c) => c,
             None => return,
         };
-        let mut pipes: Vec<(File, Stream)> = Vec::new();
-        if let Some(p) = child.stdout.take() {
-            pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stdout));
-        }
-        if let Some(p) = child.stderr.take() {
-            pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stderr));
-        }
+        let mut pipes = std::mem::take(&mut *self.pipes.lock().unwrap_or_else(|e| e.into_inner()));
         let exit_fd = sys::pidfd_open(self.pid).ok().map(|fd| unsafe { File::from_raw_fd(fd) });
         let mut buf = vec![0u8; READ_SIZE];
         let mut exited_at: Option<Instant> = None;
@@ -216,7 +247,8 @@ impl Proc {
         while !pipes.is_empty() || exited_at.is_none() {
             let timeout = match exited_at {
                 Some(t) => {
-                    let left = EXIT_GRACE.saturating_sub(t.elapsed());
+                    let grace = if self.leaf_killed.load(Ordering::SeqCst) { KILLED_GRACE } else { EXIT_GRACE };
+                    let left = grace.saturating_sub(t.elapsed());
                     if left.is_zero() {
                         break;
                     }
@@ -264,6 +296,11 @@ impl Proc {
             None => child.wait().expect("wait for a child of ours"),
         };
         let end = exited_at.unwrap_or_else(Instant::now);
+        if self.leaf_killed.load(Ordering::SeqCst) {
+            if let (Some(cg), Some(leaf)) = (&self.cgroups, self.leaf.lock().unwrap_or_else(|e| e.into_inner()).clone()) {
+                cg.wait_empty(&leaf, end + KILLED_GRACE);
+            }
+        }
         self.finish(status, end, table);
         while !pipes.is_empty() {
             let mut fds: Vec<sys::PollFd> =
@@ -287,6 +324,10 @@ impl Proc {
             }
         }
         self.close_stdin();
+        let leaf = self.leaf.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(cg), Some(leaf)) = (&self.cgroups, leaf) {
+            cg.release(leaf);
+        }
     }
 
     fn finish(self: &Arc<Self>, status: std::process::ExitStatus, end: Instant, table: &ProcTable) {
@@ -348,6 +389,8 @@ pub struct Spec<'a> {
     pub background: bool,
     pub timeout: Option<Duration>,
     pub user: Option<User>,
+    /// A terminal of (cols, rows) as stdin, stdout and stderr, and the controlling tty.
+    pub tty: Option<(u16, u16)>,
 }
 
 struct Table {
@@ -357,12 +400,13 @@ struct Table {
 
 pub struct ProcTable {
     default_cwd: Option<String>,
+    cgroups: Option<Arc<Cgroups>>,
     t: Mutex<Table>,
 }
 
 impl ProcTable {
-    pub fn new(default_cwd: Option<String>) -> ProcTable {
-        ProcTable { default_cwd, t: Mutex::new(Table { procs: HashMap::new(), finished: Vec::new() }) }
+    pub fn new(default_cwd: Option<String>, cgroups: Option<Cgroups>) -> ProcTable {
+        ProcTable { default_cwd, cgroups: cgroups.map(Arc::new), t: Mutex::new(Table { procs: HashMap::new(), finished: Vec::new() }) }
     }
 
     /// Start a process in a new session, as `user` if given (the child sets its groups, gid
@@ -388,12 +432,38 @@ impl ProcTable {
         if let Some(cwd) = spec.cwd.as_ref().or(self.default_cwd.as_ref()) {
             cmd.current_dir(cwd);
         }
-        cmd.stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() });
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut master: Option<File> = None;
+        if let Some((cols, rows)) = spec.tty {
+            let (m, slave) = sys::open_pty()?;
+            sys::set_winsize(m.as_raw_fd(), cols, rows);
+            if let Some(u) = &spec.user {
+                sys::fchown_uid(slave.as_raw_fd(), u.uid)?; // the user's terminal, as login(1) leaves it
+            }
+            cmd.stdin(Stdio::from(slave.try_clone()?));
+            cmd.stdout(Stdio::from(slave.try_clone()?));
+            cmd.stderr(Stdio::from(slave));
+            master = Some(m);
+        } else {
+            cmd.stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() });
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        let tty = spec.tty.is_some();
         let ids = spec.user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone()));
+        let leaf = self.cgroups.as_ref().and_then(|cg| cg.take_leaf());
+        let procs_file = leaf.as_ref().and_then(|l| {
+            OpenOptions::new().write(true).custom_flags(0o2000000).open(format!("{}/cgroup.procs", l)).ok()
+        });
+        let procs_fd = procs_file.as_ref().map(|f| f.as_raw_fd());
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(fd) = procs_fd {
+                    // "0" moves the writer: the child is in its leaf before it execs.
+                    sys::child_write(fd, b"0");
+                }
                 sys::child_setsid()?;
+                if tty {
+                    sys::child_take_ctty()?;
+                }
                 if let Some((uid, gid, groups)) = &ids {
                     sys::child_setgroups(groups)?;
                     sys::child_setgid(*gid)?;
@@ -403,8 +473,45 @@ impl ProcTable {
             });
         }
         let t0 = Instant::now();
-        let mut child = cmd.spawn()?;
-        let stdin = child.stdin.take();
+        let spawned = cmd.spawn();
+        drop(procs_file);
+        let (leaf, cgroups) = match (&self.cgroups, leaf, procs_fd) {
+            (Some(cg), Some(l), Some(_)) => (Some(l), Some(cg.clone())),
+            (Some(cg), Some(l), None) => {
+                cg.release(l);
+                (None, None)
+            }
+            _ => (None, None),
+        };
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                if let (Some(cg), Some(l)) = (&cgroups, leaf) {
+                    cg.release(l);
+                }
+                return Err(e);
+            }
+        };
+        let mut pipes: Vec<(File, Stream)> = Vec::new();
+        let stdin = match master {
+            // One descriptor of the master for output, another for keystrokes: closing one
+            // (the process ended) leaves the other.
+            Some(m) => {
+                let keys = m.try_clone()?;
+                pipes.push((m, Stream::Stdout));
+                Some(keys)
+            }
+            None => {
+                if let Some(p) = child.stdout.take() {
+                    pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stdout));
+                }
+                if let Some(p) = child.stderr.take() {
+                    pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stderr));
+                }
+                child.stdin.take().map(|p| unsafe { File::from_raw_fd(into_fd(p)) })
+            }
+        };
+        let out_cap = if tty { PTY_RING_BYTES } else { RING_BYTES };
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
         let proc = Arc::new(Proc {
             pid: child.id() as i32,
@@ -412,8 +519,10 @@ impl ProcTable {
             background: AtomicBool::new(spec.background),
             started_wall: wall,
             t0,
+            tty,
+            pipes: Mutex::new(pipes),
             inner: Mutex::new(Inner {
-                rings: [Ring { buf: Vec::new(), dropped: 0 }, Ring { buf: Vec::new(), dropped: 0 }],
+                rings: [Ring::new(out_cap), Ring::new(RING_BYTES)],
                 sinks: Vec::new(),
                 info: None,
             }),
@@ -422,6 +531,9 @@ impl ProcTable {
             done: Mutex::new(false),
             done_cv: Condvar::new(),
             io: Mutex::new(Some(child)),
+            cgroups,
+            leaf: Mutex::new(leaf),
+            leaf_killed: AtomicBool::new(false),
         });
         self.t.lock().unwrap_or_else(|e| e.into_inner()).procs.insert(proc.pid, proc.clone());
         if let Some(after) = spec.timeout {
@@ -473,6 +585,10 @@ impl ProcTable {
                 p.kill_tree(sys::SIGKILL);
             }
         }
+    }
+
+    pub fn live_ttys(&self) -> usize {
+        self.list().iter().filter(|p| p.tty && p.info().is_none()).count()
     }
 
     pub fn list(&self) -> Vec<Arc<Proc>> {

@@ -258,3 +258,51 @@ pub fn child_setgid(gid: u32) -> io::Result<()> {
 pub fn child_setuid(uid: u32) -> io::Result<()> {
     check(unsafe { setuid(uid) } as i64).map(|_| ())
 }
+
+extern "C" {
+    fn write(fd: c_int, buf: *const u8, n: usize) -> isize;
+}
+
+/// write(2) between fork and exec (async-signal-safe; a failure leaves the child where it is).
+pub fn child_write(fd: i32, data: &[u8]) {
+    unsafe { write(fd, data.as_ptr(), data.len()) };
+}
+
+extern "C" {
+    fn openpty(master: *mut c_int, slave: *mut c_int, name: *mut c_char, termp: *const u8,
+               winp: *const u8) -> c_int;
+    fn fchown(fd: c_int, uid: u32, gid: u32) -> c_int;
+}
+
+const TIOCSWINSZ: u64 = 0x5414;
+const TIOCSCTTY: u64 = 0x540E;
+
+/// A new pseudo-terminal: (master, slave), both close-on-exec (the child gets the slave as
+/// its stdio by dup2, which clears the flag there).
+pub fn open_pty() -> io::Result<(std::fs::File, std::fs::File)> {
+    use std::os::unix::io::FromRawFd;
+    let (mut m, mut s) = (-1, -1);
+    check(unsafe { openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) } as i64)?;
+    for fd in [m, s] {
+        unsafe { fcntl(fd, 2, 1) }; // F_SETFD FD_CLOEXEC
+    }
+    Ok(unsafe { (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s)) })
+}
+
+extern "C" {
+    fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+}
+
+pub fn set_winsize(fd: i32, cols: u16, rows: u16) {
+    let ws: [u16; 4] = [rows, cols, 0, 0];
+    let _ = ioctl_ptr(fd, TIOCSWINSZ, ws.as_ptr() as *const u8);
+}
+
+/// In the child after setsid: its stdin, the pty's slave, becomes the controlling terminal.
+pub fn child_take_ctty() -> io::Result<()> {
+    ioctl_none(0, TIOCSCTTY)
+}
+
+pub fn fchown_uid(fd: i32, uid: u32) -> io::Result<()> {
+    check(unsafe { fchown(fd, uid, u32::MAX) } as i64).map(|_| ())
+}

@@ -54,3 +54,8 @@ fn group_list(name: &str, gid: u32) -> Vec<u32> {
     }
     out
 }
+
+/// The login shell in the passwd entry of `uid`.
+pub fn shell_of(uid: u32) -> Option<String> {
+    passwd_entries().into_iter().find(|f| f[2].parse::<u32>().ok() == Some(uid)).map(|f| f[6].clone())
+}

@@ -18,10 +18,7 @@ BUILD_SCRIPT = REPO / "scripts" / "build-guest-agent.sh"
 PYTHON_AGENT = [sys.executable, "-m", "pandastack.guest"]
 
 BINARY_GAPS: dict[str, str] = {
-    "pty": "terminals (pty, pty_attach, resize) are not in the binary agent yet",
     "watch": "watch (inotify) is not in the binary agent yet",
-    "metrics": "metrics are not in the binary agent yet",
-    "volumes": "mount/unmount/freeze_volume are not in the binary agent yet",
     "cgroups": "cgroup leaves and limits (guest mode) are not in the binary agent yet",
 }
 """Operation group -> why the binary agent's run of its tests is skipped (issue 23)."""
