@@ -3,12 +3,15 @@ VMs: a persistent sandbox whose QEMU is SIGKILLed becomes `stopped` (its disk ke
 wake boots its disk with the files written before; the same after a server SIGKILL plus a
 QEMU SIGKILL, where the first exec starts it again; a non-persistent one still ends
 `failed`; a server that dies between ending the VM of a hibernation and recording it keeps
-the hibernation file, and the sandbox wakes from it with its memory."""
+the hibernation file, and the sandbox wakes from it with its memory; one with a snapshot of
+itself restarts from that snapshot; the reconcile at start removes an old snapshot without a
+row, keeps a young one and forgets a row whose files are gone."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import time
@@ -179,4 +182,65 @@ def test_a_crash_between_ending_the_vm_and_recording_the_hibernation_keeps_its_f
         out = sh(c, sid, "cat /work/kept.txt /run/mem.txt")
         assert out["stdout"] == "on disk\nin-memory\n", out
         assert not stream.exists()
+        end_all(c, serve, sid)
+
+
+def test_a_stopped_sandbox_with_a_snapshot_of_itself_restarts_from_it(
+        serve: ServeProcess) -> None:
+    # its snapshots in its own directory, removed with it whatever the outcome
+    serve.start(PANDASTACK_SNAPSHOTS_DIR=str(serve.tmp / "snapshots"))
+    headers = {"Authorization": f"Bearer {serve.api_key()}"}
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        sid = create(c, persistent=True)
+        assert sh(c, sid, "echo v1 > /work/f; echo in-memory > /run/mem.txt; sync")[
+            "exit_code"] == 0
+        r = c.post(f"/v1/sandboxes/{sid}/snapshots", json={}, timeout=SLOW)
+        assert r.status_code == 201, r.text
+        snap = r.json()["id"]
+        assert sh(c, sid, "echo v2 > /work/f; sync")["exit_code"] == 0
+        kill_vm(serve, sid)
+        wait_state(c, sid, "stopped")
+
+        r = c.post(f"/v1/sandboxes/{sid}/wake", timeout=SLOW)
+        assert r.status_code == 200, r.text
+        assert (r.json()["state"], r.json()["restored_from"]) == ("running", "snapshot")
+        # the machine as it was at the snapshot, memory included
+        out = sh(c, sid, "cat /work/f /run/mem.txt")
+        assert out["stdout"] == "v1\nin-memory\n", out
+        assert len(qemu_pids_under(serve.state_dir / sid)) == 1
+        end_all(c, serve, sid)
+        assert c.delete(f"/v1/snapshots/{snap}").status_code == 204
+
+
+def test_reconcile_removes_an_old_snapshot_without_a_row_and_keeps_a_young_one(
+        serve: ServeProcess) -> None:
+    private = {"PANDASTACK_SNAPSHOTS_DIR": str(serve.tmp / "snapshots")}
+    serve.start(**private)
+    headers = {"Authorization": f"Bearer {serve.api_key()}"}
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        sid = create(c, persistent=False)
+        snaps = []
+        for _ in range(3):
+            r = c.post(f"/v1/sandboxes/{sid}/snapshots", json={}, timeout=SLOW)
+            assert r.status_code == 201, r.text
+            snaps.append(r.json()["id"])
+    serve.signal(signal.SIGKILL)
+    old, young, lost = snaps
+    root = serve.tmp / "snapshots"
+    # As a crash between the host's snapshot and its row leaves them (one long ago), and a
+    # snapshot whose files went while its row stayed.
+    with sqlite3.connect(serve.tmp / "pandastack.db") as db:
+        db.execute("DELETE FROM snapshots WHERE id IN (?, ?)", (old, young))
+    meta = root / old / "snapshot.json"
+    data = json.loads(meta.read_text())
+    data["created_at"] -= 3600
+    meta.write_text(json.dumps(data))
+    shutil.rmtree(root / lost)
+
+    serve.start(**private)
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        assert not (root / old).exists()
+        assert (root / young).is_dir()
+        assert c.get(f"/v1/snapshots/{lost}").status_code == 404
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
         end_all(c, serve, sid)
