@@ -350,3 +350,19 @@ def test_openapi_matches_committed_spec() -> None:
 
     committed = json.loads(SPEC.read_text())
     assert committed == create_app(Settings()).openapi(), "run scripts/gen-openapi.py"
+
+
+async def test_a_kill_while_a_long_operation_runs_leaves_its_end_clean(api: Api) -> None:
+    """A file stream (or any operation marked busy) that ends after its sandbox was killed
+    used to fail its own cleanup with a KeyError (the kill had dropped the busy count),
+    which hid why it ended and logged a traceback."""
+    sid = str((await create(api))["id"])
+    service = api.app.state.service
+    async with service.busy(sid):
+        assert service.is_busy(sid)
+        r = await api.client.delete(f"/v1/sandboxes/{sid}")
+        assert r.status_code == 204, r.text
+    assert not service.is_busy(sid)
+    async with service.busy(sid), service.busy(sid):  # nested marks still count
+        assert service.is_busy(sid)
+    assert not service.is_busy(sid)

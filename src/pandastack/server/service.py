@@ -183,11 +183,12 @@ class SandboxService:
         try:
             yield
         finally:
-            left = self._busy[sandbox_id] - 1
-            if left:
+            # a kill in the meantime dropped the count (end()): what is left is not ours
+            left = self._busy.get(sandbox_id, 0) - 1
+            if left > 0:
                 self._busy[sandbox_id] = left
             else:
-                del self._busy[sandbox_id]
+                self._busy.pop(sandbox_id, None)
             with suppress(Exception):
                 self.store.touch(sandbox_id)
 
