@@ -14,7 +14,7 @@ use crate::json::{Obj, Value};
 use crate::op::{Op, OpResult};
 use crate::cgroups::{self, Cgroups};
 use crate::procs::ProcTable;
-use crate::{code, execs, files, metrics, pty, sysinit, volumes};
+use crate::{code, execs, files, metrics, pty, sysinit, volumes, watch};
 
 pub const AGENT_VERSION: &str = "0.1.0";
 
@@ -99,6 +99,7 @@ fn handler(t: &str) -> Option<Handler> {
         "mount_volume" => volumes::mount_volume,
         "unmount_volume" => volumes::unmount_volume,
         "freeze_volume" => volumes::freeze_volume,
+        "watch" => watch::watch,
         _ => return None,
     })
 }

@@ -24,6 +24,7 @@ mod sys;
 mod sysinit;
 mod users;
 mod volumes;
+mod watch;
 
 use std::time::Duration;
 

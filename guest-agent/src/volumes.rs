@@ -83,7 +83,7 @@ fn wait_capacity(sys_dir: &str, size_bytes: i128) -> Result<(), OpError> {
 }
 
 /// Python's os.path.normpath for the absolute and relative paths a host may send.
-fn normpath(path: &str) -> String {
+pub fn normpath(path: &str) -> String {
     let abs = path.starts_with('/');
     let lead = if path.starts_with("//") && !path.starts_with("///") { "//" } else if abs { "/" } else { "" };
     let mut parts: Vec<&str> = Vec::new();

@@ -17,10 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-guest-agent.sh"
 PYTHON_AGENT = [sys.executable, "-m", "pandastack.guest"]
 
-BINARY_GAPS: dict[str, str] = {
-    "watch": "watch (inotify) is not in the binary agent yet",
-    "cgroups": "cgroup leaves and limits (guest mode) are not in the binary agent yet",
-}
+BINARY_GAPS: dict[str, str] = {}
 """Operation group -> why the binary agent's run of its tests is skipped (issue 23)."""
 
 

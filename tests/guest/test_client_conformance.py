@@ -1,5 +1,5 @@
 """The host client's tests of the real agent (tests/host/agentlink: exec, files, streams), run
-again against the binary agent (guest-agent/, ADR 0038): the client there is the protocol's
+again against the binary agent (guest-agent/, ADR 0038), and its watch tests: the client there is the protocol's
 reference user, so what it accepts from the Python agent it must accept from the binary.
 
 Those modules start the Python agent through ``test_agent_client.start_agent``; here an
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.host.agentlink import test_agent_client, test_agent_streams
+from tests.host.agentlink import test_agent_client, test_agent_streams, test_watch_client
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +41,7 @@ def _uses_real_agent(fn: Callable[..., Any]) -> bool:
 
 
 agent = test_agent_client.agent
-for _module in (test_agent_client, test_agent_streams):
+for _module in (test_agent_client, test_agent_streams, test_watch_client):
     for _name, _fn in vars(_module).items():
         if (_name.startswith("test_") and inspect.isfunction(_fn)
                 and _fn.__module__ == _module.__name__ and _uses_real_agent(_fn)):
