@@ -1,6 +1,7 @@
-"""The host client's tests of the real agent (tests/host/agentlink: exec, files, streams), run
-again against the binary agent (guest-agent/, ADR 0038), and its watch tests: the client there is the protocol's
-reference user, so what it accepts from the Python agent it must accept from the binary.
+"""The host client's tests of the real agent (tests/host/agentlink: exec, files, streams,
+watch), run again against the binary agent (guest-agent/, ADR 0038): the client there is the
+protocol's reference user, so what it accepts from the Python agent it must accept from the
+binary.
 
 Those modules start the Python agent through ``test_agent_client.start_agent``; here an
 autouse fixture points that at the binary for each test collected below. Their tests against
