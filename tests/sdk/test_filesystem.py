@@ -140,3 +140,34 @@ def test_failed_download_leaves_nothing(api: FakeAPI, sbx: Sandbox, tmp_path: Pa
     with pytest.raises(APIConnectionError):
         sbx.filesystem.download("/big", dst)
     assert list(tmp_path.iterdir()) == []
+
+
+class _Chunks(httpx.SyncByteStream):
+    """A response body that records whether it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from (b"a" * 10, b"b" * 10, b"c" * 10)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_stream_dropped_half_read_is_closed_at_once_not_by_the_gc(
+        api: FakeAPI, sbx: Sandbox) -> None:
+    """A stream left half read used to stay open until the cyclic GC found it, which could
+    run inside httpcore's pool lock and deadlock the client on closing it."""
+    import gc
+
+    chunks = _Chunks()
+    api.on("GET", FILES, lambda request: httpx.Response(200, stream=chunks))
+    gc.disable()
+    try:
+        for chunk in sbx.files.read("/big", format="stream"):
+            assert chunk
+            break
+        assert chunks.closed, "closed only once the cyclic GC runs"
+    finally:
+        gc.enable()

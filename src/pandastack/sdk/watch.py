@@ -191,6 +191,29 @@ class AsyncWatch:
         await self.stop()
 
 
+# Module functions, not methods: a generator stored on the object it is a method of makes a
+# reference cycle, so a stream dropped half read was closed only by the cyclic GC, at any
+# moment, once inside httpcore's pool lock: closing the response needs that lock, and the
+# client deadlocked (seen in bench/hostile.py). Without the cycle it closes when dropped.
+def _chunks_then_close(chunks: Iterator[bytes], stack: contextlib.ExitStack,
+                       label: str) -> Generator[bytes, None, None]:
+    try:
+        with transport_errors(label):
+            yield from chunks
+    finally:
+        stack.close()
+
+
+async def _achunks_then_close(chunks: AsyncIterator[bytes], stack: contextlib.AsyncExitStack,
+                              label: str) -> AsyncGenerator[bytes, None]:
+    try:
+        with transport_errors(label):
+            async for chunk in chunks:
+                yield chunk
+    finally:
+        await stack.aclose()
+
+
 class ByteStream:
     """A file's bytes as they arrive (`read(path, format="stream")`): iterate it; the
     connection closes at the end, on `close()`, or leaving its `with`."""
@@ -199,15 +222,7 @@ class ByteStream:
         self._label = call.label
         self._stack = contextlib.ExitStack()
         response = self._stack.enter_context(http.stream(call))  # 404 & co. raise here
-        self._chunks = response.iter_bytes()
-        self._gen = self._iterate()
-
-    def _iterate(self) -> Generator[bytes, None, None]:
-        try:
-            with transport_errors(self._label):
-                yield from self._chunks
-        finally:
-            self._stack.close()
+        self._gen = _chunks_then_close(response.iter_bytes(), self._stack, self._label)
 
     def __iter__(self) -> ByteStream:
         return self
@@ -243,21 +258,13 @@ class AsyncByteStream:
         stream._chunks = response.aiter_bytes()
         return stream
 
-    async def _iterate(self) -> AsyncGenerator[bytes, None]:
-        assert self._chunks is not None
-        try:
-            with transport_errors(self._label):
-                async for chunk in self._chunks:
-                    yield chunk
-        finally:
-            await self._stack.aclose()
-
     def __aiter__(self) -> AsyncByteStream:
         return self
 
     async def __anext__(self) -> bytes:
         if self._gen is None:
-            self._gen = self._iterate()
+            assert self._chunks is not None
+            self._gen = _achunks_then_close(self._chunks, self._stack, self._label)
         return await anext(self._gen)
 
     async def aclose(self) -> None:
