@@ -224,10 +224,15 @@ def signal(table: ProcessTable, op: Op, f: Frame) -> None:
     op.send("ok")
 
 
+# A `stdin` by pid waits this long for the process to make room in its pipe (the host's
+# answer deadline for the request is longer), then answers EAGAIN.
+STDIN_WAIT_S = 10.0
+
+
 def stdin(table: ProcessTable, op: Op, f: Frame) -> None:
     proc = _proc(table, f.header)
     if f.payload:
-        proc.write_stdin(f.payload)
+        proc.write_stdin_within(f.payload, STDIN_WAIT_S)
     op.send("ok")
 
 

@@ -10,6 +10,7 @@ process (plain pipe backpressure). With no sink attached output only fills the r
 from __future__ import annotations
 
 import contextlib
+import errno
 import heapq
 import itertools
 import logging
@@ -217,6 +218,36 @@ class ManagedProcess:
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
+
+    def write_stdin_within(self, data: bytes, seconds: float) -> None:
+        """Write to the stdin pipe, waiting at most `seconds` for the process to make room:
+        EAGAIN past that (how much went in is in the message), so that a process that never
+        reads its stdin does not hold the request, and a thread of this agent, forever."""
+        with self._stdin_lock:
+            pipe = self.popen.stdin
+            if pipe is None:
+                raise BrokenPipeError(32, "stdin is closed")
+            fd = pipe.fileno()
+            view = memoryview(data)
+            deadline = time.monotonic() + seconds
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            os.set_blocking(fd, False)
+            try:
+                while view:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not poller.poll(left * 1000):
+                        raise BlockingIOError(
+                            errno.EAGAIN, f"the process has not read its stdin for "
+                            f"{seconds:.0f} s ({len(data) - len(view)} of {len(data)} "
+                            "bytes written)")
+                    try:
+                        view = view[os.write(fd, view):]
+                    except BlockingIOError:
+                        continue
+            finally:
+                with contextlib.suppress(OSError):
+                    os.set_blocking(fd, True)
 
     def close_stdin(self) -> None:
         with self._stdin_lock:
