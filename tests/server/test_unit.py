@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.hostport.errors import AgentConnectionError, GuestOSError, SandboxNotFound
+from pandastack.hostport.errors import (
+    AgentConnectionError,
+    GuestOSError,
+    SandboxNotFound,
+    VMExited,
+)
+from pandastack.hostport.wire import decode_error, encode_error
 from pandastack.server.auth import generate_key, hash_key, looks_like_key, new_api_key
 from pandastack.server.errors import envelope, from_host_error
 from pandastack.server.lifecycle import decide
@@ -60,6 +66,16 @@ def test_guest_errno_mapping(errno: str, status: int, code: str) -> None:
 def test_host_error_mapping() -> None:
     assert from_host_error(AgentConnectionError("gone")).status == 503
     assert from_host_error(SandboxNotFound("sbx-1")).status == 409
+
+
+def test_a_dead_vm_is_a_conflict_not_a_retry_later() -> None:
+    """A request that reaches a sandbox whose VM died, before the sweep ends (or stops) it,
+    was a 503 'retry later' (bench/chaos.py's QEMU kill); retrying cannot help. The same
+    class comes back over the host API."""
+    err = from_host_error(VMExited("sandbox sbx-1: its VM process is not running"))
+    assert (err.status, err.code) == (409, "conflict") and "VM died" in err.message
+    again = decode_error(encode_error(VMExited("x")).error)
+    assert isinstance(again, VMExited) and from_host_error(again).status == 409
 
 
 def test_settings_from_env(tmp_path: Path) -> None:

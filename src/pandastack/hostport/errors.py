@@ -25,6 +25,7 @@ type name and re-raised by its client: the control plane sees the same classes e
     │   └── NoObjectStore           the host has none (what was asked needs one)
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
+        │   └── VMExited           the sandbox's VM process is not running (it died)
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
         ├── AgentLimitError        the guest sent more than the host accepts for one operation
         └── GuestOSError           an operation failed inside the guest (errno + message)
@@ -139,6 +140,11 @@ class AgentError(HostError):
 
 class AgentConnectionError(AgentError):
     pass
+
+
+class VMExited(AgentConnectionError):
+    """The sandbox's VM process is not running: it died (crash, OOM kill, SIGKILL) and the
+    control plane has not ended (or, persistent, stopped) the sandbox yet."""
 
 
 class AgentProtocolError(AgentError):

@@ -115,6 +115,7 @@ _STATUS: dict[type[Exception], int] = {
     errors_module.CodeInterpreterError: 422,
     errors_module.GuestOSError: 422,
     errors_module.BuildFailed: 422,
+    errors_module.VMExited: 409,
     errors_module.AgentError: 502,
     errors_module.HugePagesUnavailable: 503,
     errors_module.HostUnavailable: 503,

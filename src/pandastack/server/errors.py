@@ -37,6 +37,7 @@ from pandastack.hostport.errors import (
     SnapshotFailed,
     SnapshotNotFound,
     UnsupportedLanguage,
+    VMExited,
     VolumeInUse,
     VolumeNotFound,
 )
@@ -141,6 +142,9 @@ def from_host_error(exc: HostError) -> ApiError:
         return ApiError(422, "validation_error", str(exc))
     if isinstance(exc, AgentLimitError):  # the answer is bigger than the host takes
         return ApiError(413, "payload_too_large", str(exc))
+    if isinstance(exc, VMExited):  # not worth a retry: the sandbox ends (or stops) shortly
+        return ApiError(409, "conflict", f"{exc}: the VM died; the sandbox is being ended "
+                        "(a persistent one is stopped, and wake starts it again)")
     if isinstance(exc, AgentConnectionError):
         return ApiError(503, "unavailable", f"sandbox agent unavailable: {exc}")
     if isinstance(exc, AgentError):

@@ -19,7 +19,7 @@ from pandastack.host.agentlink.client import AgentClient, DroppedCallback
 from pandastack.host.agentlink.failures import note_failure
 from pandastack.host.agentlink.pty import AgentPty
 from pandastack.host.vmm.driver import VMProcess
-from pandastack.hostport.errors import AgentConnectionError, SandboxStateError
+from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, VMExited
 from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
 from pandastack.hostport.watch import WatchEvent
 
@@ -108,7 +108,7 @@ class SandboxHandle:
                 await self._agent.close()
                 self._agent = None
             if self.vm is None or not self.vm.is_alive():
-                raise AgentConnectionError(f"sandbox {self.id}: VM process is not running")
+                raise VMExited(f"sandbox {self.id}: its VM process is not running")
             early, self.vm.agent_connection = self.vm.agent_connection, None
             if early is not None:
                 self._agent = await AgentClient.from_socket(early, timeout=self._agent_timeout)
