@@ -318,10 +318,15 @@ pub fn signal(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     Ok(())
 }
 
+/// A `stdin` by pid waits this long for the process to make room in its pipe (the host's
+/// answer deadline for the request is longer), then answers EAGAIN.
+const STDIN_WAIT: Duration = Duration::from_secs(10);
+
 pub fn stdin(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     let proc = managed(sh, &f.header)?;
     if !f.payload.is_empty() {
-        proc.write_stdin(&f.payload).map_err(|e| OpError::io(&e, None))?;
+        proc.write_stdin_within(&f.payload, STDIN_WAIT)
+            .map_err(|(n, msg)| OpError::new(sys::errno_name(n), &msg))?;
     }
     op.send("ok", b"", Obj::new());
     Ok(())

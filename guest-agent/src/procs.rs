@@ -6,7 +6,6 @@
 //! attached sinks; a sink without credit blocks the loop, which blocks the pipe, which
 //! blocks the process (plain pipe backpressure).
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::io::{AsRawFd, FromRawFd};
@@ -163,6 +162,40 @@ impl Proc {
             Some(pipe) => pipe.write_all(data),
             None => Err(io::Error::from_raw_os_error(32)),
         }
+    }
+
+    /// Write to stdin, waiting at most `within` for the process to make room: EAGAIN past
+    /// that (how much went in is in the message), so a process that never reads its stdin
+    /// does not hold the request, and a thread of this agent, forever.
+    pub fn write_stdin_within(&self, data: &[u8], within: Duration) -> Result<(), (i32, String)> {
+        let mut g = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
+        let pipe = match g.as_mut() {
+            Some(p) => p,
+            None => return Err((32, "stdin is closed".to_string())),
+        };
+        let fd = pipe.as_raw_fd();
+        let deadline = Instant::now() + within;
+        sys::set_nonblocking(fd, true);
+        let mut done = 0;
+        let result = loop {
+            if done == data.len() {
+                break Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fds = [sys::PollFd { fd, events: sys::POLLOUT, revents: 0 }];
+            let ready = !left.is_zero() && sys::poll_fds(&mut fds, left.as_millis() as i32 + 1).unwrap_or(0) > 0;
+            if !ready {
+                break Err((11, format!("the process has not read its stdin for {:.0} s ({} of {} bytes written)",
+                                       within.as_secs_f64(), done, data.len())));
+            }
+            match pipe.write(&data[done..]) {
+                Ok(n) => done += n,
+                Err(e) if e.raw_os_error() == Some(11) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err((e.raw_os_error().unwrap_or(5), sys::strerror_text(e.raw_os_error().unwrap_or(5)))),
+            }
+        };
+        sys::set_nonblocking(fd, false);
+        result
     }
 
     /// TIOCSWINSZ on the terminal's master: the kernel sends SIGWINCH to its foreground job.
@@ -393,8 +426,31 @@ pub struct Spec<'a> {
     pub tty: Option<(u16, u16)>,
 }
 
+/// pid -> process in the order they were added, as the reference's dict lists them in
+/// `procs` (a few hundred entries at most: a linear search is fine).
+#[derive(Default)]
+struct Ordered(Vec<(i32, Arc<Proc>)>);
+
+impl Ordered {
+    fn insert(&mut self, pid: i32, p: Arc<Proc>) {
+        match self.0.iter_mut().find(|(k, _)| *k == pid) {
+            Some(e) => e.1 = p,
+            None => self.0.push((pid, p)),
+        }
+    }
+    fn get(&self, pid: &i32) -> Option<&Arc<Proc>> {
+        self.0.iter().find(|(k, _)| k == pid).map(|(_, p)| p)
+    }
+    fn remove(&mut self, pid: &i32) {
+        self.0.retain(|(k, _)| k != pid);
+    }
+    fn values(&self) -> impl Iterator<Item = &Arc<Proc>> {
+        self.0.iter().map(|(_, p)| p)
+    }
+}
+
 struct Table {
-    procs: HashMap<i32, Arc<Proc>>,
+    procs: Ordered,
     finished: Vec<Arc<Proc>>,
 }
 
@@ -406,7 +462,7 @@ pub struct ProcTable {
 
 impl ProcTable {
     pub fn new(default_cwd: Option<String>, cgroups: Option<Cgroups>) -> ProcTable {
-        ProcTable { default_cwd, cgroups: cgroups.map(Arc::new), t: Mutex::new(Table { procs: HashMap::new(), finished: Vec::new() }) }
+        ProcTable { default_cwd, cgroups: cgroups.map(Arc::new), t: Mutex::new(Table { procs: Ordered::default(), finished: Vec::new() }) }
     }
 
     /// Start a process in a new session, as `user` if given (the child sets its groups, gid

@@ -18,6 +18,7 @@ pub struct Timespec {
 }
 
 pub const POLLIN: i16 = 1;
+pub const POLLOUT: i16 = 4;
 pub const SIGKILL: i32 = 9;
 const SYS_PIDFD_OPEN: c_long = 434;
 
@@ -305,4 +306,14 @@ pub fn child_take_ctty() -> io::Result<()> {
 
 pub fn fchown_uid(fd: i32, uid: u32) -> io::Result<()> {
     check(unsafe { fchown(fd, uid, u32::MAX) } as i64).map(|_| ())
+}
+
+pub fn set_nonblocking(fd: i32, on: bool) {
+    unsafe {
+        let flags = fcntl(fd, 3 /* F_GETFL */);
+        if flags >= 0 {
+            let want = if on { flags | 0o4000 } else { flags & !0o4000 };
+            fcntl(fd, 4 /* F_SETFL */, want);
+        }
+    }
 }

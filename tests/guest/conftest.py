@@ -17,9 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-guest-agent.sh"
 PYTHON_AGENT = [sys.executable, "-m", "pandastack.guest"]
 
-BINARY_GAPS: dict[str, str] = {
-    "stdin_bound": "the 10 s bound on a stdin request by pid (EAGAIN) is not in the binary yet",
-}
+BINARY_GAPS: dict[str, str] = {}
 """Operation group -> why the binary agent's run of its tests is skipped (issue 23)."""
 
 
