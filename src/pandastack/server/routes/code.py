@@ -27,6 +27,7 @@ from ..errors import ApiError, clean_text, request_id_of
 from ..jsonbody import StrictJsonRoute
 from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
 from .deps import SandboxId, Service, check_text
+from .links import links
 
 router = APIRouter(tags=["code"], route_class=StrictJsonRoute)
 
@@ -155,6 +156,9 @@ def to_context(data: dict[str, object]) -> CodeContext:
 
 @router.post("/sandboxes/{sandbox_id}/code/contexts",
              operation_id="createCodeContext", response_model=CodeContext,
+             responses=links(201, ("deleteCodeContext", "restartCodeContext"),
+                             {"sandbox_id": "$request.path.sandbox_id",
+                              "context_id": "$response.body#/id"}),
              status_code=201, summary="Create a code context (its own kernel and state)")
 async def create_context(sandbox_id: SandboxId, body: CreateCodeContext,
                          who: CurrentPrincipal, service: Service) -> CodeContext:

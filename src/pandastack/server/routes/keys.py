@@ -14,6 +14,7 @@ from ..errors import bad_request, not_found
 from ..jsonbody import StrictJsonRoute
 from ..store import ApiKey
 from .deps import Service
+from .links import links
 
 router = APIRouter(tags=["keys"], route_class=StrictJsonRoute)
 
@@ -26,6 +27,7 @@ def to_key_info(row: ApiKey) -> KeyInfo:
 
 
 @router.post("/keys", status_code=201, response_model=CreatedKey,
+             responses=links(201, ("revokeApiKey",), {"key_id": "$response.body#/id"}),
              summary="Create a key (in the caller's team unless `team` is given)")
 async def create_api_key(body: CreateKey, who: AdminPrincipal, service: Service) -> CreatedKey:
     team = body.team or who.team

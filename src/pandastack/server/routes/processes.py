@@ -20,6 +20,7 @@ from ..auth import CurrentPrincipal
 from ..errors import ApiError, clean_text
 from ..jsonbody import StrictJsonRoute
 from .deps import AppSettings, SandboxId, Service, check_text, to_exec_result
+from .links import links
 
 router = APIRouter(tags=["processes"], route_class=StrictJsonRoute)
 
@@ -27,6 +28,9 @@ Pid = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 @router.post("/sandboxes/{sandbox_id}/processes", status_code=201, response_model=ProcessInfo,
+             responses=links(201, ("signalProcess", "writeProcessStdin", "waitProcess"),
+                             {"sandbox_id": "$request.path.sandbox_id",
+                              "pid": "$response.body#/pid"}),
              summary="Start a background process (stdin stays open)",
              description="Its output goes to ring buffers in the guest (the last 1 MiB of "
                          "each stream); follow it with GET .../processes/{pid}/stream. With "

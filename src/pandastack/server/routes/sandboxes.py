@@ -23,6 +23,7 @@ from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
 from ..store.listing import BadPageToken, SandboxFilter
 from .deps import SandboxId, Service
+from .links import merged, sandbox_links
 
 router = APIRouter(tags=["sandboxes"], route_class=StrictJsonRoute)
 
@@ -31,6 +32,7 @@ MAX_PAGE = 1000
 
 
 @router.post("/sandboxes", status_code=201, response_model=SandboxInfo,
+             responses=sandbox_links(201),
              summary="Create a sandbox from a template, or from a snapshot of the team",
              description="With `snapshot`, the new sandbox resumes the snapshotted memory, "
                          "processes and files; its template, vcpus and memory_mb are the "
@@ -107,7 +109,8 @@ async def get_sandbox_by_name(name: SandboxName, who: CurrentPrincipal,
 
 
 @router.put("/sandboxes/by-name/{name}", response_model=SandboxInfo,
-            responses={201: {"model": SandboxInfo, "description": "made now"}},
+            responses=merged({201: {"model": SandboxInfo, "description": "made now"}},
+                             sandbox_links((200, 201))),
             summary="Get or create the team's sandbox of that name",
             description="200 with the live sandbox of that name (a hibernated one woken; one "
                         "still starting once it has started), else 201 with a new one made "

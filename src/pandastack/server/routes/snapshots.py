@@ -13,6 +13,7 @@ from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
 from ..snapshots import delete_snapshot, fork, snapshot_row, take_snapshot, to_snapshot_info
 from .deps import SandboxId, Service
+from .links import links, sandbox_links
 
 router = APIRouter(tags=["snapshots"], route_class=StrictJsonRoute)
 
@@ -21,6 +22,8 @@ SnapshotId = Annotated[str, Path(max_length=64, description="snapshot id, e.g. "
 
 
 @router.post("/sandboxes/{sandbox_id}/snapshots", status_code=201, response_model=SnapshotInfo,
+             responses=links(201, ("getSnapshot", "deleteSnapshot"),
+                             {"snapshot_id": "$response.body#/id"}),
              summary="Snapshot memory, processes and disk; the sandbox keeps running",
              description="The sandbox pauses only briefly: for the final copy of its memory "
                          "under KVM or QEMU >= 9 (pre-copy); under older QEMU with TCG, while "
@@ -57,6 +60,7 @@ async def remove_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
 
 
 @router.post("/sandboxes/{sandbox_id}/fork", status_code=201, response_model=ForkResult,
+             responses=sandbox_links(201, "$response.body#/sandboxes/0/id"),
              summary="Fork a live sandbox into `count` children (1 to 16)",
              description="Each child starts with the parent's memory, running processes and "
                          "files as they were at the fork instant (copy-on-write), with its own "

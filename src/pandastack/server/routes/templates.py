@@ -15,6 +15,7 @@ from ..auth import CurrentPrincipal
 from ..jsonbody import StrictJsonRoute
 from ..sse import SSE_RESPONSES, event_stream, sse
 from ..templates import TemplateService, to_build_info
+from .links import links
 
 router = APIRouter(tags=["templates"], route_class=StrictJsonRoute)
 
@@ -35,6 +36,7 @@ Templates = Annotated[TemplateService, Depends(get_templates)]
 
 
 @router.post("/templates", response_model=TemplateBuildInfo, status_code=202,
+             responses=links(202, ("getTemplateBuild",), {"build_id": "$response.body#/build_id"}),
              summary="Build a new version of a template (runs in the background)")
 async def build_template(body: BuildTemplate, who: CurrentPrincipal,
                          templates: Templates) -> TemplateBuildInfo:

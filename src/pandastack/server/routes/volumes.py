@@ -23,6 +23,7 @@ from ..hosts.pinning import pinned_to
 from ..jsonbody import StrictJsonRoute
 from ..volume_snapshots import snapshot_info
 from .deps import Service
+from .links import links
 
 router = APIRouter(tags=["volumes"], route_class=StrictJsonRoute)
 
@@ -30,6 +31,8 @@ VolumeName = Annotated[str, Path(max_length=64, description="the volume's name i
 
 
 @router.post("/volumes", status_code=201, response_model=VolumeInfo,
+             responses=links(201, ("getVolume", "deleteVolume", "resizeVolume", "moveVolume",
+                                   "snapshotVolume"), {"name": "$response.body#/name"}),
              summary="Create a volume (ext4) that outlives every sandbox",
              description="Empty, or holding a volume snapshot (`from_snapshot`). Mount it "
                          "with `POST /v1/sandboxes {\"volumes\": [{\"name\": ..., "
@@ -81,6 +84,8 @@ SnapshotId = Annotated[str, Path(max_length=64, description="the volume snapshot
 
 
 @router.post("/volumes/{name}/snapshots", status_code=201, response_model=VolumeSnapshotInfo,
+             responses=links(201, ("getVolumeSnapshot", "deleteVolumeSnapshot"),
+                             {"snapshot_id": "$response.body#/id"}),
              summary="Snapshot a volume into the object store",
              description="What the volume holds now, stored in the object store the hosts "
                          "share (holes and chunks stored before take nothing): it outlives "

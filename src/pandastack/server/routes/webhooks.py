@@ -25,6 +25,7 @@ from ..jsonbody import StrictJsonRoute
 from ..store.events import Webhook as WebhookRow
 from ..store.events import WebhookDelivery as DeliveryRow
 from ..webhooks import WebhookService
+from .links import links
 
 router = APIRouter(tags=["webhooks"], route_class=StrictJsonRoute)
 
@@ -68,6 +69,9 @@ async def _row(request: Request, team: str, webhook_id: str) -> WebhookRow:
 
 @router.post("/webhooks", response_model=WebhookCreated, status_code=201,
              operation_id="createWebhook", summary="Create a webhook (its secret is shown once)",
+             responses=links(201, ("getWebhook", "deleteWebhook", "testWebhook",
+                                   "listWebhookDeliveries"),
+                             {"webhook_id": "$response.body#/id"}),
              description=CREATE_DESCRIPTION)
 async def create_webhook(body: WebhookCreate, who: CurrentPrincipal,
                          request: Request) -> WebhookCreated:
