@@ -2,6 +2,7 @@
 
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use crate::agent::Shared;
 use crate::frame::{Frame, MAX_CHUNK};
 use crate::json::{self, Obj};
 use crate::op::{arg_bool, arg_int, arg_opt_int, arg_str, Op, OpError, OpResult};
-use crate::sys;
+use crate::{osstr, sys};
 
 /// A write_file whose host sends nothing for this long is abandoned (ETIMEDOUT).
 const WRITE_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -170,9 +171,9 @@ pub fn list_dir(_: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
             Ok(e) => e,
             Err(e) => return Err(OpError::io(&e, Some(&path))),
         };
-        let name = entry.file_name().to_string_lossy().into_owned();
+        let name = osstr::to_string(entry.file_name().as_bytes());
         let full = join(&path, &name);
-        let m = match fs::symlink_metadata(&full) {
+        let m = match fs::symlink_metadata(entry.path()) {
             Ok(m) => m,
             Err(_) => continue,
         };

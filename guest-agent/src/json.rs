@@ -413,6 +413,9 @@ fn write_str(s: &str, out: &mut String, ascii: bool) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            c if crate::osstr::escaped_byte(c).is_some() => {
+                let _ = write!(out, "\\udc{:02x}", crate::osstr::escaped_byte(c).unwrap_or(0));
+            }
             c if (c as u32) < 0x20 || (ascii && (c as u32) > 0x7e) => {
                 let mut units = [0u16; 2];
                 for u in c.encode_utf16(&mut units) {

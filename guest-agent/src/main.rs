@@ -18,6 +18,7 @@ mod frame;
 mod json;
 mod metrics;
 mod op;
+mod osstr;
 mod procs;
 mod pty;
 mod sys;
