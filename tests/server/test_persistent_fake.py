@@ -5,6 +5,7 @@ snapshot files and rows. The same with real VMs: tests/e2e/test_persistent_vm_de
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from pathlib import Path
@@ -146,3 +147,26 @@ async def test_reconcile_stops_fails_and_removes_what_it_should(tmp_path: Path) 
         assert young in infos and foreign in infos  # too young; not this database's
         woken = await post(api, f"/v1/sandboxes/{snapped}/wake", 200)
         assert woken["restored_from"] == "snapshot"
+
+
+async def test_requests_at_once_start_a_stopped_sandbox_once(tmp_path: Path) -> None:
+    runtime = FakeRuntime(tmp_path)
+    async with running_app(make_settings(tmp_path, reaper_interval_seconds=3600),
+                           runtime) as api:
+        service: SandboxService = api.app.state.service
+        sid = str((await create(api, persistent=True))["id"])
+        await post(api, f"/v1/sandboxes/{sid}/snapshots", 201)
+        runtime.sandbox(sid).alive = False
+        await sweep(service)
+        assert await state_of(api, sid) == "stopped"
+        replies = await asyncio.gather(*(api.client.post(f"/v1/sandboxes/{sid}/exec",
+                                                         json={"cmd": "true"})
+                                          for _ in range(3)))
+        assert [r.status_code for r in replies] == [200, 200, 200], [r.text for r in replies]
+        assert runtime.killed.count(sid) == 1  # one restore from the snapshot, not three
+        # a row found stopped whose VM runs after all is only told so: nothing is discarded
+        row = service.store.sandbox_by_id(sid)
+        assert row is not None
+        service.stop_row(row, "a stale look")
+        woken = await post(api, f"/v1/sandboxes/{sid}/wake", 200)
+        assert woken["state"] == "running" and runtime.killed.count(sid) == 1

@@ -4,6 +4,7 @@ its id. Also here: the reconcile of snapshot files and rows at start."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from contextlib import suppress
@@ -23,6 +24,10 @@ log = logging.getLogger("pandastack.server")
 #: a user snapshot younger than this may be one whose row is being written right now.
 ORPHAN_SNAPSHOT_GRACE_SECONDS = 600.0
 
+# One restart of a sandbox at a time on this server: two requests finding it stopped must
+# not both boot it (or both restore its snapshot under its id).
+_restarts: dict[str, asyncio.Lock] = {}
+
 
 def stop_row(service: SandboxService, row: Sandbox, reason: str) -> Sandbox:
     """A persistent sandbox whose VM died: `stopped`, its disk (and hibernation, if its
@@ -31,20 +36,42 @@ def stop_row(service: SandboxService, row: Sandbox, reason: str) -> Sandbox:
     log.warning("sandbox %s stopped: %s", row.id, reason)
     return updated if updated is not None else row
 
+
 async def restart_row(service: SandboxService, row: Sandbox) -> Sandbox:
     """A stopped sandbox running again under its id: from the hibernation its host holds
     if there is one (memory and processes back), else from its newest snapshot of
     itself (the state at that snapshot), else by booting its own disk (files kept,
     processes not). The row says which (`restored_from`). On a failure it stays
     stopped, and what it had is kept."""
+    lock = _restarts.setdefault(row.id, asyncio.Lock())
+    try:
+        async with lock:
+            # Another request may have started it while this one waited.
+            current = service.store.get_sandbox(row.team, row.id)
+            if current is None or current.state != "stopped":
+                return current if current is not None else row
+            return await _restart(service, current)
+    finally:
+        if not lock.locked() and _restarts.get(row.id) is lock:
+            del _restarts[row.id]
+
+
+async def _restart(service: SandboxService, row: Sandbox) -> Sandbox:
     service.store.check_quota(row.team, service.quotas.admission([(row.vcpus, row.memory_mb)]))
     async with service.transition(row.id):
         try:
-            held: str | None = (await service.runtime.get(row.id)).state
+            handle = await service.runtime.get(row.id)
+            held: str | None = handle.state
         except SandboxNotFound:
             held = None  # its directory is gone (a host that lost its disk)
         except HostError as exc:
             raise (api_error_of(exc) or exc) from None
+        if held in ("running", "paused") and handle.is_alive():
+            # Its VM runs after all (the host was looked at while it restarted): nothing
+            # to start, and nothing to discard.
+            updated = service.store.update_sandbox(row.id, state=held, stop_reason=None)
+            assert updated is not None
+            return updated
         mounted = service.store.sandbox_attachments([row.id]).get(row.id, [])
         snap = None if held == "hibernated" else service.store.newest_snapshot_of(row.id)
         if held != "hibernated" and mounted:
