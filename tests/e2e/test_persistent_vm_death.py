@@ -99,6 +99,7 @@ def test_qemu_sigkill_stops_a_persistent_sandbox_and_wake_boots_its_disk(
             assert sh(c, sid, "sync")["exit_code"] == 0
         # in guest memory only: gone after a boot of the disk
         assert sh(c, kept, "echo in-memory > /run/mem.txt")["exit_code"] == 0
+        addr = sh(c, kept, "ip -4 -o addr show")["stdout"]
         kill_vm(serve, kept)
         kill_vm(serve, plain)
 
@@ -117,6 +118,12 @@ def test_qemu_sigkill_stops_a_persistent_sandbox_and_wake_boots_its_disk(
         assert out["stdout"] == "on disk\nmem-gone\n", out
         r = c.get(f"/v1/sandboxes/{kept}/files", params={"path": "/work/kept.txt"})
         assert r.status_code == 200 and r.content == b"on disk\n"
+        # the booted guest has the network it had, and hibernates and wakes as any other
+        assert sh(c, kept, "ip -4 -o addr show")["stdout"] == addr
+        assert sh(c, kept, "echo after-boot > /run/mem.txt")["exit_code"] == 0
+        r = c.post(f"/v1/sandboxes/{kept}/hibernate", timeout=SLOW)
+        assert r.status_code == 200 and r.json()["state"] == "hibernated", r.text
+        assert sh(c, kept, "cat /run/mem.txt")["stdout"] == "after-boot\n"
 
         kinds = [(k, d.get("reason"), d.get("restored_from")) for k, d in events_of(serve, kept)]
         assert ("sandbox.stopped", "VM exited unexpectedly", None) in kinds, kinds
