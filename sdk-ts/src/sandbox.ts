@@ -236,7 +236,8 @@ export class Sandbox implements AsyncDisposable {
     return this.state("hibernate");
   }
 
-  /** Bring a hibernated sandbox back now (a no-op if it is awake). */
+  /** Bring a hibernated sandbox back now, or start a stopped one (its VM died;
+   * `restoredFrom` says what it came back from); a no-op if it is awake. */
   wake(): Promise<SandboxInfo> {
     return this.state("wake");
   }

@@ -274,8 +274,9 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         return self._info
 
     async def wake(self) -> SandboxInfo:
-        """Bring a hibernated sandbox back now (any request would too); a no-op if it is
-        awake. Returns the new state (also in `info`)."""
+        """Bring a hibernated sandbox back now, or start a stopped one (its VM died: see
+        `info.restored_from` for what it came back from); any request would too. A no-op if
+        it is awake. Returns the new state (also in `info`)."""
         self._info = await self._http.run(_base.state_call(self.id, "wake"))
         return self._info
 

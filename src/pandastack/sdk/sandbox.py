@@ -266,8 +266,9 @@ class Sandbox(_base.SandboxBase[HTTP]):
         return self._info
 
     def wake(self) -> SandboxInfo:
-        """Bring a hibernated sandbox back now (any request would too); a no-op if it is
-        awake. Returns the new state (also in `info`)."""
+        """Bring a hibernated sandbox back now, or start a stopped one (its VM died: see
+        `info.restored_from` for what it came back from); any request would too. A no-op if
+        it is awake. Returns the new state (also in `info`)."""
         self._info = self._http.run(_base.state_call(self.id, "wake"))
         return self._info
 
