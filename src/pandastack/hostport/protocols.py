@@ -55,7 +55,8 @@ class SandboxPort(Protocol):
 
     @property
     def state(self) -> str:
-        """"running", "paused" or "hibernated" (no VM process; a guest operation wakes it)."""
+        """"running", "paused", "hibernated" (no VM process; a guest operation wakes it) or
+        "stopped" (its VM died, its disk kept; only `RuntimePort.wake` boots it: ADR 0037)."""
         ...
 
     def is_alive(self) -> bool: ...
@@ -145,8 +146,8 @@ class SandboxPort(Protocol):
 
 class RuntimePort(Protocol):
     """Creates, finds and kills sandboxes; pauses, snapshots, forks and hibernates them; builds
-    templates. `start()` re-adopts VMs that are still running and sandboxes that are
-    hibernated (idempotent)."""
+    templates. `start()` re-adopts VMs that are still running, sandboxes that are
+    hibernated, and those whose VM died as stopped (idempotent)."""
 
     async def start(self) -> None: ...
 
@@ -193,7 +194,10 @@ class RuntimePort(Protocol):
 
     async def hibernate(self, sandbox_id: str) -> None: ...
 
-    async def wake(self, sandbox_id: str) -> None: ...
+    async def wake(self, sandbox_id: str) -> None:
+        """Restore a hibernated sandbox, or boot the disk of a stopped one (files kept,
+        processes not); a no-op for one whose VM runs."""
+        ...
 
     async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
         """Replace the egress policy (new connections follow it at once)."""

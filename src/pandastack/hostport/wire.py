@@ -175,7 +175,8 @@ def decode_error(body: ErrorBody) -> Exception:
 
 class SandboxInfo(Strict):
     id: str
-    state: str = Field(description='"running", "paused" or "hibernated"')
+    state: str = Field(description='"running", "paused", "hibernated" or "stopped" (its VM '
+                                   'died, its disk kept; a wake boots it)')
     alive: bool = Field(description="the VM process runs (false when hibernated or dead)")
 
     @classmethod

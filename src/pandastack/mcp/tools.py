@@ -287,7 +287,7 @@ def build_server(opener: Opener, *, name: str = "pandastack") -> MCPServer:
 
     async def list_sandboxes(
             ctx: Context,
-            state: Annotated[Literal["running", "paused", "hibernated"] | None, Field(
+            state: Annotated[Literal["running", "paused", "hibernated", "stopped"] | None, Field(
                 description="only sandboxes in this state")] = None,
             metadata: Labels = None,
             limit: Annotated[int, Field(ge=1, le=100)] = 50) -> CallToolResult:
