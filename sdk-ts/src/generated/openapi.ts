@@ -32,7 +32,7 @@ export interface paths {
          *     `event: ready` (data `{"after": id}`: events after that id follow), then one SSE message per
          *     event, `id:` the event's id, `event:` its type, data the event (`id`, `type`, `time`, `team`,
          *     `actor`: the API key id or `system`, `sandbox_id`, `template`, and the type's own fields).
-         *     Types: sandbox.created, sandbox.paused, sandbox.resumed, sandbox.hibernated, sandbox.woken, sandbox.forked, sandbox.snapshotted, sandbox.killed, sandbox.expired, sandbox.reaped, sandbox.failed, sandbox.host_lost, template.build.started, template.build.succeeded, template.build.failed, quota.exceeded.
+         *     Types: sandbox.created, sandbox.paused, sandbox.resumed, sandbox.hibernated, sandbox.woken, sandbox.forked, sandbox.snapshotted, sandbox.killed, sandbox.expired, sandbox.reaped, sandbox.failed, sandbox.host_lost, sandbox.stopped, template.build.started, template.build.succeeded, template.build.failed, quota.exceeded.
          *
          *     Resume with `Last-Event-ID` (what EventSource sends on reconnect) or `since` (an event id;
          *     the header wins): events after it follow. Without either the stream starts now. A resume
@@ -1556,6 +1556,11 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /**
+             * Max Output Bytes
+             * @description bytes of each of stdout and stderr the result keeps (a stream: sends); past it the result says truncated=true. Default: the server's PANDASTACK_MAX_EXEC_OUTPUT_MB; more than that is 422
+             */
+            max_output_bytes?: number | null;
             /** Stdin */
             stdin?: string | null;
             /**
@@ -1755,7 +1760,7 @@ export interface components {
              * State
              * @enum {string}
              */
-            state: "starting" | "running" | "paused" | "hibernated" | "killed" | "expired" | "reaped" | "failed" | "host_lost";
+            state: "starting" | "running" | "paused" | "hibernated" | "stopped" | "killed" | "expired" | "reaped" | "failed" | "host_lost";
             /** Ttl Seconds */
             ttl_seconds: number;
         };
@@ -2072,13 +2077,23 @@ export interface components {
             name?: string | null;
             /** Persistent */
             persistent: boolean;
+            /**
+             * Restored From
+             * @description after a stopped sandbox was started again: from its hibernation, its newest snapshot, or a boot of its own disk (files kept, processes not)
+             */
+            restored_from?: ("hibernation" | "snapshot" | "disk") | null;
             /** Snapshot */
             snapshot?: string | null;
             /**
              * State
              * @enum {string}
              */
-            state: "starting" | "running" | "paused" | "hibernated" | "killed" | "expired" | "reaped" | "failed" | "host_lost";
+            state: "starting" | "running" | "paused" | "hibernated" | "stopped" | "killed" | "expired" | "reaped" | "failed" | "host_lost";
+            /**
+             * Stop Reason
+             * @description state stopped: why its VM ended (a wake, or any request that needs the VM, starts it again)
+             */
+            stop_reason?: string | null;
             /** Template */
             template: string;
             /** Ttl Seconds */
@@ -2884,7 +2899,7 @@ export interface operations {
                 next_token?: string | null;
                 /** @description only those created after this (Unix seconds) */
                 started_after?: number | null;
-                state?: ("starting" | "running" | "paused" | "hibernated" | "killed" | "expired" | "reaped" | "failed" | "host_lost") | null;
+                state?: ("starting" | "running" | "paused" | "hibernated" | "stopped" | "killed" | "expired" | "reaped" | "failed" | "host_lost") | null;
                 template?: string | null;
             };
             header?: never;
