@@ -42,6 +42,7 @@ function actionsFor(state) {
     case "running": return ["pause", "hibernate", "fork", "snapshot", "extend", "kill"];
     case "paused": return ["resume", "hibernate", "snapshot", "extend", "kill"];
     case "hibernated": return ["wake", "extend", "kill"];
+    case "stopped": return ["wake", "extend", "kill"];
     case "starting": return ["kill"];
     default: return [];
   }
