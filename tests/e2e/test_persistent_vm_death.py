@@ -14,12 +14,14 @@ import os
 import shutil
 import signal
 import sqlite3
+import subprocess
 import time
 from typing import Any
 
 import httpx
 import pytest
 
+from pandastack.host.network.manager import GATEWAY_IP, NS_PREFIX, TAP
 from pandastack.host.runtime.hibernation import CRASH_AT_ENV
 from pandastack.host.runtime.records import HIBERNATION
 from tests.e2e.test_server_restart import ServeProcess, wait_gone
@@ -159,6 +161,39 @@ def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again(
             "running", "disk", None), info
         end_all(c, serve, kept)
     assert "Traceback" not in serve.log_path.read_text(errors="replace"), serve.log_tail()
+
+
+def test_after_a_host_reboot_a_stopped_sandbox_boots_with_its_network_made_again(
+        serve: ServeProcess) -> None:
+    serve.start()
+    headers = {"Authorization": f"Bearer {serve.api_key()}"}
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        sid = create(c, persistent=True)
+        assert sh(c, sid, "echo kept > /work/f; sync")["exit_code"] == 0
+    # What a reboot does to it: the server and the VM gone, and /run/netns emptied (its
+    # slot's claim is on disk and stays).
+    serve.signal(signal.SIGKILL)
+    kill_vm(serve, sid)
+    slot = json.loads((serve.state_dir / sid / "sandbox.json").read_text())["slot"]
+    netns = f"{NS_PREFIX}{slot}"
+    subprocess.run(["ip", "netns", "del", netns], check=True)
+
+    serve.start()
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "stopped"
+        assert sh(c, sid, "cat /work/f")["stdout"] == "kept\n"
+        # its namespace is back, its tap held by the VM, and the guest reaches its gateway
+        tap = subprocess.run(["ip", "-n", netns, "link", "show", TAP], capture_output=True,
+                             text=True, check=True).stdout
+        assert "LOWER_UP" in tap, tap
+        # (a datagram to it makes the guest resolve its address: a complete ARP entry, flags
+        # 0x2, is an answer from the host's side of the tap)
+        out = sh(c, sid, "python3 -c \"import socket; socket.socket(socket.AF_INET, "
+                         f"socket.SOCK_DGRAM).sendto(b'x', ('{GATEWAY_IP}', 9))\"; sleep 1; "
+                         "cat /proc/net/arp")
+        arp = [line.split() for line in out["stdout"].splitlines()[1:]]
+        assert [a[2] for a in arp if a[0] == GATEWAY_IP] == ["0x2"], out
+        end_all(c, serve, sid)
 
 
 def test_a_crash_between_ending_the_vm_and_recording_the_hibernation_keeps_its_file(

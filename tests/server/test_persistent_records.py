@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pandastack.host.runtime.records import (
@@ -61,6 +62,10 @@ def test_a_vmm_still_running_under_a_hibernating_record_is_killed(tmp_path: Path
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                              str(workdir) + "/"])
     try:
+        # A VMM is only killed when its command line names its directory: wait for the exec.
+        while str(workdir) not in Path(f"/proc/{proc.pid}/cmdline").read_text():
+            time.sleep(0.01)
+
         def owns(pid: int, paths: VMPaths) -> bool:
             return pid == proc.pid and paths.workdir == workdir
 

@@ -20,12 +20,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pandastack.host.runtime.records import HIBERNATING, HIBERNATION, SANDBOX_ID_RE, STOPPED
+from pandastack.host.runtime.records import (
+    HIBERNATING,
+    HIBERNATION,
+    SANDBOX_ID_RE,
+    STOPPED,
+    SandboxRecord,
+)
 from pandastack.host.runtime.remote import fetch_hibernated
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.volumes.attach import mounts_of
 from pandastack.hostport.errors import SandboxNotFound, SandboxStateError, SetupError
+from pandastack.hostport.network import NetworkPolicy
 
 #: How long a booted disk's guest may take until its agent answers (a cold boot under TCG
 #: takes tens of seconds; the template bake allows the same).
@@ -104,7 +111,7 @@ class Hibernation:
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
             vm = await rt._restore(
                 VMPaths(handle.workdir), files, handle.workdir / record.top,
-                rt.slots.slot(record.slot).netns if record.slot is not None else None,
+                await self._network(record),
                 rt.volumes.drives(rt.driver, handle.workdir, mounts_of(record.volumes)))
             handle.vm = vm
             handle.state = "running"
@@ -139,7 +146,7 @@ class Hibernation:
         rt._save(replace(record, state=STOPPED, pid=None))
         store = await rt.prepare()
         tmpl = store.load_dir(record.template, Path(record.template_path))
-        netns = rt.slots.slot(record.slot).netns if record.slot is not None else None
+        netns = await self._network(record)
         vm = await asyncio.to_thread(rt.driver.boot, VMPaths(handle.workdir),
                                      tmpl.snapshot.kernel, handle.workdir / record.top, None,
                                      tmpl.snapshot.shape, netns=netns)
@@ -153,6 +160,21 @@ class Hibernation:
             handle.vm, handle.state = None, STOPPED
             raise
         rt._save(replace(record, state="running", pid=vm.pid))
+
+    async def _network(self, record: SandboxRecord) -> str | None:
+        """The network namespace of the sandbox's slot, built again with its policy if it
+        is gone: a host reboot empties /run/netns, while the slot's claim (on disk) is
+        still the sandbox's."""
+        rt = self.rt
+        if record.slot is None:
+            return None
+        slot = rt.slots.slot(record.slot)
+        if not Path(slot.netns_path).exists():
+            rt.progress(f"sandbox {record.id}: its network namespace {slot.netns} is gone "
+                        "(a host reboot?): made again")
+            await asyncio.to_thread(rt.network.setup, slot,
+                                    NetworkPolicy.from_dict(record.network))
+        return slot.netns
 
     async def fetch_hibernated(self, sandbox_id: str) -> None:
         """A sandbox hibernated on another host, laid out here hibernated (no VM yet): the
@@ -182,7 +204,9 @@ async def _first_contact(handle: SandboxHandle, machine_id: str) -> None:
     while True:
         vm = handle.vm
         if vm is None or not vm.is_alive():
-            raise SetupError(f"sandbox {handle.id}: the VM exited while its disk booted")
+            said = _tail(vm.paths.vmm_log) if vm is not None else ""
+            raise SetupError(f"sandbox {handle.id}: the VM exited while its disk booted"
+                             + (f": {said}" if said else ""))
         try:
             await handle.initialize(machine_id)
             return
@@ -192,3 +216,11 @@ async def _first_contact(handle: SandboxHandle, machine_id: str) -> None:
                 raise SetupError(f"sandbox {handle.id}: its guest agent did not answer within "
                                  f"{BOOT_DEADLINE_S:.0f} s of booting its disk: {exc}") from exc
         await asyncio.sleep(0.5)
+
+
+def _tail(path: Path, limit: int = 300) -> str:
+    """The VMM's last words (why it would not start), on one line."""
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-3:])[-limit:]
+    except OSError:
+        return ""
