@@ -118,13 +118,15 @@ def sort_state_dir(sandboxes_dir: Path, running: dict[str, int], known: Containe
         paths = VMPaths(entry)
         pid = running.pop(entry.name, None)
         record = try_load(entry / "sandbox.json")
-        if (record is not None and pid is not None and owns(pid, paths)
-                and record.state != HIBERNATING):
+        # asked before any kill below: a killed VMM no longer "owns" anything
+        owned = pid is not None and owns(pid, paths)
+        if record is not None and owned and record.state != HIBERNATING:
+            assert pid is not None
             adopt.append((record, VMProcess(pid, paths)))
             continue
         if pid is not None:
             VMProcess(pid, paths).kill()
-            if record is None or not owns(pid, paths):
+            if record is None or not owned:
                 dead.append(entry)
                 continue
         if record is None:
