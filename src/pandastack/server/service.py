@@ -38,7 +38,7 @@ from .hosts.pinning import pinned_host
 from .names import SandboxNames, claiming
 from .quotas import Quotas
 from .settings import Settings
-from .stopped import reconcile_snapshots, restart_row, stop_row
+from .stopped import reconcile, reconcile_snapshots, restart_row, stop_row
 from .store import Sandbox, Store, TemplateVersion
 from .team_slots import TeamSlots
 from .telemetry import timed
@@ -576,48 +576,7 @@ class SandboxService:
         hibernated); snapshot rows whose files are gone -> deleted, and user snapshots on the
         host without a row (older than a grace) -> removed. Rows still `starting` (a create
         interrupted by a restart) count as gone."""
-        listed = {h.id: h for h in await self.runtime.list_sandboxes()}
-        self.mark_lost_hosts()
-        failed: list[str] = []
-        stopped: list[str] = []
-        # Another API server of a cluster may be creating it right now: only a create older
-        # than any create may take counts as interrupted.
-        started_before = time.time() - CREATE_DEADLINE_SECONDS if self.cluster else None
-        for row in self.store.live_sandboxes():
-            if row.state == "host_lost":
-                continue
-            if (row.state == "starting" and started_before is not None
-                    and row.created_at > started_before):
-                continue
-            held = listed.get(row.id)
-            gone = held is None or (held.state != "hibernated" and not held.is_alive())
-            if row.state != "starting" and gone and row.persistent and (
-                    held is not None or self.store.newest_snapshot_of(row.id) is not None):
-                if row.state != "stopped":
-                    self.stop_row(row, "VM gone after a server restart")
-                stopped.append(row.id)
-            elif row.state == "starting" or gone:
-                reason = ("VM gone after a server restart" if held is not None
-                          or row.state == "starting" else
-                          "its disk is gone from the host (and it has no snapshot)")
-                self.store.end_sandbox(row.id, "failed", reason)
-                failed.append(row.id)
-            elif row.state != "stopped":
-                await self.sync_state(row)
-        if stopped:
-            log.warning("reconciled after start: %d persistent sandboxes stopped (their VMs "
-                        "are gone, their disks kept): %s", len(stopped), ", ".join(stopped))
-        keep = {row.id for row in self.store.live_sandboxes()}
-        killed: list[str] = []
-        for sid in sorted(set(listed) - keep):
-            with suppress(SandboxNotFound):
-                await self.runtime.kill(sid)
-            killed.append(sid)
-        if self.cluster is not None:
-            # Snapshots live in the object store, not only on the host that took them.
-            return failed, killed
-        await self._reconcile_snapshots()
-        return failed, killed
+        return await reconcile(self)
 
     async def _reconcile_snapshots(self) -> None:
         await reconcile_snapshots(self)

@@ -1,6 +1,6 @@
 """Persistent sandboxes survive the death of their VM (ADR 0037): such a sandbox becomes
 `stopped` with its disk (and any hibernation) kept, and `restart_row` brings it back under
-its id. Also here: the reconcile of snapshot files and rows at start."""
+its id. Also here: the reconcile at start, of sandboxes and of snapshot files and rows."""
 
 from __future__ import annotations
 
@@ -105,6 +105,59 @@ async def _restart(service: SandboxService, row: Sandbox) -> Sandbox:
         assert updated is not None
         log.info("sandbox %s started again from its %s", row.id, source)
         return updated
+
+
+async def reconcile(service: SandboxService) -> tuple[list[str], list[str]]:
+    """After `runtime.start()`: rows whose VM is gone -> stopped if persistent (their
+    disks kept, ADR 0037), else failed; VMs (and kept disks) without a live row ->
+    killed; the rows of adopted sandboxes take the runtime's state (running, paused or
+    hibernated); snapshot rows whose files are gone -> deleted, and user snapshots on the
+    host without a row (older than a grace) -> removed. Rows still `starting` (a create
+    interrupted by a restart) count as gone."""
+    from .service import CREATE_DEADLINE_SECONDS  # service.py imports this module
+
+    listed = {h.id: h for h in await service.runtime.list_sandboxes()}
+    service.mark_lost_hosts()
+    failed: list[str] = []
+    stopped: list[str] = []
+    # Another API server of a cluster may be creating it right now: only a create older
+    # than any create may take counts as interrupted.
+    started_before = time.time() - CREATE_DEADLINE_SECONDS if service.cluster else None
+    for row in service.store.live_sandboxes():
+        if row.state == "host_lost":
+            continue
+        if (row.state == "starting" and started_before is not None
+                and row.created_at > started_before):
+            continue
+        held = listed.get(row.id)
+        gone = held is None or (held.state != "hibernated" and not held.is_alive())
+        if row.state != "starting" and gone and row.persistent and (
+                held is not None or service.store.newest_snapshot_of(row.id) is not None):
+            if row.state != "stopped":
+                service.stop_row(row, "VM gone after a server restart")
+            stopped.append(row.id)
+        elif row.state == "starting" or gone:
+            reason = ("VM gone after a server restart" if held is not None
+                      or row.state == "starting" else
+                      "its disk is gone from the host (and it has no snapshot)")
+            service.store.end_sandbox(row.id, "failed", reason)
+            failed.append(row.id)
+        elif row.state != "stopped":
+            await service.sync_state(row)
+    if stopped:
+        log.warning("reconciled after start: %d persistent sandboxes stopped (their VMs "
+                    "are gone, their disks kept): %s", len(stopped), ", ".join(stopped))
+    keep = {row.id for row in service.store.live_sandboxes()}
+    killed: list[str] = []
+    for sid in sorted(set(listed) - keep):
+        with suppress(SandboxNotFound):
+            await service.runtime.kill(sid)
+        killed.append(sid)
+    if service.cluster is not None:
+        # Snapshots live in the object store, not only on the host that took them.
+        return failed, killed
+    await reconcile_snapshots(service)
+    return failed, killed
 
 
 async def reconcile_snapshots(service: SandboxService) -> None:
