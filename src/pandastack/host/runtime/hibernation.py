@@ -14,6 +14,7 @@ in between finds either a whole hibernation file (and adopts the sandbox hiberna
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from dataclasses import replace
@@ -31,9 +32,16 @@ from pandastack.host.runtime.remote import fetch_hibernated
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.volumes.attach import mounts_of
-from pandastack.hostport.errors import SandboxNotFound, SandboxStateError, SetupError
+from pandastack.hostport.errors import (
+    AgentError,
+    SandboxNotFound,
+    SandboxStateError,
+    SetupError,
+)
 from pandastack.hostport.network import NetworkPolicy
 
+#: What a hibernation waits for the guest to write its page cache to its disk first.
+SYNC_BEFORE_SAVE_S = 30.0
 #: How long a booted disk's guest may take until its agent answers (a cold boot under TCG
 #: takes tens of seconds; the template bake allows the same).
 BOOT_DEADLINE_S = 240.0
@@ -64,9 +72,16 @@ class Hibernation:
             # Its volumes get what the guest wrote so far: a kill of the hibernated
             # sandbox (which never runs its guest again) then loses nothing of it.
             await rt.volumes.flush(rt.driver, handle, mounts_of(rt._records[sandbox_id].volumes))
+            if handle.state == "running":
+                # Its disk gets what the guest wrote so far too: a hibernation cut short by
+                # a crash falls back to booting that disk (ADR 0037), and files written just
+                # before would otherwise be only in the lost guest's page cache.
+                with contextlib.suppress(AgentError, asyncio.TimeoutError):
+                    await asyncio.wait_for((await handle.agent()).sync(), SYNC_BEFORE_SAVE_S)
             await handle.disconnect()
             before = rt._records[sandbox_id]
             rt._save(replace(before, state=HIBERNATING))
+            crash_point("hibernate-before-save")
             try:
                 await rt.driver.save_stopped(vm, handle.workdir / HIBERNATION)
             except BaseException:
