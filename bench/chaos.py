@@ -13,6 +13,18 @@ database and state dir and the invariant is checked:
 - **no leftovers**: after every sandbox is killed and the server stopped, nothing of the run
   is on the host (the soak's checks: VMMs, namespaces, taps, claims, mounts, files, live rows).
 
+Three more faults, without a server kill:
+
+- **disk full during a snapshot** (`disk_snapshot`) and **during a template build**
+  (`disk_build`): the snapshot store is a tmpfs of its own, filled before each blow to leave a
+  random amount of room in [0, 1.5 x what one snapshot took]; the call must succeed or be a
+  507 `insufficient_storage` (a build: fail with a reason), the sandbox keeps running, and
+  once the room is back the next snapshot works;
+- **the database read-only for a moment** (`db_readonly`): `chattr +i` on the SQLite file
+  (and its WAL) for a random 0.5-3 s while a create -> exec -> kill cycle runs; every call ends
+  with a result or a 503 `unavailable` ("the database is out of reach"), and afterwards no
+  VM runs without a live row (the leftover checks).
+
 The moment is drawn uniformly from [0, 1.5 x the operation's duration measured untimed first],
 so some blows land before the server got the request and some after it answered.
 Figures printed: per scenario, how many blows, how the interrupted calls ended, violations.
@@ -28,6 +40,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +61,10 @@ from soak import Baseline, leftovers
 
 MAX_N = 200
 CALL_BOUND_S = 300.0  # an interrupted call that has not ended by then has hung
-SCENARIOS = ("create", "fork", "snapshot", "hibernate", "wake", "qemu")
+SCENARIOS = ("create", "fork", "snapshot", "hibernate", "wake", "qemu", "disk_snapshot",
+             "disk_build", "db_readonly")
+STORE_MIB = 3072  # the snapshot store's tmpfs
+BUILD = "FROM base\nRUN echo built > /root/built\n"
 FINAL = {"killed", "failed", "expired", "reaped"}
 MARK = "/root/chaos-mark"
 
@@ -65,8 +81,13 @@ class Chaos:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
+        self.store = tmp / "snapshots"
+        self.store.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={STORE_MIB}m,mode=0700",
+                        "tmpfs", str(self.store)], check=True)
+        self.env = {"PANDASTACK_SNAPSHOTS_DIR": str(self.store)}
         self.server = ServeProcess(tmp)
-        self.server.start(timeout=300)
+        self.server.start(timeout=300, **self.env)
         self.client = self._client()
 
     def _client(self) -> Client:
@@ -76,7 +97,7 @@ class Chaos:
         self.client.close()
         if self.server.proc is not None:
             self.server.signal(signal.SIGKILL)
-        self.server.start(timeout=300)
+        self.server.start(timeout=300, **self.env)
         self.client = self._client()
 
     def connect(self, sid: str) -> Sandbox:
@@ -113,10 +134,23 @@ class Chaos:
             except PandastackError as exc:
                 tally.violations.append(f"{what}: kill {info.id}: {exc!r}"[:300])
 
+    def used(self) -> int:
+        return shutil.disk_usage(self.store).used
+
+    def fill(self, leave: int) -> Path:
+        """Fill the snapshot store but `leave` bytes; the filler's path."""
+        filler = self.store / "filler"
+        filler.unlink(missing_ok=True)
+        free = shutil.disk_usage(self.store).free
+        with filler.open("wb") as f:
+            os.posix_fallocate(f.fileno(), 0, max(1, free - leave))
+        return filler
+
     def close(self) -> None:
         self.client.close()
         if self.server.proc is not None:
             self.server.signal(signal.SIGTERM)
+        subprocess.run(["umount", "-l", str(self.store)], check=False)
 
 
 def interrupted(call: Callable[[], object], delay: float, chaos: Chaos, tally: Tally,
@@ -177,6 +211,8 @@ def scenario(name: str, chaos: Chaos, n: int, rng: random.Random) -> Tally:
         span /= 2
     else:
         span = 0.0
+    if name in ("disk_snapshot", "disk_build", "db_readonly"):
+        return fault_scenario(name, chaos, source, n, rng, tally)
     for i in range(n):
         what = f"{name} #{i + 1}"
         delay = rng.uniform(0, 1.5 * span)
@@ -203,6 +239,108 @@ def scenario(name: str, chaos: Chaos, n: int, rng: random.Random) -> Tally:
     for snap in chaos.client.snapshots.list():
         chaos.client.snapshots.delete(snap.id)
     return tally
+
+
+def fault_scenario(name: str, chaos: Chaos, source: Sandbox, n: int, rng: random.Random,
+                   tally: Tally) -> Tally:
+    """The faults that need no server kill (the module docstring)."""
+    sid = source.id
+    before = chaos.used()
+    room = 0
+    if name == "disk_snapshot":
+        snap = source.snapshot()
+        room = max(chaos.used() - before, 1 << 20)
+        chaos.client.snapshots.delete(snap)
+    elif name == "disk_build":
+        chaos.client.templates.build(BUILD, "chaos-build")
+        room = max(chaos.used() - before, 1 << 20)
+    if name != "db_readonly":
+        print(f"  {name}: one took {room >> 20} MiB of the store", flush=True)
+    for i in range(n):
+        what = f"{name} #{i + 1}"
+        tally.blows += 1
+        if name == "db_readonly":
+            db_blow(chaos, tally, what, rng, sid)
+            continue
+        filler = chaos.fill(int(rng.uniform(0, 1.5 * room)))
+        try:
+            if name == "disk_snapshot":
+                snap = chaos.connect(sid).snapshot()
+                tally.outcomes["result"] += 1
+                chaos.client.snapshots.delete(snap)
+            else:
+                chaos.client.templates.build(BUILD, "chaos-build")
+                tally.outcomes["result"] += 1
+        except ServerError as exc:
+            if exc.status == 507:
+                tally.outcomes["507 insufficient_storage"] += 1
+            else:
+                tally.outcomes[f"5xx {exc.code}"] += 1
+                tally.violations.append(f"{what}: {exc}"[:300])
+        except PandastackError as exc:  # a build that failed says why
+            tally.outcomes[type(exc).__name__] += 1
+            if "space" not in str(exc).lower() and "ENOSPC" not in str(exc):
+                tally.violations.append(f"{what}: failed without naming the disk: {exc}"[:300])
+        finally:
+            filler.unlink(missing_ok=True)
+        chaos.intact(sid, tally, what)
+    if name == "disk_snapshot":  # with the room back, a snapshot works
+        try:
+            chaos.client.snapshots.delete(chaos.connect(sid).snapshot())
+        except PandastackError as exc:
+            tally.violations.append(f"{name}: no snapshot once the disk has room: {exc}"[:300])
+    chaos.kill_all(tally, name)
+    for left in chaos.client.snapshots.list():
+        chaos.client.snapshots.delete(left.id)
+    return tally
+
+
+def db_blow(chaos: Chaos, tally: Tally, what: str, rng: random.Random,
+            keep: str) -> None:
+    """A create -> exec -> kill cycle with the database file immutable for a moment."""
+    db = chaos.tmp / "pandastack.db"
+    # never the -shm file: SQLite maps it, and a write fault on an immutable mapping is a
+    # SIGBUS that kills the process (a fault of this bench's making, not of the database's)
+    files = [str(f) for f in (db, db.with_name(db.name + "-wal"),
+                              db.with_name(db.name + "-journal")) if f.exists()]
+    ended: list[str] = []
+
+    def cycle() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                sbx = chaos.new()
+                sbx.exec("true")
+                sbx.kill()
+                ended.append("result")
+                return
+            except ServerError as exc:
+                if exc.code != "unavailable":
+                    ended.append(f"5xx {exc.code}: {exc.message}"[:200])
+                    return
+                tally.outcomes["503 unavailable (then retried)"] += 1
+                time.sleep(0.5)
+            except PandastackError as exc:
+                ended.append(f"{type(exc).__name__}: {exc}"[:200])
+                return
+        ended.append("hung")
+
+    thread = threading.Thread(target=cycle, daemon=True)
+    thread.start()
+    time.sleep(rng.uniform(0, 2.0))
+    subprocess.run(["chattr", "+i", *files], check=True)
+    try:
+        time.sleep(rng.uniform(0.5, 3.0))
+    finally:
+        subprocess.run(["chattr", "-i", *files], check=True)
+    thread.join(CALL_BOUND_S)
+    outcome = ended[0] if ended else "hung"
+    tally.outcomes[outcome if outcome == "result" else outcome.split(":")[0]] += 1
+    if outcome != "result":
+        tally.violations.append(f"{what}: the cycle ended as {outcome}")
+    for info in chaos.client.sandboxes.list():  # what a refused kill left, if any
+        if info.id != keep:
+            chaos.client.sandboxes.kill(info.id)
 
 
 def qemu_blow(chaos: Chaos, tally: Tally, what: str, persistent: bool) -> None:
@@ -275,7 +413,9 @@ def main() -> int:
                 print(f"  {name}: {tallies[name].blows} blows in "
                       f"{time.monotonic() - began:.0f} s", flush=True)
             db = tmp / "pandastack.db"
-            left_live = leftovers(tmp, chaos.server.state_dir, db, base, stopped=False)
+            left_live = [item for item in leftovers(tmp, chaos.server.state_dir, db, base,
+                                                    stopped=False)
+                         if item != f"mount {chaos.store}"]  # this bench's own store
         finally:
             chaos.close()
         left_stopped = leftovers(tmp, chaos.server.state_dir, None, base, stopped=True)

@@ -72,9 +72,10 @@ def output_flood(sbx: Sandbox, seconds: int) -> str:
 
 
 def disk_fill(sbx: Sandbox, seconds: int) -> str:
-    r = sbx.exec("dd if=/dev/zero of=/root/fill bs=1M; df -m / | tail -1",
-                 timeout_seconds=seconds)
-    return f"exit={r.exit_code} {r.stdout.split()[3:5] if r.stdout else ''}"
+    r = sbx.exec("dd if=/dev/zero of=/root/fill bs=1M", timeout_seconds=seconds)
+    df = sbx.exec("df -m / | tail -1; ls -s --block-size=M /root/fill", timeout_seconds=60)
+    return (f"exit={r.exit_code} signal={r.signal} timed_out={r.timed_out} "
+            f"stderr={r.stderr.strip()[-80:]!r}; then: {' '.join(df.stdout.split())}")
 
 
 def console_flood(sbx: Sandbox, seconds: int) -> str:
