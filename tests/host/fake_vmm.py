@@ -213,6 +213,10 @@ class FakeDriver:
         self._call("migrate_out")
         raise VMMError("the fake VMM does not migrate")
 
+    async def settle(self, vm: VMProcess, running: bool) -> None:
+        self._call("settle")
+        os.kill(vm.pid, signal.SIGCONT if running else signal.SIGSTOP)
+
     async def resume_source(self, vm: VMProcess) -> None:
         self._call("resume_source")
 

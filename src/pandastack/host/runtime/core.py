@@ -43,6 +43,7 @@ from pandastack.host.runtime.records import (
     scan_vmm_processes,
     sort_state_dir,
 )
+from pandastack.host.runtime.recovery import finish_wake, settle_adopted
 from pandastack.host.runtime.remote import (
     RemoteState,
     open_remote,
@@ -196,11 +197,17 @@ class HostRuntime:
         adopt, dead = sort_state_dir(self.sandboxes_dir, running, self._sandboxes,
                                      self.driver.owns)
         for record, vm in adopt:
+            if vm is not None:  # its driver may have died half way through something
+                record, vm = await settle_adopted(self, record, vm)
             if vm is None:  # its state may have changed (records.without_vm)
                 record = self._save(record)
                 if record.state == STOPPED:
                     stopped.append(record.id)
-            self._adopt(record, vm)
+            handle = self._adopt(record, vm)
+            if vm is not None and record.state == "hibernated":  # a wake cut short
+                await finish_wake(self, handle, record)
+                if handle.state == STOPPED:
+                    stopped.append(record.id)
             adopted.append(record.id)
         for entry in dead:
             await asyncio.to_thread(shutil.rmtree, entry, True)

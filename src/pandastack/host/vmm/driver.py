@@ -375,6 +375,12 @@ class VMMDriver(Protocol):
         """After `migrate_out`, before any destination ran: the guest runs again here."""
         ...
 
+    async def settle(self, vm: VMProcess, running: bool) -> None:
+        """After the process that drove it died, bring a VM found running back to a steady
+        state: an outgoing save or migration cancelled, its vCPUs running (`running`) or
+        stopped. VMMError when it cannot be (it is still loading a restore)."""
+        ...
+
     def owns(self, pid: int, paths: VMPaths) -> bool:
         """True if `pid` is this driver's VMM process for the VM in `paths` (for re-adoption;
         checked again right before, since a pid can be reused)."""

@@ -488,6 +488,9 @@ class QemuDriver:
     async def resume_source(self, vm: VMProcess) -> None:
         await qemu_migrate.resume_source(vm)
 
+    async def settle(self, vm: VMProcess, running: bool) -> None:
+        await qemu_migrate.settle(vm, running)
+
     def owns(self, pid: int, paths: VMPaths) -> bool:
         argv = read_cmdline(pid)  # nsenter has exec'd the VMM: argv[0] is the VMM
         if not argv or not argv[0].endswith(Path(self.binary).name):

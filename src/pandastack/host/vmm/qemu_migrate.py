@@ -110,21 +110,48 @@ async def outgoing(vm: VMProcess, sock_fd: int, *, live: bool, converge_s: float
         await qmp.disconnect()
 
 
-async def _resume(qmp: QMPClient, within_s: float = 10.0) -> None:
-    """`cont` the source again: once its migration has ended (cancelled or failed) and as
-    long as the guest is not running. `cont` activates its disks again."""
+async def _migration_ended(qmp: QMPClient, within_s: float) -> None:
     deadline = time.monotonic() + within_s
     while True:
         info = await qmp.execute("query-migrate")
         status = info.get("status") if isinstance(info, dict) else None
         if status not in ("active", "setup", "cancelling", "device", "pre-switchover"):
-            break
+            return
         if time.monotonic() > deadline:
             raise VMMError(f"the migration did not end in {within_s}s ({status})")
         await asyncio.sleep(0.005)
+
+
+async def _resume(qmp: QMPClient, within_s: float = 10.0) -> None:
+    """`cont` the source again: once its migration has ended (cancelled or failed) and as
+    long as the guest is not running. `cont` activates its disks again."""
+    await _migration_ended(qmp, within_s)
     state = await qmp.execute("query-status")
     if isinstance(state, dict) and not state.get("running"):
         await qmp.execute("cont")
+
+
+async def settle(vm: VMProcess, running: bool) -> None:
+    """A VM whose controlling process died in the middle of something (a save, a fork's or a
+    snapshot's stream, a migration out, a wake's restore): an outgoing migration is
+    cancelled, and the vCPUs run (`running`) or stay stopped. VMMError for one still loading
+    an incoming stream (its guest never ran from it: end it instead)."""
+    qmp = await connect_qmp(qmp_socket(vm.paths))
+    try:
+        status = await qmp.execute("query-status")
+        if isinstance(status, dict) and status.get("status") == "inmigrate":
+            raise VMMError("it is still loading the state it was restored from")
+        with contextlib.suppress(Exception):
+            await qmp.execute("migrate_cancel")
+        if running:
+            await _resume(qmp)
+            return
+        await _migration_ended(qmp, 10.0)
+        state = await qmp.execute("query-status")
+        if isinstance(state, dict) and state.get("running"):
+            await qmp.execute("stop")
+    finally:
+        await qmp.disconnect()
 
 
 async def resume_source(vm: VMProcess) -> None:
