@@ -48,6 +48,10 @@ def hold_version(version: Path) -> bool:
         os.close(fd)
         return False
     _HELD[key] = fd
+    # Used now: the grace then also covers a moment with no holder, such as a server's
+    # restart between its old process and the new one's holds.
+    with contextlib.suppress(OSError):
+        os.utime(version)
     return True
 
 

@@ -72,3 +72,28 @@ async def test_a_wake_cut_short_ends_running_not_beside_a_second_restore(
     finally:
         left = await close_private_runtime(second, config.sandboxes_dir, config.snapshots_dir)
     assert left == ([], []), left
+
+
+async def test_a_restarted_runtime_holds_the_template_versions_its_sandboxes_need(
+        config: HostConfig) -> None:
+    """A hibernated sandbox's template version is loaded again only at its wake: until then
+    another runtime's template GC on the host removed it (bench/chaos.py: 'template base at
+    ... is gone' on waking after a server restart)."""
+    from pandastack.host import gc
+
+    first = new_runtime(config)
+    await first.start()
+    try:
+        sbx = await first.create()
+        await first.hibernate(sbx.id)
+        version = Path(SandboxRecord.load(sbx.workdir / "sandbox.json").template_path)
+    finally:
+        await first.close()
+    gc._HELD.pop(str(version.resolve()), None)  # as in a new process
+    second = new_runtime(config)
+    try:
+        await second.start()
+        assert str(version.resolve()) in gc._HELD
+    finally:
+        left = await close_private_runtime(second, config.sandboxes_dir, config.snapshots_dir)
+    assert left == ([], []), left

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pandastack.host.config import HostConfig
-from pandastack.host.gc import kill_orphan_vmms
+from pandastack.host.gc import hold_version, kill_orphan_vmms
 from pandastack.host.images.build import GuestImage
 from pandastack.host.memory.fork_buffer import ForkBuffer
 from pandastack.host.memory.huge_pool import HugePagePool
@@ -212,6 +212,10 @@ class HostRuntime:
         for entry in dead:
             await asyncio.to_thread(shutil.rmtree, entry, True)
             cleaned.append(entry.name)
+        # The template versions its sandboxes and snapshots need are this process's too:
+        # another runtime's template GC on this host must leave them (host/gc.py).
+        for version in self._pinned_templates():
+            await asyncio.to_thread(hold_version, version)
         # Network slots of sandboxes (of any runtime on this host) whose directory is gone,
         # and spare slots a crashed predecessor left.
         await self.slots.sweep()
