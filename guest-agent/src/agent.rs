@@ -13,7 +13,7 @@ use crate::frame::{self, Decoder, Frame, PROTOCOL_VERSION};
 use crate::json::{Obj, Value};
 use crate::op::{Op, OpResult};
 use crate::cgroups::{self, Cgroups};
-use crate::procs::ProcTable;
+use crate::table::ProcTable;
 use crate::{code, execs, files, metrics, pty, sysinit, volumes, watch};
 
 pub const AGENT_VERSION: &str = "0.1.0";

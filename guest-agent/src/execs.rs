@@ -9,7 +9,8 @@ use crate::agent::{py_repr, Shared};
 use crate::frame::Frame;
 use crate::json::{self, Obj, Value};
 use crate::op::{arg_bool, arg_int, arg_opt_int, arg_opt_str, Op, OpError, OpResult};
-use crate::procs::{ExitInfo, Proc, Sink, Spec, Stream};
+use crate::procs::{ExitInfo, Proc, Sink, Stream};
+use crate::table::Spec;
 use crate::sys;
 use crate::users;
 

@@ -23,6 +23,7 @@ mod procs;
 mod pty;
 mod sys;
 mod sysinit;
+mod table;
 mod users;
 mod volumes;
 mod watch;

@@ -1,27 +1,26 @@
-//! Managed processes: spawning in a new session, output pumping, exit, kill, and the table
-//! of running and remembered ones (guest/procs.py in the reference agent).
+//! A managed process: output pumping into rings and attached sinks, exit, kill, timeout
+//! (guest/procs.py in the reference agent; the table that starts them is table.rs).
 //!
 //! One I/O loop per process (the exec op's own thread, or a thread of its own for spawn)
 //! polls stdout, stderr and a pidfd. Output goes into a capped ring per stream and to the
 //! attached sinks; a sink without credit blocks the loop, which blocks the pipe, which
 //! blocks the process (plain pipe backpressure).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::io::{AsRawFd, FromRawFd};
-use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::cgroups::Cgroups;
 use crate::json::{Obj, Value};
 use crate::sys;
-use crate::users::User;
+use crate::table::ProcTable;
 
-const RING_BYTES: usize = 1 << 20;
+pub(crate) const RING_BYTES: usize = 1 << 20;
 const READ_SIZE: usize = 64 * 1024;
 /// After the main process exited, how long descendants may keep its pipes open before the
 /// exit is reported anyway.
@@ -30,12 +29,11 @@ const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// fork bomb) take seconds to exit on one TCG vCPU; the exit is reported once they have, so
 /// the next exec meets neither them nor the pids limit they still hold.
 const KILLED_GRACE: Duration = Duration::from_secs(10);
-const MAX_FINISHED: usize = 64;
 /// A terminal's ring is smaller than a pipe's: a re-attach repaints a screen, it does not
 /// replay a log.
-const PTY_RING_BYTES: usize = 256 * 1024;
+pub(crate) const PTY_RING_BYTES: usize = 256 * 1024;
 
-pub const DEFAULT_ENV: &[(&str, &str)] = &[
+pub(crate) const DEFAULT_ENV: &[(&str, &str)] = &[
     ("PATH", "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
     ("VIRTUAL_ENV", "/opt/venv"),
     ("HOME", "/root"),
@@ -82,14 +80,14 @@ pub trait Sink: Send + Sync {
     fn finish(&self, info: &ExitInfo);
 }
 
-struct Ring {
+pub(crate) struct Ring {
     buf: Vec<u8>,
     dropped: u64,
     cap: usize,
 }
 
 impl Ring {
-    fn new(cap: usize) -> Ring {
+    pub(crate) fn new(cap: usize) -> Ring {
         Ring { buf: Vec::new(), dropped: 0, cap }
     }
     fn append(&mut self, data: &[u8]) {
@@ -102,32 +100,32 @@ impl Ring {
     }
 }
 
-struct Inner {
-    rings: [Ring; 2],
-    sinks: Vec<Arc<dyn Sink>>,
-    info: Option<ExitInfo>,
+pub(crate) struct Inner {
+    pub(crate) rings: [Ring; 2],
+    pub(crate) sinks: Vec<Arc<dyn Sink>>,
+    pub(crate) info: Option<ExitInfo>,
 }
 
 pub struct Proc {
     pub pid: i32,
     pub display: String,
     pub background: AtomicBool,
-    started_wall: f64,
-    t0: Instant,
+    pub(crate) started_wall: f64,
+    pub(crate) t0: Instant,
     /// On a terminal (`pty`): stdin is a second descriptor of its master, stdout the master.
     pub tty: bool,
-    inner: Mutex<Inner>,
-    stdin: Mutex<Option<File>>,
-    pipes: Mutex<Vec<(File, Stream)>>,
-    timed_out: AtomicBool,
-    done: Mutex<bool>,
-    done_cv: Condvar,
-    io: Mutex<Option<Child>>,
-    cgroups: Option<Arc<Cgroups>>,
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) stdin: Mutex<Option<File>>,
+    pub(crate) pipes: Mutex<Vec<(File, Stream)>>,
+    pub(crate) timed_out: AtomicBool,
+    pub(crate) done: Mutex<bool>,
+    pub(crate) done_cv: Condvar,
+    pub(crate) io: Mutex<Option<Child>>,
+    pub(crate) cgroups: Option<Arc<Cgroups>>,
     /// The tree's cgroup leaf until it goes back to the pool: a kill after that must not
     /// reach the next exec's tree, so both take this lock.
-    leaf: Mutex<Option<String>>,
-    leaf_killed: AtomicBool,
+    pub(crate) leaf: Mutex<Option<String>>,
+    pub(crate) leaf_killed: AtomicBool,
 }
 
 /// What the backlog of an attach was: output so far, the exit if any, bytes the rings lost.
@@ -393,7 +391,7 @@ impl Proc {
 
     /// One thread per deadline, blocked in a timed wait: it wakes once, at the deadline or
     /// when the process is done, and costs nothing in between.
-    fn set_timeout(self: &Arc<Self>, after: Duration) {
+    pub(crate) fn set_timeout(self: &Arc<Self>, after: Duration) {
         let p = self.clone();
         let _ = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
             let g = p.done.lock().unwrap_or_else(|e| e.into_inner());
@@ -406,248 +404,5 @@ impl Proc {
                 }
             }
         });
-    }
-}
-
-fn into_fd<T: std::os::unix::io::IntoRawFd>(t: T) -> i32 {
-    t.into_raw_fd()
-}
-
-pub struct Spec<'a> {
-    pub argv: &'a [String],
-    pub display: String,
-    pub env: Option<Vec<(String, String)>>,
-    pub cwd: Option<String>,
-    pub stdin: bool,
-    pub background: bool,
-    pub timeout: Option<Duration>,
-    pub user: Option<User>,
-    /// A terminal of (cols, rows) as stdin, stdout and stderr, and the controlling tty.
-    pub tty: Option<(u16, u16)>,
-}
-
-/// pid -> process in the order they were added, as the reference's dict lists them in
-/// `procs` (a few hundred entries at most: a linear search is fine).
-#[derive(Default)]
-struct Ordered(Vec<(i32, Arc<Proc>)>);
-
-impl Ordered {
-    fn insert(&mut self, pid: i32, p: Arc<Proc>) {
-        match self.0.iter_mut().find(|(k, _)| *k == pid) {
-            Some(e) => e.1 = p,
-            None => self.0.push((pid, p)),
-        }
-    }
-    fn get(&self, pid: &i32) -> Option<&Arc<Proc>> {
-        self.0.iter().find(|(k, _)| k == pid).map(|(_, p)| p)
-    }
-    fn remove(&mut self, pid: &i32) {
-        self.0.retain(|(k, _)| k != pid);
-    }
-    fn values(&self) -> impl Iterator<Item = &Arc<Proc>> {
-        self.0.iter().map(|(_, p)| p)
-    }
-}
-
-struct Table {
-    procs: Ordered,
-    finished: Vec<Arc<Proc>>,
-}
-
-pub struct ProcTable {
-    default_cwd: Option<String>,
-    cgroups: Option<Arc<Cgroups>>,
-    t: Mutex<Table>,
-}
-
-impl ProcTable {
-    pub fn new(default_cwd: Option<String>, cgroups: Option<Cgroups>) -> ProcTable {
-        ProcTable { default_cwd, cgroups: cgroups.map(Arc::new), t: Mutex::new(Table { procs: Ordered::default(), finished: Vec::new() }) }
-    }
-
-    /// Start a process in a new session, as `user` if given (the child sets its groups, gid
-    /// and uid before exec).
-    pub fn start(&self, spec: Spec) -> io::Result<Arc<Proc>> {
-        let mut env: Vec<(String, String)> = DEFAULT_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut set = |k: &str, v: &str| match env.iter_mut().find(|(ek, _)| ek == k) {
-            Some(e) => e.1 = v.to_string(),
-            None => env.push((k.to_string(), v.to_string())),
-        };
-        if let Some(u) = &spec.user {
-            set("HOME", &u.home);
-            set("USER", &u.name);
-            set("LOGNAME", &u.name);
-        }
-        if let Some(extra) = &spec.env {
-            for (k, v) in extra {
-                set(k, v);
-            }
-        }
-        let mut cmd = Command::new(&spec.argv[0]);
-        cmd.args(&spec.argv[1..]).env_clear().envs(env);
-        if let Some(cwd) = spec.cwd.as_ref().or(self.default_cwd.as_ref()) {
-            cmd.current_dir(cwd);
-        }
-        let mut master: Option<File> = None;
-        if let Some((cols, rows)) = spec.tty {
-            let (m, slave) = sys::open_pty()?;
-            sys::set_winsize(m.as_raw_fd(), cols, rows);
-            if let Some(u) = &spec.user {
-                sys::fchown_uid(slave.as_raw_fd(), u.uid)?; // the user's terminal, as login(1) leaves it
-            }
-            cmd.stdin(Stdio::from(slave.try_clone()?));
-            cmd.stdout(Stdio::from(slave.try_clone()?));
-            cmd.stderr(Stdio::from(slave));
-            master = Some(m);
-        } else {
-            cmd.stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() });
-            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        }
-        let tty = spec.tty.is_some();
-        let ids = spec.user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone()));
-        let leaf = self.cgroups.as_ref().and_then(|cg| cg.take_leaf());
-        let procs_file = leaf.as_ref().and_then(|l| {
-            OpenOptions::new().write(true).custom_flags(0o2000000).open(format!("{}/cgroup.procs", l)).ok()
-        });
-        let procs_fd = procs_file.as_ref().map(|f| f.as_raw_fd());
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(fd) = procs_fd {
-                    // "0" moves the writer: the child is in its leaf before it execs.
-                    sys::child_write(fd, b"0");
-                }
-                sys::child_setsid()?;
-                if tty {
-                    sys::child_take_ctty()?;
-                }
-                if let Some((uid, gid, groups)) = &ids {
-                    sys::child_setgroups(groups)?;
-                    sys::child_setgid(*gid)?;
-                    sys::child_setuid(*uid)?;
-                }
-                Ok(())
-            });
-        }
-        let t0 = Instant::now();
-        let spawned = cmd.spawn();
-        drop(procs_file);
-        let (leaf, cgroups) = match (&self.cgroups, leaf, procs_fd) {
-            (Some(cg), Some(l), Some(_)) => (Some(l), Some(cg.clone())),
-            (Some(cg), Some(l), None) => {
-                cg.release(l);
-                (None, None)
-            }
-            _ => (None, None),
-        };
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                if let (Some(cg), Some(l)) = (&cgroups, leaf) {
-                    cg.release(l);
-                }
-                return Err(e);
-            }
-        };
-        let mut pipes: Vec<(File, Stream)> = Vec::new();
-        let stdin = match master {
-            // One descriptor of the master for output, another for keystrokes: closing one
-            // (the process ended) leaves the other.
-            Some(m) => {
-                let keys = m.try_clone()?;
-                pipes.push((m, Stream::Stdout));
-                Some(keys)
-            }
-            None => {
-                if let Some(p) = child.stdout.take() {
-                    pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stdout));
-                }
-                if let Some(p) = child.stderr.take() {
-                    pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stderr));
-                }
-                child.stdin.take().map(|p| unsafe { File::from_raw_fd(into_fd(p)) })
-            }
-        };
-        let out_cap = if tty { PTY_RING_BYTES } else { RING_BYTES };
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-        let proc = Arc::new(Proc {
-            pid: child.id() as i32,
-            display: spec.display,
-            background: AtomicBool::new(spec.background),
-            started_wall: wall,
-            t0,
-            tty,
-            pipes: Mutex::new(pipes),
-            inner: Mutex::new(Inner {
-                rings: [Ring::new(out_cap), Ring::new(RING_BYTES)],
-                sinks: Vec::new(),
-                info: None,
-            }),
-            stdin: Mutex::new(stdin),
-            timed_out: AtomicBool::new(false),
-            done: Mutex::new(false),
-            done_cv: Condvar::new(),
-            io: Mutex::new(Some(child)),
-            cgroups,
-            leaf: Mutex::new(leaf),
-            leaf_killed: AtomicBool::new(false),
-        });
-        self.t.lock().unwrap_or_else(|e| e.into_inner()).procs.insert(proc.pid, proc.clone());
-        if let Some(after) = spec.timeout {
-            proc.set_timeout(after);
-        }
-        Ok(proc)
-    }
-
-    fn finished(&self, proc: &Arc<Proc>) {
-        let mut t = self.t.lock().unwrap_or_else(|e| e.into_inner());
-        if !proc.background.load(Ordering::SeqCst) {
-            t.procs.remove(&proc.pid);
-            return;
-        }
-        if !t.finished.iter().any(|p| Arc::ptr_eq(p, proc)) {
-            t.finished.push(proc.clone());
-        }
-        while t.finished.len() > MAX_FINISHED {
-            let old = t.finished.remove(0);
-            if t.procs.get(&old.pid).map_or(false, |p| Arc::ptr_eq(p, &old)) {
-                t.procs.remove(&old.pid);
-            }
-        }
-    }
-
-    pub fn get(&self, pid: i128) -> Option<Arc<Proc>> {
-        if pid > i32::MAX as i128 {
-            return None;
-        }
-        self.t.lock().unwrap_or_else(|e| e.into_inner()).procs.get(&(pid as i32)).cloned()
-    }
-
-    /// A foreground exec lost its host: keep it (and its output) as a background one.
-    pub fn to_background(&self, proc: &Arc<Proc>) {
-        let mut t = self.t.lock().unwrap_or_else(|e| e.into_inner());
-        if proc.background.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        if proc.info().is_some() && !t.finished.iter().any(|p| Arc::ptr_eq(p, proc)) {
-            t.procs.insert(proc.pid, proc.clone());
-            t.finished.push(proc.clone());
-        }
-    }
-
-    pub fn kill_all(&self) {
-        let procs: Vec<Arc<Proc>> = self.t.lock().unwrap_or_else(|e| e.into_inner()).procs.values().cloned().collect();
-        for p in procs {
-            if p.info().is_none() {
-                p.kill_tree(sys::SIGKILL);
-            }
-        }
-    }
-
-    pub fn live_ttys(&self) -> usize {
-        self.list().iter().filter(|p| p.tty && p.info().is_none()).count()
-    }
-
-    pub fn list(&self) -> Vec<Arc<Proc>> {
-        self.t.lock().unwrap_or_else(|e| e.into_inner()).procs.values().cloned().collect()
     }
 }

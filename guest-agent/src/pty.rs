@@ -13,7 +13,7 @@ use crate::execs::{check_cwd, command, env, managed, user, WireSink};
 use crate::frame::Frame;
 use crate::json::{Obj, Value};
 use crate::op::{arg_int, arg_opt_str, Op, OpError, OpResult};
-use crate::procs::Spec;
+use crate::table::Spec;
 use crate::users::{self, User};
 
 /// Live terminals at once: each holds a pty pair and two threads in the agent.
