@@ -14,6 +14,7 @@ from pandastack.hostport.errors import HostUnavailable, SandboxNotFound
 from .errors import ApiError
 from .events import prune as prune_events
 from .service import AWAKE_STATES, SandboxService
+from .stopped import ORPHAN_SNAPSHOT_GRACE_SECONDS, remove_orphan_snapshots
 from .store import Sandbox, Store
 
 log = logging.getLogger("pandastack.server")
@@ -177,15 +178,24 @@ async def catch_up(service: SandboxService, reconcile: Callable[[], Awaitable[No
             log.info("sandbox %s: its VM was killed after its host came back", sid)
 
 
+# How often a running server removes snapshots a crash left without a row (past their grace).
+ORPHAN_SWEEP_SECONDS = ORPHAN_SNAPSHOT_GRACE_SECONDS / 4
+
+
 async def reaper(service: SandboxService,
                  reconcile: Callable[[], Awaitable[None]] | None = None) -> None:
     """Runs until cancelled; a failing pass is logged and the next one tries again."""
+    orphans_swept = time.monotonic()
     while True:
         try:
             if reconcile is not None:
                 await catch_up(service, reconcile)
             for sid, state in await sweep(service):
                 log.info("sandbox %s ended: %s", sid, state)
+            if (service.cluster is None
+                    and time.monotonic() - orphans_swept > ORPHAN_SWEEP_SECONDS):
+                orphans_swept = time.monotonic()
+                await remove_orphan_snapshots(service)
         except asyncio.CancelledError:
             raise
         except Exception:

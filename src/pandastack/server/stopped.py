@@ -16,6 +16,8 @@ from .errors import api_error_of, conflict
 from .store import Sandbox
 
 if TYPE_CHECKING:
+    from pandastack.hostport.results import SnapshotInfo
+
     from .service import SandboxService
 
 log = logging.getLogger("pandastack.server")
@@ -174,7 +176,22 @@ async def reconcile_snapshots(service: SandboxService) -> None:
         if snap.id not in held:
             log.warning("snapshot %s of team %s is gone from the host", snap.id, snap.team)
             service.store.delete_snapshot(snap.id)
-    known = {snap.id for snap in rows}
+    await _remove_orphans(service, held, {snap.id for snap in rows})
+
+
+async def remove_orphan_snapshots(service: SandboxService) -> None:
+    """The orphan half of `reconcile_snapshots`, safe while the server runs (the lifecycle
+    loop calls it now and then): a snapshot or fork cut short by a crash leaves its files on
+    the host, and a server that lives long would otherwise keep them until its next start."""
+    held = {info.id: info for info in await service.runtime.list_snapshots()}
+    # rows read after the files were listed: a snapshot whose row is written in between is
+    # known here (and a younger one is within the grace anyway)
+    known = {snap.id for snap in service.store.list_snapshots(None)}
+    await _remove_orphans(service, held, known)
+
+
+async def _remove_orphans(service: SandboxService, held: dict[str, SnapshotInfo],
+                          known: set[str]) -> None:
     before = time.time() - ORPHAN_SNAPSHOT_GRACE_SECONDS
     for sid, info in sorted(held.items()):
         if (sid in known or info.created_at >= before
