@@ -67,7 +67,8 @@ CALL_BOUND_S = 300.0  # an interrupted call that has not ended by then has hung
 SCENARIOS = ("disk_snapshot", "disk_build", "db_readonly", "create", "fork", "snapshot",
              "hibernate", "wake", "qemu")
 STORE_MIB = 3072  # the snapshot store's tmpfs
-BUILD = "FROM base\nRUN echo built > /root/built\n"
+# Each build's RUN differs (the blow's number and a random token), so no step is cached.
+BUILD = "FROM base\nRUN echo {} > /root/built\n"
 FINAL = {"killed", "failed", "expired", "reaped"}
 MARK = "/root/chaos-mark"
 
@@ -256,7 +257,7 @@ def fault_scenario(name: str, chaos: Chaos, source: Sandbox, n: int, rng: random
         room = max(chaos.used() - before, source.refresh().memory_mb << 20)
         chaos.client.snapshots.delete(snap)
     elif name == "disk_build":
-        chaos.client.templates.build(BUILD, "chaos-build")
+        chaos.client.templates.build(BUILD.format("first"), "chaos-build")
         room = max(chaos.used() - before, 1 << 20)
     if name != "db_readonly":
         print(f"  {name}: one took {room >> 20} MiB of the store", flush=True)
@@ -273,7 +274,8 @@ def fault_scenario(name: str, chaos: Chaos, source: Sandbox, n: int, rng: random
                 tally.outcomes["result"] += 1
                 chaos.client.snapshots.delete(snap)
             else:
-                chaos.client.templates.build(BUILD, "chaos-build")
+                chaos.client.templates.build(BUILD.format(f"{i}-{rng.random()}"),
+                                             "chaos-build")
                 tally.outcomes["result"] += 1
         except ServerError as exc:
             if exc.status == 507:
