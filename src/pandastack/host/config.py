@@ -65,6 +65,11 @@ class HostConfig:
     # it off (for debugging); it needs root, and is off by itself where the host is not.
     jail: bool = True
     jail_uid_base: int = 200_000
+    # Each VM's disks (root and volumes) are throttled by its VMM to this much per vCPU, so
+    # one sandbox's I/O cannot take the host's disk from its neighbours; 0: not throttled.
+    # PANDASTACK_DISK_MBPS_PER_VCPU, PANDASTACK_DISK_IOPS_PER_VCPU.
+    disk_mbps_per_vcpu: int = 256
+    disk_iops_per_vcpu: int = 4096
     # Whether a jailed VMM may write-protect guest RAM for short-pause snapshots: sets the
     # host-wide vm.unprivileged_userfaultfd=1 (ADR 0036). PANDASTACK_JAIL_USERFAULTFD=off
     # leaves the sysctl alone; TCG snapshots then stop the guest for the whole save.
@@ -107,6 +112,10 @@ class HostConfig:
                 raise ValueError(f"{name} must be one of {choices}, not {value!r}")
         if not 0 <= self.volume_slots <= MAX_VOLUMES_PER_SANDBOX:
             raise ValueError(f"volume_slots must be between 0 and {MAX_VOLUMES_PER_SANDBOX}")
+        for name in ("disk_mbps_per_vcpu", "disk_iops_per_vcpu"):
+            if not 0 <= getattr(self, name) <= 1 << 20:
+                raise ValueError(f"{name} must be between 0 (off) and {1 << 20}, "
+                                 f"not {getattr(self, name)}")
         if not 1000 <= self.jail_uid_base <= 2**32 - 2**17:
             raise ValueError(f"jail_uid_base must leave room for every slot's uid, not "
                              f"{self.jail_uid_base}")
@@ -160,6 +169,10 @@ class HostConfig:
         if env.get("PANDASTACK_JAIL_USERFAULTFD", "").strip():
             values["jail_userfaultfd"] = env["PANDASTACK_JAIL_USERFAULTFD"].strip().lower() \
                 not in ("off", "0", "no", "false")
+        for var, name in (("PANDASTACK_DISK_MBPS_PER_VCPU", "disk_mbps_per_vcpu"),
+                          ("PANDASTACK_DISK_IOPS_PER_VCPU", "disk_iops_per_vcpu")):
+            if env.get(var, "").strip():
+                values[name] = int(env[var])
         if env.get("PANDASTACK_JAIL_UID_BASE", "").strip():
             values["jail_uid_base"] = int(env["PANDASTACK_JAIL_UID_BASE"])
         if "PANDASTACK_TB_SIZE_MB" in env:

@@ -16,7 +16,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.vmm import jail
 from pandastack.host.vmm.accel import resolve_accel
 from pandastack.host.vmm.driver import KernelSpec, VMMDriver, VMMProcesses
-from pandastack.host.vmm.qemu import QemuDriver, QemuProcesses
+from pandastack.host.vmm.qemu import DiskLimits, QemuDriver, QemuProcesses
 from pandastack.hostport.errors import SetupError
 
 # (config, a guest kernel the driver may boot to probe the host, whether the host hands
@@ -46,7 +46,9 @@ def _qemu(config: HostConfig, kernel: KernelSpec, reports_free_pages: bool) -> V
             jail.allow_userfaultfd()
     return QemuDriver(accel, binary=config.qemu_binary, tb_size_mb=config.tb_size_mb,
                       tcg_cpu=config.tcg_cpu, stream_huge_pages=huge == "on",
-                      volume_slots=config.volume_slots, jail=cell)
+                      volume_slots=config.volume_slots, jail=cell,
+                      disk_limits=DiskLimits(config.disk_mbps_per_vcpu,
+                                             config.disk_iops_per_vcpu))
 
 
 _KINDS: dict[str, DriverKind] = {"qemu": DriverKind(_qemu, QemuProcesses())}

@@ -21,6 +21,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from qemu.qmp import QMPClient
@@ -107,7 +108,7 @@ class QemuDriver:
     def __init__(self, accel: str, *, binary: str = "qemu-system-x86_64", tb_size_mb: int = 64,
                  tcg_cpu: str = "max", precopy: bool | None = None,
                  stream_huge_pages: bool = True, volume_slots: int = VOLUME_SLOTS,
-                 jail: JailSettings | None = None):
+                 jail: JailSettings | None = None, disk_limits: DiskLimits | None = None):
         """`precopy`: whether snapshots copy memory while the guest runs; None decides by
         accelerator and QEMU version (see `live_precopy`). `stream_huge_pages`: whether a VM
         restored from a stream (a snapshot, fork or wake) gets transparent huge pages for its
@@ -123,6 +124,7 @@ class QemuDriver:
         self.cpu = "host" if accel == "kvm" else tcg_cpu
         self._precopy = precopy
         self.jail = jail
+        self.disk_limits = disk_limits or DiskLimits(0, 0)
 
     def live_precopy(self) -> bool:
         """Whether a snapshot may copy memory while the guest runs. Not under TCG before
@@ -172,6 +174,7 @@ class QemuDriver:
         # every other VM from reading the frozen layer. The runtime, not QEMU's image
         # locks, decides which VM writes which layer.
         root_rw = f"{rw},file.locking=off" if rw else ""
+        throttle = self.disk_limits.drive_options(shape.vcpus)
         return [
             *prefix,
             self.binary,
@@ -186,7 +189,8 @@ class QemuDriver:
             # Appended to, so that the runtime can trim it under a writing guest (console.py).
             "-chardev", f"file,id=console,path={paths.console_log},append=on",
             "-serial", "chardev:console",
-            "-drive", f"id={ROOT_DRIVE},file={disk},format=qcow2,if=none,discard=unmap{root_rw}",
+            "-drive", f"id={ROOT_DRIVE},file={disk},format=qcow2,if=none,discard=unmap"
+                      f"{root_rw}{throttle}",
             "-device", f"virtio-blk-device,drive={ROOT_DRIVE}",
             "-device", "virtio-serial-device,max_ports=2",
             "-chardev", f"socket,id=agent,path={paths.agent_socket},server=on,wait=off",
@@ -195,7 +199,7 @@ class QemuDriver:
             "-mon", "chardev=qmp,mode=control",
             "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
             "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
-            *_volume_slot_args(paths, volumes or {}, self.volume_slots, rw),
+            *_volume_slot_args(paths, volumes or {}, self.volume_slots, rw + throttle),
             # Templates are saved stopped; without the run state in the stream, a restored
             # clone is not held "paused" but starts as soon as its state is loaded.
             "-global", "migration.store-global-state=off",
@@ -496,6 +500,24 @@ class QemuDriver:
         if not argv or not argv[0].endswith(Path(self.binary).name):
             return False
         return any(str(paths.agent_socket) in arg for arg in argv)
+
+
+@dataclass(frozen=True)
+class DiskLimits:
+    """What QEMU's block throttling lets one VM's drive do, per vCPU (0: no limit). In QEMU,
+    not the host's cgroup: it holds whatever I/O scheduler the host's disk has (io.weight
+    does nothing under `none` or mq-deadline, the usual ones for virtual disks)."""
+
+    mbps_per_vcpu: int
+    iops_per_vcpu: int
+
+    def drive_options(self, vcpus: int) -> str:
+        options = ""
+        if self.mbps_per_vcpu:
+            options += f",throttling.bps-total={self.mbps_per_vcpu * vcpus << 20}"
+        if self.iops_per_vcpu:
+            options += f",throttling.iops-total={self.iops_per_vcpu * vcpus}"
+        return options
 
 
 def _volume_drive(slot: int) -> str:
