@@ -150,5 +150,30 @@ def test_a_version_another_process_has_loaded_is_kept_until_it_exits(tmp_path: P
         assert theirs.exists()
     finally:
         holder.communicate("", timeout=30)
+    # the hold renewed its mtime (the grace covers a moment with no holder): let it pass
+    assert time.time() - theirs.stat().st_mtime < 60
+    assert prune_templates(templates, [current], progress=lambda m: None) == []
+    old = time.time() - 3600
+    os.utime(theirs, (old, old))
     assert prune_templates(templates, [current], progress=lambda m: None) == [theirs]
     assert not theirs.exists() and current.exists()
+
+
+def test_an_abandoned_bake_and_its_vm_both_go(tmp_path: Path) -> None:
+    """A baker SIGKILLed mid-bake leaves its `.tmp-PID` directory and the VM it was baking;
+    the VM's command line named the directory, so the GC kept both for good (two such QEMUs
+    ran for 45 minutes after a cluster test here)."""
+    templates = tmp_path / "templates"
+    current = _version(templates, "base", "new", "img-new", age=0)
+    dead_pid = 2**22 + 12345  # above the kernel's pid_max here: no such process
+    abandoned = templates / "base" / f"half.tmp-{dead_pid}"
+    abandoned.mkdir()
+    vmm = lookalike("--memory", f"{abandoned}/memory")
+    try:
+        removed = prune_templates(templates, [current], progress=lambda m: None)
+        assert vmm.wait(timeout=10) == -9
+    finally:
+        if vmm.poll() is None:
+            vmm.kill()
+            vmm.wait()
+    assert removed == [abandoned] and not abandoned.exists() and current.exists()

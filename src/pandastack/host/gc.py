@@ -114,6 +114,10 @@ def prune_templates(templates_dir: Path, keep: Iterable[Path], *, grace: float =
             pid = version.name.rsplit(".tmp-", 1)[1]
             if pid.isdigit() and pid_is_running(int(pid)):
                 continue  # a bake in progress
+            # Its baker died (SIGKILL: no cleanup ran), and the VM it was baking is nobody's.
+            # Left running, its command line kept the directory "in use", and the two stayed.
+            _kill_vmms_naming(version, progress)
+            in_use = _vmm_cmdlines()
         elif not _old(version, now, grace):
             continue
         names = {str(version) + "/", str(version.resolve()) + "/"}
@@ -134,6 +138,18 @@ def prune_templates(templates_dir: Path, keep: Iterable[Path], *, grace: float =
     if removed:
         progress(f"removed {len(removed)} unused template version(s)")
     return removed
+
+
+def _kill_vmms_naming(directory: Path, progress: Callable[[str], None]) -> None:
+    names = {str(directory) + "/", str(directory.resolve()) + "/"}
+    for pid, argv in iter_cmdlines():
+        if is_vmm_process(argv) and any(name in arg for arg in argv for name in names):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                progress(f"killed VMM {pid} of an abandoned template bake ({directory})")
+                deadline = time.monotonic() + 5.0
+                while pid_is_running(pid) and time.monotonic() < deadline:
+                    time.sleep(0.005)
 
 
 def prune_images(images_dir: Path, templates_dir: Path, keep: Iterable[str], *,
