@@ -62,12 +62,13 @@ pytest: venv
 soak: deps venv
 	$(BIN)/pytest -m cluster
 
-# Issue 22's soak, density and chaos figures at full size (docs/reliability.md): ~30 min on
-# 2 cores.
+# Issue 22's soak, density, chaos and hostile-tenant figures at full size
+# (docs/reliability.md): ~35 min on 2 cores.
 soak-bench: deps venv
 	$(BIN)/python bench/soak.py --cycles 1000 --clients 4
 	$(BIN)/python bench/density.py --k 100
 	$(BIN)/python bench/chaos.py --n 20
+	$(BIN)/python bench/hostile.py --n 20
 
 bench: deps venv
 	$(BIN)/python bench/create.py
