@@ -125,3 +125,32 @@ async def test_close_while_the_share_is_being_added_takes_it_back(pool: HugePage
     await asyncio.sleep(1)  # a thread left running would have added its pages by now
     assert _pool() == before
     assert not pool.claim.exists()
+
+
+def test_a_share_whose_owner_died_while_growing_the_pool_is_taken_back(tmp_path: Path) -> None:
+    """On a stand-in sysfs: the owner is killed in the middle of growing the pool (after the
+    write, before anything else). A later runtime's sweep must take the pages back; they were
+    claimed by nobody before, and stayed in the pool for good."""
+    sysfs = tmp_path / "sysfs"
+    sysfs.mkdir()
+    (sysfs / "nr_hugepages").write_text("7\n")  # another runtime's, or the operator's
+    claims = tmp_path / "claims"
+
+    class Killed(BaseException):
+        pass
+
+    class DiesInTheWrite(HugePagePool):
+        def _write_pool(self, pages: int) -> None:
+            super()._write_pool(pages)
+            raise Killed
+
+    dying = DiesInTheWrite(claims / "a.claim", pages=10, sysfs=sysfs, progress=lambda m: None)
+    with pytest.raises(Killed):
+        dying._add_share()
+    assert int((sysfs / "nr_hugepages").read_text()) == 17
+    claim = json.loads((claims / "a.claim").read_text())
+    claim["pid"] = 2**22 + 1  # its owner is gone
+    (claims / "a.claim").write_text(json.dumps(claim))
+    HugePagePool(claims / "b.claim", pages=4, sysfs=sysfs, progress=lambda m: None).sweep()
+    assert int((sysfs / "nr_hugepages").read_text()) == 7
+    assert not (claims / "a.claim").exists()
