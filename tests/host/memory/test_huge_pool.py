@@ -144,7 +144,8 @@ def test_a_share_whose_owner_died_while_growing_the_pool_is_taken_back(tmp_path:
             super()._write_pool(pages)
             raise Killed
 
-    dying = DiesInTheWrite(claims / "a.claim", pages=10, sysfs=sysfs, progress=lambda m: None)
+    dying = DiesInTheWrite(claims / "a.claim", pages=10, sysfs=sysfs, progress=lambda m: None,
+                           meminfo=_meminfo(tmp_path, 1 << 20))
     with pytest.raises(Killed):
         dying._add_share()
     assert int((sysfs / "nr_hugepages").read_text()) == 17
@@ -154,3 +155,23 @@ def test_a_share_whose_owner_died_while_growing_the_pool_is_taken_back(tmp_path:
     HugePagePool(claims / "b.claim", pages=4, sysfs=sysfs, progress=lambda m: None).sweep()
     assert int((sysfs / "nr_hugepages").read_text()) == 7
     assert not (claims / "a.claim").exists()
+
+
+def _meminfo(tmp_path: Path, mib: int) -> Path:
+    path = tmp_path / "meminfo"
+    path.write_text(f"MemTotal:       {mib * 1024} kB\n")
+    return path
+
+
+def test_all_shares_together_stay_under_a_quarter_of_the_host(tmp_path: Path) -> None:
+    """Many runtimes on one host (a test session's servers and agents) each added up to an
+    eighth of its memory; together they could take all of it."""
+    sysfs = tmp_path / "sysfs"
+    sysfs.mkdir()
+    (sysfs / "nr_hugepages").write_text("0\n")
+    meminfo = _meminfo(tmp_path, 4096)  # a quarter: 1024 MiB, 512 pages
+    granted = [HugePagePool(tmp_path / "claims" / f"{n}.claim", pages=200, sysfs=sysfs,
+                            progress=lambda m: None, meminfo=meminfo)._add_share()
+               for n in range(4)]
+    assert granted == [200, 200, 112, 0]
+    assert int((sysfs / "nr_hugepages").read_text()) == 512

@@ -34,6 +34,8 @@ from pandastack.host.memory.idle_work import run_at_idle_priority, stop_idle_wor
 PAGE = 2 << 20
 MIB = 1 << 20
 POOL_SYSFS = Path("/sys/kernel/mm/hugepages/hugepages-2048kB")
+#: The pool may hold at most 1/HOST_SHARE of the host's memory, all runtimes' shares together.
+HOST_SHARE = 4
 MAP_HUGETLB = 0x40000  # Linux, every architecture QEMU runs guests on here
 
 # Touches each page once. Run as its own process: the pages go back to the pool when it exits.
@@ -66,12 +68,14 @@ def pages_for(memory_mb: int) -> int:
 
 class HugePagePool:
     def __init__(self, claim: Path, pages: int = 0, *, sysfs: Path = POOL_SYSFS,
-                 progress: Callable[[str], None] = print) -> None:
+                 progress: Callable[[str], None] = print,
+                 meminfo: Path = Path("/proc/meminfo")) -> None:
         """`claim`: this runtime's claim file (its directory holds every runtime's claims);
         `pages`: the share to add, 0 for none."""
         self.claim = claim
         self.pages = pages
         self.sysfs = sysfs
+        self.meminfo = meminfo
         self.progress = progress
         self.state = "none"  # none -> warming -> ready; back to none at close
         self.granted = 0  # pages the kernel actually added for this runtime
@@ -144,8 +148,14 @@ class HugePagePool:
             # here). A claim whose owner died before it was settled is taken back in full:
             # too few pages then (restores fall back to anonymous memory) is better than
             # pages nobody gives back.
-            _write_json(self.claim, {**owner, "pages": self.pages, "pending": True})
-            self._write_pool(before + self.pages)
+            # Every runtime on the host adds a share (test sessions run many): together they
+            # never hold more than HOST_SHARE of its memory, whatever each one asks.
+            ceiling = host_memory_mb(self.meminfo) * MIB // PAGE // HOST_SHARE
+            pages = min(self.pages, max(0, ceiling - before))
+            if pages <= 0:
+                return 0
+            _write_json(self.claim, {**owner, "pages": pages, "pending": True})
+            self._write_pool(before + pages)
             granted = max(0, self._read("nr_hugepages") - before)
             if granted:
                 _write_json(self.claim, {**owner, "pages": granted})
