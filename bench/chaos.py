@@ -57,7 +57,7 @@ from tests.helpers import qemu_pids_under
 
 from pandastack import Client, Sandbox
 from pandastack.sdk import APIConnectionError, APIError, PandastackError, ServerError
-from soak import Baseline, leftovers
+from soak import Baseline, leftovers, print_leftovers
 
 MAX_N = 200
 CALL_BOUND_S = 300.0  # an interrupted call that has not ended by then has hung
@@ -436,12 +436,7 @@ def main() -> int:
         for v in tally.violations[:5]:
             print(f"  {v}")
         bad += len(tally.violations)
-    print(f"leftovers with the server up: {len(left_live)}")
-    for item in left_live:
-        print(f"  {item}")
-    print(f"leftovers after its SIGTERM: {len(left_stopped)}")
-    for item in left_stopped:
-        print(f"  {item}")
+    print_leftovers(left_live, left_stopped)
     return 1 if bad or left_live or left_stopped else 0
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from api import live_server
 from pandastack import Client, Sandbox
-from soak import Baseline, leftovers, vmm_pids_under
+from soak import Baseline, leftovers, print_leftovers, vmm_pids_under
 
 MAX_K = 1000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -202,12 +202,7 @@ def main() -> int:
         left_stopped = leftovers(tmp, tmp / "server" / "sandboxes", None, base, stopped=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"leftovers with the server up: {len(left_live)}")
-    for item in left_live:
-        print(f"  {item}")
-    print(f"leftovers after its SIGTERM: {len(left_stopped)}")
-    for item in left_stopped:
-        print(f"  {item}")
+    print_leftovers(left_live, left_stopped)
     return 1 if failed or left_live or left_stopped else 0
 
 

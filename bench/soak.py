@@ -159,6 +159,14 @@ def leftovers(tmp: Path, sandboxes: Path, db: Path | None, base: Baseline,
     return left
 
 
+def print_leftovers(live: list[str], stopped: list[str]) -> None:
+    """What `leftovers` found with the server up and after its SIGTERM, one per line."""
+    for when, items in (("with the server up", live), ("after its SIGTERM", stopped)):
+        print(f"leftovers {when}: {len(items)}")
+        for item in items:
+            print(f"  {item}")
+
+
 # -- the cycles ----------------------------------------------------------------------------------
 
 @dataclass
@@ -298,12 +306,7 @@ def main() -> int:
         print(line("cycle create+write+exec+read+kill", run.times, "s"))
     for name in rss[0]:
         print(fmt_rss(rss, name))
-    print(f"leftovers with the server up: {len(left_live)}")
-    for item in left_live:
-        print(f"  {item}")
-    print(f"leftovers after its SIGTERM: {len(left_stopped)}")
-    for item in left_stopped:
-        print(f"  {item}")
+    print_leftovers(left_live, left_stopped)
     short = run.done < args.cycles
     if short:
         print(f"stopped at the {args.max_minutes} min bound")
