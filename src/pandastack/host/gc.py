@@ -140,6 +140,12 @@ def prune_templates(templates_dir: Path, keep: Iterable[Path], *, grace: float =
     return removed
 
 
+def _wait_gone(pid: int, within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while pid_is_running(pid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def _kill_vmms_naming(directory: Path, progress: Callable[[str], None]) -> None:
     names = {str(directory) + "/", str(directory.resolve()) + "/"}
     for pid, argv in iter_cmdlines():
@@ -147,9 +153,7 @@ def _kill_vmms_naming(directory: Path, progress: Callable[[str], None]) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 progress(f"killed VMM {pid} of an abandoned template bake ({directory})")
-                deadline = time.monotonic() + 5.0
-                while pid_is_running(pid) and time.monotonic() < deadline:
-                    time.sleep(0.005)
+                _wait_gone(pid)
 
 
 def prune_images(images_dir: Path, templates_dir: Path, keep: Iterable[str], *,
@@ -227,9 +231,7 @@ def kill_orphan_vmms(progress: Callable[[str], None] = print,
         progress(f"killed orphan VMM {pid} (its directory {workdir} is gone)")
         killed.append((pid, workdir))
     for pid, workdir in killed:
-        deadline = time.monotonic() + 5.0
-        while pid_is_running(pid) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        _wait_gone(pid)
         cgroups.remove(cgroups.cgroup_name(workdir), wait_s=0.5)
     cgroups.remove_stale(progress)
     return killed
