@@ -89,7 +89,7 @@ GARBAGE = textwrap.dedent("""
       [ "$(cat $d/name)" = org.pandastack.agent ] && port=/dev/$(basename $d)
     done
     sleep 0.5
-    pkill -9 -f 'python3 -m pandastack_gues[t]'
+    pkill -9 -f 'pandastack-agen[t] --guest|python3 -m pandastack_gues[t]'
     head -c 1000000 /dev/urandom > $port
     printf 'PS\\001\\000\\377\\377\\377\\377\\377\\377\\377\\377' > $port
 """)

@@ -1,4 +1,4 @@
-"""The opt-in that puts the binary agent into images (ADR 0038): the init starts it where it
+"""The choice that puts the binary agent into images (ADR 0038, the default since ADR 0039): the init starts it where it
 started the Python agent, and the choice is part of the image's content key."""
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ def test_an_unexpected_init_is_refused() -> None:
 
 def test_the_setting_chooses_the_agent(monkeypatch: pytest.MonkeyPatch,
                                        binary_agent: str) -> None:
-    monkeypatch.delenv(build.GUEST_AGENT_ENV, raising=False)
-    assert build.guest_agent_binary() is None
+    monkeypatch.delenv(build.GUEST_AGENT_ENV, raising=False)  # the default is the binary
+    assert build.guest_agent_binary() == Path(binary_agent).read_bytes()
     monkeypatch.setenv(build.GUEST_AGENT_ENV, "python")
     assert build.guest_agent_binary() is None
     monkeypatch.setenv(build.GUEST_AGENT_ENV, "binary")
     assert build.guest_agent_binary() == Path(binary_agent).read_bytes()
     monkeypatch.setenv(build.GUEST_AGENT_ENV, "rust")
-    with pytest.raises(SetupError, match="python' or 'binary"):
+    with pytest.raises(SetupError, match="binary' or 'python"):
         build.guest_agent_binary()
 
 

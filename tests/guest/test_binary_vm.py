@@ -1,9 +1,9 @@
 """The binary agent in real VMs (ADR 0038): a sandbox whose guest has no python3 still answers
 exec, files and init, and its clones are distinct (entropy, hostname, machine-id) and on time.
 
-Runs when the session's images have the binary agent (`PANDASTACK_GUEST_AGENT=binary`, for
-example `PANDASTACK_GUEST_AGENT=binary make test`); with the default Python agent it is
-skipped with that reason, since a guest without python3 has no agent then."""
+Runs when the session's images have the binary agent (the default); with the reference Python
+agent (`PANDASTACK_GUEST_AGENT=python`) it is skipped with that reason, since a guest without
+python3 has no agent then."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from pandastack.host.images.build import GUEST_AGENT_ENV
+from pandastack.host.images.build import GUEST_AGENT_ENV, guest_agent_choice
 from pandastack.host.runtime import HostRuntime
 from tests.helpers import SandboxFactory
 
 pytestmark = [
     pytest.mark.vm,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(os.environ.get(GUEST_AGENT_ENV) != "binary",
+    pytest.mark.skipif(guest_agent_choice() != "binary",
                        reason=f"the session's images have the Python agent ({GUEST_AGENT_ENV} "
-                              "is not 'binary')"),
+                              "is 'python')"),
 ]
 
 PROBE = ("head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; hostname; "

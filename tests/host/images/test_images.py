@@ -255,7 +255,7 @@ def test_assets_are_shipped() -> None:
     assert "switch_root /newroot /sbin/pandastack-init" in init
     assert pid1.startswith("#!/bin/sh\n")
     assert "pandastack-init: starting agent" in pid1
-    assert "python3 -m pandastack_guest --guest" in pid1
+    assert "python3 -m pandastack_guest --guest" in pid1  # rewritten for the binary agent
     # The code interpreter ships as an asset and is part of its variant's image.
     server = images.read_package_file(images.KERNEL_SERVER_ASSET).decode()
     assert "jupyter_client" in server and "/run/pandastack/code.sock" in server

@@ -66,7 +66,7 @@ async def test_garbage_on_agent_channel_is_contained(sandbox_factory: SandboxFac
           [ "$(cat $d/name)" = org.pandastack.agent ] && port=/dev/$(basename $d)
         done
         sleep 0.5
-        pkill -9 -f 'python3 -m pandastack_gues[t]'
+        pkill -9 -f 'pandastack-agen[t] --guest|python3 -m pandastack_gues[t]'
         printf 'this is not a frame\\000\\377\\376' > $port
         printf 'PS\\001\\000\\377\\377\\377\\377\\377\\377\\377\\377' > $port
     """)

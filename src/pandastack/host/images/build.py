@@ -224,22 +224,28 @@ def read_package_file(path: str) -> bytes:
 
 
 GUEST_AGENT_ENV = "PANDASTACK_GUEST_AGENT"
-"""`python` (the default) or `binary`: which guest agent images get (ADR 0038)."""
+"""`binary` (the default) or `python`: which guest agent images get (ADR 0038, ADR 0039)."""
 GUEST_AGENT_BUILD = Path(__file__).resolve().parents[4] / "scripts" / "build-guest-agent.sh"
 
 
-def guest_agent_binary() -> bytes | None:
-    """The binary agent's bytes if `PANDASTACK_GUEST_AGENT=binary`, else None (Python).
+def guest_agent_choice() -> str:
+    """`binary` or `python` (the conformance reference, ADR 0039), from `PANDASTACK_GUEST_AGENT`."""
+    choice = os.environ.get(GUEST_AGENT_ENV, "binary") or "binary"
+    if choice not in ("binary", "python"):
+        raise SetupError(f"{GUEST_AGENT_ENV} must be 'binary' or 'python', not {choice!r}")
+    return choice
 
-    Opt-in while the binary does not yet do everything the Python agent does (issue 23);
-    it is built from a source checkout by scripts/build-guest-agent.sh (cached there)."""
-    choice = os.environ.get(GUEST_AGENT_ENV, "python") or "python"
-    if choice == "python":
+
+def guest_agent_binary() -> bytes | None:
+    """The binary agent's bytes, or None when `PANDASTACK_GUEST_AGENT=python` asks for the
+    reference Python agent. Built from a source checkout by scripts/build-guest-agent.sh
+    (cached by content there)."""
+    if guest_agent_choice() == "python":
         return None
-    if choice != "binary":
-        raise SetupError(f"{GUEST_AGENT_ENV} must be 'python' or 'binary', not {choice!r}")
     if not GUEST_AGENT_BUILD.is_file():
-        raise SetupError(f"{GUEST_AGENT_ENV}=binary needs a source checkout ({GUEST_AGENT_BUILD})")
+        raise SetupError(f"the guest agent binary is built from a source checkout "
+                         f"({GUEST_AGENT_BUILD} is missing); {GUEST_AGENT_ENV}=python uses the "
+                         "reference Python agent instead")
     out = subprocess.run([str(GUEST_AGENT_BUILD)], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SetupError(f"building the guest agent failed: {out.stderr.strip()[-2000:]}")
@@ -272,6 +278,7 @@ def _gather(home: Path, image: ImageSpec, progress: Progress, *,
     spec = base_spec(image)
     if not BUSYBOX.is_file():
         raise SetupError(f"{BUSYBOX} not found: install busybox-static")
+    binary = guest_agent_binary()
     inputs = ImageInputs(
         kernel_package=pkg.name,
         kernel_version=pkg.version,
@@ -280,13 +287,14 @@ def _gather(home: Path, image: ImageSpec, progress: Progress, *,
         rootfs_init=read_asset(ROOTFS_INIT_ASSET),
         busybox_sha256=sha256_file(BUSYBOX),
         base_key=spec.key(),
-        agent=agent_files(agent_package_dir()),
+        # A binary-agent image carries no Python agent: one agent in the guest, not two.
+        agent={} if binary is not None else agent_files(agent_package_dir()),
         rootfs_size=ROOTFS_SIZE,
         cmdline=CMDLINE,
         variant=image.name,
         pip_packages=image.pip_packages,
         files={dest: read_package_file(path) for dest, path in image.files},
-        agent_binary=guest_agent_binary(),
+        agent_binary=binary,
     )
     return inputs, pkg, spec
 
