@@ -259,6 +259,10 @@ pub fn spawn(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
 
 pub fn managed(sh: &Arc<Shared>, h: &Value) -> Result<Arc<Proc>, OpError> {
     let pid = arg_int(h, "pid", None, 1)?;
+    if pid > i32::MAX as i128 {
+        // Not quoted: a host may send more digits than an i128 holds (execs.py does the same).
+        return Err(OpError::new("ESRCH", "no managed process (pid out of range)"));
+    }
     sh.procs.get(pid).ok_or_else(|| OpError::new("ESRCH", &format!("no managed process {}", pid)))
 }
 

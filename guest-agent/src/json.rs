@@ -17,8 +17,11 @@ pub enum Value {
     Obj(Vec<(String, Value)>),
 }
 
-/// Nesting beyond this is refused, like the reference decoder's recursion limit.
+/// Nested arrays and objects beyond this are refused: protocol.py MAX_JSON_DEPTH, the same
+/// fixed bound in both agents.
 const MAX_DEPTH: usize = 512;
+/// Longer integer literals are refused: protocol.py MAX_INT_DIGITS (Python's own bound).
+const MAX_INT_DIGITS: usize = 4300;
 
 impl Value {
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -149,8 +152,9 @@ impl<'a> Parser<'a> {
             Err(format!("bad literal at {}", self.i))
         }
     }
+    /// A value inside `depth` arrays and objects.
     fn value(&mut self, depth: usize) -> Result<Value, String> {
-        if depth > MAX_DEPTH {
+        if matches!(self.peek(), Some(b'{') | Some(b'[')) && depth + 1 > MAX_DEPTH {
             return Err("JSON nested too deeply".into());
         }
         match self.peek() {
@@ -241,6 +245,9 @@ impl<'a> Parser<'a> {
             _ => return Err(format!("bad number at {}", start)),
         }
         let int_end = self.i;
+        if int_end - int_start > MAX_INT_DIGITS {
+            return Err(format!("JSON integer longer than {} digits", MAX_INT_DIGITS));
+        }
         let mut float = false;
         if self.peek() == Some(b'.') {
             self.i += 1;

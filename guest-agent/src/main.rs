@@ -20,6 +20,7 @@ mod metrics;
 mod op;
 mod osstr;
 mod procs;
+mod program;
 mod pty;
 mod sys;
 mod sysinit;

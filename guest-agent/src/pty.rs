@@ -67,7 +67,12 @@ pub fn pty(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     }
     let mut vars = vec![("TERM".to_string(), DEFAULT_TERM.to_string()), ("SHELL".to_string(), login_shell(&user))];
     vars.extend(env(h)?.unwrap_or_default());
-    check_cwd(&cwd)?;
+    // pty.py words a missing file (the cwd or the program) as "<path>: <why>".
+    let not_found = |p: &str| OpError::new("ENOENT", &format!("{}: {}", p, crate::sys::strerror_text(2))).with_path(p);
+    match check_cwd(&cwd) {
+        Err(e) if e.code == "ENOENT" => return Err(not_found(cwd.as_deref().unwrap_or_default())),
+        r => r?,
+    }
     let spec = Spec {
         argv: &argv,
         display,
@@ -81,10 +86,9 @@ pub fn pty(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     };
     let proc = match sh.procs.start(spec) {
         Ok(p) => p,
-        Err(e) if e.raw_os_error() == Some(2) => {
-            let why = format!("{}: {}", argv[0], crate::sys::strerror_text(2));
-            return Err(OpError::new("ENOENT", &why).with_path(&argv[0]));
-        }
+        Err(e) if e.raw_os_error() == Some(2) => return Err(not_found(&argv[0])),
+        // The exec failed (the cwd was checked above): about the program, as subprocess says.
+        Err(e) if e.raw_os_error().is_some() => return Err(OpError::io(&e, Some(&argv[0]))),
         Err(e) => return Err(OpError::io(&e, None)),
     };
     op.send("spawned", b"", Obj::new().put("pid", proc.pid));

@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cgroups::Cgroups;
+use crate::program::Program;
 use crate::procs::{Inner, Proc, Ring, Stream, DEFAULT_ENV, PTY_RING_BYTES, RING_BYTES};
 use crate::sys;
 use crate::users::User;
@@ -92,6 +93,8 @@ impl ProcTable {
                 set(k, v);
             }
         }
+        // The child execs this itself (program.rs); Command only forks and sets up stdio and cwd.
+        let program = Program::new(spec.argv, &env)?;
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..]).env_clear().envs(env);
         if let Some(cwd) = spec.cwd.as_ref().or(self.default_cwd.as_ref()) {
@@ -134,7 +137,7 @@ impl ProcTable {
                     sys::child_setgid(*gid)?;
                     sys::child_setuid(*uid)?;
                 }
-                Ok(())
+                Err(program.exec())
             });
         }
         let t0 = Instant::now();

@@ -14,7 +14,7 @@ import json
 import socket
 
 from .ops import Op, OpError
-from .protocol import Frame
+from .protocol import MAX_JSON_DEPTH, Frame, parse_json
 
 SOCKET_PATH = "/run/pandastack/code.sock"
 READ_SIZE = 256 * 1024
@@ -23,7 +23,8 @@ CONNECT_TIMEOUT = 10.0
 
 def _request_line(payload: bytes) -> bytes:
     try:
-        req = json.loads(payload)
+        # UTF-8 only (json.loads would guess UTF-16 or a BOM from bytes; the binary agent does not).
+        req = parse_json(payload.decode("utf-8"), max_depth=MAX_JSON_DEPTH)
     except ValueError:
         raise OpError("EINVAL", "code request payload is not JSON") from None
     if not isinstance(req, dict) or not isinstance(req.get("op"), str):

@@ -175,11 +175,18 @@ def spawn(table: ProcessTable, op: Op, f: Frame) -> None:
     threading.Thread(target=proc.run_io, name=f"proc-{proc.pid}", daemon=True).start()
 
 
+PID_MAX = 2**31 - 1
+"""The largest pid_t: a bigger pid names no process (and overflows the system calls)."""
+
+
 def _proc(table: ProcessTable, h: dict[str, Any]) -> ManagedProcess:
     pid = arg_int(h, "pid", lo=1)
-    proc = table.get(pid)
+    # Not quoted when out of range: the binary agent holds ints as i128 and could not say
+    # the same number back (a host may send any int, up to thousands of digits).
+    proc = table.get(pid) if pid <= PID_MAX else None
     if proc is None:
-        raise OpError("ESRCH", f"no managed process {pid}")
+        raise OpError("ESRCH", f"no managed process {pid}" if pid <= PID_MAX
+                      else "no managed process (pid out of range)")
     return proc
 
 
@@ -219,6 +226,8 @@ def signal(table: ProcessTable, op: Op, f: Frame) -> None:
     if proc is not None:
         if proc.info is None or sig == signal_mod.SIGKILL:
             proc.kill_tree(sig)
+    elif pid > PID_MAX:
+        raise OpError("ESRCH", "No such process")  # what kill(2) says, not an OverflowError
     else:
         os.kill(pid, sig)
     op.send("ok")

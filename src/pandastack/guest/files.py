@@ -38,6 +38,9 @@ def _info(name: str, path: str, s: os.stat_result) -> dict[str, Any]:
     }
 
 
+OFF_MAX = 2**63 - 1
+
+
 def read_file(op: Op, f: Frame) -> None:
     h = f.header
     path = arg_str(h, "path")
@@ -49,6 +52,9 @@ def read_file(op: Op, f: Frame) -> None:
             raise OpError("EISDIR", "Is a directory", path)
         if not op.send("file", size=s.st_size):
             return
+        if offset > OFF_MAX:
+            # lseek(2)'s answer to an offset past off_t, not an OverflowError.
+            raise OpError("EINVAL", "Invalid argument", path)
         if offset:
             fh.seek(offset)
         sent = 0

@@ -38,6 +38,8 @@ KILLED_GRACE = 10.0
 (a fork bomb) take a few seconds to exit on one TCG vCPU; the exit is reported once they
 have, so the next exec does not meet them (nor a pids limit they still hold)."""
 MAX_FINISHED = 64
+WAIT_MAX = 86400.0
+"""Longest single wait of the watchdog (it waits again for a deadline further away)."""
 
 DEFAULT_ENV = {
     # /opt/venv (see the image) comes first: `pip install` and `python` use the sandbox's
@@ -133,7 +135,9 @@ class Watchdog:
                 when, key, fn = self._heap[0]
                 left = when - time.monotonic()
                 if left > 0:
-                    self._cond.wait(left)
+                    # Bounded: a timeout_ms near 2**64 is past what a timed wait takes, and
+                    # the OverflowError would end this thread (and every later timeout).
+                    self._cond.wait(min(left, WAIT_MAX))
                     continue
                 heapq.heappop(self._heap)
                 if key in self._cancelled:

@@ -14,6 +14,7 @@ The header always holds ``"t"`` (message type, str) and ``"id"`` (operation id, 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -107,18 +108,53 @@ def parse_prefix(prefix: bytes | bytearray | memoryview) -> tuple[int, int]:
     return hlen, plen
 
 
-def parse_json(data: bytes | str) -> Any:
+MAX_JSON_DEPTH = 512
+"""Deepest nesting of arrays and objects an agent accepts in a header or a `code` request.
+A fixed number, so both agents (this one and guest-agent/'s) refuse the same inputs: the
+interpreter's own limit (json raises RecursionError) depends on the stack in use."""
+MAX_INT_DIGITS = 4300
+"""Longest integer literal (digits) in JSON from the peer: Python's default int_max_str_digits,
+stated so the binary agent can apply the same bound."""
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[][{}]")
+
+
+def _nesting(text: str) -> int:
+    """Deepest nesting of arrays and objects in valid JSON text."""
+    depth = deepest = 0
+    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if m.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def parse_json(data: bytes | str, *, max_depth: int | None = None) -> Any:
     """``json.loads`` for bytes from the peer: ValueError for anything that is not JSON,
-    including nesting too deep for the interpreter (json raises RecursionError there)."""
+    including nesting deeper than ``max_depth`` (or too deep for the interpreter: json raises
+    RecursionError there) and integers longer than MAX_INT_DIGITS."""
     try:
-        return json.loads(data)
+        obj = json.loads(data)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    except ValueError as e:
+        if "integer string conversion" in str(e):
+            raise ValueError(f"JSON integer longer than {MAX_INT_DIGITS} digits") from None
+        raise
+    if max_depth is not None:
+        text = data if isinstance(data, str) else data.decode("utf-8", "surrogatepass")
+        # Counting brackets is cheap; only text that could be too deep is scanned.
+        if text.count("[") + text.count("{") > max_depth and _nesting(text) > max_depth:
+            raise ValueError("JSON nested too deeply")
+    return obj
 
 
 def parse_header(raw: bytes) -> dict[str, Any]:
     try:
-        obj = parse_json(raw.decode("utf-8"))
+        obj = parse_json(raw.decode("utf-8"), max_depth=MAX_JSON_DEPTH)
     except (UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(f"header is not UTF-8 JSON: {e}") from None
     if not isinstance(obj, dict):
