@@ -6,8 +6,14 @@
 # Cached outside the repo by a hash of everything that goes into it (sources, flags, the
 # compiler's version), like the other image parts:
 #   ${PANDASTACK_AGENT_CACHE:-~/.cache/pandastack/guest-agent}/<hash>/pandastack-agent
+# Each source change is a new <hash>: after a build only the KEEP newest (by mtime; a cache hit
+# touches its entry) stay, the one just built always among them.
+#
+# A wheel carries this script and guest-agent/src/*.rs in the same layout under
+# <prefix>/share/pandastack/ (pyproject.toml), so an installed server builds it the same way.
 set -euo pipefail
 
+KEEP=3
 root=$(cd "$(dirname "$0")/.." && pwd)
 src=$root/guest-agent
 rustc=${RUSTC:-}
@@ -39,6 +45,7 @@ key=$(
 cache=${PANDASTACK_AGENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pandastack/guest-agent}
 out=$cache/$key/pandastack-agent
 if [[ -x "$out" ]]; then
+  touch "$cache/$key" 2>/dev/null || true
   echo "$out"
   exit 0
 fi
@@ -48,4 +55,10 @@ trap 'rm -rf "$tmp"' EXIT
 "$rustc" "${flags[@]}" "$src/src/main.rs" -o "$tmp/pandastack-agent" >&2
 mkdir -p "$cache/$key"
 mv "$tmp/pandastack-agent" "$out"
+touch "$cache/$key"
+# Entries are 16 hex digits (the .tmp-* of a build in progress are not); newest first.
+find "$cache" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}' \
+    -printf '%T@ %f\n' | LC_ALL=C sort -rn | cut -d' ' -f2 | { grep -vx "$key" || true; } |
+  tail -n +"$KEEP" |
+  while read -r old; do rm -rf "${cache:?}/$old"; done
 echo "$out"
