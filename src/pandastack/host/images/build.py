@@ -238,15 +238,28 @@ def guest_agent_choice() -> str:
 
 def guest_agent_binary() -> bytes | None:
     """The binary agent's bytes, or None when `PANDASTACK_GUEST_AGENT=python` asks for the
-    reference Python agent. Built from a source checkout by scripts/build-guest-agent.sh
-    (cached by content there)."""
+    reference Python agent. Built by scripts/build-guest-agent.sh (cached by content there), of
+    the source checkout or the copy an installed wheel carries."""
     if guest_agent_choice() == "python":
         return None
-    if not GUEST_AGENT_BUILD.is_file():
-        raise SetupError(f"the guest agent binary is built from a source checkout "
-                         f"({GUEST_AGENT_BUILD} is missing); {GUEST_AGENT_ENV}=python uses the "
-                         "reference Python agent instead")
-    out = subprocess.run([str(GUEST_AGENT_BUILD)], capture_output=True, text=True, check=False)
+    script = GUEST_AGENT_BUILD
+    if not script.is_file():
+        # An installed server: its wheel carries the script and the sources as data files,
+        # in the checkout's layout under <prefix>/share/pandastack/ (pyproject.toml).
+        import importlib.metadata
+
+        try:
+            record = importlib.metadata.files("pandastack") or []
+        except importlib.metadata.PackageNotFoundError:
+            record = []
+        want = ("share", "pandastack", "scripts", GUEST_AGENT_BUILD.name)
+        script = next((Path(str(f.locate())) for f in record if f.parts[-4:] == want), script)
+    if not script.is_file():
+        raise SetupError(f"the guest agent binary is built from its sources ({script} is "
+                         f"missing: neither a source checkout nor an installed wheel's copy); "
+                         f"{GUEST_AGENT_ENV}=python uses the reference Python agent instead")
+    # Through bash: an installed copy may have lost its executable bit.
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SetupError(f"building the guest agent failed: {out.stderr.strip()[-2000:]}")
     return Path(out.stdout.strip().splitlines()[-1]).read_bytes()
