@@ -31,6 +31,7 @@ from pandastack.host.images.common import fsync_path
 from pandastack.host.memory.stage import stage as stage_memory
 from pandastack.host.memory.stage import sweep as sweep_staged_memory
 from pandastack.host.network.manager import NetworkManager
+from pandastack.host.templates import tick
 from pandastack.host.vmm.driver import (
     KernelSpec,
     MachineShape,
@@ -294,6 +295,11 @@ class TemplateStore:
                     t0 = time.monotonic()
                     await _warm_code(agent, code, pid, builtin.start)
                     progress(f"template {name}: code warm-up took {time.monotonic() - t0:.1f}s")
+            # A guest whose clocksource watchdog dropped the TSC keeps a periodic tick that
+            # every clone would inherit (tick.py): such a bake must not be saved. Checked
+            # before the settle, which then also clears up after the probe's own exec.
+            state = await tick.check(agent)
+            progress(f"template {name}: tick {state.describe()}")
             await agent.sync()
             # Let the guest finish the work the warm-up left behind (RCU callbacks freeing
             # exited tasks, cgroups being released) before the snapshot: otherwise every clone

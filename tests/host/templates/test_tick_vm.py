@@ -1,0 +1,49 @@
+"""The bake's tick check in real VMs: a clone of a baked template idles tickless, and a bake
+whose guest keeps a periodic tick is refused instead of saved (its clones would take HZ timer
+interrupts a second in idle, ADR 0038 addendum)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.templates import tick
+from pandastack.host.templates.builtin import TemplateStore
+from pandastack.hostport.errors import SetupError
+from tests.helpers import SandboxFactory
+
+pytestmark = pytest.mark.vm
+
+
+async def test_clone_of_a_template_idles_tickless(sandbox_factory: SandboxFactory) -> None:
+    sbx = await sandbox_factory()
+    result = await sbx.exec(tick.PROBE, timeout=60)
+    assert result.exit_code == 0, result.stderr
+    state = tick.parse_probe(result.stdout.decode())
+    assert state.ok, state.describe()
+
+
+# `nohz=off highres=off` is what the watchdog's switch to refined-jiffies leaves, made certain:
+# no oneshot mode, a tick each jiffy.
+@pytest.mark.timeout(600)
+async def test_bake_with_a_periodic_tick_is_refused(runtime: HostRuntime) -> None:
+    await runtime.prepare()
+    # Beside the real templates, not under pytest's tmp_path: the VMM runs jailed as its own
+    # user and must reach the bake's directory the way it reaches theirs.
+    root = Path(tempfile.mkdtemp(prefix=".tick-test-", dir=runtime.config.home))
+    try:
+        store = TemplateStore(root, runtime.driver, runtime.image,
+                              network=runtime.machinery.network,
+                              kernel_args=" nohz=off highres=off")
+        with pytest.raises(SetupError) as info:
+            await store.ensure("base", progress=lambda _: None)
+        assert "not tickless in idle" in str(info.value)
+        assert "cpu 0: nohz inactive, tick periodic" in str(info.value)
+        assert [p.name for p in (root / "base").iterdir()] == [".lock"], \
+            "a refused bake must leave no template behind"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
