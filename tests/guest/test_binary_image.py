@@ -1,5 +1,6 @@
-"""The choice that puts the binary agent into images (ADR 0038, the default since ADR 0039): the init starts it where it
-started the Python agent, and the choice is part of the image's content key."""
+"""The choice that puts the binary agent into images (ADR 0038, the default since ADR 0039): the
+init starts it where it started the Python agent, and the choice is part of the image's
+content key."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ python3 has no agent then."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
