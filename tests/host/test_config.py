@@ -10,11 +10,11 @@ from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, HostConfig
 
 
 @pytest.mark.parametrize(("setting", "accel", "args"), [
-    ("auto", "tcg", " norandmaps"), ("auto", "kvm", ""),
-    ("on", "tcg", ""), ("on", "kvm", ""),
-    ("off", "tcg", " norandmaps"), ("off", "kvm", " norandmaps"),
+    ("auto", "tcg", " norandmaps tsc=reliable"), ("auto", "kvm", ""),
+    ("on", "tcg", " tsc=reliable"), ("on", "kvm", ""),
+    ("off", "tcg", " norandmaps tsc=reliable"), ("off", "kvm", " norandmaps"),
 ])
-def test_guest_aslr_gives_the_kernel_args(setting: str, accel: str, args: str) -> None:
+def test_guest_aslr_and_accel_give_the_kernel_args(setting: str, accel: str, args: str) -> None:
     assert HostConfig(guest_aslr=setting).guest_kernel_args(accel) == args
 
 

@@ -46,6 +46,7 @@ from pandastack.templatespec import ReadyCheck
 
 BAKE_VERSION = "4"
 BOOT_DEADLINE_S = 240.0
+BAKE_ATTEMPTS = 3  # boots per bake when the guest's tick stays periodic (tick.py)
 # Run once before the snapshot so that every clone finds these code paths and files already in
 # guest memory (page cache, dentries) instead of paying for them on its first exec.
 # The interpreter is read whole: the agent and most first commands are python3, and a C
@@ -208,7 +209,7 @@ class TemplateStore:
             try:
                 template = await asyncio.to_thread(self._load, name, final)
                 if template is None:
-                    await self._bake(name, key, final, shape, image, builtin, progress)
+                    await self._bake_fresh(name, key, final, shape, image, builtin, progress)
                     template = await asyncio.to_thread(self._load, name, final)
             finally:
                 os.close(lock)
@@ -227,6 +228,21 @@ class TemplateStore:
         sweep_staged_memory(self.memory_stage, progress)
         prune_images(image.rootfs.parent.parent, self.root, sorted(self._image_keys),
                      progress=progress)
+
+    async def _bake_fresh(self, name: str, key: str, final: Path, shape: MachineShape,
+                          image: GuestImage, builtin: BuiltinTemplate,
+                          progress: Progress) -> None:
+        """Bake, booting again (up to BAKE_ATTEMPTS boots) when the guest came up with a
+        periodic tick: that state is the boot's (a clocksource dropped), not the image's."""
+        for attempt in range(1, BAKE_ATTEMPTS + 1):
+            try:
+                await self._bake(name, key, final, shape, image, builtin, progress)
+                return
+            except tick.PeriodicTick as exc:
+                if attempt == BAKE_ATTEMPTS:
+                    raise
+                progress(f"template {name}: boot {attempt} of {BAKE_ATTEMPTS} kept a periodic "
+                         f"tick, booting again ({str(exc).splitlines()[0]})")
 
     async def _bake(self, name: str, key: str, final: Path, shape: MachineShape,
                     image: GuestImage, builtin: BuiltinTemplate, progress: Progress) -> None:

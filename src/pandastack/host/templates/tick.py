@@ -36,6 +36,10 @@ _TICK_DEVICE = re.compile(r"^Tick Device: mode:\s*(\d+)\n(Broadcast device|Per C
                           re.MULTILINE)
 
 
+class PeriodicTick(SetupError):
+    """A baking guest that keeps a periodic tick: only a new boot can help (a re-bake)."""
+
+
 @dataclass(frozen=True)
 class CpuTick:
     cpu: int
@@ -110,7 +114,7 @@ async def check(agent: AgentClient, *, attempts: int = SETTLE_ATTEMPTS,
     if state.ok:
         return state
     log = await agent.exec("dmesg | grep -i -E 'clocksource|tsc' | tail -n 8", timeout=60)
-    raise SetupError(
+    raise PeriodicTick(
         f"the guest's timer tick is not tickless in idle ({state.describe()}): every clone "
         f"would take a timer interrupt each jiffy; its kernel log says:\n"
         + (log.stdout.decode(errors="replace").strip() or "(nothing about its clocksource)"))
