@@ -52,9 +52,9 @@ sdk-ts: deps
 # `make test` leaves out what runs a whole `make cluster` (marker `cluster`, ~90 s): `make soak`.
 # TEST_WORKERS=2 runs two workers, a test module each at a time (its shared server or sandbox
 # stays on one worker); each has its own PostgreSQL, S3 server and runtime, and network slots
-# are claimed host-wide. It took pytest from 31 to 13 minutes here, but five e2e tests failed
-# in it: the built-in template's files under PANDASTACK_HOME were rewritten by the other
-# worker while they created from it. Until that cache is safe to share, one process.
+# are claimed host-wide. On these 2 cores it is not faster: 36 min of pytest against 24 serial
+# (2026-12-02, binary agent), and three tests that read host-wide counts (the huge page pool)
+# or need a host's heartbeat on time failed in it and passed alone. So one process.
 TEST_WORKERS ?= 0
 pytest: venv
 	$(BIN)/pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadscope --durations=25
