@@ -52,9 +52,10 @@ sdk-ts: deps
 # `make test` leaves out what runs a whole `make cluster` (marker `cluster`, ~90 s): `make soak`.
 # TEST_WORKERS=2 runs two workers, a test module each at a time (its shared server or sandbox
 # stays on one worker); each has its own PostgreSQL, S3 server and runtime, and network slots
-# are claimed host-wide. On these 2 cores it is not faster: 36 min of pytest against 24 serial
-# (2026-12-02, binary agent), and three tests that read host-wide counts (the huge page pool)
-# or need a host's heartbeat on time failed in it and passed alone. So one process.
+# are claimed host-wide. Measured 2026-12-02 with the binary agent: 36 min of pytest with two
+# workers (serial was 24 min the day before, on another machine of this kind, and CI's serial
+# run 25.5 min), and three tests that read host-wide counts (the huge page pool) or need a
+# host's heartbeat on time failed only beside a second worker. So one process.
 TEST_WORKERS ?= 0
 pytest: venv
 	$(BIN)/pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadscope --durations=25
