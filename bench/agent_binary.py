@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from api import Server, api_once, kill_everything, live_server
-from common import pct, temp_runtime
+from common import pct, settle_fork_machinery, temp_runtime
 from create import floor_once, idle_cost, product_once
 from fork import make_dirty
 from pandastack.host.images.build import GUEST_AGENT_ENV
@@ -54,7 +54,6 @@ from pandastack.host.templates.builtin import Template
 AGENTS = ("python", "binary")
 PARTS = ("create", "fork", "wake", "api")
 TARGET = 0.80  # issue 23: at least 20 % lower than with the Python agent
-SETTLE_TIMEOUT = 120.0
 
 METRICS = {"create": ("create",), "fork": ("fork", "forked"), "wake": ("wake", "hibernate"),
            "api": ("api",)}  # what each part times, in the order printed
@@ -89,16 +88,6 @@ class Side:
 def line(name: str, values: list[float]) -> str:
     return (f"{name:<42} p50 {pct(values, 50):7.1f}  p90 {pct(values, 90):7.1f}  "
             f"p99 {pct(values, 99):7.1f} ms (n={len(values)})")
-
-
-async def settle_fork_machinery(rt: HostRuntime) -> None:
-    """Wait for the fork buffer and huge page pool that a first fork starts preparing (as
-    fork.py does before its rounds), so no timed fork pays for them."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT
-    while "warming" in (rt.huge_pool.state, rt.fork_buffer.state):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the fork buffer or huge page pool is still warming")
-        await asyncio.sleep(0.2)
 
 
 async def fork_once(side: Side) -> None:

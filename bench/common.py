@@ -4,11 +4,13 @@ of a server or agent subprocess that kills any VM it left."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -73,3 +75,13 @@ def stop(proc: subprocess.Popen[bytes], tmp: Path) -> None:
         proc.wait()
     for pid in qemu_pids_under(tmp):
         os.kill(pid, signal.SIGKILL)
+
+
+async def settle_fork_machinery(rt: HostRuntime, timeout: float = 120.0) -> None:
+    """Wait for the fork buffer and huge page pool that a runtime's first fork starts
+    preparing (as a server does after its first fork), so no timed fork pays for them."""
+    deadline = time.monotonic() + timeout
+    while "warming" in (rt.huge_pool.state, rt.fork_buffer.state):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the fork buffer or huge page pool is still warming")
+        await asyncio.sleep(0.2)

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from common import line as _line
-from common import pct
+from common import pct, settle_fork_machinery
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
@@ -90,11 +90,7 @@ async def main() -> None:
         print(f"first fork after start, to child's 1st exec: "
               f"{(time.perf_counter() - t0) * 1000:.1f} ms")
         await rt.kill(kid.id)
-        deadline = time.monotonic() + 120
-        while "warming" in (rt.huge_pool.state, rt.fork_buffer.state):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fork buffer or huge page pool is still warming")
-            await asyncio.sleep(0.2)
+        await settle_fork_machinery(rt)
         print(f"huge page pool: {rt.huge_pool.granted} pages of 2 MiB")
         for _ in range(args.n):
             t0 = time.perf_counter()
