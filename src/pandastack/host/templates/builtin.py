@@ -178,6 +178,7 @@ class TemplateStore:
             device_state=directory / "device.state",
             kernel=KernelSpec(Path(meta["kernel"]), Path(meta["initrd"]), meta["cmdline"]),
             shape=shape,
+            saved_by=meta.get("driver", ""),
         )
         return Template(name, meta["key"], directory, snapshot, self._disk(directory),
                         int(meta["disk_bytes"]))

@@ -73,6 +73,9 @@ class SnapshotFiles:
     device_state: Path
     kernel: KernelSpec
     shape: MachineShape
+    # `identity()` of the driver that baked the template this descends from (template.json's
+    # "driver"): a driver whose machine has changed since restores into the one it names.
+    saved_by: str = ""
 
 
 def max_stream_bytes(ram_bytes: int) -> int:

@@ -1,0 +1,77 @@
+"""A template baked on the machine with the PIT (every template before ADR 0040) still
+restores once the driver's own machine has none: the restore uses the machine its template
+was baked on, or QEMU refuses the stream (it carries the PIT's state). Real VMs."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pandastack.guest import protocol
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.templates.builtin import TemplateStore
+from pandastack.host.vmm.driver import VMPaths
+from pandastack.host.vmm.qcow2 import create_overlay
+from pandastack.host.vmm.qemu import MACHINE, QemuDriver
+from pandastack.hostport.network import NetworkPolicy
+
+pytestmark = pytest.mark.vm
+
+
+async def hello(sock: object) -> None:
+    """The restored agent answers a hello within 30 s."""
+    import socket as socketlib
+
+    assert isinstance(sock, socketlib.socket)
+    sock.setblocking(True)
+    sock.sendall(protocol.frame("hello", 0, v=1, nonce="old-machine"))
+    sock.setblocking(False)
+    decoder = protocol.FrameDecoder()
+    loop = asyncio.get_running_loop()
+    while decoder.scan(lambda f: f.t == "hello") is None:
+        data = await asyncio.wait_for(loop.sock_recv(sock, 65536), 30)
+        assert data, "the agent closed the channel"
+        decoder.feed(data)
+
+
+@pytest.mark.timeout(600)
+async def test_a_template_baked_with_the_pit_restores_on_the_new_driver(
+        runtime: HostRuntime) -> None:
+    driver = runtime.driver
+    if not isinstance(driver, QemuDriver) or driver.accel != "tcg":
+        pytest.skip("the PIT is left out under TCG only")
+    await runtime.prepare()
+    old = copy.copy(driver)
+    old.legacy_pit = True
+    # Beside the real templates, not under pytest's tmp_path: the VMM runs jailed as its own
+    # user and must reach the template's directory the way it reaches theirs.
+    root = Path(tempfile.mkdtemp(prefix=".old-machine-test-", dir=runtime.config.home))
+    workdir = root / "clone"
+    network = runtime.network
+    try:
+        store = TemplateStore(root, old, runtime.image, network=network,
+                              kernel_args=runtime.config.guest_kernel_args(driver.accel))
+        tmpl = await store.ensure("base", progress=lambda _: None)
+        assert driver.machine() != MACHINE  # the new driver's own machine has no PIT
+        assert driver.machine_for(tmpl.snapshot) == MACHINE
+        workdir.mkdir()
+        slot = network.claim(workdir)
+        try:
+            await asyncio.to_thread(network.setup, slot, NetworkPolicy())
+            disk = workdir / "disk.qcow2"
+            create_overlay(disk, tmpl.disk, tmpl.disk_bytes)
+            vm = await driver.restore(VMPaths(workdir), tmpl.snapshot, disk, netns=slot.netns)
+            try:
+                await hello(vm.agent_connection)
+            finally:
+                vm.kill()
+        finally:
+            network.teardown(slot)
+            network.release(slot)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
