@@ -195,7 +195,8 @@ class FakeDriver:
     # Live migration needs a real VMM's stream (tests/host/runtime/test_runtime_migration.py).
 
     async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
-                             disk: Path, *, netns: str | None = None) -> VMProcess:
+                             disk: Path, *, netns: str | None = None,
+                             saved_by: str = "") -> VMProcess:
         self._call("start_incoming")
         raise VMMError("the fake VMM does not migrate")
 

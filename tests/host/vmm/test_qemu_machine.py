@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.vmm.driver import KernelSpec, MachineShape, SnapshotFiles, VMPaths
+from pandastack.host.vmm.driver import KernelSpec, MachineShape, VMPaths
 from pandastack.host.vmm.qemu import MACHINE, QemuDriver
 
 KERNEL = KernelSpec(Path("/nonexistent/vmlinux"), Path("/nonexistent/initrd"), "console=ttyS0")
@@ -38,22 +38,17 @@ def test_the_machine_is_part_of_the_templates_key(tmp_path: Path) -> None:
     assert without.machine() in without.identity()
 
 
-def snapshot_saved_by(identity: str) -> SnapshotFiles:
-    return SnapshotFiles(None, Path("/nonexistent/device.state"), KERNEL, MachineShape(),
-                         saved_by=identity)
-
-
 def test_a_restore_uses_the_machine_its_template_was_baked_on() -> None:
     # Sandboxes, snapshots and hibernations from before ADR 0040 carry the PIT's state, which
     # does not load into a machine without one: they restore into the machine they left.
     driver = QemuDriver("tcg")
     before = "QEMU emulator version 7.2.22|tcg|max|microvm-v1|volume-slots-4"
-    assert driver.machine_for(snapshot_saved_by(before)) == MACHINE
+    assert driver.machine_for(before) == MACHINE
     with_pit = QemuDriver("tcg", legacy_pit=True)
-    assert driver.machine_for(snapshot_saved_by(with_pit.identity())) == MACHINE
-    assert driver.machine_for(snapshot_saved_by(driver.identity())) == f"{MACHINE},pit=off"
+    assert driver.machine_for(with_pit.identity()) == MACHINE
+    assert driver.machine_for(driver.identity()) == f"{MACHINE},pit=off"
     # Nothing recorded (a template.json without "driver"): this driver's own machine.
-    assert driver.machine_for(snapshot_saved_by("")) == driver.machine()
+    assert driver.machine_for("") == driver.machine()
 
 
 def test_the_restore_command_line_carries_that_machine(tmp_path: Path) -> None:

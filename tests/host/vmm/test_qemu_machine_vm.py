@@ -58,7 +58,7 @@ async def test_a_template_baked_with_the_pit_restores_on_the_new_driver(
                               kernel_args=runtime.config.guest_kernel_args(driver.accel))
         tmpl = await store.ensure("base", progress=lambda _: None)
         assert driver.machine() != MACHINE  # the new driver's own machine has no PIT
-        assert driver.machine_for(tmpl.snapshot) == MACHINE
+        assert driver.machine_for(tmpl.snapshot.saved_by) == MACHINE
         workdir.mkdir()
         slot = network.claim(workdir)
         try:

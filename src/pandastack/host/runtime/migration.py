@@ -208,7 +208,8 @@ class Migrations:
             inc.vm = await self.rt.driver.start_incoming(
                 VMPaths(workdir), tmpl.snapshot.kernel,
                 MachineShape(record.vcpus, record.memory_mb), workdir / record.top,
-                netns=inc.slot.netns if inc.slot is not None else None)
+                netns=inc.slot.netns if inc.slot is not None else None,
+                saved_by=tmpl.snapshot.saved_by)
             token = secrets.token_bytes(TOKEN_BYTES)
             inc.listener = _listen(listen_host)
             port = inc.listener.getsockname()[1]

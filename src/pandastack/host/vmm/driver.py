@@ -348,9 +348,11 @@ class VMMDriver(Protocol):
     # -- live migration (ADR 0023): the agents hold the connection, the VMMs the stream --
 
     async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
-                             disk: Path, *, netns: str | None = None) -> VMProcess:
+                             disk: Path, *, netns: str | None = None,
+                             saved_by: str = "") -> VMProcess:
         """Start a VM that waits, stopped, for a migration stream; its disks stay inactive
-        (not read) until `finish_incoming`, so its top layer may still be written then."""
+        (not read) until `finish_incoming`, so its top layer may still be written then.
+        `saved_by`: the sandbox's template's `SnapshotFiles.saved_by` (its machine)."""
         ...
 
     async def accept_incoming(self, vm: VMProcess, sock_fd: int) -> None:

@@ -154,11 +154,12 @@ class QemuDriver:
         """The `-M` value: part of the templates' key, since a restore needs the same devices."""
         return MACHINE + ("" if self.legacy_pit else ",pit=off")
 
-    def machine_for(self, snapshot: SnapshotFiles) -> str:
-        """The machine to restore `snapshot` into: the one its template was baked on. A stream
-        with a device the machine lacks does not load (sandboxes, snapshots and hibernations
-        made before ADR 0040 have the PIT's state); the reverse loads."""
-        for part in snapshot.saved_by.split("|"):
+    def machine_for(self, saved_by: str) -> str:
+        """The machine to restore into what the driver `saved_by` (`SnapshotFiles.saved_by`)
+        saved: the one its template was baked on. A stream with a device the machine lacks
+        does not load (sandboxes, snapshots and hibernations made before ADR 0040 have the
+        PIT's state); the reverse loads."""
+        for part in saved_by.split("|"):
             if part == MACHINE_BEFORE_IDENTITY:
                 return MACHINE
             if part.startswith("microvm,"):
@@ -303,7 +304,7 @@ class QemuDriver:
         try:
             argv = self._argv(paths, snapshot.kernel, snapshot.shape, snapshot.memory,
                               share=False, disk=disk, netns=netns, hugetlb=hugetlb,
-                              volumes=volumes, machine=self.machine_for(snapshot))
+                              volumes=volumes, machine=self.machine_for(snapshot.saved_by))
             argv += ["-incoming", "defer"]
             # QEMU asks for transparent huge pages for its TCG code buffer, so a clone's
             # translated code grows 2 MiB at a time: without them an idle clone of a template
@@ -483,11 +484,14 @@ class QemuDriver:
     # -- live migration (qemu_migrate.py) -------------------------------------------------
 
     async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
-                             disk: Path, *, netns: str | None = None) -> VMProcess:
+                             disk: Path, *, netns: str | None = None,
+                             saved_by: str = "") -> VMProcess:
         for stale in (paths.agent_socket, qmp_socket(paths)):
             stale.unlink(missing_ok=True)
         # Anonymous RAM, like every restore from a stream: the whole memory comes with it.
-        argv = self._argv(paths, kernel, shape, None, share=False, disk=disk, netns=netns)
+        # The source runs on its template's machine, so the stream has that machine's devices.
+        argv = self._argv(paths, kernel, shape, None, share=False, disk=disk, netns=netns,
+                          machine=self.machine_for(saved_by))
         vm = self._spawn([*argv, "-S", "-incoming", "defer"], paths, shape, netns,
                          huge_pages=self.stream_huge_pages)
         try:
