@@ -494,6 +494,7 @@ class HostRuntime:
                 await self.driver.resume(vm)
                 handle.state = "running"
                 self._save(replace(self._records[sandbox_id], state="running"))
+                await handle.resync_clock(self._records[sandbox_id].machine_id)
 
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
                        internal: bool = False, short_pause: bool | None = None,

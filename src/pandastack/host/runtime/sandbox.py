@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import time
@@ -22,6 +23,8 @@ from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, VMExited
 from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
 from pandastack.hostport.watch import WatchEvent
+
+log = logging.getLogger(__name__)
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 
@@ -88,6 +91,20 @@ class SandboxHandle:
                 raise
             raise AgentConnectionError(f"{exc} ({ended})") from exc
         self.ready_ms = (time.monotonic() - started) * 1000
+
+    async def resync_clock(self, machine_id: str) -> None:
+        """After its guest stood stopped (a save, a pause): its clock stood still with it (under
+        TCG the guest's TSC stops with the VM, ~0.1-0.15 s behind per save here), so it is set
+        again, by the same `init` a restore sends (hostname and machine-id unchanged).
+        Best effort: it runs after the save or resume has happened, which must not then look
+        failed (a snapshot's id would be lost); an agent out of reach fails its next call."""
+        try:
+            agent = await self.agent()
+            await agent.init(time_ns=time.time_ns(), entropy=os.urandom(64),
+                             hostname=self.hostname, machine_id=machine_id)
+        except Exception as exc:  # logged; a cancellation (BaseException) still propagates
+            log.warning("sandbox %s: clock not set again after its guest stood still: %s",
+                        self.id, exc)
 
     async def agent(self) -> AgentClient:
         if self.state == "hibernated":

@@ -112,6 +112,9 @@ class Saves:
                     raise
                 raise SnapshotFailed(str(exc), disk_switched=switched,
                                      no_space=no_space) from exc
+            if handle.state == "running":
+                # However the save went, the guest stood still for a while, its clock too.
+                await handle.resync_clock(record.machine_id)
             if needs_merge(record.layers):
                 await rt._start_flatten(sandbox_id, vm)
         if rt.remote is not None and not transient:
