@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import signal
+import time
 import zipfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -36,6 +37,15 @@ def vmm_pids_under(directory: Path) -> list[int]:
 
 
 qemu_pids_under = vmm_pids_under  # the name the server and e2e tests import
+
+
+async def clock_lag(sbx: SandboxHandle) -> float:
+    """How far the guest's wall clock is behind the host's (negative: ahead), in seconds."""
+    before = time.time()
+    result = await sbx.exec(["date", "+%s.%N"])
+    after = time.time()
+    assert result.exit_code == 0, result
+    return (before + after) / 2 - float(result.stdout)
 
 
 def remove_private_dirs(state: Path, snaps: Path) -> tuple[list[str], list[str]]:

@@ -15,7 +15,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import SandboxNotFound, SandboxStateError, SnapshotFailed
-from tests.helpers import SandboxFactory, close_private_runtime, vmm_pids_under
+from tests.helpers import SandboxFactory, clock_lag, close_private_runtime, vmm_pids_under
 
 pytestmark = pytest.mark.vm
 
@@ -269,15 +269,6 @@ async def test_full_disk_during_snapshot_is_a_clear_error(
     assert [p.name for p in snapshot_root.iterdir()] == []
 
 
-async def _clock_lag(sbx: SandboxHandle) -> float:
-    """How far the guest's wall clock is behind the host's (negative: ahead), in seconds."""
-    before = time.time()
-    result = await sbx.exec(["date", "+%s.%N"])
-    after = time.time()
-    assert result.exit_code == 0, result
-    return (before + after) / 2 - float(result.stdout)
-
-
 async def test_the_clock_is_set_again_after_a_pause_and_after_saves(
         runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
     # A stopped guest's clock stands still with it (under TCG its TSC stops with the VM): a
@@ -287,13 +278,13 @@ async def test_the_clock_is_set_again_after_a_pause_and_after_saves(
     await runtime.pause(sbx.id)
     await asyncio.sleep(2)
     await runtime.resume(sbx.id)
-    assert abs(await _clock_lag(sbx)) < 0.5
+    assert abs(await clock_lag(sbx)) < 0.5
     for _ in range(3):
         snap = await runtime.snapshot(sbx.id)
         runtime.delete_snapshot(snap.info.id)
     (child,) = await runtime.fork(sbx.id, count=1)
     try:
-        assert abs(await _clock_lag(sbx)) < 0.5
-        assert abs(await _clock_lag(child)) < 1.0
+        assert abs(await clock_lag(sbx)) < 0.5
+        assert abs(await clock_lag(child)) < 1.0
     finally:
         await runtime.kill(child.id)

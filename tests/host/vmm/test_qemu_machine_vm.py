@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.guest import protocol
+from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.templates import builtin
 from pandastack.host.templates.builtin import TemplateStore
@@ -22,22 +22,6 @@ from pandastack.host.vmm.qemu import MACHINE, QemuDriver
 from pandastack.hostport.network import NetworkPolicy
 
 pytestmark = pytest.mark.vm
-
-
-async def hello(sock: object) -> None:
-    """The restored agent answers a hello within 30 s."""
-    import socket as socketlib
-
-    assert isinstance(sock, socketlib.socket)
-    sock.setblocking(True)
-    sock.sendall(protocol.frame("hello", 0, v=1, nonce="old-machine"))
-    sock.setblocking(False)
-    decoder = protocol.FrameDecoder()
-    loop = asyncio.get_running_loop()
-    while decoder.scan(lambda f: f.t == "hello") is None:
-        data = await asyncio.wait_for(loop.sock_recv(sock, 65536), 30)
-        assert data, "the agent closed the channel"
-        decoder.feed(data)
 
 
 @pytest.mark.timeout(600)
@@ -72,7 +56,10 @@ async def test_a_template_baked_with_the_pit_restores_on_the_new_driver(
             create_overlay(disk, tmpl.disk, tmpl.disk_bytes)
             vm = await driver.restore(VMPaths(workdir), tmpl.snapshot, disk, netns=slot.netns)
             try:
-                await hello(vm.agent_connection)
+                assert vm.agent_connection is not None
+                agent = await AgentClient.from_socket(vm.agent_connection, timeout=30)
+                await agent.ping()  # the restored agent answers
+                await agent.close()
             finally:
                 vm.kill()
         finally:
