@@ -10,7 +10,7 @@ import pytest
 
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import HostError, SandboxNotFound
-from tests.helpers import vmm_pids_under
+from tests.helpers import clock_lag, vmm_pids_under
 from tests.host.runtime.test_runtime_object_store import (
     Host,
     MakeHost,
@@ -122,11 +122,13 @@ async def test_a_source_aborted_after_its_stop_runs_on_and_the_destination_leave
     offer = await a.rt.migrations.offer(sbx.id)
     ticket = await b.rt.migrations.accept(sbx.id, offer, "127.0.0.1")
     await a.rt.migrations.send(sbx.id, ticket)
+    await asyncio.sleep(2)  # the source's guest stands stopped, its clock too
     await b.rt.migrations.abort(sbx.id)
     await a.rt.migrations.abort(sbx.id)
     _nothing_of(b, sbx.id)
     assert a.rt.get(sbx.id).state == "running"
     assert await _held(sbx, pid) == value
+    assert abs(await clock_lag(sbx)) < 0.5, "the resumed source's clock is set again"
     await sbx.write_file("/work/later", b"still writes")
     assert await sbx.read_file_bytes("/work/later") == b"still writes"
 

@@ -159,6 +159,7 @@ class Migrations:
         await self.rt.driver.resume_source(vm)
         handle.state = "running"
         self._outgoing.pop(sandbox_id, None)
+        await handle.resync_clock(self.rt._records[sandbox_id].machine_id)
 
     async def release(self, sandbox_id: str) -> None:
         """After the destination runs the sandbox: drop this host's copy (its hibernation
