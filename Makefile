@@ -50,15 +50,22 @@ sdk-ts: deps
 	bash sdk-ts/scripts/build.sh
 
 # `make test` leaves out what runs a whole `make cluster` (marker `cluster`, ~90 s): `make soak`.
-# TEST_WORKERS=2 runs two workers, a test module each at a time (its shared server or sandbox
-# stays on one worker); each has its own PostgreSQL, S3 server and runtime, and network slots
-# are claimed host-wide. Measured 2026-12-02 with the binary agent: 36 min of pytest with two
-# workers (serial was 24 min the day before, on another machine of this kind, and CI's serial
-# run 25.5 min), and three tests that read host-wide counts (the huge page pool) or need a
-# host's heartbeat on time failed only beside a second worker. So one process.
-TEST_WORKERS ?= 0
+# Two lanes: two workers (TEST_WORKERS, a test module each at a time, so a module's shared
+# server or sandbox stays on one worker; each has its own PostgreSQL, S3 server and runtime,
+# and network slots are claimed host-wide), then the modules marked `serial` in one process:
+# those that read the host-wide huge page pool, the fork and memory bombs that hold both
+# cores, and the registry/cluster tests whose agents must heartbeat on time. Measured
+# 2026-12-03 on a quiet machine: one process 30.8 min of pytest; two workers for everything
+# 19.4 min, with exactly those modules failing beside the other worker (stop 30 saw the same).
+# Both lanes always run, so one red lane does not hide the other's results.
+TEST_WORKERS ?= 2
 pytest: venv
-	$(BIN)/pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadscope --durations=25
+	@$(BIN)/pytest -m "not cluster and not serial" -n $(TEST_WORKERS) --dist loadscope --durations=25; \
+	  parallel=$$?; \
+	  $(BIN)/pytest -m "serial and not cluster" --durations=10; \
+	  serial=$$?; \
+	  echo "make pytest: parallel lane exit $$parallel, serial lane exit $$serial"; \
+	  test $$parallel -eq 0 -a $$serial -eq 0
 
 soak: deps venv
 	$(BIN)/pytest -m cluster

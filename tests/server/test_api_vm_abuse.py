@@ -18,7 +18,9 @@ from pandastack import AsyncSandbox
 from tests.server.conftest import Api
 from tests.server.vm_app import vm_app
 
-pytestmark = pytest.mark.vm
+# Fork and memory bombs hold both cores for seconds, and what is asserted has time bounds:
+# the serial lane, so they neither slow nor are slowed by a second worker's VMs.
+pytestmark = [pytest.mark.vm, pytest.mark.serial]
 
 BOMB = "bash -c ':(){ :|:& };:'; sleep 60"
 MEMORY_BOMB = ("python3 -c 'import os\nh = []\nwhile True:\n try:\n  os.fork()\n"

@@ -7,7 +7,9 @@ import pytest
 
 from tests.helpers import SandboxFactory
 
-pytestmark = pytest.mark.vm
+# Fork and memory bombs hold both cores for seconds, and what is asserted has time bounds:
+# the serial lane, so they neither slow nor are slowed by a second worker's VMs.
+pytestmark = [pytest.mark.vm, pytest.mark.serial]
 
 
 async def test_fork_bomb_is_contained(sandbox_factory: SandboxFactory) -> None:

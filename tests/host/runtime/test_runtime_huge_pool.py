@@ -18,7 +18,8 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from tests.helpers import close_private_runtime
 
-pytestmark = pytest.mark.vm
+# Reads and grows the kernel's hugetlb pool, which is host-wide: the serial lane.
+pytestmark = [pytest.mark.vm, pytest.mark.serial]
 
 # Holds all free pool pages but argv[1] (as another program on the host could: the pool is
 # the kernel's, shared by every runtime), says how many it holds, and keeps them until EOF.
