@@ -57,7 +57,7 @@ sdk-ts: deps
 # cores, and the registry/cluster tests whose agents must heartbeat on time. Measured
 # 2026-12-03 on a quiet machine: one process 30.8 min of pytest; two workers for everything
 # 19.4 min, with exactly those modules failing beside the other worker (stop 30 saw the same).
-# With the lanes: 17.1 min parallel + 8.0 min serial (25.5 min for all of .ci/run).
+# With the lanes, two runs: 17.1 + 8.0 min and 14.0 + 4.7 min (.ci/run 25.5 and 19.4 min).
 # Both lanes always run, so one red lane does not hide the other's results.
 TEST_WORKERS ?= 2
 pytest: venv
