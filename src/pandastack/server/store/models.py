@@ -85,6 +85,10 @@ class Sandbox(Base):
     # Why its VM ended, while it is `stopped`; how it came back since (ADR 0037).
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
     restored_from: Mapped[str | None] = mapped_column(String(16), nullable=True, default=None)
+    # A quota reservation while a host call is under way (store/usage.py HOLDS): "awake" (a
+    # wake, restart or restore admitted it as a live sandbox), "hibernated" (a hibernate
+    # admitted it as a hibernated one). Set with the check, cleared when the call ends.
+    quota_hold: Mapped[str | None] = mapped_column(String(16), nullable=True, default=None)
 
 
 class Snapshot(Base):
@@ -130,6 +134,9 @@ class Volume(Base):
     # that host, then the host it left until its copy there is deleted.
     moving_to: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
     moving_from: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    # MiB a resize under way has admitted on top of `size_mb` (counted against the team's
+    # max_volume_gb until the resize lands or fails).
+    reserved_mb: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class VolumeBackup(Base):
@@ -267,4 +274,6 @@ class TeamQuota(Base):
     max_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_volume_gb: Mapped[float | None] = mapped_column(Float, nullable=True)
     monthly_budget_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_hibernated: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_snapshot_gb: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
