@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / ".cluster"
@@ -99,10 +99,15 @@ def addresses(subnet: str, n: int) -> tuple[str, str]:
 
 
 def via(url: str, host: str) -> str:
-    """`url` with its 127.0.0.1 replaced by `host` (where the relay listens)."""
+    """`url` with its 127.0.0.1 replaced by `host` (where the relay listens), in the URLs its
+    query carries too: the object store's URL names the S3 server in `?endpoint=`, and that
+    one wins over PANDASTACK_S3_ENDPOINT (issue 33: agents got the loopback of this namespace,
+    which is not theirs, and every snapshot answered 503)."""
     parts = urlsplit(url)
     netloc = parts.netloc.replace("127.0.0.1", host)
-    return urlunsplit(parts._replace(netloc=netloc))
+    query = [(name, via(value, host) if "://" in value else value)
+             for name, value in parse_qsl(parts.query, keep_blank_values=True)]
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe=":/")))
 
 
 def save(record: dict[str, object]) -> None:
