@@ -48,6 +48,9 @@ export interface CreateOptions extends ConnectionOptions {
   /** A name of the team's, unique among its live sandboxes (`ConflictError` if taken; see
    * `getOrCreate`); `connect` takes it where it takes an id. */
   name?: string;
+  /** The host to place it on: admin keys only, where the server drives many hosts (a team's
+   * key gets `PermissionDeniedError`). */
+  hostId?: string;
 }
 
 export interface ListOptions extends ConnectionOptions {
@@ -109,6 +112,7 @@ export function createBody(options: CreateOptions): Record<string, unknown> {
     vcpus: options.vcpus, memoryMb: options.memoryMb, diskMb: options.diskMb,
     env: options.env, metadata: options.metadata, snapshot: options.snapshot,
     network: options.network, volumes: options.volumes, name: options.name,
+    hostId: options.hostId,
   });
 }
 
@@ -250,10 +254,12 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** `count` (1 to 16, default 1) live copies, each with the parent's memory, processes and
-   * files at the fork instant; the parent keeps running. Kill each child when done. */
-  async fork(options: { count?: number; durable?: boolean } = {}): Promise<Sandbox[]> {
+   * files at the fork instant; the parent keeps running. Kill each child when done.
+   * `hostId`: the host to place the children on (admin keys only). */
+  async fork(options: { count?: number; durable?: boolean; hostId?: string } = {}): Promise<Sandbox[]> {
     const result = camelize(await this.http.json({ method: "POST", path: sandboxPath(this.id, "fork"),
-      json: { count: options.count ?? 1, ...(options.durable ? { durable: true } : {}) } })) as ForkResult;
+      json: { count: options.count ?? 1, ...(options.durable ? { durable: true } : {}),
+        ...(options.hostId !== undefined ? { host_id: options.hostId } : {}) } })) as ForkResult;
     return result.sandboxes.map((info) => new Sandbox(info, this.http));
   }
 

@@ -3,7 +3,7 @@ import { test } from "node:test";
 
 import { AuthenticationError, ConflictError, HostLostError, NotFoundError, PandastackError,
   PandastackTimeoutError, QuotaExceededError, RateLimitError, Sandbox, ServerError,
-  TransportTimeoutError, WaitTimeoutError, APIConnectionError, InvalidRequestError } from "../../src/index.js";
+  TransportTimeoutError, WaitTimeoutError, APIConnectionError, InvalidRequestError, PermissionDeniedError } from "../../src/index.js";
 import { OPTS, SANDBOX, json, mockFetch, sse } from "./mock.js";
 
 test("create sends snake_case, hands back camelCase, keeps the user's metadata keys", async () => {
@@ -173,4 +173,25 @@ test("getOrCreate PUTs the create by name; create sends the name", async () => {
   await Sandbox.create({ ...OPTS, fetch, name: "other" });
   assert.equal(sent[1]!.method, "POST");
   assert.equal(JSON.parse(sent[1]!.body!).name, "other");
+});
+
+test("hostId on create, getOrCreate and fork is sent as host_id; a team key's 403 is PermissionDeniedError", async () => {
+  const { fetch, sent } = mockFetch((req) => {
+    const body = req.body === undefined ? {} : JSON.parse(req.body);
+    if (body.host_id === "host-team") return json(403, { error: { code: "forbidden", message: "only an admin key may choose the host (host_id)" } });
+    if (req.url.pathname.endsWith("/fork")) return json(201, { parent: "sbx-1", sandboxes: [{ ...SANDBOX, id: "c1", host_id: body.host_id }] });
+    return json(201, { ...SANDBOX, host_id: body.host_id });
+  });
+  const sbx = await Sandbox.create({ ...OPTS, fetch, hostId: "host-b" });
+  assert.equal(JSON.parse(sent[0]!.body!).host_id, "host-b");
+  assert.equal(sbx.info.hostId, "host-b");
+  await Sandbox.getOrCreate("pinned", { ...OPTS, fetch, hostId: "host-a" });
+  assert.equal(JSON.parse(sent[1]!.body!).host_id, "host-a");
+  const [child] = await sbx.fork({ hostId: "host-a" });
+  assert.deepEqual(JSON.parse(sent[2]!.body!), { count: 1, host_id: "host-a" });
+  assert.equal(child!.info.hostId, "host-a");
+  await sbx.fork();
+  assert.deepEqual(JSON.parse(sent[3]!.body!), { count: 1 });
+  await assert.rejects(Sandbox.create({ ...OPTS, fetch, hostId: "host-team" }), PermissionDeniedError);
+  await assert.rejects(sbx.fork({ hostId: "host-team" }), PermissionDeniedError);
 });

@@ -360,9 +360,11 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
                         snapshot: str | None = None,
                         network: NetworkArg | None = None,
                         volumes: Sequence[VolumeArg] | None = None,
-                        name: str | None = None) -> Call[SandboxInfo]:
+                        name: str | None = None,
+                        host_id: str | None = None) -> Call[SandboxInfo]:
     """From a snapshot the template and shape are the snapshot's: the default template is
-    then not sent (an explicit other one is, and the server refuses it)."""
+    then not sent (an explicit other one is, and the server refuses it). `host_id` is for
+    admin keys (the server answers a team's key 403)."""
     if snapshot is not None and template == DEFAULT_TEMPLATE:
         template = None
     body = encode(wire.CreateSandbox, template=template, ttl_seconds=ttl_seconds,
@@ -370,7 +372,7 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
                   env=dict(env) if env else None, metadata=dict(metadata) if metadata else None,
                   snapshot=snapshot, volumes=[v if isinstance(v, wire.VolumeMount) else dict(v)
                                               for v in volumes] if volumes else None,
-                  name=name)
+                  name=name, host_id=host_id)
     if network is not None:
         body["network"] = network_body(network)
     return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body)
@@ -387,9 +389,11 @@ def snapshot_call(sandbox_id: str, name: str | None) -> Call[SnapshotInfo]:
                 json=encode(wire.CreateSnapshot, name=name))
 
 
-def fork_call(sandbox_id: str, count: int, *, durable: bool = False) -> Call[ForkResult]:
+def fork_call(sandbox_id: str, count: int, *, durable: bool = False,
+              host_id: str | None = None) -> Call[ForkResult]:
     return Call("POST", sandbox_path(sandbox_id, "fork"), model_decoder(ForkResult),
-                json=encode(wire.ForkRequest, count=count, durable=durable or None))
+                json=encode(wire.ForkRequest, count=count, durable=durable or None,
+                            host_id=host_id))
 
 
 def list_snapshots_call() -> Call[list[SnapshotInfo]]:

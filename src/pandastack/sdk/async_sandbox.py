@@ -134,6 +134,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
                snapshot: str | None = None, network: _base.NetworkArg | None = None,
                volumes: Sequence[_base.VolumeArg] | None = None, name: str | None = None,
+               host_id: str | None = None,
                api_url: str | None = None, api_key: str | None = None,
                timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                transport: httpx.AsyncBaseTransport | None = None) -> AsyncSandbox:
@@ -151,7 +152,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         mount a volume read-write at a time: `VolumeInUseError`; see `Client.volumes`). A
         sandbox from a snapshot gets the snapshot's volumes (copies of read-write ones).
         `name`: the team's name for it (unique among its sandboxes that have not ended:
-        `ConflictError` otherwise; see `get_or_create`).
+        `ConflictError` otherwise; see `get_or_create`). `host_id`: the host to place it on
+        (admin keys only, where the server drives many hosts; see `Client.hosts`).
         `api_url`/`api_key` override
         the environment and config file; `timeout` is the HTTP timeout of ordinary requests;
         `transport` replaces httpx's (for tests).
@@ -160,7 +162,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                                          persistent=persistent, vcpus=vcpus,
                                          memory_mb=memory_mb, disk_mb=disk_mb, env=env,
                                          metadata=metadata, snapshot=snapshot,
-                                         network=network, volumes=volumes, name=name)
+                                         network=network, volumes=volumes, name=name,
+                                         host_id=host_id)
         info, http = await _first_info(lambda h: create_waiting(h, call), api_url, api_key,
                                        timeout, transport)
         return cls(info, http, owns_http=True)
@@ -174,6 +177,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                             disk_mb: int | None = None,
                             snapshot: str | None = None, network: _base.NetworkArg | None = None,
                             volumes: Sequence[_base.VolumeArg] | None = None,
+                            host_id: str | None = None,
                             api_url: str | None = None, api_key: str | None = None,
                             timeout: TimeoutTypes = DEFAULT_TIMEOUT,
                             transport: httpx.AsyncBaseTransport | None = None) -> AsyncSandbox:
@@ -183,7 +187,8 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         call = _names.get_or_create_call(_base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network, volumes=volumes, name=name), name)
+            snapshot=snapshot, network=network, volumes=volumes, name=name,
+            host_id=host_id), name)
         info, http = await _first_info(lambda h: create_waiting(h, call), api_url, api_key,
                                        timeout, transport)
         return cls(info, http, owns_http=True)
@@ -286,15 +291,18 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         `client.snapshots` lists, inspects and deletes snapshots (they belong to the team)."""
         return (await self._http.run(_base.snapshot_call(self.id, name))).id
 
-    async def fork(self, count: int = 1, *, durable: bool = False) -> builtins.list[AsyncSandbox]:
+    async def fork(self, count: int = 1, *, durable: bool = False,
+                   host_id: str | None = None) -> builtins.list[AsyncSandbox]:
         """`count` (1 to 16) live copies of the sandbox, each with the parent's memory, running
         processes and files as they were at the fork instant and its own id, hostname and
         machine-id; the parent keeps running. Each child is a new sandbox with the parent's
         TTL, persistence, env and metadata; kill it (or use it as a context manager) when
         done: leaving the parent's `with` block does not kill the children. `durable`:
         children placed on another host come from a snapshot saved in the object store
-        rather than streamed from the parent's host."""
-        result = await self._http.run(_base.fork_call(self.id, count, durable=durable))
+        rather than streamed from the parent's host. `host_id`: the host to place the
+        children on (admin keys only, where the server drives many hosts)."""
+        result = await self._http.run(_base.fork_call(self.id, count, durable=durable,
+                                                      host_id=host_id))
         return [self._child(info) for info in result.sandboxes]
 
     def _child(self, info: SandboxInfo) -> AsyncSandbox:

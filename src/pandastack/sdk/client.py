@@ -74,12 +74,13 @@ class Sandboxes(_base.ClientBase[HTTP]):
                disk_mb: int | None = None, snapshot: str | None = None,
                network: _base.NetworkArg | None = None,
                volumes: Sequence[_base.VolumeArg] | None = None,
-               name: str | None = None) -> Sandbox:
+               name: str | None = None, host_id: str | None = None) -> Sandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return Sandbox(create_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network, volumes=volumes, name=name)), self._http)
+            snapshot=snapshot, network=network, volumes=volumes, name=name,
+            host_id=host_id)), self._http)
 
     def get_or_create(self, name: str, template: str = "base",
                       ttl_seconds: int | None = None, persistent: bool = False,
@@ -87,13 +88,15 @@ class Sandboxes(_base.ClientBase[HTTP]):
                       env: Mapping[str, str] | None = None,
                       metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
                       snapshot: str | None = None, network: _base.NetworkArg | None = None,
-                      volumes: Sequence[_base.VolumeArg] | None = None) -> Sandbox:
+                      volumes: Sequence[_base.VolumeArg] | None = None,
+                      host_id: str | None = None) -> Sandbox:
         """The team's live sandbox named `name`, or a new one (as `Sandbox.get_or_create`);
         it uses this client's connections."""
         create = _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network, volumes=volumes, name=name)
+            snapshot=snapshot, network=network, volumes=volumes, name=name,
+            host_id=host_id)
         return Sandbox(create_waiting(self._http, _names.get_or_create_call(create, name)),
                        self._http)
 
@@ -274,12 +277,13 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
                      disk_mb: int | None = None, snapshot: str | None = None,
                      network: _base.NetworkArg | None = None,
                      volumes: Sequence[_base.VolumeArg] | None = None,
-                     name: str | None = None) -> AsyncSandbox:
+                     name: str | None = None, host_id: str | None = None) -> AsyncSandbox:
         """Create a sandbox (arguments as `Sandbox.create`); it uses this client's connections."""
         return AsyncSandbox(await acreate_waiting(self._http, _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network, volumes=volumes, name=name)), self._http)
+            snapshot=snapshot, network=network, volumes=volumes, name=name,
+            host_id=host_id)), self._http)
 
     async def get_or_create(self, name: str, template: str = "base",
                             ttl_seconds: int | None = None, persistent: bool = False,
@@ -288,13 +292,15 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
                             metadata: Mapping[str, str] | None = None, *,
                             disk_mb: int | None = None,
                             snapshot: str | None = None, network: _base.NetworkArg | None = None,
-                            volumes: Sequence[_base.VolumeArg] | None = None) -> AsyncSandbox:
+                            volumes: Sequence[_base.VolumeArg] | None = None,
+                            host_id: str | None = None) -> AsyncSandbox:
         """The team's live sandbox named `name`, or a new one (as `Sandbox.get_or_create`);
         it uses this client's connections."""
         create = _base.create_sandbox_call(
             template=template, ttl_seconds=ttl_seconds, persistent=persistent, vcpus=vcpus,
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
-            snapshot=snapshot, network=network, volumes=volumes, name=name)
+            snapshot=snapshot, network=network, volumes=volumes, name=name,
+            host_id=host_id)
         info = await acreate_waiting(self._http, _names.get_or_create_call(create, name))
         return AsyncSandbox(info, self._http)
 
