@@ -20,6 +20,12 @@ from tests.server.fakes import FakeRuntime
 from tests.server.live import fake_server, free_port
 from tests.server.preview_client import preview_client
 
+# A sandbox's Set-Cookie headers, and what a browser gets of each: no Domain attribute in any
+# spelling a browser would read as one (RFC 6265 5.2 trims the name around its `=`).
+COOKIES_SENT = ("x=1; Domain =example.com", "y=2; Path=/; DOMAIN\t= example.com; HttpOnly",
+                "z=3;domain=.example.com;Secure", "w=4; Domain", "domain=5; Path=/")
+COOKIES_KEPT = ("x=1", "y=2; Path=/; HttpOnly", "z=3;Secure", "w=4", "domain=5; Path=/")
+
 
 class Echo(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -38,6 +44,12 @@ class Echo(BaseHTTPRequestHandler):
             Echo.release.wait(10)
             self.wfile.write(b"6\r\nsecond\r\n0\r\n\r\n")
             return
+        if self.path.startswith("/cookies"):
+            self.send_response(204)
+            for value in COOKIES_SENT:
+                self.send_header("Set-Cookie", value)
+            self.end_headers()
+            return
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
         reply = json.dumps({"method": self.command, "path": self.path,
@@ -53,7 +65,7 @@ class Echo(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(reply)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _answer
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +263,63 @@ async def test_signed_urls_are_served_on_the_ports_own_origin(api: Api, upstream
     await c.delete(f"/v1/sandboxes/{sid}")
     async with preview_client(api, host) as after:
         assert_envelope(await after.get(f"/?{parts.query}"), 409)
+
+
+async def test_the_access_cookie_opens_writes_only_from_the_ports_own_origin(
+        api: Api, upstream: int) -> None:
+    """Pages of every sandbox share a registrable domain, so SameSite=Lax sends one port's
+    access cookie along with another's page's requests: a write needs this port's Origin."""
+    sid = await new_sandbox(api)
+    other_sid = await new_sandbox(api)
+    url = (await api.client.post(f"/v1/sandboxes/{sid}/ports/{upstream}/signed-url",
+                                 json={})).json()["url"]
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    own = f"http://{parts.netloc}"
+    listener = parts.port
+    params = dict(p.split("=") for p in parts.query.split("&"))
+    cookie = {"Cookie": f"ps_access={params['ps_expires']}.{params['ps_sig']}"}
+    async with preview_client(api, parts.hostname) as browser:
+        # Reads are open to the cookie whatever sent them: no one else can read the answer.
+        for method in ("GET", "HEAD", "OPTIONS"):
+            r = await browser.request(method, "/", headers={
+                **cookie, "Origin": f"http://{upstream + 1}-{sid}.localhost:{listener}"})
+            assert r.status_code == 200, (method, r.text)
+        r = await browser.post("/", headers={**cookie, "Origin": own}, content=b"mine")
+        assert r.status_code == 201 and r.json()["body"] == "mine"
+        r = await browser.post("/", headers={**cookie, "Origin": "null",
+                                             "Sec-Fetch-Site": "same-origin"})
+        assert r.status_code == 201, r.text
+        for origin in (None, "null", f"http://{upstream + 1}-{sid}.localhost:{listener}",
+                       f"http://{upstream}-{other_sid}.localhost:{listener}",
+                       f"http://{upstream}-{sid}.localhost:{listener + 1}",
+                       f"https://{upstream}-{sid}.localhost:{listener}",
+                       f"http://{upstream}-{sid}.localhost", f"{own}/path",
+                       f"http://localhost:{listener}", "http://[::1", "garbage"):
+            headers = cookie if origin is None else {**cookie, "Origin": origin}
+            for method in ("POST", "PUT", "PATCH", "DELETE"):
+                r = await browser.request(method, "/", headers=headers)
+                assert_envelope(r, 403, "forbidden")
+                assert "Origin" in r.json()["error"]["message"], r.text
+        r = await browser.post("/", headers={**cookie, "Origin": "null",
+                                             "Sec-Fetch-Site": "same-site"})
+        assert_envelope(r, 403, "forbidden")
+        # What a program has instead: the signed URL itself, or its key (the cookie
+        # beside either changes nothing).
+        for headers in ({}, cookie):
+            r = await browser.post(f"/?{parts.query}", headers=headers)
+            assert r.status_code == 201, r.text
+        r = await browser.post("/", headers={**cookie, **api.headers(),
+                                             "Origin": "http://evil.localhost"})
+        assert r.status_code == 201, r.text
+
+
+async def test_set_cookie_loses_domain_as_browsers_parse_it(api: Api, upstream: int) -> None:
+    sid = await new_sandbox(api)
+    async with preview_client(api, f"{upstream}-{sid}.localhost") as keyed:
+        r = await keyed.get("/cookies", headers=api.headers())
+        assert r.status_code == 204, r.text
+        assert tuple(r.headers.get_list("set-cookie")) == COOKIES_KEPT
 
 
 async def test_a_server_without_a_preview_listener_signs_no_url(tmp_path: Path) -> None:

@@ -164,9 +164,23 @@ def test_signed_url_without_a_key(srv: FakeServer, http: httpx.Client, sid: str,
         assert info["headers"]["cookie"] == "mine=1"
     params = dict(p.split("=") for p in parts.query.split("&"))
     access = f"ps_access={params['ps_expires']}.{params['ps_sig']}"
-    with open_preview(srv, host, "/chat", {"Cookie": f"{access}; mine=2"}) as ws:
-        ws.send("whoami")  # the access cookie lets it in, and is not forwarded
+    own = f"http://{host}:{srv.preview_port}"
+    with open_preview(srv, host, "/chat", {"Cookie": f"{access}; mine=2",
+                                           "Origin": own}) as ws:
+        ws.send("whoami")  # the access cookie lets its own page in, and is not forwarded
         assert json.loads(ws.recv(5))["headers"]["cookie"] == "mine=2"
+    # Every sandbox's pages share a registrable domain (SameSite=Lax sends the cookie from
+    # each): the cookie opens a WebSocket only from its own port's page, and a program (no
+    # Origin) needs the signed URL or a key.
+    for origin in (f"http://{echo + 1}-{sid}.localhost:{srv.preview_port}", "null", None):
+        headers = {"Cookie": access} | ({"Origin": origin} if origin else {})
+        with pytest.raises(InvalidStatus) as info_:
+            open_preview(srv, host, "/chat", headers)
+        assert info_.value.response.status_code == 403, origin
+        assert b"Origin" in (info_.value.response.body or b"")
+    with open_preview(srv, host, "/chat", {"Cookie": access, **srv.headers()}) as ws:
+        ws.send("keyed")
+        assert ws.recv(5) == "keyed"
 
     bad = params["ps_sig"][:-1] + ("0" if params["ps_sig"][-1] != "0" else "1")
     with pytest.raises(InvalidStatus) as info_:

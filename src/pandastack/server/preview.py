@@ -8,12 +8,18 @@ with a signed URL (`POST /v1/sandboxes/{id}/ports/{port}/signed-url`); its first
 an access cookie of that host only (no Domain attribute, HttpOnly, SameSite=Lax; Secure on
 https), which the page's own requests carry. Programs may send an API key instead.
 
+The access cookie alone opens a WebSocket handshake or a state-changing request (anything
+but GET, HEAD, OPTIONS) only when the browser says the port's own page sent it (`Origin`):
+SameSite=Lax still sends it from every host under the same registrable domain, so another
+tenant's page could otherwise drive this app with its visitor's cookie. A request without
+`Origin` comes from no browser's page: it needs the signed URL or a key.
+
 What goes to the sandbox: the caller's cookies but the access cookie, no Authorization, no
 `ps_*` parameters. What comes back: the sandbox's own headers, except that a Set-Cookie
-loses any Domain attribute (a sandbox cannot set cookies for its neighbours' hosts by
-header; a script can still set them for the parent domain through `document.cookie`, which
-is why the access cookie of one port never opens another: each is checked against the
-signature of its own sandbox and port).
+loses any Domain attribute, read as browsers read attributes (a sandbox cannot set cookies
+for its neighbours' hosts by header; a script can still set them for the parent domain
+through `document.cookie`, which is why the access cookie of one port never opens another:
+each is checked against the signature of its own sandbox and port).
 
 The dispatch is by the listener a request came in on (`scope["server"]`): the preview
 listener serves only sandbox ports (an unknown host is 404 `not_found`), the API's listener
@@ -30,6 +36,7 @@ import re
 import time
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from starlette.requests import HTTPConnection, Request
@@ -60,7 +67,13 @@ log = logging.getLogger("pandastack.server")
 
 ACCESS_COOKIE = "ps_access"
 HOST_RE = re.compile(r"^(?P<port>[1-9][0-9]{0,4})-(?P<sandbox>sbx-[0-9a-f]{12})\.(?P<domain>.+)$")
-_DOMAIN_ATTR = re.compile(rb";\s*domain=[^;]*", re.IGNORECASE)
+# Methods a page may send across origins without changing anything: the cookie opens them
+# whatever the Origin (a cross-origin page cannot read the answer).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# Browsers trim spaces and tabs around an attribute's name (RFC 6265 5.2); trimming every
+# control character too only ever drops more, never keeps a Domain a browser would apply.
+_ATTR_TRIM = bytes(range(0x21)) + b"\x7f"
 
 
 def preview_target(host_header: str, domain: str) -> tuple[int, str] | None:
@@ -101,9 +114,50 @@ def _without_access_cookie(headers: list[tuple[bytes, bytes]]) -> list[tuple[byt
     return kept
 
 
+def without_domain(set_cookie: bytes) -> bytes:
+    """A Set-Cookie value without its Domain attributes, split as a browser splits it: the
+    cookie's own pair up to the first `;`, then attributes whose name is what precedes their
+    first `=`, trimmed, in any case (`Domain =x`, `\tDOMAIN= x` and a bare `domain` too)."""
+    pair, *attributes = set_cookie.split(b";")
+    kept = [a for a in attributes
+            if a.split(b"=", 1)[0].strip(_ATTR_TRIM).lower() != b"domain"]
+    return b";".join([pair, *kept])
+
+
 def _host_only(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(k, _DOMAIN_ATTR.sub(b"", v) if k in (b"set-cookie", b"set-cookie2") else v)
+    return [(k, without_domain(v) if k in (b"set-cookie", b"set-cookie2") else v)
             for k, v in headers]
+
+
+def _default_port(scheme: str, port: int | None) -> int | None:
+    return port if port is not None else DEFAULT_PORTS.get(scheme)
+
+
+def own_origin(conn: HTTPConnection, settings: Settings, target: tuple[int, str]) -> bool:
+    """Whether the browser says this port's own page sent `conn`: an `Origin` of the port's
+    host name, by the preview URL's scheme (or the one the request came in by) and its public
+    port (or the one in the Host header: the port the browser connected to). `Origin: null`
+    counts only beside `Sec-Fetch-Site: same-origin` (a same-origin form POST from a page
+    under `Referrer-Policy: no-referrer`); no page can set either header."""
+    origin = conn.headers.get("origin")
+    if origin is None:
+        return False
+    if origin.strip() == "null":
+        return conn.headers.get("sec-fetch-site") == "same-origin"
+    scheme, domain, public_port = settings.preview_base
+    own_scheme = {"ws": "http", "wss": "https"}.get(conn.url.scheme, conn.url.scheme)
+    try:
+        parts = urlsplit(origin.strip().lower())
+        port = parts.port
+        host_port = urlsplit("//" + conn.headers.get("host", "")).port
+    except ValueError:
+        return False
+    if parts.scheme not in (scheme, own_scheme) or parts.path or parts.query or \
+            parts.fragment or parts.username is not None or parts.hostname is None or \
+            preview_target(parts.hostname, domain) != target:
+        return False
+    ports = {_default_port(scheme, public_port), _default_port(parts.scheme, host_port)}
+    return _default_port(parts.scheme, port) in ports
 
 
 def access_cookie(expires: int, signature: str, *, secure: bool, now: float) -> bytes:
@@ -130,7 +184,9 @@ class PreviewAccess:
         self.port = port
         self.set_cookie: bytes | None = None
 
-    async def team(self, secure: bool, now: float) -> str:
+    async def team(self, secure: bool, now: float, cookie_opens: bool) -> str:
+        """The team the request acts for; `cookie_opens`: whether the access cookie may
+        stand alone (a safe method, or the port's own page sent it)."""
         params = self.conn.query_params
         expires, signatures = params.getlist(EXPIRES_PARAM), params.getlist(SIGNATURE_PARAM)
         if expires or signatures:
@@ -143,7 +199,14 @@ class PreviewAccess:
                                             now=now)
             return team
         refused: ApiError | None = None
-        for value in _cookie_values(self.conn):
+        cookies = _cookie_values(self.conn)
+        if cookies and not cookie_opens:
+            refused = ApiError(403, "forbidden", "the access cookie opens WebSockets and "
+                               f"{self.conn.scope.get('method', 'GET')} requests only from "
+                               "this port's own page (its Origin); a program needs the "
+                               "signed URL or an API key")
+            cookies = []
+        for value in cookies:
             stamp, _, signature = value.partition(".")
             try:
                 return signed_team(self.conn, self.service, self.sandbox_id, self.port,
@@ -179,6 +242,11 @@ class PreviewDispatch:
         else:
             await self._websocket(scope, receive, send)
 
+    def _cookie_opens(self, conn: HTTPConnection, target: tuple[int, str]) -> bool:
+        if conn.scope["type"] == "http" and conn.scope["method"] in SAFE_METHODS:
+            return True
+        return own_origin(conn, self.settings, target)
+
     def _target(self, conn: HTTPConnection) -> tuple[int, str]:
         found = preview_target(conn.headers.get("host", ""), self.domain)
         if found is None:
@@ -192,7 +260,8 @@ class PreviewDispatch:
         try:
             port, sandbox_id = self._target(request)
             access = PreviewAccess(request, service, sandbox_id, port)
-            team = await access.team(self.scheme == "https", time.time())
+            team = await access.team(self.scheme == "https", time.time(),
+                                     self._cookie_opens(request, (port, sandbox_id)))
             sandbox_id, ns_ip = await target_sandbox(service, team, sandbox_id)
             headers = _without_access_cookie(forward_headers(request, "", REQUEST_DROP))
             cookie = access.set_cookie
@@ -223,7 +292,8 @@ class PreviewDispatch:
         try:
             port, sandbox_id = self._target(websocket)
             team = await PreviewAccess(websocket, service, sandbox_id, port).team(
-                self.scheme == "https", time.time())
+                self.scheme == "https", time.time(),
+                self._cookie_opens(websocket, (port, sandbox_id)))
             sandbox_id, ns_ip = await target_sandbox(service, team, sandbox_id)
         except HostError as exc:
             await deny(websocket, from_host_error(exc))
