@@ -47,7 +47,8 @@ class Event(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: int
+    id: int = Field(description="the team's own event number; on an admin key's stream the "
+                                "log's global id (the team's number is then in `seq`)")
     type: str
     time: float
     team: str

@@ -1,9 +1,10 @@
 """Events and webhooks through the REST API and the SDK, against one real uvicorn server over
 the in-memory host (tests/server/serve_fake.py): the stream in order with the key as actor,
-resumed with Last-Event-ID, filtered by type, scoped to the team (an admin may read another
-team's), quota.exceeded, bad arguments; webhooks created, listed, tested, delivered to a
-loopback receiver with a signature that verifies, deleted; private targets refused unless
-allowed (this server allows them: the receiver is on 127.0.0.1)."""
+resumed with Last-Event-ID, filtered by type, scoped to the team and numbered in its own
+sequence (an admin may read another team's, by the log's global ids), quota.exceeded, bad
+arguments; webhooks created, listed, tested, delivered to a loopback receiver with a
+signature that verifies, deleted; private targets refused unless allowed (this server allows
+them: the receiver is on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -82,8 +83,16 @@ def test_stream_order_resume_filter_and_scope(server: FakeServer) -> None:
                 seen = take(theirs, 2)
             assert [e.type for e in seen] == ["sandbox.created", "sandbox.killed"]
             assert {e.team for e in seen} == {"events-other"}
-            with admin.events.stream(team="events-other", after=seen[0].id - 1) as peek:
-                assert [e.id for e in take(peek, 2)] == [e.id for e in seen]
+            # The team's own sequence: the admin's team's events above did not move it.
+            assert [e.id for e in seen] == [1, 2] and "seq" not in (seen[0].model_extra or {})
+            # An admin key reads the log's global ids (the team's number as `seq`), and
+            # resumes by them.
+            with admin.events.stream(team="events-other", after=got[-1].id) as peek:
+                peeked = take(peek, 2)
+            assert [(e.model_extra or {}).get("seq") for e in peeked] == [1, 2]
+            assert got[-1].id < peeked[0].id < peeked[1].id
+            with admin.events.stream(team="events-other", after=peeked[0].id) as peek:
+                assert [e.id for e in take(peek, 1)] == [peeked[1].id]
             with pytest.raises(APIError) as denied:
                 other.events.stream(team="default")
             assert denied.value.status == 403

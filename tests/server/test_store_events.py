@@ -2,7 +2,7 @@
 PostgreSQL (the `db` fixture): state changes write their events in their own transaction (a
 rolled-back one leaves none), with the request's actor or "system"; reads are per team,
 filtered and resumable; pruning keeps its mark; the fan-out and the queue survive a
-restart (a second Store on the same database)."""
+restart (a second Store on the same database). Team sequences: test_store_event_sequences."""
 
 from __future__ import annotations
 
@@ -113,21 +113,27 @@ def test_prune_and_its_mark(store: Store) -> None:
     log = EventLog(store, settle_seconds=0)
     first = log.record(TEAM, "quota.exceeded", limit="max_sandboxes")
     second = log.record(TEAM, "quota.exceeded", limit="max_vcpus")
-    assert log.pruned_through() == 0 and log.head() == second
+    assert log.pruned_through(TEAM) == 0 and log.head(TEAM) == second
+    newest_id = log.head()
     assert log.prune(time.time() + 1) == 2
-    assert log.pruned_through() == second and log.oldest() is None
+    assert log.pruned_through(TEAM) == second and log.oldest(TEAM) is None
+    assert log.pruned_through() == newest_id  # the global mark, for admin readers
     third = log.record(TEAM, "quota.exceeded", limit="max_memory_mb")
-    assert third > second > first  # ids are never reused, even with the log emptied
+    assert third > second > first  # numbers are never reused, even with the log emptied
+    assert log.head() > newest_id  # nor are ids
     assert [e["id"] for e in log.after(TEAM, 0)[0]] == [third]
 
 
-def test_settle_holds_back_the_newest_events(store: Store) -> None:
+def test_settle_holds_back_the_newest_events_of_global_readers(store: Store) -> None:
     log = EventLog(store, settle_seconds=30)
     log.record(TEAM, "quota.exceeded", limit="max_sandboxes")
-    got, cursor = log.after(TEAM, 0)
+    got, cursor = log.after(TEAM, 0, global_ids=True)
     assert (got, cursor) == ([], 0)  # too young: an older id may still commit
-    got, cursor = log.after(TEAM, 0, now=time.time() + 31)
+    got, cursor = log.after(TEAM, 0, now=time.time() + 31, global_ids=True)
     assert len(got) == 1 and cursor == got[0]["id"]
+    # A team's numbers commit in order (its sequence row's lock): no wait.
+    got, cursor = log.after(TEAM, 0)
+    assert [e["id"] for e in got] == [1] and cursor == 1
 
 
 def test_fan_out_and_queue_survive_a_restart(db: str) -> None:

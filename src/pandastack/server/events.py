@@ -37,26 +37,31 @@ def frame(event_id: int | None, event: str, data: object) -> bytes:
 
 
 async def stream(log: EventLog, team: str, resume: int | None,
-                 patterns: Sequence[str] | None) -> AsyncIterator[bytes]:
+                 patterns: Sequence[str] | None,
+                 global_ids: bool = False) -> AsyncIterator[bytes]:
     """`ready` (data `{"after": id}`), then each event after the resume point as it is
-    written (SSE id = event id). A resume point pruned from the log is told first with
-    `events.truncated` (data `{"after", "oldest"}`), and the stream starts at the oldest
+    written (SSE id = event id: the team's number, or with `global_ids`, for admin keys,
+    the log's id). A resume point pruned from the log is told first with `events.truncated`
+    (data `{"after", "oldest", "pruned_through"}`), and the stream starts at the oldest
     event kept."""
-    at: int
-    if resume is None:
-        at = await asyncio.to_thread(log.head)
-    else:
-        at = resume
-        pruned = await asyncio.to_thread(log.pruned_through)
+    scope = None if global_ids else team
+    at = await asyncio.to_thread(log.head, scope)
+    if resume is not None:
+        # A team number past the team's newest was never handed out (a global id kept
+        # from before the team sequences, or made up): the stream starts now, and `ready`
+        # says so.
+        at = resume if global_ids else min(resume, at)
+        pruned = await asyncio.to_thread(log.pruned_through, scope)
         if at < pruned:
-            oldest = await asyncio.to_thread(log.oldest)
+            oldest = await asyncio.to_thread(log.oldest, team, global_ids)
             yield frame(None, TRUNCATED_EVENT, {"after": at, "oldest": oldest,
                                                 "pruned_through": pruned})
             at = pruned
     yield frame(None, "ready", {"after": at})
     quiet_since = time.monotonic()
     while True:
-        events, at = await asyncio.to_thread(log.after, team, at, patterns)
+        events, at = await asyncio.to_thread(log.after, team, at, patterns,
+                                             global_ids=global_ids)
         for e in events:
             yield frame(e["id"], e["type"], e)
         if events:

@@ -28,6 +28,10 @@ event, `id:` the event's id, `event:` its type, data the event (`id`, `type`, `t
 `actor`: the API key id or `system`, `sandbox_id`, `template`, and the type's own fields).
 Types: {", ".join(EVENT_TYPES)}.
 
+Ids are the team's own sequence (1, 2, 3, ...: other teams' events do not move them). An
+admin key's stream, of its own team or another, uses the log's global ids instead (`id`;
+the team's number is in `seq`), and resumes by them.
+
 Resume with `Last-Event-ID` (what EventSource sends on reconnect) or `since` (an event id;
 the header wins): events after it follow. Without either the stream starts now. A resume
 point older than the log's retention (`PANDASTACK_EVENT_RETENTION`, default 24 h) is not an
@@ -90,8 +94,8 @@ async def stream_events(
         slots = request.app.state.event_streams = StreamSlots(
             service.settings.max_event_streams_per_team)
     release = slots.take(scope)  # refused here (429), before the 200 is sent
-    return event_stream(Frames(stream(EventLog(service.store), scope, cursor, patterns),
-                               release))
+    return event_stream(Frames(stream(EventLog(service.store), scope, cursor, patterns,
+                                      global_ids=who.admin), release))
 
 
 class Frames:

@@ -5,7 +5,11 @@ session: a flush that changes a sandbox's state, inserts fork children or a snap
 moves a build's status adds the event rows to the same flush, so an event commits (or rolls
 back) with the state change it tells of, whichever store method made it. Who did it comes
 from the request (`caller`, set by the API key dependency); outside a request it is
-"system" (the reaper, TTL expiry, startup reconciliation)."""
+"system" (the reaper, TTL expiry, startup reconciliation).
+
+The same hook numbers each event in its team's own sequence (`seq`, from the team's
+`event_sequences` row, bumped in the event's transaction): a team's ids tell nothing of
+other teams' activity, which the global `id` would (ADR 0035, addendum)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Float, Index, Integer, String, Text, event, inspect
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from pandastack.registry.models import Base
@@ -28,21 +34,35 @@ SYSTEM = "system"
 
 
 class Event(Base):
-    """One event of the log. `id` orders the log (autoincrement, never reused: SQLite's
-    AUTOINCREMENT, PostgreSQL's sequence); `data` holds the type's own fields."""
+    """One event of the log. `id` orders the whole log (autoincrement, never reused: SQLite's
+    AUTOINCREMENT, PostgreSQL's sequence; only admin keys see it); `seq` orders the team's
+    events (1, 2, 3, ... without gaps: the team's ids); `data` holds the type's own fields."""
 
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_team_id", "team", "id"), Index("ix_events_time", "time"),
-                      {"sqlite_autoincrement": True})
+    __table_args__ = (Index("ix_events_team_id", "team", "id"),
+                      Index("ix_events_team_seq", "team", "seq", unique=True),
+                      Index("ix_events_time", "time"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     team: Mapped[str] = mapped_column(String(128))
+    seq: Mapped[int] = mapped_column(BigInteger)
     type: Mapped[str] = mapped_column(String(48))
     time: Mapped[float] = mapped_column(Float)
     actor: Mapped[str] = mapped_column(String(64))
     sandbox_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     template: Mapped[str | None] = mapped_column(String(160), nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class EventSequence(Base):
+    """A team's last event `seq`. Bumped in the transaction that writes the team's events,
+    so its row lock (PostgreSQL) holds the team's next writer until that transaction ends:
+    no two events of a team share a number, and a team's events commit in `seq` order."""
+
+    __tablename__ = "event_sequences"
+
+    team: Mapped[str] = mapped_column(String(128), primary_key=True)
+    last: Mapped[int] = mapped_column(BigInteger)
 
 
 class Webhook(Base):
@@ -247,6 +267,29 @@ def events_of_flush(session: Session) -> list[Event]:
     return found
 
 
+def number_events(session: Session, rows: list[Event]) -> None:
+    """Give `rows` the next numbers of their teams' sequences, in list order."""
+    by_team: dict[str, list[Event]] = {}
+    for row in rows:
+        by_team.setdefault(row.team, []).append(row)
+    # On the flush's own connection, not through the session (it is mid-flush).
+    conn = session.connection()
+    pg = conn.dialect.name == "postgresql"
+    # Teams in one order: two flushes that each write events of teams A and B take the
+    # rows' locks alike, never A-then-B against B-then-A.
+    for team in sorted(by_team):
+        mine = by_team[team]
+        bump = {"last": EventSequence.last + len(mine)}
+        key = [EventSequence.team]
+        stmt = (pg_insert(EventSequence).values(team=team, last=len(mine))
+                .on_conflict_do_update(index_elements=key, set_=bump) if pg else
+                sqlite_insert(EventSequence).values(team=team, last=len(mine))
+                .on_conflict_do_update(index_elements=key, set_=bump))
+        last = int(conn.execute(stmt.returning(EventSequence.last)).scalar_one())
+        for n, row in enumerate(mine, start=last - len(mine) + 1):
+            row.seq = n
+
+
 @event.listens_for(Session, "before_flush")
 def _record_events(session: Session, _context: object, _instances: object) -> None:
     # Only the control plane's rows make events: an agent's sessions (hosts, leases) find
@@ -254,6 +297,9 @@ def _record_events(session: Session, _context: object, _instances: object) -> No
     if not session.new and not session.dirty:
         return
     made = events_of_flush(session)
+    added = [o for o in session.new if isinstance(o, Event) and o.seq is None]
+    if added or made:
+        number_events(session, added + made)
     if made:
         session.add_all(made)
 

@@ -1,10 +1,13 @@
 """Reading and pruning the event log, and the webhook tables' queries (the delivery queue).
 
-Ids order the log, but on PostgreSQL a transaction may take id 10, then another take 11 and
-commit first: a reader that saw 11 and moved its cursor past 10 would never see 10. Readers
-therefore stop at the first event younger than `settle_seconds` (on PostgreSQL; SQLite's
-one writer commits in id order): an event's transaction commits well within that of the
-flush that wrote it."""
+A team reads its events by their team number (`seq`), an admin key by the global `id`.
+Global ids order the log, but on PostgreSQL a transaction may take id 10, then another take
+11 and commit first: a reader that saw 11 and moved its cursor past 10 would never see 10.
+Global readers (admin streams, the webhook fan-out) therefore stop at the first event
+younger than `settle_seconds` (on PostgreSQL; SQLite's one writer commits in id order): an
+event's transaction commits well within that of the flush that wrote it. A team's numbers
+need no such wait: the team's `event_sequences` row stays locked until the transaction that
+took a number ends, so they commit in order."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from pandastack.wire_events import type_matches
 
-from .events import Event, EventMark, Webhook, WebhookDelivery, new_event
+from .events import Event, EventMark, EventSequence, Webhook, WebhookDelivery, new_event
 from .repo import Store
 
 #: How far a PostgreSQL reader stays behind the newest event (see the module's docstring).
@@ -27,9 +30,11 @@ PG_SETTLE_SECONDS = 1.0
 READ_BATCH = 200
 
 
-def wire_event(row: Event) -> dict[str, Any]:
-    """The event as the API and webhooks send it."""
-    return {**(row.data or {}), "id": row.id, "type": row.type, "time": row.time,
+def wire_event(row: Event, global_ids: bool = False) -> dict[str, Any]:
+    """The event as the API and webhooks send it: `id` is the team's number, or, for an
+    admin key's reader (`global_ids`), the log's id with the team's number as `seq`."""
+    ids = {"id": row.id, "seq": row.seq} if global_ids else {"id": row.seq}
+    return {**(row.data or {}), **ids, "type": row.type, "time": row.time,
             "team": row.team, "actor": row.actor, "sandbox_id": row.sandbox_id,
             "template": row.template}
 
@@ -67,27 +72,42 @@ class EventLog:
     def record(self, team: str, type_: str, *, who: str | None = None,
                sandbox_id: str | None = None, template: str | None = None,
                **data: Any) -> int:
-        """An event that is no state change's (quota.exceeded), in its own transaction."""
+        """An event that is no state change's (quota.exceeded), in its own transaction;
+        returns its team number."""
         with self.store.session() as s:
             row = new_event(team, type_, sandbox_id=sandbox_id, template=template, who=who,
                             **data)
             s.add(row)
             s.flush()
-            return row.id
+            return row.seq
 
-    def head(self) -> int:
-        """The newest id in the log (0 when it is empty)."""
+    def head(self, team: str | None = None) -> int:
+        """The team's newest number, or (None) the log's newest id; 0 if there is none."""
         with self.store.session() as s:
-            return int(s.scalar(select(func.max(Event.id))) or 0)
+            if team is None:
+                return int(s.scalar(select(func.max(Event.id))) or 0)
+            row = s.get(EventSequence, team)
+            return 0 if row is None else int(row.last)
 
-    def pruned_through(self) -> int:
+    def pruned_through(self, team: str | None = None) -> int:
+        """The newest team number (or, None, global id) pruning removed. A team's numbers
+        have no gaps (a number is taken in its event's transaction), and only pruning
+        removes events: what is missing below the oldest kept was pruned."""
         with self.store.session() as s:
-            mark = s.get(EventMark, "pruned")
-            return 0 if mark is None else int(mark.value)
+            if team is None:
+                mark = s.get(EventMark, "pruned")
+                return 0 if mark is None else int(mark.value)
+            oldest = s.scalar(select(func.min(Event.seq)).where(Event.team == team))
+            if oldest is not None:
+                return int(oldest) - 1
+            row = s.get(EventSequence, team)
+            return 0 if row is None else int(row.last)
 
-    def oldest(self) -> int | None:
+    def oldest(self, team: str, global_ids: bool = False) -> int | None:
+        """The team's oldest event kept: its number, or its global id."""
+        column = Event.id if global_ids else Event.seq
         with self.store.session() as s:
-            value = s.scalar(select(func.min(Event.id)))
+            value = s.scalar(select(func.min(column)).where(Event.team == team))
             return None if value is None else int(value)
 
     def _settled(self, rows: Sequence[Event], now: float) -> list[Event]:
@@ -101,17 +121,21 @@ class EventLog:
         return ready
 
     def after(self, team: str, cursor: int, patterns: Sequence[str] | None = None,
-              limit: int = READ_BATCH, now: float | None = None) -> tuple[list[dict[str, Any]],
-                                                                          int]:
+              limit: int = READ_BATCH, now: float | None = None,
+              global_ids: bool = False) -> tuple[list[dict[str, Any]], int]:
         """The team's events after `cursor` (matching `patterns`), and the cursor to read on
-        from (past events read but filtered out, so a quiet filter does not read them again)."""
-        now = time.time() if now is None else now
+        from (past events read but filtered out, so a quiet filter does not read them again).
+        Cursors are team numbers, or global ids (`global_ids`: an admin key's reader)."""
+        column = Event.id if global_ids else Event.seq
         with self.store.session() as s:
-            rows = list(s.scalars(select(Event).where(Event.team == team, Event.id > cursor)
-                                  .order_by(Event.id).limit(limit)))
-        rows = self._settled(rows, now)
-        out = [wire_event(r) for r in rows if matches(patterns, r.type)]
-        return out, (rows[-1].id if rows else cursor)
+            rows = list(s.scalars(select(Event).where(Event.team == team, column > cursor)
+                                  .order_by(column).limit(limit)))
+        if global_ids:
+            rows = self._settled(rows, time.time() if now is None else now)
+        out = [wire_event(r, global_ids) for r in rows if matches(patterns, r.type)]
+        if not rows:
+            return out, cursor
+        return out, (rows[-1].id if global_ids else rows[-1].seq)
 
     def prune(self, before: float) -> int:
         """Drop events older than `before` and deliveries that finished before it; the
@@ -199,7 +223,7 @@ class EventLog:
                 for hook in hooks.get(row.team, ()):
                     if hook.created_at <= row.time and matches(hook.events, row.type):
                         s.add(WebhookDelivery(
-                            webhook_id=hook.id, team=row.team, event_id=row.id,
+                            webhook_id=hook.id, team=row.team, event_id=row.seq,
                             event_type=row.type, status="pending", attempts=0,
                             body=json.dumps(wire_event(row), separators=(",", ":")),
                             created_at=now, next_attempt_at=now))
