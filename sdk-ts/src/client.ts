@@ -271,7 +271,8 @@ export class Hosts extends Namespace {
   }
 }
 
-const QUOTA_LIMITS = ["max_sandboxes", "max_vcpus", "max_memory_mb", "max_volume_gb", "monthly_budget_usd"];
+const QUOTA_LIMITS = ["max_sandboxes", "max_vcpus", "max_memory_mb", "max_volume_gb", "monthly_budget_usd",
+  "max_hibernated", "max_snapshot_gb"];
 
 export interface QuotaOptions {
   maxSandboxes?: number;
@@ -279,6 +280,8 @@ export interface QuotaOptions {
   maxMemoryMb?: number;
   maxVolumeGb?: number;
   monthlyBudgetUsd?: number;
+  maxHibernated?: number;
+  maxSnapshotGb?: number;
   /** Limits (snake_case names, as the server spells them) back to the server's default. */
   clear?: string[];
 }

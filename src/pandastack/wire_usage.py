@@ -13,7 +13,7 @@ UsageGroupBy = Literal["sandbox", "day", "template"]
 USAGE_GROUPS: tuple[str, ...] = ("sandbox", "day", "template")
 #: The limits a team's quota has, in the order they are checked and shown.
 QUOTA_LIMITS: tuple[str, ...] = ("max_sandboxes", "max_vcpus", "max_memory_mb", "max_volume_gb",
-                                 "monthly_budget_usd")
+                                 "monthly_budget_usd", "max_hibernated", "max_snapshot_gb")
 
 
 class UsageQuantities(Strict):
@@ -68,17 +68,23 @@ class QuotaUpdate(Strict):
     max_memory_mb: int | None = Field(default=None, ge=0, le=1 << 40)
     max_volume_gb: float | None = Field(default=None, ge=0, le=1e9)
     monthly_budget_usd: float | None = Field(default=None, ge=0, le=1e12)
+    max_hibernated: int | None = Field(default=None, ge=0, le=1_000_000)
+    max_snapshot_gb: float | None = Field(default=None, ge=0, le=1e9)
 
 
 class QuotaUse(Strict):
     """What the team holds now: sandboxes starting, running or paused (hibernated ones do
-    not count) and their vCPUs and memory, its volumes, and its spend this month (UTC)."""
+    not count) and their vCPUs and memory, its volumes, its spend this month (UTC), its
+    hibernated sandboxes and the GiB its sandbox and volume snapshots store. What a request
+    under way has admitted (a wake, a hibernate, a resize) counts already."""
 
     sandboxes: int
     vcpus: int
     memory_mb: int
     volume_gb: float
     month_spend_usd: float
+    hibernated: int = 0
+    snapshot_gb: float = 0.0
 
 
 class QuotaInfo(Strict):
@@ -91,5 +97,7 @@ class QuotaInfo(Strict):
     max_memory_mb: int | None = None
     max_volume_gb: float | None = None
     monthly_budget_usd: float | None = None
+    max_hibernated: int | None = None
+    max_snapshot_gb: float | None = None
     defaults: list[str] = Field(default_factory=list)
     usage: QuotaUse

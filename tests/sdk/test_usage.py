@@ -61,6 +61,9 @@ def test_sync_usage_teams_and_quota_error() -> None:
         assert seen[-1].method == "PUT" and seen[-1].url.path == "/v1/teams/t/quota"
         assert json.loads(seen[-1].content) == {"max_sandboxes": 2, "max_vcpus": None}
         assert c.teams.get_quota("t").defaults == ["max_vcpus"]
+        c.teams.set_quota("t", max_hibernated=4, max_snapshot_gb=2.5,
+                          clear=["max_snapshot_gb"])
+        assert json.loads(seen[-1].content) == {"max_hibernated": 4, "max_snapshot_gb": None}
         with pytest.raises(QuotaExceededError) as exc:
             c.sandboxes.create()
         err = exc.value

@@ -1917,10 +1917,14 @@ export interface components {
         QuotaInfo: {
             /** Defaults */
             defaults?: string[];
+            /** Max Hibernated */
+            max_hibernated?: number | null;
             /** Max Memory Mb */
             max_memory_mb?: number | null;
             /** Max Sandboxes */
             max_sandboxes?: number | null;
+            /** Max Snapshot Gb */
+            max_snapshot_gb?: number | null;
             /** Max Vcpus */
             max_vcpus?: number | null;
             /** Max Volume Gb */
@@ -1937,10 +1941,14 @@ export interface components {
          *     server's default. 0 forbids (max_sandboxes 0: no new sandbox).
          */
         QuotaUpdate: {
+            /** Max Hibernated */
+            max_hibernated?: number | null;
             /** Max Memory Mb */
             max_memory_mb?: number | null;
             /** Max Sandboxes */
             max_sandboxes?: number | null;
+            /** Max Snapshot Gb */
+            max_snapshot_gb?: number | null;
             /** Max Vcpus */
             max_vcpus?: number | null;
             /** Max Volume Gb */
@@ -1951,15 +1959,27 @@ export interface components {
         /**
          * QuotaUse
          * @description What the team holds now: sandboxes starting, running or paused (hibernated ones do
-         *     not count) and their vCPUs and memory, its volumes, and its spend this month (UTC).
+         *     not count) and their vCPUs and memory, its volumes, its spend this month (UTC), its
+         *     hibernated sandboxes and the GiB its sandbox and volume snapshots store. What a request
+         *     under way has admitted (a wake, a hibernate, a resize) counts already.
          */
         QuotaUse: {
+            /**
+             * Hibernated
+             * @default 0
+             */
+            hibernated: number;
             /** Memory Mb */
             memory_mb: number;
             /** Month Spend Usd */
             month_spend_usd: number;
             /** Sandboxes */
             sandboxes: number;
+            /**
+             * Snapshot Gb
+             * @default 0
+             */
+            snapshot_gb: number;
             /** Vcpus */
             vcpus: number;
             /** Volume Gb */

@@ -74,13 +74,16 @@ class Teams(_base.ClientBase[HTTP]):
                   max_vcpus: int | None = None, max_memory_mb: int | None = None,
                   max_volume_gb: float | None = None,
                   monthly_budget_usd: float | None = None,
+                  max_hibernated: int | None = None,
+                  max_snapshot_gb: float | None = None,
                   clear: tuple[str, ...] | list[str] = ()) -> QuotaInfo:
         """Set the given limits of `team` (the others keep their value); the limits named
         in `clear` go back to the server's default."""
         return self._http.run(set_quota_call(team, {
             "max_sandboxes": max_sandboxes, "max_vcpus": max_vcpus,
             "max_memory_mb": max_memory_mb, "max_volume_gb": max_volume_gb,
-            "monthly_budget_usd": monthly_budget_usd}, clear))
+            "monthly_budget_usd": monthly_budget_usd, "max_hibernated": max_hibernated,
+            "max_snapshot_gb": max_snapshot_gb}, clear))
 
 
 class AsyncTeams(_base.ClientBase[AsyncHTTP]):
@@ -94,10 +97,13 @@ class AsyncTeams(_base.ClientBase[AsyncHTTP]):
                         max_vcpus: int | None = None, max_memory_mb: int | None = None,
                         max_volume_gb: float | None = None,
                         monthly_budget_usd: float | None = None,
+                        max_hibernated: int | None = None,
+                        max_snapshot_gb: float | None = None,
                         clear: tuple[str, ...] | list[str] = ()) -> QuotaInfo:
         """Set the given limits of `team` (the others keep their value); the limits named
         in `clear` go back to the server's default."""
         return await self._http.run(set_quota_call(team, {
             "max_sandboxes": max_sandboxes, "max_vcpus": max_vcpus,
             "max_memory_mb": max_memory_mb, "max_volume_gb": max_volume_gb,
-            "monthly_budget_usd": monthly_budget_usd}, clear))
+            "monthly_budget_usd": monthly_budget_usd, "max_hibernated": max_hibernated,
+            "max_snapshot_gb": max_snapshot_gb}, clear))

@@ -142,7 +142,8 @@ async def hibernate_persistent(service: SandboxService,
         async with asyncio.timeout(budget):
             for row in rows:
                 try:
-                    await service.hibernate_row(row)
+                    # The server's own stop: a team's max_hibernated does not keep it up.
+                    await service.hibernate_row(row, quota=False)
                     done.append(row.id)
                 except ApiError as exc:
                     log.warning("stop: hibernating sandbox %s failed: %s", row.id, exc.message)

@@ -63,6 +63,8 @@ class QuotaDefaults:
     max_memory_mb: int | None = None
     max_volume_gb: float | None = None
     monthly_budget_usd: float | None = None
+    max_hibernated: int | None = None
+    max_snapshot_gb: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -113,7 +115,9 @@ QUOTA_VARS = {"max_sandboxes": ("PANDASTACK_QUOTA_MAX_SANDBOXES", int),
               "max_vcpus": ("PANDASTACK_QUOTA_MAX_VCPUS", int),
               "max_memory_mb": ("PANDASTACK_QUOTA_MAX_MEMORY_MB", int),
               "max_volume_gb": ("PANDASTACK_QUOTA_MAX_VOLUME_GB", float),
-              "monthly_budget_usd": ("PANDASTACK_QUOTA_MONTHLY_BUDGET_USD", float)}
+              "monthly_budget_usd": ("PANDASTACK_QUOTA_MONTHLY_BUDGET_USD", float),
+              "max_hibernated": ("PANDASTACK_QUOTA_MAX_HIBERNATED", int),
+              "max_snapshot_gb": ("PANDASTACK_QUOTA_MAX_SNAPSHOT_GB", float)}
 
 
 def settings_from_env(env: Mapping[str, str]) -> dict[str, object]:

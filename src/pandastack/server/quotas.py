@@ -1,7 +1,9 @@
 """Team quotas and size classes: the checks the service runs before it admits a sandbox
-(create, fork, wake), and the one volumes run before they grow. A quota crossed is a 429
-`quota_exceeded` whose envelope names the limit, its value and the current use; a shape
-outside the allowed size classes is a 422."""
+(create, fork, wake, restart, restore) or a hibernation, the one volumes run before they
+grow, and the one a snapshot's row runs before it is recorded. Each runs in the transaction
+that holds the team's lock and moves what it admits to a counted state (store/usage.py).
+A quota crossed is a 429 `quota_exceeded` whose envelope names the limit, its value and the
+current use; a shape outside the allowed size classes is a 422."""
 
 from __future__ import annotations
 
@@ -18,10 +20,18 @@ from .settings import Settings
 from .store import Store
 from .store.events import note_quota_exceeded
 from .store.models import TeamQuota
-from .store.usage import QuotaCheck, active_use, segments_since, volume_use_gib
+from .store.usage import (
+    QuotaCheck,
+    active_use,
+    hibernated_use,
+    segments_since,
+    snapshot_use_gib,
+    volume_use_gib,
+)
 
 UNITS = {"max_sandboxes": "sandboxes", "max_vcpus": "vCPUs", "max_memory_mb": "MiB of memory",
-         "max_volume_gb": "GiB of volumes", "monthly_budget_usd": "USD this month"}
+         "max_volume_gb": "GiB of volumes", "monthly_budget_usd": "USD this month",
+         "max_hibernated": "hibernated sandboxes", "max_snapshot_gb": "GiB of snapshots"}
 
 
 def quota_exceeded(team: str, limit: str, value: float, current: float,
@@ -108,6 +118,30 @@ class Quotas:
                     raise quota_exceeded(team, "monthly_budget_usd", budget, round(spent, 6))
         return check
 
+    def hibernation(self) -> QuotaCheck:
+        """The check of one more hibernated sandbox (`Store.reserve` before a hibernate)."""
+        def check(s: Session, team: str) -> None:
+            limit = self.limits(s, team)["max_hibernated"]
+            if limit is not None:
+                current = hibernated_use(s, team)
+                if current + 1 > limit:
+                    raise quota_exceeded(team, "max_hibernated", limit, current, 1)
+        return check
+
+    def snapshot_room(self, adding_bytes: int) -> QuotaCheck:
+        """The check of storing `adding_bytes` more of snapshots (0: whether any room is
+        left, before a snapshot whose size is not known yet is taken)."""
+        def check(s: Session, team: str) -> None:
+            limit = self.limits(s, team)["max_snapshot_gb"]
+            if limit is None:
+                return
+            current = snapshot_use_gib(s, team)
+            adding = adding_bytes / (1 << 30)
+            if current + adding > limit or (adding_bytes == 0 and current >= limit):
+                raise quota_exceeded(team, "max_snapshot_gb", limit, round(current, 6),
+                                     round(adding, 6) or None)
+        return check
+
     def volume_limit_gb(self, team: str) -> float | None:
         with self.store.session() as s:
             return self.limits(s, team)["max_volume_gb"]
@@ -126,7 +160,9 @@ class Quotas:
             use = QuotaUse(sandboxes=sandboxes, vcpus=vcpus, memory_mb=memory,
                            volume_gb=round(volume_use_gib(s, team), 6),
                            month_spend_usd=round(month_spend(s, team, self.settings.rates,
-                                                             time.time()), 6))
+                                                             time.time()), 6),
+                           hibernated=hibernated_use(s, team),
+                           snapshot_gb=round(snapshot_use_gib(s, team), 6))
         defaults = [name for name in QUOTA_LIMITS
                     if row is None or getattr(row, name) is None]
         return QuotaInfo(team=team, defaults=defaults, usage=use,

@@ -40,6 +40,7 @@ from .quotas import Quotas
 from .settings import Settings
 from .stopped import reconcile, reconcile_snapshots, restart_row, stop_row
 from .store import Sandbox, Store, TemplateVersion
+from .store.usage import HOLD_AWAKE, HOLD_HIBERNATED
 from .team_slots import TeamSlots
 from .telemetry import timed
 from .volumes import CreatePlan, VolumeService
@@ -232,11 +233,22 @@ class SandboxService:
     async def wake_row(self, row: Sandbox) -> Sandbox:
         if row.state == "stopped":
             return await self.restart_row(row)
-        if row.state == "hibernated":  # a woken sandbox counts against the quota again
-            self.store.check_quota(row.team, self.quotas.admission([(row.vcpus, row.memory_mb)]))
-        async with self.transition(row.id):
-            await self.host_call(self.runtime.wake(row.id))
-            return await self.sync_state(row)
+        # A woken sandbox counts against the quota again, from the check on: a racing wake
+        # of another of the team's sandboxes sees it (the hold) before its VM runs.
+        held = row.state == "hibernated" and self.store.reserve(
+            row, HOLD_AWAKE, self.quotas.admission([(row.vcpus, row.memory_mb)]),
+            ("hibernated",))
+        try:
+            async with self.transition(row.id):
+                await self.host_call(self.runtime.wake(row.id))
+                woken = await self.sync_state(row)
+        except BaseException:
+            if held:
+                self.store.release_hold(row.id, HOLD_AWAKE)
+            raise
+        if row.state == "hibernated":  # running now: counted as such (also another's hold)
+            self.store.release_hold(row.id, HOLD_AWAKE)
+        return woken
 
     async def awake(self, team: str, sandbox_id: str) -> Sandbox:
         """The team's live sandbox with a VM (running or paused); woken if hibernated,
@@ -265,10 +277,18 @@ class SandboxService:
                            f"{row.stop_reason}); wake it first")
         return row if row.state == "hibernated" else await self.hibernate_row(row)
 
-    async def hibernate_row(self, row: Sandbox) -> Sandbox:
-        async with self.transition(row.id):
-            await self.host_call(self.runtime.hibernate(row.id))
-            return await self.sync_state(row)
+    async def hibernate_row(self, row: Sandbox, quota: bool = True) -> Sandbox:
+        """`quota`: admit it under the team's max_hibernated first (429 past it); the
+        server's own hibernations at a stop pass False."""
+        held = quota and self.store.reserve(row, HOLD_HIBERNATED, self.quotas.hibernation(),
+                                            ("running", "paused"))
+        try:
+            async with self.transition(row.id):
+                await self.host_call(self.runtime.hibernate(row.id))
+                return await self.sync_state(row)
+        finally:
+            if held:
+                self.store.release_hold(row.id, HOLD_HIBERNATED)
 
     async def wake(self, team: str, sandbox_id: str) -> Sandbox:
         """Idempotent: a sandbox that is awake (running or paused) stays as it is. One whose
@@ -299,7 +319,16 @@ class SandboxService:
             # it would write to disks it does not have. The volumes come back with the host.
             raise lost(row, "its volumes (" + ", ".join(v.name for _, v in mounted) +
                        ") are on that host; kill the sandbox, or wait for the host to return")
-        self.store.check_quota(row.team, self.quotas.admission([(row.vcpus, row.memory_mb)]))
+        held = self.store.reserve(row, HOLD_AWAKE,
+                                  self.quotas.admission([(row.vcpus, row.memory_mb)]),
+                                  ("host_lost",))
+        try:
+            return await self._restore_lost(cluster, row)
+        finally:
+            if held:
+                self.store.release_hold(row.id, HOLD_AWAKE)
+
+    async def _restore_lost(self, cluster: ClusterPool, row: Sandbox) -> Sandbox:
         async with self.transition(row.id):
             try:
                 host_id = await cluster.wake_elsewhere(row.id, vcpus=row.vcpus,

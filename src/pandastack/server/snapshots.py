@@ -41,6 +41,9 @@ async def take_snapshot(service: SandboxService, team: str, sandbox_id: str,
                         name: str | None) -> Snapshot:
     """Snapshot the team's sandbox (woken first if hibernated); it keeps running."""
     row = await service.awake(team, sandbox_id)
+    # Its size is known once it is taken: a team with no room left is refused before, and
+    # the row is admitted with its size (else the snapshot goes again).
+    service.store.check_quota(row.team, service.quotas.snapshot_room(0))
     async with service.transition(row.id):
         result = await service.host_call(service.runtime.snapshot(row.id, name))
     info = result.info
@@ -50,7 +53,7 @@ async def take_snapshot(service: SandboxService, team: str, sandbox_id: str,
                     size_bytes=info.size_bytes or info.state_bytes, deleted_at=None,
                     volumes=service.volumes.record(row.id))
     try:
-        return service.store.add_snapshot(snap)
+        return service.store.add_snapshot(snap, service.quotas.snapshot_room(snap.size_bytes))
     except BaseException:
         with contextlib.suppress(HostError):
             await service.runtime.delete_snapshot(info.id)

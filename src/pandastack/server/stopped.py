@@ -14,6 +14,7 @@ from pandastack.hostport.errors import HostError, SandboxNotFound, SnapshotNotFo
 
 from .errors import api_error_of, conflict
 from .store import Sandbox
+from .store.usage import HOLD_AWAKE
 
 if TYPE_CHECKING:
     from pandastack.hostport.results import SnapshotInfo
@@ -59,7 +60,19 @@ async def restart_row(service: SandboxService, row: Sandbox) -> Sandbox:
 
 
 async def _restart(service: SandboxService, row: Sandbox) -> Sandbox:
-    service.store.check_quota(row.team, service.quotas.admission([(row.vcpus, row.memory_mb)]))
+    # Counted as live from the check on (a racing wake or restart of the team sees it),
+    # until it runs or the restart fails.
+    held = service.store.reserve(row, HOLD_AWAKE,
+                                 service.quotas.admission([(row.vcpus, row.memory_mb)]),
+                                 ("stopped",))
+    try:
+        return await _start_again(service, row)
+    finally:
+        if held:
+            service.store.release_hold(row.id, HOLD_AWAKE)
+
+
+async def _start_again(service: SandboxService, row: Sandbox) -> Sandbox:
     async with service.transition(row.id):
         try:
             handle = await service.runtime.get(row.id)

@@ -22,7 +22,7 @@ from contextlib import suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pandastack.hostport.errors import HostExhausted, VolumeNotFound
+from pandastack.hostport.errors import HostError, HostExhausted, VolumeNotFound
 from pandastack.hostport.volumes import HostVolume, VolumePort
 from pandastack.rules import VOLUME_BACKUP_ID_PREFIX, VOLUME_BACKUP_ID_RE, new_volume_backup_id
 from pandastack.wire import CreateVolume, VolumeSnapshotInfo
@@ -75,12 +75,22 @@ class VolumeSnapshots:
                            f"{writers[0]}: snapshot it once that sandbox has ended (or "
                            "snapshot the sandbox, which copies its volumes)")
         backup_id = new_volume_backup_id()
+        quotas = self.volumes.quotas
+        # Its size is known once it is made: refused before when no room is left, and
+        # admitted with its size (else the backup goes again).
+        self.store.check_quota(team, quotas.snapshot_room(0))
         with self.volumes.pinned(volume.host_id):
             made = await host_call(self.volumes.port.backup_volume(volume.id, backup_id))
-        return self.store.add_volume_backup(VolumeBackup(
+        row = VolumeBackup(
             id=backup_id, team=team, volume_id=volume.id, volume_name=volume.name,
             size_mb=made.size_mb, stored_bytes=made.stored_bytes, created_at=made.created_at,
-            deleted_at=None))
+            deleted_at=None)
+        try:
+            return self.store.add_volume_backup(row, quotas.snapshot_room(made.stored_bytes))
+        except BaseException:
+            with self.volumes.pinned(volume.host_id), suppress(HostError):
+                await self.volumes.port.delete_volume_backup(backup_id)
+            raise
 
     async def delete(self, team: str, snapshot_id: str) -> None:
         row = self.row(team, snapshot_id)

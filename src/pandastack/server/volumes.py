@@ -200,11 +200,17 @@ class VolumeService:
 
         def quota(s: Any, team: str) -> None:
             self.quotas.check_volume(s, team, grow)
-        self.store.check_quota(team, quota)
+        # The growth counts from the check on (a racing resize sees it), not from the row's
+        # update after the host call.
+        self.store.reserve_volume(row.id, team, grow, quota)
         port = self.port
-        with self.pinned(row.host_id):
-            await host_call(port.resize_volume(row.id, size_mb))
-        self.store.resize_volume_row(row.id, size_mb)
+        try:
+            with self.pinned(row.host_id):
+                await host_call(port.resize_volume(row.id, size_mb))
+        except BaseException:
+            self.store.release_volume(row.id, grow)
+            raise
+        self.store.resize_volume_row(row.id, size_mb, reserved_mb=grow)
         row.size_mb = size_mb
         return row
 

@@ -25,7 +25,13 @@ from .models import (
     TemplateName,
     TemplateVersion,
 )
-from .usage import UsageStore, close_segments, meter_state_change, open_snapshot_segment
+from .usage import (
+    QuotaCheck,
+    UsageStore,
+    close_segments,
+    meter_state_change,
+    open_snapshot_segment,
+)
 from .volume_backups import VolumeBackupStore
 from .volumes import VolumeStore, detach_sandboxes
 
@@ -186,9 +192,12 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
 
     # -- snapshots ------------------------------------------------------------------------
 
-    def add_snapshot(self, row: Snapshot) -> Snapshot:
-        with self.session() as s:
-            self.ensure_team(s, row.team)
+    def add_snapshot(self, row: Snapshot, check: QuotaCheck | None = None) -> Snapshot:
+        """Record a snapshot the host took, after `check` (the team's max_snapshot_gb with
+        its size) passed under the team's lock, atomically with it."""
+        with self.team_locked(row.team) as s:
+            if check is not None:
+                check(s, row.team)
             s.add(row)
             open_snapshot_segment(s, row, time.time())
         return row

@@ -13,7 +13,11 @@ from their row's insert to their deletion; volumes from their creation to their 
 Quota checks run in `admit`: one transaction that takes the team's write lock (SELECT ...
 FOR UPDATE of its `teams` row on PostgreSQL; BEGIN IMMEDIATE on SQLite, whose writers are
 serialised by the database), checks, and inserts the rows, so two racing creates of a team
-cannot both pass."""
+cannot both pass. What grows an existing row (a wake, restart or restore of a sandbox, a
+hibernate, a volume's resize) reserves the same way before its host call: `reserve` sets the
+row's `quota_hold` (`reserve_volume` its `reserved_mb`) in the check's transaction, the
+counts below include it, and the caller releases it when the call has landed or failed; the
+lock is never held across the host call (ADR 0025, addendum)."""
 
 from __future__ import annotations
 
@@ -22,10 +26,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Table, func, insert, or_, select, text, update
+from sqlalchemy import Table, and_, case, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from .models import Sandbox, Snapshot, Team, TeamQuota, UsageSegment
+from .models import Sandbox, Snapshot, Team, TeamQuota, UsageSegment, Volume
 
 # Core statements on the table, not ORM ones: they run inside the create's transaction, and
 # an executemany of plain rows is a fraction of an ORM INSERT's cost (~0.1 ms against ~0.8).
@@ -34,6 +38,12 @@ COMPUTE_STATES = frozenset({"running", "paused"})
 DISK_STATES = frozenset({"running", "paused", "hibernated", "stopped"})
 #: What counts against a team's concurrent-sandbox quota (a hibernated one holds no VM).
 ACTIVE_STATES = ("starting", "running", "paused")
+#: `Sandbox.quota_hold`: counted as a live sandbox (a wake, restart or restore under way),
+#: or as a hibernated one (a hibernate under way).
+HOLD_AWAKE = "awake"
+HOLD_HIBERNATED = "hibernated"
+#: States a hold counts in (an ended row holds nothing, whatever it was left with).
+HELD_STATES = ("starting", "running", "paused", "hibernated", "stopped", "host_lost")
 #: The root disk of a sandbox created without `disk_mb`: the built-in templates' rootfs
 #: (host/images/build.py ROOTFS_SIZE, 2 GiB).
 DEFAULT_DISK_MB = 2048
@@ -137,6 +147,43 @@ class UsageStore:
                 meter_state_change(s, row, None, at)
         return rows
 
+    def reserve(self, row: Sandbox, hold: str, check: QuotaCheck,
+                states: Sequence[str]) -> bool:
+        """Admit `row` as `hold` under the team's lock: if it is still in one of `states`
+        and holds nothing yet, run `check` and set its hold in the same transaction. True if
+        this call set the hold (then it must `release_hold` it); False if there was nothing to
+        reserve (it moved on, or another request's hold already counts it)."""
+        with self.team_locked(row.team) as s:
+            current = s.get(Sandbox, row.id)
+            if current is None or current.state not in states or current.quota_hold is not None:
+                return False
+            check(s, row.team)
+            current.quota_hold = hold
+            return True
+
+    def release_hold(self, sandbox_id: str, hold: str) -> None:
+        """Drop the sandbox's hold (the host call it admitted has landed or failed). No team
+        lock: a release only lowers what the team holds."""
+        with self.session() as s:
+            s.execute(update(Sandbox).where(Sandbox.id == sandbox_id,
+                                            Sandbox.quota_hold == hold)
+                      .values(quota_hold=None))
+
+    def reserve_volume(self, volume_id: str, team: str, grow_mb: int,
+                       check: QuotaCheck) -> None:
+        """Admit a resize's `grow_mb` under the team's lock: `check`, then the volume's
+        `reserved_mb` grows by it in the same transaction (`resize_volume_row` or
+        `release_volume` gives it back)."""
+        with self.team_locked(team) as s:
+            check(s, team)
+            s.execute(update(Volume).where(Volume.id == volume_id)
+                      .values(reserved_mb=Volume.reserved_mb + grow_mb))
+
+    def release_volume(self, volume_id: str, grow_mb: int) -> None:
+        with self.session() as s:
+            s.execute(update(Volume).where(Volume.id == volume_id)
+                      .values(reserved_mb=less_reserved(grow_mb)))
+
     def check_quota(self, team: str, check: QuotaCheck) -> None:
         """Run `check` under the team's lock (a wake's check, before the VM wakes)."""
         with self.team_locked(team) as s:
@@ -172,19 +219,47 @@ class UsageStore:
             return row
 
 
+def less_reserved(grow_mb: int) -> Any:
+    """`reserved_mb` less a resize's share, never below 0 (a share can outlive a restart)."""
+    return case((Volume.reserved_mb > grow_mb, Volume.reserved_mb - grow_mb), else_=0)
+
+
+def _counted(state: str | tuple[str, ...], hold: str) -> Any:
+    states = (state,) if isinstance(state, str) else state
+    return or_(Sandbox.state.in_(states),
+               and_(Sandbox.quota_hold == hold, Sandbox.state.in_(HELD_STATES)))
+
+
 def active_use(s: Session, team: str) -> tuple[int, int, int]:
-    """(sandboxes, vCPUs, memory MiB) of the team's starting, running and paused sandboxes."""
+    """(sandboxes, vCPUs, memory MiB) of the team's starting, running and paused sandboxes,
+    and of those a wake, restart or restore has admitted (`HOLD_AWAKE`)."""
     n, vcpus, memory = s.execute(
         select(func.count(), func.coalesce(func.sum(Sandbox.vcpus), 0),
                func.coalesce(func.sum(Sandbox.memory_mb), 0))
-        .where(Sandbox.team == team, Sandbox.state.in_(ACTIVE_STATES))).one()
+        .where(Sandbox.team == team, _counted(ACTIVE_STATES, HOLD_AWAKE))).one()
     return int(n), int(vcpus), int(memory)
 
 
+def hibernated_use(s: Session, team: str) -> int:
+    """The team's hibernated sandboxes, and those a hibernate has admitted."""
+    return int(s.scalar(select(func.count()).where(
+        Sandbox.team == team, _counted("hibernated", HOLD_HIBERNATED))) or 0)
+
+
 def volume_use_gib(s: Session, team: str) -> float:
-    """GiB of the team's volumes (their open segments)."""
+    """GiB of the team's volumes (their open segments) and of the resizes under way."""
     total = s.scalar(select(func.coalesce(func.sum(UsageSegment.gib), 0.0)).where(
         UsageSegment.team == team, UsageSegment.kind == "volume",
+        UsageSegment.ended_at.is_(None)))
+    reserved = s.scalar(select(func.coalesce(func.sum(Volume.reserved_mb), 0)).where(
+        Volume.team == team, Volume.deleted_at.is_(None)))
+    return float(total or 0.0) + int(reserved or 0) / 1024
+
+
+def snapshot_use_gib(s: Session, team: str) -> float:
+    """GiB the team's sandbox and volume snapshots store (their open segments)."""
+    total = s.scalar(select(func.coalesce(func.sum(UsageSegment.gib), 0.0)).where(
+        UsageSegment.team == team, UsageSegment.kind == "snapshot",
         UsageSegment.ended_at.is_(None)))
     return float(total or 0.0)
 

@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from .models import UsageSegment, Volume, VolumeAttachment, VolumeBackup
-from .usage import GIB, close_segments
+from .usage import GIB, QuotaCheck, close_segments
 
 
 class MoveRefused(Exception):
@@ -29,8 +29,15 @@ class VolumeBackupStore:
     if TYPE_CHECKING:
         def session(self) -> AbstractContextManager[Session]: ...
 
-    def add_volume_backup(self, row: VolumeBackup) -> VolumeBackup:
-        with self.session() as s:
+        def team_locked(self, team: str) -> AbstractContextManager[Session]: ...
+
+    def add_volume_backup(self, row: VolumeBackup,
+                          check: QuotaCheck | None = None) -> VolumeBackup:
+        """Record a backup the host made, after `check` (the team's max_snapshot_gb with
+        its size) passed under the team's lock, atomically with it."""
+        with self.team_locked(row.team) as s:
+            if check is not None:
+                check(s, row.team)
             s.add(row)
             s.flush()
             s.execute(insert(UsageSegment).values(

@@ -186,14 +186,18 @@ class VolumeStore:
                     out.setdefault(a.sandbox_id, []).append((a, v))
         return out
 
-    def resize_volume_row(self, volume_id: str, size_mb: int, at: float | None = None) -> None:
-        """Record a new size: the old size's segment closes and the new one's opens."""
+    def resize_volume_row(self, volume_id: str, size_mb: int, at: float | None = None,
+                          reserved_mb: int = 0) -> None:
+        """Record a new size: the old size's segment closes and the new one's opens, and the
+        resize's reservation (`reserve_volume`) goes in the same transaction."""
         at = time.time() if at is None else at
         with self.session() as s:
             row = s.get(Volume, volume_id, with_for_update=True)
             if row is None or row.deleted_at is not None:
                 return
             row.size_mb = size_mb
+            if reserved_mb:
+                row.reserved_mb = max(0, row.reserved_mb - reserved_mb)
             close_volume_segment(s, volume_id, at)
             open_volume_segment(s, row.team, volume_id, size_mb, at)
 
