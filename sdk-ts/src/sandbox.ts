@@ -16,8 +16,8 @@ import { NotFoundError, TemplateBuildingError, invalid } from "./errors.js";
 import { Filesystem } from "./files.js";
 import { Http, pathSegment, sandboxPath } from "./http.js";
 import { Terminals } from "./pty.js";
-import type { ExecResult, ForkResult, Lifecycle, Logs, NetworkArg, NetworkSpec, SandboxInfo,
-  SandboxMetrics, SnapshotInfo, VolumeArg } from "./types.js";
+import type { AttachedVolume, ExecResult, ForkResult, Lifecycle, Logs, NetworkArg, NetworkSpec,
+  SandboxInfo, SandboxMetrics, SandboxState, SnapshotInfo, VolumeArg } from "./types.js";
 
 /** How long a create keeps waiting for a template that is still building (a built-in
  * template's first use on a fresh host builds its image: minutes under TCG). */
@@ -167,6 +167,90 @@ export class Sandbox implements AsyncDisposable {
     return this.current;
   }
 
+  // The fields of `info` as read-only properties, as last seen (create, connect, list, or
+  // the last `refresh()`): scripts written against the earlier list read `sbx.state` off its
+  // items. `snapshot` stays `info.snapshot`: on the handle that name takes a snapshot.
+  /** The state as last seen (`refresh()` asks again). */
+  get state(): SandboxState {
+    return this.current.state;
+  }
+
+  /** The template it was created from. */
+  get template(): string {
+    return this.current.template;
+  }
+
+  /** The team's name for it, if it was given one. */
+  get name(): string | null {
+    return this.current.name ?? null;
+  }
+
+  /** Its labels (a copy: changing it changes nothing on the server). */
+  get metadata(): Record<string, string> {
+    return { ...(this.current.metadata ?? {}) };
+  }
+
+  /** The host it runs on, where the server drives many. */
+  get hostId(): string | null {
+    return this.current.hostId ?? null;
+  }
+
+  /** When it was created (Unix seconds). */
+  get createdAt(): number {
+    return this.current.createdAt;
+  }
+
+  /** When its TTL ends it (Unix seconds), if it has one. */
+  get expiresAt(): number | null {
+    return this.current.expiresAt ?? null;
+  }
+
+  /** Its time to live, counted from `createdAt`. */
+  get ttlSeconds(): number {
+    return this.current.ttlSeconds;
+  }
+
+  /** Whether the idle reaper leaves it alone. */
+  get persistent(): boolean {
+    return this.current.persistent;
+  }
+
+  get vcpus(): number {
+    return this.current.vcpus;
+  }
+
+  get memoryMb(): number {
+    return this.current.memoryMb;
+  }
+
+  get diskMb(): number | null {
+    return this.current.diskMb ?? null;
+  }
+
+  /** The volumes it has mounted (a copy of the list). */
+  get volumes(): AttachedVolume[] {
+    return [...(this.current.volumes ?? [])];
+  }
+
+  /** When it ended (Unix seconds); null while it has not. */
+  get endedAt(): number | null {
+    return this.current.endedAt ?? null;
+  }
+
+  get endReason(): string | null {
+    return this.current.endReason ?? null;
+  }
+
+  /** State stopped: why its VM ended. */
+  get stopReason(): string | null {
+    return this.current.stopReason ?? null;
+  }
+
+  /** After a stopped sandbox was started again: what it came back from. */
+  get restoredFrom(): SandboxInfo["restoredFrom"] | null {
+    return this.current.restoredFrom ?? null;
+  }
+
   /** The same as `filesystem` (the name other sandbox SDKs use). */
   get files(): Filesystem {
     return this.filesystem;
@@ -205,7 +289,7 @@ export class Sandbox implements AsyncDisposable {
     return Object.assign(infos.map((info) => new Sandbox(info, http)), { nextToken: token });
   }
 
-  private async state(action: "pause" | "resume" | "hibernate" | "wake"): Promise<SandboxInfo> {
+  private async transition(action: "pause" | "resume" | "hibernate" | "wake"): Promise<SandboxInfo> {
     this.current = camelize(await this.http.json({ method: "POST", path: sandboxPath(this.id, action), json: {} })) as SandboxInfo;
     return this.current;
   }
@@ -228,22 +312,22 @@ export class Sandbox implements AsyncDisposable {
 
   /** Stop the vCPUs in place until `resume()`. */
   pause(): Promise<SandboxInfo> {
-    return this.state("pause");
+    return this.transition("pause");
   }
 
   resume(): Promise<SandboxInfo> {
-    return this.state("resume");
+    return this.transition("resume");
   }
 
   /** Write the whole state to disk and end the VM; any later request brings it back. */
   hibernate(): Promise<SandboxInfo> {
-    return this.state("hibernate");
+    return this.transition("hibernate");
   }
 
   /** Bring a hibernated sandbox back now, or start a stopped one (its VM died;
    * `restoredFrom` says what it came back from); a no-op if it is awake. */
   wake(): Promise<SandboxInfo> {
-    return this.state("wake");
+    return this.transition("wake");
   }
 
   /** Capture memory, processes and disk; the snapshot id (`Sandbox.create({snapshot})`). */

@@ -27,6 +27,7 @@ export type TemplateInfo = Camel<S["TemplateInfo"]>;
 export type TemplateSpec = S["TemplateSpec"];
 export type VolumeInfo = Camel<S["VolumeInfo"]>;
 export type VolumeMount = Camel<S["VolumeMount"]>;
+export type AttachedVolume = Camel<S["AttachedVolume"]>;
 export type UsageReport = Camel<S["UsageReport"]>;
 export type UsageRow = Camel<S["UsageRow"]>;
 export type KeyInfo = Camel<S["KeyInfo"]>;

@@ -45,6 +45,16 @@ test("the seed's agent loop: write, exec, read the traceback, fix, exec again, r
   assert.ok(!(await sbx.files.exists("/work/nope")));
 });
 
+test("a listed handle carries its info's fields: state, template, metadata, createdAt", async () => {
+  const listed = (await Sandbox.list({ metadata: { test: "sdk-ts" } })).find((s) => s.id === sbx.id);
+  assert.ok(listed);
+  assert.equal(listed.state, "running");
+  assert.equal(listed.template, "base");
+  assert.deepEqual(listed.metadata, { test: "sdk-ts" });
+  assert.equal(listed.createdAt, sbx.createdAt);
+  assert.equal(listed.expiresAt, sbx.info.expiresAt);
+});
+
 test("streaming exec hands each chunk over as the command writes it", async () => {
   const seen: { text: string; at: number }[] = [];
   const errors: string[] = [];

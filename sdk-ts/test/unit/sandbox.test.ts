@@ -195,3 +195,36 @@ test("hostId on create, getOrCreate and fork is sent as host_id; a team key's 40
   await assert.rejects(Sandbox.create({ ...OPTS, fetch, hostId: "host-team" }), PermissionDeniedError);
   await assert.rejects(sbx.fork({ hostId: "host-team" }), PermissionDeniedError);
 });
+
+test("a listed handle has its info's fields as read-only properties; refresh updates them", async () => {
+  let state = "running";
+  const listed = { ...SANDBOX, host_id: "host-a", expires_at: 901, ttl_seconds: 900, name: "w1",
+    volumes: [{ id: "vol-1", name: "data", mount_path: "/data", read_only: false }] };
+  const { fetch } = mockFetch((req) => req.url.pathname === "/v1/sandboxes"
+    ? json(200, { sandboxes: [listed] }) : json(200, { ...listed, state }));
+  const [sbx] = await Sandbox.list({ ...OPTS, fetch });
+  assert.equal(sbx!.state, "running");
+  assert.equal(sbx!.template, "base");
+  assert.equal(sbx!.name, "w1");
+  assert.deepEqual(sbx!.metadata, { role_name: "worker" });
+  assert.equal(sbx!.hostId, "host-a");
+  assert.equal(sbx!.createdAt, 1);
+  assert.equal(sbx!.expiresAt, 901);
+  assert.equal(sbx!.ttlSeconds, 900);
+  assert.equal(sbx!.persistent, false);
+  assert.equal(sbx!.vcpus, 1);
+  assert.equal(sbx!.memoryMb, 512);
+  assert.equal(sbx!.diskMb, null);
+  assert.deepEqual(sbx!.volumes, [{ id: "vol-1", name: "data", mountPath: "/data", readOnly: false }]);
+  assert.equal(sbx!.endedAt, null);
+  assert.equal(sbx!.endReason, null);
+  assert.equal(sbx!.stopReason, null);
+  assert.equal(sbx!.restoredFrom, null);
+  assert.throws(() => { (sbx as unknown as { state: string }).state = "paused"; }, TypeError);
+  sbx!.metadata["role_name"] = "changed"; // a copy: the handle's info is untouched
+  assert.deepEqual(sbx!.info.metadata, { role_name: "worker" });
+  state = "paused";
+  assert.equal(sbx!.state, "running"); // as listed, until it asks again
+  await sbx!.refresh();
+  assert.equal(sbx!.state, "paused");
+});

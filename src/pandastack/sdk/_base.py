@@ -25,6 +25,7 @@ import pydantic
 
 from pandastack import wire
 from pandastack.rules import DEFAULT_TEMPLATE, ERROR_STATUS, STATUS_ERROR_CODE
+from pandastack.sdk._info import InfoFields
 from pandastack.sdk.config import ClientConfig
 from pandastack.sdk.errors import (
     APIConnectionError,
@@ -458,8 +459,9 @@ def logs_call(sandbox_id: str) -> Call[Logs]:
 
 # -- shared state of the twins ------------------------------------------------------------
 
-class SandboxBase(Generic[H]):
-    """State and non-I/O behaviour shared by `Sandbox` and `AsyncSandbox`."""
+class SandboxBase(InfoFields, Generic[H]):
+    """State and non-I/O behaviour shared by `Sandbox` and `AsyncSandbox`; the fields of
+    `info` are properties of the handle too (sdk/_info.py)."""
 
     def __init__(self, info: SandboxInfo, http: H, *, owns_http: bool = False) -> None:
         self._info = info
