@@ -15,7 +15,12 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from pandastack.server.dashboard.session import COOKIE, SESSION_SECONDS, SessionSigner
+from pandastack.server.dashboard.session import (
+    COOKIE,
+    SECURE_COOKIE,
+    SESSION_SECONDS,
+    SessionSigner,
+)
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.live import fake_server
@@ -89,6 +94,45 @@ async def test_sign_in_sets_a_strict_http_only_cookie_without_the_key(api: Api) 
     async with browser(api, "https://test") as client:
         r = await client.post("/dashboard/login", json={"key": api.admin_key})
         assert "secure" in {p.strip().lower() for p in r.headers["set-cookie"].split(";")}
+
+
+def cookie_attributes(set_cookie: str) -> dict[str, str]:
+    return {name.strip().lower(): value.strip() for name, _, value in
+            (part.partition("=") for part in set_cookie.split(";")[1:])}
+
+
+async def test_over_https_the_session_cookie_is_host_only(api: Api, tmp_path: Path) -> None:
+    """A sandbox's page on a sibling host of the same parent domain can set a cookie for that
+    domain: over https the session is a `__Host-` cookie, which a browser takes only from
+    this host (Secure, Path=/, no Domain), and a plain one is no session there."""
+    async with browser(api) as plain:
+        await sign_in(plain, api.admin_key)
+        planted = plain.cookies[COOKIE]  # a valid session: the planter's own
+    async with browser(api, "https://test") as client:
+        r = await client.post("/dashboard/login", json={"key": api.admin_key})
+        assert r.status_code == 200, r.text
+        name, _, _ = r.headers["set-cookie"].partition("=")
+        attributes = cookie_attributes(r.headers["set-cookie"])
+        assert name == SECURE_COOKIE, r.headers["set-cookie"]
+        assert "secure" in attributes and attributes["path"] == "/"
+        assert "domain" not in attributes
+        assert (await client.get("/dashboard/session")).status_code == 200
+        # Signing out deletes the cookie of the same name.
+        token = r.json()["csrf_token"]
+        r = await client.post("/dashboard/logout", headers={"X-CSRF-Token": token})
+        assert r.status_code == 204 and r.headers["set-cookie"].startswith(SECURE_COOKIE + "=")
+    async with browser(api, "https://test") as fixated:
+        fixated.cookies.set(COOKIE, planted)
+        assert_envelope(await fixated.get("/dashboard/session"), 401, "unauthorized")
+        assert (await fixated.get("/dashboard/")).status_code == 303
+    # Behind a TLS proxy the request itself is http: the public URL says https.
+    settings = make_settings(tmp_path / "proxied", public_url="https://api.example.test")
+    async with running_app(settings, FakeRuntime(tmp_path / "proxied")) as proxied, \
+            browser(proxied) as client:
+        r = await client.post("/dashboard/login", json={"key": proxied.admin_key})
+        assert r.status_code == 200, r.text
+        assert r.headers["set-cookie"].startswith(SECURE_COOKIE + "=")
+        assert "secure" in cookie_attributes(r.headers["set-cookie"])
 
 
 async def test_login_csrf_is_refused(api: Api) -> None:

@@ -26,7 +26,7 @@ from ..auth import SESSION_PRINCIPAL, Principal, authenticate
 from ..errors import ApiError, error_response
 from ..settings import Settings
 from ..store import Store
-from .session import COOKIE, CSRF_HEADER, SESSION_SECONDS, Session, SessionSigner
+from .session import COOKIE, CSRF_HEADER, SECURE_COOKIE, SESSION_SECONDS, Session, SessionSigner
 
 PREFIX = "/dashboard"
 API_PREFIX = PREFIX + "/api"
@@ -113,7 +113,7 @@ class DashboardMiddleware:
     def _session(self, request: Request) -> tuple[Session, Principal] | None:
         """The request's session and the caller it stands for, if its key is still valid."""
         store: Store = request.app.state.store
-        session = self.signer(store).check(request.cookies.get(COOKIE))
+        session = self.signer(store).check(request.cookies.get(self._cookie(request)))
         if session is None:
             return None
         row = store.get_key(session.key_id)
@@ -122,16 +122,26 @@ class DashboardMiddleware:
         return session, Principal(key_id=row.id, team=row.team, admin=row.admin)
 
     def _secure(self, request: Request) -> bool:
+        # No forwarded header is read (serve runs uvicorn without proxy headers): behind a
+        # TLS proxy the public URL says https (PANDASTACK_PUBLIC_URL).
         settings: Settings = request.app.state.settings
         return request.url.scheme in ("https", "wss") or settings.api_url.startswith("https:")
 
+    def _cookie(self, request: Request) -> str:
+        """The session cookie's name: over https only the `__Host-` one counts, so a plain
+        one planted for the parent domain is no session."""
+        return SECURE_COOKIE if self._secure(request) else COOKIE
+
     def _set_cookie(self, request: Request, response: Response, session: Session) -> None:
-        response.set_cookie(COOKIE, session.cookie, max_age=SESSION_SECONDS, path="/",
-                            httponly=True, samesite="strict", secure=self._secure(request))
+        secure = self._secure(request)
+        response.set_cookie(SECURE_COOKIE if secure else COOKIE, session.cookie,
+                            max_age=SESSION_SECONDS, path="/", httponly=True,
+                            samesite="strict", secure=secure)
 
     def _clear_cookie(self, request: Request, response: Response) -> None:
-        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict",
-                               secure=self._secure(request))
+        secure = self._secure(request)
+        response.delete_cookie(SECURE_COOKIE if secure else COOKIE, path="/", httponly=True,
+                               samesite="strict", secure=secure)
 
     def _same_origin(self, scope: Scope) -> bool:
         """False if the request says (Origin, Sec-Fetch-Site) that another site's page sent
@@ -156,7 +166,7 @@ class DashboardMiddleware:
                 return RedirectResponse(PREFIX + "/", 307)
             if self._session(request) is None:
                 response: Response = RedirectResponse(PREFIX + "/login", 303)
-                if COOKIE in request.cookies:
+                if self._cookie(request) in request.cookies:
                     self._clear_cookie(request, response)
                 return response
             return self._static("index.html")
@@ -253,7 +263,7 @@ class DashboardMiddleware:
         found = self._session(request)
         if found is None:
             response = error_response(request, 401, "unauthorized", "not signed in")
-            if COOKIE in request.cookies:
+            if self._cookie(request) in request.cookies:
                 self._clear_cookie(request, response)
             await response(scope, receive, send)
             return

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from ..store import Store
 
 COOKIE = "ps_dashboard"
+# Its name over https: a browser takes a `__Host-` cookie only from this very host, with
+# Secure, Path=/ and no Domain, so a sandbox's page on a sibling host of the same parent
+# domain cannot plant its own session in a visitor's browser (fixation). Plain http has no
+# such name (browsers refuse Secure cookies there), so `COOKIE` stays for it.
+SECURE_COOKIE = "__Host-" + COOKIE
 CSRF_HEADER = "x-csrf-token"
 SESSION_SECONDS = 12 * 3600
 SECRET_NAME = "dashboard_session_key"
