@@ -54,14 +54,18 @@ class Browser:
 
 
 @contextmanager
-def chromium(viewport: ViewportSize | None = None) -> Iterator[Browser]:
+def chromium(viewport: ViewportSize | None = None,
+             resolve_to_loopback: str | None = None) -> Iterator[Browser]:
     """A fresh Chromium with one page; confirm/prompt dialogs are accepted (with their
-    default text)."""
+    default text). `resolve_to_loopback`: a host name pattern (`*.preview.example.com`)
+    whose names Chromium resolves to 127.0.0.1, with no DNS."""
+    args = FLAGS if resolve_to_loopback is None else [
+        *FLAGS, f"--host-resolver-rules=MAP {resolve_to_loopback} 127.0.0.1"]
     profile = Path(tempfile.mkdtemp(prefix="ps-chromium-"))
     try:
         with sync_playwright() as p:
             context = p.chromium.launch_persistent_context(
-                str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
+                str(profile), executable_path=CHROMIUM, headless=True, args=args,
                 viewport=viewport or DESKTOP)
             try:
                 page = context.pages[0] if context.pages else context.new_page()
