@@ -1,7 +1,9 @@
 """Where a webhook may POST: its host name resolved here, and every address it resolves to
 on the public internet, not this host's own. A delivery connects to the address checked
 (the URL's host name stays in the Host header and TLS's SNI), so a name that resolves to a
-public address when checked and to 127.0.0.1 a moment later (DNS rebinding) gets nothing."""
+public address when checked and to 127.0.0.1 a moment later (DNS rebinding) gets nothing.
+A refusal names the URL's host, never what the name resolved to: that would tell a tenant how
+this server's resolver and /etc/hosts see names."""
 
 from __future__ import annotations
 
@@ -18,12 +20,21 @@ from urllib.parse import urlsplit
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
-#: Refused whatever `is_global` says: metadata services, multicast, NAT64's and 6to4's
-#: wrappers of private IPv4 are unwrapped below.
+#: Refused whatever `is_global` says (Python's table calls several of these global):
+#: metadata services, multicast; the IPv6 forms that carry an IPv4 address to wherever a
+#: translator or an old stack sends it (IPv4-compatible ::a.b.c.d, IPv4-translated
+#: ::ffff:0:a.b.c.d, NAT64's well-known and local-use prefixes), and deprecated site-local
+#: fec0::/10, which some networks still route internally. IPv4-mapped and 6to4 addresses
+#: are unwrapped below and their IPv4 address checked.
 _ALWAYS = tuple(ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
-    "255.255.255.255/32", "::/128", "::1/128", "fe80::/10", "fc00::/7", "ff00::/8",
-    "fd00:ec2::254/128"))
+    "255.255.255.255/32", "::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48",
+    "fe80::/10", "fec0::/10", "fc00::/7", "ff00::/8", "fd00:ec2::254/128"))
+#: What every refusal says after the host: the same whichever rule refused, so the answer
+#: tells nothing about the address behind a name.
+_NOT_PUBLIC = ("is not a public address, or resolves to one that is not (loopback, private, "
+               "link-local, CGNAT, multicast, metadata, reserved, IPv4 carried in IPv6, or "
+               "this host's own)")
 _OWN_TTL = 60.0
 
 
@@ -51,8 +62,6 @@ def _unwrap(ip: IPAddress) -> IPAddress:
             return ip.ipv4_mapped
         if ip.sixtofour is not None:
             return ip.sixtofour
-        if ip in ipaddress.ip_network("64:ff9b::/96"):
-            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip
 
 
@@ -85,18 +94,21 @@ def own_addresses() -> frozenset[IPAddress]:
 
 def refusal(address: str, allow_private: bool,
             allow: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str | None:
-    """Why a webhook may not connect to `address` (None: it may)."""
+    """Why a webhook may not connect to `address` (None: it may). For logs and tests only:
+    a tenant is told `_NOT_PUBLIC`, whichever reason it was."""
     try:
-        ip = _unwrap(ipaddress.ip_address(address.split("%", 1)[0]))
+        raw = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return f"{address!r} is not an IP address"
-    if allow_private or any(ip in net for net in allow if net.version == ip.version):
+    ip = _unwrap(raw)
+    if allow_private or any(a in net for net in allow for a in {raw, ip}
+                            if net.version == a.version):
         return None
     if ip in own_addresses():
         return f"{ip} is an address of this host"
-    if not ip.is_global or any(ip in net for net in _ALWAYS if net.version == ip.version):
-        return f"{ip} is not a public address (loopback, private, link-local, CGNAT, " \
-               "multicast, metadata or reserved)"
+    if not ip.is_global or any(a in net for net in _ALWAYS for a in {raw, ip}
+                               if net.version == a.version):
+        return f"{ip} is not a public address"
     return None
 
 
@@ -132,13 +144,13 @@ async def check_target(url: str, *, allow_private: bool,
     else:
         try:
             addresses = await resolve(host, port)
-        except (OSError, UnicodeError) as exc:
-            raise TargetRefused(f"{host} does not resolve ({exc})") from None
+        except (OSError, UnicodeError):
+            # The resolver's own words (NXDOMAIN or SERVFAIL, which server) stay here.
+            raise TargetRefused(f"{host}: it does not resolve") from None
     if not addresses:
-        raise TargetRefused(f"{host} does not resolve")
+        raise TargetRefused(f"{host}: it does not resolve")
     for address in addresses:
-        why = refusal(address, allow_private, allow)
-        if why is not None:
-            raise TargetRefused(f"{host}: {why} (an operator may allow it: "
+        if refusal(address, allow_private, allow) is not None:
+            raise TargetRefused(f"{host} {_NOT_PUBLIC} (an operator may allow it: "
                                 "PANDASTACK_WEBHOOK_ALLOW_PRIVATE or _ALLOW_CIDRS)")
     return Target(scheme, host, port, addresses[0].split("%", 1)[0], path)
