@@ -304,6 +304,14 @@ async def test_the_access_cookie_opens_writes_only_from_the_ports_own_origin(
         r = await browser.post("/", headers={**cookie, "Origin": "null",
                                              "Sec-Fetch-Site": "same-site"})
         assert_envelope(r, 403, "forbidden")
+        # Through a port forward the browser's port is the Host header's, not the URL's.
+        forwarded = {**cookie, "Host": f"{parts.hostname}:9999"}
+        r = await browser.post("/", headers={**forwarded,
+                                             "Origin": f"http://{parts.hostname}:9999"})
+        assert r.status_code == 201, r.text
+        r = await browser.post("/", headers={**forwarded,
+                                             "Origin": f"http://{parts.hostname}:9998"})
+        assert_envelope(r, 403, "forbidden")
         # What a program has instead: the signed URL itself, or its key (the cookie
         # beside either changes nothing).
         for headers in ({}, cookie):

@@ -201,9 +201,10 @@ class PreviewAccess:
         refused: ApiError | None = None
         cookies = _cookie_values(self.conn)
         if cookies and not cookie_opens:
-            refused = ApiError(403, "forbidden", "the access cookie opens WebSockets and "
-                               f"{self.conn.scope.get('method', 'GET')} requests only from "
-                               "this port's own page (its Origin); a program needs the "
+            what = ("a WebSocket" if self.conn.scope["type"] == "websocket"
+                    else f"a {self.conn.scope['method']} request")
+            refused = ApiError(403, "forbidden", f"the access cookie opens {what} only from "
+                               "this port's own page (by its Origin); a program needs the "
                                "signed URL or an API key")
             cookies = []
         for value in cookies:
