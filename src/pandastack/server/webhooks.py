@@ -32,7 +32,9 @@ from .errors import ApiError
 from .settings import Settings
 from .store.events import Webhook, WebhookDelivery, actor
 from .store.events_log import Claimed, EventLog
-from .webhooks_ssrf import Resolver, Target, TargetRefused, check_target, system_resolve
+from .store.webhook_queue import claim_due_by_team
+from .webhooks_dns import Resolver, TeamLookups
+from .webhooks_ssrf import Target, TargetRefused, check_target, system_resolve
 
 log = logging.getLogger("pandastack.server")
 
@@ -73,11 +75,12 @@ class WebhookService:
                  clock: Callable[[], float] = time.time,
                  resolve: Resolver = system_resolve,
                  backoff_of: Callable[[int], float] = backoff,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 lookups: TeamLookups | None = None) -> None:
         self.events = log_
         self.settings = settings
         self.clock = clock
-        self.resolve = resolve
+        self.lookups = lookups or TeamLookups(resolve)
         self.backoff_of = backoff_of
         self._allow = tuple(ipaddress.ip_network(c) for c in settings.webhook_allow_cidrs)
         # Redirects are never followed: a 3xx is an answer (not delivered), not a new target.
@@ -87,11 +90,14 @@ class WebhookService:
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=0))
 
     async def aclose(self) -> None:
+        self.lookups.close()
         await self.client.aclose()
 
-    async def target(self, url: str) -> Target:
+    async def target(self, url: str, team: str) -> Target:
+        async def resolve(host: str, port: int) -> list[str]:
+            return await self.lookups(team, host, port)
         return await check_target(url, allow_private=self.settings.webhook_allow_private,
-                                  allow=self._allow, resolve=self.resolve)
+                                  allow=self._allow, resolve=resolve)
 
     # -- the API -----------------------------------------------------------------------
 
@@ -102,7 +108,7 @@ class WebhookService:
                            "(give types such as sandbox.created, a prefix such as "
                            "sandbox.*, or *)")
         try:
-            await self.target(body.url)
+            await self.target(body.url, team)
         except TargetRefused as exc:
             raise ApiError(422, "validation_error", f"url refused: {exc}") from None
         secret = "whsec_" + secrets.token_urlsafe(32)
@@ -120,7 +126,7 @@ class WebhookService:
         body = json.dumps({"id": 0, "type": TEST_EVENT, "time": now, "team": hook.team,
                            "actor": actor(), "sandbox_id": None, "template": None,
                            "webhook_id": hook.id}, separators=(",", ":"))
-        outcome = await self.post(hook.url, hook.secret, body, TEST_EVENT, 0)
+        outcome = await self.post(hook.team, hook.url, hook.secret, body, TEST_EVENT, 0)
         row = WebhookDelivery(webhook_id=hook.id, team=hook.team, event_id=None,
                               event_type=TEST_EVENT, body=body,
                               status="delivered" if outcome.delivered else "failed",
@@ -131,12 +137,12 @@ class WebhookService:
 
     # -- delivering ----------------------------------------------------------------------
 
-    async def post(self, url: str, secret: str, body: str, event_type: str,
+    async def post(self, team: str, url: str, secret: str, body: str, event_type: str,
                    delivery_id: int) -> Outcome:
         """One attempt: the target checked again (DNS may have changed), then a POST to the
         address checked. 2xx is delivered; anything else is an error to retry."""
         try:
-            target = await self.target(url)
+            target = await self.target(url, team)
         except TargetRefused as exc:
             return Outcome(False, None, f"refused: {exc}")
         data = body.encode()
@@ -167,8 +173,8 @@ class WebhookService:
         return Outcome(ok, response.status_code,
                        None if ok else f"answered HTTP {response.status_code}")
 
-    async def deliver(self, claimed: Claimed) -> None:
-        outcome = await self.post(claimed.url, claimed.secret, claimed.body,
+    async def deliver(self, team: str, claimed: Claimed) -> None:
+        outcome = await self.post(team, claimed.url, claimed.secret, claimed.body,
                                   claimed.event_type, claimed.id)
         now = self.clock()
         retry_at: float | None = None
@@ -184,10 +190,11 @@ class WebhookService:
         """Fan new events out, then attempt what is due; returns the attempts made."""
         now = self.clock()
         await asyncio.to_thread(self.events.fan_out, now)
-        claimed = await asyncio.to_thread(self.events.claim_due, now, CLAIM_BATCH,
-                                          CLAIM_LEASE_SECONDS)
+        claimed = await asyncio.to_thread(claim_due_by_team, self.events.store, now,
+                                          room=CLAIM_BATCH, per_team=CLAIM_BATCH, running={},
+                                          lease_seconds=CLAIM_LEASE_SECONDS)
         if claimed:
-            await asyncio.gather(*(self.deliver(c) for c in claimed))
+            await asyncio.gather(*(self.deliver(team, c) for team, c in claimed))
         return len(claimed)
 
     async def run(self, interval: float = 1.0) -> None:

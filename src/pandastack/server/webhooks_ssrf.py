@@ -7,18 +7,17 @@ this server's resolver and /etc/hosts see names."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import itertools
-import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from .webhooks_dns import LookupRefused, Resolver, ThreadResolver
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 #: Refused whatever `is_global` says (Python's table calls several of these global):
 #: metadata services, multicast; the IPv6 forms that carry an IPv4 address to wherever a
@@ -51,9 +50,8 @@ class Target:
     path: str  # path and query
 
 
-async def system_resolve(host: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
+#: The system resolver, off the default executor (server/webhooks_dns.py).
+system_resolve: Resolver = ThreadResolver()
 
 
 def _unwrap(ip: IPAddress) -> IPAddress:
@@ -144,9 +142,10 @@ async def check_target(url: str, *, allow_private: bool,
     else:
         try:
             addresses = await resolve(host, port)
-        except (OSError, UnicodeError):
+        except (OSError, UnicodeError) as exc:
             # The resolver's own words (NXDOMAIN or SERVFAIL, which server) stay here.
-            raise TargetRefused(f"{host}: it does not resolve") from None
+            reason = str(exc) if isinstance(exc, LookupRefused) else "it does not resolve"
+            raise TargetRefused(f"{host}: {reason}") from None
     if not addresses:
         raise TargetRefused(f"{host}: it does not resolve")
     for address in addresses:
