@@ -3,12 +3,19 @@ worker the server's lifespan runs. The queue is in the store (`webhook_deliverie
 worker fans each new event out to the team's webhooks, then POSTs what is due, retrying
 with exponential backoff until `webhook_retry_seconds` after the event; a restart resumes
 from the store. Several servers on one database share the queue (claims skip each other's
-rows)."""
+rows).
+
+One tenant must not stall another (issue 33): each attempt, name lookup included, has one
+deadline for all of it (`webhook_timeout_seconds`), not a timeout per read that a receiver
+trickling a byte at a time resets forever; each team's deliveries run in a lane of their
+own, at most `ATTEMPTS_PER_TEAM` at once, and the worker never waits for a pass to finish
+before claiming more for the other teams."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import json
 import logging
@@ -33,6 +40,7 @@ from .settings import Settings
 from .store.events import Webhook, WebhookDelivery, actor
 from .store.events_log import Claimed, EventLog
 from .store.webhook_queue import claim_due_by_team
+from .team_slots import TeamSlots
 from .webhooks_dns import Resolver, TeamLookups
 from .webhooks_ssrf import Target, TargetRefused, check_target, system_resolve
 
@@ -42,7 +50,11 @@ log = logging.getLogger("pandastack.server")
 MAX_RESPONSE_BYTES = 4096
 #: A claimed delivery is retried after this if its worker never records the attempt.
 CLAIM_LEASE_SECONDS = 120.0
-CLAIM_BATCH = 16
+#: Attempts one team's webhooks may have in flight on this server, and all teams'.
+ATTEMPTS_PER_TEAM = 4
+ATTEMPTS_IN_ALL = 64
+#: `POST /v1/webhooks/{id}/test` calls one team may have waiting on receivers at once.
+TESTS_PER_TEAM = 2
 USER_AGENT = "pandastack-webhooks/1"
 
 
@@ -83,13 +95,24 @@ class WebhookService:
         self.lookups = lookups or TeamLookups(resolve)
         self.backoff_of = backoff_of
         self._allow = tuple(ipaddress.ip_network(c) for c in settings.webhook_allow_cidrs)
+        self.deadline = settings.webhook_timeout_seconds
+        self.test_slots = TeamSlots(TESTS_PER_TEAM, "webhook tests waiting on receivers")
+        #: Each team's attempts in flight on this server (its lane).
+        self.lanes: dict[str, set[asyncio.Task[None]]] = {}
         # Redirects are never followed: a 3xx is an answer (not delivered), not a new target.
+        # No pool limit: the lanes and the test slots bound the connections, and a pool
+        # limit would make one team's slow receivers keep the others' requests waiting.
         self.client = httpx.AsyncClient(
             follow_redirects=False, transport=transport, trust_env=False,
-            timeout=httpx.Timeout(settings.webhook_timeout_seconds),
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=0))
+            timeout=httpx.Timeout(self.deadline),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
 
     async def aclose(self) -> None:
+        """Attempts still in flight are dropped: their claims' leases bring them back."""
+        running = [t for lane in self.lanes.values() for t in lane]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         self.lookups.close()
         await self.client.aclose()
 
@@ -121,12 +144,15 @@ class WebhookService:
         return row, secret
 
     async def test(self, hook: Webhook) -> WebhookDelivery:
-        """POST a `webhook.test` event now, once (no retries); recorded in its log."""
+        """POST a `webhook.test` event now, once (no retries); recorded in its log. Bounded
+        as a delivery is (one deadline), and at most `TESTS_PER_TEAM` at once per team
+        (429 past that), so a slow receiver cannot pile up a team's requests."""
         now = self.clock()
         body = json.dumps({"id": 0, "type": TEST_EVENT, "time": now, "team": hook.team,
                            "actor": actor(), "sandbox_id": None, "template": None,
                            "webhook_id": hook.id}, separators=(",", ":"))
-        outcome = await self.post(hook.team, hook.url, hook.secret, body, TEST_EVENT, 0)
+        with self.test_slots.take(hook.team):
+            outcome = await self.post(hook.team, hook.url, hook.secret, body, TEST_EVENT, 0)
         row = WebhookDelivery(webhook_id=hook.id, team=hook.team, event_id=None,
                               event_type=TEST_EVENT, body=body,
                               status="delivered" if outcome.delivered else "failed",
@@ -140,7 +166,17 @@ class WebhookService:
     async def post(self, team: str, url: str, secret: str, body: str, event_type: str,
                    delivery_id: int) -> Outcome:
         """One attempt: the target checked again (DNS may have changed), then a POST to the
-        address checked. 2xx is delivered; anything else is an error to retry."""
+        address checked, all of it within `deadline`. 2xx is delivered; anything else is an
+        error to retry."""
+        try:
+            async with asyncio.timeout(self.deadline):
+                return await self._post(team, url, secret, body, event_type, delivery_id)
+        except TimeoutError:
+            return Outcome(False, None, f"no answer within the attempt's deadline "
+                           f"({self.deadline:g} s)")
+
+    async def _post(self, team: str, url: str, secret: str, body: str, event_type: str,
+                    delivery_id: int) -> Outcome:
         try:
             target = await self.target(url, team)
         except TargetRefused as exc:
@@ -186,29 +222,65 @@ class WebhookService:
                                 delivered=outcome.delivered, response_status=outcome.status,
                                 error=outcome.error, retry_at=retry_at)
 
-    async def tick(self) -> int:
-        """Fan new events out, then attempt what is due; returns the attempts made."""
+    def in_flight(self) -> list[asyncio.Task[None]]:
+        return [t for lane in self.lanes.values() for t in lane]
+
+    async def start_due(self) -> int:
+        """Fan new events out, then start the attempts that are due and have room in their
+        team's lane; returns how many started (they run on: `settle` waits for them)."""
         now = self.clock()
         await asyncio.to_thread(self.events.fan_out, now)
-        claimed = await asyncio.to_thread(claim_due_by_team, self.events.store, now,
-                                          room=CLAIM_BATCH, per_team=CLAIM_BATCH, running={},
-                                          lease_seconds=CLAIM_LEASE_SECONDS)
-        if claimed:
-            await asyncio.gather(*(self.deliver(team, c) for team, c in claimed))
+        running = {team: len(lane) for team, lane in self.lanes.items()}
+        claimed = await asyncio.to_thread(
+            claim_due_by_team, self.events.store, now,
+            room=ATTEMPTS_IN_ALL - sum(running.values()), per_team=ATTEMPTS_PER_TEAM,
+            running=running, lease_seconds=max(CLAIM_LEASE_SECONDS, 2 * self.deadline))
+        for team, c in claimed:
+            lane = self.lanes.setdefault(team, set())
+            task = asyncio.create_task(self.deliver(team, c),
+                                       name=f"pandastack-webhook-{c.id}")
+            lane.add(task)
+            task.add_done_callback(functools.partial(self._ended, team))
         return len(claimed)
+
+    def _ended(self, team: str, task: asyncio.Task[None]) -> None:
+        lane = self.lanes.get(team)
+        if lane is not None:
+            lane.discard(task)
+            if not lane:
+                del self.lanes[team]
+        if not task.cancelled() and task.exception() is not None:
+            # The attempt was made; recording it failed. Its lease brings it back.
+            log.error("webhook delivery failed to record", exc_info=task.exception())
+
+    async def settle(self) -> None:
+        """Wait until no attempt is in flight."""
+        while running := self.in_flight():
+            await asyncio.wait(running)
+
+    async def tick(self) -> int:
+        """One pass, waited for: fan out, attempt what is due (as far as the lanes have
+        room), and return when those attempts are recorded; returns how many were made."""
+        made = await self.start_due()
+        await self.settle()
+        return made
 
     async def run(self, interval: float = 1.0) -> None:
         """Runs until cancelled; a failing pass is logged and the next one tries again.
-        A full batch goes straight on to the next one."""
+        A pass never waits for its attempts: the next one comes after `interval`, or as soon
+        as an attempt ends (its lane has room again)."""
         while True:
             try:
-                made = await self.tick()
+                await self.start_due()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("webhook delivery pass failed")
-                made = 0
-            if made < CLAIM_BATCH:
+            running = self.in_flight()
+            if running:
+                await asyncio.wait(running, timeout=interval,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            else:
                 await asyncio.sleep(interval)
 
 
