@@ -14,8 +14,9 @@ import { Template } from "./template.js";
 import { SSEDecoder } from "./sse.js";
 import { Events } from "./events.js";
 import { Webhooks } from "./webhooks.js";
-import type { CreatedKey, DrainResult, HostInfo, KeyInfo, NetworkArg, QuotaInfo, SandboxInfo,
-  SnapshotInfo, TemplateBuildInfo, TemplateInfo, TemplateSpec, UsageReport, VolumeInfo } from "./types.js";
+import type { BuiltinTemplateInfo, CreatedKey, DrainResult, HostInfo, KeyInfo, NetworkArg, QuotaInfo,
+  SandboxInfo, SnapshotInfo, TemplateBuildInfo, TemplateInfo, TemplateSpec, UsageReport,
+  VolumeInfo } from "./types.js";
 
 /** What every namespace shares: the connection of its client. */
 class Namespace {
@@ -152,6 +153,13 @@ export class Templates extends Namespace {
   async list(): Promise<TemplateBuildInfo[]> {
     const body = await this.http.json<{ templates: unknown[] }>({ method: "GET", path: "/v1/templates" });
     return camelize(body.templates) as TemplateBuildInfo[];
+  }
+
+  /** The built-in templates (`base`, `python`, ...): every team may create sandboxes from
+   * them; the default one is marked. */
+  async builtin(): Promise<BuiltinTemplateInfo[]> {
+    const body = await this.http.json<{ builtin?: unknown[] }>({ method: "GET", path: "/v1/templates" });
+    return camelize(body.builtin ?? []) as BuiltinTemplateInfo[];
   }
 
   /** Template `name` with all its versions. */

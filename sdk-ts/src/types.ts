@@ -24,6 +24,7 @@ export type CodeError = Camel<S["CodeError"]>;
 export type CodeResultWire = Camel<S["CodeResult"]>;
 export type TemplateBuildInfo = Camel<S["TemplateBuildInfo"]>;
 export type TemplateInfo = Camel<S["TemplateInfo"]>;
+export type BuiltinTemplateInfo = Camel<S["BuiltinTemplateInfo"]>;
 export type TemplateSpec = S["TemplateSpec"];
 export type VolumeInfo = Camel<S["VolumeInfo"]>;
 export type VolumeMount = Camel<S["VolumeMount"]>;

@@ -518,8 +518,19 @@ class TemplateInfo(Strict):
     versions: list[TemplateBuildInfo]
 
 
+class BuiltinTemplateInfo(Strict):
+    """A template every host has (built on a host's first use of it); no team builds it."""
+
+    name: str
+    default: bool = Field(default=False, description="what a create that names no template "
+                                                      "starts from")
+
+
 class TemplateList(Strict):
     templates: list[TemplateBuildInfo]
+    builtin: list[BuiltinTemplateInfo] = Field(
+        default_factory=list, description="the built-in templates, beside the team's own "
+                                          "(`templates`): every team may use them")
 
 
 # -- hosts (admin keys; where the server drives a cluster of agents) ---------------------

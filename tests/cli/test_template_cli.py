@@ -31,3 +31,24 @@ def test_build_quiet_and_logs(server: FakeServer, tmp_path: Path,
     assert "no version 9" in capsys.readouterr().err
     assert main(["template", "delete", "app", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"deleted": "app", "version": None}
+
+
+def test_list_shows_the_builtin_templates_marked(server: FakeServer, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A fresh install lists base, python, node and code-interpreter (the default marked),
+    not an empty table; the team's own templates come after them."""
+    assert main(["template", "list"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["base", "built-in", "(default)"], ["code-interpreter", "built-in"],
+                    ["node", "built-in"], ["python", "built-in"]]
+
+    (tmp_path / "Dockerfile").write_text("FROM python\nRUN echo one\n")
+    assert main(["template", "build", str(tmp_path), "--name", "app", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["template", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(t["name"], t["builtin"]) for t in listed] == [
+        ("base", True), ("code-interpreter", True), ("node", True), ("python", True),
+        ("app", False)]
+    assert [t["name"] for t in listed if t["builtin"] and t["default"]] == ["base"]
+    assert (listed[-1]["version"], listed[-1]["status"]) == (1, "ready")

@@ -165,3 +165,23 @@ async def test_builds_beyond_the_limit_wait_their_turn(tmp_path: Path) -> None:
                 as response:
             text = "".join([chunk async for chunk in response.aiter_text()])
         assert "waiting for a build slot" in text
+
+
+async def test_the_list_has_the_builtin_templates_beside_the_teams(
+        env: tuple[Api, ScriptedBuilder]) -> None:
+    """GET /v1/templates names the built-ins too (a fresh install's list was empty), the
+    default marked, in `builtin`: `templates` stays the team's builds."""
+    api, builder = env
+    want = [{"name": "base", "default": True}, {"name": "code-interpreter", "default": False},
+            {"name": "node", "default": False}, {"name": "python", "default": False}]
+    r = await api.client.get("/v1/templates")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"templates": [], "builtin": want}
+    build = (await api.client.post("/v1/templates", json={"name": "app", "spec": SPEC})).json()
+    builder.release.set()
+    await wait_status(api, build["build_id"], "ready")
+    other = await api.new_key("team-other")
+    for headers, names in ((None, ["app"]), (api.headers(other), [])):
+        listed = (await api.client.get("/v1/templates", headers=headers)).json()
+        assert [t["name"] for t in listed["templates"]] == names
+        assert listed["builtin"] == want

@@ -34,6 +34,10 @@ export interface paths {
          *     `actor`: the API key id or `system`, `sandbox_id`, `template`, and the type's own fields).
          *     Types: sandbox.created, sandbox.paused, sandbox.resumed, sandbox.hibernated, sandbox.woken, sandbox.forked, sandbox.snapshotted, sandbox.killed, sandbox.expired, sandbox.reaped, sandbox.failed, sandbox.host_lost, sandbox.stopped, template.build.started, template.build.succeeded, template.build.failed, quota.exceeded.
          *
+         *     Ids are the team's own sequence (1, 2, 3, ...: other teams' events do not move them). An
+         *     admin key's stream, of its own team or another, uses the log's global ids instead (`id`;
+         *     the team's number is in `seq`), and resumes by them.
+         *
          *     Resume with `Last-Event-ID` (what EventSource sends on reconnect) or `since` (an event id;
          *     the header wins): events after it follow. Without either the stream starts now. A resume
          *     point older than the log's retention (`PANDASTACK_EVENT_RETENTION`, default 24 h) is not an
@@ -958,7 +962,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The team's templates: the newest version of each name */
+        /** The team's templates (the newest version of each name) and the built-in ones */
         get: operations["listTemplates"];
         put?: never;
         /** Build a new version of a template (runs in the background) */
@@ -1315,6 +1319,20 @@ export interface components {
              * @default 1
              */
             vcpus: number;
+        };
+        /**
+         * BuiltinTemplateInfo
+         * @description A template every host has (built on a host's first use of it); no team builds it.
+         */
+        BuiltinTemplateInfo: {
+            /**
+             * Default
+             * @description what a create that names no template starts from
+             * @default false
+             */
+            default: boolean;
+            /** Name */
+            name: string;
         };
         /** CodeContext */
         CodeContext: {
@@ -2274,6 +2292,11 @@ export interface components {
         };
         /** TemplateList */
         TemplateList: {
+            /**
+             * Builtin
+             * @description the built-in templates, beside the team's own (`templates`): every team may use them
+             */
+            builtin?: components["schemas"]["BuiltinTemplateInfo"][];
             /** Templates */
             templates: components["schemas"]["TemplateBuildInfo"][];
         };

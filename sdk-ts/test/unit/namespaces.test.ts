@@ -198,3 +198,14 @@ test("client: usage's query, quotas' clear, volumes' paths", async () => {
   assert.equal(sent.at(-1)!.url.search, "?volume=data");
   assert.equal(client.volumes.apiUrl, "http://api.test");
 });
+
+test("templates.builtin lists the built-ins the server names beside the team's", async () => {
+  const { fetch, sent } = mockFetch(() => json(200, { templates: [],
+    builtin: [{ name: "base", default: true }, { name: "python", default: false }] }));
+  const client = new Client({ ...OPTS, fetch });
+  assert.deepEqual(await client.templates.builtin(), [{ name: "base", default: true }, { name: "python", default: false }]);
+  assert.deepEqual(await client.templates.list(), []);
+  assert.equal(sent[0]!.url.pathname, "/v1/templates");
+  const old = mockFetch(() => json(200, { templates: [] }));  // a server from before the field
+  assert.deepEqual(await new Client({ ...OPTS, fetch: old.fetch }).templates.builtin(), []);
+});

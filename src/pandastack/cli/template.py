@@ -1,5 +1,5 @@
 """`pandastack template build|list|show|delete|logs`: the team's own templates, through the
-API.
+API (`list` shows the built-in ones too).
 
 `build` reads a Dockerfile in pandastack's subset (FROM a pandastack template, RUN, COPY, ENV,
 WORKDIR, USER, CMD/ENTRYPOINT), sends it with its COPY files, and follows the build: a spinner
@@ -52,7 +52,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "still says which step)")
     build.add_argument("--no-wait", action="store_true",
                        help="print the build id and return at once")
-    ts.add_parser("list", help="the team's templates (newest version of each)")
+    ts.add_parser("list", help="the built-in templates, then the team's (newest version "
+                               "of each)")
     show = ts.add_parser("show", help="a template's versions")
     show.add_argument("name")
     delete = ts.add_parser("delete", help="delete a template (all versions, or --version)")
@@ -109,11 +110,18 @@ def _build(client: Client, args: argparse.Namespace, console: Console) -> int:
 
 
 def _list(client: Client, args: argparse.Namespace, console: Console) -> int:
+    # The server lists the built-ins (its GET /v1/templates), so what is printed is what
+    # that server offers, and every client of the API sees the same list.
+    builtin = client.templates.builtin()
     infos = client.templates.list()
     if args.json:
-        print(json.dumps([i.model_dump() for i in infos]))
+        print(json.dumps([*({"name": b.name, "builtin": True, "default": b.default}
+                            for b in builtin),
+                          *({**i.model_dump(), "builtin": False} for i in infos)]))
         return 0
     table = Table("NAME", "VERSION", "STATUS", "BUILD", box=None)
+    for b in builtin:
+        table.add_row(b.name, "", "built-in (default)" if b.default else "built-in", "")
     for info in infos:
         table.add_row(info.name, str(info.version), info.status, info.build_id)
     Console().print(table)

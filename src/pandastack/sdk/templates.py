@@ -65,6 +65,12 @@ def build_call(spec: TemplateSpec, name: str, vcpus: int, memory_mb: int,
                       json=body)
 
 
+def builtin_call() -> _base.Call[list[wire.BuiltinTemplateInfo]]:
+    """The built-ins ride on the team's template list (`GET /v1/templates`, its `builtin`)."""
+    return _base.Call("GET", "/v1/templates", _base.list_decoder(
+        wire.TemplateList, "builtin", wire.BuiltinTemplateInfo))
+
+
 def _q(value: str) -> str:
     return _base.path_segment(value)
 
@@ -157,6 +163,11 @@ class Templates(_base.ClientBase[HTTP]):
         return self._http.run(_base.Call("GET", "/v1/templates", _base.list_decoder(
             wire.TemplateList, "templates", wire.TemplateBuildInfo)))
 
+    def builtin(self) -> builtins.list[wire.BuiltinTemplateInfo]:
+        """The built-in templates (`base`, `python`, ...): every team may create sandboxes
+        from them; the default one is marked."""
+        return self._http.run(builtin_call())
+
     def get(self, name: str) -> wire.TemplateInfo:
         """Template `name` with all its versions."""
         return self._http.run(_base.Call("GET", f"/v1/templates/{_q(name)}",
@@ -217,6 +228,11 @@ class AsyncTemplates(_base.ClientBase[AsyncHTTP]):
         """The team's templates: the newest version of each name."""
         return await self._http.run(_base.Call("GET", "/v1/templates", _base.list_decoder(
             wire.TemplateList, "templates", wire.TemplateBuildInfo)))
+
+    async def builtin(self) -> builtins.list[wire.BuiltinTemplateInfo]:
+        """The built-in templates (`base`, `python`, ...): every team may create sandboxes
+        from them; the default one is marked."""
+        return await self._http.run(builtin_call())
 
     async def get(self, name: str) -> wire.TemplateInfo:
         """Template `name` with all its versions."""

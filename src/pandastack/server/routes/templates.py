@@ -9,7 +9,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
-from pandastack.wire import BuildTemplate, TemplateBuildInfo, TemplateInfo, TemplateList
+from pandastack.rules import BUILTIN_TEMPLATE_NAMES, DEFAULT_TEMPLATE
+from pandastack.wire import (
+    BuildTemplate,
+    BuiltinTemplateInfo,
+    TemplateBuildInfo,
+    TemplateInfo,
+    TemplateList,
+)
 
 from ..auth import CurrentPrincipal
 from ..jsonbody import StrictJsonRoute
@@ -43,11 +50,18 @@ async def build_template(body: BuildTemplate, who: CurrentPrincipal,
     return to_build_info(await templates.start_build(who.team, body))
 
 
+# The default first, then by name: the order `pandastack template list` prints them in.
+BUILTIN = [BuiltinTemplateInfo(name=name, default=name == DEFAULT_TEMPLATE)
+           for name in sorted(BUILTIN_TEMPLATE_NAMES, key=lambda n: (n != DEFAULT_TEMPLATE, n))]
+
+
 @router.get("/templates", response_model=TemplateList,
-            summary="The team's templates: the newest version of each name")
+            summary="The team's templates (the newest version of each name) and the "
+                    "built-in ones")
 async def list_templates(who: CurrentPrincipal, templates: Templates) -> TemplateList:
     rows = await templates.newest(who.team)
-    return TemplateList(templates=[to_build_info(row) for row in rows])
+    return TemplateList(templates=[to_build_info(row) for row in rows],
+                        builtin=[b.model_copy() for b in BUILTIN])
 
 
 @router.get("/templates/{name}", response_model=TemplateInfo,
