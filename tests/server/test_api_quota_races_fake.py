@@ -14,10 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select, update
 
 from pandastack.hostport.errors import HostError
 from pandastack.server.lifecycle import sweep
 from pandastack.server.service import SandboxService
+from pandastack.server.store import Sandbox
 from tests.server.conftest import Api, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 
@@ -259,3 +261,28 @@ async def test_parallel_creates_forks_and_volume_creates_stay_within_quota(
         for i in range(4)])
     assert statuses(answers) == [201, 201, 429, 429]
     assert (await quota_use(api, "c"))["volume_gb"] == 1.0
+
+
+async def test_a_hold_left_by_a_killed_server_goes_with_the_next_wake_or_hibernate(
+        api: Api, runtime: GatedRuntime) -> None:
+    h = await setup(api, "k", {"max_sandboxes": 2, "max_hibernated": 1})
+    asleep, awake = await make(api, h), await make(api, h)
+    assert (await api.client.post(f"/v1/sandboxes/{asleep}/hibernate", headers=h)).is_success
+    service: SandboxService = api.app.state.service
+    with service.store.session() as s:  # as a server killed in the middle of each leaves it
+        s.execute(update(Sandbox).where(Sandbox.id == asleep).values(quota_hold="awake"))
+        s.execute(update(Sandbox).where(Sandbox.id == awake).values(quota_hold="awake"))
+    assert (await quota_use(api, "k"))["sandboxes"] == 2  # the stale hold counts
+    r = await api.client.post(f"/v1/sandboxes/{asleep}/wake", headers=h)
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    # The other's stale "awake" is replaced by the hibernate's own hold, checked: the limit
+    # of one hibernated sandbox has room (the woken one is not hibernated any more).
+    r = await api.client.post(f"/v1/sandboxes/{awake}/hibernate", headers=h)
+    assert r.status_code == 200 and r.json()["state"] == "hibernated", r.text
+    with service.store.session() as s:
+        holds = s.scalars(select(Sandbox.quota_hold).where(Sandbox.team == "k")).all()
+    assert list(holds) == [None, None]
+    use = await quota_use(api, "k")
+    assert (use["sandboxes"], use["hibernated"]) == (1, 1)
+    r = await api.client.post(f"/v1/sandboxes/{asleep}/hibernate", headers=h)
+    assert r.status_code == 429 and r.json()["error"]["limit"] == "max_hibernated", r.text

@@ -285,10 +285,14 @@ class SandboxService:
         try:
             async with self.transition(row.id):
                 await self.host_call(self.runtime.hibernate(row.id))
-                return await self.sync_state(row)
-        finally:
+                done = await self.sync_state(row)
+        except BaseException:
             if held:
                 self.store.release_hold(row.id, HOLD_HIBERNATED)
+            raise
+        if quota:  # hibernated now: counted as such (also a hold a killed server left)
+            self.store.release_hold(row.id, HOLD_HIBERNATED)
+        return done
 
     async def wake(self, team: str, sandbox_id: str) -> Sandbox:
         """Idempotent: a sandbox that is awake (running or paused) stays as it is. One whose
@@ -323,10 +327,13 @@ class SandboxService:
                                   self.quotas.admission([(row.vcpus, row.memory_mb)]),
                                   ("host_lost",))
         try:
-            return await self._restore_lost(cluster, row)
-        finally:
+            restored = await self._restore_lost(cluster, row)
+        except BaseException:
             if held:
                 self.store.release_hold(row.id, HOLD_AWAKE)
+            raise
+        self.store.release_hold(row.id, HOLD_AWAKE)  # running now (also a stale hold)
+        return restored
 
     async def _restore_lost(self, cluster: ClusterPool, row: Sandbox) -> Sandbox:
         async with self.transition(row.id):

@@ -66,10 +66,13 @@ async def _restart(service: SandboxService, row: Sandbox) -> Sandbox:
                                  service.quotas.admission([(row.vcpus, row.memory_mb)]),
                                  ("stopped",))
     try:
-        return await _start_again(service, row)
-    finally:
+        started = await _start_again(service, row)
+    except BaseException:
         if held:
             service.store.release_hold(row.id, HOLD_AWAKE)
+        raise
+    service.store.release_hold(row.id, HOLD_AWAKE)  # running now (also a stale hold)
+    return started
 
 
 async def _start_again(service: SandboxService, row: Sandbox) -> Sandbox:

@@ -150,12 +150,14 @@ class UsageStore:
     def reserve(self, row: Sandbox, hold: str, check: QuotaCheck,
                 states: Sequence[str]) -> bool:
         """Admit `row` as `hold` under the team's lock: if it is still in one of `states`
-        and holds nothing yet, run `check` and set its hold in the same transaction. True if
-        this call set the hold (then it must `release_hold` it); False if there was nothing to
-        reserve (it moved on, or another request's hold already counts it)."""
+        and does not hold `hold` yet, run `check` and set its hold in the same transaction.
+        True if this call set the hold (then it must `release_hold` it); False if there was
+        nothing to reserve (it moved on, or another request's hold already counts it). A hold
+        of the other kind is one a killed server left (no request of that kind can be under
+        way in these states): it is replaced."""
         with self.team_locked(row.team) as s:
             current = s.get(Sandbox, row.id)
-            if current is None or current.state not in states or current.quota_hold is not None:
+            if current is None or current.state not in states or current.quota_hold == hold:
                 return False
             check(s, row.team)
             current.quota_hold = hold
