@@ -4,13 +4,18 @@ test): a 2 vCPU / 1 GiB sandbox that runs, pauses, hibernates, wakes and lives t
 server restart is billed for exactly its running and paused time (2 vCPU-s and 1 GiB-s per
 second, its 2 GiB disk until it is killed, hibernation included) at the rate card's price;
 a team at max_sandboxes 2 is refused its third create and a fork with 429 quota_exceeded,
-and creates again after a kill."""
+and creates again after a kill. Races (issue 33): four sandboxes hibernated under
+max_sandboxes 2 and woken by four parallel execs: two wake, two are refused and stay
+hibernated with their files; two parallel hibernates with room for one more under
+max_hibernated: one hibernates."""
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -125,3 +130,83 @@ def test_a_team_at_max_sandboxes_2(serve: ServeProcess) -> None:
             for sbx in made:
                 sbx.kill()
         assert team.sandboxes.list() == []
+
+
+def racing(url: str, key: str, ids: list[str],
+           call: Callable[[object], object]) -> list[BaseException | None]:
+    """`call` on each sandbox at once (a client each, released together): None where it
+    passed, else what it raised."""
+    start = threading.Barrier(len(ids))
+
+    def one(sid: str) -> BaseException | None:
+        with Client(url, key, timeout=300) as client:
+            sbx = client.sandboxes.connect(sid)
+            start.wait(timeout=120)
+            try:
+                call(sbx)
+            except Exception as exc:  # the caller looks at each
+                return exc
+            return None
+
+    with ThreadPoolExecutor(len(ids)) as pool:
+        return list(pool.map(one, ids))
+
+
+def refused(outcomes: list[BaseException | None], limit: str) -> list[int]:
+    """The indexes refused for `limit`; anything else raised fails the test."""
+    out = []
+    for i, exc in enumerate(outcomes):
+        if exc is None:
+            continue
+        if not isinstance(exc, QuotaExceededError):
+            raise exc
+        assert (exc.status, exc.code, exc.limit) == (429, "quota_exceeded", limit), exc
+        out.append(i)
+    return out
+
+
+def test_racing_wakes_and_hibernates_stay_within_the_team_quota(serve: ServeProcess) -> None:
+    with Client(serve.url, serve.api_key(), timeout=120) as admin:
+        key = admin.keys.create("race", team="racing").key
+        admin.teams.set_quota("racing", max_sandboxes=2)
+    with Client(serve.url, key, timeout=300) as team:
+        made = []
+        try:
+            for _ in range(2):  # two, hibernated, two more, hibernated: four under a quota of 2
+                pair = [team.sandboxes.create(ttl_seconds=900, persistent=True)
+                        for _ in range(2)]
+                made += pair
+                for sbx in pair:
+                    sbx.files.write("/tmp/mark", sbx.id)
+                    sbx.hibernate()
+            ids = [s.id for s in made]
+            outcomes = racing(serve.url, key, ids,
+                              lambda sbx: sbx.exec("cat /tmp/mark"))  # type: ignore[attr-defined]
+            out = refused(outcomes, "max_sandboxes")
+            assert len(out) == 2, outcomes
+            states = [team.sandboxes.connect(sid).info.state for sid in ids]
+            assert [states[i] for i in out] == ["hibernated", "hibernated"], states
+            assert sorted(states) == ["hibernated", "hibernated", "running", "running"]
+            running = [sid for sid, st in zip(ids, states, strict=True) if st == "running"]
+            # Room for one more hibernated sandbox: of two racing hibernates, one passes.
+            with Client(serve.url, serve.api_key(), timeout=120) as admin:
+                admin.teams.set_quota("racing", max_hibernated=3)
+            outcomes = racing(serve.url, key, running,
+                              lambda sbx: sbx.hibernate())  # type: ignore[attr-defined]
+            assert len(refused(outcomes, "max_hibernated")) == 1, outcomes
+            states = [team.sandboxes.connect(sid).info.state for sid in ids]
+            assert sorted(states) == ["hibernated"] * 3 + ["running"], states
+            with Client(serve.url, serve.api_key(), timeout=120) as admin:
+                use = admin.teams.get_quota("racing").usage
+            assert (use.sandboxes, use.hibernated) == (1, 3), use
+            # The refused wakes lost nothing: with room again, each wakes with its file.
+            for sid, st in zip(ids, states, strict=True):
+                if st == "running":
+                    team.sandboxes.connect(sid).kill()
+            for i in out:
+                woken = team.sandboxes.connect(ids[i])
+                assert woken.exec("cat /tmp/mark").stdout == ids[i]
+                woken.kill()
+        finally:
+            for sbx in made:
+                sbx.kill()
