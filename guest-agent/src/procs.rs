@@ -332,6 +332,13 @@ impl Proc {
                 cg.wait_empty(&leaf, end + KILLED_GRACE);
             }
         }
+        if pipes.is_empty() {
+            // Reaped, and nothing holds its pipes: the tree has left its leaf (a descendant
+            // that let go of them keeps it, and release() lists it as stale). Back in the pool
+            // before the exit goes out, so the exec a caller sends on seeing that exit finds
+            // it spare (issue 33).
+            self.release_leaf();
+        }
         self.finish(status, end, table);
         while !pipes.is_empty() {
             let mut fds: Vec<sys::PollFd> =
@@ -355,6 +362,10 @@ impl Proc {
             }
         }
         self.close_stdin();
+        self.release_leaf();
+    }
+
+    fn release_leaf(&self) {
         let leaf = self.leaf.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let (Some(cg), Some(leaf)) = (&self.cgroups, leaf) {
             cg.release(leaf);

@@ -345,6 +345,12 @@ class ManagedProcess:
                         poller.unregister(fd)
                         del fds[fd]
             self._await_killed_tree(exited_at + KILLED_GRACE)
+            if not fds:
+                # Reaped, and nothing holds its pipes: the tree has left its leaf (a descendant
+                # that let go of them keeps it, and release() lists it as stale). Back in the
+                # pool before the exit goes out, so the exec a caller sends on seeing that exit
+                # finds it spare (issue 33).
+                self._release_leaf()
             self._finish(exited_at)
             # Descendants still hold the pipes: keep draining into the ring until EOF,
             # so they never get SIGPIPE. Nothing is sent any more.
@@ -368,10 +374,13 @@ class ManagedProcess:
                 if pipe is not None:
                     pipe.close()
             self.close_stdin()
-            with self._leaf_lock:
-                leaf, self._leaf = self._leaf, None
-            if leaf is not None and self._cgroups is not None:
-                self._cgroups.release(leaf)
+            self._release_leaf()
+
+    def _release_leaf(self) -> None:
+        with self._leaf_lock:
+            leaf, self._leaf = self._leaf, None
+        if leaf is not None and self._cgroups is not None:
+            self._cgroups.release(leaf)
 
     def _await_killed_tree(self, deadline: float) -> None:
         with self._leaf_lock:
