@@ -72,15 +72,15 @@ class GatedRuntime(FakeRuntime):
         return await super().fork(sandbox_id, count)
 
 
-async def racing(runtime: GatedRuntime, calls: list[Callable[[], Awaitable[httpx.Response]]]
+async def racing(gate: Gate, calls: list[Callable[[], Awaitable[httpx.Response]]]
                  ) -> list[httpx.Response]:
-    """Run `calls` at once; open the gate once each has reached it or been answered."""
+    """Run `calls` at once; open `gate` once each has reached it or been answered."""
     tasks = [asyncio.create_task(call()) for call in calls]
     deadline = time.monotonic() + DEADLINE
-    while runtime.gate.entered + sum(t.done() for t in tasks) < len(tasks):
+    while gate.entered + sum(t.done() for t in tasks) < len(tasks):
         assert time.monotonic() < deadline, "the requests neither reached the host nor ended"
         await asyncio.sleep(0.01)
-    runtime.gate.opened.set()
+    gate.opened.set()
     return list(await asyncio.gather(*tasks))
 
 
@@ -135,7 +135,7 @@ async def test_four_wakes_under_max_sandboxes_2(api: Api, runtime: GatedRuntime)
             assert r.status_code == 200, r.text
         ids += pair
     runtime.gated = {"wake"}
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda sid=sid: api.client.post(f"/v1/sandboxes/{sid}/exec",  # type: ignore[misc]
                                         json={"cmd": "true"}, headers=h)
         for sid in ids])
@@ -175,7 +175,7 @@ async def test_four_restarts_under_max_sandboxes_2(api: Api, runtime: GatedRunti
     await sweep(service)
     assert [await state(api, h, sid) for sid in ids] == ["stopped"] * 4
     runtime.gated = {"wake"}  # a stopped sandbox's disk boots through the host's wake
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda sid=sid: api.client.post(f"/v1/sandboxes/{sid}/wake",  # type: ignore[misc]
                                         headers=h)
         for sid in ids])
@@ -192,7 +192,7 @@ async def test_four_resizes_under_max_volume_gb(api: Api, runtime: GatedRuntime)
         assert r.status_code == 201, r.text
     runtime.gated = {"resize_volume"}
     # 512 MiB held; each grows by 256: room for two
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda i=i: api.client.post(f"/v1/volumes/v{i}/resize",  # type: ignore[misc]
                                     json={"size_mb": 384}, headers=h)
         for i in range(4)])
@@ -207,7 +207,7 @@ async def test_three_hibernates_under_max_hibernated_1(api: Api,
     h = await setup(api, "h", {"max_hibernated": 1})
     ids = [await make(api, h) for _ in range(3)]
     runtime.gated = {"hibernate"}
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda sid=sid: api.client.post(f"/v1/sandboxes/{sid}/hibernate",  # type: ignore[misc]
                                         headers=h)
         for sid in ids])
@@ -225,7 +225,7 @@ async def test_four_snapshots_under_max_snapshot_gb(api: Api, runtime: GatedRunt
     h = await setup(api, "s", {"max_snapshot_gb": 2 * 4096 / (1 << 30)})
     ids = [await make(api, h) for _ in range(4)]
     runtime.gated = {"snapshot"}
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda sid=sid: api.client.post(f"/v1/sandboxes/{sid}/snapshots",  # type: ignore[misc]
                                         json={}, headers=h)
         for sid in ids])
@@ -240,7 +240,7 @@ async def test_four_snapshots_under_max_snapshot_gb(api: Api, runtime: GatedRunt
 async def test_parallel_creates_forks_and_volume_creates_stay_within_quota(
         api: Api, runtime: GatedRuntime) -> None:
     h = await setup(api, "c", {"max_sandboxes": 3, "max_volume_gb": 1})
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda: api.client.post("/v1/sandboxes", json={}, headers=h) for _ in range(4)])
     assert statuses(answers) == [201, 201, 201, 429]
     parent = next(r.json()["id"] for r in answers if r.status_code == 201)
@@ -250,12 +250,12 @@ async def test_parallel_creates_forks_and_volume_creates_stay_within_quota(
             break
     runtime.gated = {"fork"}
     runtime.gate = Gate()
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda: api.client.post(f"/v1/sandboxes/{parent}/fork", json={"count": 1},
                                 headers=h) for _ in range(3)])
     assert [r.status_code for r in answers].count(429) == 2, [r.text for r in answers]
     assert (await quota_use(api, "c"))["sandboxes"] == 3
-    answers = await racing(runtime, [
+    answers = await racing(runtime.gate, [
         lambda i=i: api.client.post("/v1/volumes",  # type: ignore[misc]
                                     json={"name": f"n{i}", "size_mb": 512}, headers=h)
         for i in range(4)])
