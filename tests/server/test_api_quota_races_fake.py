@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import select, update
 
 from pandastack.hostport.errors import HostError
+from pandastack.hostport.volumes import VolumeBackup
 from pandastack.server.lifecycle import sweep
 from pandastack.server.service import SandboxService
 from pandastack.server.store import Sandbox
@@ -45,6 +46,7 @@ class GatedRuntime(FakeRuntime):
         super().__init__(root)
         self.gate = Gate()
         self.gated: set[str] = set()
+        self.backups: set[str] = set()
 
     async def _at_gate(self, name: str) -> None:
         if name in self.gated:
@@ -70,6 +72,16 @@ class GatedRuntime(FakeRuntime):
     async def fork(self, sandbox_id: str, count: int = 1):  # type: ignore[no-untyped-def]
         await self._at_gate("fork")
         return await super().fork(sandbox_id, count)
+
+    # Volume backups as a host with an object store makes them, 1 MiB stored each.
+    async def backup_volume(self, volume_id: str, backup_id: str) -> VolumeBackup:
+        vol = self.volume(volume_id)
+        await self._at_gate("backup_volume")
+        self.backups.add(backup_id)
+        return VolumeBackup(backup_id, volume_id, vol.size_mb, 1 << 20, time.time())
+
+    async def delete_volume_backup(self, backup_id: str) -> None:
+        self.backups.discard(backup_id)
 
 
 async def racing(gate: Gate, calls: list[Callable[[], Awaitable[httpx.Response]]]
@@ -235,6 +247,29 @@ async def test_four_snapshots_under_max_snapshot_gb(api: Api, runtime: GatedRunt
     assert len(runtime.snapshots.infos) == 2  # the refused ones' files went again
     r = await api.client.post(f"/v1/sandboxes/{ids[0]}/snapshots", json={}, headers=h)
     assert r.status_code == 429 and r.json()["error"]["limit"] == "max_snapshot_gb", r.text
+
+
+async def test_four_volume_snapshots_under_max_snapshot_gb(api: Api,
+                                                           runtime: GatedRuntime) -> None:
+    # Sandbox and volume snapshots count together: one sandbox snapshot (4096 bytes) and
+    # room for two volume snapshots of 1 MiB.
+    h = await setup(api, "vs", {"max_snapshot_gb": (4096 + 2 * (1 << 20)) / (1 << 30)})
+    sid = await make(api, h)
+    r = await api.client.post(f"/v1/sandboxes/{sid}/snapshots", json={}, headers=h)
+    assert r.status_code == 201, r.text
+    for i in range(4):
+        r = await api.client.post("/v1/volumes", json={"name": f"d{i}", "size_mb": 64},
+                                  headers=h)
+        assert r.status_code == 201, r.text
+    runtime.gated = {"backup_volume"}
+    answers = await racing(runtime.gate, [
+        lambda i=i: api.client.post(f"/v1/volumes/d{i}/snapshots",  # type: ignore[misc]
+                                    json={}, headers=h)
+        for i in range(4)])
+    assert statuses(answers) == [201, 201, 429, 429]
+    assert len(runtime.backups) == 2  # the refused ones' backups went again
+    use = await quota_use(api, "vs")
+    assert use["snapshot_gb"] == round((4096 + 2 * (1 << 20)) / (1 << 30), 6)
 
 
 async def test_parallel_creates_forks_and_volume_creates_stay_within_quota(
