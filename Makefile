@@ -49,12 +49,12 @@ layers: venv
 sdk-ts: deps
 	bash sdk-ts/scripts/build.sh
 
-# `make test` leaves out what runs a whole `make cluster` (marker `cluster`, ~90 s): `make soak`.
 # Two lanes: two workers (TEST_WORKERS, a test module each at a time, so a module's shared
 # server or sandbox stays on one worker; each has its own PostgreSQL, S3 server and runtime,
 # and network slots are claimed host-wide), then the modules marked `serial` in one process:
 # those that read the host-wide huge page pool, the fork and memory bombs that hold both
-# cores, and the registry/cluster tests whose agents must heartbeat on time. Measured
+# cores, the registry/cluster tests whose agents must heartbeat on time, and the test of what
+# users start (tests/cluster: `make cluster HOSTS=2` to `make cluster-down`, ~2.5 min). Measured
 # 2026-12-03 on a quiet machine: one process 30.8 min of pytest; two workers for everything
 # 19.4 min, with exactly those modules failing beside the other worker (stop 30 saw the same).
 # With the lanes, two runs: 17.1 + 8.0 min and 14.0 + 4.7 min (.ci/run 25.5 and 19.4 min).
@@ -63,11 +63,12 @@ TEST_WORKERS ?= 2
 pytest: venv
 	@$(BIN)/pytest -m "not cluster and not serial" -n $(TEST_WORKERS) --dist loadscope --durations=25; \
 	  parallel=$$?; \
-	  $(BIN)/pytest -m "serial and not cluster" --durations=10; \
+	  $(BIN)/pytest -m serial --durations=10; \
 	  serial=$$?; \
 	  echo "make pytest: parallel lane exit $$parallel, serial lane exit $$serial"; \
 	  test $$parallel -eq 0 -a $$serial -eq 0
 
+# `make cluster`'s test alone (make test runs it too, in the serial lane).
 soak: deps venv
 	$(BIN)/pytest -m cluster
 

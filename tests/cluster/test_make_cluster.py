@@ -1,28 +1,40 @@
-"""`make cluster HOSTS=2` for real (PostgreSQL, the S3 server, two agents in namespaces of their
-own, real VMs), a sandbox on each agent through the API server with the SDK, then `make
-cluster-down`, after which nothing of it is left. Run alone: `pytest -m cluster`.
+"""What a user starts: `make cluster HOSTS=2` for real (PostgreSQL, the S3 server, two agents in
+namespaces of their own, real VMs), driven only through the public SDK on its API server;
+then `make cluster-down`, after which nothing of it is left (issue 33). One cluster for the
+module, its checks in the order a user would meet them; the agent killed last.
 
+It runs in `make test`'s serial lane (marked `serial`) and in `make soak` (`cluster`).
 Traffic: only to 127.0.0.1 and to the namespaces the cluster makes."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pandastack.sdk import Sandbox
-from tests.helpers import vmm_pids_under
+from pandastack.sdk import Client, Sandbox
+from pandastack.sdk.errors import PermissionDeniedError
+from tests.helpers import HOLDER, vmm_pids_under
 
-pytestmark = [pytest.mark.cluster, pytest.mark.vm, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.cluster, pytest.mark.serial, pytest.mark.vm,
+              pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / ".cluster"
 STATE = Path("/var/lib/pandastack-cluster")
 RUN = Path("/run/pandastack-cluster")
+# The agents' --stale-after-s is 15 s; the server notices at its next look at the registry.
+LOST_WITHIN_S = 120.0
+TTL_S = 900  # a backstop: every sandbox is killed or goes with the cluster
 
 
 def free_port() -> int:
@@ -31,17 +43,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def agent_has(option: str) -> bool:
-    done = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "pandastack", "agent", "--help"],
-                          capture_output=True, text=True, cwd=ROOT, check=False)
-    return option in done.stdout
-
-
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def until(what: str, check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
 
 
 def leftovers(record: dict[str, object]) -> list[str]:
@@ -72,22 +86,54 @@ def leftovers(record: dict[str, object]) -> list[str]:
     return left
 
 
-def test_make_cluster_runs_sandboxes_on_two_agents_and_down_leaves_nothing(
-        tmp_path: Path) -> None:
+def make(targets: list[str], env: dict[str, str], timeout: float
+         ) -> subprocess.CompletedProcess[str]:
+    """`make -s TARGETS` as a user runs it; past `timeout`, its whole process group is
+    stopped, so that a hung `up` is not still starting things while `down` removes them."""
+    proc = subprocess.Popen(["make", "-s", *targets], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n(make {' '.join(targets)}: stopped after {timeout:.0f} s)"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    api_url: str
+    api_key: str
+    hosts: list[dict[str, object]]  # hosts.json's, agent 1 first
+
+    @property
+    def host_ids(self) -> list[str]:
+        return [str(h["host_id"]) for h in self.hosts]
+
+    def create(self, **options: Any) -> Sandbox:
+        return Sandbox.create(ttl_seconds=TTL_S, api_url=self.api_url, api_key=self.api_key,
+                              **options)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if os.geteuid() != 0:
         pytest.fail("the cluster needs root (namespaces, VMs)")
     if (CLUSTER / "hosts.json").exists():
         pytest.fail("a cluster is up already in this checkout (make cluster-down)")
-    port = free_port()
-    config = tmp_path / "xdg" / "pandastack" / "config.json"
+    xdg = tmp_path_factory.mktemp("xdg")
+    config = xdg / "pandastack" / "config.json"
+    port = free_port()  # not 8080: other tests' servers and the user's `make run` use it
     # The admin key goes to a config file of the test's own, not the user's.
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "PANDASTACK_DNS": "off"}
+    env = {**os.environ, "XDG_CONFIG_HOME": str(xdg), "PANDASTACK_DNS": "off"}
     record: dict[str, object] = {}
     try:
-        up = subprocess.run(["make", "-s", "cluster", "HOSTS=2", f"CLUSTER_PORT={port}"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        up = make(["cluster", "HOSTS=2", f"CLUSTER_PORT={port}"], env, timeout=1800)
+        if (CLUSTER / "hosts.json").exists():
+            record = json.loads((CLUSTER / "hosts.json").read_text())
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        record = json.loads((CLUSTER / "hosts.json").read_text())
         hosts = record["hosts"]
         assert isinstance(hosts, list) and len(hosts) == 2
         assert record["api"] == f"http://127.0.0.1:{port}"
@@ -96,26 +142,104 @@ def test_make_cluster_runs_sandboxes_on_two_agents_and_down_leaves_nothing(
         assert len({h["home"] for h in hosts}) == 2
         for host in hosts:
             assert cmdline(host["pid"]), f"agent {host['endpoint']} is not running"
-            assert (host["host_id"] is not None) == agent_has("--db"), host
+            assert host["host_id"], f"agent {host['endpoint']} did not register"
         client = json.loads(config.read_text())
         assert client["api_url"] == record["api"]
-
-        boxes = [Sandbox.create(ttl_seconds=600, api_url=client["api_url"],
-                                api_key=client["api_key"]) for _ in range(2)]
-        try:
-            for box in boxes:
-                result = box.exec(["cat", "/proc/sys/kernel/hostname"])
-                assert result.exit_code == 0 and result.stdout.strip() == box.id, result
-            # One on each agent, each in that agent's own state dir.
-            where = sorted(h["namespace"] for box in boxes for h in hosts
-                           if (Path(h["state_dir"]) / box.id).is_dir())
-            assert where == ["pcl-1", "pcl-2"], where
-        finally:
-            for box in boxes:
-                box.kill()
+        yield Cluster(client["api_url"], client["api_key"], hosts)
     finally:
-        down = subprocess.run(["make", "-s", "cluster-down"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=600)
+        down = make(["cluster-down"], env, timeout=600)
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
     assert leftovers(record) == []
     assert not config.exists()  # there was none before: the cluster's key goes with it
+
+
+def holder(sbx: Sandbox) -> tuple[int, str]:
+    """Start the memory holder in `sbx`: its pid and the value it holds."""
+    pid = sbx.commands.start(["python3", "-c", HOLDER]).pid
+    until("the holder to start",
+          lambda: len(sbx.exec(["cat", "/tmp/value"]).stdout) == 16, timeout=60)
+    return pid, sbx.exec(["cat", "/tmp/value"]).stdout
+
+
+def told(sbx: Sandbox, pid: int) -> str:
+    """What the holder `pid` keeps in its memory now (it must be alive to tell)."""
+    script = (f"rm -f /tmp/told; kill -USR1 {pid} || exit 3; "
+              "for i in $(seq 50); do [ -s /tmp/told ] && exec cat /tmp/told; sleep 0.1; "
+              "done; exit 4")
+    result = sbx.exec(["sh", "-c", script])
+    assert result.exit_code == 0, result
+    return result.stdout
+
+
+def test_creates_spread_over_both_agents_each_in_its_own_state(cluster: Cluster) -> None:
+    boxes = [cluster.create() for _ in range(2)]
+    try:
+        assert sorted(str(b.info.host_id) for b in boxes) == sorted(cluster.host_ids)
+        for box in boxes:
+            result = box.exec(["cat", "/proc/sys/kernel/hostname"])
+            assert result.exit_code == 0 and result.stdout.strip() == box.id, result
+            home = next(h for h in cluster.hosts if h["host_id"] == box.info.host_id)
+            assert (Path(str(home["state_dir"])) / box.id).is_dir()
+    finally:
+        for box in boxes:
+            box.kill()
+
+
+def test_a_snapshot_on_one_agent_creates_and_a_fork_runs_on_the_other(
+        cluster: Cluster) -> None:
+    a, b = cluster.host_ids
+    src = cluster.create(host_id=a)
+    made: list[Sandbox] = []
+    try:
+        assert src.info.host_id == a
+        pid, value = holder(src)
+        # Through the object store: A uploads, B fetches (issue 33: this was a 503).
+        made.append(cluster.create(snapshot=src.snapshot(), host_id=b))
+        assert made[-1].info.host_id == b
+        assert told(made[-1], pid) == value
+        # Streamed from A to B, agent to agent across their namespaces.
+        made += src.fork(host_id=b)
+        assert made[-1].info.host_id == b
+        assert told(made[-1], pid) == value
+        assert told(src, pid) == value  # the parent runs on
+    finally:
+        for box in (src, *made):
+            box.kill()
+
+
+def test_only_an_admin_key_chooses_the_host(cluster: Cluster) -> None:
+    with Client(cluster.api_url, cluster.api_key) as admin:
+        team_key = admin.keys.create("team-key").key
+        with pytest.raises(PermissionDeniedError):
+            Sandbox.create(host_id=cluster.host_ids[0], ttl_seconds=TTL_S,
+                           api_url=cluster.api_url, api_key=team_key)
+        # The same key without host_id creates, so the 403 is the pin's alone; and it may
+        # not pin that sandbox's forks either.
+        box = Sandbox.create(ttl_seconds=TTL_S, api_url=cluster.api_url, api_key=team_key)
+        try:
+            with pytest.raises(PermissionDeniedError):
+                box.fork(host_id=cluster.host_ids[1])
+        finally:
+            box.kill()
+
+
+def test_a_killed_agent_loses_its_sandboxes_and_creates_go_to_the_other(
+        cluster: Cluster) -> None:
+    """Last: agent 1 stays dead (make cluster-down takes its orphaned VMs)."""
+    a, b = cluster.host_ids
+    lost = cluster.create(host_id=a)
+    # B holds more than A: a create that still counted A in would go there.
+    kept = [cluster.create(host_id=b) for _ in range(2)]
+    made: list[Sandbox] = []
+    try:
+        os.kill(int(str(cluster.hosts[0]["pid"])), signal.SIGKILL)
+        until(f"{lost.id} to be host_lost", lambda: lost.refresh().state == "host_lost",
+              timeout=LOST_WITHIN_S)
+        made.append(cluster.create())
+        assert made[0].info.host_id == b
+        assert made[0].exec(["true"]).exit_code == 0
+        assert [box.refresh().state for box in kept] == ["running"] * 2
+        assert kept[0].exec(["true"]).exit_code == 0
+    finally:
+        for box in (lost, *kept, *made):
+            box.kill()
