@@ -75,7 +75,12 @@ def _progress(message: str) -> None:
 async def _setup(args: argparse.Namespace) -> int:
     from pandastack.host.config import HostConfig
     from pandastack.host.runtime import HostRuntime
+    from pandastack.host.templates.builtin import BUILTIN_TEMPLATES
 
+    unknown = [name for name in args.template if name not in BUILTIN_TEMPLATES]
+    if unknown:  # before any build: a typo must not cost the minutes of the others first
+        raise ValueError(f"unknown template(s) {', '.join(map(repr, unknown))}; built-in: "
+                         f"{', '.join(sorted(BUILTIN_TEMPLATES))}")
     started = time.monotonic()
     runtime = HostRuntime(HostConfig.from_env(), progress=_progress)
     with console.status("preparing host: guest image, accelerator, base template"):
@@ -87,6 +92,11 @@ async def _setup(args: argparse.Namespace) -> int:
                         "matplotlib)"):
         interp = await runtime.ensure_template("code-interpreter")
     console.log(f"code-interpreter template at {interp.path}")
+    for name in dict.fromkeys(args.template):
+        t0 = time.monotonic()
+        with console.status(f"preparing the {name} template"):
+            extra = await runtime.ensure_template(name)
+        console.log(f"{name} template at {extra.path} ({time.monotonic() - t0:.1f}s)")
     if args.smoke:
         async with runtime:
             sbx = await runtime.create()
@@ -102,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     setup = sub.add_parser("setup", help="build the guest image and the base template")
     setup.add_argument("--smoke", action="store_true", help="create one sandbox and run a command")
+    setup.add_argument("--template", action="append", default=[], metavar="NAME",
+                       help="also build this built-in template ahead (repeatable), so that its "
+                            "first create does not wait for its image")
     for command in COMMANDS.values():
         command.add_parser(sub)
     args = parser.parse_args(argv)
