@@ -125,9 +125,6 @@ async def test_resume_and_pruning_are_per_team(store: Store) -> None:
 
 def test_concurrent_writers_of_one_team_never_share_a_number(store: Store) -> None:
     writers, each = 4, 10
-    # The team's row first: concurrent first admits of a team never seen race to insert it
-    # (lock_team), which is not what this test is about.
-    store.check_quota(A, lambda _s, _team: None)
     start = threading.Barrier(writers)
     failed: list[BaseException] = []
 
@@ -219,3 +216,27 @@ def test_an_old_database_numbers_its_events_per_team_in_id_order(db: str) -> Non
         assert log.after(A, 2, global_ids=True)[0][-1]["id"] == 8
     finally:
         store.close()
+
+
+def test_concurrent_first_admits_of_a_new_team_all_land(store: Store) -> None:
+    """Four first admits of a team the store has never seen: each takes the team's lock in
+    turn (on PostgreSQL the second used to fail on the teams primary key)."""
+    writers = 4
+    start = threading.Barrier(writers)
+    failed: list[BaseException] = []
+
+    def admit(n: int) -> None:
+        start.wait()
+        try:
+            store.admit([sandbox(f"sbx-{n + 100:012x}", "team-new")])
+        except BaseException as e:  # reported below, from the test's thread
+            failed.append(e)
+
+    threads = [threading.Thread(target=admit, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert failed == []
+    got, _ = EventLog(store, settle_seconds=0).after("team-new", 0, limit=100)
+    assert len(got) == writers

@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Table, and_, case, func, insert, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from .models import Sandbox, Snapshot, Team, TeamQuota, UsageSegment, Volume
@@ -114,6 +115,12 @@ def lock_team(s: Session, team: str) -> None:
         # pysqlite would begin a deferred transaction only at the first write: the reads of
         # the check must already hold the write lock.
         s.execute(text("BEGIN IMMEDIATE"))
+    elif s.get_bind().dialect.name == "postgresql":
+        # Two first admits of a team never seen would both find no row and both INSERT it:
+        # the second failed on the primary key (a 500). ON CONFLICT waits for the first's
+        # transaction and then does nothing; the row lock below serializes them as usual.
+        s.execute(pg_insert(Team).values(id=team, created_at=time.time())
+                  .on_conflict_do_nothing(index_elements=[Team.id]))
     if s.execute(select(Team.id).where(Team.id == team).with_for_update()).first() is None:
         s.add(Team(id=team, created_at=time.time()))  # its INSERT holds the new row's lock
         s.flush()
