@@ -16,7 +16,8 @@ from pandastack.server.errors import ApiError
 from pandastack.server.events import StreamSlots, stream
 from pandastack.server.store import Sandbox, Snapshot, Store, TemplateVersion, open_store
 from pandastack.server.store.events import Caller, Webhook, caller, forking, note_caller
-from pandastack.server.store.events_log import EventLog
+from pandastack.server.store.events_log import Claimed, EventLog
+from pandastack.server.store.webhook_queue import claim_due_by_team
 
 TEAM = "t1"
 
@@ -36,6 +37,11 @@ def new_row(sid: str, state: str = "starting", team: str = TEAM) -> Sandbox:
                    expires_at=now + 60, ttl_seconds=60, persistent=False, vcpus=1,
                    memory_mb=512, disk_mb=None, env={}, meta={}, last_activity_at=now,
                    ended_at=None, end_reason=None)
+
+
+def claim(store: Store, now: float) -> list[Claimed]:
+    return [c for _, c in claim_due_by_team(store, now, room=10, per_team=10, running={},
+                                            lease_seconds=60)]
 
 
 def events(store: Store, team: str = TEAM, after: int = 0,
@@ -151,10 +157,10 @@ def test_fan_out_and_queue_survive_a_restart(db: str) -> None:
     log.record("other", "sandbox.killed", sandbox_id="sbx-00000000000a")
     assert log.fan_out(time.time()) == 1
     assert log.fan_out(time.time()) == 0  # the mark moved with the rows
-    claimed = log.claim_due(time.time(), 10, 60)
+    claimed = claim(store, time.time())
     assert [(c.webhook_id, c.event_type, c.attempts) for c in claimed] == [
         (hook.id, "sandbox.killed", 1)]
-    assert log.claim_due(time.time(), 10, 60) == []  # claimed: not due again until the lease
+    assert claim(store, time.time()) == []  # claimed: not due again until the lease
     log.finish_attempt(claimed[0].id, now=time.time(), delivered=False, response_status=500,
                        error="answered HTTP 500", retry_at=time.time() + 30)
     store.close()
@@ -163,8 +169,8 @@ def test_fan_out_and_queue_survive_a_restart(db: str) -> None:
     try:
         log = EventLog(store, settle_seconds=0)
         assert log.fan_out(time.time()) == 0
-        assert log.claim_due(time.time(), 10, 60) == []
-        again = log.claim_due(time.time() + 31, 10, 60)
+        assert claim(store, time.time()) == []
+        again = claim(store, time.time() + 31)
         assert [c.attempts for c in again] == [2]
         log.finish_attempt(again[0].id, now=time.time(), delivered=True, response_status=204,
                            error=None, retry_at=None)

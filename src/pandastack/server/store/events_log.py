@@ -238,29 +238,6 @@ class EventLog:
             found.setdefault(hook.team, []).append(hook)
         return found
 
-    def claim_due(self, now: float, limit: int, lease_seconds: float) -> list[Claimed]:
-        """Take up to `limit` pending deliveries that are due: each is pushed `lease_seconds`
-        ahead (a worker that dies mid-attempt leaves it to be retried then) and counts one
-        more attempt. Another server's claims are skipped, not waited for."""
-        with self.store.session() as s:
-            rows = list(s.scalars(
-                select(WebhookDelivery).where(WebhookDelivery.status == "pending",
-                                              WebhookDelivery.next_attempt_at <= now)
-                .order_by(WebhookDelivery.next_attempt_at).limit(limit)
-                .with_for_update(skip_locked=True)))
-            hooks = {h.id: h for h in s.scalars(select(Webhook).where(
-                Webhook.id.in_(sorted({r.webhook_id for r in rows}))))} if rows else {}
-            claimed: list[Claimed] = []
-            for row in rows:
-                hook = hooks.get(row.webhook_id)
-                if hook is None:  # deleted under us: its rows go with it
-                    continue
-                row.attempts += 1
-                row.next_attempt_at = now + lease_seconds
-                claimed.append(Claimed(row.id, hook.id, hook.url, hook.secret, row.body,
-                                       row.event_type, row.attempts, row.created_at))
-            return claimed
-
     def finish_attempt(self, delivery_id: int, *, now: float, delivered: bool,
                        response_status: int | None, error: str | None,
                        retry_at: float | None) -> None:

@@ -22,7 +22,8 @@ def claim_due_by_team(store: Store, now: float, *, room: int, per_team: int,
                       lease_seconds: float) -> list[tuple[str, Claimed]]:
     """(team, delivery) for up to `room` due deliveries, at most `per_team` minus what
     `running` says a team has in flight. Each is pushed `lease_seconds` ahead and counts one
-    more attempt (as `EventLog.claim_due`); rows another server holds are skipped."""
+    more attempt (a worker that dies mid-attempt leaves it to be retried then); rows another
+    server holds are skipped, not waited for."""
     if room <= 0:
         return []
     pending_due = (WebhookDelivery.status == "pending", WebhookDelivery.next_attempt_at <= now)
