@@ -18,6 +18,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.server.app import create_app
 from pandastack.server.settings import Settings
+from pandastack.server.store import Store, open_store
 from tests.server.fakes import FakeRuntime, ScriptedBuilder
 from tests.services import Postgres
 
@@ -46,6 +47,16 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     server: Postgres = request.getfixturevalue("postgres")
     with server.database() as dsn:
         yield dsn
+
+
+@pytest.fixture
+def store(db: str) -> Iterator[Store]:
+    """A store opened on `db` (SQLite and PostgreSQL), closed after the test."""
+    s = open_store(db)
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 def make_settings(tmp: Path, **overrides: object) -> Settings:

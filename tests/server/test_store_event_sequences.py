@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -24,13 +23,6 @@ from tests.server.test_store_migrations import upgrade_to
 A, B = "team-a", "team-b"
 
 
-@pytest.fixture
-def store(db: str) -> Iterator[Store]:
-    s = open_store(db)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def sandbox(sid: str, team: str) -> Sandbox:

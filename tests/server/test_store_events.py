@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,13 +21,6 @@ from pandastack.server.store.webhook_queue import claim_due_by_team
 TEAM = "t1"
 
 
-@pytest.fixture
-def store(db: str) -> Iterator[Store]:
-    s = open_store(db)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def new_row(sid: str, state: str = "starting", team: str = TEAM) -> Sandbox:

@@ -5,24 +5,15 @@ awkward characters included), so a page is never short because of them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from pandastack.server.store import Sandbox, Store, open_store
+from pandastack.server.store import Sandbox, Store
 from pandastack.server.store.listing import BadPageToken, SandboxFilter, page_token
 
 TEAM = "t1"
 T0 = 1_700_000_000.25
 
 
-@pytest.fixture
-def store(db: str) -> Iterator[Store]:
-    s = open_store(db)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def add(store: Store, sid: str, created_at: float, *, team: str = TEAM, state: str = "running",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -25,13 +24,6 @@ from pandastack.server.store.usage import close_volume_segment, open_volume_segm
 TEAM = "t1"
 
 
-@pytest.fixture
-def store(db: str) -> Iterator[Store]:
-    s = open_store(db)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def new_row(sid: str, state: str = "starting", *, vcpus: int = 2, memory_mb: int = 1024,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +23,6 @@ from pandastack.server.volumes import VolumeService, clone_name
 TEAM = "t1"
 
 
-@pytest.fixture
-def store(db: str) -> Iterator[Store]:
-    s = open_store(db)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def new_row(sid: str, state: str = "starting", team: str = TEAM) -> Sandbox:

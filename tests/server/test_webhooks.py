@@ -35,13 +35,6 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def store(db: str) -> Iterator[Store]:
-    s = open_store(db)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

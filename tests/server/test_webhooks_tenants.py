@@ -10,7 +10,6 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,6 @@ from tests.server.webhook_receiver import receiver
 WAIT = 60.0  # generous bound on waits for conditions (never a pass/fail threshold)
 
 
-@pytest.fixture
-def store(db: str) -> Iterator[Store]:
-    s = open_store(db)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 async def until(condition: Any, what: str) -> None:
