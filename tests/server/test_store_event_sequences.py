@@ -23,8 +23,6 @@ from tests.server.test_store_migrations import upgrade_to
 A, B = "team-a", "team-b"
 
 
-
-
 def sandbox(sid: str, team: str) -> Sandbox:
     now = time.time()
     return Sandbox(id=sid, team=team, template="base", state="running", created_at=now,

@@ -21,8 +21,6 @@ from pandastack.server.store.webhook_queue import claim_due_by_team
 TEAM = "t1"
 
 
-
-
 def new_row(sid: str, state: str = "starting", team: str = TEAM) -> Sandbox:
     now = time.time()
     return Sandbox(id=sid, team=team, template="base", state=state, created_at=now,

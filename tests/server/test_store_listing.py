@@ -14,8 +14,6 @@ TEAM = "t1"
 T0 = 1_700_000_000.25
 
 
-
-
 def add(store: Store, sid: str, created_at: float, *, team: str = TEAM, state: str = "running",
         template: str = "base", meta: dict[str, str] | None = None) -> None:
     store.add_sandbox(Sandbox(

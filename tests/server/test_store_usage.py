@@ -24,8 +24,6 @@ from pandastack.server.store.usage import close_volume_segment, open_volume_segm
 TEAM = "t1"
 
 
-
-
 def new_row(sid: str, state: str = "starting", *, vcpus: int = 2, memory_mb: int = 1024,
             disk_mb: int | None = None, team: str = TEAM) -> Sandbox:
     now = time.time()

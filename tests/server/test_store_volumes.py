@@ -23,8 +23,6 @@ from pandastack.server.volumes import VolumeService, clone_name
 TEAM = "t1"
 
 
-
-
 def new_row(sid: str, state: str = "starting", team: str = TEAM) -> Sandbox:
     now = time.time()
     return Sandbox(id=sid, team=team, template="base", state=state, created_at=now,

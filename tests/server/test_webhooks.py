@@ -35,8 +35,6 @@ class Clock:
         return self.now
 
 
-
-
 @pytest.fixture
 def hook_receiver() -> Iterator[Receiver]:
     with receiver() as r:

@@ -26,8 +26,6 @@ from tests.server.webhook_receiver import receiver
 WAIT = 60.0  # generous bound on waits for conditions (never a pass/fail threshold)
 
 
-
-
 async def until(condition: Any, what: str) -> None:
     deadline = time.monotonic() + WAIT
     while not condition():
