@@ -11,7 +11,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext, suppress
 from typing import Protocol, TypeVar
 
 from pandastack.hostport.errors import (
@@ -235,20 +235,15 @@ class SandboxService:
             return await self.restart_row(row)
         # A woken sandbox counts against the quota again, from the check on: a racing wake
         # of another of the team's sandboxes sees it (the hold) before its VM runs.
-        held = row.state == "hibernated" and self.store.reserve(
-            row, HOLD_AWAKE, self.quotas.admission([(row.vcpus, row.memory_mb)]),
-            ("hibernated",))
-        try:
+        admitted: AbstractContextManager[None] = nullcontext()
+        if row.state == "hibernated":
+            admitted = self.store.holding(row, HOLD_AWAKE,
+                                          self.quotas.admission([(row.vcpus, row.memory_mb)]),
+                                          ("hibernated",))
+        with admitted:
             async with self.transition(row.id):
                 await self.host_call(self.runtime.wake(row.id))
-                woken = await self.sync_state(row)
-        except BaseException:
-            if held:
-                self.store.release_hold(row.id, HOLD_AWAKE)
-            raise
-        if row.state == "hibernated":  # running now: counted as such (also another's hold)
-            self.store.release_hold(row.id, HOLD_AWAKE)
-        return woken
+                return await self.sync_state(row)
 
     async def awake(self, team: str, sandbox_id: str) -> Sandbox:
         """The team's live sandbox with a VM (running or paused); woken if hibernated,
@@ -280,19 +275,14 @@ class SandboxService:
     async def hibernate_row(self, row: Sandbox, quota: bool = True) -> Sandbox:
         """`quota`: admit it under the team's max_hibernated first (429 past it); the
         server's own hibernations at a stop pass False."""
-        held = quota and self.store.reserve(row, HOLD_HIBERNATED, self.quotas.hibernation(),
-                                            ("running", "paused"))
-        try:
+        admitted: AbstractContextManager[None] = nullcontext()
+        if quota:
+            admitted = self.store.holding(row, HOLD_HIBERNATED, self.quotas.hibernation(),
+                                          ("running", "paused"))
+        with admitted:
             async with self.transition(row.id):
                 await self.host_call(self.runtime.hibernate(row.id))
-                done = await self.sync_state(row)
-        except BaseException:
-            if held:
-                self.store.release_hold(row.id, HOLD_HIBERNATED)
-            raise
-        if quota:  # hibernated now: counted as such (also a hold a killed server left)
-            self.store.release_hold(row.id, HOLD_HIBERNATED)
-        return done
+                return await self.sync_state(row)
 
     async def wake(self, team: str, sandbox_id: str) -> Sandbox:
         """Idempotent: a sandbox that is awake (running or paused) stays as it is. One whose
@@ -323,17 +313,10 @@ class SandboxService:
             # it would write to disks it does not have. The volumes come back with the host.
             raise lost(row, "its volumes (" + ", ".join(v.name for _, v in mounted) +
                        ") are on that host; kill the sandbox, or wait for the host to return")
-        held = self.store.reserve(row, HOLD_AWAKE,
-                                  self.quotas.admission([(row.vcpus, row.memory_mb)]),
-                                  ("host_lost",))
-        try:
-            restored = await self._restore_lost(cluster, row)
-        except BaseException:
-            if held:
-                self.store.release_hold(row.id, HOLD_AWAKE)
-            raise
-        self.store.release_hold(row.id, HOLD_AWAKE)  # running now (also a stale hold)
-        return restored
+        with self.store.holding(row, HOLD_AWAKE,
+                                self.quotas.admission([(row.vcpus, row.memory_mb)]),
+                                ("host_lost",)):
+            return await self._restore_lost(cluster, row)
 
     async def _restore_lost(self, cluster: ClusterPool, row: Sandbox) -> Sandbox:
         async with self.transition(row.id):

@@ -62,17 +62,10 @@ async def restart_row(service: SandboxService, row: Sandbox) -> Sandbox:
 async def _restart(service: SandboxService, row: Sandbox) -> Sandbox:
     # Counted as live from the check on (a racing wake or restart of the team sees it),
     # until it runs or the restart fails.
-    held = service.store.reserve(row, HOLD_AWAKE,
-                                 service.quotas.admission([(row.vcpus, row.memory_mb)]),
-                                 ("stopped",))
-    try:
-        started = await _start_again(service, row)
-    except BaseException:
-        if held:
-            service.store.release_hold(row.id, HOLD_AWAKE)
-        raise
-    service.store.release_hold(row.id, HOLD_AWAKE)  # running now (also a stale hold)
-    return started
+    with service.store.holding(row, HOLD_AWAKE,
+                               service.quotas.admission([(row.vcpus, row.memory_mb)]),
+                               ("stopped",)):
+        return await _start_again(service, row)
 
 
 async def _start_again(service: SandboxService, row: Sandbox) -> Sandbox:

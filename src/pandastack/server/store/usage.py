@@ -178,6 +178,20 @@ class UsageStore:
                                             Sandbox.quota_hold == hold)
                       .values(quota_hold=None))
 
+    @contextmanager
+    def holding(self, row: Sandbox, hold: str, check: QuotaCheck,
+                states: Sequence[str]) -> Iterator[None]:
+        """`reserve` for the host call in the block: released if the call fails; after it
+        lands, released too (its new state counts now; a stale hold goes with it)."""
+        held = self.reserve(row, hold, check, states)
+        try:
+            yield
+        except BaseException:
+            if held:
+                self.release_hold(row.id, hold)
+            raise
+        self.release_hold(row.id, hold)
+
     def reserve_volume(self, volume_id: str, team: str, grow_mb: int,
                        check: QuotaCheck) -> None:
         """Admit a resize's `grow_mb` under the team's lock: `check`, then the volume's
