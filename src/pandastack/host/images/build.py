@@ -59,7 +59,7 @@ from pandastack.host.images.rootfs import (
 from pandastack.hostport.errors import SetupError
 
 # Bump when the build recipe changes in a way the hashed inputs do not capture.
-RECIPE_VERSION = 7
+RECIPE_VERSION = 8
 
 SUITE = "bookworm"
 VARIANT = "minbase"
@@ -77,6 +77,8 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
     "e2fsprogs",
     "util-linux",
     "mount",  # mount/umount for /sbin/pandastack-init
+    # E2B's SDKs run commands as `user` by default, who may `sudo` (docs/e2b.md).
+    "sudo",
 )
 # Load order is computed from each module's dependencies; this list only says what is needed.
 KERNEL_MODULES: tuple[str, ...] = (

@@ -43,6 +43,7 @@ AGENT_BINARY = "opt/pandastack/pandastack-agent"
 """Where an image built with the binary agent (ADR 0038) has it."""
 _PYTHON_AGENT_START = b"exec python3 -m pandastack_guest --guest"
 HOSTNAME = "pandastack"
+E2B_USER = "user"
 
 
 @dataclass(frozen=True)
@@ -337,6 +338,7 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
         profile = root / "etc/profile.d/pandastack-venv.sh"
         profile.write_text(f'export PATH="/{VENV}/bin:$PATH"\n')
         profile.chmod(0o644)
+    _e2b_user(root)
     init = root / "sbin" / "pandastack-init"
     if init.is_symlink() or init.exists():
         init.unlink()
@@ -364,6 +366,22 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
     for d in ("proc", "sys", "dev", "run", "tmp"):
         _guest_dirs(root / d)
     (root / "tmp").chmod(0o1777)
+
+
+def _e2b_user(root: Path) -> None:
+    """The account E2B's SDKs run commands as unless told otherwise: `user` (uid 1000, home
+    /home/user, a login shell), who may sudo without a password, as in E2B's own images. Our
+    own API keeps running as root unless asked (docs/e2b.md)."""
+    if b"\nuser:" not in b"\n" + (root / "etc/passwd").read_bytes():
+        run(["chroot", root, "/usr/sbin/useradd", "--create-home", "--uid", "1000",
+             "--shell", "/bin/bash", E2B_USER], what="useradd")
+    if (root / VENV).is_dir():
+        # `pip install` as that user goes to the venv first on PATH, as it does for root.
+        run(["chroot", root, "/bin/chown", "-R", f"{E2B_USER}:{E2B_USER}", f"/{VENV}"],
+            what="chown venv")
+    sudoers = root / "etc/sudoers.d"
+    if sudoers.is_dir():
+        _replace_file(sudoers / "e2b-user", f"{E2B_USER} ALL=(ALL:ALL) NOPASSWD: ALL\n", 0o440)
 
 
 def _guest_dirs(path: Path) -> None:
