@@ -81,7 +81,8 @@ export class Webhooks {
     return camelize(await this.http.json({ method: "POST", path: hookPath(webhookId, "test") })) as WebhookDelivery;
   }
 
-  /** The webhook's deliveries, newest first (`before`: ids below it, the next page). */
+  /** The webhook's deliveries, newest first (`before`: ids below it, the next page). Ids are
+   * the team's own delivery numbers, as `X-Pandastack-Delivery` tells them. */
   async deliveries(webhookId: string, options: { limit?: number; before?: number } = {}): Promise<WebhookDelivery[]> {
     const got = camelize(await this.http.json({ method: "GET", path: hookPath(webhookId, "deliveries"),
       query: { limit: options.limit, before: options.before } })) as { deliveries: WebhookDelivery[] };

@@ -292,7 +292,8 @@ class Webhooks(_base.ClientBase[HTTP]):
 
     def deliveries(self, webhook_id: str, *, limit: int | None = None,
                    before: int | None = None) -> builtins.list[WebhookDelivery]:
-        """The webhook's deliveries, newest first (`before`: ids below it, the next page)."""
+        """The webhook's deliveries, newest first (`before`: ids below it, the next page).
+        Ids are the team's own delivery numbers, as `X-Pandastack-Delivery` tells them."""
         return self._http.run(deliveries_call(webhook_id, limit, before))
 
 
@@ -322,5 +323,6 @@ class AsyncWebhooks(_base.ClientBase[AsyncHTTP]):
 
     async def deliveries(self, webhook_id: str, *, limit: int | None = None,
                          before: int | None = None) -> builtins.list[WebhookDelivery]:
-        """The webhook's deliveries, newest first (`before`: ids below it, the next page)."""
+        """The webhook's deliveries, newest first (`before`: ids below it, the next page).
+        Ids are the team's own delivery numbers, as `X-Pandastack-Delivery` tells them."""
         return await self._http.run(deliveries_call(webhook_id, limit, before))

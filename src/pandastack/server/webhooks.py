@@ -152,8 +152,9 @@ class WebhookService:
                            "actor": actor(), "sandbox_id": None, "template": None,
                            "webhook_id": hook.id}, separators=(",", ":"))
         with self.test_slots.take(hook.team):
-            outcome = await self.post(hook.team, hook.url, hook.secret, body, TEST_EVENT, 0)
-        row = WebhookDelivery(webhook_id=hook.id, team=hook.team, event_id=None,
+            seq = await asyncio.to_thread(self.events.delivery_number, hook.team)
+            outcome = await self.post(hook.team, hook.url, hook.secret, body, TEST_EVENT, seq)
+        row = WebhookDelivery(seq=seq, webhook_id=hook.id, team=hook.team, event_id=None,
                               event_type=TEST_EVENT, body=body,
                               status="delivered" if outcome.delivered else "failed",
                               attempts=1, created_at=now, next_attempt_at=None,
@@ -211,7 +212,7 @@ class WebhookService:
 
     async def deliver(self, team: str, claimed: Claimed) -> None:
         outcome = await self.post(team, claimed.url, claimed.secret, claimed.body,
-                                  claimed.event_type, claimed.id)
+                                  claimed.event_type, claimed.seq)
         now = self.clock()
         retry_at: float | None = None
         if not outcome.delivered:

@@ -53,7 +53,7 @@ def to_webhook(row: WebhookRow) -> Webhook:
 
 
 def to_delivery(row: DeliveryRow) -> WebhookDelivery:
-    return WebhookDelivery(id=row.id, webhook_id=row.webhook_id, event_id=row.event_id,
+    return WebhookDelivery(id=row.seq, webhook_id=row.webhook_id, event_id=row.event_id,
                            event_type=row.event_type, status=row.status,  # type: ignore[arg-type]
                            attempts=row.attempts, created_at=row.created_at,
                            next_attempt_at=row.next_attempt_at, finished_at=row.finished_at,

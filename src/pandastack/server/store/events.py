@@ -84,14 +84,18 @@ class Webhook(Base):
 class WebhookDelivery(Base):
     """One event (or test) to POST to one webhook: the durable delivery queue and its log.
     `status` pending until it is delivered or its retry window ends (failed); a pending
-    row is due at `next_attempt_at` (a worker claiming it pushes that past its attempt)."""
+    row is due at `next_attempt_at` (a worker claiming it pushes that past its attempt).
+    `id` is the store's own; `seq` is the team's number for it (`X-Pandastack-Delivery`, the
+    log's `id`): a global id would tell a team how many deliveries the others get."""
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
-                      Index("ix_webhook_deliveries_webhook", "webhook_id", "id"),
+                      Index("ix_webhook_deliveries_webhook_seq", "webhook_id", "seq"),
+                      Index("ix_webhook_deliveries_team_seq", "team", "seq", unique=True),
                       {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
     webhook_id: Mapped[str] = mapped_column(String(32))
     team: Mapped[str] = mapped_column(String(128))
     event_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -104,6 +108,15 @@ class WebhookDelivery(Base):
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     response_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class DeliverySequence(Base):
+    """A team's last webhook delivery `seq`, taken as `event_sequences` are (`take_numbers`)."""
+
+    __tablename__ = "webhook_delivery_sequences"
+
+    team: Mapped[str] = mapped_column(String(128), primary_key=True)
+    last: Mapped[int] = mapped_column(BigInteger)
 
 
 class EventMark(Base):
@@ -267,27 +280,34 @@ def events_of_flush(session: Session) -> list[Event]:
     return found
 
 
-def number_events(session: Session, rows: list[Event]) -> None:
-    """Give `rows` the next numbers of their teams' sequences, in list order."""
-    by_team: dict[str, list[Event]] = {}
+def take_numbers(session: Session, counter: type[EventSequence] | type[DeliverySequence],
+                 rows: list[Event] | list[WebhookDelivery]) -> None:
+    """Give `rows` the next numbers of their teams' sequences in `counter`, in list order.
+    The counter's row stays locked (PostgreSQL) until the transaction ends."""
+    by_team: dict[str, list[Any]] = {}
     for row in rows:
         by_team.setdefault(row.team, []).append(row)
-    # On the flush's own connection, not through the session (it is mid-flush).
+    # On the session's connection, not through the session (it may be mid-flush).
     conn = session.connection()
     pg = conn.dialect.name == "postgresql"
-    # Teams in one order: two flushes that each write events of teams A and B take the
+    # Teams in one order: two transactions that each number rows of teams A and B take the
     # rows' locks alike, never A-then-B against B-then-A.
     for team in sorted(by_team):
         mine = by_team[team]
-        bump = {"last": EventSequence.last + len(mine)}
-        key = [EventSequence.team]
-        stmt = (pg_insert(EventSequence).values(team=team, last=len(mine))
+        bump = {"last": counter.last + len(mine)}
+        key = [counter.team]
+        stmt = (pg_insert(counter).values(team=team, last=len(mine))
                 .on_conflict_do_update(index_elements=key, set_=bump) if pg else
-                sqlite_insert(EventSequence).values(team=team, last=len(mine))
+                sqlite_insert(counter).values(team=team, last=len(mine))
                 .on_conflict_do_update(index_elements=key, set_=bump))
-        last = int(conn.execute(stmt.returning(EventSequence.last)).scalar_one())
+        last = int(conn.execute(stmt.returning(counter.last)).scalar_one())
         for n, row in enumerate(mine, start=last - len(mine) + 1):
             row.seq = n
+
+
+def number_events(session: Session, rows: list[Event]) -> None:
+    """Give `rows` the next numbers of their teams' event sequences, in list order."""
+    take_numbers(session, EventSequence, rows)
 
 
 @event.listens_for(Session, "before_flush")

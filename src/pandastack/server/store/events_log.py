@@ -22,7 +22,16 @@ from sqlalchemy.orm import Session
 
 from pandastack.wire_events import type_matches
 
-from .events import Event, EventMark, EventSequence, Webhook, WebhookDelivery, new_event
+from .events import (
+    DeliverySequence,
+    Event,
+    EventMark,
+    EventSequence,
+    Webhook,
+    WebhookDelivery,
+    new_event,
+    take_numbers,
+)
 from .repo import Store
 
 #: How far a PostgreSQL reader stays behind the newest event (see the module's docstring).
@@ -45,9 +54,11 @@ def matches(patterns: Sequence[str] | None, event_type: str) -> bool:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A delivery a worker claimed: what it POSTs, and where."""
+    """A delivery a worker claimed: what it POSTs, and where. `id` is the store's (to record
+    the attempt), `seq` the team's number the receiver is told."""
 
     id: int
+    seq: int
     webhook_id: str
     url: str
     secret: str
@@ -190,15 +201,26 @@ class EventLog:
 
     def deliveries(self, webhook_id: str, limit: int = 100,
                    before: int | None = None) -> list[WebhookDelivery]:
-        """The webhook's deliveries, newest first."""
+        """The webhook's deliveries, newest first (by the team's number: `before` is one)."""
         q = select(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id)
         if before is not None:
-            q = q.where(WebhookDelivery.id < before)
+            q = q.where(WebhookDelivery.seq < before)
         with self.store.session() as s:
-            return list(s.scalars(q.order_by(WebhookDelivery.id.desc()).limit(limit)))
+            return list(s.scalars(q.order_by(WebhookDelivery.seq.desc()).limit(limit)))
+
+    def delivery_number(self, team: str) -> int:
+        """The team's next delivery number, taken now (a delivery that needs its number
+        before its row is written: the test route's). One never written leaves a gap."""
+        with self.store.session() as s:
+            holder = WebhookDelivery(team=team)
+            take_numbers(s, DeliverySequence, [holder])
+            return holder.seq
 
     def add_delivery(self, row: WebhookDelivery) -> WebhookDelivery:
+        """Insert `row`, numbered in its team's sequence unless it has its number."""
         with self.store.session() as s:
+            if row.seq is None:
+                take_numbers(s, DeliverySequence, [row])
             s.add(row)
         return row
 
@@ -218,18 +240,19 @@ class EventLog:
             if not rows:
                 return 0
             hooks = self._hooks_of(s, {r.team for r in rows})
-            queued = 0
+            queued: list[WebhookDelivery] = []
             for row in rows:
                 for hook in hooks.get(row.team, ()):
                     if hook.created_at <= row.time and matches(hook.events, row.type):
-                        s.add(WebhookDelivery(
+                        queued.append(WebhookDelivery(
                             webhook_id=hook.id, team=row.team, event_id=row.seq,
                             event_type=row.type, status="pending", attempts=0,
                             body=json.dumps(wire_event(row), separators=(",", ":")),
                             created_at=now, next_attempt_at=now))
-                        queued += 1
+            take_numbers(s, DeliverySequence, queued)
+            s.add_all(queued)
             mark.value = rows[-1].id
-            return queued
+            return len(queued)
 
     @staticmethod
     def _hooks_of(s: Session, teams: set[str]) -> dict[str, list[Webhook]]:

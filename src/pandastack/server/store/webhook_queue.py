@@ -50,6 +50,7 @@ def claim_due_by_team(store: Store, now: float, *, room: int, per_team: int,
                     continue
                 row.attempts += 1
                 row.next_attempt_at = now + lease_seconds
-                claimed.append((team, Claimed(row.id, hook.id, hook.url, hook.secret, row.body,
-                                              row.event_type, row.attempts, row.created_at)))
+                claimed.append((team, Claimed(row.id, row.seq, hook.id, hook.url, hook.secret,
+                                              row.body, row.event_type, row.attempts,
+                                              row.created_at)))
     return claimed
