@@ -46,12 +46,20 @@ from starlette.websockets import WebSocket
 from pandastack.hostport.errors import HostError
 
 from .auth import key_from_headers
+from .compat.e2b.errors import E2bError, e2b_response
+from .compat.e2b.listener import (
+    E2B_PORTS,
+    FORWARD_DROP,
+    E2bListener,
+    resolve_target,
+    speaks_e2b,
+    token_team,
+)
 from .errors import ApiError, error_response, from_host_error
 from .routes.ports import (
     REQUEST_DROP,
     WS_REQUEST_DROP,
     as_request,
-    deny,
     forward_headers,
     forward_http,
     forward_ws,
@@ -74,6 +82,9 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # Browsers trim spaces and tabs around an attribute's name (RFC 6265 5.2); trimming every
 # control character too only ever drops more, never keeps a Domain a browser would apply.
 _ATTR_TRIM = bytes(range(0x21)) + b"\x7f"
+# E2B's routing headers and tokens are credentials for us, never for the sandbox's server.
+FORWARDED_DROP = REQUEST_DROP | FORWARD_DROP
+WS_FORWARDED_DROP = WS_REQUEST_DROP | FORWARD_DROP
 
 
 def preview_target(host_header: str, domain: str) -> tuple[int, str] | None:
@@ -187,6 +198,9 @@ class PreviewAccess:
     async def team(self, secure: bool, now: float, cookie_opens: bool) -> str:
         """The team the request acts for; `cookie_opens`: whether the access cookie may
         stand alone (a safe method, or the port's own page sent it)."""
+        team = token_team(self.conn, self.service, self.sandbox_id, self.port)
+        if team is not None:  # E2B's traffic token
+            return team
         params = self.conn.query_params
         expires, signatures = params.getlist(EXPIRES_PARAM), params.getlist(SIGNATURE_PARAM)
         if expires or signatures:
@@ -221,6 +235,14 @@ class PreviewAccess:
                                   "API key")
 
 
+async def deny_with(websocket: WebSocket, response: Any) -> None:
+    """Refuse a handshake with `response` where the server can send one (uvicorn can)."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+    else:
+        await websocket.close(1008)
+
+
 class PreviewDispatch:
     """The ASGI app `serve` runs: requests on the preview listener's port go to sandbox
     ports, every other to the API app (its lifespan included)."""
@@ -230,6 +252,7 @@ class PreviewDispatch:
         self.settings = settings
         self.port = settings.preview_listener_port
         self.scheme, self.domain, _ = settings.preview_base
+        self.e2b = E2bListener(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         server = scope.get("server") or (None, None)
@@ -238,6 +261,15 @@ class PreviewDispatch:
             await self.app(scope, receive, send)
             return
         scope = {**scope, "app": self.app}
+        conn = HTTPConnection(scope)
+        try:
+            target = self._target(conn)
+        except (ApiError, E2bError) as exc:
+            await self._refuse(conn, scope, receive, send, exc)
+            return
+        if target[0] in E2B_PORTS:  # E2B's daemon and code interpreter: answered here
+            await self.e2b(scope, receive, send, *target)
+            return
         if scope["type"] == "http":
             await self._http(scope, receive, send)
         else:
@@ -249,11 +281,31 @@ class PreviewDispatch:
         return own_origin(conn, self.settings, target)
 
     def _target(self, conn: HTTPConnection) -> tuple[int, str]:
-        found = preview_target(conn.headers.get("host", ""), self.domain)
+        found = resolve_target(conn, preview_target(conn.headers.get("host", ""),
+                                                    self.domain))
         if found is None:
+            if speaks_e2b(conn):
+                raise E2bError(400, "no sandbox named: send E2b-Sandbox-Id and "
+                               f"E2b-Sandbox-Port, or use {{port}}-{{sandbox id}}.{self.domain}")
             raise ApiError(404, "not_found", "no sandbox port at this host name: "
                            f"{{port}}-{{sandbox id}}.{self.domain}")
         return found
+
+    @staticmethod
+    def _error(conn: HTTPConnection, exc: ApiError | E2bError) -> Any:
+        """An error before or at a sandbox port: E2B-shaped to E2B's SDKs, else ours."""
+        if isinstance(exc, E2bError) or speaks_e2b(conn):
+            return e2b_response(exc.status, exc.message,
+                                getattr(exc, "headers", None) or None)
+        return error_response(as_request(conn), exc.status, exc.code, exc.message,
+                              exc.headers)
+
+    async def _refuse(self, conn: HTTPConnection, scope: Scope, receive: Receive, send: Send,
+                      exc: ApiError | E2bError) -> None:
+        if scope["type"] == "websocket":
+            await deny_with(WebSocket(scope, receive, send), self._error(conn, exc))
+            return
+        await self._error(conn, exc)(scope, receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -264,7 +316,7 @@ class PreviewDispatch:
             team = await access.team(self.scheme == "https", time.time(),
                                      self._cookie_opens(request, (port, sandbox_id)))
             sandbox_id, ns_ip = await target_sandbox(service, team, sandbox_id)
-            headers = _without_access_cookie(forward_headers(request, "", REQUEST_DROP))
+            headers = _without_access_cookie(forward_headers(request, "", FORWARDED_DROP))
             cookie = access.set_cookie
 
             def out(hs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -274,11 +326,9 @@ class PreviewDispatch:
                                                request.url.path.lstrip("/"),
                                                headers_in=headers, headers_out=out)
         except HostError as exc:
-            api = from_host_error(exc)
-            response = error_response(request, api.status, api.code, api.message, api.headers)
-        except ApiError as exc:
-            response = error_response(request, exc.status, exc.code, exc.message,
-                                      exc.headers)
+            response = self._error(request, from_host_error(exc))
+        except (ApiError, E2bError) as exc:
+            response = self._error(request, exc)
         except CookieError as exc:
             response = error_response(request, 400, "bad_request", str(exc), {})
         except Exception:  # a bug of ours: the envelope, as the API's middleware gives
@@ -297,13 +347,13 @@ class PreviewDispatch:
                 self._cookie_opens(websocket, (port, sandbox_id)))
             sandbox_id, ns_ip = await target_sandbox(service, team, sandbox_id)
         except HostError as exc:
-            await deny(websocket, from_host_error(exc))
+            await deny_with(websocket, self._error(websocket, from_host_error(exc)))
             return
-        except ApiError as exc:
-            await deny(websocket, exc)
+        except (ApiError, E2bError) as exc:
+            await deny_with(websocket, self._error(websocket, exc))
             return
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in
-                   _without_access_cookie(forward_headers(websocket, "", WS_REQUEST_DROP))]
+                   _without_access_cookie(forward_headers(websocket, "", WS_FORWARDED_DROP))]
         await forward_ws(websocket, service, sandbox_id, ns_ip, port, "",
                          websocket.url.path.lstrip("/"), headers_in=headers,
                          headers_out=_host_only)

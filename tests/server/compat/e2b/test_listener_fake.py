@@ -1,0 +1,200 @@
+"""The sandbox-port listener's E2B routing and credentials over the in-memory runtime:
+which sandbox port a request names (headers or host name), which token opens it, and the
+error shapes E2B's SDKs read. The fake runtime's slot is a loopback HTTP server this module
+starts, standing in for a sandbox's own port."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pandastack.server.compat.e2b.tokens import tokens_for
+from tests.server.conftest import Api, assert_envelope, make_settings, running_app
+from tests.server.fakes import FakeRuntime
+from tests.server.preview_client import preview_client
+
+ENVD = 49983
+LIST = "/process.Process/List"
+PLAIN = "/no-such-route"  # past the credentials, a plain path of the daemon's (404 there)
+JSON = {"Content-Type": "application/json"}
+
+
+class Echo(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        reply = json.dumps({"path": self.path,
+                            "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    runtime = FakeRuntime(tmp_path / "sandboxes")
+    runtime.ns_ip = "127.0.0.1"
+    async with running_app(make_settings(tmp_path), runtime) as a:
+        yield a
+
+
+async def new_sandbox(api: Api, key: str | None = None) -> str:
+    r = await api.client.post("/v1/sandboxes", json={}, headers=api.headers(key))
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def envd_token(api: Api, sid: str) -> str:
+    return tokens_for(api.app.state.store).envd_access(sid)
+
+
+def traffic_token(api: Api, sid: str) -> str:
+    return tokens_for(api.app.state.store).traffic_access(sid)
+
+
+def routed(sid: str, port: int | str = ENVD, **extra: str) -> dict[str, str]:
+    """E2B's routing headers (and `extra` ones, `_` for `-`)."""
+    return {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(port),
+            **{k.replace("_", "-"): v for k, v in extra.items()}}
+
+
+def assert_e2b(r: httpx.Response, status: int) -> str:
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json()
+    assert set(body) == {"code", "message"} and body["code"] == status, body
+    return str(body["message"])
+
+
+def assert_connect(r: httpx.Response, status: int, code: str) -> None:
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json()
+    assert body["code"] == code and isinstance(body["message"], str), body
+
+
+async def test_header_routing_and_envd_token(api: Api) -> None:
+    sid = await new_sandbox(api)
+    token = envd_token(api, sid)
+    async with preview_client(api, "localhost") as c:
+        ok = await c.post(LIST, json={}, headers={**routed(sid, X_Access_Token=token), **JSON})
+        assert ok.status_code == 200, ok.text
+        # no sandbox named at all, or half of the pair: 400, E2B-shaped
+        assert_e2b(await c.post(LIST, json={}, headers={"X-Access-Token": token, **JSON}), 400)
+        assert_e2b(await c.post(LIST, json={}, headers={"E2b-Sandbox-Id": sid,
+                                                        "X-Access-Token": token}), 400)
+        for port in ("70000", "x", ""):
+            assert_e2b(await c.post(LIST, json={}, headers=routed(sid, port,
+                                                                  X_Access_Token=token)), 400)
+        # a wrong token, no token, the traffic token where the envd token is due: 401,
+        # Connect-shaped on a Connect path, E2B-shaped on a plain one
+        for headers in (routed(sid, X_Access_Token="0" * 64), routed(sid),
+                        routed(sid, X_Access_Token=traffic_token(api, sid))):
+            assert_connect(await c.post(LIST, json={}, headers={**headers, **JSON}), 401,
+                           "unauthenticated")
+            assert_e2b(await c.get(PLAIN, headers=headers), 401)
+        # a token for a sandbox that does not exist is still just a wrong token
+        assert_e2b(await c.get(PLAIN, headers=routed("sbx-000000000000",
+                                                     X_Access_Token=token)), 401)
+
+
+async def test_api_keys_open_only_their_teams_sandboxes(api: Api) -> None:
+    sid = await new_sandbox(api)
+    other = await api.new_key("other-team")
+    mine = await api.new_key("default")
+    async with preview_client(api, "localhost") as c:
+        r = await c.get(PLAIN, headers={**routed(sid), "X-API-Key": other})
+        assert "not found" in assert_e2b(r, 404)
+        r = await c.post(LIST, json={}, headers={**routed(sid), "X-API-Key": other, **JSON})
+        assert_connect(r, 404, "not_found")
+        r = await c.post(LIST, json={}, headers={**routed(sid), "X-API-Key": mine, **JSON})
+        assert r.status_code == 200, r.text
+        # a made-up id with a key: 404, as our API says
+        r = await c.get(PLAIN, headers={**routed("sbx-000000000000"), "X-API-Key": mine})
+        assert_e2b(r, 404)
+        # a bad key is 401 (E2B-shaped on E2B's routes)
+        assert_e2b(await c.get(PLAIN, headers={**routed(sid), "X-API-Key": "psk_nope"}), 401)
+
+
+async def test_host_name_routing(api: Api) -> None:
+    sid = await new_sandbox(api)
+    token = envd_token(api, sid)
+    async with preview_client(api, f"{ENVD}-{sid}.localhost") as c:
+        r = await c.post(LIST, json={}, headers={"X-Access-Token": token, **JSON})
+        assert r.status_code == 200, r.text
+        assert_e2b(await c.get(PLAIN, headers={"X-Access-Token": "bad"}), 401)
+        # headers that name another port than the host: refused, not followed
+        r = await c.post(LIST, json={}, headers={**routed(sid, 8000), "X-Access-Token": token})
+        assert_e2b(r, 400)
+        # a Connect path that is no method: Connect's own 404
+        r = await c.post("/process.Process/Nope", json={},
+                         headers={"X-Access-Token": token, **JSON})
+        assert_connect(r, 404, "unimplemented")
+        assert_e2b(await c.post("/nothere/atall", headers={"X-Access-Token": token}), 404)
+        assert_e2b(await c.get(PLAIN, headers={"X-Access-Token": token}), 404)
+
+
+async def test_paused_sandbox_is_a_precondition(api: Api) -> None:
+    sid = await new_sandbox(api)
+    assert (await api.client.post(f"/v1/sandboxes/{sid}/pause")).status_code == 200
+    async with preview_client(api, "localhost") as c:
+        r = await c.post(LIST, json={}, headers={**routed(sid, X_Access_Token=envd_token(
+            api, sid)), **JSON})
+        assert_connect(r, 409, "failed_precondition")
+        assert "paused" in r.json()["message"]
+
+
+async def test_other_ports_take_the_traffic_token(api: Api, upstream: int) -> None:
+    sid = await new_sandbox(api)
+    async with preview_client(api, "localhost") as c:
+        for token in (traffic_token(api, sid), envd_token(api, sid)):
+            r = await c.get("/echo?a=1", headers={**routed(sid, upstream),
+                                                  "E2B-Traffic-Access-Token": token})
+            assert r.status_code == 200, r.text
+            seen = r.json()
+            assert seen["path"] == "/echo?a=1"
+            # E2B's credentials and routing are ours: the sandbox's server sees none of them
+            assert not {"e2b-traffic-access-token", "x-access-token", "e2b-sandbox-id",
+                        "e2b-sandbox-port"} & set(seen["headers"])
+        r = await c.get("/", headers={**routed(sid, upstream),
+                                      "E2B-Traffic-Access-Token": "f" * 64})
+        assert_e2b(r, 401)
+        assert_e2b(await c.get("/", headers=routed(sid, upstream)), 401)
+    # our own callers of the same listener keep our envelope
+    async with preview_client(api, f"{upstream}-{sid}.localhost") as c:
+        assert_envelope(await c.get("/"), 401, "unauthorized")
+        r = await c.get("/", headers={"E2B-Traffic-Access-Token": traffic_token(api, sid)})
+        assert r.status_code == 200, r.text
+
+
+async def test_basic_auth_user_is_checked(api: Api) -> None:
+    sid = await new_sandbox(api)
+    headers = {**routed(sid, X_Access_Token=envd_token(api, sid)), **JSON}
+    async with preview_client(api, "localhost") as c:
+        for bad in ("Basic !!!", "Basic " + base64.b64encode(b"a b:").decode()):
+            assert_connect(await c.post(LIST, json={}, headers={**headers,
+                                                                "Authorization": bad}),
+                           400, "invalid_argument")
+        good = "Basic " + base64.b64encode(b"root:").decode()
+        r = await c.post(LIST, json={}, headers={**headers, "Authorization": good})
+        assert r.status_code == 200, r.text
