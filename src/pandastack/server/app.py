@@ -22,6 +22,7 @@ from pandastack.wire import ErrorEnvelope
 from pandastack.wire_pty import PTY_WEBSOCKET
 
 from .bootstrap import ensure_admin_key, private_database
+from .compat.e2b.rest import router as e2b_rest
 from .dashboard import DashboardMiddleware
 from .errors import ApiError, RequestIdMiddleware, install_handlers
 from .events import EventContextMiddleware
@@ -226,4 +227,5 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})
+    app.include_router(e2b_rest, include_in_schema=False)  # E2B's shapes, not our contract
     return app
