@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -198,3 +199,81 @@ async def test_basic_auth_user_is_checked(api: Api) -> None:
         good = "Basic " + base64.b64encode(b"root:").decode()
         r = await c.post(LIST, json={}, headers={**headers, "Authorization": good})
         assert r.status_code == 200, r.text
+
+
+# -- process.Process through the listener, over the in-memory host --------------------------
+
+def stream_events(body: bytes) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """The messages of a Connect stream and its end-of-stream message."""
+    messages: list[dict[str, object]] = []
+    while body:
+        flags, length = struct.unpack(">BI", body[:5])
+        data, body = json.loads(body[5:5 + length]), body[5 + length:]
+        if flags & 0x02:
+            return messages, data
+        messages.append(data)
+    raise AssertionError("no end of stream")
+
+
+def envelope(message: dict[str, object]) -> bytes:
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(data)) + data
+
+
+async def test_process_service_on_the_fake_host(api: Api) -> None:
+    sid = await new_sandbox(api)
+    base = routed(sid, X_Access_Token=envd_token(api, sid))
+    stream = {**base, "Content-Type": "application/connect+json"}
+    unary = {**base, **JSON}
+    async with preview_client(api, "localhost") as c:
+        r = await c.post("/process.Process/Start", headers=stream, content=envelope(
+            {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi"],
+                         "envs": {"A": "1"}}, "tag": "job", "stdin": False}))
+        assert r.status_code == 200, r.text
+        events, end = stream_events(r.content)
+        assert end == {}
+        assert events[0] == {"event": {"start": {"pid": 42}}}
+        assert {"event": {"data": {"stdout": base64.b64encode(b"out\n").decode()}}} in events
+        assert {"event": {"data": {"stderr": base64.b64encode(b"err\n").decode()}}} in events
+        assert events[-1] == {"event": {"end": {"exitCode": 0, "exited": True,
+                                                "status": "exit status 0"}}}
+        # the fake's process 42 still runs: listed with what it was started with, its tag
+        listed = (await c.post("/process.Process/List", json={}, headers=unary)).json()
+        assert listed == {"processes": [{"pid": 42, "tag": "job", "config": {
+            "cmd": "/bin/bash", "args": ["-l", "-c", "echo hi"], "envs": {"A": "1"}}}]}
+        for method, body in (
+                ("SendSignal", {"process": {"tag": "job"}, "signal": "SIGNAL_SIGKILL"}),
+                ("SendInput", {"process": {"pid": 42}, "input": {"stdin": "aGk="}}),
+                ("CloseStdin", {"process": {"pid": 42}})):
+            r = await c.post(f"/process.Process/{method}", json=body, headers=unary)
+            assert r.status_code == 200 and r.json() == {}, (method, r.text)
+        # selectors of nothing, bad input: Connect errors, never a 500
+        for method, body, status, code in (
+                ("SendSignal", {"process": {"pid": 7}, "signal": "SIGNAL_SIGTERM"}, 404,
+                 "not_found"),
+                ("SendSignal", {"process": {"pid": 42}, "signal": "SIGNAL_SIGHUP"}, 400,
+                 "invalid_argument"),
+                ("SendInput", {"process": {"tag": "nope"}, "input": {"stdin": ""}}, 404,
+                 "not_found"),
+                ("SendInput", {"process": {"pid": 42}, "input": {"stdin": "!!"}}, 400,
+                 "invalid_argument"),
+                ("SendInput", {"process": {"pid": 42}, "input": {"pty": "aGk="}}, 400,
+                 "failed_precondition"),
+                ("CloseStdin", {"process": {}}, 400, "invalid_argument"),
+                ("CloseStdin", {"process": {"pid": -1}}, 400, "invalid_argument"),
+                ("Update", {"process": {"pid": 42}, "pty": {"size": {"cols": 0, "rows": 5}}},
+                 400, "invalid_argument")):
+            assert_connect(await c.post(f"/process.Process/{method}", json=body,
+                                        headers=unary), status, code)
+        # a Start that cannot start ends its stream with the reason
+        for bad in ({"process": {"cmd": ""}}, {"process": {"cmd": "x", "args": [1]}},
+                    {"process": {"cmd": "x", "envs": {"A": 1}}},
+                    {"process": {"cmd": "a\u0000b"}}, {"process": "x"}):
+            r = await c.post("/process.Process/Start", headers=stream, content=envelope(bad))
+            events, end = stream_events(r.content)
+            assert events == [] and end["error"]["code"] == "invalid_argument", (bad, end)
+        # the in-memory host has no terminals: its refusal ends the stream as a Connect error
+        r = await c.post("/process.Process/Start", headers=stream, content=envelope(
+            {"process": {"cmd": "bash"}, "pty": {"size": {"cols": 80, "rows": 24}}}))
+        events, end = stream_events(r.content)
+        assert events == [] and end["error"]["code"] in ("unimplemented", "invalid_argument")

@@ -18,6 +18,7 @@ none. Every message is bounded (`MAX_MESSAGE_BYTES`) before it is parsed.
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+
+log = logging.getLogger("pandastack.server")
 
 Message = dict[str, Any]
 MAX_MESSAGE_BYTES = 4 << 20
@@ -104,7 +107,7 @@ def end_stream(error: ConnectError | None = None) -> bytes:
 def _parse(data: bytes) -> Message:
     try:
         message = json.loads(data) if data else {}
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise ConnectError("invalid_argument", "the message is not JSON") from None
     if not isinstance(message, dict):
         raise ConnectError("invalid_argument", "the message is not a JSON object")
@@ -162,9 +165,10 @@ async def serve(request: Request, method: Method,
     streaming = method.kind != "unary"
     if media not in (STREAM_TYPES if streaming else UNARY_TYPES):
         want = (STREAM_TYPES if streaming else UNARY_TYPES)[0]
-        return unary_error(ConnectError(
-            "invalid_argument" if media else "unimplemented",
-            f"this method takes Content-Type {want} (the JSON codec), not {media or 'none'}"))
+        # 415 as connect-go answers a codec it lacks; the body says why, in Connect's shape
+        return JSONResponse(ConnectError(
+            "invalid_argument", f"this method takes Content-Type {want} (the JSON codec), "
+            f"not {media or 'none'}").body(), status_code=415)
     encoding = request.headers.get(
         "connect-content-encoding" if streaming else "content-encoding", "identity")
     if encoding.strip().lower() not in ("identity", ""):
@@ -212,7 +216,9 @@ async def serve(request: Request, method: Method,
         except Exception as exc:
             error = translate(exc)
             if error is None:
-                raise
+                # the 200 is sent: the stream still ends in Connect's terms, not cut off
+                log.exception("unhandled error in a Connect stream (%s)", request.url.path)
+                error = ConnectError("internal", "internal error")
             yield end_stream(error)
             return
         yield end_stream()
