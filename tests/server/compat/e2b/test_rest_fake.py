@@ -99,6 +99,7 @@ async def test_auto_pause_is_persistent_and_egress_maps(api: Api) -> None:
     got = (await api.client.get(f"/sandboxes/{sid}", headers=e2b(api.admin_key))).json()
     assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
     assert got["allowInternetAccess"] is False and got["network"]["allowOut"] == ["1.1.1.1"]
+    assert got["network"]["denyOut"] == ["0.0.0.0/0"]
     net = (await api.client.get(f"/v1/sandboxes/{sid}/network")).json()
     assert net == {"internet": False, "allow_out": ["1.1.1.1"], "deny_out": []}
     # E2B's "deny everything" is ours with internet off; its allow list passes through it
@@ -309,3 +310,19 @@ def test_state_and_template_tables() -> None:
     assert our_template("code-interpreter-v1") == "code-interpreter"
     assert our_template("base:latest") == "base" and our_template("mine:3") == "mine:3"
     assert alias_of("code-interpreter") == "code-interpreter-v1" and alias_of("x:2") == "x"
+
+
+async def test_volume_mounts_are_our_volumes_by_name(api: Api) -> None:
+    c, h = api.client, e2b(api.admin_key)
+    assert (await c.post("/v1/volumes", json={"name": "data", "size_mb": 64})).status_code == 201
+    sid = (await create(api, volumeMounts=[{"name": "data", "path": "/mnt/data"}]))["sandboxID"]
+    got = (await c.get(f"/sandboxes/{sid}", headers=h)).json()
+    assert got["volumeMounts"] == [{"name": "data", "path": "/mnt/data"}]
+    listed = (await c.get("/v2/sandboxes", headers=h)).json()
+    assert listed[0]["volumeMounts"] == [{"name": "data", "path": "/mnt/data"}]
+    for mounts, status in (([{"name": "nope", "path": "/mnt/x"}], 404),
+                           ([{"name": "data", "path": "relative"}], 400),
+                           ([{"name": "data"}], 400)):
+        r = await c.post("/v2/sandboxes", json={"templateID": "base", "volumeMounts": mounts},
+                         headers=h)
+        assert_e2b_error(r, status)

@@ -187,8 +187,10 @@ def detail(info: SandboxInfo, tokens: SandboxTokens, domain: str,
             "lifecycle": lifecycle(info.persistent)}
     if network is not None:
         body["allowInternetAccess"] = network.internet
-        body["network"] = {"allowOut": list(network.allow_out),
-                           "denyOut": list(network.deny_out), "allowPublicTraffic": False}
+        # Internet off reads as E2B spells it: everything denied, the allow list through it.
+        denied = ([] if network.internet else ["0.0.0.0/0"]) + list(network.deny_out)
+        body["network"] = {"allowOut": list(network.allow_out), "denyOut": denied,
+                           "allowPublicTraffic": False}
     return body
 
 
