@@ -1,0 +1,254 @@
+"""What E2B's envd knows of a file and of its user, answered through our guest operations.
+
+envd runs as root in E2B's guests and acts for a user: relative paths start in that user's
+home, and what it creates (uploads, directories, their missing parents) the user owns.
+Our guest agent has no owner option, so files and directories a non-root user creates are
+made by one small root `exec` (`ensure`) that creates what is missing and `chown`s it; the
+agent's `write_file` then opens the existing file (truncating, so its owner stays).
+
+EntryInfo carries owner and group names, which our `stat`/`list` operations do not report:
+entries come from one `find -printf` exec (a `stat` or a whole `ListDir` to any depth is one
+round trip). Both need only POSIX sh, coreutils and findutils, which every image we build
+has (Debian's essential set).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import stat
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pandastack.hostport.errors import GuestOSError, HostError
+from pandastack.hostport.protocols import SandboxPort
+from pandastack.server.errors import ApiError
+
+from ..errors import E2bError, as_e2b
+from ..target import DEFAULT_USER, SandboxTarget
+from .connect import ConnectError, code_of_status
+
+ROOT = "root"
+# What a guest user name may be here (Debian's adduser rule, a little wider): anything else
+# is refused before it reaches a shell's argv.
+USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+MAX_PATH = 4096
+# `find` prints every field NUL-terminated: no file name can break a record.
+FIND_FIELDS = ("%y", "%Y", "%s", "%m", "%u", "%g", "%T@", "%l", "%p")
+FIND_FORMAT = "".join(f + "\\0" for f in FIND_FIELDS)
+# A ListDir of a huge tree is refused rather than held whole in memory.
+MAX_LISTING_BYTES = 32 << 20
+HELPER_TIMEOUT = 60.0
+
+FILE_TYPES = {"f": "FILE_TYPE_FILE", "d": "FILE_TYPE_DIRECTORY", "l": "FILE_TYPE_SYMLINK"}
+_TYPE_BITS = {"f": stat.S_IFREG, "d": stat.S_IFDIR, "l": stat.S_IFLNK, "p": stat.S_IFIFO,
+              "s": stat.S_IFSOCK, "c": stat.S_IFCHR, "b": stat.S_IFBLK}
+
+# Exit codes of ENSURE, each one answer.
+EXIT_NO_USER = 67
+EXIT_EXISTS_DIR = 17
+EXIT_EXISTS_OTHER = 18
+EXIT_NOT_DIR = 20
+EXIT_IS_DIR = 21
+
+# $1 user, $2 what ("file", "dir" or "parents"), $3 the absolute path. Missing parents are
+# made one by one (mode 755) and given to the user, then the file or directory itself; a
+# file that exists is given to the user too (envd chowns every upload).
+ENSURE = r"""
+u=$1; kind=$2; t=$3
+id -u "$u" >/dev/null 2>&1 || exit 67
+d=${t%/*}
+set --
+while [ -n "$d" ] && [ ! -e "$d" ] && [ ! -L "$d" ]; do set -- "$d" "$@"; d=${d%/*}; done
+[ -z "$d" ] || [ -d "$d" ] || exit 20
+for x do
+  mkdir -m 755 "$x" 2>/dev/null || [ -d "$x" ] || exit 20
+  chown "$u:" "$x" || exit 1
+done
+case $kind in
+parents) exit 0 ;;
+dir)
+  if [ -e "$t" ]; then [ -d "$t" ] && exit 17; exit 18; fi
+  mkdir -m 755 "$t" || exit 1
+  chown "$u:" "$t" || exit 1 ;;
+*)
+  [ -d "$t" ] && exit 21
+  [ -e "$t" ] || : > "$t" || exit 1
+  chown "$u:" "$t" || exit 1 ;;
+esac
+"""
+
+
+def user_of(target: SandboxTarget, given: str | None = None) -> str:
+    """The OS user a call acts for: the request's own (`username`), else Basic auth's, else
+    E2B's default. A name that could not be a user is E2B's 401."""
+    name = given or target.user or DEFAULT_USER
+    if not USER_NAME.match(name):
+        raise E2bError(401, f"invalid user {name[:64]!r}")
+    return name
+
+
+def home_of(user: str) -> str:
+    # E2B's images and ours keep homes where adduser puts them; no passwd lookup per call.
+    return "/root" if user == ROOT else f"/home/{user}"
+
+
+def resolve(path: str, user: str) -> str:
+    """An absolute, normalised path: `~` and relative paths start in the user's home."""
+    if "\x00" in path:
+        raise E2bError(400, "path must not contain NUL bytes")
+    if len(path) > MAX_PATH:
+        raise E2bError(400, f"path is over {MAX_PATH} characters")
+    home = home_of(user)
+    if path == "~" or path.startswith("~/"):
+        path = home + path[1:]
+    elif not path.startswith("/"):
+        path = posixpath.join(home, path)
+    clean = posixpath.normpath(path)
+    return "/" + clean.lstrip("/")
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str  # find's %y: f d l p s c b
+    target_kind: str  # %Y: the type a symlink leads to (N: nothing, L: a loop)
+    size: int
+    mode: int
+    owner: str
+    group: str
+    mtime: str
+    link: str
+    path: str
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path) or "/"
+
+
+def parse_find(output: bytes) -> list[Entry]:
+    fields = output.decode("utf-8", "surrogateescape").split("\x00")
+    width = len(FIND_FIELDS)
+    entries = []
+    for i in range(0, len(fields) - width + 1, width):
+        y, big_y, size, mode, owner, group, mtime, link, path = fields[i:i + width]
+        entries.append(Entry(y, big_y, int(size or 0), int(mode or "0", 8), owner, group,
+                             mtime, link, path))
+    return entries
+
+
+def timestamp(seconds: str) -> str:
+    """find's `%T@` (`1701640491.1234567890`) as protobuf's JSON Timestamp (RFC 3339, UTC)."""
+    whole, _, frac = seconds.partition(".")
+    try:
+        base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(whole)))
+    except (ValueError, OverflowError, OSError):
+        return "1970-01-01T00:00:00Z"
+    digits = frac[:9].rstrip("0")
+    return f"{base}.{digits}Z" if digits and digits.isdigit() else f"{base}Z"
+
+
+def _clean(text: str) -> str:
+    """A guest name that is not UTF-8 (surrogate-escaped here) shown with U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def entry_info(entry: Entry) -> dict[str, Any]:
+    """EntryInfo in protobuf's JSON mapping. A symlink reads as what it leads to, with its
+    target as an absolute path (as envd >= 0.5 answers); a dangling one stays a symlink."""
+    kind = entry.kind
+    info: dict[str, Any] = {}
+    if kind == "l":
+        target = entry.link if entry.link.startswith("/") else posixpath.join(
+            posixpath.dirname(entry.path), entry.link)
+        info["symlinkTarget"] = _clean(posixpath.normpath(target))
+        if entry.target_kind in ("f", "d"):
+            kind = entry.target_kind
+    info.update({
+        "name": _clean(entry.name),
+        "type": FILE_TYPES.get(kind, "FILE_TYPE_UNSPECIFIED"),
+        "path": _clean(entry.path),
+        "size": str(entry.size),
+        "mode": entry.mode,
+        "permissions": stat.filemode(_TYPE_BITS.get(entry.kind, 0) | entry.mode),
+        "owner": _clean(entry.owner),
+        "group": _clean(entry.group),
+        "modifiedTime": timestamp(entry.mtime),
+    })
+    return info
+
+
+def _find_failure(stderr: bytes, path: str) -> E2bError:
+    text = stderr.decode("utf-8", "replace")
+    if "No such file" in text:
+        return E2bError(404, f"path '{_clean(path)}' does not exist")
+    if "Not a directory" in text:
+        return E2bError(400, f"a component of path '{_clean(path)}' is not a directory")
+    if "Permission denied" in text:
+        return E2bError(403, f"permission denied: '{_clean(path)}'")
+    return E2bError(400, f"cannot read '{_clean(path)}': {text.strip()[:300]}")
+
+
+async def describe(handle: SandboxPort, path: str, depth: int = 0,
+                   follow_root: bool = False) -> list[Entry]:
+    """`path` (first) and, to `depth`, what is under it."""
+    argv = ["find", "-H" if follow_root else "-P", path, "-maxdepth", str(depth),
+            "-printf", FIND_FORMAT]
+    res = await handle.exec(argv, timeout=HELPER_TIMEOUT, max_output=MAX_LISTING_BYTES)
+    if res.truncated:
+        raise E2bError(413, f"the listing of '{_clean(path)}' is over "
+                       f"{MAX_LISTING_BYTES >> 20} MiB: ask for less depth")
+    if res.exit_code == 127:
+        raise E2bError(501, "this sandbox's image has no `find` (findutils)")
+    entries = parse_find(res.stdout)
+    if res.exit_code != 0 and (not entries or entries[0].path != path):
+        raise _find_failure(res.stderr, path)
+    if not entries:
+        raise E2bError(404, f"path '{_clean(path)}' does not exist")
+    return entries
+
+
+async def ensure(handle: SandboxPort, user: str, kind: str, path: str) -> None:
+    """Make what `kind` needs at `path`, owned by `user` (see ENSURE)."""
+    res = await handle.exec(["sh", "-c", ENSURE, "ensure", user, kind, path],
+                            timeout=HELPER_TIMEOUT, max_output=1 << 16)
+    shown = _clean(path)
+    match res.exit_code:
+        case 0:
+            return
+        case 67:
+            raise E2bError(401, f"error looking up user '{user}': unknown user")
+        case 17:
+            raise E2bError(409, f"directory '{shown}' already exists")
+        case 18:
+            raise E2bError(400, f"path '{shown}' already exists and is not a directory")
+        case 20:
+            raise E2bError(400, f"a parent of '{shown}' is not a directory")
+        case 21:
+            raise E2bError(400, f"path '{shown}' is a directory")
+    detail = res.stderr.decode("utf-8", "replace").strip()[:300]
+    if "No space" in detail:
+        raise E2bError(507, "not enough disk space available")
+    if "Permission denied" in detail or "Read-only" in detail:
+        raise E2bError(403, f"permission denied: '{shown}'")
+    raise E2bError(400, f"cannot create '{shown}': {detail or res.exit_code}")
+
+
+def e2b_error_of(exc: BaseException) -> E2bError | None:
+    """Our errors in E2B's status terms, with envd's wording for a missing path."""
+    if isinstance(exc, GuestOSError) and exc.errno_name == "ENOENT":
+        return E2bError(404, f"path '{_clean(exc.path or '')}' does not exist"
+                        if exc.path else "no such file or directory")
+    if isinstance(exc, (E2bError, ApiError, HostError)):
+        return as_e2b(exc)
+    return None
+
+
+def connect_error_of(exc: BaseException) -> ConnectError | None:
+    if isinstance(exc, ConnectError):
+        return exc
+    found = e2b_error_of(exc)
+    if found is None:
+        return None
+    return ConnectError(code_of_status(found.status), found.message)
+
