@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
@@ -26,6 +27,7 @@ from pandastack.server.compat.e2b.interpreter import (
     event_lines,
     parse_run,
     result_object,
+    run_env,
 )
 from pandastack.server.compat.e2b.target import SCOPE_KEY, SandboxTarget
 from pandastack.server.errors import ApiError
@@ -41,6 +43,7 @@ class FakePort:
     def __init__(self, script: Script | None = None) -> None:
         self.script = script or plain_run
         self.runs: list[dict[str, Any]] = []
+        self.sandbox_env: dict[str, str] = {}
         self.contexts: dict[str, dict[str, object]] = {
             "default-python": {"id": "default-python", "language": "python", "cwd": "/work"}}
 
@@ -84,7 +87,7 @@ class FakeService:
 
     async def running(self, team: str, sandbox_id: str) -> tuple[object, FakePort]:
         assert (team, sandbox_id) == ("team-a", "sbx-000000000001")
-        return object(), self.port
+        return SimpleNamespace(env=self.port.sandbox_env), self.port
 
 
 def app_for(port: FakePort) -> Callable[[Scope, Receive, Send], Any]:
@@ -161,10 +164,20 @@ def test_parse_run_refusals() -> None:
     assert (run.language, run.context_id, run.env) == ("javascript", None, None)
 
 
+def test_a_run_carries_the_sandbox_env_under_its_own() -> None:
+    sandbox = {"FROM_CREATE": "1", "FOO": "sandbox", "my-var": "x", "BAD": "\ud800"}
+    assert run_env(sandbox, {"FOO": "run"}) == {"FOO": "run", "FROM_CREATE": "1"}
+    assert run_env({}, None) is None
+    many = {f"V{i}": "v" for i in range(300)}
+    merged = run_env(many, {"MINE": "1"})
+    assert merged is not None and len(merged) == 256 and merged["MINE"] == "1"
+
+
 # -- over HTTP ----------------------------------------------------------------------------
 
 async def test_execute_answers_what_the_sdk_reads() -> None:
     port = FakePort()
+    port.sandbox_env = {"FROM_CREATE": "yes"}
     async with client(port) as c:
         r = await c.post("/execute", json={"code": "x + 1", "context_id": None,
                                            "language": None, "env_vars": {"FOO": "bar"}})
@@ -175,7 +188,8 @@ async def test_execute_answers_what_the_sdk_reads() -> None:
     assert execution.execution_count == 3 and execution.error is None
     assert raw[-1] == {"type": "end_of_execution"}
     assert all(isinstance(o["timestamp"], int) for o in raw if o["type"] == "stdout")
-    assert port.runs[0]["language"] == "python" and port.runs[0]["env"] == {"FOO": "bar"}
+    assert port.runs[0]["language"] == "python" and port.runs[0]["env"] == {"FOO": "bar",
+                                                                  "FROM_CREATE": "yes"}
 
 
 async def test_execute_in_an_unknown_context_is_the_sdks_not_found() -> None:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -51,6 +52,8 @@ QUEUE_EVENTS = 64
 # from then on, so a quiet run does not hold the headers back.
 FIRST_EVENT_WAIT = 10.0
 NDJSON = "application/x-ndjson"
+# The names our interpreter takes in a run's env (kernel_server.py refuses the whole env else).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # MIME types E2B's SDKs read as named fields of a result; the rest go to `extra`.
 RESULT_FIELDS = {
@@ -130,7 +133,7 @@ def unexpected_end(message: str) -> list[bytes]:
             line({"type": "unexpected_end_of_execution"})]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class RunRequest:
     code: str
     context_id: str | None
@@ -183,6 +186,31 @@ def parse_run(body: dict[str, Any]) -> RunRequest:
     return RunRequest(code, context_id, language, env or None)
 
 
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def run_env(sandbox_env: dict[str, Any] | None,
+            env_vars: dict[str, str] | None) -> dict[str, str] | None:
+    """A run's env: its env_vars over the sandbox's (its template's ENV and the create's
+    envs). E2B's code sees the envs a sandbox was created with; our interpreter started
+    before they were known (from the template's snapshot), so each run carries them.
+    Sandbox names our interpreter would refuse are left out, as are those past its bound
+    (the run's own come first): one odd create-time name must not fail every run."""
+    merged = dict(env_vars or {})
+    for name, value in (sandbox_env or {}).items():
+        if len(merged) >= MAX_ENV_ITEMS:
+            break
+        if name not in merged and isinstance(value, str) and ENV_NAME.fullmatch(name) \
+                and "\x00" not in value and _utf8(value):
+            merged[name] = value
+    return merged or None
+
+
 def context_object(data: dict[str, object]) -> dict[str, str]:
     cwd = data.get("cwd")
     return {"id": clean_text(str(data.get("id", ""))),
@@ -227,9 +255,14 @@ async def read_json(request: Request, *, optional: bool = False) -> dict[str, An
 
 
 async def _handle(request: Request) -> SandboxPort:
+    return (await _running(request))[1]
+
+
+async def _running(request: Request) -> tuple[dict[str, Any] | None, SandboxPort]:
+    """The sandbox's env and its port."""
     target = target_of(request)
-    _, handle = await target.service.running(target.team, target.sandbox_id)
-    return handle
+    row, handle = await target.service.running(target.team, target.sandbox_id)
+    return row.env, handle
 
 
 async def _known_context(handle: SandboxPort, context_id: str) -> None:
@@ -290,7 +323,8 @@ async def _abandon(first: asyncio.Task[CodeEvent | Finished[None]],
 @answering
 async def execute(request: Request) -> Response:
     run = parse_run(await read_json(request))
-    handle = await _handle(request)
+    sandbox_env, handle = await _running(request)
+    run = dataclasses.replace(run, env=run_env(sandbox_env, run.env))
     if run.context_id is not None:
         await _known_context(handle, run.context_id)
 
