@@ -5,18 +5,24 @@ starts, standing in for a sandbox's own port."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
+from starlette.requests import Request
 
+from pandastack.server.compat.e2b.envd import process
+from pandastack.server.compat.e2b.target import SandboxTarget
 from pandastack.server.compat.e2b.tokens import tokens_for
+from pandastack.server.team_slots import TeamSlots
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.preview_client import preview_client
@@ -277,3 +283,36 @@ async def test_process_service_on_the_fake_host(api: Api) -> None:
             {"process": {"cmd": "bash"}, "pty": {"size": {"cols": 80, "rows": 24}}}))
         events, end = stream_events(r.content)
         assert events == [] and end["error"]["code"] in ("unimplemented", "invalid_argument")
+
+
+
+async def test_quiet_stream_keepalives_and_leaving_it() -> None:
+    """A quiet process's stream gets a keepalive per Keepalive-Ping-Interval (the follower
+    only goes on once the test has seen one: no timing assertion); leaving the stream stops
+    the following and gives the team's stream slot back."""
+    go, left = asyncio.Event(), asyncio.Event()
+
+    async def follow(put: Callable[[dict[str, object]], Awaitable[None]]) -> None:
+        try:
+            await go.wait()
+            await put({"event": {"data": {"stdout": "aGk="}}})
+            await asyncio.Event().wait()  # then quiet for good
+        finally:
+            left.set()
+
+    slots = TeamSlots(1, "streams")
+    target = SandboxTarget(service=SimpleNamespace(stream_slots=slots),  # type: ignore[arg-type]
+                           team="t", sandbox_id="sbx-000000000000", port=49983, user=None)
+    request = Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
+                       "headers": [(b"keepalive-ping-interval", b"1")]})
+    events = process._events(request, target, 7, follow)
+    assert await anext(events) == {"event": {"start": {"pid": 7}}}
+    assert slots.held("t") == 1
+    assert await anext(events) == {"event": {"keepalive": {}}}
+    go.set()
+    item = await anext(events)
+    while item == {"event": {"keepalive": {}}}:
+        item = await anext(events)
+    assert item == {"event": {"data": {"stdout": "aGk="}}}
+    await events.aclose()  # the client went away
+    assert left.is_set() and slots.held("t") == 0

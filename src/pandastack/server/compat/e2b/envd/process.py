@@ -340,7 +340,10 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
         if not stdin:
             with contextlib.suppress(GuestOSError):  # ESRCH: it is already gone
                 await handle.send_stdin(pid, b"", eof=True)
-    registry(target.service).of(target.sandbox_id)[pid] = Started(shown, tag, size is not None)
+    started = Started(shown, tag, size is not None)
+    registry(target.service).of(target.sandbox_id)[pid] = started
+    if size is not None and timeout:
+        _deadline(target, handle, pid, started, timeout / 1000)
     follow = _follow_pty if size is not None else _follow_output
 
     async def follow_it(put: Callable[[Message], Awaitable[None]]) -> None:
@@ -348,6 +351,26 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
 
     async for event in _events(request, target, pid, follow_it):
         yield event
+
+
+_DEADLINES: set[asyncio.Task[None]] = set()
+
+
+def _deadline(target: SandboxTarget, handle: SandboxPort, pid: int, started: Started,
+              seconds: float) -> None:
+    """Kill terminal `pid` after `seconds`, as E2B's daemon ends a PTY at its timeout (our
+    terminals have no deadline of their own; a background process's is the guest's)."""
+    async def kill() -> None:
+        await asyncio.sleep(seconds)
+        if registry(target.service).of(target.sandbox_id).get(pid) is not started:
+            return  # gone, and the pid perhaps another's now
+        with contextlib.suppress(Exception):
+            if pid in await _running(target, handle):
+                await handle.signal(pid, signals.SIGKILL)
+
+    task = asyncio.create_task(kill())
+    _DEADLINES.add(task)  # held until done: the loop keeps only weak references
+    task.add_done_callback(_DEADLINES.discard)
 
 
 async def connect(request: Request, message: Message) -> AsyncIterator[Message]:
