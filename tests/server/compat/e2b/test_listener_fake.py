@@ -143,6 +143,26 @@ async def test_api_keys_open_only_their_teams_sandboxes(api: Api) -> None:
         assert_e2b(await c.get(PLAIN, headers={**routed(sid), "X-API-Key": "psk_nope"}), 401)
 
 
+async def test_an_ended_sandbox_reads_as_gone(api: Api) -> None:
+    """A killed sandbox is what E2B's proxy says of one: 502 "... was not found" (the SDKs'
+    health probe then reports it not running), to its token or its team's key only."""
+    sid = await new_sandbox(api)
+    token = envd_token(api, sid)
+    assert (await api.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+    other = await api.new_key("other-team")
+    async with preview_client(api, "localhost") as c:
+        r = await c.post(LIST, json={}, headers={**routed(sid, X_Access_Token=token), **JSON})
+        assert_connect(r, 502, "unavailable")
+        assert "was not found" in r.json()["message"]
+        assert "was not found" in assert_e2b(await c.get(PLAIN, headers=routed(
+            sid, X_Access_Token=token)), 502)
+        assert "was not found" in assert_e2b(await c.get("/", headers=routed(
+            sid, 8000, E2B_Traffic_Access_Token=traffic_token(api, sid))), 502)
+        assert_e2b(await c.get(PLAIN, headers={**routed(sid), "X-API-Key": other}), 404)
+        r = await c.get(PLAIN, headers={**routed(sid), "X-API-Key": api.admin_key})
+        assert_e2b(r, 502)
+
+
 async def test_host_name_routing(api: Api) -> None:
     sid = await new_sandbox(api)
     token = envd_token(api, sid)
@@ -161,14 +181,23 @@ async def test_host_name_routing(api: Api) -> None:
         assert_e2b(await c.get(PLAIN, headers={"X-Access-Token": token}), 404)
 
 
-async def test_paused_sandbox_is_a_precondition(api: Api) -> None:
+async def test_paused_and_hibernated_sandboxes(api: Api) -> None:
+    """As an exec through our API: a paused sandbox refuses (409, Connect's
+    failed_precondition), a hibernated one is woken by the call."""
     sid = await new_sandbox(api)
+    headers = {**routed(sid, X_Access_Token=envd_token(api, sid)), **JSON}
     assert (await api.client.post(f"/v1/sandboxes/{sid}/pause")).status_code == 200
     async with preview_client(api, "localhost") as c:
-        r = await c.post(LIST, json={}, headers={**routed(sid, X_Access_Token=envd_token(
-            api, sid)), **JSON})
+        r = await c.post(LIST, json={}, headers=headers)
         assert_connect(r, 409, "failed_precondition")
         assert "paused" in r.json()["message"]
+        assert "paused" in assert_e2b(await c.get(PLAIN, headers=headers), 409)
+        assert (await api.client.post(f"/v1/sandboxes/{sid}/resume")).status_code == 200
+        r = await api.client.post(f"/v1/sandboxes/{sid}/hibernate")
+        assert r.status_code == 200 and r.json()["state"] == "hibernated", r.text
+        r = await c.post(LIST, json={}, headers=headers)
+        assert r.status_code == 200, r.text
+    assert (await api.client.get(f"/v1/sandboxes/{sid}")).json()["state"] == "running"
 
 
 async def test_other_ports_take_the_traffic_token(api: Api, upstream: int) -> None:

@@ -15,7 +15,8 @@ of the sandbox's team opens every port. A valid token of a sandbox that is gone,
 of another team, is 404 as our API says. The OS user is the Basic auth user name.
 
 A hibernated sandbox is woken, a paused one is 409 (failed_precondition in Connect), as an
-exec through our API (`SandboxService.running`)."""
+exec through our API (`SandboxService.running`). One that has ended is 502 "... was not found"
+(Connect's unavailable), as E2B's proxy answers for a sandbox that is gone."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from pandastack.server.auth import key_from_headers
 from pandastack.server.errors import ApiError, not_found
 from pandastack.server.routes.ports import as_request, key_team
 from pandastack.server.service import SandboxService
+from pandastack.wire import ENDED_STATES
 
 from . import interpreter
 from .envd import app as envd_app
@@ -112,10 +114,17 @@ def basic_user(conn: HTTPConnection) -> str | None:
     return user
 
 
-def _row_team(service: SandboxService, sandbox_id: str) -> str:
+def _row_team(service: SandboxService, sandbox_id: str, team: str | None = None) -> str:
+    """The team of the sandbox (404 if none, or if `team` is given and it is another's);
+    502 for one that has ended."""
     row = service.store.sandbox_by_id(sandbox_id) if SANDBOX_ID_RE.match(sandbox_id) else None
-    if row is None:
+    if row is None or (team is not None and row.team != team):
         raise not_found(f"sandbox {sandbox_id!r}")
+    if row.state in ENDED_STATES:
+        # What E2B's proxy answers for a sandbox that is gone: the SDKs read "was not found"
+        # under a 502 as "killed or reached its timeout" (their health probe included),
+        # where our 409 would leave them unsure whether it runs.
+        raise E2bError(502, f"sandbox {sandbox_id} was not found: it has ended ({row.state})")
     return row.team
 
 
@@ -156,10 +165,7 @@ async def caller_team(conn: HTTPConnection, service: SandboxService, sandbox_id:
     if team is not None:
         return team
     if key_from_headers(as_request(conn)) is not None:
-        team = await key_team(conn)
-        if _row_team(service, sandbox_id) != team:
-            raise not_found(f"sandbox {sandbox_id!r}")
-        return team
+        return _row_team(service, sandbox_id, await key_team(conn))
     header = "X-Access-Token" if port == ENVD_PORT else "E2B-Traffic-Access-Token"
     raise E2bError(401, f"this sandbox port needs {header} (or an API key)")
 

@@ -48,7 +48,7 @@ HTTP_STATUS = {
 _CODE_OF_STATUS = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied",
                    404: "not_found", 409: "already_exists", 412: "failed_precondition",
                    413: "resource_exhausted", 429: "resource_exhausted", 501: "unimplemented",
-                   503: "unavailable", 504: "deadline_exceeded"}
+                   502: "unavailable", 503: "unavailable", 504: "deadline_exceeded"}
 
 
 class ConnectError(Exception):
