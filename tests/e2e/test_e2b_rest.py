@@ -55,12 +55,12 @@ def test_sync_sdk_create_list_timeout_pause_connect_kill(live_server: LiveServer
         assert info.state == SandboxState.RUNNING and info.metadata == {"run": run, "n": "a"}
         assert info.template_id == "base" and info.envd_version
 
-        # the metadata filter, one sandbox a page
+        # the metadata filter, one sandbox a page, newest first (E2B's default order)
         pages = Sandbox.list(query=SandboxQuery(metadata={"run": run}), limit=1, **o)
         seen = []
         while pages.has_next:
             seen.append([s.sandbox_id for s in pages.next_items()])
-        assert seen == [[a.sandbox_id], [b.sandbox_id]]
+        assert seen == [[b.sandbox_id], [a.sandbox_id]]
 
         # timeout: seconds from now, seen in the info
         Sandbox.set_timeout(a.sandbox_id, 900, **o)

@@ -68,9 +68,11 @@ class SandboxListing:
         def session(self) -> AbstractContextManager[Session]: ...
 
     def page_sandboxes(self, team: str, where: SandboxFilter, *, limit: int | None,
-                       after: str | None) -> tuple[list[Sandbox], str | None]:
-        """Oldest first; with `limit`, at most that many and the token of the next page
-        (None on the last one). `after`: a token from a page before."""
+                       after: str | None, newest_first: bool = False
+                       ) -> tuple[list[Sandbox], str | None]:
+        """Oldest first (`newest_first`: the reverse, E2B's default order); with `limit`, at
+        most that many and the token of the next page (None on the last one). `after`: a
+        token from a page before, listed in the same order."""
         q = select(Sandbox).where(Sandbox.team == team)
         if where.state is not None:
             q = q.where(Sandbox.state == where.state)
@@ -82,9 +84,16 @@ class SandboxListing:
             q = q.where(Sandbox.created_at > where.started_after)
         if after is not None:
             created_at, sandbox_id = _position(after)
-            q = q.where(or_(Sandbox.created_at > created_at,
-                            and_(Sandbox.created_at == created_at, Sandbox.id > sandbox_id)))
-        q = q.order_by(Sandbox.created_at, Sandbox.id)
+            if newest_first:
+                q = q.where(or_(Sandbox.created_at < created_at,
+                                and_(Sandbox.created_at == created_at,
+                                     Sandbox.id < sandbox_id)))
+            else:
+                q = q.where(or_(Sandbox.created_at > created_at,
+                                and_(Sandbox.created_at == created_at,
+                                     Sandbox.id > sandbox_id)))
+        q = (q.order_by(Sandbox.created_at.desc(), Sandbox.id.desc()) if newest_first
+             else q.order_by(Sandbox.created_at, Sandbox.id))
         if limit is not None:
             q = q.limit(limit + 1)  # one more: is there a next page at all?
         with self.session() as s:

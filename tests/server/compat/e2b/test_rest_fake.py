@@ -144,7 +144,7 @@ async def test_bad_bodies_are_e2b_400s(api: Api) -> None:
                        (f"/v2/sandboxes/{sid}/connect", {"timeout": -5})):
         assert_e2b_error(await c.post(path, json=body, headers=h), 400)
     for query in ("state=dead", "metadata=%%%", "nextToken=garbage", "startedAfter=yesterday",
-                  "limit=0", "order=desc"):
+                  "limit=0", "order=sideways"):
         assert_e2b_error(await c.get(f"/v2/sandboxes?{query}", headers=h), 400)
 
 
@@ -183,20 +183,24 @@ async def test_list_filters_and_pages(tmp_path: Path, db: str) -> None:
         other = (await create(api, metadata={"job": "other"}))["sandboxID"]
         # encoded as the SDK encodes it: each key and value quoted, then the pairs urlencoded
         query = urllib.parse.urlencode({urllib.parse.quote("job"): urllib.parse.quote("a&b=c")})
-        seen: list[str] = []
-        token: str | None = None
-        pages = 0
-        while True:
-            params = {"metadata": query, "limit": "2", **({"nextToken": token} if token else {})}
-            r = await c.get("/v2/sandboxes", params=params, headers=h)
-            assert r.status_code == 200, r.text
-            assert all(set(s) == LISTED and s["state"] == "running" for s in r.json())
-            seen += [s["sandboxID"] for s in r.json()]
-            pages += 1
-            token = r.headers.get("x-next-token")
-            if token is None:
-                break
-        assert seen == mine and pages == 3
+
+        async def pages(order: str | None) -> list[list[str]]:
+            got: list[list[str]] = []
+            token: str | None = None
+            while True:
+                params = {"metadata": query, "limit": "2", **({"order": order} if order else {}),
+                          **({"nextToken": token} if token else {})}
+                r = await c.get("/v2/sandboxes", params=params, headers=h)
+                assert r.status_code == 200, r.text
+                assert all(set(s) == LISTED and s["state"] == "running" for s in r.json())
+                got.append([s["sandboxID"] for s in r.json()])
+                token = r.headers.get("x-next-token")
+                if token is None:
+                    return got
+
+        newest = mine[::-1]  # E2B's default order: newest first
+        assert await pages(None) == await pages("desc") == [newest[:2], newest[2:4], newest[4:]]
+        assert await pages("asc") == [mine[:2], mine[2:4], mine[4:]]
         assert other in [s["sandboxID"] for s in (await c.get("/sandboxes", headers=h)).json()]
         await c.post(f"/sandboxes/{mine[0]}/pause", json={}, headers=h)
         r = await c.get("/v2/sandboxes", params={"state": "paused"}, headers=h)

@@ -151,20 +151,22 @@ async def list_v2(who: Caller, service: Service,
                   template: Annotated[str | None, Query(max_length=128)] = None,
                   started_after: Annotated[str | None, Query(alias="startedAfter",
                                                              max_length=64)] = None,
+                  # E2B's default: newest first (by start time)
                   order: Annotated[str | None, Query(max_length=8)] = None,
                   limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
                   next_token: Annotated[str | None, Query(alias="nextToken",
                                                           max_length=512)] = None,
                   ) -> Response:
-    if order not in (None, "asc"):
-        raise bad("order: pandastack lists oldest first only (asc)")
+    if order not in (None, "asc", "desc"):
+        raise bad("order: asc or desc")
     where = SandboxFilter(exclude_states=state_filter(state),
                           template=our_template(template) if template else None,
                           started_after=started_after_filter(started_after),
                           metadata=metadata_filter(metadata))
     try:
         rows, token = service.store.page_sandboxes(who.team, where, limit=limit,
-                                                   after=next_token)
+                                                   after=next_token,
+                                                   newest_first=order != "asc")
     except BadPageToken as exc:
         raise bad(f"nextToken: {exc}") from None
     return JSONResponse([listed(i) for i in service.infos(rows)],
