@@ -260,6 +260,13 @@ async def test_fork_snapshots_and_metrics(api: Api) -> None:
         snap["snapshotID"]
     r = await c.get(f"/sandboxes/{sid}/metrics", headers=h)
     assert r.status_code == 200 and len(r.json()) == 1 and r.json()[0]["cpuCount"] == 1
+    now = int(time.time())
+    r = await c.get(f"/sandboxes/{sid}/metrics", params={"start": now - 60, "end": now},
+                    headers=h)
+    assert len(r.json()) == 1
+    r = await c.get(f"/sandboxes/{sid}/metrics", params={"start": now - 3600,
+                                                         "end": now - 1800}, headers=h)
+    assert r.json() == []  # a range that does not hold now has no sample
     r = await c.get("/sandboxes/metrics", params={"sandbox_ids": f"{sid},sbx-000000000000"},
                     headers=h)
     assert list(r.json()["sandboxes"]) == [sid]

@@ -54,6 +54,7 @@ router = APIRouter(route_class=E2bRoute, include_in_schema=False)
 
 MAX_PAGE = 100  # E2B's largest page, and its default
 MAX_METRICS_IDS = 100
+METRIC_SLACK_SECONDS = 5
 TemplateId = Annotated[str, Path(max_length=256)]
 
 
@@ -221,8 +222,16 @@ async def metrics_many(who: Caller, service: Service,
 
 
 @router.get("/sandboxes/{sandbox_id}/metrics")
-async def metrics_one(sandbox_id: SandboxId, who: Caller, service: Service) -> Response:
+async def metrics_one(sandbox_id: SandboxId, who: Caller, service: Service,
+                      start: Annotated[int | None, Query(ge=0)] = None,
+                      end: Annotated[int | None, Query(ge=0)] = None) -> Response:
+    """One measurement, taken now: none when the range asked for does not hold now (E2B's
+    are seconds, and its samples fall in buckets: a few seconds of slack either side)."""
     row = live_row(service, who.team, sandbox_id, touch=False)
+    now = time.time()
+    if (end is not None and end < now - METRIC_SLACK_SECONDS) or \
+            (start is not None and start > now + METRIC_SLACK_SECONDS):
+        return JSONResponse([])
     m = await measure(service, row)
     return JSONResponse([] if m is None else [m])
 
