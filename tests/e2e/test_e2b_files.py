@@ -200,6 +200,21 @@ def test_watch_dir_polled(sbx: Sandbox, live_server: LiveServer) -> None:
     assert gone.status_code == 404 and gone.json()["code"] == "not_found"
 
 
+def test_a_new_files_events_are_envds(sbx: Sandbox) -> None:
+    """A write of a new file reads as envd's: CREATE, WRITE, then CHMOD (the chown to the
+    user), and nothing more (E2B's own tests count them)."""
+    sbx.files.make_dir("counted")
+    handle = sbx.files.watch_dir("counted")
+    try:
+        sbx.files.write("counted/new.txt", "content")
+        seen = _events_until(handle, {(FilesystemEventType.CHMOD, "new.txt")})
+        seen += handle.get_new_events()
+    finally:
+        handle.stop()
+    assert [e.type for e in seen] == [FilesystemEventType.CREATE, FilesystemEventType.WRITE,
+                                      FilesystemEventType.CHMOD]
+
+
 async def test_watch_dir_streamed(sbx: Sandbox, live_server: LiveServer) -> None:
     asbx = await AsyncSandbox.connect(sbx.sandbox_id, **_opts(live_server))  # type: ignore[arg-type]
     await asbx.files.make_dir("streamed")

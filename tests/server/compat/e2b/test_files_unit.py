@@ -125,9 +125,9 @@ def test_timestamps_are_rfc3339_utc() -> None:
     assert guestfs.timestamp("garbage") == "1970-01-01T00:00:00Z"
 
 
-def _ensure(tmp: Path, kind: str, path: Path, user: str = "root") -> int:
+def _ensure(tmp: Path, kind: str, path: Path, user: str = "root", data: bytes = b"") -> int:
     return subprocess.run(["sh", "-c", guestfs.ENSURE, "ensure", user, kind, str(path)],
-                          capture_output=True, check=False).returncode
+                          capture_output=True, check=False, input=data).returncode
 
 
 def test_ensure_makes_missing_parents_and_says_what_is_in_the_way(tmp_path: Path) -> None:
@@ -147,6 +147,19 @@ def test_ensure_makes_missing_parents_and_says_what_is_in_the_way(tmp_path: Path
     assert (tmp_path / "p" / "q").is_dir() and not (tmp_path / "p" / "q" / "r").exists()
     assert _ensure(tmp_path, "file", tmp_path / "u", "no-such-user-xyz") == guestfs.EXIT_NO_USER
     assert not (tmp_path / "u").exists()
+
+
+def test_ensure_writes_a_small_upload_from_stdin(tmp_path: Path) -> None:
+    target = tmp_path / "s" / "t" / "small.bin"
+    assert _ensure(tmp_path, "stdin", target, data=b"\x00one\xff") == 0
+    assert target.read_bytes() == b"\x00one\xff"
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    target.chmod(0o600)
+    assert _ensure(tmp_path, "stdin", target, data=b"two") == 0  # overwritten, mode kept
+    assert target.read_bytes() == b"two" and oct(target.stat().st_mode & 0o777) == "0o600"
+    assert _ensure(tmp_path, "stdin", target, data=b"") == 0 and target.read_bytes() == b""
+    assert _ensure(tmp_path, "stdin", tmp_path / "s", data=b"x") == guestfs.EXIT_IS_DIR
+    assert _ensure(tmp_path, "stdin", target / "x", data=b"x") == guestfs.EXIT_NOT_DIR
 
 
 def test_events_read_as_envds() -> None:

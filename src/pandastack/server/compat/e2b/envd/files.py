@@ -39,6 +39,9 @@ from .guestfs import ROOT, e2b_error_of, ensure, resolve, user_of
 
 MAX_UPLOAD_FILES = 100
 READ_CHUNK = 1 << 20
+# Uploads up to this size go to the guest as one exec's stdin (held here meanwhile); bigger
+# ones stream through the agent's write_file.
+SMALL_WRITE = 1 << 20
 
 
 def _e2b(handler: Callable[[Request], Awaitable[Response]]
@@ -175,12 +178,33 @@ class _Limited:
             raise E2bError(400, "the gzip body ends early")
 
 
+async def _small_or_stream(chunks: AsyncIterator[bytes]) -> bytes | AsyncIterator[bytes]:
+    """The whole upload if it is at most SMALL_WRITE bytes, else a stream of all of it."""
+    head = bytearray()
+    async for chunk in chunks:
+        head += chunk
+        if len(head) > SMALL_WRITE:
+            break
+    else:
+        return bytes(head)
+
+    async def rest() -> AsyncIterator[bytes]:
+        yield bytes(head)
+        async for more in chunks:
+            yield more
+    return rest()
+
+
 async def _write(target: SandboxTarget, handle: SandboxPort, user: str, path: str,
-                 data: bytes | AsyncIterator[bytes]) -> dict[str, str]:
-    if user != ROOT:  # made (with missing parents) and owned by the user before the write
-        await ensure(handle, user, "file", path)
+                 chunks: AsyncIterator[bytes]) -> dict[str, str]:
     async with target.service.busy(target.sandbox_id):
-        await handle.write_file(path, data, mode=0o644)
+        data = await _small_or_stream(chunks)
+        if isinstance(data, bytes):  # one exec: parents, the file, its owner
+            await ensure(handle, user, "stdin", path, data)
+        else:
+            if user != ROOT:  # made and owned by the user first; the write keeps its owner
+                await ensure(handle, user, "file", path)
+            await handle.write_file(path, data, mode=0o644)
     return {"name": posixpath.basename(path), "type": "file", "path": path}
 
 

@@ -52,9 +52,11 @@ EXIT_EXISTS_OTHER = 18
 EXIT_NOT_DIR = 20
 EXIT_IS_DIR = 21
 
-# $1 user, $2 what ("file", "dir" or "parents"), $3 the absolute path. Missing parents are
-# made one by one (mode 755) and given to the user, then the file or directory itself; a
-# file that exists is given to the user too (envd chowns every upload).
+# $1 user, $2 what ("file", "dir", "parents" or "stdin"), $3 the absolute path. Missing
+# parents are made one by one (mode 755) and given to the user, then the file or directory
+# itself; a file that exists is given to the user too (envd chowns every upload). "stdin"
+# writes the file from stdin then chowns it: a small upload in one exec, whose file events
+# are envd's own (create, write, chmod).
 ENSURE = r"""
 u=$1; kind=$2; t=$3
 id -u "$u" >/dev/null 2>&1 || exit 67
@@ -71,6 +73,11 @@ parents) exit 0 ;;
 dir)
   if [ -e "$t" ]; then [ -d "$t" ] && exit 17; exit 18; fi
   mkdir -m 755 "$t" || exit 1
+  chown "$u:" "$t" || exit 1 ;;
+stdin)
+  [ -d "$t" ] && exit 21
+  umask 022
+  cat > "$t" || exit 1
   chown "$u:" "$t" || exit 1 ;;
 *)
   [ -d "$t" ] && exit 21
@@ -208,10 +215,12 @@ async def describe(handle: SandboxPort, path: str, depth: int = 0,
     return entries
 
 
-async def ensure(handle: SandboxPort, user: str, kind: str, path: str) -> None:
-    """Make what `kind` needs at `path`, owned by `user` (see ENSURE)."""
+async def ensure(handle: SandboxPort, user: str, kind: str, path: str,
+                 data: bytes | None = None) -> None:
+    """Make what `kind` needs at `path`, owned by `user` (see ENSURE); `data` for "stdin"."""
     res = await handle.exec(["sh", "-c", ENSURE, "ensure", user, kind, path],
-                            timeout=HELPER_TIMEOUT, max_output=1 << 16)
+                            timeout=HELPER_TIMEOUT, max_output=1 << 16,
+                            stdin=data if kind == "stdin" else None)
     shown = _clean(path)
     match res.exit_code:
         case 0:
