@@ -1,0 +1,175 @@
+"""E2B's Python SDK (sync) against pandastack, run by tests/e2e/test_e2b_sdk_versions.py under
+the venv of scripts/e2b-sdks.sh: the same steps as py_async.py and js_sdk.mjs in one sandbox of
+the code interpreter's template, each step's outcome a line in the report file (report.py).
+
+    python py_sync.py REPORT_FILE RUN_ID     (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+from e2b import CommandExitException, SandboxQuery
+from e2b_code_interpreter import Sandbox
+from report import Report, run
+
+BROKEN = "import json\nprint(json.dumps({'answer': 6 * 7})\n"
+FIXED = "import json\nprint(json.dumps({'answer': 6 * 7}))\n"
+TICKS = "for i in 1 2 3; do echo tick $i; sleep 0.2; done; sleep 300"
+
+
+def main(path: str, run_id: str) -> None:
+    metadata = {"suite": "e2b-sdk-versions", "run": run_id}
+    with open(path, "w") as out:
+        report = Report(out)
+        box: list[Sandbox] = []
+
+        def create() -> None:
+            box.append(Sandbox.create(timeout=300, metadata=metadata))
+            assert box[0].sandbox_id
+
+        run(report, "create", create, needs=())
+        try:
+            steps(report, box[0] if box else None, metadata)
+        finally:
+            if box:
+                # The kill step reports its own outcome; this only cleans up after a failure.
+                with contextlib.suppress(Exception):
+                    box[0].kill()
+
+
+def steps(report: Report, sbx: Sandbox | None, metadata: dict[str, str]) -> None:
+    assert sbx is not None or "create" in report.failed
+
+    def agent_loop() -> None:
+        assert sbx is not None
+        sbx.files.write("/home/user/step.py", BROKEN)
+        try:
+            sbx.commands.run("python3 /home/user/step.py")
+            raise AssertionError("the broken script exited 0")
+        except CommandExitException as e:
+            assert e.exit_code == 1, e.exit_code
+            assert "SyntaxError" in e.stderr, e.stderr
+        sbx.files.write("/home/user/step.py", FIXED)
+        fixed = sbx.commands.run("python3 /home/user/step.py")
+        assert fixed.exit_code == 0 and fixed.stdout == '{"answer": 42}\n', fixed
+
+    def commands() -> None:
+        assert sbx is not None
+        who = sbx.commands.run("whoami; pwd")
+        assert who.stdout.split() == ["user", "/home/user"], who.stdout
+        assert sbx.commands.run("whoami", user="root").stdout.strip() == "root"
+        try:
+            sbx.commands.run("echo out; echo err >&2; exit 3")
+            raise AssertionError("exit 3 raised nothing")
+        except CommandExitException as e:
+            assert (e.exit_code, e.stdout, e.stderr) == (3, "out\n", "err\n"), e
+        env = sbx.commands.run("echo $GREETING", envs={"GREETING": "hi"}, cwd="/tmp")
+        assert env.stdout == "hi\n", env.stdout
+
+    def background() -> None:
+        assert sbx is not None
+        handle = sbx.commands.run(TICKS, background=True)
+        seen = ""
+        deadline = time.monotonic() + 60
+        # The ticks arrive while the command still runs (it sleeps 300 s after them): they
+        # were streamed, not collected at its end.
+        for stdout, _stderr, _pty in handle:
+            seen += stdout or ""
+            if seen.count("tick") >= 3 or time.monotonic() > deadline:
+                break
+        assert seen == "tick 1\ntick 2\ntick 3\n", seen
+        listed = [p.pid for p in sbx.commands.list()]
+        assert handle.pid in listed, (handle.pid, listed)
+        assert sbx.commands.kill(handle.pid) is True
+        try:
+            handle.wait()
+            raise AssertionError("a killed command exited 0")
+        except CommandExitException as e:
+            assert e.exit_code != 0
+        assert handle.pid not in [p.pid for p in sbx.commands.list()]
+
+    def files() -> None:
+        assert sbx is not None
+        assert sbx.files.make_dir("/home/user/d/sub") is True
+        sbx.files.write("/home/user/d/a.txt", "alpha")
+        sbx.files.write("/home/user/d/b.bin", b"\x00\x01\xff")
+        assert sbx.files.read("/home/user/d/a.txt") == "alpha"
+        assert bytes(sbx.files.read("/home/user/d/b.bin", format="bytes")) == b"\x00\x01\xff"
+        names = sorted(e.name for e in sbx.files.list("/home/user/d"))
+        assert names == ["a.txt", "b.bin", "sub"], names
+        assert sbx.files.exists("/home/user/d/a.txt")
+        moved = sbx.files.rename("/home/user/d/a.txt", "/home/user/d/sub/c.txt")
+        assert moved.path == "/home/user/d/sub/c.txt", moved
+        assert not sbx.files.exists("/home/user/d/a.txt")
+        assert sbx.files.read("/home/user/d/sub/c.txt") == "alpha"
+        sbx.files.remove("/home/user/d/sub")
+        assert not sbx.files.exists("/home/user/d/sub/c.txt")
+        owner = sbx.commands.run("stat -c %U /home/user/d/b.bin").stdout.strip()
+        assert owner == "user", owner
+
+    def run_code() -> None:
+        assert sbx is not None
+        first = sbx.run_code("x = 41")
+        assert first.error is None, first.error
+        second = sbx.run_code("x + 1")
+        assert second.text == "42", second
+        printed = sbx.run_code("print('hello')")
+        assert printed.logs.stdout == ["hello\n"], printed.logs
+        failed = sbx.run_code("1 / 0")
+        assert failed.error is not None and failed.error.name == "ZeroDivisionError", failed
+
+    def list_metadata() -> None:
+        assert sbx is not None
+        found = Sandbox.list(query=SandboxQuery(metadata=metadata)).next_items()
+        assert [s.sandbox_id for s in found] == [sbx.sandbox_id], found
+        other = Sandbox.list(query=SandboxQuery(metadata={"run": "none-" + metadata["run"]}))
+        assert other.next_items() == []
+
+    def timeout() -> None:
+        assert sbx is not None
+        before = sbx.get_info().end_at
+        sbx.set_timeout(1200)
+        after = sbx.get_info().end_at
+        # 300 s at create, 1200 s from now after: the end moved by about 900 s.
+        assert 800 < (after - before).total_seconds() < 1000, (before, after)
+
+    def pause_resume() -> None:
+        assert sbx is not None
+        sbx.files.write("/home/user/keep.txt", "kept")
+        sleeper = sbx.commands.run("sleep 600", background=True)
+        assert sbx.pause() is True
+        assert str(Sandbox.get_info(sbx.sandbox_id).state) == "paused"
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=300)
+        assert resumed.files.read("/home/user/keep.txt") == "kept"
+        # Hibernation keeps memory: the process started before the pause still runs.
+        assert sleeper.pid in [p.pid for p in resumed.commands.list()]
+        assert resumed.commands.run("echo back").stdout == "back\n"
+        assert str(Sandbox.get_info(sbx.sandbox_id).state) == "running"
+
+    def kill() -> None:
+        assert sbx is not None
+        assert sbx.kill() is True
+        left = Sandbox.list(query=SandboxQuery(metadata=metadata)).next_items()
+        assert left == [], left
+
+    def gone() -> None:
+        assert sbx is not None
+        assert not sbx.is_running()
+
+    run(report, "agent_loop", agent_loop)
+    run(report, "commands", commands)
+    run(report, "background", background)
+    run(report, "files", files)
+    run(report, "run_code", run_code)
+    run(report, "list_metadata", list_metadata)
+    run(report, "timeout", timeout)
+    run(report, "pause_resume", pause_resume)
+    run(report, "kill", kill)
+    run(report, "gone", gone, needs=("kill",))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
