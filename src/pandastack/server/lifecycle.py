@@ -20,30 +20,69 @@ from .store import Sandbox, Store
 log = logging.getLogger("pandastack.server")
 
 
+#: `sandboxes.on_expiry`: what a TTL ends in, when not the sandbox. HIBERNATE (E2B's
+#: autoPause): it is hibernated, and the row says SPENT until a new timeout is set (E2B's
+#: set_timeout or connect re-arm it), so a sandbox woken after its TTL is not hibernated
+#: again at once; the idle rule hibernates it meanwhile.
+HIBERNATE = "hibernate"
+SPENT = "spent"
+
+
 @dataclass(frozen=True)
 class Verdict:
-    state: str  # "expired" | "reaped" | "failed"
+    state: str  # "expired" | "reaped" | "failed" | HIBERNATE (kept, not ended)
     reason: str
 
 
 def decide(*, state: str, persistent: bool, expires_at: float | None,
            last_activity_at: float, busy: bool, now: float,
-           idle_timeout: float) -> Verdict | None:
+           idle_timeout: float, on_expiry: str | None = None) -> Verdict | None:
     """Whether a sandbox must end now. Persistent sandboxes are exempt from both rules; an
     operation in flight (exec, stream, upload) holds off the idle rule but never the TTL.
     The TTL holds in every live state; the idle rule spares hibernated sandboxes (they hold
-    no RAM or CPU, only disk)."""
+    no RAM or CPU, only disk).
+
+    With `on_expiry` set (E2B's autoPause), where either rule would end the sandbox it is
+    hibernated instead (Verdict HIBERNATE), and one without a VM (hibernated, stopped, on a
+    lost host) is kept past its TTL; once SPENT, only the idle rule applies."""
+    keep = on_expiry in (HIBERNATE, SPENT)
+    if keep and state in ("host_lost", "stopped", "hibernated"):
+        return None
     if state == "host_lost" and not persistent and expires_at is not None and now >= expires_at:
         return Verdict("expired", "ttl elapsed (its host was lost)")
     if state == "stopped" and not persistent and expires_at is not None and now >= expires_at:
         return Verdict("expired", "ttl elapsed (it was stopped)")  # made non-persistent since
     if state not in AWAKE_STATES or persistent:
         return None
-    if expires_at is not None and now >= expires_at:
-        return Verdict("expired", "ttl elapsed")
+    if expires_at is not None and now >= expires_at and on_expiry != SPENT:
+        return Verdict(HIBERNATE, "timeout elapsed") if keep else Verdict("expired",
+                                                                          "ttl elapsed")
     if state != "hibernated" and not busy and now - last_activity_at >= idle_timeout:
-        return Verdict("reaped", f"no API activity for {idle_timeout:g} s")
+        reason = f"no API activity for {idle_timeout:g} s"
+        return Verdict(HIBERNATE, reason) if keep else Verdict("reaped", reason)
     return None
+
+
+async def hibernate_kept(service: SandboxService, row: Sandbox, verdict: Verdict,
+                         now: float) -> None:
+    """A HIBERNATE verdict: hibernated (the team's max_hibernated applies), its TTL then
+    SPENT. Past the team's quota it ends as the rule would have ended it (a timeout bounds
+    running either way); another failure (its host) is tried again on the next pass."""
+    try:
+        await service.hibernate_row(row)
+    except ApiError as exc:
+        if exc.status != 429:
+            log.warning("sandbox %s: hibernating it (%s) failed: %s", row.id, verdict.reason,
+                        exc.message)
+            return
+        log.warning("sandbox %s: %s, over the team's quota to hibernate: it ends", row.id,
+                    verdict.reason)
+        await service.end(row.id, "expired", f"{verdict.reason}; hibernating it was "
+                          f"refused: {exc.message}"[:2000])
+        return
+    if row.expires_at is not None and now >= row.expires_at:
+        await asyncio.to_thread(service.store.update_sandbox, row.id, on_expiry=SPENT)
+    log.info("sandbox %s hibernated: %s", row.id, verdict.reason)
 
 
 def should_hibernate(*, state: str, persistent: bool, last_activity_at: float, busy: bool,
@@ -94,7 +133,7 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
         busy = service.is_busy(row.id)
         verdict = decide(state=row.state, persistent=row.persistent, expires_at=row.expires_at,
                          last_activity_at=row.last_activity_at, busy=busy, now=now,
-                         idle_timeout=settings.idle_timeout_seconds)
+                         idle_timeout=settings.idle_timeout_seconds, on_expiry=row.on_expiry)
         # a state change in flight may have the VM process briefly gone: not a failure
         steady = row.state in AWAKE_STATES and not service.in_transition(row.id)
         # A row the listing shows healthy in the row's own state needs nothing more; any
@@ -107,7 +146,10 @@ async def sweep(service: SandboxService, now: float | None = None) -> list[tuple
                 verdict = Verdict("failed", "VM exited unexpectedly")
             else:
                 row = await service.sync_state(row)
-        if verdict is not None:
+        if verdict is not None and verdict.state == HIBERNATE:
+            if steady:
+                await hibernate_kept(service, row, verdict, now)
+        elif verdict is not None:
             await service.end(row.id, verdict.state, verdict.reason)
             ended.append((row.id, verdict.state))
         elif steady and should_hibernate(

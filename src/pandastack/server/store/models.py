@@ -89,6 +89,9 @@ class Sandbox(Base):
     # wake, restart or restore admitted it as a live sandbox), "hibernated" (a hibernate
     # admitted it as a hibernated one). Set with the check, cleared when the call ends.
     quota_hold: Mapped[str | None] = mapped_column(String(16), nullable=True, default=None)
+    # What its TTL ends in: None, the sandbox ends (expired); "hibernate", it is hibernated
+    # and kept (E2B's autoPause: lifecycle.decide).
+    on_expiry: Mapped[str | None] = mapped_column(String(16), nullable=True, default=None)
 
 
 class Snapshot(Base):

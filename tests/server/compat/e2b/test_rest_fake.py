@@ -17,6 +17,7 @@ from pandastack.server.compat.e2b.rest.base import e2b_key
 from pandastack.server.compat.e2b.rest.states import STATES, alias_of, our_template
 from pandastack.server.compat.e2b.target import ENVD_VERSION
 from pandastack.server.compat.e2b.tokens import tokens_for
+from pandastack.server.lifecycle import HIBERNATE, SPENT, decide, sweep
 from pandastack.wire import ENDED_STATES
 from tests.server.conftest import Api, make_settings, running_app
 from tests.server.fakes import FakeRuntime
@@ -337,3 +338,51 @@ async def test_volume_mounts_are_our_volumes_by_name(api: Api) -> None:
         r = await c.post("/v2/sandboxes", json={"templateID": "base", "volumeMounts": mounts},
                          headers=h)
         assert_e2b_error(r, status)
+
+
+def test_decide_hibernates_what_on_expiry_keeps() -> None:
+    base = {"state": "running", "persistent": False, "expires_at": 100.0,
+            "last_activity_at": 50.0, "busy": False, "idle_timeout": 600.0}
+    assert decide(**base, now=101.0).state == "expired"  # type: ignore[union-attr]
+    assert decide(**base, now=101.0, on_expiry=HIBERNATE).state == HIBERNATE  # type: ignore
+    assert decide(**base, now=101.0, on_expiry=SPENT) is None  # its TTL had its say
+    # the idle rule hibernates it too, spent or not, and never ends it
+    idle = {**base, "expires_at": 1000.0}
+    assert decide(**idle, now=700.0, on_expiry=HIBERNATE).state == HIBERNATE  # type: ignore
+    assert decide(**base, now=700.0, on_expiry=SPENT).state == HIBERNATE  # type: ignore
+    assert decide(**idle, now=700.0).state == "reaped"  # type: ignore[union-attr]
+    for state in ("hibernated", "stopped", "host_lost"):  # kept past the TTL
+        assert decide(**{**base, "state": state}, now=1e9, on_expiry=HIBERNATE) is None
+
+
+async def test_auto_pause_hibernates_at_timeout_and_connect_rearms(tmp_path: Path) -> None:
+    # The reaper's own passes wait an hour: the test drives sweep() with its own clock.
+    async with running_app(make_settings(tmp_path, reaper_interval_seconds=3600),
+                           FakeRuntime(tmp_path)) as api:
+        c, h = api.client, e2b(api.admin_key)
+        service = api.app.state.service
+        kept = (await create(api, timeout=30, autoPause=True))["sandboxID"]
+        ends = (await create(api, timeout=30))["sandboxID"]
+        got = (await c.get(f"/sandboxes/{kept}", headers=h)).json()
+        assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+        await sweep(service, now=time.time() + 60)
+        assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "hibernated"
+        assert (await c.get(f"/v1/sandboxes/{ends}")).json()["state"] == "expired"
+        assert_e2b_error(await c.get(f"/sandboxes/{ends}", headers=h), 404)
+        await sweep(service, now=time.time() + 3600)  # kept, however long past its TTL
+        got = (await c.get(f"/sandboxes/{kept}", headers=h)).json()
+        assert got["state"] == "paused"
+        # woken without a new timeout (as a call to its daemon wakes it): not hibernated
+        # again by the TTL it spent, only by the idle rule
+        assert (await c.post(f"/v1/sandboxes/{kept}/wake")).status_code == 200
+        await sweep(service, now=time.time() + 60)
+        assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "running"
+        await sweep(service, now=time.time() + 3600)
+        assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "hibernated"
+        # connect wakes it with a new timeout, which hibernates it again when it passes
+        r = await c.post(f"/v2/sandboxes/{kept}/connect", json={"timeout": 30}, headers=h)
+        assert r.status_code == 201, r.text
+        await sweep(service, now=time.time() + 10)
+        assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "running"
+        await sweep(service, now=time.time() + 60)
+        assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "hibernated"

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pandastack.hostport.errors import HostError, SandboxNotFound
 from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.server.errors import ApiError
+from pandastack.server.lifecycle import HIBERNATE, SPENT
 from pandastack.server.routes.deps import SandboxId
 from pandastack.server.service import SandboxService
 from pandastack.server.snapshots import delete_snapshot, fork, take_snapshot
@@ -82,28 +83,45 @@ def sandbox(service: SandboxService, row: Sandbox, settings: Any,
                         status_code=status)
 
 
+def set_timeout_of(service: SandboxService, team: str, row: Sandbox, timeout: int) -> Sandbox:
+    """`timeout` seconds from now; an autoPause sandbox whose last timeout hibernated it is
+    armed again for this one (lifecycle.SPENT)."""
+    row = service.set_lifecycle(team, row.id, None, None, timeout_seconds=timeout)
+    if row.on_expiry == SPENT:
+        row = service.store.update_sandbox(row.id, on_expiry=HIBERNATE) or row
+    return row
+
+
 def extend(service: SandboxService, team: str, row: Sandbox, timeout: int) -> Sandbox:
     """E2B's connect: the sandbox then lives at least `timeout` more seconds (only
     extended, never shortened)."""
     if row.expires_at is not None and row.expires_at >= time.time() + timeout:
         return row
-    return service.set_lifecycle(team, row.id, None, None, timeout_seconds=timeout)
+    return set_timeout_of(service, team, row, timeout)
 
 
 # -- create ------------------------------------------------------------------------------
 
 
+async def made(service: SandboxService, team: str, body: NewSandbox,
+               default_timeout: int) -> Sandbox:
+    row = await service.create(team, create_request(body, default_timeout))
+    if body.auto_pause:  # its timeout hibernates it (lifecycle.decide)
+        row = service.store.update_sandbox(row.id, on_expiry=HIBERNATE) or row
+    return row
+
+
 @router.post("/v2/sandboxes")
 async def create_v2(body: NewSandbox, who: Caller, service: Service,
                     settings: AppSettings) -> Response:
-    row = await service.create(who.team, create_request(body, E2B_DEFAULT_TIMEOUT))
+    row = await made(service, who.team, body, E2B_DEFAULT_TIMEOUT)
     return sandbox(service, row, settings)
 
 
 @router.post("/sandboxes")
 async def create_v1(body: NewSandbox, who: Caller, service: Service,
                     settings: AppSettings) -> Response:
-    row = await service.create(who.team, create_request(body, E2B_V1_DEFAULT_TIMEOUT))
+    row = await made(service, who.team, body, E2B_V1_DEFAULT_TIMEOUT)
     return sandbox(service, row, settings)
 
 
@@ -248,7 +266,8 @@ async def get_sandbox(sandbox_id: SandboxId, who: Caller, service: Service,
         network = await service.network(who.team, row.id)
     except (ApiError, HostError):
         network = None  # its host is out of reach or lost: the rest is still true
-    return JSONResponse(detail(service.info(row), tokens(service), domain(settings), network))
+    return JSONResponse(detail(service.info(row), tokens(service), domain(settings), network,
+                               kept=row.on_expiry is not None))
 
 
 @router.delete("/sandboxes/{sandbox_id}")
@@ -261,8 +280,7 @@ async def kill_sandbox(sandbox_id: SandboxId, who: Caller, service: Service) -> 
 @router.post("/sandboxes/{sandbox_id}/timeout")
 async def set_timeout(sandbox_id: SandboxId, body: Timeout, who: Caller,
                       service: Service) -> Response:
-    live_row(service, who.team, sandbox_id)
-    service.set_lifecycle(who.team, sandbox_id, None, None, timeout_seconds=body.timeout)
+    set_timeout_of(service, who.team, live_row(service, who.team, sandbox_id), body.timeout)
     return Response(status_code=204)
 
 
@@ -330,7 +348,8 @@ async def resume(sandbox_id: SandboxId, who: Caller, service: Service,
         raise E2bError(409, f"sandbox {sandbox_id} is already running")
     row = await wake(service, who.team, row)
     if body is not None and body.auto_pause is not None:
-        row = service.set_lifecycle(who.team, row.id, None, body.auto_pause)
+        row = service.store.update_sandbox(
+            row.id, on_expiry=HIBERNATE if body.auto_pause else None) or row
     timeout = E2B_V1_DEFAULT_TIMEOUT if body is None or body.timeout is None else body.timeout
     row = extend(service, who.team, row, timeout)
     return sandbox(service, row, settings)

@@ -120,10 +120,10 @@ def _mount(m: VolumeMount) -> OurMount:
 
 
 def create_request(body: NewSandbox, default_timeout: int) -> CreateSandbox:
-    """Our create for E2B's. `autoPause`: at its timeout the sandbox is kept rather than
-    killed: ours is a persistent sandbox (exempt from TTL and idle reaping, hibernated by the
-    server's idle policy and at a stop, woken by any call); `autoResume` is how every call
-    to one of ours already behaves. `secure` changes nothing: every sandbox has its tokens."""
+    """Our create for E2B's. `autoPause` is the row's `on_expiry` (set by the route once the
+    row exists: lifecycle.decide hibernates the sandbox at its timeout instead of ending
+    it); `autoResume` is how every call to a hibernated sandbox of ours already behaves.
+    `secure` changes nothing: every sandbox has its tokens."""
     if body.mcp is not None:
         raise unsupported("mcp (E2B's MCP gateway in the sandbox)")
     if body.iam is not None:
@@ -136,7 +136,7 @@ def create_request(body: NewSandbox, default_timeout: int) -> CreateSandbox:
     return validated(lambda: CreateSandbox(
         template=None if snapshot else our_template(template), snapshot=snapshot,
         ttl_seconds=ttl_of(body.timeout, default_timeout),
-        persistent=bool(body.auto_pause), env=dict(body.env_vars or {}),
+        env=dict(body.env_vars or {}),
         metadata=dict(body.metadata or {}), network=network, volumes=mounts))
 
 
@@ -175,16 +175,17 @@ def listed(info: SandboxInfo) -> dict[str, Any]:
     }
 
 
-def lifecycle(persistent: bool) -> dict[str, Any]:
-    return ({"onTimeout": "pause", "autoResume": True} if persistent
+def lifecycle(kept: bool) -> dict[str, Any]:
+    """E2B's `lifecycle` of a sandbox whose timeout hibernates it (`kept`), or ends it."""
+    return ({"onTimeout": "pause", "autoResume": True} if kept
             else {"onTimeout": "kill", "autoResume": False})
 
 
 def detail(info: SandboxInfo, tokens: SandboxTokens, domain: str,
-           network: NetworkSpec | None) -> dict[str, Any]:
+           network: NetworkSpec | None, kept: bool) -> dict[str, Any]:
     """E2B's `SandboxDetail`; `network` None: not known now (its host is out of reach)."""
     body = {**listed(info), "envdAccessToken": tokens.envd_access(info.id), "domain": domain,
-            "lifecycle": lifecycle(info.persistent)}
+            "lifecycle": lifecycle(kept or info.persistent)}
     if network is not None:
         body["allowInternetAccess"] = network.internet
         # Internet off reads as E2B spells it: everything denied, the allow list through it.
