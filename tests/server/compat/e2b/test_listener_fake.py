@@ -19,7 +19,9 @@ import httpx
 import pytest
 from starlette.requests import Request
 
+from pandastack.hostport.results import ExecResult
 from pandastack.server.compat.e2b.envd import process
+from pandastack.server.compat.e2b.envd.connect import ConnectError
 from pandastack.server.compat.e2b.target import SandboxTarget
 from pandastack.server.compat.e2b.tokens import tokens_for
 from pandastack.server.team_slots import TeamSlots
@@ -345,3 +347,39 @@ async def test_quiet_stream_keepalives_and_leaving_it() -> None:
     assert item == {"event": {"data": {"stdout": "aGk="}}}
     await events.aclose()  # the client went away
     assert left.is_set() and slots.held("t") == 0
+
+
+async def test_the_calls_deadline_ends_the_stream(api: Api) -> None:
+    """Connect-Timeout-Ms is the process's deadline (E2B's command `timeout`): its end is
+    deadline_exceeded, the SDKs' timeout error, not an `end` a failed command would send;
+    a quiet stream ends at the deadline too."""
+    sid = await new_sandbox(api)
+    fake = api.app.state.service.runtime.handle(sid)
+
+    async def killed_at_its_deadline(pid: int, **_: object) -> ExecResult:
+        return ExecResult(137, b"", b"", 2000.0, True, 9, False)
+
+    fake.attach = killed_at_its_deadline
+    headers = {**routed(sid, X_Access_Token=envd_token(api, sid)),
+               "Content-Type": "application/connect+json", "Connect-Timeout-Ms": "2000"}
+    async with preview_client(api, "localhost") as c:
+        r = await c.post("/process.Process/Start", headers=headers,
+                         content=envelope({"process": {"cmd": "sleep"}}))
+        events, end = stream_events(r.content)
+        assert events == [{"event": {"start": {"pid": 42}}}]
+        assert end["error"]["code"] == "deadline_exceeded", end
+
+    slots = TeamSlots(1, "streams")
+    target = SandboxTarget(service=SimpleNamespace(stream_slots=slots),  # type: ignore[arg-type]
+                           team="t", sandbox_id="sbx-000000000000", port=49983, user=None)
+    request = Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
+                       "headers": [(b"connect-timeout-ms", b"50")]})
+
+    async def quiet(put: Callable[[dict[str, object]], Awaitable[None]]) -> None:
+        await asyncio.Event().wait()
+
+    events_of = process._events(request, target, 7, quiet)
+    assert await anext(events_of) == {"event": {"start": {"pid": 7}}}
+    with pytest.raises(ConnectError) as expired:
+        await anext(events_of)
+    assert expired.value.code == "deadline_exceeded" and slots.held("t") == 0

@@ -61,6 +61,7 @@ class Started:
     config: Message
     tag: str | None
     pty: bool
+    expired: bool = False  # its deadline killed it
 
 
 @dataclass
@@ -245,9 +246,11 @@ def _end(exit_code: int, signal: int | None, error: str | None = None) -> Messag
     return {"event": {"end": end}}
 
 
-def _end_of(result: ExecResult) -> Message:
-    return _end(result.exit_code, result.signal,
-                "the command's timeout killed it" if result.timed_out else None)
+def _expired(what: str, killed: bool = True) -> ConnectError:
+    # E2B's daemon ends the call at its deadline (deadline_exceeded, the SDKs' timeout
+    # error) as it kills the process: an `end` event would read as a failed command
+    return ConnectError("deadline_exceeded", f"{what}: the call's timeout (Connect-Timeout-Ms) "
+                        "passed" + ("; its deadline killed the process" if killed else ""))
 
 
 async def _follow_output(handle: SandboxPort, pid: int,
@@ -258,18 +261,23 @@ async def _follow_output(handle: SandboxPort, pid: int,
     async def on_stderr(chunk: bytes) -> None:
         await put(_data("stderr", chunk))
 
-    result = await handle.attach(pid, on_stdout=on_stdout, on_stderr=on_stderr,
-                                 keep_output=False)
-    await put(_end_of(result))
+    result: ExecResult = await handle.attach(pid, on_stdout=on_stdout, on_stderr=on_stderr,
+                                             keep_output=False)
+    if result.timed_out:
+        raise _expired(f"process {pid}")
+    await put(_end(result.exit_code, result.signal))
 
 
 async def _follow_pty(handle: SandboxPort, pid: int,
-                      put: Callable[[Message], Awaitable[None]]) -> None:
+                      put: Callable[[Message], Awaitable[None]],
+                      started: Started | None = None) -> None:
     session = await handle.pty_connect(pid)
     try:
         while True:
             item = await session.receive()
             if isinstance(item, PtyExit):
+                if started is not None and started.expired:
+                    raise _expired(f"terminal {pid}")
                 await put(_end(item.exit_code, item.signal))
                 return
             await put(_data("pty", item))
@@ -285,6 +293,9 @@ async def _events(request: Request, target: SandboxTarget, pid: int,
     stream stops following (the process runs on)."""
     interval = _seconds(request, KEEPALIVE_HEADER, DEFAULT_KEEPALIVE_SECONDS)
     interval = max(1.0, min(interval or DEFAULT_KEEPALIVE_SECONDS, 3600.0))
+    timeout_ms = _seconds(request, TIMEOUT_HEADER, None)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_ms / 1000 if timeout_ms else None
     queue: asyncio.Queue[Event] = asyncio.Queue(QUEUE_ITEMS)
     release = target.service.stream_slots.acquire(target.team)  # 429 past the team's bound
 
@@ -298,9 +309,12 @@ async def _events(request: Request, target: SandboxTarget, pid: int,
     try:
         yield {"event": {"start": {"pid": pid}}}
         while True:
+            wait = interval if deadline is None else min(interval, deadline - loop.time())
             try:
-                item = await asyncio.wait_for(queue.get(), interval)
+                item = await asyncio.wait_for(queue.get(), max(0.0, wait))
             except TimeoutError:
+                if deadline is not None and loop.time() >= deadline:
+                    raise _expired(f"the stream of process {pid}", killed=False) from None
                 yield {"event": {"keepalive": {}}}
                 continue
             if item is None:
@@ -344,10 +358,11 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
     registry(target.service).of(target.sandbox_id)[pid] = started
     if size is not None and timeout:
         _deadline(target, handle, pid, started, timeout / 1000)
-    follow = _follow_pty if size is not None else _follow_output
-
     async def follow_it(put: Callable[[Message], Awaitable[None]]) -> None:
-        await follow(handle, pid, put)
+        if size is not None:
+            await _follow_pty(handle, pid, put, started)
+        else:
+            await _follow_output(handle, pid, put)
 
     async for event in _events(request, target, pid, follow_it):
         yield event
@@ -366,6 +381,7 @@ def _deadline(target: SandboxTarget, handle: SandboxPort, pid: int, started: Sta
             return  # gone, and the pid perhaps another's now
         with contextlib.suppress(Exception):
             if pid in await _running(target, handle):
+                started.expired = True
                 await handle.signal(pid, signals.SIGKILL)
 
     task = asyncio.create_task(kill())
@@ -376,10 +392,13 @@ def _deadline(target: SandboxTarget, handle: SandboxPort, pid: int, started: Sta
 async def connect(request: Request, message: Message) -> AsyncIterator[Message]:
     target, handle = await _sandbox(request)
     pid, tty = await _select(target, handle, message)
-    follow = _follow_pty if tty else _follow_output
+    started = registry(target.service).of(target.sandbox_id).get(pid)
 
     async def follow_it(put: Callable[[Message], Awaitable[None]]) -> None:
-        await follow(handle, pid, put)
+        if tty:
+            await _follow_pty(handle, pid, put, started)
+        else:
+            await _follow_output(handle, pid, put)
 
     async for event in _events(request, target, pid, follow_it):
         yield event
