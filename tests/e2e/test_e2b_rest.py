@@ -5,6 +5,7 @@ and errors are tested on the fake host (tests/server/compat/e2b/test_rest_fake.p
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from datetime import UTC, datetime
@@ -103,19 +104,31 @@ def test_sync_sdk_create_list_timeout_pause_connect_kill(live_server: LiveServer
             Sandbox.kill(s.sandbox_id, **o)
 
 
-async def test_async_sdk_create_info_timeout_kill(live_server: LiveServer) -> None:
+async def test_async_sdk_create_info_auto_pause_kill(live_server: LiveServer) -> None:
     run = uuid.uuid4().hex[:8]
     o = opts(live_server)
-    s = await AsyncSandbox.create("base", timeout=60, metadata={"run": run}, **o)
+    s = await AsyncSandbox.create("base", timeout=60, metadata={"run": run},
+                                  lifecycle={"on_timeout": "pause"}, **o)
     try:
         info = await AsyncSandbox.get_info(s.sandbox_id, **o)
         assert info.state == SandboxState.RUNNING and info.metadata == {"run": run}
-        await AsyncSandbox.set_timeout(s.sandbox_id, 600, **o)
-        info = await AsyncSandbox.get_info(s.sandbox_id, **o)
-        assert info.end_at.timestamp() > time.time() + 500
+        assert info.lifecycle is not None and info.lifecycle["on_timeout"] == "pause"
         listed = await AsyncSandbox.list(query=SandboxQuery(metadata={"run": run}),
                                          **o).next_items()
         assert [x.sandbox_id for x in listed] == [s.sandbox_id]
+
+        # its timeout hibernates it (autoPause) rather than ending it; connect wakes it
+        run_in(live_server, s.sandbox_id, "echo kept > /root/kept.txt")
+        await AsyncSandbox.set_timeout(s.sandbox_id, 1, **o)
+        deadline = time.monotonic() + 300
+        while (await AsyncSandbox.get_info(s.sandbox_id, **o)).state != SandboxState.PAUSED:
+            assert time.monotonic() < deadline, "not paused at its timeout"
+            await asyncio.sleep(0.5)
+        await AsyncSandbox.connect(s.sandbox_id, timeout=600, **o)
+        info = await AsyncSandbox.get_info(s.sandbox_id, **o)
+        assert info.state == SandboxState.RUNNING
+        assert info.end_at.timestamp() > time.time() + 500
+        assert run_in(live_server, s.sandbox_id, "cat /root/kept.txt") == "kept\n"
     finally:
         assert await AsyncSandbox.kill(s.sandbox_id, **o) is True
     with pytest.raises(NotFoundException):
