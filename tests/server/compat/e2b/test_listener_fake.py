@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import struct
 import threading
@@ -18,6 +19,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from starlette.requests import Request
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect as ws_connect
+from websockets.sync.server import ServerConnection, serve
 
 from pandastack.hostport.results import ExecResult
 from pandastack.server.compat.e2b.envd import process
@@ -27,6 +31,7 @@ from pandastack.server.compat.e2b.tokens import tokens_for
 from pandastack.server.team_slots import TeamSlots
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
+from tests.server.live import fake_server
 from tests.server.preview_client import preview_client
 
 ENVD = 49983
@@ -383,3 +388,36 @@ async def test_the_calls_deadline_ends_the_stream(api: Api) -> None:
     with pytest.raises(ConnectError) as expired:
         await anext(events_of)
     assert expired.value.code == "deadline_exceeded" and slots.held("t") == 0
+
+
+def test_websockets_to_other_ports_take_the_traffic_token(tmp_path: Path) -> None:
+    """A WebSocket to a sandbox's own port by E2B's routing headers and traffic token, on a
+    real uvicorn (the in-memory host's slot is a loopback echo server); a wrong token is
+    refused before the handshake, E2B-shaped."""
+    def echo_handler(conn: ServerConnection) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            for message in conn:
+                conn.send(message)
+
+    server = serve(echo_handler, "127.0.0.1", 0, compression=None)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    echo_port = int(server.socket.getsockname()[1])
+    try:
+        with fake_server(tmp_path, fake_ns_ip="127.0.0.1") as srv:
+            r = httpx.post(f"{srv.url}/sandboxes", json={"templateID": "base"},
+                           headers={"X-API-Key": srv.admin_key}, timeout=30)
+            assert r.status_code == 201, r.text
+            sid, token = r.json()["sandboxID"], r.json()["trafficAccessToken"]
+            url = f"ws://127.0.0.1:{srv.preview_port}/room"
+            headers = routed(sid, echo_port, E2B_Traffic_Access_Token=token)
+            with ws_connect(url, additional_headers=headers, proxy=None, open_timeout=10) as ws:
+                ws.send("hello")
+                assert ws.recv(10) == "hello"
+            with pytest.raises(InvalidStatus) as refused:
+                ws_connect(url, additional_headers={**headers,
+                                                    "E2B-Traffic-Access-Token": "f" * 64},
+                           proxy=None, open_timeout=10)
+            assert refused.value.response.status_code == 401
+            assert json.loads(refused.value.response.body or b"{}")["code"] == 401
+    finally:
+        server.shutdown()
