@@ -11,7 +11,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from e2b import CommandExitException, PtySize, Sandbox, TimeoutException
+from e2b import (
+    CommandExitException,
+    PtySize,
+    Sandbox,
+    SandboxNotRunningException,
+    TimeoutException,
+)
 
 from tests.e2e.conftest import LiveServer
 
@@ -199,3 +205,18 @@ def test_agent_loop(sbx: Sandbox, live_server: LiveServer) -> None:
     assert outside.status_code == 200 and outside.text == FIXED
     assert sbx.commands.kill(server.pid)
     _until(lambda: server.pid not in _running(sbx), "the server to stop")
+
+
+def test_sandbox_killed_under_a_running_command(live_server: LiveServer) -> None:
+    """The SDK tells a sandbox killed under a command from a network failure by probing
+    /health: an ended sandbox answers as E2B's proxy does (502 "... was not found")."""
+    doomed = Sandbox.create("base", timeout=300, **_opts(live_server))  # type: ignore[arg-type]
+    try:
+        handle = doomed.commands.run("sleep 120", background=True)
+    finally:
+        doomed.kill()
+    with pytest.raises(SandboxNotRunningException) as gone:
+        handle.wait()
+    assert "killed or reached its end of life" in str(gone.value)
+    with pytest.raises(SandboxNotRunningException):
+        doomed.commands.run("true")
