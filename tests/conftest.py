@@ -19,6 +19,11 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from tests.helpers import SandboxFactory, vmm_pids_under
 from tests.host.objects.s3_server import s3_server
+from tests.lanes import (  # noqa: F401  (hooks: the lanes' order, soak variants, report)
+    pytest_collection_modifyitems,
+    pytest_runtest_logreport,
+    pytest_terminal_summary,
+)
 from tests.services import Postgres, postgres_server
 
 # Network safety: guests in tests never get the host's real resolver. The tests that need

@@ -22,6 +22,17 @@ from tests.server.vm_app import vm_app
 # the serial lane, so they neither slow nor are slowed by a second worker's VMs.
 pytestmark = [pytest.mark.vm, pytest.mark.serial]
 
+# `make test` runs each test in one host mode, two tests in each (tests/lanes.py marks the
+# other mode `soak`; `make soak` runs both): what contains a bomb is the guest's cgroups,
+# the same whichever host port carries the exec, and both modes' exec, timeout and output
+# paths stay in make test. Each variant is ~20 s of a lane where nothing else runs.
+MAKE_TEST_MODE = {
+    "test_fork_bomb_times_out_and_the_sandbox_keeps_answering": "in-process",
+    "test_memory_hog_is_oom_killed_and_the_sandbox_survives": "in-process",
+    "test_fork_bomb_that_fills_memory_is_killed_not_the_agent": "agent",
+    "test_output_flood_is_truncated_and_the_sandbox_survives": "agent",
+}
+
 BOMB = "bash -c ':(){ :|:& };:'; sleep 60"
 MEMORY_BOMB = ("python3 -c 'import os\nh = []\nwhile True:\n try:\n  os.fork()\n"
                "  h.append(bytearray(1 << 20))\n except (OSError, MemoryError): pass'; sleep 60")

@@ -1,5 +1,6 @@
-"""What a guest does to itself stays in the guest: fork bombs and memory hogs are contained,
-the agent keeps answering, other sandboxes and the host do not notice."""
+"""What a guest does to itself stays in the guest: a fork bomb is contained, the agent keeps
+answering, another sandbox does not notice. (Memory hogs and bombs: tests/server/
+test_api_vm_abuse.py, through the API to this runtime, with the same checks and more.)"""
 
 from __future__ import annotations
 
@@ -21,13 +22,3 @@ async def test_fork_bomb_is_contained(sandbox_factory: SandboxFactory) -> None:
     assert int(left.stdout) < 100, "the bomb's processes were not all killed"
     assert (await bystander.exec("echo fine")).stdout == b"fine\n"
 
-
-async def test_memory_hog_is_killed_not_the_agent(sandbox_factory: SandboxFactory) -> None:
-    sbx = await sandbox_factory()
-    hog = await sbx.exec(["python3", "-c", "h = []\nwhile True: h.append(b'x' * (32 << 20))"],
-                         timeout=120)
-    assert hog.signal == 9, hog
-    # It was the user-process cgroup's limit that struck, not the kernel's last resort.
-    events = await sbx.exec("grep oom_kill /sys/fs/cgroup/pandastack/memory.events")
-    assert int(events.stdout.split()[1]) >= 1, events.stdout
-    assert (await sbx.exec("echo alive")).stdout == b"alive\n"
