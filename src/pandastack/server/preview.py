@@ -27,6 +27,12 @@ only the API. Point a wildcard DNS name (`*.preview.example.com`) and a wildcard
 certificate at the preview listener, and set PANDASTACK_PREVIEW_URL to
 `https://preview.example.com` (docs/security.md). Without one, `http://localhost:PORT`:
 browsers resolve `*.localhost` to loopback.
+
+E2B's SDKs use the same listener (compat/e2b/listener.py): they name a sandbox port by the
+headers `E2b-Sandbox-Id` / `E2b-Sandbox-Port` (E2B_SANDBOX_URL) or by the same host names
+(E2B_DOMAIN). Ports 49983 and 49999 are E2B's daemon and code interpreter, answered by the
+room; on any other port E2B's traffic token is one more credential, and E2B's headers are
+never forwarded. A request in E2B's terms gets its errors in E2B's shape.
 """
 
 from __future__ import annotations
