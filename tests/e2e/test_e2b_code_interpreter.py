@@ -8,11 +8,13 @@ same sandbox. The SDK sees only what a user sets: the API URL, the sandbox URL, 
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2b import NotFoundException
+from e2b import NotFoundException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, OutputMessage, Result, Sandbox
 
 from pandastack import Sandbox as OurSandbox
@@ -146,6 +148,32 @@ def test_bash_runs_in_its_own_context(sbx: Sandbox) -> None:
     assert sbx.run_code("echo again $GREETING", language="bash").logs.stdout == [
         "again hi\n"]
     assert sbx.list_code_contexts()  # the default contexts are listed too
+
+
+def test_a_kill_during_a_run_ends_it_as_a_timeout(live_server: LiveServer) -> None:
+    victim = Sandbox.create(timeout=300, **e2b_opts(live_server))
+    ours = OurSandbox.connect(victim.sandbox_id, api_url=live_server.api_url,
+                              api_key=live_server.api_key)
+
+    def kill_once_running() -> None:
+        deadline = time.monotonic() + 300
+        while not ours.files.exists("/tmp/running") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        victim.kill()
+
+    killer = threading.Thread(target=kill_once_running)
+    killer.start()
+    try:
+        execution = victim.run_code("open('/tmp/running', 'w').close()\n"
+                                    "import time\ntime.sleep(600)")
+    except TimeoutException as e:  # killed before the run said anything: E2B's 502
+        assert "killed" in str(e), e
+    else:  # killed after the answer began (a loaded host): the run's last word
+        assert execution.error is not None, execution
+        assert execution.error.name == "UnexpectedEndOfExecution", execution.error
+        assert "killed" in execution.error.value
+    finally:
+        killer.join()
 
 
 async def test_async_sdk(sbx: Sandbox, live_server: LiveServer) -> None:

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from e2b import NotFoundException, SandboxException
+from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter.models import Execution, format_exception, parse_output
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
@@ -44,6 +44,7 @@ class FakePort:
         self.script = script or plain_run
         self.runs: list[dict[str, Any]] = []
         self.sandbox_env: dict[str, str] = {}
+        self.state = "running"
         self.contexts: dict[str, dict[str, object]] = {
             "default-python": {"id": "default-python", "language": "python", "cwd": "/work"}}
 
@@ -88,6 +89,9 @@ class FakeService:
     async def running(self, team: str, sandbox_id: str) -> tuple[object, FakePort]:
         assert (team, sandbox_id) == ("team-a", "sbx-000000000001")
         return SimpleNamespace(env=self.port.sandbox_env), self.port
+
+    def row(self, team: str, sandbox_id: str, *, touch: bool = True) -> object:
+        return SimpleNamespace(state=self.port.state)
 
 
 def app_for(port: FakePort) -> Callable[[Scope, Receive, Send], Any]:
@@ -226,6 +230,27 @@ async def test_a_run_that_fails_midway_ends_unexpectedly() -> None:
     assert execution.error is not None and execution.error.name == "UnexpectedEndOfExecution"
     assert "VM" in execution.error.value
     assert raw[-1] == {"type": "unexpected_end_of_execution"}
+
+
+async def test_a_sandbox_ended_under_the_call_is_the_sdks_timeout() -> None:
+    port = FakePort()
+
+    async def killed(code: str, **kw: Any) -> AsyncIterator[CodeEvent]:
+        if code == "killed":
+            port.state = "killed"  # the kill marks the row before it stops the VM
+        raise VMExited("the VM process exited")
+        yield CodeEvent("end")  # pragma: no cover (makes this a generator)
+
+    port.script = killed
+    async with client(port) as c:
+        r = await c.post("/execute", json={"code": "killed"})
+        assert r.status_code == 502, r.text
+        assert isinstance(format_exception(r), TimeoutException)
+        assert "killed" in r.json()["message"]
+        # the same failure while the sandbox still runs is told as it is
+        port.state = "running"
+        r = await c.post("/execute", json={"code": "died"})
+        assert r.status_code == 409 and "VM" in r.json()["message"]
 
 
 @pytest.mark.parametrize("body", [b"{", b"[]", b'"code"', json.dumps({"code": 3}).encode()])

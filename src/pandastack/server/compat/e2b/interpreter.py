@@ -35,7 +35,7 @@ from pandastack.rules import MAX_ENV_ITEMS, MAX_EXEC_TIMEOUT_SECONDS
 from pandastack.server.errors import ApiError, api_error_of, clean_text, host_call
 from pandastack.server.routes.deps import check_text
 from pandastack.server.sse import Finished, relayed
-from pandastack.wire import MAX_CODE_CHARS
+from pandastack.wire import ENDED_STATES, MAX_CODE_CHARS
 
 from .errors import E2bError, as_e2b, e2b_response
 from .target import target_of
@@ -223,6 +223,16 @@ def context_object(data: dict[str, object]) -> dict[str, str]:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+def ended_state(request: Request) -> str | None:
+    """The sandbox's state if it has ended (killed, expired...) since the call began."""
+    target = target_of(request)
+    try:
+        row = target.service.row(target.team, target.sandbox_id, touch=False)
+    except ApiError:
+        return "deleted"
+    return row.state if row.state in ENDED_STATES else None
+
+
 def answering(handler: Handler) -> Handler:
     """Our errors in E2B's shape, whichever app mounts the routes."""
     async def wrapped(request: Request) -> Response:
@@ -232,6 +242,12 @@ def answering(handler: Handler) -> Handler:
             error = as_e2b(exc)
             if error is None:
                 raise
+            if (error.status == 409 or error.status >= 500) \
+                    and (state := ended_state(request)) is not None:
+                # The sandbox ended under the call (its timeout, a kill): E2B's proxy says
+                # 502, which the SDKs raise as a TimeoutException about the sandbox's timeout.
+                return e2b_response(502, f"sandbox {target_of(request).sandbox_id} is "
+                                    f"{state}: it ended while the request was in progress")
             return e2b_response(error.status, error.message,
                                 getattr(exc, "headers", None) or None)
     return wrapped
