@@ -32,8 +32,9 @@ pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_DIR = Path(__file__).with_name("e2b_clients")
-STEPS = ("create", "agent_loop", "commands", "background", "files", "run_code",
-         "list_metadata", "timeout", "pause_resume", "kill", "gone")
+STEPS = ("create", "agent_loop", "commands", "background", "files", "stdin_reconnect", "watch",
+         "pty", "run_code", "png", "fork", "list_metadata", "timeout", "pause_resume", "kill",
+         "gone")
 CLIENTS = ("py-sync", "py-async", "js")
 CLIENT_TIMEOUT = 900  # a bound on a hung SDK call, never a pass/fail criterion
 

@@ -40,6 +40,14 @@ async function step(name, body, needs = ['create']) {
   }
 }
 
+async function until(done, what, seconds = 30) {
+  const deadline = performance.now() + seconds * 1000
+  while (!done()) {
+    if (performance.now() > deadline) throw new Error(`no ${what} in ${seconds} s`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
 async function exitOf(promise) {
   try {
     await promise
@@ -130,6 +138,51 @@ try {
     check(owner.stdout === 'user\n', owner.stdout)
   })
 
+  await step('stdin_reconnect', async () => {
+    let firstOut = ''
+    const first = await sbx.commands.run('cat', {
+      background: true, stdin: true, onStdout: (d) => { firstOut += d },
+    })
+    await sbx.commands.sendStdin(first.pid, 'one\n')
+    await until(() => firstOut.includes('one\n'), 'one echoed')
+    check(firstOut === 'one\n', firstOut)
+    await first.disconnect()
+    let againOut = ''
+    const again = await sbx.commands.connect(first.pid, { onStdout: (d) => { againOut += d } })
+    await sbx.commands.sendStdin(first.pid, 'two\n')
+    await until(() => againOut.includes('two\n'), 'two echoed')
+    // Ours replays the output the guest holds first (envd/process.py), where E2B's daemon
+    // sends only what comes after.
+    check(againOut === 'two\n' || againOut === 'one\ntwo\n', againOut)
+    await sbx.commands.closeStdin(first.pid)
+    check((await again.wait()).exitCode === 0, 'cat exits 0 after stdin closes')
+  })
+
+  await step('watch', async () => {
+    await sbx.files.makeDir('/home/user/w')
+    const names = []
+    const handle = await sbx.files.watchDir('/home/user/w', (e) => { names.push(e.name) })
+    await sbx.files.write('/home/user/w/new.txt', 'x')
+    await until(() => names.includes('new.txt'), 'a watch event for new.txt')
+    await handle.stop()
+  })
+
+  await step('pty', async () => {
+    let seen = ''
+    const decoder = new TextDecoder()
+    const term = await sbx.pty.create({
+      cols: 80, rows: 24, onData: (d) => { seen += decoder.decode(d, { stream: true }) },
+    })
+    const encoder = new TextEncoder()
+    await sbx.pty.sendInput(term.pid, encoder.encode('echo pty-$((6*7))\n'))
+    await until(() => seen.includes('pty-42'), 'pty-42 on the terminal')
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+    await sbx.pty.sendInput(term.pid, encoder.encode('stty size; exit 3\n'))
+    const ended = await exitOf(term.wait())
+    check(ended.exitCode === 3, { exitCode: ended.exitCode })
+    check(seen.includes('30 100'), seen)
+  })
+
   await step('run_code', async () => {
     const first = await sbx.runCode('x = 41')
     check(first.error === undefined, first.error ?? '')
@@ -139,6 +192,28 @@ try {
     check(JSON.stringify(printed.logs.stdout) === '["hello\\n"]', printed.logs)
     const failing = await sbx.runCode('1 / 0')
     check(failing.error?.name === 'ZeroDivisionError', failing.toJSON())
+  })
+
+  await step('png', async () => {
+    const drawn = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()')
+    const png = drawn.results.find((r) => r.png)?.png
+    check(png && Buffer.from(png, 'base64').subarray(0, 4).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47])),
+      drawn.toJSON())
+  })
+
+  await step('fork', async () => {
+    await sbx.files.write('/home/user/forked.txt', 'from the parent')
+    const kids = await sbx.fork({ count: 1 })
+    try {
+      check(kids.length === 1 && !(kids[0] instanceof Error), String(kids[0]))
+      const kid = kids[0]
+      check(kid.sandboxId !== sbx.sandboxId, 'a new id')
+      check((await kid.files.read('/home/user/forked.txt')) === 'from the parent', 'the parent\'s file')
+      await kid.files.write('/home/user/forked.txt', 'from the child')
+      check((await sbx.files.read('/home/user/forked.txt')) === 'from the parent', 'the parent unchanged')
+    } finally {
+      for (const kid of kids) if (!(kid instanceof Error)) await kid.kill()
+    }
   })
 
   await step('list_metadata', async () => {

@@ -7,10 +7,11 @@ the background command's output streamed to a callback.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import sys
 
-from e2b import CommandExitException, SandboxQuery
+from e2b import CommandExitException, PtySize, SandboxQuery
 from e2b_code_interpreter import AsyncSandbox
 from report import Report, run_async
 
@@ -122,6 +123,72 @@ async def steps(report: Report, sbx: AsyncSandbox | None, metadata: dict[str, st
         failed = await sbx.run_code("1 / 0")
         assert failed.error is not None and failed.error.name == "ZeroDivisionError", failed
 
+    async def stdin_reconnect() -> None:
+        assert sbx is not None
+        first_out: list[str] = []
+        first = await sbx.commands.run("cat", background=True, stdin=True,
+                                       on_stdout=first_out.append)
+        await sbx.commands.send_stdin(first.pid, "one\n")
+        await until(lambda: "one\n" in "".join(first_out), "one echoed")
+        assert "".join(first_out) == "one\n", first_out
+        await first.disconnect()
+        again_out: list[str] = []
+        again = await sbx.commands.connect(first.pid, on_stdout=again_out.append)
+        await sbx.commands.send_stdin(first.pid, "two\n")
+        await until(lambda: "two\n" in "".join(again_out), "two echoed")
+        # Ours replays the output the guest holds first (envd/process.py), where E2B's
+        # daemon sends only what comes after.
+        assert "".join(again_out) in ("two\n", "one\ntwo\n"), again_out
+        await sbx.commands.close_stdin(first.pid)
+        assert (await again.wait()).exit_code == 0
+
+    async def watch() -> None:
+        assert sbx is not None
+        await sbx.files.make_dir("/home/user/w")
+        names: list[str] = []
+        handle = await sbx.files.watch_dir("/home/user/w", on_event=lambda e: names.append(e.name))
+        await sbx.files.write("/home/user/w/new.txt", "x")
+        await until(lambda: "new.txt" in names, "a watch event for new.txt")
+        await handle.stop()
+
+    async def pty() -> None:
+        assert sbx is not None
+        seen: list[bytes] = []
+        term = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=seen.append)
+        await sbx.pty.send_stdin(term.pid, b"echo pty-$((6*7))\n")
+        await until(lambda: b"pty-42" in b"".join(seen), "pty-42 on the terminal")
+        await sbx.pty.resize(term.pid, PtySize(rows=30, cols=100))
+        await sbx.pty.send_stdin(term.pid, b"stty size; exit 3\n")
+        try:
+            await term.wait()
+            raise AssertionError("exit 3 raised nothing")
+        except CommandExitException as e:
+            assert e.exit_code == 3, e.exit_code
+        assert b"30 100" in b"".join(seen), seen
+
+    async def png() -> None:
+        assert sbx is not None
+        drawn = await sbx.run_code(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+        pngs = [r.png for r in drawn.results if r.png]
+        assert pngs and base64.b64decode(pngs[0]).startswith(b"\x89PNG"), drawn
+
+    async def fork() -> None:
+        assert sbx is not None
+        await sbx.files.write("/home/user/forked.txt", "from the parent")
+        kids = await sbx.fork(count=1)
+        try:
+            assert len(kids) == 1 and not isinstance(kids[0], Exception), kids
+            kid = kids[0]
+            assert kid.sandbox_id != sbx.sandbox_id
+            assert await kid.files.read("/home/user/forked.txt") == "from the parent"
+            await kid.files.write("/home/user/forked.txt", "from the child")
+            assert await sbx.files.read("/home/user/forked.txt") == "from the parent"
+        finally:
+            for kid in kids:
+                if not isinstance(kid, Exception):
+                    await kid.kill()
+
     async def list_metadata() -> None:
         assert sbx is not None
         found = await AsyncSandbox.list(query=SandboxQuery(metadata=metadata)).next_items()
@@ -161,11 +228,22 @@ async def steps(report: Report, sbx: AsyncSandbox | None, metadata: dict[str, st
         assert not await sbx.is_running()
 
     for name, body in (("agent_loop", agent_loop), ("commands", commands),
-                       ("background", background), ("files", files), ("run_code", run_code),
+                       ("background", background), ("files", files),
+                       ("stdin_reconnect", stdin_reconnect), ("watch", watch), ("pty", pty),
+                       ("run_code", run_code), ("png", png), ("fork", fork),
                        ("list_metadata", list_metadata), ("timeout", timeout),
                        ("pause_resume", pause_resume), ("kill", kill)):
         await run_async(report, name, body)
     await run_async(report, "gone", gone, needs=("kill",))
+
+
+async def until(done: object, what: str, seconds: float = 30) -> None:
+    """Until `done()` holds, the SDK's callbacks running meanwhile; at most `seconds`."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not done():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"no {what} in {seconds} s")
+        await asyncio.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ the code interpreter's template, each step's outcome a line in the report file (
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import sys
 import time
 
-from e2b import CommandExitException, SandboxQuery
+from e2b import CommandExitException, PtySize, SandboxQuery
 from e2b_code_interpreter import Sandbox
 from report import Report, run
 
@@ -121,6 +122,77 @@ def steps(report: Report, sbx: Sandbox | None, metadata: dict[str, str]) -> None
         failed = sbx.run_code("1 / 0")
         assert failed.error is not None and failed.error.name == "ZeroDivisionError", failed
 
+    def stdin_reconnect() -> None:
+        assert sbx is not None
+        first = sbx.commands.run("cat", background=True, stdin=True)
+        sbx.commands.send_stdin(first.pid, "one\n")
+        got = read_until(first, "one\n")
+        assert got == "one\n", got
+        first.disconnect()
+        again = sbx.commands.connect(first.pid)
+        sbx.commands.send_stdin(first.pid, "two\n")
+        # A second handle follows the process live; ours replays the output the guest holds
+        # first (envd/process.py), where E2B's daemon sends only what comes after.
+        got = read_until(again, "two\n")
+        assert got in ("two\n", "one\ntwo\n"), got
+        sbx.commands.close_stdin(first.pid)
+        assert again.wait().exit_code == 0
+
+    def watch() -> None:
+        assert sbx is not None
+        sbx.files.make_dir("/home/user/w")
+        handle = sbx.files.watch_dir("/home/user/w")
+        sbx.files.write("/home/user/w/new.txt", "x")
+        names: list[str] = []
+        deadline = time.monotonic() + 30
+        while "new.txt" not in names and time.monotonic() < deadline:
+            names += [e.name for e in handle.get_new_events()]
+            time.sleep(0.1)
+        handle.stop()
+        assert "new.txt" in names, names
+
+    def pty() -> None:
+        assert sbx is not None
+        term = sbx.pty.create(PtySize(rows=24, cols=80))
+        sbx.pty.send_stdin(term.pid, b"echo pty-$((6*7))\n")
+        seen = b""
+        for _out, _err, data in term:
+            seen += data or b""
+            if b"pty-42" in seen:
+                break
+        assert b"pty-42" in seen, seen
+        sbx.pty.resize(term.pid, PtySize(rows=30, cols=100))
+        sbx.pty.send_stdin(term.pid, b"stty size; exit 3\n")
+        rest: list[bytes] = []
+        try:
+            term.wait(on_pty=rest.append)
+            raise AssertionError("exit 3 raised nothing")
+        except CommandExitException as e:
+            assert e.exit_code == 3, e.exit_code
+        assert b"30 100" in b"".join(rest), rest
+
+    def png() -> None:
+        assert sbx is not None
+        drawn = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+        pngs = [r.png for r in drawn.results if r.png]
+        assert pngs and base64.b64decode(pngs[0]).startswith(b"\x89PNG"), drawn
+
+    def fork() -> None:
+        assert sbx is not None
+        sbx.files.write("/home/user/forked.txt", "from the parent")
+        kids = sbx.fork(count=1)
+        try:
+            assert len(kids) == 1 and not isinstance(kids[0], Exception), kids
+            kid = kids[0]
+            assert kid.sandbox_id != sbx.sandbox_id
+            assert kid.files.read("/home/user/forked.txt") == "from the parent"
+            kid.files.write("/home/user/forked.txt", "from the child")
+            assert sbx.files.read("/home/user/forked.txt") == "from the parent"
+        finally:
+            for kid in kids:
+                if not isinstance(kid, Exception):
+                    kid.kill()
+
     def list_metadata() -> None:
         assert sbx is not None
         found = Sandbox.list(query=SandboxQuery(metadata=metadata)).next_items()
@@ -163,12 +235,27 @@ def steps(report: Report, sbx: Sandbox | None, metadata: dict[str, str]) -> None
     run(report, "commands", commands)
     run(report, "background", background)
     run(report, "files", files)
+    run(report, "stdin_reconnect", stdin_reconnect)
+    run(report, "watch", watch)
+    run(report, "pty", pty)
     run(report, "run_code", run_code)
+    run(report, "png", png)
+    run(report, "fork", fork)
     run(report, "list_metadata", list_metadata)
     run(report, "timeout", timeout)
     run(report, "pause_resume", pause_resume)
     run(report, "kill", kill)
     run(report, "gone", gone, needs=("kill",))
+
+
+def read_until(handle: object, want: str) -> str:
+    """A handle's stdout until it holds `want` (the handle's own 60 s timeout bounds it)."""
+    seen = ""
+    for out, _err, _pty in handle:  # type: ignore[attr-defined]
+        seen += out or ""
+        if want in seen:
+            break
+    return seen
 
 
 if __name__ == "__main__":
