@@ -421,3 +421,41 @@ def test_websockets_to_other_ports_take_the_traffic_token(tmp_path: Path) -> Non
             assert json.loads(refused.value.response.body or b"{}")["code"] == 401
     finally:
         server.shutdown()
+
+
+async def test_start_user_and_working_directory(api: Api) -> None:
+    """What a Start asks the host for: the Basic-auth user (else E2B's `user`); the request's
+    directory, else the template's WORKDIR, else the user's home (a wrapper that changes to
+    $HOME and execs the command, keeping its pid); the sandbox's env under the request's."""
+    sid = await new_sandbox(api)
+    fake = api.app.state.service.runtime.handle(sid)
+    spawned: list[dict[str, object]] = []
+
+    async def spawn(cmd: object, **kwargs: object) -> int:
+        spawned.append({"cmd": cmd, **kwargs})
+        return 42
+
+    fake.spawn = spawn
+    headers = {**routed(sid, X_Access_Token=envd_token(api, sid)),
+               "Content-Type": "application/connect+json", "Connect-Timeout-Ms": "60000"}
+    root = "Basic " + base64.b64encode(b"root:").decode()
+    async with preview_client(api, "localhost") as c:
+        for extra, process_config in (
+                ({}, {"cmd": "ls", "args": ["-a"]}),
+                ({"Authorization": root}, {"cmd": "ls", "cwd": "/srv", "envs": {"A": "1"}})):
+            r = await c.post("/process.Process/Start", headers={**headers, **extra},
+                             content=envelope({"process": process_config}))
+            assert stream_events(r.content)[1] == {}
+        api.app.state.store.update_sandbox(sid, cwd="/app", env={"B": "2"})
+        r = await c.post("/process.Process/Start", headers=headers,
+                         content=envelope({"process": {"cmd": "ls"}}))
+        assert stream_events(r.content)[1] == {}
+    home, explicit, workdir = spawned
+    assert home["user"] == "user" and home["cwd"] is None
+    assert home["cmd"] == ["/bin/sh", "-c", 'cd "$HOME" 2>/dev/null; exec "$@"', "sh", "ls",
+                           "-a"]
+    assert home["timeout"] == 60.0
+    assert explicit["user"] == "root" and explicit["cwd"] == "/srv"
+    assert explicit["cmd"] == ["ls"] and explicit["env"] == {"A": "1"}
+    assert workdir["cwd"] == "/app" and workdir["cmd"] == ["ls"]
+    assert workdir["env"] == {"B": "2"}

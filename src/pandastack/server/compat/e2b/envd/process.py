@@ -10,8 +10,8 @@
 - `stdin: false` (what newer SDKs send unless asked) closes stdin at once, as E2B's daemon
   starts such a process with none; true (or absent, the proto's default) keeps it open.
 - The user is the Basic auth name, else E2B's default `user`; the working directory is the
-  request's or the user's home (E2B's default), the environment the sandbox's (its template's
-  ENV and the create's env) under the request's.
+  request's, else the template's WORKDIR, else the user's home (E2B's default); the
+  environment the sandbox's (its template's ENV and the create's env) under the request's.
 - `Connect` replays what the guest's rings hold of the process's output (the last 1 MiB of
   each stream) before it follows it live, where E2B's daemon sends only what comes after.
 - Processes are selected by pid or by the `tag` given at start; the tags and the configs
@@ -341,7 +341,9 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
         raise _invalid("stdin must be a boolean")
     timeout = _seconds(request, TIMEOUT_HEADER, None)
     row, _ = await target.service.running(target.team, target.sandbox_id)
-    env, _, _ = target.service.call_context(row, envs, None)
+    # the request's directory, else the template's WORKDIR, else the user's home: as E2B's
+    # daemon takes its template's default workdir before the home
+    env, cwd, _ = target.service.call_context(row, envs, cwd)
     user = target.user or DEFAULT_USER
     command = argv if cwd is not None else _home_cwd(argv)
     if size is not None:
