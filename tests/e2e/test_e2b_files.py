@@ -311,3 +311,54 @@ def test_health_envs_and_metrics(sbx: Sandbox, live_server: LiveServer) -> None:
     metrics = httpx.get(f"{base}/metrics", headers=headers, timeout=60).json()
     assert metrics["cpu_count"] >= 1 and 0 < metrics["mem_used"] < metrics["mem_total"]
     assert 0 < metrics["disk_used"] < metrics["disk_total"]
+
+
+def test_bad_input_is_a_clear_4xx(sbx: Sandbox, live_server: LiveServer) -> None:
+    base = f"http://127.0.0.1:{live_server.preview_port}"
+    headers = _envd_headers(sbx)
+
+    def rpc(method: str, body: object) -> httpx.Response:
+        return httpx.post(f"{base}/filesystem.Filesystem/{method}", json=body,
+                          headers=headers, timeout=60)
+
+    for method, body, status, code in [
+        ("Stat", {"path": 7}, 400, "invalid_argument"),
+        ("ListDir", {"path": "/", "depth": "many"}, 400, "invalid_argument"),
+        ("ListDir", {"path": "/etc/hostname"}, 400, "invalid_argument"),
+        ("CreateWatcher", {"path": "/tmp", "recursive": "yes"}, 400, "invalid_argument"),
+        ("CreateWatcher", {"path": "/nope"}, 404, "not_found"),
+        ("GetWatcherEvents", {"watcherId": "w-" + "0" * 24}, 404, "not_found"),
+        ("GetWatcherEvents", {}, 400, "invalid_argument"),
+        ("Remove", {"path": "/"}, 400, "invalid_argument"),
+        ("MakeDir", {"path": "/etc/hostname"}, 400, "invalid_argument"),
+        ("Stat", {"path": "a\u0000b"}, 400, "invalid_argument"),
+    ]:
+        answer = rpc(method, body)
+        assert (answer.status_code, answer.json()["code"]) == (status, code), (method, body,
+                                                                             answer.text)
+    assert rpc("ListDir", {"path": "/etc", "depth": "1"}).status_code == 200
+
+    def files(method: str, **kw: object) -> httpx.Response:
+        return httpx.request(method, f"{base}/files", headers={**headers, **kw.pop(
+            "extra", {})}, timeout=60, **kw)  # type: ignore[arg-type]
+
+    for answer, status in [
+        (files("POST", params={"path": "x.txt"}, content=b"x",
+               extra={"Content-Type": "text/plain"}), 400),
+        (files("POST", content=b"x", extra={"Content-Type": "application/octet-stream"}), 400),
+        (files("POST", params={"path": "x.txt"}, content=b"not gzip",
+               extra={"Content-Type": "application/octet-stream",
+                      "Content-Encoding": "gzip"}), 400),
+        (files("POST", content=b"--b\r\nbroken",
+               extra={"Content-Type": "multipart/form-data; boundary=b"}), 400),
+        (files("POST", params={"path": "/home/user"}, content=b"x",
+               extra={"Content-Type": "application/octet-stream"}), 400),
+        (files("GET", params={"path": "/home/user"}), 400),
+        (files("GET", params={"path": "/no/such/file"}), 404),
+        (files("GET", params={"path": "x", "username": "-rf"}), 401),
+        (files("GET", params={"path": "x", "signature_expiration": "1"}), 400),
+        (files("POST", params={"path": "x", "username": "nobody-here"}, content=b"x",
+               extra={"Content-Type": "application/octet-stream"}), 401),
+    ]:
+        assert answer.status_code == status, (answer.request.url, answer.text)
+        assert answer.json()["code"] == status and answer.json()["message"]

@@ -57,6 +57,23 @@ def _path(message: Message, name: str) -> str:
     return value
 
 
+def _uint(message: Message, name: str) -> int:
+    """A uint32 field: a JSON number or, as protobuf's JSON mapping allows, a decimal string."""
+    value = get(message, name, 0)
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+        raise ConnectError("invalid_argument", f"{name} must be an unsigned 32-bit integer")
+    return value
+
+
+def _bool(message: Message, name: str) -> bool:
+    value = get(message, name, False)
+    if not isinstance(value, bool):
+        raise ConnectError("invalid_argument", f"{name} must be true or false")
+    return value
+
+
 async def _handle(target: SandboxTarget) -> SandboxPort:
     _, handle = await target.service.running(target.team, target.sandbox_id)
     return handle
@@ -91,9 +108,7 @@ async def stat(request: Request, message: Message) -> Message:
 async def list_dir(request: Request, message: Message) -> Message:
     target = target_of(request)
     path = resolve(_path(message, "path"), user_of(target))
-    depth = get(message, "depth", 0) or 1
-    if not isinstance(depth, int) or depth < 1:
-        raise ConnectError("invalid_argument", "depth should be at least 1")
+    depth = _uint(message, "depth") or 1
     entries = await describe(await _handle(target), path, min(depth, MAX_LISTDIR_DEPTH),
                              follow_root=True)
     if entries[0].kind != "d" and entries[0].target_kind != "d":
@@ -164,7 +179,7 @@ async def _open_watch(target: SandboxTarget, message: Message
                       ) -> tuple[str, AsyncIterator[list[WatchEvent]]]:
     """A watch already set up in the guest (what changes from now on is seen), its root."""
     path = resolve(_path(message, "path"), user_of(target))
-    recursive = bool(get(message, "recursive", False))
+    recursive = _bool(message, "recursive")
     handle = await _handle(target)
     batches = handle.watch(path, recursive=recursive)
     try:
