@@ -386,3 +386,32 @@ async def test_auto_pause_hibernates_at_timeout_and_connect_rearms(tmp_path: Pat
         assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "running"
         await sweep(service, now=time.time() + 60)
         assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "hibernated"
+
+
+async def test_junk_on_every_route_is_a_4xx(api: Api) -> None:
+    c, h = api.client, e2b(api.admin_key)
+    sid = (await create(api))["sandboxID"]
+    routes = [("POST", "/v2/sandboxes"), ("POST", "/sandboxes"),
+              ("POST", f"/sandboxes/{sid}/timeout"), ("POST", f"/sandboxes/{sid}/refreshes"),
+              ("POST", f"/sandboxes/{sid}/pause"), ("POST", f"/sandboxes/{sid}/connect"),
+              ("POST", f"/v2/sandboxes/{sid}/connect"), ("POST", f"/sandboxes/{sid}/resume"),
+              ("POST", f"/sandboxes/{sid}/fork"), ("POST", f"/sandboxes/{sid}/snapshots"),
+              ("PUT", f"/sandboxes/{sid}/network")]
+    junk: list[bytes] = [b"[]", b'"x"', b"1e999", b'{"timeout": 1e999}',
+                         b'{"timeout": true}', b'{"count": "2"}', b"[" * 5000 + b"]" * 5000,
+                         b'{"templateID": "base", "network": {"allowOut": [1]}}',
+                         b'{"templateID": "base", "volumeMounts": [{"name": "\\u0000", '
+                         b'"path": "/x"}]}', b"\xff\xfe"]
+    for method, path in routes:
+        for body in junk:
+            r = await c.request(method, path, content=body,
+                                headers={**h, "Content-Type": "application/json"})
+            assert 400 <= r.status_code < 500, (method, path, body[:40], r.text)
+            assert set(r.json()) == {"code", "message"}, r.text
+    for query in ("limit=abc", "state=%00", "metadata=%ff%fe", "startedAfter=2026-13-45",
+                  "nextToken=" + "x" * 600, "template=" + "t" * 200):
+        r = await c.get(f"/v2/sandboxes?{query}", headers=h)
+        assert r.status_code == 400 and set(r.json()) == {"code", "message"}, (query, r.text)
+    for path in (f"/sandboxes/{'x' * 100}", "/sandboxes/sbx-%00", "/sandboxes/metrics"):
+        r = await c.get(path, headers=h)
+        assert r.status_code in (400, 404) and set(r.json()) == {"code", "message"}, r.text

@@ -19,7 +19,7 @@ from pandastack.rules import (
 
 
 class E2bBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, strict=True)
 
 
 class AutoResume(E2bBody):
