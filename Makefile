@@ -63,10 +63,11 @@ sdk-ts: deps
 # server tests first, quick ones last: --no-loadscope-reorder, since xdist's own order, most
 # tests first, put the one- and two-test VM modules, 20-80 s each, at the end with the other
 # worker idle). The serial lane runs each abuse test in one host mode (two in each; `soak`
-# marks the other, `make soak` runs it): 5 tests where there were 10 (the second modes were
-# 62 s of the serial lane on the quiet run, 2026-12-03; measured now beside other helpers'
-# VMs, load 3-9: the 5 left took 164 s). The agents' modules stay serial: run beside that
-# load, 13 passed and one failed on a forked guest's clock 1.7 s behind (a 1 s bound).
+# marks the other, `make soak` runs it): 5 tests where there were 10 (the dropped ones on
+# the quiet 2026-12-03 run: 22.5 s and 16.9 s, and two under its top ten's 16.7 s; beside
+# other helpers' VMs, load 3-9, the 5 left took 164 s). The agents' modules stay serial: run
+# beside that load, 13 passed and one failed on a forked guest's clock 1.7 s behind (1 s
+# bound).
 # Each lane ends with its slowest modules (tests/lanes.py), to know what to cut next.
 # Before the lanes, every guest image and template the tests use is built or found (~2 s when
 # cached): no test builds one, so the lanes' time and durations are the tests'. Node's image

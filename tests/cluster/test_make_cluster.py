@@ -1,7 +1,8 @@
 """What a user starts: `make cluster HOSTS=2` for real (PostgreSQL, the S3 server, two agents in
 namespaces of their own, real VMs), driven only through the public SDK on its API server;
 then `make cluster-down`, after which nothing of it is left (issue 33). One cluster for the
-module, its checks in the order a user would meet them; the agent killed last.
+module, its checks in the order a user would meet them; the agent killed last, its subjects
+the sandboxes the snapshot test made across the agents (no more VMs booted for it).
 
 It runs in `make test`'s serial lane (marked `serial`) and in `make soak` (`cluster`).
 Traffic: only to 127.0.0.1 and to the namespaces the cluster makes."""
@@ -171,6 +172,35 @@ def told(sbx: Sandbox, pid: int) -> str:
     return result.stdout
 
 
+@dataclass(frozen=True)
+class Across:
+    """A sandbox on agent 1 running the memory holder, and two on agent 2 made from it (from
+    its snapshot, and its fork): the snapshot test's subjects, then the killed agent's (one
+    on the agent that dies, more on the other), so that test boots no three more VMs."""
+
+    src: Sandbox
+    pid: int
+    value: str
+    restored: Sandbox
+    child: Sandbox
+
+
+@pytest.fixture(scope="module")
+def across(cluster: Cluster) -> Iterator[Across]:
+    a, b = cluster.host_ids
+    made = [cluster.create(host_id=a)]
+    try:
+        pid, value = holder(made[0])
+        # Through the object store: A uploads, B fetches (issue 33: this was a 503).
+        made.append(cluster.create(snapshot=made[0].snapshot(), host_id=b))
+        # Streamed from A to B, agent to agent across their namespaces.
+        made += made[0].fork(host_id=b)
+        yield Across(made[0], pid, value, made[1], made[2])
+    finally:
+        for box in made:
+            box.kill()
+
+
 def test_creates_spread_over_both_agents_each_in_its_own_state(cluster: Cluster) -> None:
     boxes = [cluster.create() for _ in range(2)]
     try:
@@ -186,25 +216,13 @@ def test_creates_spread_over_both_agents_each_in_its_own_state(cluster: Cluster)
 
 
 def test_a_snapshot_on_one_agent_creates_and_a_fork_runs_on_the_other(
-        cluster: Cluster) -> None:
+        cluster: Cluster, across: Across) -> None:
     a, b = cluster.host_ids
-    src = cluster.create(host_id=a)
-    made: list[Sandbox] = []
-    try:
-        assert src.info.host_id == a
-        pid, value = holder(src)
-        # Through the object store: A uploads, B fetches (issue 33: this was a 503).
-        made.append(cluster.create(snapshot=src.snapshot(), host_id=b))
-        assert made[-1].info.host_id == b
-        assert told(made[-1], pid) == value
-        # Streamed from A to B, agent to agent across their namespaces.
-        made += src.fork(host_id=b)
-        assert made[-1].info.host_id == b
-        assert told(made[-1], pid) == value
-        assert told(src, pid) == value  # the parent runs on
-    finally:
-        for box in (src, *made):
-            box.kill()
+    assert across.src.info.host_id == a
+    for made in (across.restored, across.child):
+        assert made.info.host_id == b
+        assert told(made, across.pid) == across.value
+    assert told(across.src, across.pid) == across.value  # the parent runs on
 
 
 def test_only_an_admin_key_chooses_the_host(cluster: Cluster) -> None:
@@ -224,12 +242,13 @@ def test_only_an_admin_key_chooses_the_host(cluster: Cluster) -> None:
 
 
 def test_a_killed_agent_loses_its_sandboxes_and_creates_go_to_the_other(
-        cluster: Cluster) -> None:
+        cluster: Cluster, across: Across) -> None:
     """Last: agent 1 stays dead (make cluster-down takes its orphaned VMs)."""
     a, b = cluster.host_ids
-    lost = cluster.create(host_id=a)
+    lost = across.src
     # B holds more than A: a create that still counted A in would go there.
-    kept = [cluster.create(host_id=b) for _ in range(2)]
+    kept = [across.restored, across.child]
+    assert lost.refresh().host_id == a and [k.refresh().host_id for k in kept] == [b, b]
     made: list[Sandbox] = []
     try:
         os.kill(int(str(cluster.hosts[0]["pid"])), signal.SIGKILL)
@@ -241,5 +260,5 @@ def test_a_killed_agent_loses_its_sandboxes_and_creates_go_to_the_other(
         assert [box.refresh().state for box in kept] == ["running"] * 2
         assert kept[0].exec(["true"]).exit_code == 0
     finally:
-        for box in (lost, *kept, *made):
+        for box in made:
             box.kill()
