@@ -386,6 +386,13 @@ async def test_auto_pause_hibernates_at_timeout_and_connect_rearms(tmp_path: Pat
         assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "running"
         await sweep(service, now=time.time() + 60)
         assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "hibernated"
+        # its forks are autoPause sandboxes too
+        r = await c.post(f"/sandboxes/{kept}/fork", json={"timeout": 30}, headers=h)
+        child = r.json()[0]["sandbox"]["sandboxID"]
+        got = (await c.get(f"/sandboxes/{child}", headers=h)).json()
+        assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+        await sweep(service, now=time.time() + 60)
+        assert (await c.get(f"/v1/sandboxes/{child}")).json()["state"] == "hibernated"
 
 
 async def test_junk_on_every_route_is_a_4xx(api: Api) -> None:

@@ -359,10 +359,13 @@ async def resume(sandbox_id: SandboxId, who: Caller, service: Service,
 async def fork_sandbox(sandbox_id: SandboxId, who: Caller, service: Service,
                        settings: AppSettings, body: Fork | None = None) -> Response:
     """Children with the parent's memory, processes and files; each gets `timeout` from
-    now when the body names one, else the parent's lifecycle."""
+    now when the body names one, else the parent's lifecycle, and the parent's autoPause."""
     live_row(service, who.team, sandbox_id)
     count = 1 if body is None or body.count is None else body.count
-    _, children, _ = await fork(service, who.team, sandbox_id, count)
+    parent, children, _ = await fork(service, who.team, sandbox_id, count)
+    if parent.on_expiry is not None:
+        children = [service.store.update_sandbox(c.id, on_expiry=HIBERNATE) or c
+                    for c in children]
     if body is not None and body.timeout is not None:
         children = [service.set_lifecycle(who.team, c.id, None, None,
                                           timeout_seconds=body.timeout) for c in children]
