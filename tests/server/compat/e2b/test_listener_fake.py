@@ -14,7 +14,6 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -26,9 +25,7 @@ from websockets.sync.server import ServerConnection, serve
 from pandastack.hostport.results import ExecResult
 from pandastack.server.compat.e2b.envd import process
 from pandastack.server.compat.e2b.envd.connect import ConnectError
-from pandastack.server.compat.e2b.target import SandboxTarget
 from pandastack.server.compat.e2b.tokens import tokens_for
-from pandastack.server.team_slots import TeamSlots
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.live import fake_server
@@ -325,7 +322,7 @@ async def test_process_service_on_the_fake_host(api: Api) -> None:
 async def test_quiet_stream_keepalives_and_leaving_it() -> None:
     """A quiet process's stream gets a keepalive per Keepalive-Ping-Interval (the follower
     only goes on once the test has seen one: no timing assertion); leaving the stream stops
-    the following and gives the team's stream slot back."""
+    the following."""
     go, left = asyncio.Event(), asyncio.Event()
 
     async def follow(put: Callable[[dict[str, object]], Awaitable[None]]) -> None:
@@ -336,14 +333,10 @@ async def test_quiet_stream_keepalives_and_leaving_it() -> None:
         finally:
             left.set()
 
-    slots = TeamSlots(1, "streams")
-    target = SandboxTarget(service=SimpleNamespace(stream_slots=slots),  # type: ignore[arg-type]
-                           team="t", sandbox_id="sbx-000000000000", port=49983, user=None)
     request = Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
                        "headers": [(b"keepalive-ping-interval", b"1")]})
-    events = process._events(request, target, 7, follow)
+    events = process._events(request, 7, follow)
     assert await anext(events) == {"event": {"start": {"pid": 7}}}
-    assert slots.held("t") == 1
     assert await anext(events) == {"event": {"keepalive": {}}}
     go.set()
     item = await anext(events)
@@ -351,7 +344,7 @@ async def test_quiet_stream_keepalives_and_leaving_it() -> None:
         item = await anext(events)
     assert item == {"event": {"data": {"stdout": "aGk="}}}
     await events.aclose()  # the client went away
-    assert left.is_set() and slots.held("t") == 0
+    assert left.is_set()
 
 
 async def test_the_calls_deadline_ends_the_stream(api: Api) -> None:
@@ -374,20 +367,17 @@ async def test_the_calls_deadline_ends_the_stream(api: Api) -> None:
         assert events == [{"event": {"start": {"pid": 42}}}]
         assert end["error"]["code"] == "deadline_exceeded", end
 
-    slots = TeamSlots(1, "streams")
-    target = SandboxTarget(service=SimpleNamespace(stream_slots=slots),  # type: ignore[arg-type]
-                           team="t", sandbox_id="sbx-000000000000", port=49983, user=None)
     request = Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
                        "headers": [(b"connect-timeout-ms", b"50")]})
 
     async def quiet(put: Callable[[dict[str, object]], Awaitable[None]]) -> None:
         await asyncio.Event().wait()
 
-    events_of = process._events(request, target, 7, quiet)
+    events_of = process._events(request, 7, quiet)
     assert await anext(events_of) == {"event": {"start": {"pid": 7}}}
     with pytest.raises(ConnectError) as expired:
         await anext(events_of)
-    assert expired.value.code == "deadline_exceeded" and slots.held("t") == 0
+    assert expired.value.code == "deadline_exceeded"
 
 
 def test_websockets_to_other_ports_take_the_traffic_token(tmp_path: Path) -> None:
@@ -459,3 +449,34 @@ async def test_start_user_and_working_directory(api: Api) -> None:
     assert explicit["cmd"] == ["ls"] and explicit["env"] == {"A": "1"}
     assert workdir["cwd"] == "/app" and workdir["cmd"] == ["ls"]
     assert workdir["env"] == {"B": "2"}
+
+
+async def test_a_team_past_its_commands_starts_nothing(api: Api) -> None:
+    """A Start holds one of the team's commands running for as long as its stream is
+    followed; past the bound it is resource_exhausted before anything starts."""
+    sid = await new_sandbox(api)
+    service = api.app.state.service
+    fake = service.runtime.handle(sid)
+    spawned: list[object] = []
+    real_spawn = fake.spawn
+
+    async def spawn(cmd: object, **kwargs: object) -> int:
+        spawned.append(cmd)
+        return int(await real_spawn(cmd, **kwargs))
+
+    fake.spawn = spawn
+    team = service.store.sandbox_by_id(sid).team
+    held = [service.exec_slots.acquire(team) for _ in range(service.exec_slots.limit)]
+    headers = {**routed(sid, X_Access_Token=envd_token(api, sid)),
+               "Content-Type": "application/connect+json"}
+    async with preview_client(api, "localhost") as c:
+        r = await c.post("/process.Process/Start", headers=headers,
+                         content=envelope({"process": {"cmd": "ls"}}))
+        events, end = stream_events(r.content)
+        assert events == [] and end["error"]["code"] == "resource_exhausted", end
+        assert spawned == []
+        held.pop()()
+        r = await c.post("/process.Process/Start", headers=headers,
+                         content=envelope({"process": {"cmd": "ls"}}))
+        assert stream_events(r.content)[1] == {} and len(spawned) == 1
+    assert service.exec_slots.held(team) == len(held)  # the finished stream gave it back

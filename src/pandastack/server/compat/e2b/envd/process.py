@@ -286,7 +286,7 @@ async def _follow_pty(handle: SandboxPort, pid: int,
             await session.close()
 
 
-async def _events(request: Request, target: SandboxTarget, pid: int,
+async def _events(request: Request, pid: int,
                   follow: Callable[[Callable[[Message], Awaitable[None]]], Awaitable[None]]
                   ) -> AsyncIterator[Message]:
     """`start`, then what `follow` puts, with keepalives while it is quiet; leaving the
@@ -297,7 +297,6 @@ async def _events(request: Request, target: SandboxTarget, pid: int,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000 if timeout_ms else None
     queue: asyncio.Queue[Event] = asyncio.Queue(QUEUE_ITEMS)
-    release = target.service.stream_slots.acquire(target.team)  # 429 past the team's bound
 
     async def run() -> None:
         try:
@@ -322,7 +321,6 @@ async def _events(request: Request, target: SandboxTarget, pid: int,
             yield item
         await task  # what it raised ends the stream with that error
     finally:
-        release()
         if not task.done():
             task.cancel()
             with contextlib.suppress(BaseException):
@@ -332,7 +330,6 @@ async def _events(request: Request, target: SandboxTarget, pid: int,
 # -- the methods ---------------------------------------------------------------------------
 
 async def start(request: Request, message: Message) -> AsyncIterator[Message]:
-    target, handle = await _sandbox(request)
     argv, envs, cwd, shown = _config(message)
     size = _pty_size(message)
     tag = _string(message.get("tag"), "tag")
@@ -340,34 +337,42 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
     if not isinstance(stdin, bool):
         raise _invalid("stdin must be a boolean")
     timeout = _seconds(request, TIMEOUT_HEADER, None)
-    row, _ = await target.service.running(target.team, target.sandbox_id)
+    target = target_of(request)
+    row, handle = await target.service.running(target.team, target.sandbox_id)
     # the request's directory, else the template's WORKDIR, else the user's home: as E2B's
     # daemon takes its template's default workdir before the home
     env, cwd, _ = target.service.call_context(row, envs, cwd)
     user = target.user or DEFAULT_USER
     command = argv if cwd is not None else _home_cwd(argv)
-    if size is not None:
-        pid = await target.service.host_call(handle.pty_create(
-            cols=size[0], rows=size[1], cmd=command, env=env, cwd=cwd, user=user))
-    else:
-        pid = await target.service.host_call(handle.spawn(
-            command, env=env, cwd=cwd, user=user,
-            timeout=timeout / 1000 if timeout else None))
-        if not stdin:
-            with contextlib.suppress(GuestOSError):  # ESRCH: it is already gone
-                await handle.send_stdin(pid, b"", eof=True)
-    started = Started(shown, tag, size is not None)
-    registry(target.service).of(target.sandbox_id)[pid] = started
-    if size is not None and timeout:
-        _deadline(target, handle, pid, started, timeout / 1000)
-    async def follow_it(put: Callable[[Message], Awaitable[None]]) -> None:
+    # a command running, as our exec stream counts one; taken before it starts, so that a
+    # refusal leaves nothing running that no one knows of
+    release = target.service.exec_slots.acquire(target.team)
+    try:
         if size is not None:
-            await _follow_pty(handle, pid, put, started)
+            pid = await target.service.host_call(handle.pty_create(
+                cols=size[0], rows=size[1], cmd=command, env=env, cwd=cwd, user=user))
         else:
-            await _follow_output(handle, pid, put)
+            pid = await target.service.host_call(handle.spawn(
+                command, env=env, cwd=cwd, user=user,
+                timeout=timeout / 1000 if timeout else None))
+            if not stdin:
+                with contextlib.suppress(GuestOSError):  # ESRCH: it is already gone
+                    await handle.send_stdin(pid, b"", eof=True)
+        started = Started(shown, tag, size is not None)
+        registry(target.service).of(target.sandbox_id)[pid] = started
+        if size is not None and timeout:
+            _deadline(target, handle, pid, started, timeout / 1000)
 
-    async for event in _events(request, target, pid, follow_it):
-        yield event
+        async def follow_it(put: Callable[[Message], Awaitable[None]]) -> None:
+            if size is not None:
+                await _follow_pty(handle, pid, put, started)
+            else:
+                await _follow_output(handle, pid, put)
+
+        async for event in _events(request, pid, follow_it):
+            yield event
+    finally:
+        release()
 
 
 _DEADLINES: set[asyncio.Task[None]] = set()
@@ -402,8 +407,13 @@ async def connect(request: Request, message: Message) -> AsyncIterator[Message]:
         else:
             await _follow_output(handle, pid, put)
 
-    async for event in _events(request, target, pid, follow_it):
-        yield event
+    # following a running process, as our process stream counts one
+    release = target.service.stream_slots.acquire(target.team)
+    try:
+        async for event in _events(request, pid, follow_it):
+            yield event
+    finally:
+        release()
 
 
 async def list_processes(request: Request, message: Message) -> Message:
