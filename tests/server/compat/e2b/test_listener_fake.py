@@ -480,3 +480,21 @@ async def test_a_team_past_its_commands_starts_nothing(api: Api) -> None:
                          content=envelope({"process": {"cmd": "ls"}}))
         assert stream_events(r.content)[1] == {} and len(spawned) == 1
     assert service.exec_slots.held(team) == len(held)  # the finished stream gave it back
+
+
+def test_what_is_remembered_of_started_processes_is_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process, "MAX_PROCESSES_REMEMBERED", 2)
+    monkeypatch.setattr(process, "MAX_SANDBOXES_REMEMBERED", 2)
+    known = process.Registry()
+
+    def started(tag: str) -> process.Started:
+        return process.Started({"cmd": "x"}, tag, False)
+
+    for pid in (1, 2, 3):
+        known.add("a", pid, started(str(pid)))
+    assert list(known.of("a")) == [2, 3]  # the oldest went
+    known.add("b", 1, started("b"))
+    known.of("a")  # used again: now the most recent
+    known.add("c", 1, started("c"))
+    assert set(known.by_sandbox) == {"a", "c"}

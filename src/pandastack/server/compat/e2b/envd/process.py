@@ -50,6 +50,8 @@ TIMEOUT_HEADER = "connect-timeout-ms"
 DEFAULT_KEEPALIVE_SECONDS = 50.0
 QUEUE_ITEMS = 64
 MAX_ARGS = 4096
+MAX_PROCESSES_REMEMBERED = 256  # per sandbox
+MAX_SANDBOXES_REMEMBERED = 4096
 # Connect's JSON names E2B's Signal enum by name; numbers are accepted too.
 SIGNALS = {"SIGNAL_SIGTERM": signals.SIGTERM, "SIGNAL_SIGKILL": signals.SIGKILL}
 
@@ -66,12 +68,27 @@ class Started:
 
 @dataclass
 class Registry:
-    """Per sandbox: pid -> what it was started with (for List and tag selectors)."""
+    """Per sandbox: pid -> what it was started with (for List and tag selectors). Bounded,
+    oldest first out: entries of exited processes go when List or a selector meets them,
+    those of sandboxes that ended only by these bounds."""
 
     by_sandbox: dict[str, dict[int, Started]] = field(default_factory=dict)
 
     def of(self, sandbox_id: str) -> dict[int, Started]:
-        return self.by_sandbox.setdefault(sandbox_id, {})
+        found = self.by_sandbox.pop(sandbox_id, None)
+        if found is None:
+            found = {}
+            while len(self.by_sandbox) >= MAX_SANDBOXES_REMEMBERED:
+                del self.by_sandbox[next(iter(self.by_sandbox))]
+        self.by_sandbox[sandbox_id] = found  # the most recently used last
+        return found
+
+    def add(self, sandbox_id: str, pid: int, started: Started) -> None:
+        processes = self.of(sandbox_id)
+        processes.pop(pid, None)
+        while len(processes) >= MAX_PROCESSES_REMEMBERED:
+            del processes[next(iter(processes))]
+        processes[pid] = started
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[SandboxService, Registry] = weakref.WeakKeyDictionary()
@@ -359,7 +376,7 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
                 with contextlib.suppress(GuestOSError):  # ESRCH: it is already gone
                     await handle.send_stdin(pid, b"", eof=True)
         started = Started(shown, tag, size is not None)
-        registry(target.service).of(target.sandbox_id)[pid] = started
+        registry(target.service).add(target.sandbox_id, pid, started)
         if size is not None and timeout:
             _deadline(target, handle, pid, started, timeout / 1000)
 
