@@ -15,10 +15,12 @@ from fastapi.responses import JSONResponse, Response
 
 from pandastack.hostport.errors import HostError, SandboxNotFound
 from pandastack.rules import SNAPSHOT_ID_RE
+from pandastack.server.auth import Principal
 from pandastack.server.errors import ApiError
 from pandastack.server.lifecycle import HIBERNATE, SPENT
 from pandastack.server.routes.deps import SandboxId
 from pandastack.server.service import SandboxService
+from pandastack.server.settings import Settings
 from pandastack.server.snapshots import delete_snapshot, fork, take_snapshot
 from pandastack.server.store import Sandbox
 from pandastack.server.store.listing import BadPageToken, SandboxFilter
@@ -77,7 +79,7 @@ def live_row(service: SandboxService, team: str, sandbox_id: str, *,
     return row
 
 
-def sandbox(service: SandboxService, row: Sandbox, settings: Any,
+def sandbox(service: SandboxService, row: Sandbox, settings: Settings,
             status: int = 201) -> JSONResponse:
     return JSONResponse(created(service.info(row), tokens(service), domain(settings)),
                         status_code=status)
@@ -314,8 +316,8 @@ async def wake(service: SandboxService, team: str, row: Sandbox) -> Sandbox:
     return await service.wake(team, row.id)
 
 
-async def connect(sandbox_id: str, timeout: int, who: Any, service: SandboxService,
-                  settings: Any) -> Response:
+async def connect(sandbox_id: str, timeout: int, who: Principal, service: SandboxService,
+                  settings: Settings) -> Response:
     row = live_row(service, who.team, sandbox_id)
     woke = row.state != "running"
     if woke:
