@@ -5,6 +5,7 @@ our OpenAPI contract (app.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import urllib.parse
 from datetime import datetime
@@ -230,15 +231,12 @@ async def metrics_many(who: Caller, service: Service,
     ids = [i for i in dict.fromkeys(sandbox_ids.split(",")) if i]
     if len(ids) > MAX_METRICS_IDS:
         raise bad(f"sandbox_ids: at most {MAX_METRICS_IDS}")
-    found: dict[str, Any] = {}
-    for sandbox_id in ids:
-        row = service.store.get_sandbox(who.team, sandbox_id)
-        if row is None or row.state in GONE:
-            continue  # another team's is never told apart from none
-        m = await measure(service, row)
-        if m is not None:
-            found[sandbox_id] = m
-    return JSONResponse({"sandboxes": found})
+    rows = [row for row in (service.store.get_sandbox(who.team, i) for i in ids)
+            if row is not None and row.state not in GONE]  # another team's: as none
+    # Each measures over the same window in its own guest: at once, not one after another.
+    measured = await asyncio.gather(*(measure(service, row) for row in rows))
+    return JSONResponse({"sandboxes": {row.id: m for row, m in zip(rows, measured, strict=True)
+                                       if m is not None}})
 
 
 @router.get("/sandboxes/{sandbox_id}/metrics")
