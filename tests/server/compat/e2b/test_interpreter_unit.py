@@ -1,4 +1,4 @@
-"""E2B's code interpreter routes (compat/e2b/interpreter.py) over a scripted sandbox port:
+"""E2B's code interpreter routes (compat/e2b/interpreter/) over a scripted sandbox port:
 what they send is read back with the official SDK's own parser (`parse_output`,
 `format_exception`), so a line it would misread fails here. The real interpreter in a real VM
 is tests/e2e/test_e2b_code_interpreter.py."""
@@ -22,8 +22,9 @@ from pandastack.hostport.errors import CodeContextNotFound, UnsupportedLanguage,
 from pandastack.hostport.results import CodeEvent
 from pandastack.server.compat.e2b import interpreter
 from pandastack.server.compat.e2b.errors import E2bError
-from pandastack.server.compat.e2b.interpreter import (
-    MAX_BODY_BYTES,
+from pandastack.server.compat.e2b.interpreter import routes
+from pandastack.server.compat.e2b.interpreter.routes import MAX_BODY_BYTES
+from pandastack.server.compat.e2b.interpreter.translate import (
     event_lines,
     parse_run,
     result_object,
@@ -253,6 +254,21 @@ async def test_a_sandbox_ended_under_the_call_is_the_sdks_timeout() -> None:
         assert r.status_code == 409 and "VM" in r.json()["message"]
 
 
+async def test_a_sandbox_ended_midway_says_so_in_the_last_error() -> None:
+    port = FakePort()
+
+    async def killed_midway(code: str, **kw: Any) -> AsyncIterator[CodeEvent]:
+        yield CodeEvent("stdout", text="started\n")
+        port.state = "expired"
+        raise VMExited("the VM process exited")
+
+    port.script = killed_midway
+    async with client(port) as c:
+        r = await c.post("/execute", json={"code": "1"})
+    execution, _ = read_execution(r.text)
+    assert execution.error is not None and "is expired" in execution.error.value
+
+
 @pytest.mark.parametrize("body", [b"{", b"[]", b'"code"', json.dumps({"code": 3}).encode()])
 async def test_bad_bodies_are_400(body: bytes) -> None:
     async with client(FakePort()) as c:
@@ -356,7 +372,7 @@ async def test_lines_go_out_as_the_run_produces_them_and_leaving_interrupts_it()
 
 async def test_a_quiet_run_is_answered_before_its_first_event(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(interpreter, "FIRST_EVENT_WAIT", 0.0)
+    monkeypatch.setattr(routes, "FIRST_EVENT_WAIT", 0.0)
     started = asyncio.Event()
 
     async def quiet(code: str, **kw: Any) -> AsyncIterator[CodeEvent]:
