@@ -101,15 +101,17 @@ def run_client(client: str, sdks: dict[str, str], work: Path, env: dict[str, str
             "js": ["node", "js_sdk.mjs"]}[client]
     proc = subprocess.run([*argv, str(out), run_id], cwd=work, env=env, capture_output=True,
                           text=True, timeout=CLIENT_TIMEOUT)
-    lines = out.read_text().splitlines() if out.exists() else []
-    steps = {r["step"]: r for r in map(json.loads, lines)}
+    records = [json.loads(line) for line in
+               (out.read_text().splitlines() if out.exists() else [])]
+    steps = {r["step"]: r for r in records if r["step"] != "_made"}
     tail = (proc.stdout + proc.stderr)[-3000:]
     # A crash outside a step (an import error, the SDK's own bug) fails the steps it never
     # reached with its output, so it is not read as a server fault.
     for step in STEPS:
         steps.setdefault(step, {"step": step, "ok": False,
                                 "error": f"no outcome; exit {proc.returncode}: {tail}"})
-    steps["_run"] = {"run": run_id, "exit": proc.returncode, "output": tail}
+    made = [i for r in records if r["step"] == "_made" for i in r["sandboxes"]]
+    steps["_run"] = {"run": run_id, "exit": proc.returncode, "output": tail, "made": made}
     return steps
 
 
@@ -123,9 +125,12 @@ def test_step(client: str, step: str,
 @pytest.mark.parametrize("client", CLIENTS)
 def test_nothing_left(client: str, reports: Callable[[str], dict[str, dict[str, Any]]],
                       live_server: LiveServer) -> None:
-    """Whatever a client's steps did, its sandbox is gone afterwards (by its run's metadata,
-    through our own SDK)."""
-    run_id = reports(client)["_run"]["run"]
+    """Whatever a client's steps did, every sandbox it made (its own and the fork's child)
+    has ended afterwards, as our own SDK sees them, and none else carries its run's
+    metadata."""
+    run = reports(client)["_run"]
     with Client(api_url=live_server.api_url, api_key=live_server.api_key) as api:
-        listed = api.sandboxes.list(metadata={"run": run_id})
+        states = {i: api.sandboxes.get(i).state for i in run["made"]}
+        assert states and all(s in ENDED_STATES for s in states.values()), states
+        listed = api.sandboxes.list(metadata={"run": run["run"]})
         assert [s.id for s in listed if s.info.state not in ENDED_STATES] == []

@@ -11,6 +11,7 @@ import { Sandbox } from '@e2b/code-interpreter'
 const [reportPath, runId] = process.argv.slice(2)
 const metadata = { suite: 'e2b-sdk-versions', run: runId }
 const failed = new Set()
+const made = [] // every sandbox a step made: the test checks each has ended after the script
 writeFileSync(reportPath, '')
 
 function record(step, ok, error = '', detail = {}) {
@@ -37,6 +38,8 @@ async function step(name, body, needs = ['create']) {
     const first = String(e?.message ?? e).trim().split('\n')[0]
     const where = (String(e?.stack ?? '').split('\n').find((l) => l.includes('js_sdk.mjs')) ?? '').trim()
     record(name, false, `${e?.name ?? 'Error'}: ${first}`.slice(0, 2000), { where })
+  } finally {
+    if (made.length) record('_made', true, '', { sandboxes: made.splice(0) })
   }
 }
 
@@ -66,7 +69,7 @@ let sleeper
 
 await step('create', async () => {
   sbx = await Sandbox.create({ timeoutMs: 300_000, metadata })
-  check(sbx.sandboxId, 'a sandbox id')
+  made.push(sbx.sandboxId)
 }, [])
 
 try {
@@ -207,6 +210,7 @@ try {
     try {
       check(kids.length === 1 && !(kids[0] instanceof Error), String(kids[0]))
       const kid = kids[0]
+      made.push(kid.sandboxId)
       check(kid.sandboxId !== sbx.sandboxId, 'a new id')
       check((await kid.files.read('/home/user/forked.txt')) === 'from the parent', 'the parent\'s file')
       await kid.files.write('/home/user/forked.txt', 'from the child')

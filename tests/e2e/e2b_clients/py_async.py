@@ -28,7 +28,7 @@ async def main(path: str, run_id: str) -> None:
 
         async def create() -> None:
             box.append(await AsyncSandbox.create(timeout=300, metadata=metadata))
-            assert box[0].sandbox_id
+            report.made.append(box[0].sandbox_id)
 
         await run_async(report, "create", create, needs=())
         try:
@@ -180,6 +180,7 @@ async def steps(report: Report, sbx: AsyncSandbox | None, metadata: dict[str, st
         try:
             assert len(kids) == 1 and not isinstance(kids[0], Exception), kids
             kid = kids[0]
+            report.made.append(kid.sandbox_id)
             assert kid.sandbox_id != sbx.sandbox_id
             assert await kid.files.read("/home/user/forked.txt") == "from the parent"
             await kid.files.write("/home/user/forked.txt", "from the child")

@@ -29,7 +29,7 @@ def main(path: str, run_id: str) -> None:
 
         def create() -> None:
             box.append(Sandbox.create(timeout=300, metadata=metadata))
-            assert box[0].sandbox_id
+            report.made.append(box[0].sandbox_id)
 
         run(report, "create", create, needs=())
         try:
@@ -184,6 +184,7 @@ def steps(report: Report, sbx: Sandbox | None, metadata: dict[str, str]) -> None
         try:
             assert len(kids) == 1 and not isinstance(kids[0], Exception), kids
             kid = kids[0]
+            report.made.append(kid.sandbox_id)
             assert kid.sandbox_id != sbx.sandbox_id
             assert kid.files.read("/home/user/forked.txt") == "from the parent"
             kid.files.write("/home/user/forked.txt", "from the child")

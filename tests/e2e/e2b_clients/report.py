@@ -17,6 +17,8 @@ class Report:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self.failed: set[str] = set()
+        # Every sandbox a step made: the test checks each has ended after the script.
+        self.made: list[str] = []
 
     def write(self, step: str, ok: bool, error: str = "", **detail: Any) -> None:
         self._out.write(json.dumps({"step": step, "ok": ok, "error": error, **detail}) + "\n")
@@ -25,8 +27,8 @@ class Report:
     @contextmanager
     def step(self, name: str, needs: tuple[str, ...] = ("create",)) -> Iterator[None]:
         """One step: ok if its block returns, else its first error line and where it was
-        raised; a step whose prerequisite failed is recorded as such and not run (the
-        caller checks `skip`)."""
+        raised; a step whose prerequisite failed is recorded as such and not run (`run`
+        and `run_async` take the _Skip this raises)."""
         started = time.monotonic()
         missing = [n for n in needs if n in self.failed]
         if missing:
@@ -44,6 +46,10 @@ class Report:
             self.write(name, False, f"{type(e).__name__}: {first}"[:2000], where=_where(e))
         else:
             self.write(name, True, seconds=round(time.monotonic() - started, 2))
+        finally:
+            if self.made:
+                self.write("_made", True, sandboxes=self.made)
+                self.made = []
 
 
 class _Skip(Exception):
