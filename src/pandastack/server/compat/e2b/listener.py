@@ -14,9 +14,10 @@ interpreter sends the envd token on /execute, the traffic token on /contexts); a
 of the sandbox's team opens every port. A valid token of a sandbox that is gone, or a key
 of another team, is 404 as our API says. The OS user is the Basic auth user name.
 
-A hibernated sandbox is woken, a paused one is 409 (failed_precondition in Connect), as an
-exec through our API (`SandboxService.running`). One that has ended is 502 "... was not found"
-(Connect's unavailable), as E2B's proxy answers for a sandbox that is gone."""
+A sandbox E2B reads as paused (ours: paused, hibernated, stopped, host_lost) is 502 "... was
+not found" (Connect's unavailable), as E2B's proxy answers, unless its lifecycle resumes on
+traffic (autoPause): such a hibernated sandbox is woken by the call. One that has ended is
+502 "... was not found" too, as E2B's proxy answers for a sandbox that is gone."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from . import interpreter
 from .envd import app as envd_app
 from .envd.connect import HTTP_STATUS, ConnectError, code_of_status
 from .errors import E2bError, as_e2b, e2b_response
+from .rest.states import STATES
 from .target import ENVD_PORT, INTERPRETER_PORT, SCOPE_KEY, SandboxTarget
 from .tokens import tokens_for
 
@@ -128,6 +130,20 @@ def _row_team(service: SandboxService, sandbox_id: str, team: str | None = None)
     return row.team
 
 
+def refuse_paused(service: SandboxService, sandbox_id: str) -> None:
+    """A sandbox E2B reads as paused answers as E2B's proxy does, 502 "was not found" (the
+    SDK's `is_running()` is then False, as after E2B's own pause), unless its lifecycle
+    resumes on traffic: `autoPause` (our `on_expiry`) is reported with `autoResume`, and
+    such a hibernated sandbox is woken by the call. `connect` resumes any of them."""
+    row = service.store.sandbox_by_id(sandbox_id)
+    if row is None or STATES.get(row.state) != "paused":
+        return
+    if row.state == "hibernated" and row.on_expiry is not None:
+        return
+    raise E2bError(502, f"sandbox {sandbox_id} was not found: it is paused ({row.state}); "
+                   "connect resumes it")
+
+
 def _token_rate(conn: HTTPConnection, sandbox_id: str) -> None:
     wait = conn.app.state.rate_limiter.take(f"e2b:{sandbox_id}")
     if wait > 0:
@@ -201,7 +217,8 @@ class E2bListener:
         try:
             team = await caller_team(conn, service, sandbox_id, port)
             user = basic_user(conn)
-            row, _ = await service.running(team, sandbox_id)  # wakes; 409 if paused
+            refuse_paused(service, sandbox_id)
+            row, _ = await service.running(team, sandbox_id)  # wakes an autoResume one
         except Exception as exc:
             response = error_for(conn, port, exc)
             if response is None:
