@@ -133,8 +133,9 @@ async def _events(handle: SandboxPort, run: RunRequest,
 
 
 def ended_message(request: Request, state: str) -> str:
-    return (f"sandbox {target_of(request).sandbox_id} is {state}: it ended while the "
-            "request was in progress")
+    # E2B's SDKs word a sandbox killed under a call so, and code written for them matches it.
+    return (f"the sandbox was {state} while the request was in progress "
+            f"({target_of(request).sandbox_id})")
 
 
 def _failure_text(request: Request, exc: BaseException) -> str:
