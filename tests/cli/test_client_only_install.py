@@ -20,9 +20,10 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 # Top-level modules of the server extra (and of what only those pull in).
 SERVER_ONLY = ("fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "qemu")
-# Loaded when present, not needed: httpx imports its CLI's click in a try block, and
-# setuptools' .pth file loads _distutils_hack at start-up.
-INCIDENTAL = {"click", "setuptools"}
+# Loaded when present, not needed: httpx imports its CLI's click in a try block,
+# setuptools' .pth file loads _distutils_hack at start-up, and httpcore imports h2 (with
+# hpack and hyperframe) in a try block when it is installed (the dev extra's e2b needs it).
+INCIDENTAL = {"click", "setuptools", "h2", "hpack", "hyperframe"}
 
 CHILD = r"""
 import contextlib, io, json, os, runpy, sys, importlib.abc
