@@ -19,6 +19,7 @@ from e2b import (
     FileNotFoundException,
     FilesystemEventType,
     FileType,
+    InvalidArgumentException,
     NotFoundException,
     Sandbox,
 )
@@ -362,3 +363,66 @@ def test_bad_input_is_a_clear_4xx(sbx: Sandbox, live_server: LiveServer) -> None
     ]:
         assert answer.status_code == status, (answer.request.url, answer.text)
         assert answer.json()["code"] == status and answer.json()["message"]
+
+
+def test_metadata_as_envd_0_6_2_keeps_it(sbx: Sandbox) -> None:
+    assert str(sbx._envd_version) == "0.6.4"  # what the SDK gates metadata and entries on
+    one = sbx.files.write("meta/a.txt", "a", metadata={"Author": "mish", "k": "v 1"})
+    assert one.metadata == {"author": "mish", "k": "v 1"}
+    streamed = sbx.files.write("meta/b.bin", iter([b"b" * 10]), metadata={"kind": "blob"})
+    assert streamed.metadata == {"kind": "blob"}
+    both = sbx.files.write_files([WriteEntry(path="meta/c.txt", data="c"),
+                                  WriteEntry(path="meta/d.txt", data="d")],
+                                 metadata={"batch": "1"})
+    assert [w.metadata for w in both] == [{"batch": "1"}, {"batch": "1"}]
+    assert sbx.files.get_info("meta/a.txt").metadata == {"author": "mish", "k": "v 1"}
+    assert sbx.files.get_info("meta/b.bin").metadata == {"kind": "blob"}
+    listed = {e.name: e.metadata for e in sbx.files.list("meta")}
+    assert listed == {"a.txt": {"author": "mish", "k": "v 1"}, "b.bin": {"kind": "blob"},
+                      "c.txt": {"batch": "1"}, "d.txt": {"batch": "1"}}
+    assert sbx.files.rename("meta/a.txt", "meta/moved.txt").metadata == {
+        "author": "mish", "k": "v 1"}
+    sbx.files.write("meta/moved.txt", "again")  # an upload replaces it: none here
+    assert sbx.files.get_info("meta/moved.txt").metadata is None
+    sbx.commands.run("python3 -c \"import os; os.setxattr('/home/user/meta/c.txt', "
+                     "'user.e2b.by', b'hand')\"")
+    assert sbx.files.get_info("meta/c.txt").metadata == {"batch": "1", "by": "hand"}
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.write("meta/bad.txt", "x", metadata={"k": "\u00e9"})
+
+
+def test_watch_events_with_entries(sbx: Sandbox) -> None:
+    sbx.files.make_dir("entries")
+    handle = sbx.files.watch_dir("entries", include_entry=True, allow_network_mounts=True)
+    try:
+        sbx.files.write("entries/e.txt", "e")
+        sbx.files.remove("entries/e.txt")
+        seen = _events_until(handle, {(FilesystemEventType.WRITE, "e.txt"),
+                                      (FilesystemEventType.REMOVE, "e.txt")})
+    finally:
+        handle.stop()
+    removed = [e for e in seen if e.type == FilesystemEventType.REMOVE]
+    assert removed[0].entry is None  # nothing there to describe any more
+    for e in seen:
+        if e.entry is not None:
+            assert (e.entry.path, e.entry.type, e.entry.owner) == (
+                "/home/user/entries/e.txt", FileType.FILE, "user")
+
+
+async def test_streamed_watch_events_with_entries(sbx: Sandbox,
+                                                  live_server: LiveServer) -> None:
+    asbx = await AsyncSandbox.connect(sbx.sandbox_id, **_opts(live_server))  # type: ignore[arg-type]
+    await asbx.files.make_dir("entries-streamed")
+    got: asyncio.Queue[object] = asyncio.Queue()
+    handle = await asbx.files.watch_dir("entries-streamed", got.put_nowait, include_entry=True)
+    try:
+        await asbx.files.write("entries-streamed/s.txt", "s")
+        while True:
+            event = await asyncio.wait_for(got.get(), 60)
+            if event.type == FilesystemEventType.WRITE:  # type: ignore[attr-defined]
+                break
+        entry = event.entry  # type: ignore[attr-defined]
+        assert entry is not None and entry.path == "/home/user/entries-streamed/s.txt"
+        assert entry.size == 1
+    finally:
+        await handle.stop()

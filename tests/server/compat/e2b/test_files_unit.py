@@ -20,7 +20,7 @@ from e2b.sandbox.signature import get_signature
 from starlette.requests import Request
 
 from pandastack.hostport.watch import WatchEvent
-from pandastack.server.compat.e2b.envd import filesystem, guestfs
+from pandastack.server.compat.e2b.envd import filesystem, guestfs, lister
 from pandastack.server.compat.e2b.envd.connect import ConnectError
 from pandastack.server.compat.e2b.envd.files import expected_signature, signed_request
 from pandastack.server.compat.e2b.errors import E2bError
@@ -126,7 +126,7 @@ def test_timestamps_are_rfc3339_utc() -> None:
 
 
 def _ensure(tmp: Path, kind: str, path: Path, user: str = "root", data: bytes = b"") -> int:
-    return subprocess.run(["sh", "-c", guestfs.ENSURE, "ensure", user, kind, str(path)],
+    return subprocess.run(["sh", "-c", guestfs.ENSURE, "ensure", user, kind, str(path), ""],
                           capture_output=True, check=False, input=data).returncode
 
 
@@ -275,3 +275,69 @@ def test_signed_urls_open_by_themselves_and_only_as_signed(tmp_path: Path) -> No
         assert expired.value.message == "signature is already expired"
     finally:
         store.close()
+
+
+def _listing(*args: str) -> list[guestfs.Entry]:
+    res = subprocess.run(["perl", "-e", lister.LIST, *args], capture_output=True, check=False)
+    assert res.returncode in (0, 1), res.stderr
+    return guestfs.parse_listing(res.stdout)
+
+
+def test_the_perl_lister_says_what_find_says_and_the_metadata(tmp_path: Path) -> None:
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    f = tmp_path / "d" / "f.txt"
+    f.write_text("hello")
+    (tmp_path / "d" / "link").symlink_to("f.txt")
+    (tmp_path / "d" / "dangling").symlink_to("/nonexistent/x")
+    (tmp_path / "d" / "sub" / "deep").write_text("x")
+    os.setxattr(f, "user.e2b.author", b"mish")
+    os.setxattr(f, "user.other", b"not ours")
+    for depth in ("0", "1", "2"):
+        ours = _listing(depth, "1", str(tmp_path / "d"))
+        theirs = _find("-H", str(tmp_path / "d"), "-maxdepth", depth)
+        assert sorted(e.path for e in ours) == sorted(e.path for e in theirs)
+        by_path = {e.path: e for e in theirs}
+        for e in ours:
+            t = by_path[e.path]
+            assert (e.kind, e.target_kind, e.size, e.mode, e.owner, e.group, e.link) == (
+                t.kind, t.target_kind, t.size, t.mode, t.owner, t.group, t.link), e.path
+            assert abs(float(e.mtime) - float(t.mtime)) < 1e-6
+    info = {e.path: guestfs.entry_info(e) for e in _listing("1", "0", str(tmp_path / "d"))}
+    assert info[str(f)]["metadata"] == {"author": "mish"}
+    assert "metadata" not in info[str(tmp_path / "d" / "link")]
+    missing = subprocess.run(["perl", "-e", lister.LIST, "0", "0", str(tmp_path / "nope")],
+                             capture_output=True, check=False)
+    assert missing.returncode == 1 and b"No such file" in missing.stderr
+
+
+def test_metadata_is_replaced_by_each_upload(tmp_path: Path) -> None:
+    f = tmp_path / "m.txt"
+    f.write_text("x")
+    os.setxattr(f, "user.e2b.stale", b"old")
+
+    def set_(*pairs: str) -> None:
+        subprocess.run(["perl", "-e", lister.SET, str(f), *pairs], check=True)
+
+    set_("author", "mish", "empty", "")
+    assert {k: os.getxattr(f, k) for k in os.listxattr(f)} == {
+        "user.e2b.author": b"mish", "user.e2b.empty": b""}
+    set_()
+    assert os.listxattr(f) == []
+    assert _ensure(tmp_path, "stdin", f, data=b"y") == 0  # a plain upload keeps none
+    subprocess.run(["sh", "-c", guestfs.ENSURE, "ensure", "root", "stdin", str(f),
+                    lister.SET, "k", "v"], input=b"z", check=True)
+    assert f.read_bytes() == b"z" and os.getxattr(f, "user.e2b.k") == b"v"
+    subprocess.run(["sh", "-c", guestfs.ENSURE, "ensure", "root", "stdin", str(f),
+                    lister.SET], input=b"w", check=True)
+    assert os.listxattr(f) == []  # an overwrite without metadata clears it
+
+
+def test_metadata_headers_as_envd_reads_them() -> None:
+    assert lister.metadata_of([(b"content-type", b"x")]) is None
+    assert lister.metadata_of([(b"X-Metadata-Author", b"mish"), (b"x-metadata-author", b"2"),
+                               (b"x-metadata-k", b"")]) == {"author": "mish", "k": ""}
+    for bad in [[(b"x-metadata-a", b"\x01")], [(b"x-metadata-" + b"k" * 247, b"v")],
+                [(b"x-metadata-a", b"v" * 4090)], [(b"x-metadata-", b"v")]]:
+        with pytest.raises(E2bError) as err:
+            lister.metadata_of(bad)
+        assert err.value.status == 400

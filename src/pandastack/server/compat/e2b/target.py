@@ -34,6 +34,7 @@ def target_of(conn: HTTPConnection) -> SandboxTarget:
 
 # The envd protocol level this room answers, reported as every sandbox's `envdVersion`: the
 # SDKs gate features on it (e2b/envd/versions.py: 0.3.0 stdin, 0.4.0 default user, 0.5.2
-# close stdin, 0.5.7 octet-stream upload, 0.6.x file metadata and watch entries). Raise it
-# only with what it gates implemented and tested.
-ENVD_VERSION = "0.5.7"
+# close stdin, 0.5.7 octet-stream upload, 0.6.2 file metadata, 0.6.3 watch events with
+# entries, 0.6.4 watching network mounts; tests/e2e/test_e2b_files.py). Raise it only with
+# what it gates implemented and tested.
+ENVD_VERSION = "0.6.4"

@@ -35,7 +35,8 @@ from pandastack.server.store import Store
 from ..errors import E2bError, e2b_response
 from ..target import SandboxTarget, target_of
 from ..tokens import tokens_for
-from .guestfs import ROOT, e2b_error_of, ensure, resolve, user_of
+from .guestfs import ROOT, e2b_error_of, ensure, resolve, set_metadata, user_of
+from .lister import metadata_of
 
 MAX_UPLOAD_FILES = 100
 READ_CHUNK = 1 << 20
@@ -196,16 +197,22 @@ async def _small_or_stream(chunks: AsyncIterator[bytes]) -> bytes | AsyncIterato
 
 
 async def _write(target: SandboxTarget, handle: SandboxPort, user: str, path: str,
-                 chunks: AsyncIterator[bytes]) -> dict[str, str]:
+                 chunks: AsyncIterator[bytes], metadata: dict[str, str] | None
+                 ) -> dict[str, object]:
     async with target.service.busy(target.sandbox_id):
         data = await _small_or_stream(chunks)
-        if isinstance(data, bytes):  # one exec: parents, the file, its owner
-            await ensure(handle, user, "stdin", path, data)
+        if isinstance(data, bytes):  # one exec: parents, the file, its owner, its metadata
+            await ensure(handle, user, "stdin", path, data, metadata)
         else:
             if user != ROOT:  # made and owned by the user first; the write keeps its owner
                 await ensure(handle, user, "file", path)
             await handle.write_file(path, data, mode=0o644)
-    return {"name": posixpath.basename(path), "type": "file", "path": path}
+            await set_metadata(handle, path, metadata)
+    written: dict[str, object] = {"name": posixpath.basename(path), "type": "file",
+                                  "path": path}
+    if metadata:
+        written["metadata"] = metadata
+    return written
 
 
 async def _spooled(upload: UploadFile) -> AsyncIterator[bytes]:
@@ -223,13 +230,15 @@ async def upload(request: Request) -> Response:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit and "content-encoding" not in request.headers:
         raise E2bError(413, f"upload over the {limit}-byte limit")
+    metadata = metadata_of(request.headers.raw)
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = _Limited(request, limit)
     if media == "application/octet-stream":
         if not query.get("path"):
             raise E2bError(400, "an application/octet-stream upload needs the path parameter")
         handle = await _running(target)
-        one = await _write(target, handle, user, resolve(query["path"], user), body.chunks())
+        one = await _write(target, handle, user, resolve(query["path"], user), body.chunks(),
+                           metadata)
         return JSONResponse([one])
     if media != "multipart/form-data":
         raise E2bError(400, "upload as multipart/form-data or application/octet-stream, not "
@@ -254,7 +263,7 @@ async def upload(request: Request) -> Response:
                                "parameter")
             targets.append(resolve(name, user))
         handle = await _running(target)
-        written = [await _write(target, handle, user, path, _spooled(f))
+        written = [await _write(target, handle, user, path, _spooled(f), metadata)
                    for f, path in zip(files, targets, strict=True)]
     finally:
         await form.close()

@@ -32,7 +32,15 @@ from ..errors import E2bError
 from ..target import SandboxTarget, target_of
 from .connect import ConnectError, Message, Method, ServerStream, Unary
 from .connect import field as get
-from .guestfs import connect_error_of, describe, ensure, entry_info, resolve, user_of
+from .guestfs import (
+    connect_error_of,
+    describe,
+    describe_each,
+    ensure,
+    entry_info,
+    resolve,
+    user_of,
+)
 
 MAX_WATCHERS_PER_SANDBOX = 16
 MAX_WATCHERS = 256
@@ -175,11 +183,28 @@ def fs_events(root: str, event: WatchEvent) -> list[Message]:
     return [] if kind is None else [{"name": name, "type": kind}]
 
 
+async def with_entries(handle: SandboxPort, root: str, events: list[Message]
+                       ) -> list[Message]:
+    """`events` each with the EntryInfo of what is at its path now, where something is (one
+    exec for them all; a removed or renamed-away entry has none, as in envd)."""
+    paths = sorted({posixpath.join(root, e["name"]) for e in events})
+    found = await describe_each(handle, paths)
+    for e in events:
+        entry = found.get(posixpath.join(root, e["name"]))
+        if entry is not None:
+            e["entry"] = entry_info(entry)
+    return events
+
+
 async def _open_watch(target: SandboxTarget, message: Message
-                      ) -> tuple[str, AsyncIterator[list[WatchEvent]]]:
-    """A watch already set up in the guest (what changes from now on is seen), its root."""
+                      ) -> tuple[str, AsyncIterator[list[WatchEvent]], SandboxPort, bool]:
+    """A watch already set up in the guest (what changes from now on is seen), its root, the
+    handle, and whether events carry their entries. Network mounts are watched like any
+    directory (`allowNetworkMounts` is accepted): our guests' inotify sees local changes."""
     path = resolve(_path(message, "path"), user_of(target))
     recursive = _bool(message, "recursive")
+    include_entry = _bool(message, "includeEntry")
+    _bool(message, "allowNetworkMounts")
     handle = await _handle(target)
     batches = handle.watch(path, recursive=recursive)
     try:
@@ -195,7 +220,7 @@ async def _open_watch(target: SandboxTarget, message: Message
                                f"path '{path}' is not a directory") from None
         raise error from None
     root = first[0].path if first and first[0].path.startswith("/") else path
-    return root, batches
+    return root, batches, handle, include_entry
 
 
 def _keepalive_seconds(request: Request) -> float:
@@ -209,7 +234,7 @@ def _keepalive_seconds(request: Request) -> float:
 async def watch_dir(request: Request, message: Message) -> AsyncIterator[Message]:
     target = target_of(request)
     try:
-        root, batches = await _open_watch(target, message)
+        root, batches, handle, include_entry = await _open_watch(target, message)
     except ConnectError:
         raise
     except Exception as exc:
@@ -234,12 +259,14 @@ async def watch_dir(request: Request, message: Message) -> AsyncIterator[Message
                     return
                 except Exception as exc:
                     raise _translated(exc) from None
-                for event in batch:
-                    if event.type == "overflow":
-                        raise ConnectError("resource_exhausted", "file events were lost (the "
-                                           "client read too slowly): list again and watch anew")
-                    for fs in fs_events(root, event):
-                        yield {"filesystem": fs}
+                if any(event.type == "overflow" for event in batch):
+                    raise ConnectError("resource_exhausted", "file events were lost (the "
+                                       "client read too slowly): list again and watch anew")
+                out = [fs for event in batch for fs in fs_events(root, event)]
+                if include_entry and out:
+                    out = await with_entries(handle, root, out)
+                for fs in out:
+                    yield {"filesystem": fs}
     finally:
         if pending is not None:
             pending.cancel()
@@ -254,6 +281,7 @@ async def watch_dir(request: Request, message: Message) -> AsyncIterator[Message
 class Watcher:
     sandbox_id: str
     root: str
+    handle: SandboxPort | None = None  # with include_entry: where to read the entries
     events: deque[Message] = field(default_factory=deque)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -300,6 +328,9 @@ class Watcher:
                 break
         taken = list(self.events)
         self.events.clear()
+        if self.handle is not None and taken:
+            with contextlib.suppress(Exception):  # entries are best-effort, as in envd
+                taken = await with_entries(self.handle, self.root, taken)
         return taken
 
     def stop(self) -> None:
@@ -364,8 +395,8 @@ def _watcher_id(message: Message) -> str:
 async def create_watcher(request: Request, message: Message) -> Message:
     target = target_of(request)
     registry = watchers_of(target.service)
-    root, batches = await _open_watch(target, message)
-    watcher = Watcher(target.sandbox_id, root)
+    root, batches, handle, include_entry = await _open_watch(target, message)
+    watcher = Watcher(target.sandbox_id, root, handle if include_entry else None)
     try:
         wid = registry.add(watcher)
     except ConnectError:

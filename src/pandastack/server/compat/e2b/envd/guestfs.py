@@ -3,13 +3,16 @@
 envd runs as root in E2B's guests and acts for a user: relative paths start in that user's
 home, and what it creates (uploads, directories, their missing parents) the user owns.
 Our guest agent has no owner option, so files and directories a non-root user creates are
-made by one small root `exec` (`ensure`) that creates what is missing and `chown`s it; the
-agent's `write_file` then opens the existing file (truncating, so its owner stays).
+made by one small root `exec` (`ensure`) that creates what is missing and `chown`s it: an
+upload of at most 1 MiB is written by that exec from its stdin; a bigger one streams
+through the agent's `write_file`, which opens the file made for it (truncating, so its
+owner stays).
 
-EntryInfo carries owner and group names, which our `stat`/`list` operations do not report:
-entries come from one `find -printf` exec (a `stat` or a whole `ListDir` to any depth is one
-round trip). Both need only POSIX sh, coreutils and findutils, which every image we build
-has (Debian's essential set).
+EntryInfo carries owner and group names and E2B's metadata (`user.e2b.*` extended
+attributes), which our `stat`/`list` operations do not report: entries come from one exec
+of lister.LIST (perl; `find -printf` where an image has no perl), so a `stat` or a whole
+`ListDir` to any depth is one round trip. Both need only POSIX sh, coreutils and perl-base
+or findutils, which every image we build has (Debian's essential set).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pandastack.server.errors import ApiError
 from ..errors import E2bError, as_e2b
 from ..target import DEFAULT_USER, SandboxTarget
 from .connect import ConnectError, code_of_status
+from .lister import LIST, SET
 
 ROOT = "root"
 # What a guest user name may be here (Debian's adduser rule, a little wider): anything else
@@ -52,22 +56,26 @@ EXIT_EXISTS_OTHER = 18
 EXIT_NOT_DIR = 20
 EXIT_IS_DIR = 21
 
-# $1 user, $2 what ("file", "dir", "parents" or "stdin"), $3 the absolute path. Missing
+# $1 user, $2 what ("file", "dir", "parents" or "stdin"), $3 the absolute path, $4 with
+# "stdin" lister.SET and then the metadata's keys and values ("" otherwise). Missing
 # parents are made one by one (mode 755) and given to the user, then the file or directory
 # itself; a file that exists is given to the user too (envd chowns every upload). "stdin"
 # writes the file from stdin then chowns it: a small upload in one exec, whose file events
 # are envd's own (create, write, chmod).
 ENSURE = r"""
-u=$1; kind=$2; t=$3
+u=$1; kind=$2; t=$3; meta=$4; shift 4
 id -u "$u" >/dev/null 2>&1 || exit 67
-d=${t%/*}
-set --
-while [ -n "$d" ] && [ ! -e "$d" ] && [ ! -L "$d" ]; do set -- "$d" "$@"; d=${d%/*}; done
-[ -z "$d" ] || [ -d "$d" ] || exit 20
-for x do
-  mkdir -m 755 "$x" 2>/dev/null || [ -d "$x" ] || exit 20
-  chown "$u:" "$x" || exit 1
-done
+parents() {
+  d=${t%/*}
+  set --
+  while [ -n "$d" ] && [ ! -e "$d" ] && [ ! -L "$d" ]; do set -- "$d" "$@"; d=${d%/*}; done
+  [ -z "$d" ] || [ -d "$d" ] || exit 20
+  for x do
+    mkdir -m 755 "$x" 2>/dev/null || [ -d "$x" ] || exit 20
+    chown "$u:" "$x" || exit 1
+  done
+}
+parents
 case $kind in
 parents) exit 0 ;;
 dir)
@@ -76,9 +84,14 @@ dir)
   chown "$u:" "$t" || exit 1 ;;
 stdin)
   [ -d "$t" ] && exit 21
+  existed=; [ -e "$t" ] && existed=1
   umask 022
   cat > "$t" || exit 1
-  chown "$u:" "$t" || exit 1 ;;
+  chown "$u:" "$t" || exit 1
+  # what metadata the file had goes (an upload replaces it); a new file has none
+  if [ -n "$meta" ] && { [ -n "$existed" ] || [ $# -gt 0 ]; }; then
+    exec perl -e "$meta" "$t" "$@"
+  fi ;;
 *)
   [ -d "$t" ] && exit 21
   [ -e "$t" ] || : > "$t" || exit 1
@@ -127,6 +140,7 @@ class Entry:
     mtime: str
     link: str
     path: str
+    metadata: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -141,6 +155,25 @@ def parse_find(output: bytes) -> list[Entry]:
         y, big_y, size, mode, owner, group, mtime, link, path = fields[i:i + width]
         entries.append(Entry(y, big_y, int(size or 0), int(mode or "0", 8), owner, group,
                              mtime, link, path))
+    return entries
+
+
+def parse_listing(output: bytes) -> list[Entry]:
+    """lister.LIST's records: find's fields, then a count and that many key/value pairs."""
+    fields = output.decode("utf-8", "surrogateescape").split("\x00")
+    width = len(FIND_FIELDS)
+    entries = []
+    i = 0
+    while i + width < len(fields):
+        y, big_y, size, mode, owner, group, mtime, link, path = fields[i:i + width]
+        count = int(fields[i + width] or 0)
+        pairs = fields[i + width + 1:i + width + 1 + 2 * count]
+        i += width + 1 + 2 * count
+        if len(pairs) < 2 * count:
+            break
+        entries.append(Entry(y, big_y, int(size or 0), int(mode or "0", 8), owner, group,
+                             mtime, link, path,
+                             tuple(zip(pairs[::2], pairs[1::2], strict=True))))
     return entries
 
 
@@ -182,6 +215,8 @@ def entry_info(entry: Entry) -> dict[str, Any]:
         "group": _clean(entry.group),
         "modifiedTime": timestamp(entry.mtime),
     })
+    if entry.metadata:
+        info["metadata"] = {_clean(k): _clean(v) for k, v in entry.metadata}
     return info
 
 
@@ -198,16 +233,22 @@ def _find_failure(stderr: bytes, path: str) -> E2bError:
 
 async def describe(handle: SandboxPort, path: str, depth: int = 0,
                    follow_root: bool = False) -> list[Entry]:
-    """`path` (first) and, to `depth`, what is under it."""
-    argv = ["find", "-H" if follow_root else "-P", path, "-maxdepth", str(depth),
-            "-printf", FIND_FORMAT]
-    res = await handle.exec(argv, timeout=HELPER_TIMEOUT, max_output=MAX_LISTING_BYTES)
+    """`path` (first) and, to `depth`, what is under it, with E2B's metadata (lister.LIST;
+    `find` without it where the image has no perl)."""
+    res = await handle.exec(["perl", "-e", LIST, str(depth), "1" if follow_root else "0",
+                             path], timeout=HELPER_TIMEOUT, max_output=MAX_LISTING_BYTES)
+    parse = parse_listing
+    if res.exit_code == 127:
+        argv = ["find", "-H" if follow_root else "-P", path, "-maxdepth", str(depth),
+                "-printf", FIND_FORMAT]
+        res = await handle.exec(argv, timeout=HELPER_TIMEOUT, max_output=MAX_LISTING_BYTES)
+        parse = parse_find
     if res.truncated:
         raise E2bError(413, f"the listing of '{_clean(path)}' is over "
                        f"{MAX_LISTING_BYTES >> 20} MiB: ask for less depth")
     if res.exit_code == 127:
-        raise E2bError(501, "this sandbox's image has no `find` (findutils)")
-    entries = parse_find(res.stdout)
+        raise E2bError(501, "this sandbox's image has neither perl nor find")
+    entries = parse(res.stdout)
     if res.exit_code != 0 and (not entries or entries[0].path != path):
         raise _find_failure(res.stderr, path)
     if not entries:
@@ -215,10 +256,22 @@ async def describe(handle: SandboxPort, path: str, depth: int = 0,
     return entries
 
 
+async def describe_each(handle: SandboxPort, paths: list[str]) -> dict[str, Entry]:
+    """What exists of `paths`, by path, in one exec (for watch events' entries)."""
+    if not paths:
+        return {}
+    res = await handle.exec(["perl", "-e", LIST, "0", "0", *paths], timeout=HELPER_TIMEOUT,
+                            max_output=MAX_LISTING_BYTES)
+    return {e.path: e for e in parse_listing(res.stdout)} if res.exit_code in (0, 1) else {}
+
+
 async def ensure(handle: SandboxPort, user: str, kind: str, path: str,
-                 data: bytes | None = None) -> None:
-    """Make what `kind` needs at `path`, owned by `user` (see ENSURE); `data` for "stdin"."""
-    res = await handle.exec(["sh", "-c", ENSURE, "ensure", user, kind, path],
+                 data: bytes | None = None, metadata: dict[str, str] | None = None) -> None:
+    """Make what `kind` needs at `path`, owned by `user` (see ENSURE); `data` (and the
+    `metadata` that replaces the file's) for "stdin"."""
+    pairs = [x for kv in (metadata or {}).items() for x in kv]
+    meta = [SET, *pairs] if kind == "stdin" else [""]
+    res = await handle.exec(["sh", "-c", ENSURE, "ensure", user, kind, path, *meta],
                             timeout=HELPER_TIMEOUT, max_output=1 << 16,
                             stdin=data if kind == "stdin" else None)
     shown = _clean(path)
@@ -241,6 +294,19 @@ async def ensure(handle: SandboxPort, user: str, kind: str, path: str,
     if "Permission denied" in detail or "Read-only" in detail:
         raise E2bError(403, f"permission denied: '{shown}'")
     raise E2bError(400, f"cannot create '{shown}': {detail or res.exit_code}")
+
+
+async def set_metadata(handle: SandboxPort, path: str, metadata: dict[str, str] | None) -> None:
+    """The file's E2B metadata becomes exactly `metadata` (none: what it had goes)."""
+    pairs = [x for kv in (metadata or {}).items() for x in kv]
+    res = await handle.exec(["perl", "-e", SET, path, *pairs], timeout=HELPER_TIMEOUT,
+                            max_output=1 << 16)
+    if res.exit_code == 127 and not metadata:
+        return  # no perl: nothing set metadata either
+    if res.exit_code != 0:
+        detail = res.stderr.decode("utf-8", "replace").strip()[:300]
+        raise E2bError(400, f"cannot set metadata on '{_clean(path)}': "
+                       f"{detail or res.exit_code}")
 
 
 def e2b_error_of(exc: BaseException) -> E2bError | None:
