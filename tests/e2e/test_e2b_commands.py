@@ -73,6 +73,11 @@ def test_users_and_their_homes(sbx: Sandbox) -> None:
     assert r.stdout == "root\n/root\n/root\n"
     # `user` has passwordless sudo, as in E2B's images
     assert sbx.commands.run("sudo -n whoami").stdout == "root\n"
+    # a relative directory is the user's home's (E2B's daemon reads it so)
+    sbx.commands.run("mkdir -p rel/dir")
+    assert sbx.commands.run("pwd", cwd="rel/dir").stdout == "/home/user/rel/dir\n"
+    with pytest.raises(CommandExitException):  # root's home has no rel/
+        sbx.commands.run("pwd", cwd="rel", user="root")
 
 
 def test_background_output_streams_and_takes_stdin(sbx: Sandbox) -> None:

@@ -262,14 +262,11 @@ def test_fifty_megabytes_each_way_in_bounded_memory(sbx: Sandbox,
 def _fetch_signed(live: LiveServer, sbx: Sandbox, url: str, method: str = "GET",
                   **kw: object) -> httpx.Response:
     # E2B_SANDBOX_URL mode gives signed URLs with no sandbox in them; a browser reaches the
-    # daemon by its host name (E2B_DOMAIN mode), which is what is sent here. The access
-    # token goes along because the listener asks for it on every daemon call for now
-    # (files.signed_request is what would let a URL in on its signature alone); the
-    # signature is checked by the route either way.
+    # daemon by its host name (E2B_DOMAIN mode), which is what is sent here, with no token:
+    # the URL's signature alone opens the file it names.
     query = urllib.parse.urlsplit(url).query
     return httpx.request(method, f"http://127.0.0.1:{live.preview_port}/files?{query}",
-                         headers={"Host": f"49983-{sbx.sandbox_id}.localhost",
-                                  "X-Access-Token": sbx._envd_access_token or ""},
+                         headers={"Host": f"49983-{sbx.sandbox_id}.localhost"},
                          timeout=60, **kw)  # type: ignore[arg-type]
 
 

@@ -42,6 +42,7 @@ from pandastack.wire import ENDED_STATES
 
 from . import interpreter
 from .envd import app as envd_app
+from .envd import files
 from .envd.connect import HTTP_STATUS, ConnectError, code_of_status
 from .errors import E2bError, as_e2b, e2b_response
 from .rest.states import STATES
@@ -159,7 +160,12 @@ def token_team(conn: HTTPConnection, service: SandboxService, sandbox_id: str,
     if port == ENVD_PORT:
         given = conn.headers.get(ACCESS_HEADER)
         if given is None:
-            return None
+            # A signed /files URL (the SDK's download_url / upload_url) opens the file it
+            # names without a token: its signature is made from the sandbox's envd token.
+            if not files.signed_request(conn, sandbox_id, service.store):
+                return None
+            _token_rate(conn, sandbox_id)
+            return _row_team(service, sandbox_id)
         if not tokens.opens_envd(sandbox_id, given.strip()):
             raise E2bError(401, "invalid X-Access-Token for this sandbox")
     else:

@@ -194,11 +194,13 @@ def _seconds(request: Request, header: str, default: float | None) -> float | No
     return number
 
 
-def _home_cwd(argv: list[str]) -> list[str]:
-    """`argv` run from the user's home directory (E2B's default working directory): the
-    guest sets HOME from the passwd entry of the user it runs the process as; `exec` keeps
-    the pid."""
-    return ["/bin/sh", "-c", 'cd "$HOME" 2>/dev/null; exec "$@"', "sh", *argv]
+def _home_cwd(argv: list[str], relative: str = "") -> list[str]:
+    """`argv` run from the user's home directory (E2B's default working directory), or from
+    `relative` under it (E2B's daemon reads a relative `cwd` from the home): the guest sets
+    HOME from the passwd entry of the user it runs the process as; `exec` keeps the pid."""
+    script = 'cd "$HOME" 2>/dev/null; if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; ' \
+        'exec "$@"'
+    return ["/bin/sh", "-c", script, "sh", relative, *argv]
 
 
 # -- finding a process ---------------------------------------------------------------------
@@ -358,9 +360,14 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
     row, handle = await target.service.running(target.team, target.sandbox_id)
     # the request's directory, else the template's WORKDIR, else the user's home: as E2B's
     # daemon takes its template's default workdir before the home
+    relative = ""
+    if cwd is not None and not cwd.startswith("/"):
+        relative, cwd = cwd, None
     env, cwd, _ = target.service.call_context(row, envs, cwd)
+    if relative:
+        cwd = None
     user = target.user or DEFAULT_USER
-    command = argv if cwd is not None else _home_cwd(argv)
+    command = argv if cwd is not None else _home_cwd(argv, relative)
     # a command running, as our exec stream counts one; taken before it starts, so that a
     # refusal leaves nothing running that no one knows of
     release = target.service.exec_slots.acquire(target.team)
