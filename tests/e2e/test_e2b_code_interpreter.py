@@ -67,6 +67,16 @@ def test_state_persists_across_runs(sbx: Sandbox) -> None:
     assert sbx.run_code("'quoted'").text == "quoted"  # E2B shows a str without its quotes
 
 
+def test_the_default_context_runs_in_the_users_home(sbx: Sandbox) -> None:
+    # as on E2B: what run_code writes by a relative name is where files.read looks
+    assert sbx.run_code("open('from-code.txt', 'w').write('hi')").error is None
+    assert sbx.files.read("from-code.txt") == "hi"
+    made = sbx.create_code_context(language="python")  # no cwd: E2B's, the home
+    assert made.cwd == "/home/user"
+    assert sbx.run_code("import os; os.getcwd()", context=made).text == "/home/user"
+    sbx.remove_code_context(made.id)
+
+
 def test_stdout_and_stderr_stream_to_callbacks(sbx: Sandbox, live_server: LiveServer) -> None:
     ours = OurSandbox.connect(sbx.sandbox_id, api_url=live_server.api_url,
                               api_key=live_server.api_key)

@@ -121,6 +121,22 @@ async def _known_context(handle: SandboxPort, context_id: str) -> None:
         raise E2bError(404, f"Context {context_id} not found")
 
 
+# E2B's interpreter runs in its default user's home, where `files.read("out.csv")` looks;
+# ours in /work. E2B's default context of a language is the sandbox's context whose cwd is
+# spelled this way (made on the first run without a context): a context a caller creates in
+# /home/user is never taken for it, and every API server finds the same one.
+E2B_DEFAULT_CWD = "/home/user/."
+E2B_CONTEXT_CWD = "/home/user"
+
+
+async def _default_context(handle: SandboxPort, language: str) -> str:
+    for context in await host_call(handle.list_code_contexts()):
+        if context.get("language") == language and context.get("cwd") == E2B_DEFAULT_CWD:
+            return str(context["id"])
+    made = await host_call(handle.create_code_context(language, E2B_DEFAULT_CWD))
+    return str(made["id"])
+
+
 async def _events(handle: SandboxPort, run: RunRequest,
                   queue: asyncio.Queue[CodeEvent | None]) -> None:
     # No deadline of the SDK's reaches us (it times the run out by closing the connection,
@@ -187,6 +203,10 @@ async def execute(request: Request) -> Response:
     run = dataclasses.replace(run, env=run_env(sandbox_env, run.env))
     if run.context_id is not None:
         await _known_context(handle, run.context_id)
+    else:
+        language = run.language or "python"
+        run = dataclasses.replace(run, context_id=await _default_context(handle, language),
+                                  language=language)
 
     async def work(queue: asyncio.Queue[CodeEvent | None]) -> None:
         await _events(handle, run, queue)
@@ -223,8 +243,8 @@ async def create_context(request: Request) -> Response:
     language = language_of(body) or "python"
     cwd = optional_text(body, "cwd", MAX_CWD_CHARS) or None
     handle = await _handle(request)
-    # No cwd: our interpreter's default, the one its default contexts run in.
-    data = await host_call(handle.create_code_context(language, cwd))
+    # No cwd: E2B's, the default user's home.
+    data = await host_call(handle.create_code_context(language, cwd or E2B_CONTEXT_CWD))
     return JSONResponse(context_object(data))
 
 
