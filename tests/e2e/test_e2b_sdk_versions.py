@@ -54,9 +54,10 @@ def sdks() -> dict[str, str]:
     """E2B_SDK_PYTHON and E2B_SDK_NODE_MODULES: built once, reused while the pins hold."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.fail("node and npm are needed (scripts/host-deps.sh installs them)")
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "e2b-sdks.sh")], check=True,
-                         capture_output=True, text=True, timeout=900).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    built = subprocess.run(["bash", str(ROOT / "scripts" / "e2b-sdks.sh")],
+                           capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, f"scripts/e2b-sdks.sh failed:\n{built.stderr[-3000:]}"
+    return dict(line.split("=", 1) for line in built.stdout.splitlines() if "=" in line)
 
 
 def key_for(client: str, server: LiveServer) -> str:
