@@ -26,6 +26,10 @@ log = logging.getLogger("pandastack.server")
 #: again at once; the idle rule hibernates it meanwhile.
 HIBERNATE = "hibernate"
 SPENT = "spent"
+#: E2B's on_timeout "kill": the timeout is its whole lifetime, as on E2B, which has no idle
+#: rule (a sandbox given an hour and left idle for ten minutes is still there; the timeout,
+#: bounded by MAX_TTL_SECONDS, reclaims a forgotten one).
+TIMEOUT_ONLY = "timeout"
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ def decide(*, state: str, persistent: bool, expires_at: float | None,
 
     With `on_expiry` set (E2B's autoPause), where either rule would end the sandbox it is
     hibernated instead (Verdict HIBERNATE), and one without a VM (hibernated, stopped, on a
-    lost host) is kept past its TTL; once SPENT, only the idle rule applies."""
+    lost host) is kept past its TTL; once SPENT, only the idle rule applies. TIMEOUT_ONLY:
+    the idle rule does not apply."""
     keep = on_expiry in (HIBERNATE, SPENT)
     if keep and state in ("host_lost", "stopped", "hibernated"):
         return None
@@ -57,6 +62,8 @@ def decide(*, state: str, persistent: bool, expires_at: float | None,
     if expires_at is not None and now >= expires_at and on_expiry != SPENT:
         return Verdict(HIBERNATE, "timeout elapsed") if keep else Verdict("expired",
                                                                           "ttl elapsed")
+    if on_expiry == TIMEOUT_ONLY:
+        return None
     if state != "hibernated" and not busy and now - last_activity_at >= idle_timeout:
         reason = f"no API activity for {idle_timeout:g} s"
         return Verdict(HIBERNATE, reason) if keep else Verdict("reaped", reason)

@@ -446,10 +446,15 @@ async def test_start_user_and_working_directory(api: Api) -> None:
         r = await c.post("/process.Process/Start", headers=headers,
                          content=envelope({"process": {"cmd": "ls"}}))
         assert stream_events(r.content)[1] == {}
-    home, explicit, workdir = spawned
+        # a relative directory is the home's, the template's WORKDIR notwithstanding
+        r = await c.post("/process.Process/Start", headers=headers,
+                         content=envelope({"process": {"cmd": "ls", "cwd": "rel/dir"}}))
+        assert stream_events(r.content)[1] == {}
+    home, explicit, workdir, relative = spawned
     assert home["user"] == "user" and home["cwd"] is None
-    assert home["cmd"] == ["/bin/sh", "-c", 'cd "$HOME" 2>/dev/null; exec "$@"', "sh", "ls",
-                           "-a"]
+    assert home["cmd"][:2] == ["/bin/sh", "-c"] and 'cd "$HOME"' in home["cmd"][2]
+    assert home["cmd"][3:] == ["sh", "", "ls", "-a"]
+    assert relative["cwd"] is None and relative["cmd"][3:] == ["sh", "rel/dir", "ls"]
     assert home["timeout"] == 60.0
     assert explicit["user"] == "root" and explicit["cwd"] == "/srv"
     assert explicit["cmd"] == ["ls"] and explicit["env"] == {"A": "1"}

@@ -17,7 +17,7 @@ from pandastack.server.compat.e2b.rest.base import e2b_key
 from pandastack.server.compat.e2b.rest.states import STATES, alias_of, our_template
 from pandastack.server.compat.e2b.target import ENVD_VERSION
 from pandastack.server.compat.e2b.tokens import tokens_for
-from pandastack.server.lifecycle import HIBERNATE, SPENT, decide, sweep
+from pandastack.server.lifecycle import HIBERNATE, SPENT, TIMEOUT_ONLY, decide, sweep
 from pandastack.wire import ENDED_STATES
 from tests.server.conftest import Api, make_settings, running_app
 from tests.server.fakes import FakeRuntime
@@ -353,6 +353,9 @@ def test_decide_hibernates_what_on_expiry_keeps() -> None:
     assert decide(**idle, now=700.0).state == "reaped"  # type: ignore[union-attr]
     for state in ("hibernated", "stopped", "host_lost"):  # kept past the TTL
         assert decide(**{**base, "state": state}, now=1e9, on_expiry=HIBERNATE) is None
+    # E2B's on_timeout kill: its timeout is its lifetime, the idle rule does not apply
+    assert decide(**idle, now=700.0, on_expiry=TIMEOUT_ONLY) is None
+    assert decide(**base, now=101.0, on_expiry=TIMEOUT_ONLY).state == "expired"  # type: ignore
 
 
 async def test_auto_pause_hibernates_at_timeout_and_connect_rearms(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from starlette.websockets import WebSocket
 from pandastack.rules import SANDBOX_ID_RE
 from pandastack.server.auth import key_from_headers
 from pandastack.server.errors import ApiError, not_found
+from pandastack.server.lifecycle import HIBERNATE, SPENT
 from pandastack.server.routes.ports import as_request, key_team
 from pandastack.server.service import SandboxService
 from pandastack.wire import ENDED_STATES
@@ -139,7 +140,7 @@ def refuse_paused(service: SandboxService, sandbox_id: str) -> None:
     row = service.store.sandbox_by_id(sandbox_id)
     if row is None or STATES.get(row.state) != "paused":
         return
-    if row.state == "hibernated" and row.on_expiry is not None:
+    if row.state == "hibernated" and row.on_expiry in (HIBERNATE, SPENT):
         return
     raise E2bError(502, f"sandbox {sandbox_id} was not found: it is paused ({row.state}); "
                    "connect resumes it")

@@ -18,7 +18,7 @@ from pandastack.hostport.errors import HostError, SandboxNotFound
 from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.server.auth import Principal
 from pandastack.server.errors import ApiError
-from pandastack.server.lifecycle import HIBERNATE, SPENT
+from pandastack.server.lifecycle import HIBERNATE, SPENT, TIMEOUT_ONLY
 from pandastack.server.routes.deps import SandboxId
 from pandastack.server.service import SandboxService
 from pandastack.server.settings import Settings
@@ -109,9 +109,17 @@ def extend(service: SandboxService, team: str, row: Sandbox, timeout: int) -> Sa
 async def made(service: SandboxService, team: str, body: NewSandbox,
                default_timeout: int) -> Sandbox:
     row = await service.create(team, create_request(body, default_timeout))
-    if body.auto_pause:  # its timeout hibernates it (lifecycle.decide)
-        row = service.store.update_sandbox(row.id, on_expiry=HIBERNATE) or row
-    return row
+    # its timeout hibernates it (autoPause) or ends it; no idle rule either way
+    return service.store.update_sandbox(row.id, on_expiry=on_timeout(body.auto_pause)) or row
+
+
+def on_timeout(auto_pause: bool | None) -> str:
+    return HIBERNATE if auto_pause else TIMEOUT_ONLY
+
+
+def kept(row: Sandbox) -> bool:
+    """Whether its timeout hibernates it (E2B's autoPause, reported with autoResume)."""
+    return row.on_expiry in (HIBERNATE, SPENT)
 
 
 @router.post("/v2/sandboxes")
@@ -267,7 +275,7 @@ async def get_sandbox(sandbox_id: SandboxId, who: Caller, service: Service,
     except (ApiError, HostError):
         network = None  # its host is out of reach or lost: the rest is still true
     return JSONResponse(detail(service.info(row), tokens(service), domain(settings), network,
-                               kept=row.on_expiry is not None))
+                               kept=kept(row)))
 
 
 @router.delete("/sandboxes/{sandbox_id}")
@@ -348,8 +356,7 @@ async def resume(sandbox_id: SandboxId, who: Caller, service: Service,
         raise E2bError(409, f"sandbox {sandbox_id} is already running")
     row = await wake(service, who.team, row)
     if body is not None and body.auto_pause is not None:
-        row = service.store.update_sandbox(
-            row.id, on_expiry=HIBERNATE if body.auto_pause else None) or row
+        row = service.store.update_sandbox(row.id, on_expiry=on_timeout(body.auto_pause)) or row
     timeout = E2B_V1_DEFAULT_TIMEOUT if body is None or body.timeout is None else body.timeout
     row = extend(service, who.team, row, timeout)
     return sandbox(service, row, settings)
@@ -364,8 +371,8 @@ async def fork_sandbox(sandbox_id: SandboxId, who: Caller, service: Service,
     count = 1 if body is None or body.count is None else body.count
     parent, children, _ = await fork(service, who.team, sandbox_id, count)
     if parent.on_expiry is not None:
-        children = [service.store.update_sandbox(c.id, on_expiry=HIBERNATE) or c
-                    for c in children]
+        children = [service.store.update_sandbox(c.id, on_expiry=on_timeout(kept(parent)))
+                    or c for c in children]
     if body is not None and body.timeout is not None:
         children = [service.set_lifecycle(who.team, c.id, None, None,
                                           timeout_seconds=body.timeout) for c in children]
