@@ -91,6 +91,10 @@ async def test_get_detail_and_timeout_from_now(api: Api) -> None:
     end = (await api.client.get(f"/sandboxes/{sid}", headers=e2b(api.admin_key))).json()["endAt"]
     ends = time.mktime(time.strptime(end[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
     assert abs(ends - (time.time() + 1000)) < 5
+    # past its timeout it is gone to E2B at once, whether or not the reaper has ended it
+    api.app.state.store.update_sandbox(sid, expires_at=time.time() - 0.1)
+    assert_e2b_error(await api.client.get(f"/sandboxes/{sid}", headers=e2b(api.admin_key)),
+                     404)
 
 
 async def test_auto_pause_is_persistent_and_egress_maps(api: Api) -> None:

@@ -46,7 +46,7 @@ from .envd import app as envd_app
 from .envd import files
 from .envd.connect import HTTP_STATUS, ConnectError, code_of_status
 from .errors import E2bError, as_e2b, e2b_response
-from .rest.states import STATES
+from .rest.states import STATES, past_timeout
 from .target import ENVD_PORT, INTERPRETER_PORT, SCOPE_KEY, SandboxTarget
 from .tokens import tokens_for
 
@@ -124,11 +124,12 @@ def _row_team(service: SandboxService, sandbox_id: str, team: str | None = None)
     row = service.store.sandbox_by_id(sandbox_id) if SANDBOX_ID_RE.match(sandbox_id) else None
     if row is None or (team is not None and row.team != team):
         raise not_found(f"sandbox {sandbox_id!r}")
-    if row.state in ENDED_STATES:
+    if row.state in ENDED_STATES or past_timeout(row):
         # What E2B's proxy answers for a sandbox that is gone: the SDKs read "was not found"
         # under a 502 as "killed or reached its timeout" (their health probe included),
         # where our 409 would leave them unsure whether it runs.
-        raise E2bError(502, f"sandbox {sandbox_id} was not found: it has ended ({row.state})")
+        why = row.state if row.state in ENDED_STATES else "its timeout elapsed"
+        raise E2bError(502, f"sandbox {sandbox_id} was not found: it has ended ({why})")
     return row.team
 
 

@@ -41,7 +41,7 @@ from .models import (
     Timeout,
 )
 from .snapshot_list import snapshot_page
-from .states import ALL_OURS, GONE, OURS, our_template
+from .states import ALL_OURS, GONE, OURS, our_template, past_timeout
 from .translate import (
     E2B_DEFAULT_TIMEOUT,
     E2B_V1_DEFAULT_TIMEOUT,
@@ -75,7 +75,7 @@ def live_row(service: SandboxService, team: str, sandbox_id: str, *,
         if exc.status == 404:
             raise not_found(sandbox_id) from None
         raise
-    if row.state in GONE:
+    if row.state in GONE or past_timeout(row):
         raise not_found(sandbox_id)
     return row
 

@@ -7,9 +7,12 @@ a restore), and the SDK offers nothing else to do with such a sandbox."""
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 from pandastack.rules import DEFAULT_TEMPLATE
+from pandastack.server.lifecycle import TIMEOUT_ONLY
+from pandastack.server.store import Sandbox
 from pandastack.wire import ENDED_STATES
 
 E2bState = Literal["running", "paused"]
@@ -58,3 +61,12 @@ def our_template(e2b_name: str) -> str:
 def alias_of(ours: str) -> str:
     name = ours.split(":", 1)[0]
     return ALIASES.get(name, name)
+
+
+def past_timeout(row: Sandbox, now: float | None = None) -> bool:
+    """Whether E2B reads `row` as ended by its timeout though the reaper has not yet ended
+    it (it does on its next pass, within a second): E2B's sandbox is gone at its timeout,
+    and E2B's own tests look right after it."""
+    return (row.on_expiry == TIMEOUT_ONLY and not row.persistent
+            and row.expires_at is not None
+            and (time.time() if now is None else now) >= row.expires_at)
