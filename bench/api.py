@@ -75,10 +75,11 @@ class Server:
 
 
 @contextmanager
-def live_server(tmp: Path, agent: tuple[str, Path] | None = None) -> Iterator[Server]:
+def live_server(tmp: Path, agent: tuple[str, Path] | None = None,
+                extra_env: dict[str, str] | None = None) -> Iterator[Server]:
     """`pandastack serve` on a free loopback port with everything private under `tmp`
-    (driving `agent`, its address and token file, when given). Stopped with SIGTERM
-    (SIGKILL after 30 s); any VM left behind is killed."""
+    (driving `agent`, its address and token file, when given; `extra_env` over its
+    environment). Stopped with SIGTERM (SIGKILL after 30 s); any VM left behind is killed."""
     port = free_port()
     drive = ["--agent", agent[0], "--agent-token-file", str(agent[1])] if agent else []
     env = {
@@ -86,6 +87,7 @@ def live_server(tmp: Path, agent: tuple[str, Path] | None = None) -> Iterator[Se
         "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
         "PANDASTACK_DB": f"sqlite:///{tmp / 'pandastack.db'}",
         "PANDASTACK_CLIENT_CONFIG": str(tmp / "client.json"),
+        **(extra_env or {}),
     }
     url = f"http://127.0.0.1:{port}"
     with open(tmp / "server.log", "wb") as log:

@@ -21,71 +21,31 @@ Usage: python bench/e2b_path.py [--n 20]
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import e2b
-import httpx
 
-from common import line, pct, stop
+from api import Server, free_port, live_server
+from common import line, pct
 from pandastack import Sandbox
 
 MAX_N = 500
-SERVER_START_TIMEOUT = 300.0
 STREAM_CMD = "echo ready; sleep 0.3"
 
 
-@dataclass(frozen=True)
-class Server:
-    api_url: str
-    sandbox_url: str
-    api_key: str
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
-def live_server(tmp: Path) -> Iterator[Server]:
-    port, sandbox_port = free_port(), free_port()
-    env = {**os.environ,
-           "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
-           "PANDASTACK_DB": f"sqlite:///{tmp / 'pandastack.db'}",
-           "PANDASTACK_CLIENT_CONFIG": str(tmp / "client.json"),
-           "PANDASTACK_PREVIEW_PORT": str(sandbox_port)}
-    url = f"http://127.0.0.1:{port}"
-    with open(tmp / "server.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port),
-             "--log-level", "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + SERVER_START_TIMEOUT
-            while True:
-                try:
-                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("server did not come up:\n"
-                                       + (tmp / "server.log").read_text()[-3000:])
-                time.sleep(0.2)
-            key = json.loads((tmp / "client.json").read_text())["api_key"]
-            yield Server(url, f"http://127.0.0.1:{sandbox_port}", key)
-        finally:
-            stop(proc, tmp)
+def e2b_server(tmp: Path) -> Iterator[tuple[Server, str]]:
+    """bench/api.py's server with its sandbox-port listener on a free port: (the server,
+    the listener's URL, which E2B_SANDBOX_URL names)."""
+    sandbox_port = free_port()
+    with live_server(tmp, extra_env={"PANDASTACK_PREVIEW_PORT": str(sandbox_port)}) as server:
+        yield server, f"http://127.0.0.1:{sandbox_port}"
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -95,18 +55,19 @@ def timed(fn: Callable[[], None]) -> float:
 
 
 class Sides:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, sandbox_url: str) -> None:
         self.server = server
         # The three variables a user changes (docs/e2b.md).
-        os.environ.update(E2B_API_URL=server.api_url, E2B_SANDBOX_URL=server.sandbox_url,
+        os.environ.update(E2B_API_URL=server.api_url, E2B_SANDBOX_URL=sandbox_url,
                           E2B_API_KEY=server.api_key)
 
-    def ours_create_exec(self) -> float:
-        box: list[Sandbox] = []
+    @staticmethod
+    def create_exec(create: Callable[[], Any]) -> float:
+        """Create, then run `true` until its result is back; the kill is not timed."""
+        box: list[Any] = []
 
         def run() -> None:
-            sbx = Sandbox.create(template="base", api_url=self.server.api_url,
-                                 api_key=self.server.api_key)
+            sbx = create()
             box.append(sbx)
             result = sbx.commands.run("true")
             assert result.exit_code == 0, result
@@ -115,20 +76,13 @@ class Sides:
         finally:
             for sbx in box:
                 sbx.kill()
+
+    def ours_create_exec(self) -> float:
+        return self.create_exec(lambda: Sandbox.create(
+            template="base", api_url=self.server.api_url, api_key=self.server.api_key))
 
     def e2b_create_exec(self) -> float:
-        box: list[e2b.Sandbox] = []
-
-        def run() -> None:
-            sbx = e2b.Sandbox.create("base")
-            box.append(sbx)
-            result = sbx.commands.run("true")
-            assert result.exit_code == 0, result
-        try:
-            return timed(run)
-        finally:
-            for sbx in box:
-                sbx.kill()
+        return self.create_exec(lambda: e2b.Sandbox.create("base"))
 
     @staticmethod
     def first_chunk(run: Callable[[Callable[[str], None]], object]) -> float:
@@ -145,8 +99,8 @@ class Sides:
 
 def bench(n: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-e2b-", dir="/tmp"))
-    with live_server(tmp) as server:
-        sides = Sides(server)
+    with e2b_server(tmp) as (server, sandbox_url):
+        sides = Sides(server, sandbox_url)
         create = {"ours": [], "e2b": []}  # type: dict[str, list[float]]
         chunk = {"ours": [], "e2b": []}  # type: dict[str, list[float]]
         ops = {"ours": sides.ours_create_exec, "e2b": sides.e2b_create_exec}
