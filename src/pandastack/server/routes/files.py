@@ -16,6 +16,7 @@ from pandastack.wire import FileEntry, FileList, MkdirRequest, RenameRequest, Wr
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, bad_request, clean_text
 from ..jsonbody import StrictJsonRoute
+from ..service import SandboxService
 from .deps import AppSettings, SandboxId, Service, check_path
 
 router = APIRouter(tags=["files"], route_class=StrictJsonRoute)
@@ -47,18 +48,23 @@ async def read_file(sandbox_id: SandboxId, path: FilePath, who: CurrentPrincipal
     except StopAsyncIteration:
         first = b""
 
-    async def body() -> AsyncIterator[bytes]:
-        async with service.busy(sandbox_id):
-            try:
-                if first:
-                    yield first
-                async for chunk in chunks:
-                    yield chunk
-            finally:
-                with contextlib.suppress(Exception):
-                    await chunks.aclose()  # type: ignore[attr-defined]
+    return StreamingResponse(held_chunks(service, sandbox_id, first, chunks),
+                             media_type="application/octet-stream")
 
-    return StreamingResponse(body(), media_type="application/octet-stream")
+
+async def held_chunks(service: SandboxService, sandbox_id: str, first: bytes,
+                      chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A download's body: `first` (already read, so that its errors were the answer's
+    status), then the rest, the sandbox busy (the idle rule waits) until the last chunk."""
+    async with service.busy(sandbox_id):
+        try:
+            if first:
+                yield first
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            with contextlib.suppress(Exception):
+                await chunks.aclose()  # type: ignore[attr-defined]
 
 
 @router.put("/sandboxes/{sandbox_id}/files", response_model=WriteResult,

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from pandastack.hostport.protocols import SandboxPort
+from pandastack.server.routes.files import held_chunks
 from pandastack.server.store import Store
 
 from ..errors import E2bError, e2b_response
@@ -128,18 +129,8 @@ async def download(request: Request) -> Response:
             raise E2bError(400, f"path '{path}' is a directory") from None
         raise
 
-    async def body() -> AsyncIterator[bytes]:
-        async with target.service.busy(target.sandbox_id):
-            try:
-                if first:
-                    yield first
-                async for chunk in chunks:
-                    yield chunk
-            finally:
-                with contextlib.suppress(Exception):
-                    await chunks.aclose()  # type: ignore[attr-defined]
-
-    return StreamingResponse(body(), media_type="application/octet-stream",
+    return StreamingResponse(held_chunks(target.service, target.sandbox_id, first, chunks),
+                             media_type="application/octet-stream",
                              headers={"Content-Disposition": _attachment(path)})
 
 
