@@ -22,7 +22,10 @@ from pandastack.host.memory.huge_pool import (
     pages_for,
 )
 
-pytestmark = pytest.mark.timeout(120)
+# Serial: these read and grow the host-wide hugetlb pool, which the other lane's runtimes
+# take their shares of (a share is capped across all runtimes, so one beside them was
+# granted 0 pages: CI run of 2026-12-03 23:32).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 
 def _pool(name: str = "nr_hugepages") -> int:
