@@ -26,6 +26,36 @@ log = logging.getLogger("pandastack.server")
 #: again at once; the idle rule hibernates it meanwhile.
 HIBERNATE = "hibernate"
 SPENT = "spent"
+#: Either of the two with this suffix: traffic to its ports wakes it while it is hibernated
+#: (E2B's autoResume); without, only an explicit wake (E2B's connect) does.
+WAKE = "+wake"
+KEPT = frozenset({HIBERNATE, SPENT, HIBERNATE + WAKE, SPENT + WAKE})
+
+
+def kept(on_expiry: str | None) -> bool:
+    """Whether a TTL hibernates the sandbox instead of ending it."""
+    return on_expiry in KEPT
+
+
+def spent(on_expiry: str | None) -> bool:
+    return on_expiry is not None and on_expiry.startswith(SPENT)
+
+
+def spend(on_expiry: str) -> str:
+    """The value once its TTL has hibernated it (the wake-on-traffic choice kept)."""
+    return SPENT + on_expiry.removeprefix(HIBERNATE).removeprefix(SPENT)
+
+
+def armed(on_expiry: str | None) -> str | None:
+    """The value once a new TTL is set: a spent one hibernates again at it."""
+    if on_expiry is None or not spent(on_expiry):
+        return on_expiry
+    return HIBERNATE + on_expiry.removeprefix(SPENT)
+
+
+def wakes_on_traffic(on_expiry: str | None) -> bool:
+    return kept(on_expiry) and on_expiry is not None and on_expiry.endswith(WAKE)
+
 #: E2B's on_timeout "kill": the timeout is its whole lifetime, as on E2B, which has no idle
 #: rule (a sandbox given an hour and left idle for ten minutes is still there; the timeout,
 #: bounded by MAX_TTL_SECONDS, reclaims a forgotten one).
@@ -50,7 +80,7 @@ def decide(*, state: str, persistent: bool, expires_at: float | None,
     hibernated instead (Verdict HIBERNATE), and one without a VM (hibernated, stopped, on a
     lost host) is kept past its TTL; once SPENT, only the idle rule applies. TIMEOUT_ONLY:
     the idle rule does not apply."""
-    keep = on_expiry in (HIBERNATE, SPENT)
+    keep = kept(on_expiry)
     if keep and state in ("host_lost", "stopped", "hibernated"):
         return None
     if state == "host_lost" and not persistent and expires_at is not None and now >= expires_at:
@@ -59,7 +89,7 @@ def decide(*, state: str, persistent: bool, expires_at: float | None,
         return Verdict("expired", "ttl elapsed (it was stopped)")  # made non-persistent since
     if state not in AWAKE_STATES or persistent:
         return None
-    if expires_at is not None and now >= expires_at and on_expiry != SPENT:
+    if expires_at is not None and now >= expires_at and not spent(on_expiry):
         return Verdict(HIBERNATE, "timeout elapsed") if keep else Verdict("expired",
                                                                           "ttl elapsed")
     if on_expiry == TIMEOUT_ONLY:
@@ -87,8 +117,9 @@ async def hibernate_kept(service: SandboxService, row: Sandbox, verdict: Verdict
         await service.end(row.id, "expired", f"{verdict.reason}; hibernating it was "
                           f"refused: {exc.message}"[:2000])
         return
-    if row.expires_at is not None and now >= row.expires_at:
-        await asyncio.to_thread(service.store.update_sandbox, row.id, on_expiry=SPENT)
+    if row.expires_at is not None and now >= row.expires_at and row.on_expiry is not None:
+        await asyncio.to_thread(service.store.update_sandbox, row.id,
+                                on_expiry=spend(row.on_expiry))
     log.info("sandbox %s hibernated: %s", row.id, verdict.reason)
 
 

@@ -26,7 +26,7 @@ from pandastack.hostport.results import ExecResult
 from pandastack.server.compat.e2b.envd import process
 from pandastack.server.compat.e2b.envd.connect import ConnectError
 from pandastack.server.compat.e2b.tokens import tokens_for
-from pandastack.server.lifecycle import HIBERNATE
+from pandastack.server.lifecycle import HIBERNATE, WAKE
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.live import fake_server
@@ -189,8 +189,8 @@ async def test_host_name_routing(api: Api) -> None:
 async def test_paused_and_hibernated_sandboxes(api: Api) -> None:
     """As E2B's proxy answers for a paused sandbox: 502 "was not found" (the SDK's
     is_running() is then False; Connect's unavailable), paused or hibernated alike, unless
-    its lifecycle resumes on traffic (autoPause, our on_expiry): such a hibernated sandbox
-    is woken by the call."""
+    its lifecycle resumes on traffic (autoResume): such a hibernated sandbox is woken by the
+    call."""
     sid = await new_sandbox(api)
     headers = {**routed(sid, X_Access_Token=envd_token(api, sid)), **JSON}
     assert (await api.client.post(f"/v1/sandboxes/{sid}/pause")).status_code == 200
@@ -204,7 +204,9 @@ async def test_paused_and_hibernated_sandboxes(api: Api) -> None:
         assert r.status_code == 200 and r.json()["state"] == "hibernated", r.text
         assert_connect(await c.post(LIST, json={}, headers=headers), 502, "unavailable")
         assert (await api.client.get(f"/v1/sandboxes/{sid}")).json()["state"] == "hibernated"
-        api.app.state.store.update_sandbox(sid, on_expiry=HIBERNATE)
+        api.app.state.store.update_sandbox(sid, on_expiry=HIBERNATE)  # autoPause alone
+        assert_connect(await c.post(LIST, json={}, headers=headers), 502, "unavailable")
+        api.app.state.store.update_sandbox(sid, on_expiry=HIBERNATE + WAKE)  # autoResume
         r = await c.post(LIST, json={}, headers=headers)
         assert r.status_code == 200, r.text
     assert (await api.client.get(f"/v1/sandboxes/{sid}")).json()["state"] == "running"

@@ -98,11 +98,17 @@ async def test_get_detail_and_timeout_from_now(api: Api) -> None:
 
 
 async def test_auto_pause_is_persistent_and_egress_maps(api: Api) -> None:
-    sid = (await create(api, autoPause=True, allow_internet_access=False,
+    sid = (await create(api, autoPause=True, autoResume={"enabled": True},
+                        allow_internet_access=False,
                         network={"allowOut": ["1.1.1.1"], "dnsServers": ["8.8.8.8"]})
            )["sandboxID"]
     got = (await api.client.get(f"/sandboxes/{sid}", headers=e2b(api.admin_key))).json()
     assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+    # autoResume only with autoPause, as E2B says
+    r = await api.client.post("/v2/sandboxes", json={"templateID": "base",
+                                                     "autoResume": {"enabled": True}},
+                              headers=e2b(api.admin_key))
+    assert_e2b_error(r, 400, "autoResume needs autoPause")
     assert got["allowInternetAccess"] is False and got["network"]["allowOut"] == ["1.1.1.1"]
     assert got["network"]["denyOut"] == ["0.0.0.0/0"]
     net = (await api.client.get(f"/v1/sandboxes/{sid}/network")).json()
@@ -371,7 +377,7 @@ async def test_auto_pause_hibernates_at_timeout_and_connect_rearms(tmp_path: Pat
         kept = (await create(api, timeout=30, autoPause=True))["sandboxID"]
         ends = (await create(api, timeout=30))["sandboxID"]
         got = (await c.get(f"/sandboxes/{kept}", headers=h)).json()
-        assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+        assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": False}
         await sweep(service, now=time.time() + 60)
         assert (await c.get(f"/v1/sandboxes/{kept}")).json()["state"] == "hibernated"
         assert (await c.get(f"/v1/sandboxes/{ends}")).json()["state"] == "expired"
@@ -397,7 +403,7 @@ async def test_auto_pause_hibernates_at_timeout_and_connect_rearms(tmp_path: Pat
         r = await c.post(f"/sandboxes/{kept}/fork", json={"timeout": 30}, headers=h)
         child = r.json()[0]["sandbox"]["sandboxID"]
         got = (await c.get(f"/sandboxes/{child}", headers=h)).json()
-        assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+        assert got["lifecycle"] == {"onTimeout": "pause", "autoResume": False}
         await sweep(service, now=time.time() + 60)
         assert (await c.get(f"/v1/sandboxes/{child}")).json()["state"] == "hibernated"
 

@@ -36,7 +36,7 @@ from starlette.websockets import WebSocket
 from pandastack.rules import SANDBOX_ID_RE
 from pandastack.server.auth import key_from_headers
 from pandastack.server.errors import ApiError, not_found
-from pandastack.server.lifecycle import HIBERNATE, SPENT
+from pandastack.server.lifecycle import wakes_on_traffic
 from pandastack.server.routes.ports import as_request, key_team
 from pandastack.server.service import SandboxService
 from pandastack.wire import ENDED_STATES
@@ -136,12 +136,12 @@ def _row_team(service: SandboxService, sandbox_id: str, team: str | None = None)
 def refuse_paused(service: SandboxService, sandbox_id: str) -> None:
     """A sandbox E2B reads as paused answers as E2B's proxy does, 502 "was not found" (the
     SDK's `is_running()` is then False, as after E2B's own pause), unless its lifecycle
-    resumes on traffic: `autoPause` (our `on_expiry`) is reported with `autoResume`, and
-    such a hibernated sandbox is woken by the call. `connect` resumes any of them."""
+    resumes on traffic (E2B's autoResume: `lifecycle.wakes_on_traffic`): such a hibernated
+    sandbox is woken by the call. `connect` resumes any of them."""
     row = service.store.sandbox_by_id(sandbox_id)
     if row is None or STATES.get(row.state) != "paused":
         return
-    if row.state == "hibernated" and row.on_expiry in (HIBERNATE, SPENT):
+    if row.state == "hibernated" and wakes_on_traffic(row.on_expiry):
         return
     raise E2bError(502, f"sandbox {sandbox_id} was not found: it is paused ({row.state}); "
                    "connect resumes it")

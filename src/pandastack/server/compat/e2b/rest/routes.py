@@ -18,7 +18,15 @@ from pandastack.hostport.errors import HostError, SandboxNotFound
 from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.server.auth import Principal
 from pandastack.server.errors import ApiError
-from pandastack.server.lifecycle import HIBERNATE, SPENT, TIMEOUT_ONLY
+from pandastack.server.lifecycle import (
+    HIBERNATE,
+    TIMEOUT_ONLY,
+    WAKE,
+    armed,
+    kept,
+    spent,
+    wakes_on_traffic,
+)
 from pandastack.server.routes.deps import SandboxId
 from pandastack.server.service import SandboxService
 from pandastack.server.settings import Settings
@@ -90,8 +98,8 @@ def set_timeout_of(service: SandboxService, team: str, row: Sandbox, timeout: in
     """`timeout` seconds from now; an autoPause sandbox whose last timeout hibernated it is
     armed again for this one (lifecycle.SPENT)."""
     row = service.set_lifecycle(team, row.id, None, None, timeout_seconds=timeout)
-    if row.on_expiry == SPENT:
-        row = service.store.update_sandbox(row.id, on_expiry=HIBERNATE) or row
+    if spent(row.on_expiry):
+        row = service.store.update_sandbox(row.id, on_expiry=armed(row.on_expiry)) or row
     return row
 
 
@@ -110,16 +118,22 @@ async def made(service: SandboxService, team: str, body: NewSandbox,
                default_timeout: int) -> Sandbox:
     row = await service.create(team, create_request(body, default_timeout))
     # its timeout hibernates it (autoPause) or ends it; no idle rule either way
-    return service.store.update_sandbox(row.id, on_expiry=on_timeout(body.auto_pause)) or row
+    return service.store.update_sandbox(
+        row.id, on_expiry=on_timeout(body.auto_pause, resumes(body))) or row
 
 
-def on_timeout(auto_pause: bool | None) -> str:
-    return HIBERNATE if auto_pause else TIMEOUT_ONLY
+def resumes(body: NewSandbox) -> bool:
+    """E2B's autoResume: traffic to its ports wakes it (only with autoPause, as E2B says)."""
+    return body.auto_resume is not None and body.auto_resume.enabled
 
 
-def kept(row: Sandbox) -> bool:
-    """Whether its timeout hibernates it (E2B's autoPause, reported with autoResume)."""
-    return row.on_expiry in (HIBERNATE, SPENT)
+def on_timeout(auto_pause: bool | None, auto_resume: bool = False) -> str:
+    if not auto_pause:
+        if auto_resume:
+            raise E2bError(400, "autoResume needs autoPause (a sandbox its timeout kills "
+                           "cannot resume)")
+        return TIMEOUT_ONLY
+    return HIBERNATE + WAKE if auto_resume else HIBERNATE
 
 
 @router.post("/v2/sandboxes")
@@ -275,7 +289,7 @@ async def get_sandbox(sandbox_id: SandboxId, who: Caller, service: Service,
     except (ApiError, HostError):
         network = None  # its host is out of reach or lost: the rest is still true
     return JSONResponse(detail(service.info(row), tokens(service), domain(settings), network,
-                               kept=kept(row)))
+                               kept=kept(row.on_expiry), wakes=wakes_on_traffic(row.on_expiry)))
 
 
 @router.delete("/sandboxes/{sandbox_id}")
@@ -356,7 +370,9 @@ async def resume(sandbox_id: SandboxId, who: Caller, service: Service,
         raise E2bError(409, f"sandbox {sandbox_id} is already running")
     row = await wake(service, who.team, row)
     if body is not None and body.auto_pause is not None:
-        row = service.store.update_sandbox(row.id, on_expiry=on_timeout(body.auto_pause)) or row
+        wakes = bool(body.auto_pause) and wakes_on_traffic(row.on_expiry)
+        row = service.store.update_sandbox(
+            row.id, on_expiry=on_timeout(body.auto_pause, wakes)) or row
     timeout = E2B_V1_DEFAULT_TIMEOUT if body is None or body.timeout is None else body.timeout
     row = extend(service, who.team, row, timeout)
     return sandbox(service, row, settings)
@@ -371,7 +387,7 @@ async def fork_sandbox(sandbox_id: SandboxId, who: Caller, service: Service,
     count = 1 if body is None or body.count is None else body.count
     parent, children, _ = await fork(service, who.team, sandbox_id, count)
     if parent.on_expiry is not None:
-        children = [service.store.update_sandbox(c.id, on_expiry=on_timeout(kept(parent)))
+        children = [service.store.update_sandbox(c.id, on_expiry=armed(parent.on_expiry))
                     or c for c in children]
     if body is not None and body.timeout is not None:
         children = [service.set_lifecycle(who.team, c.id, None, None,

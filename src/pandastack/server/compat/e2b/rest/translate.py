@@ -122,7 +122,8 @@ def _mount(m: VolumeMount) -> OurMount:
 def create_request(body: NewSandbox, default_timeout: int) -> CreateSandbox:
     """Our create for E2B's. `autoPause` is the row's `on_expiry` (set by the route once the
     row exists: lifecycle.decide hibernates the sandbox at its timeout instead of ending
-    it); `autoResume` is how every call to a hibernated sandbox of ours already behaves.
+    it); `autoResume` is the suffix lifecycle.WAKE on it (the listener wakes such a
+    hibernated sandbox on traffic; without it, only connect does).
     `secure` changes nothing: every sandbox has its tokens."""
     if body.mcp is not None:
         raise unsupported("mcp (E2B's MCP gateway in the sandbox)")
@@ -175,17 +176,18 @@ def listed(info: SandboxInfo) -> dict[str, Any]:
     }
 
 
-def lifecycle(kept: bool) -> dict[str, Any]:
-    """E2B's `lifecycle` of a sandbox whose timeout hibernates it (`kept`), or ends it."""
-    return ({"onTimeout": "pause", "autoResume": True} if kept
+def lifecycle(kept: bool, wakes: bool = False) -> dict[str, Any]:
+    """E2B's `lifecycle` of a sandbox whose timeout hibernates it (`kept`; `wakes`: traffic
+    to its ports wakes it), or ends it."""
+    return ({"onTimeout": "pause", "autoResume": wakes} if kept
             else {"onTimeout": "kill", "autoResume": False})
 
 
 def detail(info: SandboxInfo, tokens: SandboxTokens, domain: str,
-           network: NetworkSpec | None, kept: bool) -> dict[str, Any]:
+           network: NetworkSpec | None, kept: bool, wakes: bool = False) -> dict[str, Any]:
     """E2B's `SandboxDetail`; `network` None: not known now (its host is out of reach)."""
     body = {**listed(info), "envdAccessToken": tokens.envd_access(info.id), "domain": domain,
-            "lifecycle": lifecycle(kept or info.persistent)}
+            "lifecycle": lifecycle(kept or info.persistent, wakes)}
     if network is not None:
         body["allowInternetAccess"] = network.internet
         # Internet off reads as E2B spells it: everything denied, the allow list through it.
