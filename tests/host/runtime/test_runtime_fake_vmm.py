@@ -25,6 +25,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.images.build import GuestImage
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.records import SandboxRecord
+from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import SnapshotFailed, VMMError
 from tests.helpers import close_private_runtime, vmm_pids_under
 from tests.host import fake_vmm
@@ -145,6 +146,62 @@ async def test_a_failed_fork_kills_the_children_it_made(rt: HostRuntime) -> None
         await rt.fork(parent.id, count=2)
     assert_holds_only(rt, parent.id)
     assert (await parent.exec(["echo", "parent"])).stdout == b"parent\n"
+
+
+def neighbour(config: HostConfig, root: Path) -> HostRuntime:
+    """A runtime with a state dir of its own and the snapshots directory of `config`."""
+    state = root / f"s{next(_numbers)}"
+    state.mkdir(mode=0o700)
+    return new_runtime(replace(config, state_dir=state))
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_fork_under_way_survives_the_start_of_a_runtime_sharing_its_snapshots(
+        rt: HostRuntime, config: HostConfig, root: Path, when: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runtimes with their own state dirs share a snapshots directory by default (under
+    PANDASTACK_HOME), and each one's start sweeps the transient snapshots that crashed forks
+    left. One starting while a fork is under way (before or after its child is made) must
+    leave that fork's snapshot alone: a fresh-clone CI run saw fork answer 404 for its own
+    snapshot, with its child left running."""
+    parent = await rt.create()
+    other = neighbour(config, root)
+    create = rt.create
+
+    async def create_beside_a_start(**kwargs: object) -> SandboxHandle:
+        if when == "before":
+            await other.start()
+        child = await create(**kwargs)  # type: ignore[arg-type]
+        if when == "after":
+            await other.start()
+        return child
+
+    monkeypatch.setattr(rt, "create", create_beside_a_start)
+    try:
+        [child] = await rt.fork(parent.id)
+    finally:
+        monkeypatch.undo()
+        await other.close()
+        shutil.rmtree(other.sandboxes_dir, ignore_errors=True)
+    assert other.list() == []
+    assert (await child.exec(["echo", "child"])).stdout == b"child\n"
+    assert_holds_only(rt, parent.id, child.id)
+
+
+async def test_a_start_sweeps_the_transient_snapshot_of_a_fork_cut_short(
+        rt: HostRuntime, config: HostConfig, root: Path) -> None:
+    """The other half: a transient snapshot no fork holds any more (its process died,
+    which drops the lock) goes at the next start."""
+    parent = await rt.create()
+    snap = await rt.saves.snapshot(parent.id, internal=True, transient=True)
+    rt.snapshots._release(snap.info.id)  # as the death of the forking process would
+    other = neighbour(config, root)
+    try:
+        await other.start()
+    finally:
+        await other.close()
+        shutil.rmtree(other.sandboxes_dir, ignore_errors=True)
+    assert_holds_only(rt, parent.id)  # no snapshot left
 
 
 async def test_a_failed_snapshot_leaves_the_sandbox_running_and_no_snapshot(

@@ -27,7 +27,7 @@ from pandastack.host.runtime.snapshots import (
 )
 from pandastack.host.vmm.driver import VMProcess, max_stream_bytes
 from pandastack.host.volumes.attach import mounts_of
-from pandastack.hostport.errors import HostError, SnapshotFailed
+from pandastack.hostport.errors import HostError, SnapshotFailed, SnapshotNotFound
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import SnapshotInfo, SnapshotResult
 from pandastack.rules import MAX_FORK
@@ -62,7 +62,7 @@ class Saves:
             snap_id = rt.snapshots.new_id()
             needed = record.memory_mb * MIB
             try:
-                work = rt.snapshots.begin(snap_id)
+                work = rt.snapshots.begin(snap_id, hold=transient)
             except OSError as exc:
                 raise SnapshotFailed(str(exc), disk_switched=False,
                                      no_space=out_of_space(exc, rt.snapshots.root,
@@ -169,9 +169,11 @@ class Saves:
                 *(rt.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
                 return_exceptions=True)
         finally:
-            # Children hold their own links to the layers: the snapshot itself can go.
+            # Children hold their own links to the layers: the snapshot itself can go. Gone
+            # already is no failure of the fork: raising here would lose the children made.
             rt.volumes.handed_over.discard(snap.info.id)
-            rt.delete_snapshot(snap.info.id)
+            with contextlib.suppress(SnapshotNotFound):
+                rt.delete_snapshot(snap.info.id)
         children = [r for r in results if isinstance(r, SandboxHandle)]
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:

@@ -12,6 +12,7 @@ a layer lives until the last sandbox or snapshot that uses it is gone, and nothi
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -86,10 +87,34 @@ def link_layers(src_dir: Path, dst_dir: Path, names: Iterable[str]) -> None:
                             str(dst)], check=True)
 
 
+def _try_lock(directory: Path) -> int | None:
+    """An open descriptor of `directory` holding an exclusive flock on it, or None if
+    another open description (of any process) holds one, or the directory is gone."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class SnapshotStore:
+    """A snapshots directory. Several runtimes may share one (its default is under
+    PANDASTACK_HOME, whatever their state dirs), so a transient snapshot is flocked by the
+    fork that makes it until it is deleted: the sweep at another runtime's start tells a
+    fork under way (locked) from one a crash cut short (the lock went with its process)."""
+
     def __init__(self, root: Path, *, durable: bool = True):
         self.root = root
         self.durable = durable
+        self._holds: dict[str, int] = {}  # snapshot id -> the descriptor holding its flock
 
     def path(self, snapshot_id: str) -> Path:
         if not SNAPSHOT_ID_RE.match(snapshot_id):
@@ -99,14 +124,29 @@ class SnapshotStore:
     def new_id(self) -> str:
         return f"snap-{secrets.token_hex(6)}"
 
-    def begin(self, snapshot_id: str) -> Path:
+    def begin(self, snapshot_id: str, *, hold: bool = False) -> Path:
+        """The work directory of a new snapshot; `hold`: locked from now until `delete` or
+        `abort` (the lock follows the directory when `commit` renames it), so no `sweep`
+        removes it meanwhile."""
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         work = self.root / f".tmp-{snapshot_id}"
         work.mkdir(mode=0o700)  # the stream is the guest's memory
+        if hold:
+            fd = _try_lock(work)
+            if fd is None:  # nobody else knows this directory yet
+                shutil.rmtree(work, ignore_errors=True)
+                raise OSError(errno.EBUSY, f"cannot lock {work}")
+            self._holds[snapshot_id] = fd
         return work
 
     def abort(self, work: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
+        self._release(work.name.removeprefix(".tmp-"))
+
+    def _release(self, snapshot_id: str) -> None:
+        fd = self._holds.pop(snapshot_id, None)
+        if fd is not None:
+            os.close(fd)
 
     def commit(self, work: Path, info: SnapshotInfo) -> None:
         meta = work / META
@@ -143,19 +183,30 @@ class SnapshotStore:
     def delete(self, snapshot_id: str) -> None:
         """Remove the snapshot; sandboxes restored from it keep their own links to its layers."""
         path = self.path(snapshot_id)
-        if not path.exists():
-            raise SnapshotNotFound(snapshot_id)
-        shutil.rmtree(path)
+        try:
+            if not path.exists():
+                raise SnapshotNotFound(snapshot_id)
+            shutil.rmtree(path)
+        finally:
+            self._release(snapshot_id)
 
     def template_paths(self) -> list[Path]:
         return [Path(info.template_path) for info in self.all(include_internal=True)]
 
     def sweep(self, max_age_s: float = 3600.0) -> None:
         """Remove what a crash left: half-written snapshots older than `max_age_s`, and the
-        transient snapshots of forks that were under way."""
+        transient snapshots of forks that were under way. A transient snapshot still locked
+        is a fork under way, of another runtime that shares this directory: left alone."""
         for info in self.all(include_internal=True):
-            if info.transient:
-                self.delete(info.id)
+            if not info.transient or info.id in self._holds:
+                continue
+            fd = _try_lock(self.path(info.id))
+            if fd is None:
+                continue
+            try:
+                shutil.rmtree(self.path(info.id), ignore_errors=True)
+            finally:
+                os.close(fd)
         now = time.time()
         for entry in self.root.glob(".tmp-snap-*") if self.root.exists() else []:
             try:
