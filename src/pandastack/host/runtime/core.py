@@ -470,6 +470,9 @@ class HostRuntime:
         self._sandboxes.clear()
         self._records.clear()
         self.merges.clear()
+        # What this runtime still held (an incoming snapshot no one took) is a crash's
+        # leftover now, for the next start to sweep (a new runtime in this process too).
+        self.snapshots.release_all()
 
     # -- pause, snapshot, fork ------------------------------------------------------------
 

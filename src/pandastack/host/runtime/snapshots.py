@@ -148,6 +148,10 @@ class SnapshotStore:
         if fd is not None:
             os.close(fd)
 
+    def release_all(self) -> None:
+        for snapshot_id in list(self._holds):
+            self._release(snapshot_id)
+
     def commit(self, work: Path, info: SnapshotInfo) -> None:
         meta = work / META
         with open(os.open(meta, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:

@@ -157,7 +157,7 @@ class Transfers:
             raise SandboxStateError(f"snapshot {snap_id} is on this host already")
         template = await remote._template(offer["template"])
         try:
-            work = self.rt.snapshots.begin(snap_id)
+            work = self.rt.snapshots.begin(snap_id, hold=True)  # transient: see `sweep`
         except FileExistsError:
             raise SandboxStateError(f"snapshot {snap_id} is coming in already") from None
         listener: socket.socket | None = None
