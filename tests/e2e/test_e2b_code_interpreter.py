@@ -152,6 +152,13 @@ def test_env_vars_apply_to_one_run_over_the_sandboxs(sbx: Sandbox) -> None:
     assert sbx.run_code("echo $FROM_CREATE", language="bash").logs.stdout == ["created\n"]
 
 
+def test_javascript_keeps_its_state(sbx: Sandbox) -> None:
+    # code-interpreter-v1 runs javascript beside python, as E2B's does
+    assert sbx.run_code("var n = 20", language="js").error is None
+    execution = sbx.run_code("console.log(n + 1)", language="js")
+    assert execution.error is None and execution.logs.stdout == ["21\n"], execution
+
+
 def test_bash_runs_in_its_own_context(sbx: Sandbox) -> None:
     execution = sbx.run_code("GREETING=hi; echo $GREETING", language="bash")
     assert execution.error is None and execution.logs.stdout == ["hi\n"], execution

@@ -156,9 +156,11 @@ async def test_bash_context_keeps_variables_and_cwd(sbx: SandboxHandle) -> None:
     assert (err.name, err.value) == ("ExitError", "exit status 1")
 
 
-async def test_javascript_is_not_in_this_template(sbx: SandboxHandle) -> None:
-    with pytest.raises(UnsupportedLanguage, match="javascript is not available in this template"):
-        await run(sbx, "1 + 1", language="javascript")
+async def test_javascript_runs_beside_python_and_cobol_does_not(sbx: SandboxHandle) -> None:
+    # the image has node since E2B's code-interpreter-v1 runs both languages
+    await run(sbx, "var greeting = 'hi from node'", language="javascript")
+    events = await run(sbx, "console.log(greeting)", language="javascript")
+    assert stdout(events) == "hi from node\n" and errors(events) == []
     with pytest.raises(UnsupportedLanguage, match="cobol"):
         await run(sbx, "x", language="cobol")
 

@@ -143,8 +143,9 @@ IMAGES: Mapping[str, ImageSpec] = {
         # The interpreter gives node sandboxes `run_code(language="javascript")` (and bash).
         ImageSpec("node", ("nodejs", "npm"), files=((KERNEL_SERVER_PATH, KERNEL_SERVER_ASSET),)),
         # ipykernel (with jupyter_client and pyzmq) runs the code interpreter's python
-        # contexts; kernel_server.py is the interpreter (see templates/builtin.py).
-        ImageSpec("code-interpreter", (),
+        # contexts, node its javascript ones (E2B's code-interpreter-v1 runs both);
+        # kernel_server.py is the interpreter (see templates/builtin.py).
+        ImageSpec("code-interpreter", ("nodejs",),
                   pip_packages=("numpy", "pandas", "pyarrow", "matplotlib", "ipykernel"),
                   files=((KERNEL_SERVER_PATH, KERNEL_SERVER_ASSET),)),
     )
