@@ -54,8 +54,12 @@ BAKE_ATTEMPTS = 3  # boots per bake when the guest's tick stays periodic (tick.p
 # function of it that no warm-up ran would otherwise fault its page in from disk in every clone.
 # `env true`, not `true`: the shell's builtin would leave /usr/bin/true and the exec path
 # through PATH cold.
+# The last is what E2B's SDKs run first: a login bash as `user` from its home (bash, its
+# profile files and the account's lookups were read from disk by each clone's first command:
+# +280 ms on the E2B path's first command, bench/e2b_path.py, 2026-12-04).
 WARMUP_COMMANDS = ("env true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "cat /etc/os-release",
-                   'cat "$(readlink -f "$(command -v python3)")" >/dev/null')
+                   'cat "$(readlink -f "$(command -v python3)")" >/dev/null',
+                   "runuser -u user -- /bin/sh -c 'cd \"$HOME\" && exec /bin/bash -l -c true'")
 TEMPLATE_HOSTNAME = "pandastack"
 
 READY_POLL_S = 0.25
