@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -26,6 +27,12 @@ class LiveServer:
     api_key: str
     state_dir: Path
     preview_port: int = 0  # the listener of sandbox ports on their own origin
+
+    def e2b(self, key: str | None = None, **extra: Any) -> dict[str, Any]:
+        """What an E2B SDK user sets (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY), as the
+        SDK's keyword options: the API, the sandbox-port listener, a key."""
+        return {"api_url": self.api_url, "api_key": key or self.api_key,
+                "sandbox_url": f"http://127.0.0.1:{self.preview_port}", **extra}
 
     def preview(self, signed_url: str) -> tuple[str, dict[str, str]]:
         """A signed URL as this machine reaches it: the loopback listener, and the Host

@@ -42,8 +42,7 @@ print("to stderr", file=sys.stderr)
 
 
 def e2b_opts(server: LiveServer) -> dict[str, Any]:
-    return {"api_key": server.api_key, "api_url": server.api_url,
-            "sandbox_url": f"http://127.0.0.1:{server.preview_port}"}
+    return server.e2b()
 
 
 @pytest.fixture(scope="module")

@@ -28,9 +28,7 @@ FIXED = "def mean(xs):\n    return sum(xs) / len(xs) if xs else 0.0\n\nprint(mea
 
 
 def _opts(live: LiveServer) -> dict[str, object]:
-    return {"api_key": live.api_key, "api_url": live.api_url,
-            "sandbox_url": f"http://127.0.0.1:{live.preview_port}", "http_version": "1.1",
-            "request_timeout": 120}
+    return live.e2b(http_version="1.1", request_timeout=120)
 
 
 @pytest.fixture(scope="module")

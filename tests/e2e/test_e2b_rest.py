@@ -23,9 +23,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 def opts(server: LiveServer, key: str | None = None) -> dict[str, Any]:
-    """What a user sets: the API, the sandbox-port listener, a key."""
-    return {"api_url": server.api_url, "api_key": key or server.api_key,
-            "sandbox_url": f"http://127.0.0.1:{server.preview_port}"}
+    return server.e2b(key)
 
 
 def run_in(server: LiveServer, sandbox_id: str, cmd: str) -> str:
