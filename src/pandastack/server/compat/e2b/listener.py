@@ -39,6 +39,7 @@ from pandastack.server.errors import ApiError, not_found
 from pandastack.server.lifecycle import wakes_on_traffic
 from pandastack.server.routes.ports import as_request, key_team
 from pandastack.server.service import SandboxService
+from pandastack.server.store import Sandbox
 from pandastack.wire import ENDED_STATES
 
 from . import interpreter
@@ -118,9 +119,9 @@ def basic_user(conn: HTTPConnection) -> str | None:
     return user
 
 
-def _row_team(service: SandboxService, sandbox_id: str, team: str | None = None) -> str:
-    """The team of the sandbox (404 if none, or if `team` is given and it is another's);
-    502 for one that has ended."""
+def _live_row(service: SandboxService, sandbox_id: str, team: str | None = None) -> Sandbox:
+    """The sandbox's row (404 if none, or if `team` is given and it is another's); 502 for
+    one that has ended."""
     row = service.store.sandbox_by_id(sandbox_id) if SANDBOX_ID_RE.match(sandbox_id) else None
     if row is None or (team is not None and row.team != team):
         raise not_found(f"sandbox {sandbox_id!r}")
@@ -130,20 +131,19 @@ def _row_team(service: SandboxService, sandbox_id: str, team: str | None = None)
         # where our 409 would leave them unsure whether it runs.
         why = row.state if row.state in ENDED_STATES else "its timeout elapsed"
         raise E2bError(502, f"sandbox {sandbox_id} was not found: it has ended ({why})")
-    return row.team
+    return row
 
 
-def refuse_paused(service: SandboxService, sandbox_id: str) -> None:
+def refuse_paused(row: Sandbox) -> None:
     """A sandbox E2B reads as paused answers as E2B's proxy does, 502 "was not found" (the
     SDK's `is_running()` is then False, as after E2B's own pause), unless its lifecycle
     resumes on traffic (E2B's autoResume: `lifecycle.wakes_on_traffic`): such a hibernated
     sandbox is woken by the call. `connect` resumes any of them."""
-    row = service.store.sandbox_by_id(sandbox_id)
-    if row is None or STATES.get(row.state) != "paused":
+    if STATES.get(row.state) != "paused":
         return
     if row.state == "hibernated" and wakes_on_traffic(row.on_expiry):
         return
-    raise E2bError(502, f"sandbox {sandbox_id} was not found: it is paused ({row.state}); "
+    raise E2bError(502, f"sandbox {row.id} was not found: it is paused ({row.state}); "
                    "connect resumes it")
 
 
@@ -158,6 +158,12 @@ def token_team(conn: HTTPConnection, service: SandboxService, sandbox_id: str,
                port: int) -> str | None:
     """The team of the sandbox an E2B token for `port` opens; None when the request carries
     no token for it; 401 for a wrong one (checked before any lookup), 404 for no sandbox."""
+    row = _token_row(conn, service, sandbox_id, port)
+    return None if row is None else row.team
+
+
+def _token_row(conn: HTTPConnection, service: SandboxService, sandbox_id: str,
+               port: int) -> Sandbox | None:
     tokens = tokens_for(service.store)
     if port == ENVD_PORT:
         given = conn.headers.get(ACCESS_HEADER)
@@ -167,7 +173,7 @@ def token_team(conn: HTTPConnection, service: SandboxService, sandbox_id: str,
             if not files.signed_request(conn, sandbox_id, service.store):
                 return None
             _token_rate(conn, sandbox_id)
-            return _row_team(service, sandbox_id)
+            return _live_row(service, sandbox_id)
         if not tokens.opens_envd(sandbox_id, given.strip()):
             raise E2bError(401, "invalid X-Access-Token for this sandbox")
     else:
@@ -178,18 +184,18 @@ def token_team(conn: HTTPConnection, service: SandboxService, sandbox_id: str,
         if not any(tokens.opens_traffic(sandbox_id, g) for g in given_all):
             raise E2bError(401, "invalid E2B-Traffic-Access-Token for this sandbox port")
     _token_rate(conn, sandbox_id)
-    return _row_team(service, sandbox_id)
+    return _live_row(service, sandbox_id)
 
 
-async def caller_team(conn: HTTPConnection, service: SandboxService, sandbox_id: str,
-                      port: int) -> str:
-    """The team an E2B request acts for: by token, else by an API key of the sandbox's team
-    (404 for another team's), else 401."""
-    team = token_team(conn, service, sandbox_id, port)
-    if team is not None:
-        return team
+async def caller_row(conn: HTTPConnection, service: SandboxService, sandbox_id: str,
+                     port: int) -> Sandbox:
+    """The sandbox an E2B request acts on, and so its team: by token, else by an API key of
+    the sandbox's team (404 for another team's), else 401."""
+    row = _token_row(conn, service, sandbox_id, port)
+    if row is not None:
+        return row
     if key_from_headers(as_request(conn)) is not None:
-        return _row_team(service, sandbox_id, await key_team(conn))
+        return _live_row(service, sandbox_id, await key_team(conn))
     header = "X-Access-Token" if port == ENVD_PORT else "E2B-Traffic-Access-Token"
     raise E2bError(401, f"this sandbox port needs {header} (or an API key)")
 
@@ -223,9 +229,10 @@ class E2bListener:
         conn = HTTPConnection(scope)
         service: SandboxService = self.app.state.service
         try:
-            team = await caller_team(conn, service, sandbox_id, port)
+            seen = await caller_row(conn, service, sandbox_id, port)
+            team = seen.team
             user = basic_user(conn)
-            refuse_paused(service, sandbox_id)
+            refuse_paused(seen)
             row, _ = await service.running(team, sandbox_id)  # wakes an autoResume one
         except Exception as exc:
             response = error_for(conn, port, exc)
