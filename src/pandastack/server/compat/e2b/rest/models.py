@@ -26,31 +26,29 @@ class AutoResume(E2bBody):
     enabled: bool
 
 
-class NetworkConfig(E2bBody):
+class EgressRules(E2bBody):
+    """The egress part both a create's `network` and a network update carry."""
+
+    allow_out: list[str] | None = Field(default=None, alias="allowOut",
+                                        max_length=MAX_NETWORK_RULES)
+    deny_out: list[str] | None = Field(default=None, alias="denyOut",
+                                       max_length=MAX_NETWORK_RULES)
+    dns_servers: list[str] | None = Field(default=None, alias="dnsServers", max_length=10)
+    egress_proxy: dict[str, Any] | None = Field(default=None, alias="egressProxy")
+    rules: dict[str, Any] | None = None
+
+
+class NetworkConfig(EgressRules):
     """`network` of a create: egress rules, and the public-traffic switch of its ports."""
 
     allow_public_traffic: bool | None = Field(default=None, alias="allowPublicTraffic")
-    allow_out: list[str] | None = Field(default=None, alias="allowOut",
-                                        max_length=MAX_NETWORK_RULES)
-    deny_out: list[str] | None = Field(default=None, alias="denyOut",
-                                       max_length=MAX_NETWORK_RULES)
-    dns_servers: list[str] | None = Field(default=None, alias="dnsServers", max_length=10)
-    egress_proxy: dict[str, Any] | None = Field(default=None, alias="egressProxy")
     mask_request_host: str | None = Field(default=None, alias="maskRequestHost")
     https_ports: list[int] | None = Field(default=None, alias="httpsPorts", max_length=64)
-    rules: dict[str, Any] | None = None
 
 
-class NetworkUpdate(E2bBody):
+class NetworkUpdate(EgressRules):
     """`PUT /sandboxes/{id}/network`."""
 
-    allow_out: list[str] | None = Field(default=None, alias="allowOut",
-                                        max_length=MAX_NETWORK_RULES)
-    deny_out: list[str] | None = Field(default=None, alias="denyOut",
-                                       max_length=MAX_NETWORK_RULES)
-    dns_servers: list[str] | None = Field(default=None, alias="dnsServers", max_length=10)
-    egress_proxy: dict[str, Any] | None = Field(default=None, alias="egressProxy")
-    rules: dict[str, Any] | None = None
     allow_internet_access: bool | None = None
 
 

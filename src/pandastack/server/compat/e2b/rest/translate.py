@@ -17,7 +17,7 @@ from pandastack.wire import VolumeMount as OurMount
 from ..errors import E2bError
 from ..target import ENVD_VERSION
 from ..tokens import SandboxTokens
-from .models import NetworkConfig, NetworkUpdate, NewSandbox, VolumeMount
+from .models import EgressRules, NetworkConfig, NetworkUpdate, NewSandbox, VolumeMount
 from .states import alias_of, e2b_state, our_template
 
 # E2B's spelling of "every address" in allowOut / denyOut (e2b.sandbox.network.ALL_TRAFFIC).
@@ -68,7 +68,7 @@ def _egress(allow_out: list[str] | None, deny_out: list[str] | None,
     return fields
 
 
-def _refuse_unsupported(net: NetworkConfig | NetworkUpdate) -> None:
+def _refuse_unsupported(net: EgressRules) -> None:
     if net.rules:
         raise unsupported("network.rules (per-host request transforms)")
     if net.egress_proxy is not None:
