@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import weakref
 
 from pandastack.server.store import Store
 
@@ -45,13 +46,13 @@ class SandboxTokens:
                 or hmac.compare_digest(self.envd_access(sandbox_id).encode(), given))
 
 
-_BY_STORE: dict[int, tuple[Store, SandboxTokens]] = {}
+_BY_STORE: weakref.WeakKeyDictionary[Store, SandboxTokens] = weakref.WeakKeyDictionary()
 
 
 def tokens_for(store: Store) -> SandboxTokens:
-    """The tokens of the server key in `store`'s database, read once per store."""
-    found = _BY_STORE.get(id(store))
-    if found is None or found[0] is not store:
-        found = (store, SandboxTokens.for_store(store))
-        _BY_STORE[id(store)] = found
-    return found[1]
+    """The tokens of the server key in `store`'s database, read once per store (and gone
+    with it)."""
+    found = _BY_STORE.get(store)
+    if found is None:
+        found = _BY_STORE[store] = SandboxTokens.for_store(store)
+    return found
