@@ -25,7 +25,7 @@ import pytest
 
 from pandastack import Client
 from pandastack.server.compat.e2b.rest.base import e2b_key
-from pandastack.wire import ENDED_STATES
+from pandastack.wire.sandboxes import ENDED_STATES
 from tests.e2e.conftest import LiveServer
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(1500)]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from pandastack import Client
-from pandastack.wire import ENDED_STATES
+from pandastack.wire.sandboxes import ENDED_STATES
 from tests.e2e.conftest import LiveServer
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]

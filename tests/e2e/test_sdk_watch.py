@@ -13,7 +13,7 @@ import pytest
 
 from pandastack import AsyncSandbox, Sandbox
 from pandastack.sdk import FileEvent, PayloadTooLargeError, ValidationError
-from pandastack.wire import MAX_WRITE_MANY_FILES
+from pandastack.wire.sandboxes import MAX_WRITE_MANY_FILES
 from tests.e2e.conftest import LiveServer
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pandastack import Client, NotFoundError
-from pandastack.wire import ENDED_STATES
+from pandastack.wire.sandboxes import ENDED_STATES
 from tests.e2e.conftest import LiveServer
 
 # What "the model" wrote: reads nothing, writes the report the example downloads.

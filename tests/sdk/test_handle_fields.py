@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pandastack.sdk import AsyncClient, AsyncSandbox, Client, Sandbox
-from pandastack.wire import SandboxInfo
+from pandastack.wire.sandboxes import SandboxInfo
 from tests.server.live import FakeServer, fake_server
 
 # On the handle `snapshot` is the method that takes one; the field stays `info.snapshot`.

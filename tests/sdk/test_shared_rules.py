@@ -13,7 +13,7 @@ from pandastack import rules
 from pandastack.sdk import AsyncSandbox, Sandbox, errors
 from pandastack.sdk._base import api_error, error_from_event, error_from_response
 from pandastack.sdk.client import AsyncSandboxes, Sandboxes
-from pandastack.wire import ErrorBody, ErrorEnvelope
+from pandastack.wire.sandboxes import ErrorBody, ErrorEnvelope
 
 
 def test_every_error_code_has_a_status_and_an_sdk_class() -> None:

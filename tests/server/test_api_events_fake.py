@@ -21,7 +21,7 @@ from pandastack.sdk import AsyncClient
 from pandastack.sdk.errors import APIError, InvalidRequestError
 from pandastack.sdk.events import EventStream
 from pandastack.webhooks import verify_signature
-from pandastack.wire_events import Event
+from pandastack.wire.events import Event
 from tests.server.live import FakeServer, fake_server
 from tests.server.webhook_receiver import receiver
 

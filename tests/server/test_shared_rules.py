@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 
 import pandastack.server
-from pandastack import rules, wire
+from pandastack import rules
 from pandastack.host.runtime import core as host_core
 from pandastack.host.runtime import records as host_records
 from pandastack.host.runtime import saving as host_saving
 from pandastack.host.runtime import snapshots as host_snapshots
 from pandastack.server.errors import STATUS_CODES
 from pandastack.templatespec.models import TemplateSpec
+from pandastack.wire import resources as wire_resources
+from pandastack.wire import sandboxes as wire
 
 SERVER = Path(inspect.getfile(pandastack.server)).parent
 
@@ -60,7 +62,7 @@ def _bounds(model: type[Any], field: str) -> tuple[Any, Any, Any]:
     return prop.get("minimum"), prop.get("maximum"), model.model_fields[field].default
 
 
-@pytest.mark.parametrize("model", [wire.CreateSandbox, wire.BuildTemplate])
+@pytest.mark.parametrize("model", [wire.CreateSandbox, wire_resources.BuildTemplate])
 def test_wire_machine_shapes_are_the_rules(model: type[Any]) -> None:
     assert _bounds(model, "vcpus") == (rules.MIN_VCPUS, rules.MAX_VCPUS, rules.DEFAULT_VCPUS)
     assert _bounds(model, "memory_mb") == (rules.MIN_MEMORY_MB, rules.MAX_MEMORY_MB,

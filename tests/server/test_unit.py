@@ -19,7 +19,7 @@ from pandastack.server.errors import envelope, from_host_error
 from pandastack.server.lifecycle import decide
 from pandastack.server.ratelimit import RateLimiter
 from pandastack.server.settings import Settings
-from pandastack.wire import ErrorEnvelope
+from pandastack.wire.sandboxes import ErrorEnvelope
 
 
 def test_keys_have_the_documented_shape_and_are_stored_hashed() -> None:

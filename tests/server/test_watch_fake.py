@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pandastack.sdk._sse import SSEDecoder
-from pandastack.wire import MAX_WRITE_MANY_FILES
+from pandastack.wire.sandboxes import MAX_WRITE_MANY_FILES
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 

@@ -20,7 +20,7 @@ from pandastack.server.store.events_log import EventLog
 from pandastack.server.webhooks import WebhookService, backoff
 from pandastack.server.webhooks_ssrf import TargetRefused, check_target, own_addresses
 from pandastack.webhooks import InvalidSignature, verify_signature
-from pandastack.wire_events import WebhookCreate
+from pandastack.wire.events import WebhookCreate
 from tests.server.conftest import make_settings
 from tests.server.webhook_receiver import Receiver, receiver
 

@@ -16,7 +16,7 @@ from pandastack.server.store.db import make_engine
 from pandastack.server.store.events import WebhookDelivery
 from pandastack.server.store.events_log import EventLog
 from pandastack.server.webhooks import WebhookService
-from pandastack.wire_events import WebhookCreate
+from pandastack.wire.events import WebhookCreate
 from tests.server.conftest import make_settings
 from tests.server.test_store_migrations import upgrade_to
 from tests.server.webhook_receiver import receiver

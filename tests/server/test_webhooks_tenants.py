@@ -19,7 +19,7 @@ from pandastack.server.errors import ApiError
 from pandastack.server.store import Store, open_store
 from pandastack.server.store.events_log import EventLog
 from pandastack.server.webhooks import ATTEMPTS_PER_TEAM, TESTS_PER_TEAM, WebhookService, running
-from pandastack.wire_events import WebhookCreate
+from pandastack.wire.events import WebhookCreate
 from tests.server.conftest import make_settings
 from tests.server.webhook_receiver import receiver
 

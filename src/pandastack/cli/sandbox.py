@@ -42,6 +42,7 @@ from rich.table import Table
 from pandastack.cli import sandbox_ops
 from pandastack.cli.args import positive_int
 from pandastack.cli.shell import terminal
+from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS
 from pandastack.sdk import (
     APIConnectionError,
     APIError,
@@ -56,7 +57,7 @@ from pandastack.sdk import (
     resolve_config,
 )
 from pandastack.sdk.errors import TimeoutError as SDKTimeoutError
-from pandastack.wire import ENDED_STATES, MAX_EXEC_TIMEOUT_SECONDS
+from pandastack.wire.sandboxes import ENDED_STATES
 
 __all__ = ["add_parser", "format_error", "list_rows", "parse_kv", "run"]
 

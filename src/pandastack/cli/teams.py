@@ -19,7 +19,7 @@ import sys
 import httpx
 
 from pandastack.sdk import Client, QuotaInfo
-from pandastack.wire_usage import QUOTA_LIMITS
+from pandastack.wire.usage import QUOTA_LIMITS
 
 from .sandbox import run_client
 from .usage import print_table

@@ -21,7 +21,7 @@ from rich.table import Table
 from pandastack.rules import BUILD_ID_RE
 from pandastack.sdk import Client, NotFoundError, PandastackError, resolve_config
 from pandastack.sdk.errors import TemplateBuildError
-from pandastack.wire import TemplateBuildInfo
+from pandastack.wire.resources import TemplateBuildInfo
 
 from .sandbox import format_error
 

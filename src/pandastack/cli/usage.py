@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pandastack.sdk import Client, UsageReport
-from pandastack.wire_usage import USAGE_GROUPS
+from pandastack.wire.usage import USAGE_GROUPS
 
 from .sandbox import run_client
 

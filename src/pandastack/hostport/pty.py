@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 # The public API's bounds hold on the host API too (the guest agent has its own MAX_DIM).
-from pandastack.wire_pty import DEFAULT_COLS, DEFAULT_ROWS, MAX_CONTROL, MAX_DIM, MAX_INPUT
+from pandastack.wire.pty import DEFAULT_COLS, DEFAULT_ROWS, MAX_CONTROL, MAX_DIM, MAX_INPUT
 
 __all__ = ["DEFAULT_COLS", "DEFAULT_ROWS", "MAX_CONTROL", "MAX_DIM", "MAX_INPUT", "PtyExit",
            "PtySession", "check_dims", "parse_control", "relay"]

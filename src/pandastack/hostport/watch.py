@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pandastack.wirebase import Strict
+from pandastack.wire.base import Strict
 
 EVENT_TYPES = frozenset({"create", "write", "remove", "rename", "chmod"})
 WatchEventType = Literal["watching", "create", "write", "remove", "rename", "chmod",

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, Field, PlainSerializer, PlainValidator, WithJsonSchema
 
 from pandastack.templatespec import TemplateSpec
-from pandastack.wirebase import Strict
+from pandastack.wire.base import Strict
 
 from . import errors as errors_module
 from .errors import HostError

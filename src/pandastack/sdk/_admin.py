@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import httpx
 
-from pandastack import wire
 from pandastack.sdk._base import (
     DRAIN_TIMEOUT_SECONDS,
     Call,
@@ -15,7 +14,8 @@ from pandastack.sdk._base import (
     path_segment,
     with_read_timeout,
 )
-from pandastack.wire import CreatedKey, DrainResult, HostInfo, KeyInfo
+from pandastack.wire import resources as wire
+from pandastack.wire.resources import CreatedKey, DrainResult, HostInfo, KeyInfo
 
 
 def create_key_call(name: str, team: str | None) -> Call[CreatedKey]:

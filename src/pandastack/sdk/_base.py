@@ -23,7 +23,6 @@ from urllib.parse import quote
 import httpx
 import pydantic
 
-from pandastack import wire
 from pandastack.rules import DEFAULT_TEMPLATE, ERROR_STATUS, STATUS_ERROR_CODE
 from pandastack.sdk._info import InfoFields
 from pandastack.sdk.config import ClientConfig
@@ -39,7 +38,8 @@ from pandastack.sdk.errors import (
     exception_class,
     quota_error,
 )
-from pandastack.wire import (
+from pandastack.wire import sandboxes as wire
+from pandastack.wire.sandboxes import (
     ForkResult,
     Lifecycle,
     Logs,

@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 import httpx
 
-from pandastack import wire
 from pandastack.sdk import _base
 from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
 from pandastack.sdk.errors import ProtocolError
+from pandastack.wire import sandboxes as wire
 
 Language = Literal["python", "bash", "javascript"]
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 
-from pandastack import wire
 from pandastack.sdk._base import (
     Call,
     StreamName,
@@ -26,7 +25,8 @@ from pandastack.sdk._base import (
 )
 from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
 from pandastack.sdk.errors import ProtocolError
-from pandastack.wire import ExecResult, ProcessInfo
+from pandastack.wire import sandboxes as wire
+from pandastack.wire.sandboxes import ExecResult, ProcessInfo
 
 
 class ExecStreamDecoder:

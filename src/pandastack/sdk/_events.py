@@ -20,7 +20,7 @@ from pandastack.sdk._base import (
 )
 from pandastack.sdk._sse import SSEDecoder
 from pandastack.sdk.errors import InvalidRequestError, ProtocolError
-from pandastack.wire_events import (
+from pandastack.wire.events import (
     TRUNCATED_EVENT,
     Event,
     Webhook,

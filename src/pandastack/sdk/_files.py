@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from pandastack import wire
 from pandastack.sdk._base import (
     Call,
     _text,
@@ -16,7 +15,8 @@ from pandastack.sdk._base import (
     sandbox_path,
 )
 from pandastack.sdk._base import _bool as _bool
-from pandastack.wire import FileEntry, WriteResult
+from pandastack.wire import sandboxes as wire
+from pandastack.wire.sandboxes import FileEntry, WriteResult
 
 
 def read_file_call(sandbox_id: str, path: str) -> Call[None]:

@@ -9,7 +9,7 @@ takes a snapshot.
 
 from __future__ import annotations
 
-from pandastack.wire import AttachedVolume, RestoredFrom, SandboxInfo, SandboxState
+from pandastack.wire.sandboxes import AttachedVolume, RestoredFrom, SandboxInfo, SandboxState
 
 
 class InfoFields:

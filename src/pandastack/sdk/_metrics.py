@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pandastack.sdk._base import Call, model_decoder, sandbox_path
 from pandastack.sdk.errors import InvalidRequestError
-from pandastack.wire import SandboxMetrics
+from pandastack.wire.sandboxes import SandboxMetrics
 
 DEFAULT_WINDOW_MS = 200
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 
-from pandastack import wire_pty
 from pandastack.sdk._base import (
     Call,
     client_headers,
@@ -20,6 +19,7 @@ from pandastack.sdk._base import (
 )
 from pandastack.sdk.config import ClientConfig
 from pandastack.sdk.errors import APIConnectionError, APIError, InvalidRequestError
+from pandastack.wire import pty as wire_pty
 
 PtyDataCallback = Callable[[bytes], object]
 """Called with each piece of the terminal's output (bytes: a terminal's output is not always

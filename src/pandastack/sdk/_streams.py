@@ -13,7 +13,6 @@ from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 
-from pandastack import wire
 from pandastack.sdk._base import (
     Call,
     StreamName,
@@ -27,7 +26,8 @@ from pandastack.sdk._base import (
 )
 from pandastack.sdk._sse import ServerSentEvent, SSEDecoder
 from pandastack.sdk.errors import NotFoundError, ProtocolError
-from pandastack.wire import ExecResult, Lifecycle, ProcessInfo, SandboxInfo
+from pandastack.wire import sandboxes as wire
+from pandastack.wire.sandboxes import ExecResult, Lifecycle, ProcessInfo, SandboxInfo
 
 __all__ = ["ProcessEvent", "ProcessStreamDecoder", "SandboxPage"]
 

@@ -10,7 +10,7 @@ from typing import Any
 from pandastack.sdk import _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.errors import InvalidRequestError
-from pandastack.wire_usage import QUOTA_LIMITS, USAGE_GROUPS, QuotaInfo, QuotaUpdate, UsageReport
+from pandastack.wire.usage import QUOTA_LIMITS, USAGE_GROUPS, QuotaInfo, QuotaUpdate, UsageReport
 
 __all__ = ["AsyncTeams", "Teams", "TimeArg"]
 

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 import httpx
 
-from pandastack import wire
 from pandastack.sdk._base import (
     Call,
     _bool,
@@ -24,7 +23,8 @@ from pandastack.sdk._base import (
 )
 from pandastack.sdk._sse import SSEDecoder
 from pandastack.sdk.errors import ProtocolError
-from pandastack.wire import FileEvent, WriteManyResult
+from pandastack.wire import sandboxes as wire
+from pandastack.wire.sandboxes import FileEvent, WriteManyResult
 
 __all__ = ["FileEvent", "WatchDecoder", "watch_call", "write_many_call"]
 

@@ -11,11 +11,11 @@ from types import TracebackType
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from pandastack import wire_pty
 from pandastack.sdk import _base, _commands, _pty
 from pandastack.sdk._http import AsyncHTTP
 from pandastack.sdk._pty import AsyncPtyDataCallback
 from pandastack.sdk.errors import APIConnectionError, InvalidRequestError
+from pandastack.wire import pty as wire_pty
 
 __all__ = ["AsyncPty", "AsyncTerminals"]
 

@@ -39,7 +39,7 @@ from pandastack.sdk.models import (
 from pandastack.sdk.sandbox import Sandbox, create_waiting
 from pandastack.sdk.templates import AsyncTemplates, Templates
 from pandastack.sdk.volumes import AsyncVolumes, Volumes
-from pandastack.wire_usage import UsageGroupBy, UsageReport
+from pandastack.wire.usage import UsageGroupBy, UsageReport
 
 __all__ = ["AsyncClient", "AsyncHosts", "AsyncKeys", "AsyncSandboxes", "AsyncSnapshots",
            "AsyncTeams", "AsyncVolumes", "Client", "Hosts", "Keys", "Sandboxes", "Snapshots",

@@ -11,10 +11,10 @@ import builtins
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
-from pandastack import wire
 from pandastack.sdk import _base, _code
 from pandastack.sdk._code import CodeEvent, Execution, Language, Result
 from pandastack.sdk._http import HTTP, AsyncHTTP
+from pandastack.wire import sandboxes as wire
 
 __all__ = ["AsyncCodeInterpreter", "CodeEvent", "CodeInterpreter", "Execution", "Result"]
 

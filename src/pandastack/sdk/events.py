@@ -35,7 +35,7 @@ from pandastack.sdk._events import (
 )
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.errors import APIConnectionError, ProtocolError, TransportTimeoutError
-from pandastack.wire_events import Event, Webhook, WebhookCreated, WebhookDelivery
+from pandastack.wire.events import Event, Webhook, WebhookCreated, WebhookDelivery
 
 __all__ = ["AsyncEventStream", "AsyncEvents", "AsyncWebhooks", "Event", "EventStream",
            "Events", "Webhooks"]

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from pandastack.wire import (
-    AttachedVolume,
-    CodeContext,
-    CodeError,
+from pandastack.wire.resources import (
     CreatedKey,
     DrainResult,
-    ExecResult,
-    FileEntry,
-    ForkResult,
     HostInfo,
     HostState,
     KeyInfo,
+    VolumeAttachment,
+    VolumeInfo,
+    VolumeSnapshotInfo,
+)
+from pandastack.wire.sandboxes import (
+    AttachedVolume,
+    CodeContext,
+    CodeError,
+    ExecResult,
+    FileEntry,
+    ForkResult,
     Lifecycle,
     Logs,
     NetworkSpec,
@@ -28,13 +33,10 @@ from pandastack.wire import (
     SandboxMetrics,
     SandboxState,
     SnapshotInfo,
-    VolumeAttachment,
-    VolumeInfo,
     VolumeMount,
-    VolumeSnapshotInfo,
     WriteResult,
 )
-from pandastack.wire_usage import (
+from pandastack.wire.usage import (
     QuotaInfo,
     QuotaUse,
     RateCard,

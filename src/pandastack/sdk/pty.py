@@ -11,11 +11,11 @@ from types import TracebackType
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from pandastack import wire_pty
 from pandastack.sdk import _base, _commands, _pty
 from pandastack.sdk._http import HTTP
 from pandastack.sdk._pty import PtyDataCallback
 from pandastack.sdk.errors import APIConnectionError, InvalidRequestError
+from pandastack.wire import pty as wire_pty
 
 __all__ = ["Pty", "Terminals"]
 

@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 
-from pandastack import wire
 from pandastack.sdk import _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk._sse import SSEDecoder
 from pandastack.sdk.errors import ProtocolError, TemplateBuildError
 from pandastack.templatespec import Template, TemplateSpec, from_dockerfile
+from pandastack.wire import resources as wire
 
 __all__ = ["AsyncTemplates", "Templates"]
 

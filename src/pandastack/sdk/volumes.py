@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import builtins
 
-from pandastack import wire
 from pandastack.sdk import _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.models import VolumeInfo, VolumeSnapshotInfo
+from pandastack.wire import resources as wire
 
 __all__ = ["AsyncVolumes", "Volumes"]
 

@@ -21,7 +21,7 @@ from pandastack.sdk._base import Call, transport_errors
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk._watch import WatchDecoder
 from pandastack.sdk.errors import ProtocolError
-from pandastack.wire import FileEvent
+from pandastack.wire.sandboxes import FileEvent
 
 __all__ = ["AsyncWatch", "FileEvent", "Watch"]
 

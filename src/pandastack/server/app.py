@@ -18,8 +18,8 @@ from starlette.routing import Route
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.metrics_http import MetricsAccess, scrape
-from pandastack.wire import ErrorEnvelope
-from pandastack.wire_pty import PTY_WEBSOCKET
+from pandastack.wire.pty import PTY_WEBSOCKET
+from pandastack.wire.sandboxes import ErrorEnvelope
 
 from .bootstrap import ensure_admin_key, private_database
 from .compat.e2b.rest import router as e2b_rest

@@ -42,7 +42,7 @@ from pandastack.hostport.errors import (
     VolumeNotFound,
 )
 from pandastack.rules import STATUS_ERROR_CODE, ErrorCode
-from pandastack.wire import ErrorBody, ErrorEnvelope
+from pandastack.wire.sandboxes import ErrorBody, ErrorEnvelope
 
 from .telemetry import note_error, note_host_unavailable
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pandastack.wire_events import TRUNCATED_EVENT
+from pandastack.wire.events import TRUNCATED_EVENT
 
 from .errors import ApiError
 from .store import Store

@@ -13,7 +13,7 @@ import time
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pandastack.wire import ErrorBody, ErrorEnvelope
+from pandastack.wire.sandboxes import ErrorBody, ErrorEnvelope
 
 from .errors import request_id_of
 

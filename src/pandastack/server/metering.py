@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from pandastack.wire_usage import RateCard, UsageQuantities, UsageRow
+from pandastack.wire.usage import RateCard, UsageQuantities, UsageRow
 
 #: The published PandaStack compute rates (US dollars per vCPU-second, per GiB-second of
 #: memory). Storage, per GiB-second: about $0.10 per GiB-month for a sandbox's disk and a

@@ -29,7 +29,7 @@ from .store import Sandbox
 from .store.usage import QuotaCheck
 
 if TYPE_CHECKING:
-    from pandastack.wire import CreateSandbox
+    from pandastack.wire.sandboxes import CreateSandbox
 
     from .service import SandboxService
 

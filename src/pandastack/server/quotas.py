@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from sqlalchemy.orm import Session
 
-from pandastack.wire_usage import QUOTA_LIMITS, QuotaInfo, QuotaUse
+from pandastack.wire.usage import QUOTA_LIMITS, QuotaInfo, QuotaUse
 
 from .errors import ApiError
 from .metering import QuotaDefaults, Rates, format_size_classes, month_start, summarize

@@ -23,7 +23,7 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import RuntimePort, SandboxPlacement, SandboxPort
 from pandastack.rules import DEFAULT_TEMPLATE, SANDBOX_ID_RE, SNAPSHOT_ID_RE, new_sandbox_id
-from pandastack.wire import (
+from pandastack.wire.sandboxes import (
     ENDED_STATES,
     AttachedVolume,
     CreateSandbox,

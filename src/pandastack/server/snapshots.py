@@ -9,7 +9,7 @@ import time
 
 from pandastack.hostport.errors import HostError, SandboxNotFound, SnapshotNotFound
 from pandastack.rules import SNAPSHOT_ID_RE
-from pandastack.wire import SnapshotInfo
+from pandastack.wire.sandboxes import SnapshotInfo
 
 from .errors import not_found
 from .hosts.cluster import durable_fork

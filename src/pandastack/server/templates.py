@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from pandastack.hostport.errors import BuildFailed, HostError, SnapshotNotFound
 from pandastack.rules import BUILD_ID_RE, BUILTIN_TEMPLATE_NAMES, TEMPLATE_NAME_BODY, new_build_id
 from pandastack.templatespec import CopyStep, TemplateSpec
-from pandastack.wire import BuildTemplate, TemplateBuildInfo
+from pandastack.wire.resources import BuildTemplate, TemplateBuildInfo
 
 from .errors import ApiError, conflict, not_found
 from .service import SandboxService

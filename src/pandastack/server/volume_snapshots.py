@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from pandastack.hostport.errors import HostError, HostExhausted, VolumeNotFound
 from pandastack.hostport.volumes import HostVolume, VolumePort
 from pandastack.rules import VOLUME_BACKUP_ID_PREFIX, VOLUME_BACKUP_ID_RE, new_volume_backup_id
-from pandastack.wire import CreateVolume, VolumeSnapshotInfo
+from pandastack.wire.resources import CreateVolume, VolumeSnapshotInfo
 
 from .errors import ApiError, api_error_of, host_call, not_found
 from .hosts.pinning import pinned_host

@@ -29,13 +29,8 @@ from pandastack.rules import (
     clone_volume_id,
     new_volume_id,
 )
-from pandastack.wire import (
-    AttachedVolume,
-    CreateSandbox,
-    CreateVolume,
-    VolumeAttachment,
-    VolumeInfo,
-)
+from pandastack.wire.resources import CreateVolume, VolumeAttachment, VolumeInfo
+from pandastack.wire.sandboxes import AttachedVolume, CreateSandbox
 
 from .errors import ApiError, conflict, host_call, not_found
 from .hosts.pinning import pinned_host

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import httpx
 
 from pandastack.webhooks import sign
-from pandastack.wire_events import (
+from pandastack.wire.events import (
     MAX_WEBHOOKS_PER_TEAM,
     SIGNATURE_HEADER,
     TEST_EVENT,

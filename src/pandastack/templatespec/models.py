@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from pandastack.wirebase import Strict
+from pandastack.wire.base import Strict
 
 MAX_STEPS = 64  # every step that changes the guest adds a disk layer to the template's chain
 MAX_PACKAGES = 256

@@ -1,6 +1,6 @@
-"""The base of every wire model (`pandastack.wire`, `pandastack.templatespec`): unknown fields
-are rejected. Its own module so that the template spec can use it while `wire` imports the
-template spec."""
+"""The base of every wire model (the parts of `pandastack.wire`, `pandastack.templatespec`):
+unknown fields are rejected. The package imports none of its parts, so the template spec can
+build on this module while `wire.resources` imports the template spec."""
 
 from __future__ import annotations
 

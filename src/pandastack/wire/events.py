@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pandastack.wirebase import Strict
+from pandastack.wire.base import Strict
 
 #: Every event type the server writes, in the order the ADR describes them.
 EVENT_TYPES: tuple[str, ...] = (

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from pandastack.wire import MAX_ENV_ITEMS
-from pandastack.wirebase import Strict
+from pandastack.rules import MAX_ENV_ITEMS
+from pandastack.wire.base import Strict
 
 MAX_DIM = 1000
 DEFAULT_COLS = 80

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from pandastack.wirebase import Strict
+from pandastack.wire.base import Strict
 
 UsageGroupBy = Literal["sandbox", "day", "template"]
 USAGE_GROUPS: tuple[str, ...] = ("sandbox", "day", "template")

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.results import CodeEvent
-from pandastack.wire import (
+from pandastack.wire.sandboxes import (
     CodeContext,
     CodeContextList,
     CodeError,

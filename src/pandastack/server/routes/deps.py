@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 
 from pandastack.hostport.results import ExecResult as HostExecResult
-from pandastack.wire import ExecResult
+from pandastack.wire.sandboxes import ExecResult
 
 from ..errors import bad_request
 from ..service import SandboxService

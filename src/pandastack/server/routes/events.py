@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from pandastack.wire_events import EVENT_TYPES, valid_pattern
+from pandastack.wire.events import EVENT_TYPES, valid_pattern
 
 from ..auth import CurrentPrincipal
 from ..errors import ApiError

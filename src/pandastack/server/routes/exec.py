@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from pandastack.hostport.results import ExecResult as HostExecResult
-from pandastack.wire import ExecRequest, ExecResult
+from pandastack.wire.sandboxes import ExecRequest, ExecResult
 
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, request_id_of

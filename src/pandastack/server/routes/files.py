@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from pandastack.hostport.results import FileInfo
-from pandastack.wire import FileEntry, FileList, MkdirRequest, RenameRequest, WriteResult
+from pandastack.wire.sandboxes import FileEntry, FileList, MkdirRequest, RenameRequest, WriteResult
 
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, bad_request, clean_text

@@ -8,7 +8,7 @@ from typing import Annotated, cast
 
 from fastapi import APIRouter, Path
 
-from pandastack.wire import DrainResult, HostInfo, HostList, HostState
+from pandastack.wire.resources import DrainResult, HostInfo, HostList, HostState
 
 from ..auth import AdminPrincipal
 from ..hosts import drain as hosts

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from pandastack.wire import CreatedKey, CreateKey, KeyInfo, KeyList
+from pandastack.wire.resources import CreatedKey, CreateKey, KeyInfo, KeyList
 
 from ..auth import AdminPrincipal, create_key
 from ..errors import bad_request, not_found

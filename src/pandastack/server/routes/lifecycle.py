@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from pandastack.hostport.errors import SandboxNotFound
-from pandastack.wire import Lifecycle, Logs, SandboxState, UpdateLifecycle
+from pandastack.wire.sandboxes import Lifecycle, Logs, SandboxState, UpdateLifecycle
 
 from ..auth import CurrentPrincipal
 from ..jsonbody import StrictJsonRoute

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from pandastack.hostport.errors import SandboxNotFound
-from pandastack.wire import SandboxMetrics
+from pandastack.wire.sandboxes import SandboxMetrics
 
 from ..auth import CurrentPrincipal
 from ..errors import conflict

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from pandastack.wire import NetworkSpec
+from pandastack.wire.sandboxes import NetworkSpec
 
 from ..auth import CurrentPrincipal
 from ..jsonbody import StrictJsonRoute

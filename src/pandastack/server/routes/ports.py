@@ -36,7 +36,7 @@ from starlette.types import Receive, Scope, Send
 
 from pandastack.hostport.errors import HostError
 from pandastack.rules import SANDBOX_ID_RE
-from pandastack.wire import ErrorEnvelope, SignedUrl, SignedUrlRequest
+from pandastack.wire.sandboxes import ErrorEnvelope, SignedUrl, SignedUrlRequest
 
 from .. import wsproxy
 from ..auth import CurrentPrincipal, principal

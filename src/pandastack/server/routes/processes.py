@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from pandastack.wire import (
-    MAX_EXEC_TIMEOUT_SECONDS,
+from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS
+from pandastack.wire.sandboxes import (
     ExecResult,
     ProcessInfo,
     ProcessList,

@@ -10,7 +10,7 @@ from fastapi import APIRouter, WebSocket
 
 from pandastack.hostport import pty
 from pandastack.hostport.errors import GuestOSError, HostError
-from pandastack.wire_pty import PTY_WEBSOCKET, PtyCreateRequest, PtyInfo
+from pandastack.wire.pty import PTY_WEBSOCKET, PtyCreateRequest, PtyInfo
 
 from ..auth import CurrentPrincipal, principal
 from ..errors import ApiError, bad_request, not_found

@@ -7,10 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from pandastack.rules import SANDBOX_ID_RE
-from pandastack.wire import (
+from pandastack.rules import SANDBOX_ID_RE, SANDBOX_NAME_PATTERN
+from pandastack.wire.sandboxes import (
     ENDED_STATES,
-    SANDBOX_NAME_PATTERN,
     CreateSandbox,
     SandboxInfo,
     SandboxList,

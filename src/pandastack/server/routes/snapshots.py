@@ -6,7 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from pandastack.wire import CreateSnapshot, ForkRequest, ForkResult, SnapshotInfo, SnapshotList
+from pandastack.wire.sandboxes import (
+    CreateSnapshot,
+    ForkRequest,
+    ForkResult,
+    SnapshotInfo,
+    SnapshotList,
+)
 
 from ..auth import CurrentPrincipal
 from ..hosts.pinning import pinned_to

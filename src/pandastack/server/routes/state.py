@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from pandastack.wire import SandboxInfo
+from pandastack.wire.sandboxes import SandboxInfo
 
 from ..auth import CurrentPrincipal
 from ..jsonbody import StrictJsonRoute

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from pandastack.rules import BUILTIN_TEMPLATE_NAMES, DEFAULT_TEMPLATE
-from pandastack.wire import (
+from pandastack.wire.resources import (
     BuildTemplate,
     BuiltinTemplateInfo,
     TemplateBuildInfo,

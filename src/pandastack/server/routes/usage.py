@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from pandastack.wire_usage import QuotaInfo, QuotaUpdate, UsageGroupBy, UsageReport
+from pandastack.wire.usage import QuotaInfo, QuotaUpdate, UsageGroupBy, UsageReport
 
 from ..auth import AdminPrincipal, CurrentPrincipal
 from ..errors import ApiError

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from pandastack.wire import (
+from pandastack.wire.resources import (
     CreateVolume,
     MoveVolume,
     ResizeVolume,

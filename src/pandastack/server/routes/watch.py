@@ -13,12 +13,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from pandastack.hostport.watch import WatchEvent
-from pandastack.wire import (
-    FileEvent,
-    WriteManyRequest,
-    WriteManyResult,
-    WriteResult,
-)
+from pandastack.wire.sandboxes import FileEvent, WriteManyRequest, WriteManyResult, WriteResult
 
 from ..auth import CurrentPrincipal
 from ..errors import ApiError, clean_text, request_id_of

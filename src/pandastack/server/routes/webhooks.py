@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from pandastack.wire_events import (
+from pandastack.wire.events import (
     MAX_WEBHOOKS_PER_TEAM,
     SIGNATURE_HEADER,
     Webhook,

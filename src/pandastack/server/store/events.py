@@ -26,7 +26,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from pandastack.registry.models import Base
-from pandastack.wire import ENDED_STATES
+from pandastack.wire.sandboxes import ENDED_STATES
 
 from .models import Sandbox, Snapshot, TemplateVersion
 

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from pandastack.wire_events import type_matches
+from pandastack.wire.events import type_matches
 
 from .events import (
     DeliverySequence,

@@ -40,7 +40,7 @@ from pandastack.server.lifecycle import wakes_on_traffic
 from pandastack.server.routes.ports import as_request, key_team
 from pandastack.server.service import SandboxService
 from pandastack.server.store import Sandbox
-from pandastack.wire import ENDED_STATES
+from pandastack.wire.sandboxes import ENDED_STATES
 
 from . import interpreter
 from .envd import app as envd_app

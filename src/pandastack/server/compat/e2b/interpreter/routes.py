@@ -24,7 +24,7 @@ from pandastack.hostport.results import CodeEvent
 from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS
 from pandastack.server.errors import ApiError, api_error_of, host_call
 from pandastack.server.sse import Finished, relayed
-from pandastack.wire import ENDED_STATES
+from pandastack.wire.sandboxes import ENDED_STATES
 
 from ..errors import E2bError, as_e2b, e2b_response
 from ..target import target_of

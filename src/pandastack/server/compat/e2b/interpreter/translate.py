@@ -12,7 +12,7 @@ from pandastack.hostport.results import CodeEvent
 from pandastack.rules import MAX_ENV_ITEMS
 from pandastack.server.errors import clean_text
 from pandastack.server.routes.deps import check_text
-from pandastack.wire import MAX_CODE_CHARS
+from pandastack.wire.sandboxes import MAX_CODE_CHARS
 
 from ..errors import E2bError
 

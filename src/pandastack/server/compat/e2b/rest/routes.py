@@ -33,7 +33,7 @@ from pandastack.server.settings import Settings
 from pandastack.server.snapshots import delete_snapshot, fork, take_snapshot
 from pandastack.server.store import Sandbox
 from pandastack.server.store.listing import BadPageToken, SandboxFilter
-from pandastack.wire import NetworkSpec
+from pandastack.wire.sandboxes import NetworkSpec
 
 from ..errors import E2bError
 from .base import AppSettings, Caller, E2bRoute, Service, domain, tokens

@@ -13,7 +13,7 @@ from typing import Literal
 from pandastack.rules import DEFAULT_TEMPLATE
 from pandastack.server.lifecycle import TIMEOUT_ONLY
 from pandastack.server.store import Sandbox
-from pandastack.wire import ENDED_STATES
+from pandastack.wire.sandboxes import ENDED_STATES
 
 E2bState = Literal["running", "paused"]
 

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.server.routes.deps import check_text
-from pandastack.wire import CreateSandbox, NetworkSpec, SandboxInfo
-from pandastack.wire import VolumeMount as OurMount
+from pandastack.wire.sandboxes import CreateSandbox, NetworkSpec, SandboxInfo
+from pandastack.wire.sandboxes import VolumeMount as OurMount
 
 from ..errors import E2bError
 from ..target import ENVD_VERSION
