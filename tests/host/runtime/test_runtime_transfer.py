@@ -81,7 +81,7 @@ async def test_a_streamed_snapshot_creates_on_the_other_host_with_nothing_in_the
     pid = await _start_sleeper(parent)
     holder, value = await _holder(parent)
     # The template goes through the store by its content key: in it before the count.
-    await a.remote._template_part(Path(a.rt._records[parent.id].template_path))
+    await a.remote.template_part(Path(a.rt.table.record(parent.id).template_path))
     keys = await _keys(a)
     puts = (a.remote.store.stats.uploads, a.remote.store.stats.chunk_uploads)
 

@@ -29,7 +29,7 @@ def _status(pid: int) -> dict[str, str]:
 
 
 def _uid(runtime: HostRuntime, handle: SandboxHandle) -> int:
-    slot = runtime._records[handle.id].slot
+    slot = runtime.table.record(handle.id).slot
     assert slot is not None
     return runtime.config.jail_uid_base + slot
 

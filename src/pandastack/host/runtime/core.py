@@ -58,6 +58,7 @@ from pandastack.host.runtime.snapshots import (
     link_layers,
     new_layer_name,
 )
+from pandastack.host.runtime.table import SandboxTable
 from pandastack.host.runtime.transfer import Transfers
 from pandastack.host.templates.builtin import Template, TemplateStore
 from pandastack.host.vmm.driver import (
@@ -117,8 +118,7 @@ class HostRuntime:
                                   enabled=self.config.networking)
         self.merges = LayerMerges(lambda: self.driver, progress)
         self._console_watch: asyncio.Task[None] | None = None
-        self._sandboxes: dict[str, SandboxHandle] = {}
-        self._records: dict[str, SandboxRecord] = {}
+        self.table = SandboxTable(self.config.sandboxes_dir)  # every sandbox's handle and record
         self.machinery = Machinery(self.config, self.network, self.huge_pool,
                                    self._pinned_templates, progress, images)
         # Snapshots and hibernations shared with other hosts (ADR 0020); opened by start().
@@ -128,7 +128,7 @@ class HostRuntime:
         self.saves = Saves(self)  # snapshots and forks
         self.hibernation = Hibernation(self)
         self.volumes = HostVolumes(VolumeStore(self.config.volumes_dir), lambda: (
-            (r.id, mounts_of(r.volumes)) for r in self._records.values()), progress)
+            (r.id, mounts_of(r.volumes)) for r in self.table.records()), progress)
 
     async def __aenter__(self) -> HostRuntime:
         await self.start()
@@ -156,7 +156,7 @@ class HostRuntime:
     def _pinned_templates(self) -> list[Path]:
         """Templates that must survive garbage collection although no VM runs from them."""
         pinned = self.snapshots.template_paths()
-        pinned += [Path(r.template_path) for r in self._records.values()]
+        pinned += [Path(r.template_path) for r in self.table.records()]
         return pinned
 
     @property
@@ -194,16 +194,16 @@ class HostRuntime:
         cleaned = [workdir.name for _, workdir in orphans if workdir.parent == self.sandboxes_dir]
         running = scan_vmm_processes(self.sandboxes_dir, cmdlines,
                                      self.driver.processes.vm_workdir)
-        adopt, dead = sort_state_dir(self.sandboxes_dir, running, self._sandboxes,
+        adopt, dead = sort_state_dir(self.sandboxes_dir, running, self.table,
                                      self.driver.owns)
         for record, vm in adopt:
             if vm is not None:  # its driver may have died half way through something
                 record, vm = await settle_adopted(self, record, vm)
             if vm is None:  # its state may have changed (records.without_vm)
-                record = self._save(record)
+                record = self.table.save(record)
                 if record.state == STOPPED:
                     stopped.append(record.id)
-            handle = self._adopt(record, vm)
+            handle = self.adopt(record, vm)
             if vm is not None and record.state == "hibernated":  # a wake cut short
                 await finish_wake(self, handle, record)
                 if handle.state == STOPPED:
@@ -223,21 +223,16 @@ class HostRuntime:
         if self._console_watch is None:
             self._console_watch = asyncio.get_running_loop().create_task(
                 watch_consoles(self.sandboxes_dir, self.progress), name="console-cap")
-        await self.slots.reattach(list(self._records.values()))
+        await self.slots.reattach(list(self.table.records()))
         return AdoptReport(adopted, cleaned, stopped)
 
-    def _adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
+    def adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
+        """A handle for the sandbox of `record` (written already), in the table."""
         handle = SandboxHandle(record.id, vm, self.sandboxes_dir / record.id, record.hostname,
                                record.created_at, self.config.agent_timeout_s,
                                template=record.template, state=record.state, waker=self.wake)
-        self._sandboxes[record.id] = handle
-        self._records[record.id] = record
+        self.table.add(handle, record)
         return handle
-
-    def _save(self, record: SandboxRecord) -> SandboxRecord:
-        record.save(self.sandboxes_dir / record.id / "sandbox.json")
-        self._records[record.id] = record
-        return record
 
     # -- create ---------------------------------------------------------------------------
 
@@ -319,10 +314,10 @@ class HostRuntime:
             # A snapshot's stream carries all of its memory; a template's memory is its file.
             files = replace(tmpl.snapshot, device_state=state_file,
                             memory=None if snapshot is not None else tmpl.snapshot.memory)
-            vm = await self._restore(VMPaths(workdir), files, workdir / top,
+            vm = await self.restore_vm(VMPaths(workdir), files, workdir / top,
                                      slot.netns if slot is not None else None,
                                      self.volumes.drives(self.driver, workdir, mounts))
-            record = self._save(replace(record, pid=vm.pid))
+            record = self.table.save(replace(record, pid=vm.pid))
             self.volumes.settle(sid)
             handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
                                    self.config.agent_timeout_s, template=template,
@@ -340,11 +335,11 @@ class HostRuntime:
         except BaseException as exc:
             if vm is not None:
                 vm.kill()
-            self._vm_ended(workdir)
+            self.vm_ended(workdir)
             if slot is not None:
                 await self.slots.release(slot)
                 self.slots.refill_spares()
-            self._records.pop(sid, None)
+            self.table.forget(sid)
             self.volumes.settle(sid)
             if snapshot is not None:  # the copies made for it
                 self.volumes.drop(m.volume_id for m in mounts if not m.read_only)
@@ -354,17 +349,17 @@ class HostRuntime:
             if isinstance(exc, Exception):
                 raise SetupError(f"create from {snapshot or template!r} failed: {exc}") from exc
             raise
-        self._sandboxes[sid] = handle
+        self.table.add(handle)
         # Replace the spare network slot only now: its `ip` and `nft` runs (~20 ms of CPU and
         # the kernel's rtnl lock) competed with this sandbox's own restore, which made
         # create + first exec ~5 ms slower at p50 and up to ~60 ms slower at p99.
         self.slots.refill_spares()
         return handle
 
-    async def _restore(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
+    async def restore_vm(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
                        netns: str | None, volumes: dict[int, VolumeDrive]) -> VMProcess:
         """Restore a VM; one whose memory is all in its stream gets RAM from the hugetlb pool
-        when this runtime's share has room (released when the VM ends: `_vm_ended`)."""
+        when this runtime's share has room (released when the VM ends: `vm_ended`)."""
         owner = str(paths.workdir)
         if files.memory is None and self.huge_pool.lease(owner, files.shape.memory_mb):
             try:
@@ -379,48 +374,45 @@ class HostRuntime:
                 raise
         return await self.driver.restore(paths, files, disk, netns=netns, volumes=volumes)
 
-    def _vm_ended(self, workdir: Path) -> None:
+    def vm_ended(self, workdir: Path) -> None:
         """A sandbox's VMM process is gone: what it held on the host for its life is free."""
         self.huge_pool.release(str(workdir))
 
     # -- lookup and kill ------------------------------------------------------------------
 
     def get(self, sandbox_id: str) -> SandboxHandle:
-        try:
-            return self._sandboxes[sandbox_id]
-        except KeyError:
-            raise SandboxNotFound(sandbox_id) from None
+        return self.table.get(sandbox_id)
 
     def list(self) -> list[SandboxHandle]:
-        return list(self._sandboxes.values())
+        return self.table.handles()
 
     async def kill(self, sandbox_id: str) -> None:
         """Kill the sandbox; with an object store, also its hibernation there (of a sandbox
         this host hibernated, or one whose host is gone)."""
-        handle = self._sandboxes.pop(sandbox_id, None)
+        handle = self.table.take(sandbox_id)
         if handle is None:
             if (self.remote is not None and SANDBOX_ID_RE.match(sandbox_id) and
                     await self.remote.sandbox_document(sandbox_id) is not None):
                 await self.remote.delete_manifest(sandbox_manifest(sandbox_id))
                 return
             raise SandboxNotFound(sandbox_id)
-        record = self._records.get(sandbox_id)
+        record = self.table.find_record(sandbox_id)
         if self.remote is not None and record is not None and record.in_store:
             # First: a kill that fails half-way must not leave a state to wake elsewhere.
             try:
                 await self.remote.delete_sandbox_manifest(sandbox_id, record.store_writer)
             except BaseException:
-                self._sandboxes[sandbox_id] = handle
+                self.table.add(handle)
                 raise
         if record is not None and record.volumes:
             await self.volumes.flush(self.driver, handle, mounts_of(record.volumes),
                                      ending=True)
         self.merges.forget(sandbox_id)
-        record = self._records.pop(sandbox_id, None)
+        record = self.table.forget(sandbox_id)
         try:
             await handle.destroy()
         finally:
-            self._vm_ended(handle.workdir)
+            self.vm_ended(handle.workdir)
         if record is not None and record.slot is not None:
             await self.slots.release(self.slots.slot(record.slot))
 
@@ -430,19 +422,19 @@ class HostRuntime:
         self.get(sandbox_id)
         policy = network if isinstance(network, NetworkPolicy) else \
             await asyncio.to_thread(NetworkPolicy.from_dict, network)
-        record = self._records[sandbox_id]
+        record = self.table.record(sandbox_id)
         if record.slot is None:
             raise SandboxStateError(f"sandbox {sandbox_id} has no network")
         await self.slots.change(self.slots.slot(record.slot), policy,
                                 NetworkPolicy.from_dict(record.network))
-        self._save(replace(record, network=policy.to_dict()))
+        self.table.save(replace(record, network=policy.to_dict()))
         return policy
 
     async def kill_all(self) -> None:
         """Kill every sandbox and release the prepared network slots (a later create makes
         new ones): after this, the runtime holds nothing on the host."""
         await self.migrations.close()
-        for sid in list(self._sandboxes):
+        for sid in self.table.ids():
             await self.kill(sid)
         await self.slots.drop_spares()
         await self.fork_buffer.close()
@@ -465,10 +457,9 @@ class HostRuntime:
         if self.remote is not None:
             await self.remote.close()
             self.remote = None
-        for handle in self._sandboxes.values():
+        for handle in self.table.handles():
             await handle.disconnect()
-        self._sandboxes.clear()
-        self._records.clear()
+        self.table.clear()
         self.merges.clear()
         # What this runtime still held (an incoming snapshot no one took) is a crash's
         # leftover now, for the next start to sweep (a new runtime in this process too).
@@ -476,28 +467,22 @@ class HostRuntime:
 
     # -- pause, snapshot, fork ------------------------------------------------------------
 
-    def _running(self, sandbox_id: str, *allowed: str) -> tuple[SandboxHandle, VMProcess]:
-        handle = self.get(sandbox_id)
-        if handle.state not in allowed or handle.vm is None:
-            raise SandboxStateError(f"sandbox {sandbox_id} is {handle.state}")
-        return handle, handle.vm
-
     async def pause(self, sandbox_id: str) -> None:
-        handle, vm = self._running(sandbox_id, "running", "paused")
+        handle, vm = self.table.running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
             if handle.state == "running":
                 await self.driver.pause(vm)
                 handle.state = "paused"
-                self._save(replace(self._records[sandbox_id], state="paused"))
+                self.table.save(replace(self.table.record(sandbox_id), state="paused"))
 
     async def resume(self, sandbox_id: str) -> None:
-        handle, vm = self._running(sandbox_id, "running", "paused")
+        handle, vm = self.table.running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
             if handle.state == "paused":
                 await self.driver.resume(vm)
                 handle.state = "running"
-                self._save(replace(self._records[sandbox_id], state="running"))
-                await handle.resync_clock(self._records[sandbox_id].machine_id)
+                self.table.save(replace(self.table.record(sandbox_id), state="running"))
+                await handle.resync_clock(self.table.record(sandbox_id).machine_id)
 
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
                        internal: bool = False, short_pause: bool | None = None,
@@ -513,9 +498,9 @@ class HostRuntime:
 
     # -- disk layers ----------------------------------------------------------------------
 
-    async def _start_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
+    async def start_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
         """(Under the lifecycle lock.) Start merging the sandbox's layers into its top."""
-        record = self._records[sandbox_id]
+        record = self.table.record(sandbox_id)
 
         async def template_disk() -> Path:
             store = await self.prepare()
@@ -523,16 +508,16 @@ class HostRuntime:
 
         await self.merges.start(sandbox_id, vm, record.layers, template_disk)
 
-    async def _settle_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
+    async def settle_flatten(self, sandbox_id: str, vm: VMProcess) -> None:
         """(Under the lifecycle lock, before the disk changes.) End a merge under way; once
         it is done the sandbox's own layers are its top alone, and the others' links go
         (snapshots and children hold their own)."""
         if not self.merges.under_way(sandbox_id):
             return
-        record = self._records[sandbox_id]
+        record = self.table.record(sandbox_id)
         layers = await self.merges.settle(sandbox_id, vm)
         if layers is not None and record.layers == layers:
-            self._save(replace(record, layers=(record.top,)))
+            self.table.save(replace(record, layers=(record.top,)))
             workdir = self.sandboxes_dir / sandbox_id
             for name in layers[:-1]:
                 (workdir / name).unlink(missing_ok=True)
@@ -583,7 +568,7 @@ class HostRuntime:
 
     def describe(self, sandbox_id: str) -> dict[str, object]:
         handle = self.get(sandbox_id)
-        record = self._records.get(sandbox_id)
+        record = self.table.find_record(sandbox_id)
         return {"id": sandbox_id, "state": handle.state, "pid": handle.pid,
                 "layers": [*record.layers] if record else [],
                 "snapshot": record.snapshot if record else None,

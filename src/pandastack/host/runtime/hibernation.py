@@ -55,23 +55,24 @@ def crash_point(name: str) -> None:
         os._exit(137)
 
 if TYPE_CHECKING:
-    from pandastack.host.runtime.core import HostRuntime
+    from pandastack.host.runtime.parts import RuntimeParts
 
 
 class Hibernation:
-    def __init__(self, rt: HostRuntime):
+    def __init__(self, rt: RuntimeParts):
         self.rt = rt
         self._fetching: dict[str, asyncio.Lock] = {}
 
     async def hibernate(self, sandbox_id: str) -> None:
         """Write the sandbox's whole state to disk and end its VM, freeing RAM and CPU."""
         rt = self.rt
-        handle, vm = rt._running(sandbox_id, "running", "paused")
+        handle, vm = rt.table.running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
-            await rt._settle_flatten(sandbox_id, vm)
+            await rt.settle_flatten(sandbox_id, vm)
             # Its volumes get what the guest wrote so far: a kill of the hibernated
             # sandbox (which never runs its guest again) then loses nothing of it.
-            await rt.volumes.flush(rt.driver, handle, mounts_of(rt._records[sandbox_id].volumes))
+            mounts = mounts_of(rt.table.record(sandbox_id).volumes)
+            await rt.volumes.flush(rt.driver, handle, mounts)
             if handle.state == "running":
                 # Its disk gets what the guest wrote so far too: a hibernation cut short by
                 # a crash falls back to booting that disk (ADR 0037), and files written just
@@ -79,13 +80,13 @@ class Hibernation:
                 with contextlib.suppress(AgentError, asyncio.TimeoutError):
                     await asyncio.wait_for((await handle.agent()).sync(), SYNC_BEFORE_SAVE_S)
             await handle.disconnect()
-            before = rt._records[sandbox_id]
-            rt._save(replace(before, state=HIBERNATING))
+            before = rt.table.record(sandbox_id)
+            rt.table.save(replace(before, state=HIBERNATING))
             crash_point("hibernate-before-save")
             try:
                 await rt.driver.save_stopped(vm, handle.workdir / HIBERNATION)
             except BaseException:
-                rt._save(before)
+                rt.table.save(before)
                 if before.state == "running":  # the save stopped the guest first
                     try:
                         await rt.driver.resume(vm)
@@ -95,15 +96,15 @@ class Hibernation:
                 raise
             await asyncio.to_thread(vm.kill)
             crash_point("hibernate-after-vm-ended")
-            rt._vm_ended(handle.workdir)
+            rt.vm_ended(handle.workdir)
             handle.vm = None
             handle.state = "hibernated"
-            record = rt._save(replace(before, state="hibernated", pid=None))
+            record = rt.table.save(replace(before, state="hibernated", pid=None))
             if rt.remote is not None:
                 # Under the lock: a wake would write to the top layer being uploaded. A
                 # failure leaves the sandbox hibernated here, but not in the store.
                 writer = await rt.remote.publish_sandbox(record, handle.workdir)
-                rt._save(replace(record, in_store=True, store_writer=writer))
+                rt.table.save(replace(record, in_store=True, store_writer=writer))
 
     async def wake(self, sandbox_id: str) -> None:
         """Restore a hibernated sandbox; boot the disk of one whose VM died; a no-op for one
@@ -111,20 +112,20 @@ class Hibernation:
         from there first (it was hibernated on another host) and is this host's from then
         on."""
         rt = self.rt
-        if sandbox_id not in rt._sandboxes and rt.remote is not None:
+        if sandbox_id not in rt.table and rt.remote is not None:
             await self._fetch_hibernated(sandbox_id)
-        handle = rt.get(sandbox_id)
+        handle = rt.table.get(sandbox_id)
         async with handle.lifecycle_lock:
             if handle.state != "hibernated":
                 if handle.state == STOPPED or not handle.is_alive():
                     await self._boot_disk(handle)
                 return
-            record = rt._records[sandbox_id]
+            record = rt.table.record(sandbox_id)
             store = await rt.prepare()
             tmpl = store.load_dir(record.template, Path(record.template_path))
             stream = handle.workdir / HIBERNATION
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
-            vm = await rt._restore(
+            vm = await rt.restore_vm(
                 VMPaths(handle.workdir), files, handle.workdir / record.top,
                 await self._network(record),
                 rt.volumes.drives(rt.driver, handle.workdir, mounts_of(record.volumes)))
@@ -134,11 +135,11 @@ class Hibernation:
                 await handle.initialize(record.machine_id)
             except BaseException:
                 await asyncio.to_thread(vm.kill)
-                rt._vm_ended(handle.workdir)
+                rt.vm_ended(handle.workdir)
                 handle.vm = None
                 handle.state = "hibernated"
                 raise
-            rt._save(replace(record, state="running", pid=vm.pid))
+            rt.table.save(replace(record, state="running", pid=vm.pid))
             stream.unlink(missing_ok=True)
 
     async def _boot_disk(self, handle: SandboxHandle) -> None:
@@ -146,7 +147,7 @@ class Hibernation:
         (the top layer over its chain) after its VM died: the files it wrote are there, its
         memory and processes are not. On failure it stays stopped, its disk untouched."""
         rt = self.rt
-        record = rt._records[handle.id]
+        record = rt.table.record(handle.id)
         if record.volumes:
             # Their drives are attached and mounted only by a create (or kept in a restored
             # memory); a booted guest would run without them.
@@ -155,10 +156,10 @@ class Hibernation:
         if handle.vm is not None:
             await handle.disconnect()
             await asyncio.to_thread(handle.vm.kill)
-        rt._vm_ended(handle.workdir)
+        rt.vm_ended(handle.workdir)
         handle.vm, handle.state = None, STOPPED
         (handle.workdir / HIBERNATION).unlink(missing_ok=True)  # older than the disk now
-        rt._save(replace(record, state=STOPPED, pid=None))
+        rt.table.save(replace(record, state=STOPPED, pid=None))
         store = await rt.prepare()
         tmpl = store.load_dir(record.template, Path(record.template_path))
         netns = await self._network(record)
@@ -171,10 +172,10 @@ class Hibernation:
         except BaseException:
             await handle.disconnect()
             await asyncio.to_thread(vm.kill)
-            rt._vm_ended(handle.workdir)
+            rt.vm_ended(handle.workdir)
             handle.vm, handle.state = None, STOPPED
             raise
-        rt._save(replace(record, state="running", pid=vm.pid))
+        rt.table.save(replace(record, state="running", pid=vm.pid))
 
     async def _network(self, record: SandboxRecord) -> str | None:
         """The network namespace of the sandbox's slot, built again with its policy if it
@@ -205,10 +206,10 @@ class Hibernation:
         if not SANDBOX_ID_RE.match(sandbox_id):
             raise SandboxNotFound(sandbox_id)
         async with self._fetching.setdefault(sandbox_id, asyncio.Lock()):
-            if sandbox_id not in rt._sandboxes:
+            if sandbox_id not in rt.table:
                 record = await fetch_hibernated(rt.remote, rt.slots,
                                                 rt.sandboxes_dir / sandbox_id)
-                rt._adopt(rt._save(record), None)
+                rt.adopt(rt.table.save(record), None)
                 rt.slots.refill_spares()
 
 

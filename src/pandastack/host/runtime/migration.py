@@ -47,7 +47,7 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.network import NetworkPolicy
 
 if TYPE_CHECKING:
-    from pandastack.host.runtime.core import HostRuntime
+    from pandastack.host.runtime.parts import RuntimeParts
 
 TOKEN_BYTES = 32
 # How long the destination waits for the source's connection, and how many connections
@@ -86,7 +86,7 @@ class _Outgoing:
 class Migrations:
     """One runtime's migrations, in and out."""
 
-    def __init__(self, rt: HostRuntime) -> None:
+    def __init__(self, rt: RuntimeParts) -> None:
         self.rt = rt
         self._incoming: dict[str, _Incoming] = {}
         self._outgoing: dict[str, _Outgoing] = {}
@@ -102,17 +102,17 @@ class Migrations:
     async def offer(self, sandbox_id: str) -> dict[str, Any]:
         """Publish the template and the frozen layers of the running sandbox; the offer."""
         remote = self._remote()
-        handle, vm = self.rt._running(sandbox_id, "running")
-        if self.rt._records[sandbox_id].volumes:
+        handle, vm = self.rt.table.running(sandbox_id, "running")
+        if self.rt.table.record(sandbox_id).volumes:
             raise SandboxStateError(f"sandbox {sandbox_id} has volumes mounted: it stays on "
                                     "the host that holds them")
         async with handle.lifecycle_lock:
-            await self.rt._settle_flatten(sandbox_id, vm)
-            record = self.rt._records[sandbox_id]
+            await self.rt.settle_flatten(sandbox_id, vm)
+            record = self.rt.table.record(sandbox_id)
         frozen = record.layers[:-1]
         # Frozen files: uploaded while the guest runs, outside the lifecycle lock.
-        parts = await asyncio.gather(remote._template_part(Path(record.template_path)),
-                                     *(remote._put(handle.workdir / n) for n in frozen))
+        parts = await asyncio.gather(remote.template_part(Path(record.template_path)),
+                                     *(remote.put_file(handle.workdir / n, n) for n in frozen))
         self._outgoing[sandbox_id] = _Outgoing(record.layers)
         return {"format": FORMAT, "driver": self.rt.driver.identity(), "id": sandbox_id,
                 "record": {n: getattr(record, n) for n in SANDBOX_FIELDS},
@@ -125,10 +125,10 @@ class Migrations:
         out = self._outgoing.get(sandbox_id)
         if out is None or out.sent:
             raise SandboxStateError(f"sandbox {sandbox_id} has no migration offered")
-        handle, vm = self.rt._running(sandbox_id, "running")
+        handle, vm = self.rt.table.running(sandbox_id, "running")
         token = bytes.fromhex(str(ticket["token"]))
         async with handle.lifecycle_lock:
-            record = self.rt._records[sandbox_id]
+            record = self.rt.table.record(sandbox_id)
             if record.layers != out.layers or self.rt.merges.under_way(sandbox_id):
                 raise SandboxStateError(f"sandbox {sandbox_id} changed its disk since the offer")
             sock = await asyncio.to_thread(_connect, str(ticket["host"]), int(ticket["port"]),
@@ -147,7 +147,7 @@ class Migrations:
             out.sent = True
             try:
                 # The guest is stopped and its disks flushed: the top is final.
-                top = await remote._put(handle.workdir / record.top)
+                top = await remote.put_file(handle.workdir / record.top, record.top)
             except BaseException:
                 await self._resume(sandbox_id, handle, vm)
                 raise
@@ -159,7 +159,7 @@ class Migrations:
         await self.rt.driver.resume_source(vm)
         handle.state = "running"
         self._outgoing.pop(sandbox_id, None)
-        await handle.resync_clock(self.rt._records[sandbox_id].machine_id)
+        await handle.resync_clock(self.rt.table.record(sandbox_id).machine_id)
 
     async def release(self, sandbox_id: str) -> None:
         """After the destination runs the sandbox: drop this host's copy (its hibernation
@@ -180,12 +180,12 @@ class Migrations:
         if offer.get("format") != FORMAT or offer.get("driver") != self.rt.driver.identity():
             raise SetupError(f"the offer of {sandbox_id} was made by {offer.get('driver')!r}; "
                              f"this host runs {self.rt.driver.identity()!r}")
-        if sandbox_id in self.rt._sandboxes or sandbox_id in self._incoming:
+        if sandbox_id in self.rt.table or sandbox_id in self._incoming:
             raise SandboxStateError(f"sandbox {sandbox_id} is on this host already")
         fields = dict(offer["record"])
         fields["layers"] = tuple(fields["layers"])
         policy = await asyncio.to_thread(NetworkPolicy.from_dict, fields["network"])
-        template = await remote._template(offer["template"])
+        template = await remote.fetch_template(offer["template"])
         workdir = self.rt.sandboxes_dir / sandbox_id
         workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
         record = SandboxRecord(id=sandbox_id, **fields, template_path=str(template),
@@ -197,7 +197,7 @@ class Migrations:
             inc.record = replace(record, slot=inc.slot.index if inc.slot else None)
             disks = self.rt.driver.disks
             if offer["layers"]:
-                await remote._layers(offer["layers"], workdir, template, writable_top=False)
+                await remote.fetch_layers(offer["layers"], workdir, template, writable_top=False)
                 parent = workdir / offer["layers"][-1]["name"]
             else:
                 parent = template / f"disk{disks.suffix}"
@@ -273,7 +273,7 @@ class Migrations:
         await self.rt.driver.wait_incoming(vm, STREAM_S)
         disks = self.rt.driver.disks
         fetched = workdir / f".incoming-top{disks.suffix}"
-        await remote._copy(handoff["top"], fetched)
+        await remote.copy_file(handoff["top"], fetched)
         if len(record.layers) == 1:  # the top is the oldest layer: it names a host path
             await asyncio.to_thread(disks.rebase, fetched, inc.template / f"disk{disks.suffix}")
         await asyncio.to_thread(_overwrite, fetched, workdir / record.top)
@@ -291,13 +291,13 @@ class Migrations:
             document = await remote.sandbox_document(sandbox_id)
             if document is not None:
                 writer = await remote.take_over_sandbox(document)
-            record = self.rt._save(replace(record, pid=vm.pid, in_store=bool(writer),
+            record = self.rt.table.save(replace(record, pid=vm.pid, in_store=bool(writer),
                                            store_writer=writer))
         except BaseException:
             await self._drop(sandbox_id)
             raise
         self._incoming.pop(sandbox_id, None)
-        self.rt._sandboxes[sandbox_id] = handle
+        self.rt.table.add(handle)
         return handle
 
     # -- both -----------------------------------------------------------------------------
@@ -312,7 +312,7 @@ class Migrations:
         out = self._outgoing.pop(sandbox_id, None)
         if out is None:
             raise SandboxNotFound(sandbox_id)
-        handle = self.rt._sandboxes.get(sandbox_id)
+        handle = self.rt.table.find(sandbox_id)
         if out.sent and handle is not None and handle.vm is not None:
             self._outgoing[sandbox_id] = out
             await self._resume(sandbox_id, handle, handle.vm)
@@ -334,8 +334,7 @@ class Migrations:
                 inc.vm.agent_connection.close()
                 inc.vm.agent_connection = None
             await asyncio.to_thread(inc.vm.kill)
-        self.rt._records.pop(sandbox_id, None)
-        self.rt._sandboxes.pop(sandbox_id, None)
+        self.rt.table.forget(sandbox_id)
         await asyncio.to_thread(shutil.rmtree, inc.workdir, True)
         if inc.slot is not None:
             await self.rt.slots.release(inc.slot)

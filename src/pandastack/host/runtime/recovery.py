@@ -26,7 +26,7 @@ from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import VMProcess
 
 if TYPE_CHECKING:
-    from pandastack.host.runtime.core import HostRuntime
+    from pandastack.host.runtime.parts import RuntimeParts
 
 #: What settling one VM (QMP: cancel a migration, cont or stop) may take.
 SETTLE_S = 20.0
@@ -34,7 +34,7 @@ SETTLE_S = 20.0
 CONTACT_S = 60.0
 
 
-async def settle_adopted(rt: HostRuntime, record: SandboxRecord,
+async def settle_adopted(rt: RuntimeParts, record: SandboxRecord,
                          vm: VMProcess) -> tuple[SandboxRecord, VMProcess | None]:
     """The record and VM to adopt: `vm` settled, or None (ended) and the record without it."""
     workdir = rt.sandboxes_dir / record.id
@@ -45,11 +45,11 @@ async def settle_adopted(rt: HostRuntime, record: SandboxRecord,
         rt.progress(f"sandbox {record.id}: its VM could not be settled after a restart "
                     f"({type(exc).__name__}: {exc}); ended")
     await asyncio.to_thread(vm.kill)
-    rt._vm_ended(workdir)
+    rt.vm_ended(workdir)
     return without_vm(record, workdir), None
 
 
-async def finish_wake(rt: HostRuntime, handle: SandboxHandle, record: SandboxRecord) -> None:
+async def finish_wake(rt: RuntimeParts, handle: SandboxHandle, record: SandboxRecord) -> None:
     """(A settled VM under a `hibernated` record.) Give it the wake's first contact and record
     it running; end it (hibernated or stopped, as its files say) if the guest does not
     answer."""
@@ -62,9 +62,9 @@ async def finish_wake(rt: HostRuntime, handle: SandboxHandle, record: SandboxRec
                     f"({type(exc).__name__}: {exc}); ended")
         await handle.disconnect()
         await asyncio.to_thread(handle.vm.kill)
-        rt._vm_ended(handle.workdir)
-        ended = rt._save(without_vm(record, handle.workdir))
+        rt.vm_ended(handle.workdir)
+        ended = rt.table.save(without_vm(record, handle.workdir))
         handle.vm, handle.state = None, ended.state
         return
-    rt._save(replace(record, state="running", pid=handle.vm.pid))
+    rt.table.save(replace(record, state="running", pid=handle.vm.pid))
     (handle.workdir / HIBERNATION).unlink(missing_ok=True)

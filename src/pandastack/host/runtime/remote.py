@@ -142,7 +142,9 @@ class RemoteState:
             self._keys[stamp] = chunks
         return {"name": name or path.name, "key": chunks.key, **chunks.to_json()}
 
-    async def _template_part(self, template_path: Path) -> dict[str, Any]:
+    async def template_part(self, template_path: Path) -> dict[str, Any]:
+        """The template's files put in the store (those it holds already are not sent
+        again): the part of a manifest or offer that names them (`fetch_template`)."""
         meta = json.loads(await asyncio.to_thread((template_path / "template.json").read_text))
         disks = self._disks()
         # The template disk first, then each file it reads below itself (the rootfs).
@@ -160,7 +162,7 @@ class RemoteState:
                        layers_dir: Path, layers: tuple[str, ...],
                        template_path: Path) -> dict[str, Any]:
         parts = await asyncio.gather(self._put(stream, STREAM),
-                                     self._template_part(template_path),
+                                     self.template_part(template_path),
                                      *(self._put(layers_dir / name) for name in layers))
         document = {"format": FORMAT, "driver": self._identity(), **body,
                     "stream": parts[0], "template": parts[1], "layers": list(parts[2:])}
@@ -244,7 +246,7 @@ class RemoteState:
         else:
             await self.store.get_file(ref["key"], dest)
 
-    async def _template(self, part: dict[str, Any]) -> Path:
+    async def fetch_template(self, part: dict[str, Any]) -> Path:
         """The template directory for a manifest's template part, laid out once per host from
         the store: the disk (its parent renamed to this directory's copy), the files below it,
         kernel, initrd and a template.json naming them."""
@@ -288,7 +290,7 @@ class RemoteState:
             self.progress(f"template {part['name']} fetched from the object store to {final}")
             return final
 
-    async def _layers(self, layers: list[Ref], directory: Path, template: Path, *,
+    async def fetch_layers(self, layers: list[Ref], directory: Path, template: Path, *,
                       writable_top: bool) -> None:
         """The layers in `directory`: the oldest a copy whose parent is now this host's
         template disk, the top a copy too where the VM will write to it, the rest links."""
@@ -309,13 +311,13 @@ class RemoteState:
             document = await self._manifest(snapshot_manifest(snapshot_id), "snapshot")
             if document is None:
                 return False
-            template = await self._template(document["template"])
+            template = await self.fetch_template(document["template"])
             work = snapshots.begin(snapshot_id)
             try:
                 # Volume copies as copies, not links: a one-child fork's child may take a
                 # snapshot's copy as its own volume, and must not write into the cache.
                 await asyncio.gather(self._link(document["stream"], work / STREAM),
-                                     self._layers(document["layers"], work, template,
+                                     self.fetch_layers(document["layers"], work, template,
                                                   writable_top=False),
                                      *(self._copy(ref, work / ref["name"])
                                        for ref in document.get("volume_copies", ())))
@@ -336,9 +338,9 @@ class RemoteState:
     async def fetch_sandbox(self, document: dict[str, Any], workdir: Path) -> dict[str, Any]:
         """Lays out a hibernated sandbox's files in `workdir` (which exists, empty); the
         record's fields (SANDBOX_FIELDS and template_path) for this host."""
-        template = await self._template(document["template"])
+        template = await self.fetch_template(document["template"])
         await asyncio.gather(self._link(document["stream"], workdir / HIBERNATION),
-                             self._layers(document["layers"], workdir, template,
+                             self.fetch_layers(document["layers"], workdir, template,
                                           writable_top=True))
         fields = dict(document["record"])
         fields["layers"] = tuple(fields["layers"])

@@ -33,13 +33,13 @@ from pandastack.hostport.results import SnapshotInfo, SnapshotResult
 from pandastack.rules import MAX_FORK
 
 if TYPE_CHECKING:
-    from pandastack.host.runtime.core import HostRuntime
+    from pandastack.host.runtime.parts import RuntimeParts
 
 MIB = 1 << 20
 
 
 class Saves:
-    def __init__(self, rt: HostRuntime):
+    def __init__(self, rt: RuntimeParts):
         self.rt = rt
 
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
@@ -55,10 +55,10 @@ class Saves:
         rt = self.rt
         if short_pause is None:
             short_pause = not internal
-        handle, vm = rt._running(sandbox_id, "running", "paused")
+        handle, vm = rt.table.running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
-            await rt._settle_flatten(sandbox_id, vm)
-            record = rt._records[sandbox_id]
+            await rt.settle_flatten(sandbox_id, vm)
+            record = rt.table.record(sandbox_id)
             snap_id = rt.snapshots.new_id()
             needed = record.memory_mb * MIB
             try:
@@ -85,12 +85,12 @@ class Saves:
                         (work / STREAM).symlink_to(buffer)
                 except (SnapshotFailed, OSError) as exc:
                     if isinstance(exc, SnapshotFailed) and exc.disk_switched:
-                        rt._save(replace(record, layers=(*record.layers, new_top)))
+                        rt.table.save(replace(record, layers=(*record.layers, new_top)))
                     else:
                         (handle.workdir / new_top).unlink(missing_ok=True)
                     raise
                 switched = True
-                rt._save(replace(record, layers=(*record.layers, new_top)))
+                rt.table.save(replace(record, layers=(*record.layers, new_top)))
                 link_layers(handle.workdir, work, record.layers)
                 info = SnapshotInfo(
                     id=snap_id, name=name, source=sandbox_id, template=record.template,
@@ -116,7 +116,7 @@ class Saves:
                 # However the save went, the guest stood still for a while, its clock too.
                 await handle.resync_clock(record.machine_id)
             if needs_merge(record.layers):
-                await rt._start_flatten(sandbox_id, vm)
+                await rt.start_flatten(sandbox_id, vm)
         if rt.remote is not None and not transient:
             # Outside the lifecycle lock: the snapshot's files are frozen, the sandbox may go on.
             try:
@@ -158,9 +158,9 @@ class Saves:
         rt = self.rt
         if not 1 <= count <= MAX_FORK:
             raise ValueError(f"count must be between 1 and {MAX_FORK}")
-        rt._running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
+        rt.table.running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
         policy = await asyncio.to_thread(NetworkPolicy.from_dict,
-                                         rt._records[sandbox_id].network)
+                                         rt.table.record(sandbox_id).network)
         snap = await self.snapshot(sandbox_id, internal=True, transient=True)
         if count == 1:  # its only child takes the snapshot's copies of volumes, no new copy
             rt.volumes.handed_over.add(snap.info.id)

@@ -57,7 +57,7 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.results import SnapshotInfo
 
 if TYPE_CHECKING:
-    from pandastack.host.runtime.core import HostRuntime
+    from pandastack.host.runtime.parts import RuntimeParts
 
 MiB = 1 << 20
 MAX_LAYERS = 64
@@ -97,7 +97,7 @@ def _files(directory: Path, info: SnapshotInfo) -> list[dict[str, Any]]:
 class Transfers:
     """One runtime's snapshot transfers, out and in."""
 
-    def __init__(self, rt: HostRuntime) -> None:
+    def __init__(self, rt: RuntimeParts) -> None:
         self.rt = rt
         self.accept_s = ACCEPT_S
         self.incoming: dict[str, asyncio.Task[None]] = {}  # snapshot id -> its receiver
@@ -113,14 +113,14 @@ class Transfers:
 
     async def offer(self, sandbox_id: str) -> dict[str, Any]:
         remote = self._remote()
-        record = self.rt._records.get(sandbox_id)
+        record = self.rt.table.find_record(sandbox_id)
         if record is not None and record.volumes:
             raise SandboxStateError(f"sandbox {sandbox_id} has volumes mounted: its forks "
                                     "stay on the host that holds them")
         result = await self.rt.snapshot(sandbox_id, internal=True, transient=True)
         info = result.info
         try:
-            template = await remote._template_part(Path(info.template_path))
+            template = await remote.template_part(Path(info.template_path))
             files = await asyncio.to_thread(_files, self.rt.snapshots.path(info.id), info)
         except BaseException:
             await asyncio.to_thread(self.rt.delete_snapshot, info.id)
@@ -155,7 +155,7 @@ class Transfers:
         snap_id = str(snapshot["id"])
         if snap_id in self.incoming or self.rt.snapshots.path(snap_id).exists():
             raise SandboxStateError(f"snapshot {snap_id} is on this host already")
-        template = await remote._template(offer["template"])
+        template = await remote.fetch_template(offer["template"])
         try:
             work = self.rt.snapshots.begin(snap_id, hold=True)  # transient: see `sweep`
         except FileExistsError:
