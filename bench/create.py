@@ -33,7 +33,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.templates.builtin import Template
 from pandastack.host.vmm.driver import VMPaths
-from pandastack.host.vmm.qcow2 import create_overlay
+from pandastack.host.vmm.qemu.qcow2 import create_overlay
 from pandastack.hostport.network import NetworkPolicy
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -28,8 +28,8 @@ from common import temp_runtime
 from pandastack.guest import protocol
 from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.vmm.driver import VMPaths
-from pandastack.host.vmm.qcow2 import create_overlay
 from pandastack.host.vmm.qemu import QemuDriver
+from pandastack.host.vmm.qemu.qcow2 import create_overlay
 from pandastack.hostport.network import NetworkPolicy
 
 # First matching pattern names the area of a kernel function (order matters).

@@ -78,7 +78,7 @@ class HostConfig:
     # (host/memory/stage.py); None keeps them where they are (snapshots then stop the guest).
     memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
     # Transparent huge pages for VMs restored from a stream (snapshot, fork, wake). "auto":
-    # on, unless the host hands freed memory back to its hypervisor (host/vmm/qemu.py).
+    # on, unless the host hands freed memory back to its hypervisor (host/vmm/qemu/driver.py).
     stream_huge_pages: str = "auto"
     # Forks write their streams into a warm tmpfs buffer, released this many seconds after
     # the last fork (host/memory/fork_buffer.py, ADR 0010); 0: into the snapshot directory.

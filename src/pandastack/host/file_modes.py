@@ -6,7 +6,7 @@ data), the database (API key hashes, the URL-signing secret, env values). Two la
 - The process umask is SERVICE_UMASK, set first thing by `serve` and `setup` and again by the
   runtime's `prepare` (for every other user of the runtime). Every file this process creates,
   and every file its children create (QEMU: console log, sockets; qemu-img: template disks),
-  gets no group or other bits. QEMU is also started with it explicitly (host/vmm/qemu.py).
+  gets no group or other bits. QEMU is also started with it explicitly (host/vmm/qemu/driver.py).
 - `make_private` makes every directory the runtime keeps files in 0700. An older install made
   them 0755 and its files 0644: a directory found open to others is made private with all it
   holds, once (afterwards it is 0700 and not walked again).

@@ -26,7 +26,7 @@ from pathlib import Path
 from pandastack.host.vmm import cgroups
 from pandastack.host.vmm.driver import iter_cmdlines, pid_is_running, read_cmdline
 from pandastack.host.vmm.factory import is_vmm_process, vm_workdir
-from pandastack.host.vmm.jail import JAIL_DIR
+from pandastack.host.vmm.qemu.jail import JAIL_DIR
 
 GRACE_S = 600.0
 # template version directory -> the descriptor this process holds a shared lock through

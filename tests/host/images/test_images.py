@@ -32,7 +32,7 @@ from pandastack.host.images.initramfs import (
 )
 from pandastack.host.images.kernel import has_pvh_note, order_modules, read_modinfo
 from pandastack.host.images.rootfs import BaseSpec, _parse_deb822, _parse_one_line, agent_files
-from pandastack.host.vmm.qemu_disk import Qcow2Layers
+from pandastack.host.vmm.qemu.disk import Qcow2Layers
 from pandastack.hostport.errors import SetupError
 
 # --- pure: cache keys ---------------------------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.vmm.qemu import DiskLimits, QemuDriver
-from pandastack.host.vmm.qemu_disk import ROOT_DRIVE
-from pandastack.host.vmm.qmp import connect_qmp, qmp_socket
+from pandastack.host.vmm.qemu.disk import ROOT_DRIVE
+from pandastack.host.vmm.qemu.qmp import connect_qmp, qmp_socket
 from tests.helpers import SandboxFactory
 
 pytestmark = pytest.mark.vm

@@ -14,10 +14,10 @@ from qemu.qmp import ExecuteError
 
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
-from pandastack.host.vmm import cgroups, jail
+from pandastack.host.vmm import cgroups
 from pandastack.host.vmm.driver import MachineShape, VMPaths, pid_is_running
-from pandastack.host.vmm.qemu import QemuDriver
-from pandastack.host.vmm.qmp import connect_qmp, qmp_socket
+from pandastack.host.vmm.qemu import QemuDriver, jail
+from pandastack.host.vmm.qemu.qmp import connect_qmp, qmp_socket
 from tests.helpers import SandboxFactory
 
 pytestmark = pytest.mark.vm

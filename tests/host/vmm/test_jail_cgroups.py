@@ -7,8 +7,9 @@ import os
 import time
 from pathlib import Path
 
-from pandastack.host.vmm import cgroups, jail
+from pandastack.host.vmm import cgroups
 from pandastack.host.vmm.driver import MachineShape
+from pandastack.host.vmm.qemu import jail
 
 
 def _v2_tree(root: Path) -> Path:

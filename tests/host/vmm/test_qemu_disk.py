@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from pandastack.host.vmm import qemu_disk
 from pandastack.host.vmm.driver import VMPaths, VMProcess
 from pandastack.host.vmm.qemu import QemuDriver
-from pandastack.host.vmm.qemu_disk import Qcow2Layers
+from pandastack.host.vmm.qemu import disk as qemu_disk
+from pandastack.host.vmm.qemu.disk import Qcow2Layers
 
 MIB = 1 << 20
 

@@ -17,8 +17,8 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.templates import builtin
 from pandastack.host.templates.builtin import TemplateStore
 from pandastack.host.vmm.driver import VMPaths
-from pandastack.host.vmm.qcow2 import create_overlay
 from pandastack.host.vmm.qemu import MACHINE, QemuDriver
+from pandastack.host.vmm.qemu.qcow2 import create_overlay
 from pandastack.hostport.network import NetworkPolicy
 
 pytestmark = pytest.mark.vm

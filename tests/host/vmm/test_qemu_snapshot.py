@@ -22,10 +22,11 @@ from qemu.qmp.message import Message
 from qemu.qmp.models import ErrorResponse
 
 from pandastack.host.runtime.sandbox import SandboxHandle
-from pandastack.host.vmm import qemu
-from pandastack.host.vmm.accel import reports_free_pages
 from pandastack.host.vmm.driver import SnapshotPause, VMPaths, VMProcess
-from pandastack.host.vmm.qemu import QemuDriver, parse_release
+from pandastack.host.vmm.host_memory import reports_free_pages
+from pandastack.host.vmm.qemu import QemuDriver
+from pandastack.host.vmm.qemu import driver as qemu
+from pandastack.host.vmm.qemu.command import parse_release
 from pandastack.hostport.errors import AgentConnectionError, SnapshotFailed
 
 pytestmark = pytest.mark.timeout(30)

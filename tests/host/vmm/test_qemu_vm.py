@@ -7,7 +7,7 @@ import os
 import pytest
 
 from pandastack.host.runtime import HostRuntime
-from pandastack.host.vmm.accel import reports_free_pages
+from pandastack.host.vmm.host_memory import reports_free_pages
 from pandastack.host.vmm.qemu import QemuDriver
 from tests.helpers import SandboxFactory
 

@@ -3,7 +3,7 @@
 A VM restored from a stream (a fork's child, a sandbox made from a snapshot, a wake) has no
 memory file to map: QEMU loads all of its RAM from the stream. On a host that is itself a VM
 handing the memory it frees back to its hypervisor (virtio-balloon free page reporting, see
-`vmm.accel.reports_free_pages`), most of that load is the outer hypervisor backing fresh pages
+`vmm.host_memory.reports_free_pages`), most of that load is the outer hypervisor backing fresh pages
 again. Touching 512 MiB took ~190 ms in 4 KiB pages and 0.85-1.2 s in fresh transparent huge
 pages, but 22-33 ms in hugetlb pages that had been touched once before: the kernel keeps free
 hugetlb pages in its own pool, off the free lists that the balloon reports, so they stay

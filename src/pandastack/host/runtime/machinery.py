@@ -13,9 +13,9 @@ from pandastack.host.images.build import BASE, GuestImage, ensure_image, image_s
 from pandastack.host.memory.huge_pool import HugePagePool, host_memory_mb
 from pandastack.host.network.manager import NetworkManager
 from pandastack.host.templates.builtin import TemplateStore
-from pandastack.host.vmm.accel import reports_free_pages
 from pandastack.host.vmm.driver import KernelSpec, VMMDriver
 from pandastack.host.vmm.factory import driver_for
+from pandastack.host.vmm.host_memory import reports_free_pages
 from pandastack.hostport.errors import HostError
 
 Progress = Callable[[str], None]

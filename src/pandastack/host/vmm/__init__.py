@@ -1,3 +1,4 @@
-"""Virtual machine monitors: the driver protocol (driver.py), drivers by name (factory.py),
-the QEMU driver (qemu.py, its disks in qemu_disk.py and qcow2.py, QMP in qmp.py) and what the
-host offers VMs (accel.py)."""
+"""Virtual machine monitors: the driver protocol and the capabilities a driver declares
+(driver.py), drivers by name (factory.py), one folder per driver (qemu/; the tests' fake is
+tests/host/fake_vmm.py), and what every driver's VMs share on the host: their cgroups
+(cgroups.py) and how the host treats the memory they free (host_memory.py)."""

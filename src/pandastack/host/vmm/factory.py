@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pandastack.host.config import HostConfig
-from pandastack.host.vmm import jail
-from pandastack.host.vmm.accel import resolve_accel
 from pandastack.host.vmm.driver import KernelSpec, VMMDriver, VMMProcesses
-from pandastack.host.vmm.qemu import DiskLimits, QemuDriver, QemuProcesses
+from pandastack.host.vmm.qemu import DiskLimits, QemuDriver, QemuProcesses, jail
+from pandastack.host.vmm.qemu.accel import resolve_accel
 from pandastack.hostport.errors import SetupError
 
 # (config, a guest kernel the driver may boot to probe the host, whether the host hands

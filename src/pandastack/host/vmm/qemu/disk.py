@@ -24,8 +24,8 @@ from typing import Any
 from qemu.qmp import QMPClient
 
 from pandastack.host.vmm.driver import VMProcess
-from pandastack.host.vmm.qcow2 import create_overlay
-from pandastack.host.vmm.qmp import QMP_TIMEOUT_S, connect_qmp, qmp_socket
+from pandastack.host.vmm.qemu.qcow2 import create_overlay
+from pandastack.host.vmm.qemu.qmp import QMP_TIMEOUT_S, connect_qmp, qmp_socket
 from pandastack.hostport.errors import VMMError
 
 QEMU_IMG = "qemu-img"

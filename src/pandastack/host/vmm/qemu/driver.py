@@ -8,27 +8,23 @@ file never changes. The clone loads device state from an inherited fd (`-incomin
 started without `-S`, runs as soon as the load completes: no QMP round trip on the create path.
 
 VMs are started in their own session and survive a restart of the host process. Their disks
-are qcow2 chains (qemu_disk.py); QMP is spoken in qmp.py.
+are qcow2 chains (disk.py); QMP is spoken in qmp.py, the command line is built from
+command.py's parts, saves are in save.py and live migration in migrate.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import os
-import re
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
 from qemu.qmp import QMPClient
 
 from pandastack.host.file_modes import PRIVATE_FILE, SERVICE_UMASK
 from pandastack.host.network.manager import GUEST_MAC, TAP
-from pandastack.host.vmm import jail, qemu_migrate, qemu_save
 from pandastack.host.vmm.driver import (
     AGENT_PORT_NAME,
     VOLUME_SLOTS,
@@ -43,67 +39,33 @@ from pandastack.host.vmm.driver import (
     connect_unix,
     log_tail,
     read_cmdline,
-    volume_serial,
 )
-from pandastack.host.vmm.jail import JailSettings
-from pandastack.host.vmm.qemu_disk import ROOT_DRIVE, Qcow2Layers, switch_top
-from pandastack.host.vmm.qmp import (
+from pandastack.host.vmm.qemu import jail
+from pandastack.host.vmm.qemu import migrate as qemu_migrate
+from pandastack.host.vmm.qemu import save as qemu_save
+from pandastack.host.vmm.qemu.command import (
+    MACHINE,
+    MACHINE_BEFORE_IDENTITY,
+    NO_HUGE_PAGES,
+    TCG_PRECOPY_FIXED,
+    VM_NAME_PREFIX,
+    DiskLimits,
+    QemuProcesses,
+    huge_pages_inherited,
+    parse_release,
+    qemu_version,
+    volume_drive,
+    volume_slot_args,
+)
+from pandastack.host.vmm.qemu.disk import ROOT_DRIVE, Qcow2Layers, switch_top
+from pandastack.host.vmm.qemu.jail import JailSettings
+from pandastack.host.vmm.qemu.qmp import (
     connect_qmp,
     qmp_pipeline,
     qmp_socket,
     wait_migration,
 )
 from pandastack.hostport.errors import HugePagesUnavailable, SnapshotFailed, VMMError
-
-# What QEMU says when it cannot reserve hugetlb pages for a VM's RAM.
-NO_HUGE_PAGES = "unable to map backing store for guest RAM"
-# Before QEMU 9.0, a pre-copy migration under TCG loses guest writes: the dirty-bitmap sync
-# clears the bitmap 64 pages at a time without resetting the TCG TLB, so stores through entries
-# that were already marked dirty set no bit again, and a page sent while the guest ran stays
-# stale in the stream (fixed upstream by 03bfc2188f, "physmem: Fix migration dirty bitmap
-# coherency with TCG memory access"). Restored copies of such a stream crash or hang.
-TCG_PRECOPY_FIXED = (9, 0)
-# `-name` of every VM pandastack starts, followed by its work directory's name.
-VM_NAME_PREFIX = "pandastack,process=pandastack-vm-"
-# The agent chardev names the VM's directory: `socket,id=agent,path=<workdir>/agent.sock,...`.
-AGENT_SOCKET_RE = re.compile(r"path=([^,]+/agent\.sock)")
-
-
-@functools.cache
-def qemu_version(binary: str) -> str:
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise VMMError(f"cannot run {binary}: {exc}") from exc
-    return out.stdout.splitlines()[0].strip()
-
-
-def parse_release(version: str) -> tuple[int, int]:
-    """(major, minor) from `qemu --version`'s first line; (0, 0) if it names none."""
-    match = re.search(r"version (\d+)\.(\d+)", version)
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-
-
-class QemuProcesses:
-    """`VMMProcesses` of QEMU: any `qemu*` binary; pandastack's VMs carry `VM_NAME_PREFIX`."""
-
-    def is_vmm(self, argv: Sequence[str]) -> bool:
-        return bool(argv) and "qemu" in Path(argv[0]).name
-
-    def vm_workdir(self, argv: Sequence[str]) -> Path | None:
-        if not self.is_vmm(argv) or not any(a.startswith(VM_NAME_PREFIX) for a in argv):
-            return None
-        for arg in argv:
-            match = AGENT_SOCKET_RE.search(arg)
-            if match is not None:
-                return Path(match.group(1)).parent
-        return None
-
-
-# The machine every VM runs on; with ",pit=off" under TCG (ADR 0040).
-MACHINE = "microvm,memory-backend=ram,x-option-roms=off"
-# How identity() named MACHINE (the PIT included) before it spelled the machine out.
-MACHINE_BEFORE_IDENTITY = "microvm-v1"
 
 
 class QemuDriver:
@@ -119,7 +81,7 @@ class QemuDriver:
         """`precopy`: whether snapshots copy memory while the guest runs; None decides by
         accelerator and QEMU version (see `live_precopy`). `stream_huge_pages`: whether a VM
         restored from a stream (a snapshot, fork or wake) gets transparent huge pages for its
-        anonymous RAM (see `accel.reports_free_pages`). `jail`: run each VMM as its own
+        anonymous RAM (see `vmm.host_memory.reports_free_pages`). `jail`: run each VMM as its own
         uid, chrooted, seccomp-filtered, in its own cgroup (jail.py); None runs it as root.
         `legacy_pit`: whether the machine has the i8254 timer; None: not under TCG. Nothing in
         the guest uses it (the kernel's clock events are the local APIC's), but the firmware
@@ -228,7 +190,7 @@ class QemuDriver:
             "-mon", "chardev=qmp,mode=control",
             "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
             "-device", f"virtio-net-device,netdev=net0,mac={GUEST_MAC}",
-            *_volume_slot_args(paths, volumes or {}, self.volume_slots, rw + throttle),
+            *volume_slot_args(paths, volumes or {}, self.volume_slots, rw + throttle),
             # Templates are saved stopped; without the run state in the stream, a restored
             # clone is not held "paused" but starts as soon as its state is loaded.
             "-global", "migration.store-global-state=off",
@@ -264,7 +226,7 @@ class QemuDriver:
                huge_pages: bool) -> VMProcess:
         log = os.open(paths.vmm_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
                       PRIVATE_FILE)
-        with open(log, "ab") as log_file, _huge_pages_inherited(huge_pages):
+        with open(log, "ab") as log_file, huge_pages_inherited(huge_pages):
             try:
                 popen = subprocess.Popen(
                     argv,
@@ -478,10 +440,10 @@ class QemuDriver:
         # QEMU 7.2 aborts on a resize of one (`!(bs->open_flags & BDRV_O_INACTIVE)`).
         if sizes:
             await qmp_pipeline(qmp_socket(vm.paths), [
-                ("block_resize", {"device": _volume_drive(slot), "size": size})
+                ("block_resize", {"device": volume_drive(slot), "size": size})
                 for slot, size in sorted(sizes.items())], alive=vm.is_alive)
 
-    # -- live migration (qemu_migrate.py) -------------------------------------------------
+    # -- live migration (migrate.py) -------------------------------------------------
 
     async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
                              disk: Path, *, netns: str | None = None,
@@ -534,77 +496,3 @@ class QemuDriver:
         return any(str(paths.agent_socket) in arg for arg in argv)
 
 
-@dataclass(frozen=True)
-class DiskLimits:
-    """What QEMU's block throttling lets one VM's drive do, per vCPU (0: no limit). In QEMU,
-    not the host's cgroup: it holds whatever I/O scheduler the host's disk has (io.weight
-    does nothing under `none` or mq-deadline, the usual ones for virtual disks)."""
-
-    mbps_per_vcpu: int
-    iops_per_vcpu: int
-
-    def drive_options(self, vcpus: int) -> str:
-        options = ""
-        if self.mbps_per_vcpu:
-            options += f",throttling.bps-total={self.mbps_per_vcpu * vcpus << 20}"
-        if self.iops_per_vcpu:
-            options += f",throttling.iops-total={self.iops_per_vcpu * vcpus}"
-        return options
-
-
-def _volume_drive(slot: int) -> str:
-    return f"vol{slot}"
-
-
-def _volume_slot_args(paths: VMPaths, volumes: Mapping[int, VolumeDrive],
-                      slots: int, options: str = "") -> list[str]:
-    """Every volume slot, in slot order (the virtio-mmio order must not change): the volume
-    attached to it, or the VM's empty placeholder."""
-    if any(slot >= slots for slot in volumes):
-        raise ValueError(f"this host's VMs have {slots} volume slots")
-    args: list[str] = []
-    for slot in range(slots):
-        drive = volumes.get(slot)
-        if drive is None:
-            placeholder = paths.empty_slot(slot)
-            if not placeholder.exists():
-                paths.workdir.mkdir(parents=True, exist_ok=True)
-                placeholder.touch(mode=0o600)
-            image, fmt = placeholder, "raw"
-        else:
-            image, fmt = drive.image, "qcow2" if drive.layered else "raw"
-        # Always writable: a read-only drive would offer the guest virtio-blk's RO feature,
-        # which the template's guest never negotiated (the restore would refuse the
-        # stream), and QEMU refuses to announce a read-only image's size.
-        # discard=unmap: blocks the guest frees become holes again, so the image (and every
-        # copy a snapshot or fork makes of it) holds what the file system uses, not all it
-        # ever wrote.
-        args += ["-drive", f"id={_volume_drive(slot)},file={image},format={fmt},if=none,"
-                           f"discard=unmap{options}",
-                 "-device", f"virtio-blk-device,drive={_volume_drive(slot)},"
-                            f"serial={volume_serial(slot)}"]
-    return args
-
-
-PR_SET_THP_DISABLE, PR_GET_THP_DISABLE = 41, 42
-
-
-@contextlib.contextmanager
-def _huge_pages_inherited(allowed: bool) -> Iterator[None]:
-    """Processes started inside start with transparent huge pages off unless `allowed`.
-
-    The flag is per process, inherited across fork and kept across execve (nsenter passes it
-    on to QEMU); this process holds it only while it starts the child. Every VMM is started
-    from the event loop's thread, so no other VMM start sees it."""
-    if allowed:
-        yield
-        return
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    before = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0)
-    if before < 0 or prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
-        yield  # not this kernel: only memory is at stake
-        return
-    try:
-        yield
-    finally:
-        prctl(PR_SET_THP_DISABLE, before, 0, 0, 0)

@@ -21,7 +21,7 @@ from typing import Any
 from qemu.qmp import QMPClient
 
 from pandastack.host.vmm.driver import MigrationStats, VMProcess
-from pandastack.host.vmm.qmp import connect_qmp, qmp_socket, wait_migration
+from pandastack.host.vmm.qemu.qmp import connect_qmp, qmp_socket, wait_migration
 from pandastack.hostport.errors import VMMError
 
 SOCKET_FD_NAME = "pandastack-migration-socket"

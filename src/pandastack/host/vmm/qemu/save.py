@@ -12,7 +12,7 @@ from pathlib import Path
 from qemu.qmp import ExecuteError, QMPClient
 
 from pandastack.host.vmm.driver import max_stream_bytes
-from pandastack.host.vmm.qmp import QMP_TIMEOUT_S
+from pandastack.host.vmm.qemu.qmp import QMP_TIMEOUT_S
 from pandastack.hostport.errors import VMMError
 
 

@@ -1,5 +1,4 @@
-"""What this host offers VMs: the accelerator (chosen by proof, not by the presence of
-/dev/kvm), and whether the host is itself a VM that takes freed memory back.
+"""The accelerator QEMU's VMs run on, chosen by proof, not by the presence of /dev/kvm.
 
 On some hosts /dev/kvm exists but only runs specially enlightened guests (PVM): an ordinary
 kernel hangs silently or QEMU aborts. So `auto` boots the real guest kernel under KVM in probe
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 
 from pandastack.host.vmm.driver import KernelSpec
-from pandastack.host.vmm.qemu import qemu_version
+from pandastack.host.vmm.qemu.command import qemu_version
 
 PROBE_MARKER = b"PANDASTACK_PROBE_OK"
 PROBE_DEADLINE_S = 10.0
@@ -75,24 +74,3 @@ def probe_kvm(kernel: KernelSpec, binary: str, deadline_s: float = PROBE_DEADLIN
     finally:
         proc.kill()
         proc.wait()
-
-
-VIRTIO_BALLOON_DEVICE = "0x0005"
-VIRTIO_BALLOON_F_REPORTING = 5
-
-
-def reports_free_pages(devices: Path = Path("/sys/bus/virtio/devices")) -> bool:
-    """Whether this host is itself a VM that hands the memory it frees back to its hypervisor
-    (virtio-balloon free page reporting). There, a 2 MiB page taken again after that is slow
-    to touch: a fork's child loading its 294 MiB stream into transparent huge pages took
-    1033 ms at p50 (424-1092), into 4 KiB pages 449 ms (439-484), n=10 each, interleaved."""
-    for device in devices.glob("*"):
-        try:
-            if (device / "device").read_text().strip() != VIRTIO_BALLOON_DEVICE:
-                continue
-            features = (device / "features").read_text().strip()
-        except OSError:
-            continue
-        if features[VIRTIO_BALLOON_F_REPORTING:VIRTIO_BALLOON_F_REPORTING + 1] == "1":
-            return True
-    return False
