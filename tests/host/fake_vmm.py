@@ -8,6 +8,10 @@ ones; memory, device state, snapshot streams and disk layers are small files of 
 
 Importing this module registers the driver as "fake" (`HostConfig(vmm="fake")`). A test makes
 it fail where it wants to through `FakeDriver.fail` (the runtime's driver: `rt.driver`).
+
+It is the runtime's second driver (QEMU's is the first, host/vmm/qemu/), and declares only
+what it does (`CAPABILITIES`): no live migration, no layer merges, no hugetlb RAM, no disk
+resize. A test takes more away through `FakeDriver.capabilities` (ADR 0043).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from pandastack.host.config import HostConfig
 from pandastack.host.vmm import factory
 from pandastack.host.vmm.driver import (
+    Capability,
     KernelSpec,
     MachineShape,
     MigrationStats,
@@ -40,6 +45,8 @@ NAME = "fake"
 # In the command line of every fake VMM: how its processes are told from all others.
 MARK = "--pandastack-fake-vmm"
 START_TIMEOUT_S = 10.0
+# Its saves write what they are given (a nominal pause), in place where asked.
+CAPABILITIES = frozenset({Capability.SHORT_PAUSE_SAVES, Capability.STREAM_IN_PLACE})
 
 # The fake VMM process (`python -c SERVE MARK --workdir W --agent-socket S --disk D`).
 SERVE = """
@@ -122,6 +129,9 @@ class FakeDriver:
         # work. An operation with no list left works.
         self.fail: dict[str, list[BaseException | None]] = {}
         self.calls: list[str] = []
+        self.capabilities = CAPABILITIES
+        # (short_pause, overwrite) of each live snapshot asked of it, in turn.
+        self.saves: list[tuple[bool, bool]] = []
 
     def _call(self, operation: str) -> None:
         self.calls.append(operation)
@@ -176,6 +186,7 @@ class FakeDriver:
     async def snapshot_live(self, vm: VMProcess, stream: Path, new_top: Path, *,
                             short_pause: bool = False, overwrite: bool = False
                             ) -> SnapshotPause:
+        self.saves.append((short_pause, overwrite))
         # Half a stream first, as a save that fails midway leaves one.
         stream.write_bytes(b"partial")
         self._call("snapshot_live")
@@ -192,7 +203,8 @@ class FakeDriver:
     async def resize_disk(self, vm: VMProcess, size_bytes: int) -> None:
         self._call("resize_disk")
 
-    # Live migration needs a real VMM's stream (tests/host/runtime/test_runtime_migration.py).
+    # No live migration (not in its capabilities, so the runtime never asks): a real VMM's
+    # stream is needed (tests/host/runtime/test_runtime_migration.py).
 
     async def start_incoming(self, paths: VMPaths, kernel: KernelSpec, shape: MachineShape,
                              disk: Path, *, netns: str | None = None,

@@ -26,6 +26,7 @@ from pandastack.host.images.build import GuestImage
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.records import SandboxRecord
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.vmm.driver import Capability
 from pandastack.hostport.errors import SnapshotFailed, VMMError
 from tests.helpers import close_private_runtime, vmm_pids_under
 from tests.host import fake_vmm
@@ -132,6 +133,8 @@ async def test_create_rolls_back_when_the_restore_fails(rt: HostRuntime) -> None
 
 async def test_create_rolls_back_a_vm_that_already_runs(rt: HostRuntime) -> None:
     driver = driver_of(rt)
+    # As if it could grow disks (it cannot: no DISK_RESIZE), so the create gets that far.
+    driver.capabilities = driver.capabilities | {Capability.DISK_RESIZE}
     driver.fail["resize_disk"] = [VMMError("the disk cannot grow")]
     with pytest.raises(VMMError, match="cannot grow"):
         await rt.create(disk_mb=2 * ROOTFS_MB)

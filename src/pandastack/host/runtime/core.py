@@ -62,6 +62,7 @@ from pandastack.host.runtime.table import SandboxTable
 from pandastack.host.runtime.transfer import Transfers
 from pandastack.host.templates.builtin import Template, TemplateStore
 from pandastack.host.vmm.driver import (
+    Capability,
     MachineShape,
     SnapshotFiles,
     VMMDriver,
@@ -69,6 +70,7 @@ from pandastack.host.vmm.driver import (
     VMProcess,
     VolumeDrive,
     iter_cmdlines,
+    require,
 )
 from pandastack.host.volumes.attach import HostVolumes, Mounted, mounts_of
 from pandastack.host.volumes.store import VolumeStore
@@ -276,6 +278,8 @@ class HostRuntime:
         disk_bytes = base_bytes if disk_mb is None else disk_mb * MIB
         if disk_bytes < base_bytes:
             raise ValueError(f"disk_mb must be at least {base_bytes // MIB}")
+        if disk_bytes > base_bytes:
+            require(self.driver, Capability.DISK_RESIZE, "a root disk larger than the template's")
         sid = sandbox_id or f"sbx-{secrets.token_hex(6)}"
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
@@ -361,7 +365,8 @@ class HostRuntime:
         """Restore a VM; one whose memory is all in its stream gets RAM from the hugetlb pool
         when this runtime's share has room (released when the VM ends: `vm_ended`)."""
         owner = str(paths.workdir)
-        if files.memory is None and self.huge_pool.lease(owner, files.shape.memory_mb):
+        if (files.memory is None and Capability.HUGETLB_RAM in self.driver.capabilities
+                and self.huge_pool.lease(owner, files.shape.memory_mb)):
             try:
                 vm = await self.driver.restore(paths, files, disk, netns=netns, hugetlb=True,
                                                volumes=volumes)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from pandastack.host.vmm.driver import VMMDriver, VMProcess
+from pandastack.host.vmm.driver import Capability, VMMDriver, VMProcess
 
 # Each layer made every later save's pause ~0.3 ms longer (the VMM reopened the whole chain
 # at `cont`: 2.5 ms at 2 layers, 20.7 ms at 62) and every restore open one more file.
@@ -40,7 +40,10 @@ class LayerMerges:
     async def start(self, sandbox_id: str, vm: VMProcess, layers: tuple[str, ...],
                     base: Callable[[], Awaitable[Path]]) -> None:
         """Start merging `layers` (all but the top) into the top; `base` finds the template
-        disk below them. A merge that cannot start is reported: the chain only stays long."""
+        disk below them. A merge that cannot start is reported: the chain only stays long.
+        So does a driver that cannot merge (without `Capability.LAYER_FLATTENING`)."""
+        if Capability.LAYER_FLATTENING not in self._driver().capabilities:
+            return
         try:
             disk = await base()
             await self._driver().disks.start_flatten(vm, disk)

@@ -36,7 +36,7 @@ from pandastack.host.network.manager import Slot
 from pandastack.host.runtime.records import SANDBOX_ID_RE, SandboxRecord
 from pandastack.host.runtime.remote import FORMAT, SANDBOX_FIELDS, RemoteState
 from pandastack.host.runtime.sandbox import SandboxHandle
-from pandastack.host.vmm.driver import MachineShape, VMPaths, VMProcess
+from pandastack.host.vmm.driver import Capability, MachineShape, VMPaths, VMProcess, require
 from pandastack.hostport.errors import (
     HostError,
     SandboxNotFound,
@@ -101,6 +101,7 @@ class Migrations:
 
     async def offer(self, sandbox_id: str) -> dict[str, Any]:
         """Publish the template and the frozen layers of the running sandbox; the offer."""
+        require(self.rt.driver, Capability.LIVE_MIGRATION, "live migration")
         remote = self._remote()
         handle, vm = self.rt.table.running(sandbox_id, "running")
         if self.rt.table.record(sandbox_id).volumes:
@@ -174,6 +175,7 @@ class Migrations:
 
     async def accept(self, sandbox_id: str, offer: dict[str, Any],
                      listen_host: str) -> dict[str, Any]:
+        require(self.rt.driver, Capability.LIVE_MIGRATION, "live migration")
         remote = self._remote()
         if not SANDBOX_ID_RE.match(sandbox_id) or offer.get("id") != sandbox_id:
             raise ValueError(f"the offer is not one of sandbox {sandbox_id!r}")

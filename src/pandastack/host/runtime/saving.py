@@ -25,7 +25,7 @@ from pandastack.host.runtime.snapshots import (
     new_layer_name,
     out_of_space,
 )
-from pandastack.host.vmm.driver import VMProcess, max_stream_bytes
+from pandastack.host.vmm.driver import Capability, VMProcess, max_stream_bytes, require
 from pandastack.host.volumes.attach import mounts_of
 from pandastack.hostport.errors import HostError, SnapshotFailed, SnapshotNotFound
 from pandastack.hostport.network import NetworkPolicy
@@ -53,8 +53,12 @@ class Saves:
         deleted as soon as the sandboxes made from it run (a fork's), so its stream may go
         into the fork buffer: memory, gone with a restart of the host."""
         rt = self.rt
+        capabilities = rt.driver.capabilities
         if short_pause is None:
-            short_pause = not internal
+            short_pause = not internal and Capability.SHORT_PAUSE_SAVES in capabilities
+        elif short_pause:
+            require(rt.driver, Capability.SHORT_PAUSE_SAVES, "a short-pause snapshot")
+        in_place = transient and Capability.STREAM_IN_PLACE in capabilities
         handle, vm = rt.table.running(sandbox_id, "running", "paused")
         async with handle.lifecycle_lock:
             await rt.settle_flatten(sandbox_id, vm)
@@ -71,7 +75,7 @@ class Saves:
             switched = False
             # A fork's stream lives only until its children run: into the warm buffer if
             # there is one (the pause is then mostly the copy, ADR 0010).
-            buffer = rt.fork_buffer.take(max_stream_bytes(needed)) if transient else None
+            buffer = rt.fork_buffer.take(max_stream_bytes(needed)) if in_place else None
             try:
                 try:
                     rt.driver.disks.create_layer(handle.workdir / new_top,
@@ -125,7 +129,7 @@ class Saves:
                 # A snapshot the caller never got the id of would only take space.
                 await asyncio.to_thread(rt.snapshots.delete, snap_id)
                 raise
-        if transient and buffer is None:
+        if in_place and buffer is None:
             # For the next fork: as large as `take` will reserve, or that fork would allocate
             # the rest itself (~240 MiB of fresh pages, up to ~560 ms here, before its pause).
             rt.fork_buffer.prepare(max_stream_bytes(needed))

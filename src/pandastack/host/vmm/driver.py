@@ -10,6 +10,10 @@ small vmstate file; its disks raw images copied by reflink instead of a backing 
 Everything specific to one VMM stays behind these protocols: its command line and control
 socket, its disk format and tools, and how its processes look in /proc (adoption after a
 restart, garbage collection). The runtime gets its driver by name (`vmm.factory`).
+
+Not every VMM can do everything the runtime offers: a driver declares what it can beyond the
+calls every driver must answer as `capabilities` (`Capability`), and the runtime asks before it
+relies on one (`require`, or a slower path where there is one: ADR 0043).
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
 from pandastack.host.vmm import cgroups
-from pandastack.hostport.errors import VMMError
+from pandastack.hostport.errors import SandboxStateError, VMMError
 from pandastack.rules import MAX_VOLUMES_PER_SANDBOX
 
 AGENT_PORT_NAME = "org.pandastack.agent"
@@ -39,6 +44,43 @@ VOLUME_SLOTS = MAX_VOLUMES_PER_SANDBOX
 
 def volume_serial(slot: int) -> str:
     return f"pandastack-vol{slot}"
+
+
+class Capability(Enum):
+    """What a driver may or may not be able to do; what each one gates in the runtime is in
+    ADR 0043. The value is how an error names it to a user."""
+
+    # `start_incoming` ... `finish_incoming`, `migrate_out`, `resume_source`: a sandbox moves
+    # to another host while it runs. Without it a migration is refused (a drain then moves
+    # the sandbox cold: hibernated here, woken there).
+    LIVE_MIGRATION = "live migration"
+    # `disks.start_flatten` / `settle_flatten`: a running VM's layers merged into its top.
+    # Without it the chain keeps every snapshot's layer.
+    LAYER_FLATTENING = "disk layer flattening"
+    # `snapshot_live(short_pause=True)` keeps the guest's pause short even where the save
+    # takes longer. Without it a snapshot stops the guest for the whole save; one that asks
+    # for a short pause by name is refused.
+    SHORT_PAUSE_SAVES = "short-pause snapshots"
+    # `snapshot_live(overwrite=True)`: a fork's stream written into the warm fork buffer.
+    # Without it a fork's stream is a new file in the snapshot's directory.
+    STREAM_IN_PLACE = "saves into a warm buffer"
+    # `restore(hugetlb=True)`: RAM from the host's hugetlb pool. Without it: ordinary pages.
+    HUGETLB_RAM = "hugetlb guest RAM"
+    # `resize_disk`: a create grows the root disk. Without it a create asking for a larger
+    # disk than its template's is refused.
+    DISK_RESIZE = "root disk resize"
+
+
+class CapabilityMissing(SandboxStateError):
+    """The host's VMM driver cannot do what the operation needs. A SandboxStateError, so the
+    host port and the REST API answer it as one (409 conflict), with this message."""
+
+    def __init__(self, driver: str, capability: Capability, operation: str):
+        super().__init__(f"{operation} is not supported on this host: its VMM driver "
+                         f"{driver!r} has no {capability.value}")
+        self.driver = driver
+        self.capability = capability
+        self.operation = operation
 
 
 @dataclass(frozen=True)
@@ -276,6 +318,8 @@ class VMMDriver(Protocol):
     accel: str
     # Volume slots of its VMs (a restore backs them, ADR 0027): part of its templates' key.
     volume_slots: int
+    # What it can do beyond the calls every driver answers (see `Capability`).
+    capabilities: frozenset[Capability]
 
     @property
     def disks(self) -> DiskLayers:
@@ -394,6 +438,12 @@ class VMMDriver(Protocol):
     def identity(self) -> str:
         """A string that changes whenever snapshots made by this driver become incompatible."""
         ...
+
+
+def require(driver: VMMDriver, capability: Capability, operation: str) -> None:
+    """CapabilityMissing unless `driver` declares `capability`: before `operation` starts."""
+    if capability not in driver.capabilities:
+        raise CapabilityMissing(driver.name, capability, operation)
 
 
 #: How long a just-started VMM may take to create a socket it serves.

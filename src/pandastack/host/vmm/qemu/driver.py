@@ -28,6 +28,7 @@ from pandastack.host.network.manager import GUEST_MAC, TAP
 from pandastack.host.vmm.driver import (
     AGENT_PORT_NAME,
     VOLUME_SLOTS,
+    Capability,
     KernelSpec,
     MachineShape,
     MigrationStats,
@@ -70,6 +71,9 @@ from pandastack.hostport.errors import HugePagesUnavailable, SnapshotFailed, VMM
 
 class QemuDriver:
     name = "qemu"
+    # Everything the runtime may ask; where this QEMU cannot keep a save's pause short
+    # (TCG before 9.0 and RAM userfaultfd cannot protect) it stops the guest instead.
+    capabilities = frozenset(Capability)
     disks = Qcow2Layers()
     processes = QemuProcesses()
 
