@@ -47,6 +47,19 @@ MAX_FORK = 16
 DEFAULT_EXEC_OUTPUT_MB = 64
 MAX_EXEC_OUTPUT_MB = 1024
 
+# -- terminals (the WebSocket of the public API and of the host API) ----------------------
+
+#: A terminal's size when its request names none.
+PTY_DEFAULT_COLS = 80
+PTY_DEFAULT_ROWS = 24
+#: Largest `cols` and `rows` of a terminal (the guest agent holds to its own bound as well).
+PTY_MAX_DIM = 1000
+#: Largest binary message (keyboard input) a terminal's WebSocket takes; a paste is cut into
+#: these.
+PTY_MAX_INPUT_BYTES = 64 * 1024
+#: Largest text (JSON control) message a terminal's WebSocket takes.
+PTY_MAX_CONTROL_CHARS = 1024
+
 # -- templates ----------------------------------------------------------------------------
 
 #: What a sandbox (and a template build's FROM) starts from when it names no template.

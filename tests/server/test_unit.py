@@ -13,7 +13,7 @@ from pandastack.hostport.errors import (
     SandboxNotFound,
     VMExited,
 )
-from pandastack.hostport.wire import decode_error, encode_error
+from pandastack.hostport.host_api.codec import decode_error, encode_error
 from pandastack.server.auth import generate_key, hash_key, looks_like_key, new_api_key
 from pandastack.server.errors import envelope, from_host_error
 from pandastack.server.lifecycle import decide

@@ -1,7 +1,7 @@
 """The framing of the host API's streamed bodies (exec and attach output, file reads, code
 events, build logs): one frame is a type byte, a 4-byte big-endian payload length and the
 payload. A stream is any number of data frames followed by exactly one final frame, RESULT
-(the operation's result as JSON) or ERROR (the error envelope of `hostport.wire`); nothing
+(the operation's result as JSON) or ERROR (the error envelope of `hostport.host_api.codec`); nothing
 may follow it. A stream that ends before its final frame was cut off.
 
 Why frames and not newline-delimited JSON: output and file bodies are bytes, sent as they

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 # The public API's bounds hold on the host API too (the guest agent has its own MAX_DIM).
-from pandastack.wire.pty import DEFAULT_COLS, DEFAULT_ROWS, MAX_CONTROL, MAX_DIM, MAX_INPUT
+from pandastack.rules import PTY_DEFAULT_COLS as DEFAULT_COLS
+from pandastack.rules import PTY_DEFAULT_ROWS as DEFAULT_ROWS
+from pandastack.rules import PTY_MAX_CONTROL_CHARS as MAX_CONTROL
+from pandastack.rules import PTY_MAX_DIM as MAX_DIM
+from pandastack.rules import PTY_MAX_INPUT_BYTES as MAX_INPUT
 
 __all__ = ["DEFAULT_COLS", "DEFAULT_ROWS", "MAX_CONTROL", "MAX_DIM", "MAX_INPUT", "PtyExit",
            "PtySession", "check_dims", "parse_control", "relay"]

@@ -1,5 +1,7 @@
 """What host port operations return: plain frozen values, the same whether the host is in
-this process or behind the host API (whose client rebuilds them from JSON)."""
+this process or behind the host API. They are also the host API's models of themselves:
+pydantic reads and writes these dataclasses as they are (`host_api.codec.adapter`), so each
+result has one definition."""
 
 from __future__ import annotations
 

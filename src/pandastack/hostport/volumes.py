@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Annotated, Protocol, runtime_checkable
+
+from pydantic import Field
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ class HostVolume:
     created_at: float
     source: str | None = None
     attached_to: tuple[str, ...] = field(default_factory=tuple)
-    host_id: str | None = None
+    # Not sent by the host API: a host does not know it, and older clients refuse fields
+    # they do not know.
+    host_id: Annotated[str | None, Field(exclude=True)] = None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """File watching on the host port (ADR 0029): the events a watch yields and their wire form
-on the host API (EVENT frames of a JSON list each, then a RESULT frame saying why it ended).
+on the host API (EVENT frames of a `host_api.models.WatchBatch` each, then a RESULT frame saying
+why it ended).
 
 A watch yields `watching` once it is set up (so a caller knows that what happens from then
 on is seen), then `create`, `write`, `remove`, `rename` (with `old_path`) and `chmod` events
@@ -12,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pandastack.wire.base import Strict
-
 EVENT_TYPES = frozenset({"create", "write", "remove", "rename", "chmod"})
 WatchEventType = Literal["watching", "create", "write", "remove", "rename", "chmod",
                          "overflow"]
@@ -25,31 +24,3 @@ class WatchEvent:
     path: str
     old_path: str | None = None  # rename: where it was
     is_dir: bool = False
-
-
-class WatchEventModel(Strict):
-    type: WatchEventType
-    path: str
-    old_path: str | None = None
-    is_dir: bool = False
-
-    @classmethod
-    def of(cls, event: WatchEvent) -> WatchEventModel:
-        return cls.model_validate({"type": event.type, "path": event.path,
-                                   "old_path": event.old_path, "is_dir": event.is_dir})
-
-    def event(self) -> WatchEvent:
-        return WatchEvent(self.type, self.path, self.old_path, self.is_dir)
-
-
-class WatchBatch(Strict):
-    """One EVENT frame of a host API watch stream."""
-
-    events: list[WatchEventModel]
-
-
-class WatchDone(Strict):
-    """The final RESULT frame of a watch: why it ended ("overflow" came as an event
-    before it)."""
-
-    reason: str

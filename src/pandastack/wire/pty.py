@@ -6,16 +6,23 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from pandastack.rules import MAX_ENV_ITEMS
+from pandastack.rules import (
+    MAX_ENV_ITEMS,
+    PTY_DEFAULT_COLS,
+    PTY_DEFAULT_ROWS,
+    PTY_MAX_CONTROL_CHARS,
+    PTY_MAX_DIM,
+    PTY_MAX_INPUT_BYTES,
+)
 from pandastack.wire.base import Strict
 
-MAX_DIM = 1000
-DEFAULT_COLS = 80
-DEFAULT_ROWS = 24
-MAX_INPUT = 64 * 1024
-"""Largest binary message (keyboard input) a client may send; a paste is cut into these."""
-MAX_CONTROL = 1024
-"""Largest text (JSON control) message a client may send."""
+# The terminal's bounds are the rules' (the host API holds to them too), under the names this
+# module's users know.
+MAX_DIM = PTY_MAX_DIM
+DEFAULT_COLS = PTY_DEFAULT_COLS
+DEFAULT_ROWS = PTY_DEFAULT_ROWS
+MAX_INPUT = PTY_MAX_INPUT_BYTES
+MAX_CONTROL = PTY_MAX_CONTROL_CHARS
 
 PTY_WEBSOCKET = f"""Terminals: `POST /v1/sandboxes/{{id}}/pty` starts a process on a new
 pseudo-terminal (the user's shell unless `cmd` is given) and answers its `pid`; the WebSocket

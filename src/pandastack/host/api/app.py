@@ -12,24 +12,12 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from pandastack.hostport.frames import MEDIA_TYPE
+from pandastack.hostport.host_api.codec import ErrorEnvelope
+from pandastack.hostport.host_api.models import HostStatus
 from pandastack.hostport.protocols import RuntimePort
-from pandastack.hostport.wire import ErrorEnvelope, HostStatus
 from pandastack.metrics_http import MetricsAccess, scrape
 
-from . import (
-    code,
-    files,
-    metrics,
-    migrations,
-    processes,
-    pty,
-    sandboxes,
-    snapshots,
-    templates,
-    transfers,
-    volumes,
-    watch,
-)
+from . import code, files, plain, processes, pty, templates, watch
 from .auth import require_token
 from .deps import Host
 from .errors import WireJSONResponse, install_handlers
@@ -64,11 +52,9 @@ def _host_router() -> APIRouter:
     async def get_host_status(host: Host) -> HostStatus:
         return HostStatus(sandboxes=len(await host.list_sandboxes()))
 
-    for module in (sandboxes, migrations, transfers, processes, files, watch, code,
-                   snapshots, templates, metrics, volumes):
+    router.include_router(plain.router())
+    for module in (processes, files, watch, code, templates):
         router.include_router(module.router)
-    router.include_router(pty.router)
-    router.include_router(volumes.backups)
     return router
 
 

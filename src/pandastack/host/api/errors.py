@@ -1,5 +1,6 @@
-"""How the host API answers a failed request: the error envelope of `hostport.wire` with the
-status of its class. The routes raise the port's own errors; nothing here translates them."""
+"""How the host API answers a failed request: the error envelope of `hostport.host_api.codec`
+with the status of its class. The routes raise the port's own errors; nothing here
+translates them."""
 
 from __future__ import annotations
 
@@ -11,14 +12,21 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from pandastack.hostport.errors import HostError
-from pandastack.hostport.wire import ErrorBody, ErrorEnvelope, dump_json, encode_error, status_of
+from pandastack.hostport.host_api.codec import (
+    ErrorBody,
+    ErrorEnvelope,
+    dump_json,
+    encode_error,
+    status_of,
+)
 
 from .auth import Unauthorized
 
 
 class WireJSONResponse(JSONResponse):
-    """Every JSON answer of the host API, written by `hostport.wire.dump_json` (guest strings
-    with undecodable bytes cross unchanged; Starlette's UTF-8 encoding would refuse them)."""
+    """Every JSON answer of the host API, written by `hostport.host_api.codec.dump_json`
+    (guest strings with undecodable bytes cross unchanged; Starlette's UTF-8 encoding would
+    refuse them)."""
 
     def render(self, content: Any) -> bytes:
         return dump_json(content)

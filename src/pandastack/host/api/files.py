@@ -1,20 +1,14 @@
-"""Routes of a sandbox's files. Bodies stream both ways: a read is DATA frames (so that a
+"""Routes of a sandbox's file bodies, streamed both ways: a read is DATA frames (so that a
 failure midway is told, not mistaken for the end of the file); a write is the raw request
-body, handed to the guest chunk by chunk as it arrives."""
+body, handed to the guest chunk by chunk as it arrives. The other file routes are rows of
+the port's operation table (plain.py)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request
 
 from pandastack.hostport.frames import Kind
-from pandastack.hostport.wire import (
-    DirList,
-    FileInfoModel,
-    MkdirRequest,
-    ReadDone,
-    RenameRequest,
-    Written,
-)
+from pandastack.hostport.host_api.models import ReadDone, Written
 
 from .deps import Sandbox
 from .framed import FramedResponse, Outbox, framed_responses
@@ -41,31 +35,3 @@ async def read_file(sandbox: Sandbox, path: str = Path) -> FramedResponse:
 async def write_file(request: Request, sandbox: Sandbox, path: str = Path,
                      mode: int = Query(0o644, ge=0, le=0o7777)) -> Written:
     return Written(size=await sandbox.write_file(path, request.stream(), mode=mode))
-
-
-@router.get("", operation_id="listDir")
-async def list_dir(sandbox: Sandbox, path: str = Path) -> DirList:
-    return DirList(entries=[FileInfoModel.of(i) for i in await sandbox.list_dir(path)])
-
-
-@router.get("/stat", operation_id="statFile")
-async def stat_file(sandbox: Sandbox, path: str = Path) -> FileInfoModel:
-    return FileInfoModel.of(await sandbox.stat(path))
-
-
-@router.post("/mkdir", status_code=204, operation_id="makeDir")
-async def make_dir(body: MkdirRequest, sandbox: Sandbox) -> Response:
-    await sandbox.mkdir(body.path, parents=body.parents)
-    return Response(status_code=204)
-
-
-@router.delete("", status_code=204, operation_id="removeFile")
-async def remove_file(sandbox: Sandbox, path: str = Path, recursive: bool = False) -> Response:
-    await sandbox.remove(path, recursive=recursive)
-    return Response(status_code=204)
-
-
-@router.post("/rename", status_code=204, operation_id="renameFile")
-async def rename_file(body: RenameRequest, sandbox: Sandbox) -> Response:
-    await sandbox.rename(body.src, body.dst)
-    return Response(status_code=204)

@@ -18,13 +18,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from pydantic import BaseModel
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from pandastack.hostport.errors import HostError
 from pandastack.hostport.frames import MEDIA_TYPE, Kind, encode, encode_chunks
-from pandastack.hostport.wire import ErrorEnvelope, dump_json, encode_error
+from pandastack.hostport.host_api.codec import ErrorEnvelope, dump_json, encode_error
 
 log = logging.getLogger("pandastack.agent")
 
@@ -83,10 +82,12 @@ class Outbox:
         self._readable.set()
 
 
-Operation = Callable[[Outbox], Awaitable[BaseModel]]
+Operation = Callable[[Outbox], Awaitable[object]]
+"""A streamed operation: its frames go to the outbox; it returns its RESULT (a model or a
+result dataclass)."""
 
 
-def final_frame(result: BaseModel | None, exc: BaseException | None) -> bytes:
+def final_frame(result: object, exc: BaseException | None) -> bytes:
     if exc is None:
         assert result is not None
         return encode(Kind.RESULT, dump_json(result))
@@ -107,7 +108,7 @@ class FramedResponse(Response):
         outbox = Outbox()
 
         async def operate() -> None:
-            result: BaseModel | None = None
+            result: object = None
             failure: BaseException | None = None
             try:
                 result = await self.operation(outbox)
@@ -138,7 +139,7 @@ class FramedResponse(Response):
             group.start_soon(then_stop, disconnected)
 
 
-def framed_responses(result: type[BaseModel], frames: str) -> dict[int | str, dict[str, Any]]:
+def framed_responses(result: type, frames: str) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI `responses` of a streamed route: its frames, then `result` in the RESULT
     frame (or an ErrorEnvelope in the ERROR frame)."""
     return {200: {"model": result,

@@ -1,25 +1,16 @@
-"""Routes of the processes in a sandbox: exec (its output streamed), spawn, attach (a spawned
-process's output streamed), list, signal, stdin."""
+"""Routes of a sandbox's streamed process output: exec and attach (the rest of its
+processes' routes are rows of the port's operation table: plain.py)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query
 
 from pandastack.hostport.frames import Kind
+from pandastack.hostport.host_api.codec import dump_json
+from pandastack.hostport.host_api.models import ExecDone, ExecRequest, Replay
 from pandastack.hostport.protocols import SandboxPort
-from pandastack.hostport.wire import (
-    ExecDone,
-    ExecRequest,
-    ProcessList,
-    Replay,
-    SignalRequest,
-    Spawned,
-    SpawnRequest,
-    StdinRequest,
-    dump_json,
-)
 from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
 
 from .deps import Sandbox
@@ -56,12 +47,6 @@ async def exec_command(body: ExecRequest, sandbox: Sandbox) -> FramedResponse:
     return FramedResponse(run)
 
 
-@router.post("/processes", status_code=201, operation_id="spawnProcess")
-async def spawn_process(body: SpawnRequest, sandbox: Sandbox) -> Spawned:
-    return Spawned(pid=await sandbox.spawn(body.cmd, env=body.env, cwd=body.cwd,
-                                           user=body.user, timeout=body.timeout))
-
-
 def _attach(sandbox: SandboxPort, pid: int, keep_output: bool) -> FramedResponse:
     async def run(outbox: Outbox) -> ExecDone:
         async def dropped(stdout: int, stderr: int) -> None:
@@ -87,20 +72,3 @@ async def attach_process(pid: int, sandbox: Sandbox,
                                          "of a long-lived process)")] = True,
                          ) -> FramedResponse:
     return _attach(sandbox, pid, keep_output)
-
-
-@router.get("/processes", operation_id="listProcesses")
-async def list_processes(sandbox: Sandbox) -> ProcessList:
-    return ProcessList(processes=await sandbox.procs())
-
-
-@router.post("/processes/{pid}/signal", status_code=204, operation_id="signalProcess")
-async def signal_process(pid: int, body: SignalRequest, sandbox: Sandbox) -> Response:
-    await sandbox.signal(pid, body.signal)
-    return Response(status_code=204)
-
-
-@router.post("/processes/{pid}/stdin", status_code=204, operation_id="sendStdin")
-async def send_stdin(pid: int, body: StdinRequest, sandbox: Sandbox) -> Response:
-    await sandbox.send_stdin(pid, body.data, eof=body.eof)
-    return Response(status_code=204)

@@ -1,4 +1,5 @@
-"""Terminals on the host API: `POST .../pty` starts one, the WebSocket `.../pty/{pid}`
+"""Terminals on the host API: `POST .../pty` starts one (a row of the port's operation
+table: plain.py), the WebSocket `.../pty/{pid}`
 attaches to it (hostport.pty.relay). The WebSocket's first message says whether the attach
 worked: `{"type": "attached", "pid": N}`, or `{"type": "error", "error": ErrorBody}` and a
 close (so the client raises the host port's own error, as for any other route)."""
@@ -11,20 +12,10 @@ import json
 from fastapi import APIRouter, WebSocket
 
 from pandastack.hostport import pty
-from pandastack.hostport.wire import PtyRequest, Spawned, encode_error
+from pandastack.hostport.host_api.codec import encode_error
 
-from .deps import Sandbox
-
-router = APIRouter(prefix="/sandboxes/{sandbox_id}", tags=["processes"])
 ws_router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}")
 """Outside the token-checking router (its dependency reads an HTTP request): checks its own."""
-
-
-@router.post("/pty", status_code=201, operation_id="createPty")
-async def create_pty(body: PtyRequest, sandbox: Sandbox) -> Spawned:
-    return Spawned(pid=await sandbox.pty_create(
-        cols=body.cols, rows=body.rows, cmd=body.cmd, env=body.env, cwd=body.cwd,
-        user=body.user))
 
 
 @ws_router.websocket("/pty/{pid}")

@@ -1,19 +1,13 @@
-"""Routes of templates on this host: prepare a built-in one, build one from a spec (its log
-streamed), prune the build step cache."""
+"""The route of a template build: its log streamed, then its result (preparing a built-in
+template and pruning the step cache are rows of the port's operation table: plain.py)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
 
 from pandastack.hostport.frames import Kind
-from pandastack.hostport.wire import (
-    BuildRequest,
-    BuildResultModel,
-    PrepareTemplateRequest,
-    Pruned,
-    PruneRequest,
-    network_of,
-)
+from pandastack.hostport.host_api.models import BuildRequest, port_value
+from pandastack.hostport.results import BuildResult
 
 from .deps import Host
 from .framed import FramedResponse, Outbox, framed_responses
@@ -21,17 +15,11 @@ from .framed import FramedResponse, Outbox, framed_responses
 router = APIRouter(prefix="/templates", tags=["templates"])
 
 
-@router.post("/{name}/prepare", status_code=204, operation_id="prepareTemplate")
-async def prepare_template(name: str, body: PrepareTemplateRequest, host: Host) -> Response:
-    await host.prepare_template(name, vcpus=body.vcpus, memory_mb=body.memory_mb)
-    return Response(status_code=204)
-
-
 @router.post("/builds", operation_id="buildTemplate", response_class=FramedResponse,
-             responses=framed_responses(BuildResultModel, "one LOG frame per line of the "
-                                                          "build's log"))
+             responses=framed_responses(BuildResult, "one LOG frame per line of the "
+                                                     "build's log"))
 async def build_template(body: BuildRequest, host: Host) -> FramedResponse:
-    async def run(outbox: Outbox) -> BuildResultModel:
+    async def run(outbox: Outbox) -> BuildResult:
         dropped = 0
 
         def log(line: str) -> None:
@@ -44,13 +32,7 @@ async def build_template(body: BuildRequest, host: Host) -> FramedResponse:
             if dropped or not outbox.offer(Kind.LOG, line.encode()):
                 dropped += 1
 
-        result = await host.build_template(body.spec, log=log, network=network_of(body.network),
-                                           vcpus=body.vcpus, memory_mb=body.memory_mb,
-                                           cache_scope=body.cache_scope)
-        return BuildResultModel.of(result)
+        return await host.build_template(body.spec, log=log, network=port_value(body.network),
+                                         vcpus=body.vcpus, memory_mb=body.memory_mb,
+                                         cache_scope=body.cache_scope)
     return FramedResponse(run)
-
-
-@router.post("/build-cache/prune", operation_id="pruneBuildCache")
-async def prune_build_cache(body: PruneRequest, host: Host) -> Pruned:
-    return Pruned(deleted=await host.prune_build_cache(body.keep_newest))

@@ -10,8 +10,8 @@ import contextlib
 from fastapi import APIRouter, Query
 
 from pandastack.hostport.frames import Kind
-from pandastack.hostport.watch import WatchBatch, WatchDone, WatchEventModel
-from pandastack.hostport.wire import dump_json
+from pandastack.hostport.host_api.codec import dump_json
+from pandastack.hostport.host_api.models import WatchBatch, WatchDone
 
 from .deps import Sandbox
 from .framed import FramedResponse, Outbox, framed_responses
@@ -33,7 +33,7 @@ async def watch_files(sandbox: Sandbox,
             async for batch in batches:
                 if batch and batch[-1].type == "overflow":
                     reason = "overflow"
-                body = WatchBatch(events=[WatchEventModel.of(e) for e in batch])
+                body = WatchBatch(events=list(batch))
                 await outbox.put(Kind.EVENT, dump_json(body))
         finally:
             close = getattr(batches, "aclose", None)

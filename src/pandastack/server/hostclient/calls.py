@@ -13,11 +13,12 @@ from pydantic import BaseModel, ValidationError
 
 from pandastack.hostport.errors import HostError, HostUnavailable
 from pandastack.hostport.frames import Decoder, Frame, FrameError, Kind
-from pandastack.hostport.wire import ErrorEnvelope, decode_error, load_json
+from pandastack.hostport.host_api.codec import ErrorEnvelope, decode_error, load_json
 
 from .transport import Timeouts, parse_address, reaching
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 API = "/v1"
 
 
@@ -26,11 +27,12 @@ def api_path(*parts: str | int) -> str:
     return API + "".join("/" + quote(str(p), safe="") for p in parts)
 
 
-def parse(model: type[M], payload: bytes, address: str) -> M:
+def parse(kind: type[T], payload: bytes, address: str) -> T:
+    """`payload` read as `kind` (a model or a result dataclass)."""
     try:
-        return load_json(model, payload)
+        return load_json(kind, payload)
     except ValidationError as exc:
-        raise FrameError(f"host agent at {address} sent a {model.__name__} that is not "
+        raise FrameError(f"host agent at {address} sent a {kind.__name__} that is not "
                          f"one: {exc.errors()[:1]}") from None
 
 

@@ -11,8 +11,8 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed
 
 from pandastack.hostport.errors import HostError, HostUnavailable
+from pandastack.hostport.host_api.codec import ErrorBody, decode_error
 from pandastack.hostport.pty import MAX_INPUT, PtyExit, check_dims, parse_exit, resize_message
-from pandastack.hostport.wire import ErrorBody, decode_error
 
 from .calls import api_path
 

@@ -1,49 +1,41 @@
 """`RemoteSandbox`: one sandbox of an agent, as the host port's `SandboxPort`. Its `state`
-and `is_alive()` are what the lookup that made it said; every operation is a call."""
+and `is_alive()` are what the lookup that made it said; every operation is a call. The
+request/response ones are rows of the port's operation table (plain.py); the streamed ones
+are written out here."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pandastack.hostport.frames import Kind
-from pandastack.hostport.protocols import DroppedCallback, OutputCallback
-from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
-from pandastack.hostport.watch import WatchBatch, WatchEvent
-from pandastack.hostport.wire import (
-    CodeContext,
-    CodeContextList,
-    CodeContextRequest,
-    CodeEventModel,
-    DirList,
+from pandastack.hostport.host_api.models import (
     ExecDone,
     ExecRequest,
-    FileInfoModel,
-    GuestMetricsModel,
-    MkdirRequest,
-    ProcessList,
-    PtyRequest,
-    RenameRequest,
     Replay,
     RunCodeRequest,
     SandboxInfo,
-    SignalRequest,
-    Spawned,
-    SpawnRequest,
-    StdinRequest,
+    WatchBatch,
     Written,
 )
+from pandastack.hostport.protocols import DroppedCallback, OutputCallback
+from pandastack.hostport.results import CodeEvent, ExecResult
+from pandastack.hostport.watch import WatchEvent
 from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
 
 from .calls import Caller, FrameStream, api_path, parse
+from .plain import install
 from .pty import RemotePty, connect_pty
 
 # What an ExecResult keeps of each stream when the caller says nothing, as the guest-agent
 # client does in process (host/agentlink/client.py DEFAULT_MAX_OUTPUT).
 MAX_OUTPUT = DEFAULT_EXEC_OUTPUT_MB << 20
-# How long past an exec's own timeout its answer may take: the guest-agent client waits
-# `timeout + agent_timeout_s` (30 s by default) before it gives up itself.
-EXEC_GRACE = 120.0
+EXEC_ANSWER_GRACE_S = 120.0
+"""How long past an exec's own `timeout` this client waits for the agent's answer before it
+counts the agent as gone. It covers the host's guest-agent client, which gives up itself
+after `timeout + agent_timeout_s` (30 s by default: host/config.py), and that error's way
+back, with room for a host slowed by load; it is no limit on the command."""
 
 
 class _Output:
@@ -84,6 +76,10 @@ class _Output:
 
 
 class RemoteSandbox:
+    if TYPE_CHECKING:
+        # The table's methods (plain.install, below), for the type checker.
+        def __getattr__(self, name: str) -> Any: ...
+
     def __init__(self, caller: Caller, info: SandboxInfo) -> None:
         self._caller = caller
         self._info = info
@@ -121,21 +117,11 @@ class RemoteSandbox:
                            env=dict(env) if env is not None else None, cwd=cwd, stdin=stdin,
                            user=user, max_output=keep)
         output = _Output(on_stdout, on_stderr, keep=keep)
-        read = None if timeout is None else timeout + EXEC_GRACE
+        read = None if timeout is None else timeout + EXEC_ANSWER_GRACE_S
         async with self._caller.stream("POST", self._path("exec"), json=body,
                                        read=read) as frames:
             await output.read(frames)
         return output.result(frames, self._caller.address)
-
-    async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None, user: str | None = None,
-                    timeout: float | None = None) -> int:
-        body = SpawnRequest(cmd=cmd if isinstance(cmd, str) else list(cmd),
-                            env=dict(env) if env is not None else None, cwd=cwd, user=user,
-                            timeout=timeout)
-        spawned = await self._caller.model(Spawned, "POST", self._path("processes"),
-                                           json=body, read=self._guest)
-        return spawned.pid
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
                      on_stderr: OutputCallback | None = None,
@@ -147,29 +133,6 @@ class RemoteSandbox:
                                        read=None) as frames:
             await output.read(frames, self._caller.address)
         return output.result(frames, self._caller.address)
-
-    async def procs(self) -> list[dict[str, object]]:
-        listed = await self._caller.model(ProcessList, "GET", self._path("processes"),
-                                          read=self._guest)
-        return listed.processes
-
-    async def signal(self, pid: int, sig: int) -> None:
-        await self._caller.call("POST", self._path("processes", pid, "signal"),
-                                json=SignalRequest(signal=int(sig)), read=self._guest)
-
-    async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None:
-        await self._caller.call("POST", self._path("processes", pid, "stdin"),
-                                json=StdinRequest(data=data, eof=eof), read=self._guest)
-
-    async def pty_create(self, *, cols: int, rows: int, cmd: str | Sequence[str] | None = None,
-                         env: Mapping[str, str] | None = None, cwd: str | None = None,
-                         user: str | None = None) -> int:
-        body = PtyRequest(cols=cols, rows=rows,
-                          cmd=cmd if cmd is None or isinstance(cmd, str) else list(cmd),
-                          env=dict(env) if env is not None else None, cwd=cwd, user=user)
-        spawned = await self._caller.model(Spawned, "POST", self._path("pty"), json=body,
-                                           read=self._guest)
-        return spawned.pid
 
     async def pty_connect(self, pid: int) -> RemotePty:
         return await connect_pty(self._caller.address, self._caller.token, self.id, pid,
@@ -191,28 +154,6 @@ class RemoteSandbox:
             content=data, read=self._guest)
         return written.size
 
-    async def list_dir(self, path: str) -> list[FileInfo]:
-        listed = await self._caller.model(DirList, "GET", self._path("files"),
-                                          params={"path": path}, read=self._guest)
-        return [entry.value() for entry in listed.entries]
-
-    async def stat(self, path: str) -> FileInfo:
-        info = await self._caller.model(FileInfoModel, "GET", self._path("files", "stat"),
-                                        params={"path": path}, read=self._guest)
-        return info.value()
-
-    async def mkdir(self, path: str, *, parents: bool = True) -> None:
-        await self._caller.call("POST", self._path("files", "mkdir"),
-                                json=MkdirRequest(path=path, parents=parents), read=self._guest)
-
-    async def remove(self, path: str, *, recursive: bool = False) -> None:
-        await self._caller.call("DELETE", self._path("files"),
-                                params={"path": path, "recursive": recursive}, read=self._guest)
-
-    async def rename(self, src: str, dst: str) -> None:
-        await self._caller.call("POST", self._path("files", "rename"),
-                                json=RenameRequest(src=src, dst=dst), read=self._guest)
-
     async def watch(self, path: str, *,
                     recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
         address = self._caller.address
@@ -221,7 +162,7 @@ class RemoteSandbox:
                                        read=None) as frames:
             async for frame in frames:
                 if frame.kind is Kind.EVENT:
-                    yield [e.event() for e in parse(WatchBatch, frame.payload, address).events]
+                    yield parse(WatchBatch, frame.payload, address).events
 
     # -- code interpreter -------------------------------------------------------------------
 
@@ -235,32 +176,7 @@ class RemoteSandbox:
                                        read=None) as frames:
             async for frame in frames:
                 if frame.kind is Kind.EVENT:
-                    yield parse(CodeEventModel, frame.payload, address).event()
+                    yield parse(CodeEvent, frame.payload, address)
 
-    async def create_code_context(self, language: str = "python",
-                                  cwd: str | None = None) -> dict[str, object]:
-        made = await self._caller.model(CodeContext, "POST", self._path("code", "contexts"),
-                                        json=CodeContextRequest(language=language, cwd=cwd),
-                                        read=self._caller.timeouts.lifecycle)
-        return made.context
 
-    async def list_code_contexts(self) -> list[dict[str, object]]:
-        listed = await self._caller.model(CodeContextList, "GET",
-                                          self._path("code", "contexts"),
-                                          read=self._caller.timeouts.lifecycle)
-        return listed.contexts
-
-    async def delete_code_context(self, context_id: str) -> None:
-        await self._caller.call("DELETE", self._path("code", "contexts", context_id),
-                                read=self._caller.timeouts.lifecycle)
-
-    async def restart_code_context(self, context_id: str) -> None:
-        await self._caller.call("POST", self._path("code", "contexts", context_id, "restart"),
-                                read=self._caller.timeouts.lifecycle)
-
-    # -- metrics ----------------------------------------------------------------------------
-
-    async def metrics(self, window_ms: int = 200) -> GuestMetrics:
-        measured = await self._caller.model(GuestMetricsModel, "GET", self._path("metrics"),
-                                            params={"window_ms": window_ms}, read=self._guest)
-        return measured.value()
+install(RemoteSandbox, on_sandbox=True)

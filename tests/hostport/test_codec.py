@@ -1,6 +1,6 @@
-"""The host API's error envelope (hostport/wire.py): every error class of hostport.errors
+"""The host API's codec (hostport/host_api/codec.py): every error class of hostport.errors
 travels by name and comes back as the same class with the same message and attributes; the
-values the port returns survive their models."""
+values the port returns cross as themselves (no second model of each)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,23 @@ import pytest
 
 from pandastack.hostport import errors as E
 from pandastack.hostport.frames import FrameError
+from pandastack.hostport.host_api.codec import (
+    ErrorEnvelope,
+    decode_error,
+    dump_json,
+    encode_error,
+    error_classes,
+    load_json,
+    status_of,
+)
+from pandastack.hostport.host_api.models import (
+    DirList,
+    ExecDone,
+    ExecRequest,
+    HostVolumeList,
+    Placement,
+    port_value,
+)
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import SandboxPlacement
 from pandastack.hostport.results import (
@@ -20,20 +37,7 @@ from pandastack.hostport.results import (
     SnapshotInfo,
     SnapshotResult,
 )
-from pandastack.hostport.wire import (
-    BuildResultModel,
-    CodeEventModel,
-    ErrorEnvelope,
-    ExecDone,
-    ExecRequest,
-    FileInfoModel,
-    Placement,
-    SnapshotResultModel,
-    decode_error,
-    encode_error,
-    error_classes,
-    status_of,
-)
+from pandastack.hostport.volumes import HostVolume
 
 
 def sample(cls: type[Exception]) -> Exception:
@@ -104,26 +108,39 @@ def test_statuses() -> None:
     assert status_of(E.VMMError("x")) == 500
 
 
-def test_values_survive_their_models() -> None:
+def test_values_cross_as_themselves() -> None:
     info = SnapshotInfo(id="snap-1", name="n", source="sbx-1", template="base",
                         template_path="/t", vcpus=2, memory_mb=1024, disk_bytes=10,
                         layers=("a", "b"), created_at=1.5, state_bytes=3, internal=True,
-                        size_bytes=9, transient=True)
+                        size_bytes=9, transient=True, volumes=({"volume_id": "v"},))
     result = SnapshotResult(info=info, pause_ms=2.5, method="background")
-    dumped = SnapshotResultModel.of(result).model_dump_json()
-    assert SnapshotResultModel.model_validate_json(dumped).value() == result
+    assert load_json(SnapshotResult, dump_json(result)) == result
+    assert json.loads(dump_json(result))["info"]["layers"] == ["a", "b"]
     fi = FileInfo(name="f", path="/f", type="file", size=1, mode=0o644, mtime=2.0)
-    assert FileInfoModel.model_validate_json(FileInfoModel.of(fi).model_dump_json()).value() == fi
+    assert load_json(FileInfo, dump_json(fi)) == fi
     event = CodeEvent("result", data={"text/plain": "42"}, is_main_result=True,
                       execution_count=3)
-    assert CodeEventModel.of(event).event() == event
+    assert load_json(CodeEvent, dump_json(event)) == event
     build = BuildResult(snapshot_id="snap-2", env={"A": "1"}, workdir="/w", user=None,
                         start=None, steps_total=3, steps_cached=1, seconds=4.0)
-    assert BuildResultModel.of(build).value() == build
+    assert load_json(BuildResult, dump_json(build)) == build
+
+
+def test_a_volume_crosses_without_the_pool_s_host_id() -> None:
+    """`host_id` is a pool's, not a host's: older clients refuse a field they do not know."""
+    volume = HostVolume("vol-1", 64, 1.0, None, ("sbx-1",), host_id="h-1")
+    sent = json.loads(dump_json(HostVolumeList(volumes=[volume])))
+    assert sent == {"volumes": [{"id": "vol-1", "size_mb": 64, "created_at": 1.0,
+                                 "source": None, "attached_to": ["sbx-1"]}]}
+    assert load_json(HostVolumeList, json.dumps(sent)).volumes == [
+        HostVolume("vol-1", 64, 1.0, None, ("sbx-1",))]
+
+
+def test_conversions() -> None:
     placement = SandboxPlacement(NetworkPolicy(False, ("1.2.3.4/32",), ("example.com",)),
                                  "10.200.0.2")
-    assert Placement.model_validate(json.loads(Placement.of(placement).model_dump_json())
-                                    ).value() == placement
+    wire = Placement.model_validate(placement, from_attributes=True)
+    assert port_value(load_json(Placement, dump_json(wire))) == placement
     done = ExecResult(exit_code=3, stdout=b"o", stderr=b"e", duration_ms=1.0, timed_out=False,
                       signal=None, truncated=False)
     assert ExecDone.of(done).value(b"o", b"e", truncated=False) == done
@@ -144,12 +161,8 @@ def test_bytes_are_base64_in_json_and_bytes_in_python() -> None:
 def test_guest_strings_with_undecodable_bytes_cross_unchanged() -> None:
     """A guest file name with a byte that is not UTF-8 arrives as a lone surrogate; pydantic's
     JSON (and Starlette's UTF-8) refuse it, the host API's JSON escapes it."""
-    from pandastack.hostport.results import FileInfo
-    from pandastack.hostport.wire import DirList, FileInfoModel, dump_json, load_json
-
     name = b"caf\xff.txt".decode("utf-8", "surrogateescape")
-    listed = DirList(entries=[FileInfoModel.of(FileInfo(name, "/w/" + name, "file", 1, 0o644,
-                                                        0.0))])
+    listed = DirList(entries=[FileInfo(name, "/w/" + name, "file", 1, 0o644, 0.0)])
     payload = dump_json(listed)
     assert payload.isascii()
     back = load_json(DirList, payload)

@@ -17,10 +17,10 @@ import pytest
 
 from pandastack.hostport import errors as E
 from pandastack.hostport.errors import HostError, HostUnavailable, SandboxNotFound
-from pandastack.hostport.wire import error_classes
+from pandastack.hostport.host_api.codec import error_classes
 from pandastack.server.hostclient import HostClient, Timeouts
 from tests.host.api.fake_host import FakeHost, served
-from tests.hostport.test_wire import sample
+from tests.hostport.test_codec import sample
 
 TOKEN = "t0ken"
 POLL = 0.01

@@ -1,0 +1,334 @@
+"""The host API's own bodies: requests, the wrappers of list and scalar answers, and the
+RESULT frames of its streams. The port's results (`hostport.results`, `hostport.volumes`,
+`hostport.watch`) are not re-modelled here: they cross as the dataclasses they are."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from pandastack.templatespec import TemplateSpec
+
+from ..network import NetworkPolicy
+from ..protocols import SandboxPlacement
+from ..pty import DEFAULT_COLS, DEFAULT_ROWS, MAX_DIM
+from ..results import ExecResult, FileInfo, SnapshotInfo
+from ..volumes import HostVolume, VolumeMountRequest
+from ..watch import WatchEvent
+from .codec import Base64, Strict
+
+# -- values with a port form of their own (`port_value()`) ------------------------------------
+
+
+class Network(Strict):
+    internet: bool = True
+    allow_out: list[str] = Field(default_factory=list)
+    deny_out: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, policy: NetworkPolicy) -> Network:
+        return cls(internet=policy.internet, allow_out=list(policy.allow_out),
+                   deny_out=list(policy.deny_out))
+
+    def port_value(self) -> NetworkPolicy:
+        """The policy, judged as in-process (bad entries: ValueError, a 400)."""
+        return NetworkPolicy.from_dict(self.model_dump())
+
+
+def network_model(policy: NetworkPolicy | None) -> Network | None:
+    return None if policy is None else Network.of(policy)
+
+
+class VolumeMountModel(Strict):
+    volume_id: str = Field(max_length=64)
+    mount_path: str = Field(max_length=1024)
+    read_only: bool = False
+
+    def port_value(self) -> VolumeMountRequest:
+        return VolumeMountRequest(self.volume_id, self.mount_path, self.read_only)
+
+
+class Placement(Strict):
+    network: Network | None
+    ns_ip: str | None
+
+    def port_value(self) -> SandboxPlacement:
+        return SandboxPlacement(
+            network=None if self.network is None else self.network.port_value(),
+            ns_ip=self.ns_ip)
+
+
+def port_value(value: Any) -> Any:
+    """What the port takes or returns for a value read off the wire (lists element-wise)."""
+    if isinstance(value, list):
+        return [port_value(v) for v in value]
+    method = getattr(value, "port_value", None)
+    return method() if isinstance(value, Strict) and callable(method) else value
+
+
+# -- sandboxes ------------------------------------------------------------------------------
+
+
+class SandboxInfo(Strict):
+    id: str
+    state: str = Field(description='"running", "paused", "hibernated" or "stopped" (its VM '
+                                   'died, its disk kept; a wake boots it)')
+    alive: bool = Field(description="the VM process runs (false when hibernated or dead)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _of_port(cls, data: Any) -> Any:
+        """A `SandboxPort` as the route has it (its liveness is a call, not a field)."""
+        if callable(getattr(data, "is_alive", None)):
+            return {"id": data.id, "state": data.state, "alive": data.is_alive()}
+        return data
+
+
+class SandboxList(Strict):
+    sandboxes: list[SandboxInfo]
+
+
+class CreateRequest(Strict):
+    template: str = "base"
+    vcpus: int = 1
+    memory_mb: int = 512
+    disk_mb: int | None = None
+    sandbox_id: str | None = None
+    snapshot: str | None = None
+    network: Network | None = None
+    volumes: list[VolumeMountModel] = Field(default_factory=list, max_length=16)
+
+
+class PrepareTemplateRequest(Strict):
+    vcpus: int = 1
+    memory_mb: int = 512
+
+
+class SnapshotRequest(Strict):
+    name: str | None = None
+    internal: bool = False
+
+
+class ForkRequest(Strict):
+    count: int = 1
+
+
+class SnapshotList(Strict):
+    snapshots: list[SnapshotInfo]
+
+
+class MigrationDocumentModel(Strict):
+    """A live migration's offer, ticket or handoff (hostport.results.MigrationDocument)."""
+
+    document: dict[str, Any]
+
+
+class TransferDocumentModel(Strict):
+    """A snapshot transfer's offer or ticket (hostport.results.TransferDocument)."""
+
+    document: dict[str, Any]
+
+
+class HostStatus(Strict):
+    status: Literal["ok"] = "ok"
+    sandboxes: int
+
+
+# -- volumes --------------------------------------------------------------------------------
+
+
+class HostVolumeList(Strict):
+    volumes: list[HostVolume]
+
+
+class CreateVolumeRequest(Strict):
+    volume_id: str = Field(max_length=64)
+    size_mb: int
+
+
+class ResizeVolumeRequest(Strict):
+    size_mb: int
+
+
+class BackupVolumeRequest(Strict):
+    backup_id: str = Field(max_length=64)
+
+
+class RestoreVolumeRequest(Strict):
+    backup_id: str = Field(max_length=64)
+    volume_id: str = Field(max_length=64)
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+class ExecRequest(Strict):
+    cmd: str | list[str] = Field(description="a string runs through /bin/sh -c; a list is "
+                                             "the argv")
+    timeout: float | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    stdin: Base64 | None = None
+    user: str | None = None
+    max_output: int | None = Field(
+        default=None, ge=0,
+        description="bytes of each of stdout and stderr the caller keeps for its result "
+                    "(None: rules.DEFAULT_EXEC_OUTPUT_MB): the RESULT's `truncated` says "
+                    "whether more came; every byte is still sent in frames")
+
+
+class ExecDone(Strict):
+    """The final RESULT frame of an exec or an attach: the output came before it, in STDOUT
+    and STDERR frames (the client keeps it for the ExecResult)."""
+
+    exit_code: int
+    duration_ms: float
+    timed_out: bool
+    signal: int | None
+    truncated: bool
+
+    @classmethod
+    def of(cls, result: ExecResult) -> ExecDone:
+        return cls(exit_code=result.exit_code, duration_ms=result.duration_ms,
+                   timed_out=result.timed_out, signal=result.signal,
+                   truncated=result.truncated)
+
+    def value(self, stdout: bytes, stderr: bytes, truncated: bool) -> ExecResult:
+        return ExecResult(exit_code=self.exit_code, stdout=stdout, stderr=stderr,
+                          duration_ms=self.duration_ms, timed_out=self.timed_out,
+                          signal=self.signal, truncated=self.truncated or truncated)
+
+
+class SpawnRequest(Strict):
+    cmd: str | list[str]
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    user: str | None = None
+    timeout: float | None = Field(default=None, gt=0, description="seconds, then the "
+                                  "process's tree is killed and its exit says timed_out")
+
+
+class Replay(Strict):
+    """The REPLAY frame that opens an attach: bytes of each stream the guest's 1 MiB rings
+    had dropped before the backlog that follows."""
+
+    stdout_dropped: int = Field(ge=0)
+    stderr_dropped: int = Field(ge=0)
+
+
+class Spawned(Strict):
+    pid: int
+
+
+class PtyRequest(Strict):
+    """A process on a new terminal (hostport.pty): `cmd`, or the user's shell."""
+
+    cols: int = Field(default=DEFAULT_COLS, ge=1, le=MAX_DIM)
+    rows: int = Field(default=DEFAULT_ROWS, ge=1, le=MAX_DIM)
+    cmd: str | list[str] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    user: str | None = None
+
+
+class ProcessList(Strict):
+    processes: list[dict[str, Any]]
+
+
+class SignalRequest(Strict):
+    signal: int
+
+
+class StdinRequest(Strict):
+    data: Base64 = b""
+    eof: bool = False
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+class DirList(Strict):
+    entries: list[FileInfo]
+
+
+class Written(Strict):
+    size: int = Field(description="bytes written")
+
+
+class ReadDone(Strict):
+    """The final RESULT frame of a file read (its bytes came before it, in DATA frames)."""
+
+    size: int
+
+
+class MkdirRequest(Strict):
+    path: str
+    parents: bool = True
+
+
+class RenameRequest(Strict):
+    src: str
+    dst: str
+
+
+class WatchBatch(Strict):
+    """One EVENT frame of a watch stream (hostport/watch.py)."""
+
+    events: list[WatchEvent]
+
+
+class WatchDone(Strict):
+    """The final RESULT frame of a watch: why it ended ("overflow" came as an event
+    before it)."""
+
+    reason: str
+
+
+# -- code interpreter -----------------------------------------------------------------------
+
+
+class RunCodeRequest(Strict):
+    code: str
+    language: str = "python"
+    context_id: str | None = None
+    timeout: float | None = None
+    env: dict[str, str] | None = None
+
+
+class RunDone(Strict):
+    """The final RESULT frame of a code run (its events, "end" last, came before it)."""
+
+    events: int
+
+
+class CodeContextRequest(Strict):
+    language: str = "python"
+    cwd: str | None = None
+
+
+class CodeContext(Strict):
+    context: dict[str, Any]
+
+
+class CodeContextList(Strict):
+    contexts: list[dict[str, Any]]
+
+
+# -- templates ------------------------------------------------------------------------------
+
+
+class BuildRequest(Strict):
+    spec: TemplateSpec
+    network: Network | None = None
+    vcpus: int = 1
+    memory_mb: int = 512
+    cache_scope: str = ""
+
+
+class PruneRequest(Strict):
+    keep_newest: int
+
+
+class Pruned(Strict):
+    deleted: list[str]
