@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 
 from common import pct
-from pandastack.guest import protocol
+from pandastack.guestproto import frames as protocol
 from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common import temp_runtime
-from pandastack.guest import protocol
+from pandastack.guestproto import frames as protocol
 from pandastack.host.agentlink.channel import InitParams
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.vmm.qemu import QemuDriver

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""Unit tests of the frame codec (pandastack.guest.protocol)."""
+"""Unit tests of the frame codec (pandastack.guestproto.frames)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 
 
 def raw(hlen: int, plen: int, *, magic: bytes = b"PS", version: int = 1, flags: int = 0) -> bytes:

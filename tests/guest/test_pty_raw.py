@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from tests.guest.test_agent_raw import Raw
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.agent_ops("pty")]

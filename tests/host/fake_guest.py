@@ -10,7 +10,7 @@ import threading
 import tracemalloc
 from collections.abc import Callable, Iterable, Iterator
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from pandastack.host.agentlink.client import AgentClient
 
 

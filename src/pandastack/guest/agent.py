@@ -16,12 +16,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pandastack.guestproto.frames import (
+    PROTOCOL_VERSION,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    encode,
+)
+
 from . import __version__, code, execs, files, metrics, pty, sysinit, volumes, watch
 from .cgroups import Cgroups
 from .channel import Channel
 from .ops import Op, OpError, oserror_reply
 from .procs import ProcessTable
-from .protocol import PROTOCOL_VERSION, Frame, FrameDecoder, ProtocolError, encode
 
 log = logging.getLogger("pandastack_guest")
 

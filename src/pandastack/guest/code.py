@@ -13,8 +13,9 @@ import contextlib
 import json
 import socket
 
+from pandastack.guestproto.frames import MAX_JSON_DEPTH, Frame, parse_json
+
 from .ops import Op, OpError
-from .protocol import MAX_JSON_DEPTH, Frame, parse_json
 
 SOCKET_PATH = "/run/pandastack/code.sock"
 READ_SIZE = 256 * 1024

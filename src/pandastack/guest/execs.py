@@ -10,9 +10,11 @@ import signal as signal_mod
 import threading
 from typing import Any
 
+from pandastack.guestproto.frames import Frame
+from pandastack.guestproto.ops import MAX_SIGNAL
+
 from .ops import Op, OpError, arg_bool, arg_int, arg_opt_int, arg_opt_str
 from .procs import ManagedProcess, ProcessTable, User, lookup_user
-from .protocol import Frame
 
 MAX_PROC_LIST = 900 * 1024
 
@@ -220,7 +222,7 @@ def procs(table: ProcessTable, op: Op, f: Frame) -> None:
 def signal(table: ProcessTable, op: Op, f: Frame) -> None:
     pid = arg_int(f.header, "pid", lo=1)
     sig = arg_int(f.header, "sig", lo=0)
-    if sig > 64:
+    if sig > MAX_SIGNAL:
         raise OpError("EINVAL", "'sig' out of range")
     proc = table.get(pid)
     if proc is not None:

@@ -9,8 +9,10 @@ import shutil
 import stat as st
 from typing import Any
 
+from pandastack.guestproto.frames import MAX_CHUNK, Frame
+from pandastack.guestproto.ops import WRITE_FILE_MODE
+
 from .ops import Op, OpError, arg_bool, arg_int, arg_opt_int, arg_str
-from .protocol import MAX_CHUNK, Frame
 
 WRITE_IDLE_TIMEOUT = 300.0
 """A write_file whose host sends nothing for this long is abandoned (ETIMEDOUT)."""
@@ -77,7 +79,7 @@ def read_file(op: Op, f: Frame) -> None:
 def write_file(op: Op, f: Frame) -> None:
     h = f.header
     path = arg_str(h, "path")
-    mode = arg_int(h, "mode", 0o644)
+    mode = arg_int(h, "mode", WRITE_FILE_MODE)
     if mode > 0o7777:
         raise OpError("EINVAL", "'mode' must be <= 0o7777")
     append = arg_bool(h, "append")

@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import time
 
-from .ops import Op, OpError, arg_int
-from .protocol import Frame
+from pandastack.guestproto.frames import Frame
+from pandastack.guestproto.ops import (
+    METRICS_MAX_WINDOW_MS,
+    METRICS_MIN_WINDOW_MS,
+    METRICS_WINDOW_MS,
+)
 
-DEFAULT_WINDOW_MS = 200
-MAX_WINDOW_MS = 2000
+from .ops import Op, OpError, arg_int
+
 # /proc/stat's aggregate line: user nice system idle iowait irq softirq steal (guest times are
 # already inside user and nice).
 IDLE_FIELDS = (3, 4)
@@ -66,5 +70,5 @@ def sample(window_s: float, *, sleep: float | None = None) -> dict[str, float | 
 
 
 def metrics(op: Op, f: Frame) -> None:
-    window_ms = arg_int(f.header, "window_ms", DEFAULT_WINDOW_MS, lo=10)
-    op.send("metrics", b"", **sample(min(window_ms, MAX_WINDOW_MS) / 1000))
+    window_ms = arg_int(f.header, "window_ms", METRICS_WINDOW_MS, lo=METRICS_MIN_WINDOW_MS)
+    op.send("metrics", b"", **sample(min(window_ms, METRICS_MAX_WINDOW_MS) / 1000))

@@ -8,8 +8,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from pandastack.guestproto.frames import CREDIT_BATCH, INITIAL_WINDOW, MAX_CHUNK, Frame
+
 from .flow import Credit, Grant
-from .protocol import CREDIT_BATCH, INITIAL_WINDOW, MAX_CHUNK, Frame
 
 
 class OpError(Exception):

@@ -25,15 +25,16 @@ import threading
 import time
 from typing import Any
 
+from pandastack.guestproto.frames import Frame
+from pandastack.guestproto.ops import PTY_COLS, PTY_MAX_DIM, PTY_ROWS
+
 from .execs import WireSink, _command, _env, _proc, _user
 from .ops import Op, OpError, arg_int, arg_opt_str
 from .procs import DEFAULT_ENV, ManagedProcess, ProcessTable, RingBuffer, User
-from .protocol import Frame
 
 PTY_RING_BYTES = 256 * 1024
 MAX_PTYS = 64
 """Live PTY processes at once: each holds a pty pair and two threads in the agent."""
-MAX_DIM = 1000
 """Largest column or row count a client may ask for."""
 DEFAULT_TERM = "xterm-256color"
 FALLBACK_SHELL = "/bin/sh"
@@ -50,9 +51,9 @@ def _take_ctty() -> None:
 
 
 def _dims(h: dict[str, Any]) -> tuple[int, int]:
-    cols, rows = arg_int(h, "cols", 80, lo=1), arg_int(h, "rows", 24, lo=1)
-    if cols > MAX_DIM or rows > MAX_DIM:
-        raise OpError("EINVAL", f"'cols' and 'rows' must be at most {MAX_DIM}")
+    cols, rows = arg_int(h, "cols", PTY_COLS, lo=1), arg_int(h, "rows", PTY_ROWS, lo=1)
+    if cols > PTY_MAX_DIM or rows > PTY_MAX_DIM:
+        raise OpError("EINVAL", f"'cols' and 'rows' must be at most {PTY_MAX_DIM}")
     return cols, rows
 
 

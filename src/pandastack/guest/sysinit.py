@@ -9,10 +9,11 @@ import string
 import struct
 import time
 
+from pandastack.guestproto.ops import ENTROPY_BYTES
+
 # <linux/random.h>
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
 RNDRESEEDCRNG = 0x5207  # _IO('R', 0x07)
-ENTROPY_BYTES = 64
 
 _HOSTNAME_CHARS = frozenset(string.ascii_letters + string.digits + "-")
 _MACHINE_ID_CHARS = frozenset("0123456789abcdef")

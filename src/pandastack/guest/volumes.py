@@ -14,8 +14,9 @@ import fcntl
 import os
 import time
 
+from pandastack.guestproto.frames import Frame
+
 from .ops import Op, OpError, arg_bool, arg_int, arg_str
-from .protocol import Frame
 
 SYS_BLOCK = "/sys/block"
 CAPACITY_WAIT_S = 5.0

@@ -25,8 +25,9 @@ import threading
 from collections import deque
 from typing import Any
 
+from pandastack.guestproto.frames import MAX_CHUNK, WATCH_FRAME_CREDIT, Frame
+
 from .ops import Op, OpError, arg_bool, arg_str
-from .protocol import MAX_CHUNK, WATCH_FRAME_CREDIT, Frame
 
 MAX_QUEUED = 10_000
 """Events a watch holds for a host that does not read; one more ends it in overflow."""

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import pandastack
-from pandastack.guest import protocol as P
-from pandastack.host.agentlink import channel
+from pandastack.guestproto import frames as P
+from pandastack.host.agentlink import handshake
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.hostport.errors import AgentConnectionError, AgentProtocolError, GuestOSError
 from tests.host.fake_guest import FakeGuest, in_thread
@@ -469,7 +469,7 @@ async def test_handshake_skips_garbage(fake: FakeGuest) -> None:
 
 
 async def test_handshake_pads_and_retries(fake: FakeGuest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(channel, "HELLO_RETRY", 0.2)
+    monkeypatch.setattr(handshake, "HELLO_RETRY", 0.2)
 
     def stuck_then_answer() -> None:
         first = fake.recv_frame()  # pretend it was swallowed by a half-read frame
@@ -497,7 +497,7 @@ async def test_handshake_deadline(fake: FakeGuest) -> None:
 async def test_handshake_gives_up_on_endless_garbage(
     fake: FakeGuest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(channel, "MAX_RESYNC_BYTES", 2**20)
+    monkeypatch.setattr(handshake, "MAX_RESYNC_BYTES", 2**20)
     task = asyncio.create_task(AgentClient.from_socket(fake.host_end, timeout=10))
     with contextlib.suppress(OSError):  # the client hangs up once it has had enough
         await in_thread(lambda: fake.send(b"\x00PS" * 500_000))

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from pandastack.host.agentlink import files
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.hostport.errors import AgentConnectionError, AgentLimitError, AgentProtocolError

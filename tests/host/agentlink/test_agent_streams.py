@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pandastack.guest import protocol as P
 from pandastack.guest.procs import RING_BYTES
+from pandastack.guestproto import frames as P
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.hostport.errors import AgentProtocolError
 from tests.host.agentlink.test_agent_client import local_agent

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from pandastack.host.agentlink import code as cc
 from pandastack.hostport.errors import AgentLimitError, CodeInterpreterError
 from pandastack.hostport.results import CodeEvent

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.guest import protocol as P
 from pandastack.guest.watch import MAX_QUEUED
+from pandastack.guestproto import frames as P
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.hostport.errors import GuestOSError
 from pandastack.hostport.watch import WatchEvent

@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,13 @@ from pandastack.host.images.initramfs import (
     read_cpio,
 )
 from pandastack.host.images.kernel import has_pvh_note, order_modules, read_modinfo
-from pandastack.host.images.rootfs import BaseSpec, _parse_deb822, _parse_one_line, agent_files
+from pandastack.host.images.rootfs import (
+    BaseSpec,
+    _parse_deb822,
+    _parse_one_line,
+    agent_files,
+    python_agent_files,
+)
 from pandastack.host.vmm.qemu.disk import Qcow2Layers
 from pandastack.hostport.errors import SetupError
 
@@ -268,7 +275,7 @@ def test_agent_files_are_the_agent_packages_only(tmp_path: Path) -> None:
     """Guest code in plain directories (the code interpreter's server in guest/assets) is
     not installed as the agent and does not change the agent's share of the image key."""
     real = agent_files(images.agent_package_dir())
-    assert {"__init__.py", "agent.py", "protocol.py"} <= set(real)
+    assert {"__init__.py", "agent.py", "ops.py"} <= set(real)
     assert not [name for name in real if name.startswith("assets/")]
     for rel in ("__init__.py", "agent.py", "sub/__init__.py", "sub/mod.py", "assets/server.py",
                 "sub/data/helper.py"):
@@ -276,6 +283,24 @@ def test_agent_files_are_the_agent_packages_only(tmp_path: Path) -> None:
         (tmp_path / rel).write_text("# x\n")
     assert set(agent_files(tmp_path)) == {"__init__.py", "agent.py", "sub/__init__.py",
                                           "sub/mod.py"}
+
+
+def test_python_agent_files_start_without_the_host_package(tmp_path: Path) -> None:
+    """The Python agent as an image lays it out under /opt/pandastack: its package and the guest
+    protocol's room it imports, and no other pandastack module (site packages are off, so the
+    installed pandastack cannot stand in)."""
+    files = python_agent_files(images.agent_package_dir(),
+                               images.agent_package_dir("pandastack.guestproto"))
+    assert "pandastack/guestproto/frames.py" in files and "pandastack_guest/agent.py" in files
+    assert {n.split("/")[1] for n in files if n.startswith("pandastack/")} == {
+        "__init__.py", "guestproto"}
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", "import pandastack_guest.__main__, pandastack_guest.agent"],
+        cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
 
 
 # --- the real image (data dir) ------------------------------------------------------------

@@ -9,7 +9,7 @@ import contextlib
 
 import pytest
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.watch import WatchEvent
 

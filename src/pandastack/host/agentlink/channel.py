@@ -22,15 +22,21 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import socket
 import time
 from collections.abc import AsyncIterable, AsyncIterator
-from dataclasses import dataclass
 from typing import Any, Self
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
+from pandastack.guestproto.ops import (
+    DATA_REPLIES,
+    FINAL_REPLIES,
+    REPLY_KINDS,
+    check_request,
+    reply_of,
+)
 from pandastack.host.agentlink.failures import note_failure
+from pandastack.host.agentlink.handshake import READ_SIZE, InitParams, handshake
 from pandastack.hostport.errors import (
     AgentConnectionError,
     AgentError,
@@ -45,11 +51,6 @@ DEFAULT_OP_TIMEOUT = 30.0
 # An operation without a deadline (a long exec, a wait) checks that the agent still answers
 # this often, so a guest that froze fails the call instead of hanging it forever.
 LIVENESS_INTERVAL = 20.0
-HELLO_RETRY = 2.0
-"""If the hello is not answered this soon, pad (complete any half-read frame) and retry."""
-MAX_RESYNC_BYTES = 64 * 2**20
-"""Handshake gives up after discarding this many bytes that are not our hello reply."""
-READ_SIZE = 1 << 20
 MAX_OP_BUFFER = 16 * 2**20
 """What the frames queued for one operation (received, not yet taken) may cost, counted as
 payload + HEADER_COST x header + FRAME_COST each. An honest agent stays far below: data is
@@ -61,57 +62,6 @@ FRAME_COST = 512
 """The objects of one queued frame beyond its bytes, so empty frames are counted too."""
 MAX_ERROR_TEXT = 4096
 """Characters kept of an ``error`` frame's message and path."""
-
-_DATA = frozenset({"stdout", "stderr", "data", "events"})
-_END = frozenset({"error", "exit", "written", "eof", "ok"})
-# The one reply of a request: nothing may follow it on that id.
-_SINGLE_REPLIES = frozenset({"pong", "spawned", "proc_list", "info", "metrics"})
-_REPLIES = frozenset(
-    {
-        "pong",
-        "ok",
-        "error",
-        "credit",
-        "stdout",
-        "stderr",
-        "exit",
-        "spawned",
-        "attached",
-        "proc_list",
-        "replay",
-        "metrics",
-        "file",
-        "data",
-        "eof",
-        "written",
-        "entries",
-        "info",
-        "watching",
-        "events",
-    }
-)
-
-
-@dataclass(frozen=True)
-class InitParams:
-    """What makes a restored guest unique: sent on every restore."""
-
-    time_ns: int
-    entropy: bytes
-    hostname: str
-    machine_id: str
-
-    def __post_init__(self) -> None:
-        if len(self.entropy) != 64:
-            raise ValueError("entropy must be exactly 64 bytes")
-
-    def fields(self) -> dict[str, Any]:
-        return {"time_ns": self.time_ns, "hostname": self.hostname,
-                "machine_id": self.machine_id}
-
-    def frame(self, op_id: int) -> bytes:
-        """The `init` request as it goes on the wire, with the entropy as its payload."""
-        return P.encode({"t": "init", "id": op_id, **self.fields()}, self.entropy)
 
 
 class Op:
@@ -131,9 +81,10 @@ class Op:
 
 
 class AgentChannel:
-    """One connection to the agent: the handshake, the reader task that routes frames to
-    per-operation queues, credits, and requests with one reply (`_call`). The operations
-    are in `AgentClient` (client.py) and `FileOps` (files.py)."""
+    """One connection to the agent: the handshake (handshake.py), the reader task that routes
+    frames to per-operation queues, credits, and requests (`_request`, `_call` for those with
+    one reply; both checked against the table of guest operations). The operations are in
+    `AgentClient` (client.py) and its mixins (files.py, code.py, ...)."""
 
     def __init__(
         self,
@@ -213,7 +164,7 @@ class AgentChannel:
             preamble = init.frame(init_op.id)
         try:
             async with asyncio.timeout(timeout):
-                await self._handshake(preamble)
+                hello = await handshake(self._reader, self._write_raw, self._decoder, preamble)
         except TimeoutError:
             self._close_transport()
             raise AgentConnectionError(f"no hello reply from agent within {timeout:.1f}s") from None
@@ -222,6 +173,7 @@ class AgentChannel:
             if isinstance(e, AgentError):
                 raise
             raise AgentConnectionError(f"handshake failed: {e}") from e
+        self.agent_version, self.agent_pid = hello.agent_version, hello.pid
         self._reader_task = asyncio.create_task(self._read_loop(), name="agent-reader")
         if init_op is not None:
             try:
@@ -233,52 +185,6 @@ class AgentChannel:
                 raise
             finally:
                 self._unregister(init_op)
-
-    async def _handshake(self, preamble: bytes = b"") -> None:
-        nonces = [secrets.token_hex(16)]
-
-        def accept(f: P.Frame) -> bool:
-            return f.id == 0 and f.t in ("hello", "error") and f.header.get("nonce") == nonces[-1]
-
-        await self._write_raw(self._hello(nonces[-1]) + preamble)
-        pad_at = time.monotonic() + HELLO_RETRY
-        while True:
-            f = self._decoder.scan(accept)
-            if f is not None:
-                break
-            if self._decoder.discarded > MAX_RESYNC_BYTES:
-                raise AgentConnectionError(
-                    f"no hello reply in the first {MAX_RESYNC_BYTES} bytes from the agent"
-                )
-            try:
-                if len(nonces) == 1:
-                    async with asyncio.timeout(max(0.0, pad_at - time.monotonic())):
-                        data = await self._reader.read(READ_SIZE)
-                else:
-                    data = await self._reader.read(READ_SIZE)
-            except TimeoutError:
-                # The agent may be stuck inside a frame a dead host left half-written:
-                # zeros complete any frame and then break its sync, so it rescans for a
-                # hello; only the reply to the new nonce counts from now on.
-                nonces.append(secrets.token_hex(16))
-                await self._write_raw(
-                    bytes(P.MAX_FRAME + P.PREFIX_SIZE) + self._hello(nonces[-1]) + preamble
-                )
-                continue
-            if not data:
-                raise AgentConnectionError("agent channel closed during handshake")
-            self._decoder.feed(data)
-        if f.t == "error":
-            raise AgentConnectionError(f"agent refused hello: {f.header.get('message')}")
-        if f.header.get("v") != P.PROTOCOL_VERSION:
-            raise AgentConnectionError(f"agent speaks protocol {f.header.get('v')!r}")
-        version, pid = f.header.get("agent_version"), f.header.get("pid")
-        self.agent_version = version if isinstance(version, str) else None
-        self.agent_pid = pid if isinstance(pid, int) else None
-
-    @staticmethod
-    def _hello(nonce: str) -> bytes:
-        return P.frame("hello", 0, v=P.PROTOCOL_VERSION, nonce=nonce)
 
     async def _write_raw(self, data: bytes) -> None:
         async with self._wlock:
@@ -376,7 +282,7 @@ class AgentChannel:
             if t == "error":
                 raise AgentProtocolError(f"agent lost sync: {f.header.get('message')}")
             raise AgentProtocolError(f"unexpected {t!r} frame on id 0")
-        if t not in _REPLIES:
+        if t not in REPLY_KINDS:
             raise AgentProtocolError(f"unknown frame type {t!r} from agent")
         op = self._ops.get(f.id)
         if op is None or op.ended:
@@ -388,7 +294,7 @@ class AgentChannel:
             op.send_credit += n
             op.wake.set()
             return
-        if t in _DATA:
+        if t in DATA_REPLIES:
             if len(f.payload) > P.MAX_CHUNK:
                 raise AgentProtocolError(f"{t} chunk of {len(f.payload)} bytes > {P.MAX_CHUNK}")
             op.recv_window -= len(f.payload)
@@ -402,9 +308,9 @@ class AgentChannel:
                 "abandoned"))
             return
         op.cost += cost
-        if t in _DATA:
+        if t in DATA_REPLIES:
             op.buffered += len(f.payload)
-        elif t in _END or t in _SINGLE_REPLIES or (t == "entries" and not f.header.get("more")):
+        elif t in FINAL_REPLIES or (t == "entries" and not f.header.get("more")):
             op.ended = True
         op.queue.put_nowait(f)
         op.wake.set()
@@ -502,7 +408,7 @@ class AgentChannel:
             op.queue.put_nowait(item)
             raise self._err() if self._broken is not None else item
         op.cost -= _cost(item)
-        if item.t in _DATA:
+        if item.t in DATA_REPLIES:
             op.buffered -= len(item.payload)
         if item.t == "error":
             h = item.header
@@ -524,10 +430,18 @@ class AgentChannel:
     async def ping(self) -> float:
         """Round trip in milliseconds (also how a long wait checks the agent is alive)."""
         t0 = time.perf_counter()
-        await self._call("ping", expect="pong")
+        await self._call("ping")
         return (time.perf_counter() - t0) * 1000
 
-    async def _call(self, t: str, payload: bytes = b"", *, expect: str, **fields: Any) -> P.Frame:
+    async def _request(self, op: Op, fields: dict[str, Any], payload: bytes = b"") -> None:
+        """Send the request that opens ``op`` (its kind is the request type)."""
+        check_request(op.kind, fields)
+        await self._send({"t": op.kind, "id": op.id, **fields}, payload)
+
+    async def _call(self, t: str, payload: bytes = b"", **fields: Any) -> P.Frame:
+        """A request with one reply (the table's) besides `error`."""
+        check_request(t, fields)
+        expect = reply_of(t)
         op = self._register(t)
         try:
             await self._send({"t": t, "id": op.id, **fields}, payload)

@@ -12,10 +12,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from pandastack.guest import protocol as P
-from pandastack.host.agentlink.channel import InitParams, Op
+from pandastack.guestproto.ops import STDIN_MAX_BYTES, check_request
+from pandastack.host.agentlink.channel import Op
 from pandastack.host.agentlink.code import CodeMethods
 from pandastack.host.agentlink.files import FileOps
+from pandastack.host.agentlink.handshake import InitParams
 from pandastack.host.agentlink.metrics import MetricsOps
 from pandastack.host.agentlink.pty import PtyOps
 from pandastack.host.agentlink.volumes import VolumeOps
@@ -51,10 +52,10 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
     async def init(self, *, time_ns: int, entropy: bytes, hostname: str, machine_id: str) -> None:
         """Set clock, RNG seed, hostname and machine-id in the guest (after a restore)."""
         params = InitParams(time_ns, entropy, hostname, machine_id)
-        await self._call("init", params.entropy, expect="ok", **params.fields())
+        await self._call("init", params.entropy, **params.fields())
 
     async def sync(self) -> None:
-        await self._call("sync", expect="ok")
+        await self._call("sync")
 
     # -- processes ------------------------------------------------------------------------
     @staticmethod
@@ -109,6 +110,7 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         header["id"] = op.id
         feeder: asyncio.Task[int] | None = None
         finished = False
+        check_request("exec", {k: v for k, v in header.items() if k not in ("t", "id")})
         try:
             await self._send(header)
             if stdin is not None:
@@ -194,7 +196,7 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         fields = self._cmd_fields(cmd, env, cwd, user)
         if timeout is not None:
             fields["timeout_ms"] = max(1, math.ceil(timeout * 1000))
-        f = await self._call("spawn", expect="spawned", stdin=True, **fields)
+        f = await self._call("spawn", stdin=True, **fields)
         pid: int = self._field(f, "pid", int)
         return pid
 
@@ -218,7 +220,7 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         op = self._register("attach")
         finished = False
         try:
-            await self._send({"t": "attach", "id": op.id, "pid": pid})
+            await self._request(op, {"pid": pid})
             result = await self._collect(op, deadline, on_stdout, on_stderr, max_output,
                                          on_dropped)
             finished = True
@@ -229,7 +231,7 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
                 self._cancel_soon(op)
 
     async def procs(self) -> list[dict[str, object]]:
-        f = await self._call("procs", expect="proc_list")
+        f = await self._call("procs")
         items = self._json_list(f, "procs")
         if len(items) > MAX_PROCS:
             raise AgentLimitError(f"procs: the agent listed {len(items)} processes, more than "
@@ -240,10 +242,10 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
 
     async def signal(self, pid: int, sig: int) -> None:
         """Send ``sig`` to a managed process's whole process group (or to ``pid``)."""
-        await self._call("signal", expect="ok", pid=pid, sig=int(sig))
+        await self._call("signal", pid=pid, sig=int(sig))
 
     async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None:
-        for i in range(0, len(data), P.MAX_CHUNK):
-            await self._call("stdin", bytes(data[i : i + P.MAX_CHUNK]), expect="ok", pid=pid)
+        for i in range(0, len(data), STDIN_MAX_BYTES):
+            await self._call("stdin", bytes(data[i : i + STDIN_MAX_BYTES]), pid=pid)
         if eof:
-            await self._call("stdin_eof", expect="ok", pid=pid)
+            await self._call("stdin_eof", pid=pid)

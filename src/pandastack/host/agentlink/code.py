@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from pandastack.hostport.errors import (
     AgentLimitError,
     CodeContextNotFound,
@@ -161,7 +161,7 @@ async def _lines(agent: AgentClient, req: dict[str, Any], deadline: float | None
     ended = False
     splitter = LineSplitter(line_limit)
     try:
-        await agent._send({"t": "code", "id": op.id}, payload)
+        await agent._request(op, {}, payload)
         while True:
             try:
                 f = await agent._next(

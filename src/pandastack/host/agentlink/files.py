@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable
 from typing import Any
 
+from pandastack.guestproto.ops import WRITE_FILE_MODE
 from pandastack.host.agentlink.channel import AgentChannel
 from pandastack.hostport.errors import AgentLimitError
 from pandastack.hostport.results import FileInfo
@@ -33,7 +34,7 @@ class FileOps(AgentChannel):
             fields["length"] = length
         done = False
         try:
-            await self._send({"t": "read_file", "id": op.id, **fields})
+            await self._request(op, fields)
             f = await self._next(op, self.op_timeout)
             if f.t != "file":
                 raise self._protocol_error(f"read_file: expected 'file', got {f.t!r}")
@@ -70,16 +71,14 @@ class FileOps(AgentChannel):
         path: str,
         data: bytes | AsyncIterable[bytes],
         *,
-        mode: int = 0o644,
+        mode: int = WRITE_FILE_MODE,
         append: bool = False,
     ) -> int:
         """Write (create parents, truncate unless ``append``); returns bytes written."""
         op = self._register("write_file")
         finished = False
         try:
-            await self._send(
-                {"t": "write_file", "id": op.id, "path": path, "mode": mode, "append": append}
-            )
+            await self._request(op, {"path": path, "mode": mode, "append": append})
             await self._send_stream(op, data, "data", "eof", credit_timeout=self.op_timeout)
             f = await self._next(op, self.op_timeout)
             finished = True
@@ -113,7 +112,7 @@ class FileOps(AgentChannel):
         op = self._register("list")
         done = False
         try:
-            await self._send({"t": "list", "id": op.id, "path": path})
+            await self._request(op, {"path": path})
             out: list[FileInfo] = []
             size = 0
             while True:
@@ -138,14 +137,14 @@ class FileOps(AgentChannel):
                 self._cancel_soon(op)
 
     async def stat(self, path: str) -> FileInfo:
-        f = await self._call("stat", expect="info", path=path)
+        f = await self._call("stat", path=path)
         return self._info(f.header, "stat")
 
     async def mkdir(self, path: str, *, parents: bool = True) -> None:
-        await self._call("mkdir", expect="ok", path=path, parents=parents)
+        await self._call("mkdir", path=path, parents=parents)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
-        await self._call("remove", expect="ok", path=path, recursive=recursive)
+        await self._call("remove", path=path, recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
-        await self._call("rename", expect="ok", src=src, dst=dst)
+        await self._call("rename", src=src, dst=dst)

@@ -3,17 +3,21 @@ samples when asked (spec/guest-protocol.md "metrics")."""
 
 from __future__ import annotations
 
+from pandastack.guestproto.ops import (
+    METRICS_MAX_WINDOW_MS,
+    METRICS_MIN_WINDOW_MS,
+    METRICS_WINDOW_MS,
+)
 from pandastack.host.agentlink.channel import AgentChannel
 from pandastack.hostport.results import GuestMetrics
 
-DEFAULT_WINDOW_MS = 200
-MAX_WINDOW_MS = 2000
-"""The guest clamps the window to 10..2000 ms; the host asks for no more."""
 
 class MetricsOps(AgentChannel):
-    async def metrics(self, window_ms: int = DEFAULT_WINDOW_MS) -> GuestMetrics:
-        window_ms = max(10, min(int(window_ms), MAX_WINDOW_MS))
-        f = await self._call("metrics", expect="metrics", window_ms=window_ms)
+    async def metrics(self, window_ms: int = METRICS_WINDOW_MS) -> GuestMetrics:
+        # The guest refuses a window below the minimum and clamps one above the maximum: the
+        # host asks for neither.
+        window_ms = max(METRICS_MIN_WINDOW_MS, min(int(window_ms), METRICS_MAX_WINDOW_MS))
+        f = await self._call("metrics", window_ms=window_ms)
         number = (int, float)
         return GuestMetrics(
             cpu_percent=float(self._field(f, "cpu_percent", number)),

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from pandastack.host.agentlink.channel import AgentChannel, Op
 from pandastack.hostport.pty import PtyExit, check_dims
 
@@ -96,7 +96,7 @@ class PtyOps(AgentChannel):
                            ("user", user)):
             if value is not None:
                 fields[key] = value
-        f = await self._call("pty", expect="spawned", **fields)
+        f = await self._call("pty", **fields)
         pid: int = self._field(f, "pid", int)
         return pid
 
@@ -105,7 +105,7 @@ class PtyOps(AgentChannel):
         process has no terminal."""
         op = self._register("pty_attach")
         try:
-            await self._send({"t": "pty_attach", "id": op.id, "pid": pid})
+            await self._request(op, {"pid": pid})
             f = await self._next(op, self.op_timeout)
             if f.t != "attached":
                 raise self._protocol_error(f"pty_attach: expected 'attached', got {f.t!r}")

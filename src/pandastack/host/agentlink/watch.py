@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from pandastack.guest import protocol as P
+from pandastack.guestproto import frames as P
 from pandastack.host.agentlink.channel import AgentChannel
 from pandastack.hostport.watch import EVENT_TYPES, WatchEvent
 
@@ -28,7 +28,7 @@ class WatchOps(AgentChannel):
         op = self._register("watch")
         done = False
         try:
-            await self._send({"t": "watch", "id": op.id, "path": path, "recursive": recursive})
+            await self._request(op, {"path": path, "recursive": recursive})
             f = await self._next(op, self.op_timeout)
             if f.t != "watching":
                 raise self._protocol_error(f"watch: expected 'watching', got {f.t!r}")

@@ -48,13 +48,13 @@ from pandastack.host.images.kernel import (
 from pandastack.host.images.rootfs import (
     DPKG_OPTIONS,
     BaseSpec,
-    agent_files,
     build_rootfs,
     check_root,
     ensure_base_tar,
     host_apt_options,
     host_apt_sources,
     missing_tools,
+    python_agent_files,
 )
 from pandastack.hostport.errors import SetupError
 
@@ -268,11 +268,12 @@ def guest_agent_binary() -> bytes | None:
     return Path(out.stdout.strip().splitlines()[-1]).read_bytes()
 
 
-def agent_package_dir() -> Path:
-    """Directory of the `pandastack.guest` package (its *.py files become the guest agent)."""
-    spec = importlib.util.find_spec("pandastack.guest")
+def agent_package_dir(name: str = "pandastack.guest") -> Path:
+    """Directory of the `pandastack.guest` package (its *.py files become the guest agent),
+    or of another package the Python agent takes into the guest (`pandastack.guestproto`)."""
+    spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise SetupError("package pandastack.guest (the guest agent) is not installed")
+        raise SetupError(f"package {name} (of the guest agent) is not installed")
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -304,7 +305,8 @@ def _gather(home: Path, image: ImageSpec, progress: Progress, *,
         busybox_sha256=sha256_file(BUSYBOX),
         base_key=spec.key(),
         # A binary-agent image carries no Python agent: one agent in the guest, not two.
-        agent={} if binary is not None else agent_files(agent_package_dir()),
+        agent={} if binary is not None else python_agent_files(
+            agent_package_dir(), agent_package_dir("pandastack.guestproto")),
         rootfs_size=ROOTFS_SIZE,
         cmdline=CMDLINE,
         variant=image.name,

@@ -38,7 +38,10 @@ DPKG_OPTIONS = (
     "path-include=/usr/share/locale/locale.alias",
 )
 
-AGENT_DIR = "opt/pandastack/pandastack_guest"
+AGENT_ROOT = "opt/pandastack"
+"""The Python agent's files are under it (the init script starts it there): the agent package
+`pandastack_guest` and the guest protocol's room it imports, `pandastack/guestproto`."""
+AGENT_DIR = f"{AGENT_ROOT}/pandastack_guest"
 AGENT_BINARY = "opt/pandastack/pandastack-agent"
 """Where an image built with the binary agent (ADR 0038) has it."""
 _PYTHON_AGENT_START = b"exec python3 -m pandastack_guest --guest"
@@ -219,6 +222,17 @@ def agent_files(agent_dir: Path) -> dict[str, bytes]:
     return files
 
 
+def python_agent_files(agent_dir: Path, room_dir: Path) -> dict[str, bytes]:
+    """What a Python-agent image holds under AGENT_ROOT, by relative path: the agent package
+    as `pandastack_guest` and the guest protocol's room as `pandastack.guestproto`, which the
+    agent imports by that absolute name (its `pandastack` package holds nothing else)."""
+    files = {f"pandastack_guest/{rel}": data for rel, data in agent_files(agent_dir).items()}
+    files["pandastack/__init__.py"] = b""
+    files.update({f"pandastack/guestproto/{rel}": data
+                  for rel, data in agent_files(room_dir).items()})
+    return files
+
+
 def init_for_binary_agent(init_script: bytes) -> bytes:
     """The init script, starting the binary agent where it starts the Python one. Rewritten
     here rather than in the asset, so images with the Python agent keep their content key."""
@@ -318,7 +332,7 @@ def _pip_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
 
 def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> None:
     root.chmod(0o755)
-    agent_root = root / AGENT_DIR
+    agent_root = root / AGENT_ROOT
     _guest_dirs(agent_root)
     for rel, data in agent.items():
         dest = agent_root / rel
@@ -328,7 +342,7 @@ def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> No
     if agent and (root / "usr/bin/python3").exists():
         # Byte-compile with the guest's own interpreter: the first start under TCG is faster.
         run(["chroot", root, "/usr/bin/python3", "-m", "compileall", "-q",
-             "--invalidation-mode", "checked-hash", f"/{AGENT_DIR}"], what="compileall")
+             "--invalidation-mode", "checked-hash", f"/{AGENT_ROOT}"], what="compileall")
     if (root / "usr/bin/python3").exists() and not (root / VENV / "bin/python").exists():
         # Debian marks its Python "externally managed": `pip install` as the sandbox user
         # would fail. A virtualenv first on PATH (seeing the system's packages) takes pip's

@@ -15,9 +15,10 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from pandastack.host.agentlink.channel import InitParams
+from pandastack.guestproto.ops import ENTROPY_BYTES, METRICS_WINDOW_MS
 from pandastack.host.agentlink.client import AgentClient, DroppedCallback
 from pandastack.host.agentlink.failures import note_failure
+from pandastack.host.agentlink.handshake import InitParams
 from pandastack.host.agentlink.pty import AgentPty
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, VMExited
@@ -73,7 +74,7 @@ class SandboxHandle:
         if self.vm is None:
             raise SandboxStateError(f"sandbox {self.id} has no VM to initialize")
         started = time.monotonic()
-        params = InitParams(time.time_ns(), os.urandom(64), self.hostname, machine_id)
+        params = InitParams(time.time_ns(), os.urandom(ENTROPY_BYTES), self.hostname, machine_id)
         vm = self.vm
         early, vm.agent_connection = vm.agent_connection, None
         try:
@@ -100,7 +101,7 @@ class SandboxHandle:
         failed (a snapshot's id would be lost); an agent out of reach fails its next call."""
         try:
             agent = await self.agent()
-            await agent.init(time_ns=time.time_ns(), entropy=os.urandom(64),
+            await agent.init(time_ns=time.time_ns(), entropy=os.urandom(ENTROPY_BYTES),
                              hostname=self.hostname, machine_id=machine_id)
         except Exception as exc:  # logged; a cancellation (BaseException) still propagates
             log.warning("sandbox %s: clock not set again after its guest stood still: %s",
@@ -256,7 +257,7 @@ class SandboxHandle:
     async def restart_code_context(self, context_id: str) -> None:
         await (await self.agent()).restart_code_context(context_id)
 
-    async def metrics(self, window_ms: int = 200) -> GuestMetrics:
+    async def metrics(self, window_ms: int = METRICS_WINDOW_MS) -> GuestMetrics:
         return await (await self.agent()).metrics(window_ms)
 
 

@@ -1,7 +1,7 @@
 """Frame codec of the pandastack guest-agent protocol (see spec/guest-protocol.md).
 
 Pure and stdlib-only: the guest agent uses it, and so does the host client
-(``pandastack.guest.protocol``).
+(``pandastack.guestproto.frames``).
 
 A frame is::
 
