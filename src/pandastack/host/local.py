@@ -23,6 +23,7 @@ from pandastack.hostport.results import (
     TransferDocument,
 )
 from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumeMountRequest
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
 from .runtime import HostRuntime
@@ -49,7 +50,8 @@ class LocalHost:
         if self.owns_runtime:
             await self.runtime.close()
 
-    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+    async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
+                     memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None,
@@ -87,8 +89,8 @@ class LocalHost:
     async def delete_volume_backup(self, backup_id: str) -> None:
         await self._backups().delete(backup_id)
 
-    async def prepare_template(self, name: str, *, vcpus: int = 1,
-                               memory_mb: int = 512) -> None:
+    async def prepare_template(self, name: str, *, vcpus: int = DEFAULT_VCPUS,
+                               memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         await self.runtime.prepare_template(name, vcpus=vcpus, memory_mb=memory_mb)
 
     async def get(self, sandbox_id: str) -> SandboxPort:
@@ -187,8 +189,9 @@ class LocalHost:
         await asyncio.to_thread(rt.delete_snapshot, snapshot_id)
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
-                             network: NetworkPolicy | None = None, vcpus: int = 1,
-                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+                             network: NetworkPolicy | None = None,
+                             vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
+                             cache_scope: str = "") -> BuildResult:
         return await self.builds.build(spec, log=log, network=network, vcpus=vcpus,
                                        memory_mb=memory_mb, cache_scope=cache_scope)
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
 from .network import NetworkPolicy
@@ -153,7 +154,8 @@ class RuntimePort(Protocol):
 
     async def close(self) -> None: ...
 
-    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+    async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
+                     memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None,
@@ -162,8 +164,8 @@ class RuntimePort(Protocol):
         volumes come with it, read-write ones as copies: see hostport.volumes)."""
         ...
 
-    async def prepare_template(self, name: str, *, vcpus: int = 1,
-                               memory_mb: int = 512) -> None:
+    async def prepare_template(self, name: str, *, vcpus: int = DEFAULT_VCPUS,
+                               memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         """Build built-in template `name` for that shape if it is not built yet (minutes on
         a fresh host); TemplateNotFound for unknown names."""
         ...
@@ -218,8 +220,9 @@ class RuntimePort(Protocol):
     async def delete_snapshot(self, snapshot_id: str) -> None: ...
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
-                             network: NetworkPolicy | None = None, vcpus: int = 1,
-                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+                             network: NetworkPolicy | None = None,
+                             vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
+                             cache_scope: str = "") -> BuildResult:
         """Build a template from `spec` , reusing the step
         cache of `cache_scope` (one team's, under one network policy); `log` gets each line
         of output as it comes. BuildFailed names the step that failed."""

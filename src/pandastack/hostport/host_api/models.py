@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
 from ..network import NetworkPolicy
@@ -90,9 +91,9 @@ class SandboxList(Strict):
 
 
 class CreateRequest(Strict):
-    template: str = "base"
-    vcpus: int = 1
-    memory_mb: int = 512
+    template: str = DEFAULT_TEMPLATE
+    vcpus: int = DEFAULT_VCPUS
+    memory_mb: int = DEFAULT_MEMORY_MB
     disk_mb: int | None = None
     sandbox_id: str | None = None
     snapshot: str | None = None
@@ -101,8 +102,8 @@ class CreateRequest(Strict):
 
 
 class PrepareTemplateRequest(Strict):
-    vcpus: int = 1
-    memory_mb: int = 512
+    vcpus: int = DEFAULT_VCPUS
+    memory_mb: int = DEFAULT_MEMORY_MB
 
 
 class SnapshotRequest(Strict):
@@ -321,8 +322,8 @@ class CodeContextList(Strict):
 class BuildRequest(Strict):
     spec: TemplateSpec
     network: Network | None = None
-    vcpus: int = 1
-    memory_mb: int = 512
+    vcpus: int = DEFAULT_VCPUS
+    memory_mb: int = DEFAULT_MEMORY_MB
     cache_scope: str = ""
 
 

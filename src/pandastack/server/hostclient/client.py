@@ -17,6 +17,7 @@ from pandastack.hostport.host_api.models import (
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog
 from pandastack.hostport.results import BuildResult
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
 from .calls import Caller, api_path, parse
@@ -96,8 +97,9 @@ class HostClient:
                                                        alive=True))
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
-                             network: NetworkPolicy | None = None, vcpus: int = 1,
-                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+                             network: NetworkPolicy | None = None,
+                             vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
+                             cache_scope: str = "") -> BuildResult:
         body = BuildRequest(spec=spec, network=network_model(network), vcpus=vcpus,
                             memory_mb=memory_mb, cache_scope=cache_scope)
         async with self._caller.stream("POST", api_path("templates", "builds"), json=body,
