@@ -88,6 +88,10 @@ class HostConfig:
     # AUTO_STREAM_HUGETLB_MB (at most 1/8 of the host's memory) where the host hands freed
     # memory back to its hypervisor, else 0.
     stream_hugetlb_mb: int | None = None
+    # How long the guest-agent client waits for one answer of the guest; for an exec with a
+    # timeout, also its grace past that timeout (the guest kills the process tree then and
+    # reports the exit once the tree is gone: guest/procs.py KILLED_GRACE). The host API's
+    # client waits longer still (hostclient EXEC_ANSWER_GRACE_S) for this host's answer.
     agent_timeout_s: float = 30.0
     # False: sandboxes get no network at all (no slot, namespace, tap or egress proxy), and
     # the runtime leaves the host's network alone. Only for drivers whose VMs have no NIC

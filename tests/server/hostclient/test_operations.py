@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from pandastack.guest.procs import KILLED_GRACE
 from pandastack.host.api import create_host_app
+from pandastack.host.config import HostConfig
 from pandastack.hostport.host_api.operations import BY_NAME, HAND_WRITTEN, OPERATIONS
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import (
@@ -27,6 +29,7 @@ from pandastack.hostport.protocols import (
 from pandastack.hostport.results import FileInfo, GuestMetrics, SnapshotInfo, SnapshotResult
 from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumeMountRequest, VolumePort
 from pandastack.server.hostclient import HostClient, RemoteSandbox
+from pandastack.server.hostclient.sandbox import EXEC_ANSWER_GRACE_S
 from tests.host.api.fake_host import served
 
 TOKEN = "t0ken"
@@ -190,6 +193,13 @@ def returned(name: str) -> Any:
     if isinstance(value, list) and value and value[0] is SANDBOX:
         return [FakeSandbox("sbx-9", []) for _ in value]
     return value
+
+
+def test_the_exec_grace_margins_nest() -> None:
+    """Past an exec's timeout, each hop waits for the one inside it: the guest reports the
+    exit once the killed tree is gone, the host's guest-agent client waits agent_timeout_s
+    for that, and the host API's client waits EXEC_ANSWER_GRACE_S for the host's answer."""
+    assert KILLED_GRACE < HostConfig.agent_timeout_s < EXEC_ANSWER_GRACE_S
 
 
 def test_every_row_has_a_case() -> None:
