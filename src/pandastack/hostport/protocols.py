@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pandastack.guestproto.ops import METRICS_WINDOW_MS
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
@@ -139,9 +140,10 @@ class SandboxPort(Protocol):
 
     async def restart_code_context(self, context_id: str) -> None: ...
 
-    async def metrics(self, window_ms: int = 200) -> GuestMetrics:
-        """CPU use over `window_ms` (10..2000, measured by the guest as it answers), memory
-        and root-disk use, all sampled now: nothing is measured between calls."""
+    async def metrics(self, window_ms: int = METRICS_WINDOW_MS) -> GuestMetrics:
+        """CPU use over `window_ms` (within the guest protocol's bounds: guestproto.ops),
+        measured by the guest as it answers; memory and root-disk use, all sampled now:
+        nothing is measured between calls."""
         ...
 
 

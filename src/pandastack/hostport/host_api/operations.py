@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pandastack.guestproto.ops import METRICS_MAX_WINDOW_MS, METRICS_MIN_WINDOW_MS
+
 from ..protocols import MigrationPort, RuntimePort, SandboxPort, SnapshotTransferPort
 from ..results import FileInfo, GuestMetrics, SnapshotInfo, SnapshotResult
 from ..volumes import HostVolume, VolumeBackup, VolumePort
@@ -217,7 +219,8 @@ OPERATIONS: tuple[Operation, ...] = (
               "lifecycle", status=204),
     # -- one sandbox's metrics ----------------------------------------------------------------
     Operation("metrics", _S, "GET", f"{SANDBOX}/metrics", "getSandboxMetrics", "sandboxes",
-              "guest", query={"window_ms": {"ge": 10, "le": 2000}},
+              "guest", query={"window_ms": {"ge": METRICS_MIN_WINDOW_MS,
+                                            "le": METRICS_MAX_WINDOW_MS}},
               result=GuestMetrics),
 )
 
