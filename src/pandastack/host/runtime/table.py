@@ -8,7 +8,6 @@ without being written to its directory first (ADR 0043)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from pandastack.host.runtime.records import SandboxRecord
@@ -33,9 +32,6 @@ class SandboxTable:
 
     def __contains__(self, sandbox_id: object) -> bool:
         return sandbox_id in self._handles
-
-    def __len__(self) -> int:
-        return len(self._handles)
 
     def get(self, sandbox_id: str) -> SandboxHandle:
         try:
@@ -100,6 +96,3 @@ class SandboxTable:
     def clear(self) -> None:
         self._handles.clear()
         self._records.clear()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._handles))
