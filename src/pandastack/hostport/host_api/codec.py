@@ -31,7 +31,7 @@ ErrorValue = str | int | float | bool | None
 T = TypeVar("T")
 
 
-class Strict(BaseModel):
+class HostApiModel(BaseModel):
     """A request or envelope of the host API: unknown fields are refused. The host API's own
     base, not the REST contract's (`pandastack.wire`): the two evolve apart."""
 
@@ -88,14 +88,14 @@ Base64 = Annotated[
 ]
 
 
-class ErrorBody(Strict):
+class ErrorBody(HostApiModel):
     type: str = Field(description="the error's class in pandastack.hostport.errors, or "
                                   "ValueError (a request the host refused as invalid)")
     message: str
     attributes: dict[str, ErrorValue] = Field(default_factory=dict)
 
 
-class ErrorEnvelope(Strict):
+class ErrorEnvelope(HostApiModel):
     error: ErrorBody
 
 

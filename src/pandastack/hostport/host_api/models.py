@@ -17,12 +17,12 @@ from ..pty import DEFAULT_COLS, DEFAULT_ROWS, MAX_DIM
 from ..results import ExecResult, FileInfo, SnapshotInfo
 from ..volumes import HostVolume, VolumeMountRequest
 from ..watch import WatchEvent
-from .codec import Base64, Strict
+from .codec import Base64, HostApiModel
 
 # -- values with a port form of their own (`port_value()`) ------------------------------------
 
 
-class Network(Strict):
+class Network(HostApiModel):
     internet: bool = True
     allow_out: list[str] = Field(default_factory=list)
     deny_out: list[str] = Field(default_factory=list)
@@ -41,7 +41,7 @@ def network_model(policy: NetworkPolicy | None) -> Network | None:
     return None if policy is None else Network.of(policy)
 
 
-class VolumeMountModel(Strict):
+class VolumeMountModel(HostApiModel):
     volume_id: str = Field(max_length=64)
     mount_path: str = Field(max_length=1024)
     read_only: bool = False
@@ -50,7 +50,7 @@ class VolumeMountModel(Strict):
         return VolumeMountRequest(self.volume_id, self.mount_path, self.read_only)
 
 
-class Placement(Strict):
+class Placement(HostApiModel):
     network: Network | None
     ns_ip: str | None
 
@@ -65,13 +65,13 @@ def port_value(value: Any) -> Any:
     if isinstance(value, list):
         return [port_value(v) for v in value]
     method = getattr(value, "port_value", None)
-    return method() if isinstance(value, Strict) and callable(method) else value
+    return method() if isinstance(value, HostApiModel) and callable(method) else value
 
 
 # -- sandboxes ------------------------------------------------------------------------------
 
 
-class SandboxInfo(Strict):
+class SandboxInfo(HostApiModel):
     id: str
     state: str = Field(description='"running", "paused", "hibernated" or "stopped" (its VM '
                                    'died, its disk kept; a wake boots it)')
@@ -86,11 +86,11 @@ class SandboxInfo(Strict):
         return data
 
 
-class SandboxList(Strict):
+class SandboxList(HostApiModel):
     sandboxes: list[SandboxInfo]
 
 
-class CreateRequest(Strict):
+class CreateRequest(HostApiModel):
     template: str = DEFAULT_TEMPLATE
     vcpus: int = DEFAULT_VCPUS
     memory_mb: int = DEFAULT_MEMORY_MB
@@ -101,37 +101,37 @@ class CreateRequest(Strict):
     volumes: list[VolumeMountModel] = Field(default_factory=list, max_length=16)
 
 
-class PrepareTemplateRequest(Strict):
+class PrepareTemplateRequest(HostApiModel):
     vcpus: int = DEFAULT_VCPUS
     memory_mb: int = DEFAULT_MEMORY_MB
 
 
-class SnapshotRequest(Strict):
+class SnapshotRequest(HostApiModel):
     name: str | None = None
     internal: bool = False
 
 
-class ForkRequest(Strict):
+class ForkRequest(HostApiModel):
     count: int = 1
 
 
-class SnapshotList(Strict):
+class SnapshotList(HostApiModel):
     snapshots: list[SnapshotInfo]
 
 
-class MigrationDocumentModel(Strict):
+class MigrationDocumentModel(HostApiModel):
     """A live migration's offer, ticket or handoff (hostport.results.MigrationDocument)."""
 
     document: dict[str, Any]
 
 
-class TransferDocumentModel(Strict):
+class TransferDocumentModel(HostApiModel):
     """A snapshot transfer's offer or ticket (hostport.results.TransferDocument)."""
 
     document: dict[str, Any]
 
 
-class HostStatus(Strict):
+class HostStatus(HostApiModel):
     status: Literal["ok"] = "ok"
     sandboxes: int
 
@@ -139,24 +139,24 @@ class HostStatus(Strict):
 # -- volumes --------------------------------------------------------------------------------
 
 
-class HostVolumeList(Strict):
+class HostVolumeList(HostApiModel):
     volumes: list[HostVolume]
 
 
-class CreateVolumeRequest(Strict):
+class CreateVolumeRequest(HostApiModel):
     volume_id: str = Field(max_length=64)
     size_mb: int
 
 
-class ResizeVolumeRequest(Strict):
+class ResizeVolumeRequest(HostApiModel):
     size_mb: int
 
 
-class BackupVolumeRequest(Strict):
+class BackupVolumeRequest(HostApiModel):
     backup_id: str = Field(max_length=64)
 
 
-class RestoreVolumeRequest(Strict):
+class RestoreVolumeRequest(HostApiModel):
     backup_id: str = Field(max_length=64)
     volume_id: str = Field(max_length=64)
 
@@ -164,7 +164,7 @@ class RestoreVolumeRequest(Strict):
 # -- processes ------------------------------------------------------------------------------
 
 
-class ExecRequest(Strict):
+class ExecRequest(HostApiModel):
     cmd: str | list[str] = Field(description="a string runs through /bin/sh -c; a list is "
                                              "the argv")
     timeout: float | None = None
@@ -179,7 +179,7 @@ class ExecRequest(Strict):
                     "whether more came; every byte is still sent in frames")
 
 
-class ExecDone(Strict):
+class ExecDone(HostApiModel):
     """The final RESULT frame of an exec or an attach: the output came before it, in STDOUT
     and STDERR frames (the client keeps it for the ExecResult)."""
 
@@ -201,7 +201,7 @@ class ExecDone(Strict):
                           signal=self.signal, truncated=self.truncated or truncated)
 
 
-class SpawnRequest(Strict):
+class SpawnRequest(HostApiModel):
     cmd: str | list[str]
     env: dict[str, str] | None = None
     cwd: str | None = None
@@ -210,7 +210,7 @@ class SpawnRequest(Strict):
                                   "process's tree is killed and its exit says timed_out")
 
 
-class Replay(Strict):
+class Replay(HostApiModel):
     """The REPLAY frame that opens an attach: bytes of each stream the guest's 1 MiB rings
     had dropped before the backlog that follows."""
 
@@ -218,11 +218,11 @@ class Replay(Strict):
     stderr_dropped: int = Field(ge=0)
 
 
-class Spawned(Strict):
+class Spawned(HostApiModel):
     pid: int
 
 
-class PtyRequest(Strict):
+class PtyRequest(HostApiModel):
     """A process on a new terminal (hostport.pty): `cmd`, or the user's shell."""
 
     cols: int = Field(default=DEFAULT_COLS, ge=1, le=MAX_DIM)
@@ -233,15 +233,15 @@ class PtyRequest(Strict):
     user: str | None = None
 
 
-class ProcessList(Strict):
+class ProcessList(HostApiModel):
     processes: list[dict[str, Any]]
 
 
-class SignalRequest(Strict):
+class SignalRequest(HostApiModel):
     signal: int
 
 
-class StdinRequest(Strict):
+class StdinRequest(HostApiModel):
     data: Base64 = b""
     eof: bool = False
 
@@ -249,37 +249,37 @@ class StdinRequest(Strict):
 # -- files ----------------------------------------------------------------------------------
 
 
-class DirList(Strict):
+class DirList(HostApiModel):
     entries: list[FileInfo]
 
 
-class Written(Strict):
+class Written(HostApiModel):
     size: int = Field(description="bytes written")
 
 
-class ReadDone(Strict):
+class ReadDone(HostApiModel):
     """The final RESULT frame of a file read (its bytes came before it, in DATA frames)."""
 
     size: int
 
 
-class MkdirRequest(Strict):
+class MkdirRequest(HostApiModel):
     path: str
     parents: bool = True
 
 
-class RenameRequest(Strict):
+class RenameRequest(HostApiModel):
     src: str
     dst: str
 
 
-class WatchBatch(Strict):
+class WatchBatch(HostApiModel):
     """One EVENT frame of a watch stream (hostport/watch.py)."""
 
     events: list[WatchEvent]
 
 
-class WatchDone(Strict):
+class WatchDone(HostApiModel):
     """The final RESULT frame of a watch: why it ended ("overflow" came as an event
     before it)."""
 
@@ -289,7 +289,7 @@ class WatchDone(Strict):
 # -- code interpreter -----------------------------------------------------------------------
 
 
-class RunCodeRequest(Strict):
+class RunCodeRequest(HostApiModel):
     code: str
     language: str = "python"
     context_id: str | None = None
@@ -297,29 +297,29 @@ class RunCodeRequest(Strict):
     env: dict[str, str] | None = None
 
 
-class RunDone(Strict):
+class RunDone(HostApiModel):
     """The final RESULT frame of a code run (its events, "end" last, came before it)."""
 
     events: int
 
 
-class CodeContextRequest(Strict):
+class CodeContextRequest(HostApiModel):
     language: str = "python"
     cwd: str | None = None
 
 
-class CodeContext(Strict):
+class CodeContext(HostApiModel):
     context: dict[str, Any]
 
 
-class CodeContextList(Strict):
+class CodeContextList(HostApiModel):
     contexts: list[dict[str, Any]]
 
 
 # -- templates ------------------------------------------------------------------------------
 
 
-class BuildRequest(Strict):
+class BuildRequest(HostApiModel):
     spec: TemplateSpec
     network: Network | None = None
     vcpus: int = DEFAULT_VCPUS
@@ -327,9 +327,9 @@ class BuildRequest(Strict):
     cache_scope: str = ""
 
 
-class PruneRequest(Strict):
+class PruneRequest(HostApiModel):
     keep_newest: int
 
 
-class Pruned(Strict):
+class Pruned(HostApiModel):
     deleted: list[str]

@@ -29,7 +29,7 @@ from ..protocols import MigrationPort, RuntimePort, SandboxPort, SnapshotTransfe
 from ..results import FileInfo, GuestMetrics, SnapshotInfo, SnapshotResult
 from ..volumes import HostVolume, VolumeBackup, VolumePort
 from . import models as m
-from .codec import Strict
+from .codec import HostApiModel
 
 Wait = Literal["lookup", "guest", "lifecycle"] | None
 PortClass = type[SandboxPort] | type[RuntimePort] | type[MigrationPort] | \
@@ -51,7 +51,7 @@ class Operation:
     operation_id: str
     tag: str
     wait: Wait
-    body: type[Strict] | None = None
+    body: type[HostApiModel] | None = None
     whole_body: bool = False
     renamed: Mapping[str, str] = field(default_factory=dict)
     query: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
