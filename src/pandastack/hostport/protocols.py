@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pandastack.guestproto.ops import METRICS_WINDOW_MS
+from pandastack.guestproto.ops import METRICS_WINDOW_MS, WRITE_FILE_MODE
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
@@ -107,7 +107,7 @@ class SandboxPort(Protocol):
     def read_file(self, path: str) -> AsyncIterator[bytes]: ...
 
     async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *,
-                         mode: int = 0o644) -> int: ...
+                         mode: int = WRITE_FILE_MODE) -> int: ...
 
     async def list_dir(self, path: str) -> list[FileInfo]: ...
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
+from pandastack.guestproto.ops import WRITE_FILE_MODE
 from pandastack.hostport.frames import Kind
 from pandastack.hostport.host_api.models import ReadDone, Written
 
@@ -15,6 +16,8 @@ from .framed import FramedResponse, Outbox, framed_responses
 
 router = APIRouter(prefix="/sandboxes/{sandbox_id}/files", tags=["files"])
 Path = Query(description="an absolute path in the guest")
+MODE_BITS = 0o7777
+"""A mode's permission bits with setuid, setgid and sticky: what chmod(2) sets."""
 RAW_BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
     "schema": {"type": "string", "format": "binary"}}}}}
 
@@ -33,5 +36,5 @@ async def read_file(sandbox: Sandbox, path: str = Path) -> FramedResponse:
 
 @router.put("/content", operation_id="writeFile", openapi_extra=RAW_BODY)
 async def write_file(request: Request, sandbox: Sandbox, path: str = Path,
-                     mode: int = Query(0o644, ge=0, le=0o7777)) -> Written:
+                     mode: int = Query(WRITE_FILE_MODE, ge=0, le=MODE_BITS)) -> Written:
     return Written(size=await sandbox.write_file(path, request.stream(), mode=mode))

@@ -9,6 +9,7 @@ import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pandastack.guestproto.ops import WRITE_FILE_MODE
 from pandastack.hostport.frames import Kind
 from pandastack.hostport.host_api.models import (
     ExecDone,
@@ -148,7 +149,7 @@ class RemoteSandbox:
                     yield frame.payload
 
     async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *,
-                         mode: int = 0o644) -> int:
+                         mode: int = WRITE_FILE_MODE) -> int:
         written = await self._caller.model(
             Written, "PUT", self._path("files", "content"), params={"path": path, "mode": mode},
             content=data, read=self._guest)
