@@ -7,23 +7,21 @@ garbage and the old connection was declared broken, the next call reconnects and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from pandastack.guestproto.ops import ENTROPY_BYTES, METRICS_WINDOW_MS
+from pandastack.guestproto.ops import ENTROPY_BYTES
+from pandastack.host.agentlink.bound import AgentCall, AgentStream
 from pandastack.host.agentlink.client import AgentClient, DroppedCallback
 from pandastack.host.agentlink.failures import note_failure
 from pandastack.host.agentlink.handshake import InitParams
-from pandastack.host.agentlink.pty import AgentPty
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, VMExited
-from pandastack.hostport.results import CodeEvent, ExecResult, FileInfo, GuestMetrics
-from pandastack.hostport.watch import WatchEvent
+from pandastack.hostport.results import ExecResult
 
 log = logging.getLogger(__name__)
 
@@ -162,12 +160,6 @@ class SandboxHandle:
                                 on_stdout=on_stdout, on_stderr=on_stderr, user=user,
                                 max_output=max_output)
 
-    async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None, user: str | None = None,
-                    timeout: float | None = None) -> int:
-        return await (await self.agent()).spawn(cmd, env=env, cwd=cwd, user=user,
-                                                timeout=timeout)
-
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
                      on_stderr: OutputCallback | None = None,
                      on_dropped: DroppedCallback | None = None,
@@ -179,86 +171,30 @@ class SandboxHandle:
         return await agent.attach(pid, on_stdout=on_stdout, on_stderr=on_stderr,
                                   on_dropped=on_dropped, max_output=0)
 
-    async def procs(self) -> list[dict[str, object]]:
-        return await (await self.agent()).procs()
+    # The rest are the agent client's own, called on `agent()` (bound.py): one name each.
+    spawn = AgentCall(AgentClient.spawn)
+    procs = AgentCall(AgentClient.procs)
+    signal = AgentCall(AgentClient.signal)
+    send_stdin = AgentCall(AgentClient.send_stdin)
+    pty_create = AgentCall(AgentClient.pty_create)
+    pty_connect = AgentCall(AgentClient.pty_connect)
+    read_file = AgentStream(AgentClient.read_file)
+    read_file_bytes = AgentCall(AgentClient.read_file_bytes)
+    write_file = AgentCall(AgentClient.write_file)
+    list_dir = AgentCall(AgentClient.list_dir)
+    stat = AgentCall(AgentClient.stat)
+    mkdir = AgentCall(AgentClient.mkdir)
+    remove = AgentCall(AgentClient.remove)
+    rename = AgentCall(AgentClient.rename)
+    watch = AgentStream(AgentClient.watch)
+    metrics = AgentCall(AgentClient.metrics)
 
-    async def signal(self, pid: int, sig: int) -> None:
-        await (await self.agent()).signal(pid, sig)
-
-    async def send_stdin(self, pid: int, data: bytes, *, eof: bool = False) -> None:
-        await (await self.agent()).send_stdin(pid, data, eof=eof)
-
-    async def pty_create(self, *, cols: int, rows: int, cmd: str | Sequence[str] | None = None,
-                         env: Mapping[str, str] | None = None, cwd: str | None = None,
-                         user: str | None = None) -> int:
-        return await (await self.agent()).pty_create(cols=cols, rows=rows, cmd=cmd, env=env,
-                                                     cwd=cwd, user=user)
-
-    async def pty_connect(self, pid: int) -> AgentPty:
-        return await (await self.agent()).pty_connect(pid)
-
-    async def read_file(self, path: str) -> AsyncIterator[bytes]:
-        agent = await self.agent()
-        async for chunk in agent.read_file(path):
-            yield chunk
-
-    async def read_file_bytes(self, path: str) -> bytes:
-        return await (await self.agent()).read_file_bytes(path)
-
-    async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *,
-                         mode: int = 0o644) -> int:
-        return await (await self.agent()).write_file(path, data, mode=mode)
-
-    async def list_dir(self, path: str) -> list[FileInfo]:
-        return await (await self.agent()).list_dir(path)
-
-    async def stat(self, path: str) -> FileInfo:
-        return await (await self.agent()).stat(path)
-
-    async def mkdir(self, path: str, *, parents: bool = True) -> None:
-        await (await self.agent()).mkdir(path, parents=parents)
-
-    async def remove(self, path: str, *, recursive: bool = False) -> None:
-        await (await self.agent()).remove(path, recursive=recursive)
-
-    async def rename(self, src: str, dst: str) -> None:
-        await (await self.agent()).rename(src, dst)
-
-    async def watch(self, path: str, *,
-                    recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
-        agent = await self.agent()
-        async with contextlib.aclosing(agent.watch(path, recursive=recursive)) as batches:
-            async for batch in batches:
-                yield batch
-
-    # -- code interpreter -----------------------------------------------------------------
-
-    async def run_code(self, code: str, *, language: str = "python",
-                       context_id: str | None = None, timeout: float | None = None,
-                       env: Mapping[str, str] | None = None) -> AsyncIterator[CodeEvent]:
-        """See `AgentClient.run_code`: the events of one run, the last always "end"."""
-        agent = await self.agent()
-        async with contextlib.aclosing(agent.run_code(
-                code, language=language, context_id=context_id, timeout=timeout,
-                env=env)) as events:
-            async for event in events:
-                yield event
-
-    async def create_code_context(self, language: str = "python",
-                                  cwd: str | None = None) -> dict[str, object]:
-        return await (await self.agent()).create_code_context(language, cwd)
-
-    async def list_code_contexts(self) -> list[dict[str, object]]:
-        return await (await self.agent()).list_code_contexts()
-
-    async def delete_code_context(self, context_id: str) -> None:
-        await (await self.agent()).delete_code_context(context_id)
-
-    async def restart_code_context(self, context_id: str) -> None:
-        await (await self.agent()).restart_code_context(context_id)
-
-    async def metrics(self, window_ms: int = METRICS_WINDOW_MS) -> GuestMetrics:
-        return await (await self.agent()).metrics(window_ms)
+    # -- code interpreter (agentlink/code.py) -----------------------------------------------
+    run_code = AgentStream(AgentClient.run_code)
+    create_code_context = AgentCall(AgentClient.create_code_context)
+    list_code_contexts = AgentCall(AgentClient.list_code_contexts)
+    delete_code_context = AgentCall(AgentClient.delete_code_context)
+    restart_code_context = AgentCall(AgentClient.restart_code_context)
 
 
 async def _vm_ended(vm: VMProcess) -> str | None:
