@@ -49,10 +49,10 @@ def test_every_port_method_is_a_row_or_written_by_hand() -> None:
     assert declared - {"id", "state"} == rows | set(HAND_WRITTEN)
     for op in OPERATIONS:
         assert op.name in members(op.port), f"{op.name} is no method of {op.port.__name__}"
-        assert set(op.path_names) - {"sandbox_id"} <= set(op.arguments()), op.name
-        assert set(op.query) <= set(op.query_arguments()), op.name
+        assert set(op.path_names) - {"sandbox_id"} <= set(op.arguments), op.name
+        assert set(op.query) <= set(op.query_arguments), op.name
         if op.body is not None and not op.whole_body:
-            wire = {op.renamed.get(a, a) for a in op.body_arguments()}
+            wire = {op.renamed.get(a, a) for a in op.body_arguments}
             assert wire == set(op.body.model_fields), f"{op.name}: body fields {wire}"
 
 

@@ -42,14 +42,14 @@ async def _target(op: Operation, host: RuntimePort, values: dict[str, Any]) -> A
 def _arguments(op: Operation, values: dict[str, Any]) -> inspect.BoundArguments:
     body = values.pop("body", None)
     if body is not None and op.whole_body:
-        (name,) = op.body_arguments()
+        (name,) = op.body_arguments
         values[name] = port_value(body)
     elif body is not None:
-        for name in op.body_arguments():
+        for name in op.body_arguments:
             values[name] = port_value(getattr(body, op.renamed.get(name, name)))
     # Bound to the port's signature: positional where it is, so that an implementation's
     # own names for positional parameters do not matter.
-    return op.signature().bind(**values)
+    return op.signature.bind(**values)
 
 
 def _answer(op: Operation, result: Any) -> Any:
@@ -64,12 +64,12 @@ def _answer(op: Operation, result: Any) -> Any:
 
 def _parameters(op: Operation) -> list[inspect.Parameter]:
     hints = op.hints()
-    signature = op.signature().parameters
+    signature = op.signature.parameters
     params = [inspect.Parameter("request", KW, annotation=Request)]
     for name in op.path_names:
         params.append(inspect.Parameter(
             name, KW, annotation=Annotated[hints.get(name, str), PathParam()]))
-    for name in op.query_arguments():
+    for name in op.query_arguments:
         rule = dict(op.query.get(name, {}))
         default = rule.pop("default", signature[name].default)
         params.append(inspect.Parameter(

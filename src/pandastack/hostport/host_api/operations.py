@@ -16,6 +16,7 @@ a port method is in neither.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import typing
@@ -59,7 +60,9 @@ class Operation:
     unwrap: str | None = None
     status: int = 200
 
-    @property
+    # What follows is read on every call on both sides: worked out once per row.
+
+    @functools.cached_property
     def path_names(self) -> tuple[str, ...]:
         return tuple(re.findall(r"{(\w+)}", self.path))
 
@@ -68,6 +71,7 @@ class Operation:
         """A method of one sandbox (`SandboxPort`): the path's `sandbox_id` finds it."""
         return self.port is SandboxPort
 
+    @functools.cached_property
     def signature(self) -> inspect.Signature:
         """The port method's signature, `self` dropped."""
         method = getattr(self.port, self.name)
@@ -77,20 +81,23 @@ class Operation:
     def hints(self) -> dict[str, Any]:
         return typing.get_type_hints(getattr(self.port, self.name))
 
+    @functools.cached_property
     def arguments(self) -> tuple[str, ...]:
-        return tuple(self.signature().parameters)
+        return tuple(self.signature.parameters)
 
+    @functools.cached_property
     def body_arguments(self) -> tuple[str, ...]:
         if self.body is None:
             return ()
         if self.whole_body:
-            return tuple(a for a in self.arguments() if a not in self.path_names)
+            return tuple(a for a in self.arguments if a not in self.path_names)
         wire = set(self.body.model_fields)
-        return tuple(a for a in self.arguments() if self.renamed.get(a, a) in wire)
+        return tuple(a for a in self.arguments if self.renamed.get(a, a) in wire)
 
+    @functools.cached_property
     def query_arguments(self) -> tuple[str, ...]:
-        taken = set(self.path_names) | set(self.body_arguments())
-        return tuple(a for a in self.arguments() if a not in taken)
+        taken = set(self.path_names) | set(self.body_arguments)
+        return tuple(a for a in self.arguments if a not in taken)
 
 
 SANDBOX = "/sandboxes/{sandbox_id}"

@@ -35,20 +35,20 @@ def _body(op: Operation, values: dict[str, Any]) -> Any:
     if op.body is None:
         return None
     if op.whole_body:
-        (name,) = op.body_arguments()
+        (name,) = op.body_arguments
         return op.body.model_validate(values[name], from_attributes=True)
-    fields = {op.renamed.get(name, name): values[name] for name in op.body_arguments()}
+    fields = {op.renamed.get(name, name): values[name] for name in op.body_arguments}
     return op.body.model_validate(fields, from_attributes=True)
 
 
 def _params(op: Operation, values: dict[str, Any]) -> dict[str, Any] | None:
-    return {name: values[name] for name in op.query_arguments()} or None
+    return {name: values[name] for name in op.query_arguments} or None
 
 
 def call(op: Operation) -> Callable[..., Awaitable[Any]]:
     """The client method of `op`, for a class with `_caller` (and, for a sandbox's
     operations, `id`)."""
-    signature = op.signature()
+    signature = op.signature
 
     async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
