@@ -1,9 +1,16 @@
 """Across hosts through the object store, on real agents, microVMs, PostgreSQL and the real
 S3 server: a snapshot taken on host A creates on host B with its processes; a fork pinned to
 B has the parent's live process and memory and its own hostname and machine-id; a drain of A
-moves its running sandbox to B with its processes; a hibernated sandbox of a SIGKILLed host
-wakes on the other one; the object store out of reach for 10 s gives clear 503s and nothing
-is lost."""
+moves its running sandbox to B live (ADR 0023: the source's QEMU streams the memory to the
+destination's over loopback) with its id, processes, memory, files and lease, and A keeps
+nothing; a SIGKILLed host's sandboxes become host_lost within the stale window while creates
+go elsewhere: its hibernated one wakes on the other host, its running one saved nothing (409
+host_lost), and the agent kills that VM when it comes back; the object store out of reach
+for 10 s gives clear 503s and nothing is lost.
+
+The drain and the lost host ride on the sandboxes the snapshot and hibernation tests made
+(they were modules and tests of their own, each with its own two agents and two servers:
+the serial lane's time, issue 33)."""
 
 from __future__ import annotations
 
@@ -19,10 +26,12 @@ import pytest
 
 from pandastack.host.objects import ObjectStoreConfig
 from pandastack.host.objects.s3 import S3Bucket
+from pandastack.server.hostclient import HostClient
 from pandastack.server.hosts.drain import drain
-from tests.helpers import HOLDER
+from tests.helpers import HOLDER, vmm_pids_under
 from tests.registry.conftest import pg_dsn
 from tests.registry.proxy import TcpProxy
+from tests.registry.test_agent_membership import alive, vm_pid
 from tests.server.conftest import Api, assert_envelope
 from tests.server.hosts.cluster_rig import STALE_S, agents, api_servers, host_ids, registry_of
 from tests.server.hosts.test_cluster_agents import until
@@ -32,6 +41,15 @@ from tests.server.hosts.test_cluster_agents import until
 pytestmark = pytest.mark.serial
 
 __all__ = ["pg_dsn"]
+
+# Writes the guest's wall clock every 10 ms: the largest step is the guest's pause (its other
+# clocks stop with the VM; the wall clock is set again when the destination runs it).
+TICKER = ("import time\n"
+          "f = open('/tmp/ticks', 'w', buffering=1)\n"
+          "while True:\n"
+          "    f.write(f'{time.time():.4f}\\n'); time.sleep(0.01)\n")
+GAP = ("python3 -c \"t=[float(x) for x in open('/tmp/ticks') if x.strip()];"
+       "print(max(b-a for a,b in zip(t,t[1:])))\"")
 
 
 @pytest.fixture(scope="module")
@@ -151,12 +169,37 @@ async def test_snapshot_fork_and_drain_across_hosts(pg_dsn: str, tmp_path: Path,
             assert all(a != b for a, b in zip(*seen, strict=True)), seen
             assert await told(one, src, pid) == value  # the parent runs on
 
-            # Drain A: its running sandbox goes on on B with its processes; A takes no more.
+            # Drain A: its running sandbox goes on on B live, with its processes, memory,
+            # files and lease; A keeps nothing and takes no more.
+            await run(one, src, "echo kept > /work/note")
+            await ok(await one.client.post(f"/v1/sandboxes/{src}/processes",
+                                           json={"cmd": ["python3", "-c", TICKER]}), 201)
+
+            async def ticking() -> bool:  # a gap needs ticks from before the move
+                r = await one.client.post(f"/v1/sandboxes/{src}/exec", json={
+                    "cmd": ["sh", "-c", "test \"$(wc -l < /tmp/ticks)\" -ge 2"]})
+                return r.status_code == 200 and r.json()["exit_code"] == 0
+            await until("the ticker to write", ticking)
+            started = time.monotonic()
             report = await drain(one.app.state.service, id_a)
+            took = time.monotonic() - started
             assert report.moved == {src: id_b} and report.failed == {}, report
+            assert report.moved_live == [src], report
+            lease = registry.lease_of(src)
+            assert lease is not None and lease.host_id == id_b
             got = await ok(await two.client.get(f"/v1/sandboxes/{src}"))
             assert got["host_id"] == id_b and got["state"] == "running"
+            assert await told(one, src, pid) == value
+            assert await run(one, src, "cat /work/note") == "kept\n"
+            gap = float(await run(one, src, GAP))
+            # The other server's cache named the source (it listed the hosts while the
+            # sandbox moved); the row it reads with each request names the new host.
             assert await told(two, src, pid) == value
+            print(f"\nlive drain: {took * 1000:.0f} ms, guest's largest pause {gap * 1000:.0f} ms")
+            async with HostClient(a.url, a.token) as agent_a:
+                assert [s.id for s in await agent_a.list_sandboxes()] == []
+            assert not (a.state_dir / "sandboxes" / src).exists()
+            assert vmm_pids_under(a.state_dir) == []
             # (The server that drained knows at once; another one at its next read of the
             # hosts, within 2 s.)
             new = await ok(await one.client.post("/v1/sandboxes", json={}), 201)
@@ -169,7 +212,7 @@ async def test_snapshot_fork_and_drain_across_hosts(pg_dsn: str, tmp_path: Path,
                 == 204
 
 
-async def test_a_hibernated_sandbox_of_a_lost_host_wakes_on_another(
+async def test_a_lost_hosts_hibernated_sandbox_wakes_on_another_its_running_one_is_fenced(
         pg_dsn: str, tmp_path: Path, s3_env: dict[str, str]) -> None:
     with registry_of(pg_dsn) as registry:
         async with agents(pg_dsn, 2, object_store=store_url(s3_env)) as (a, b), \
@@ -179,20 +222,44 @@ async def test_a_hibernated_sandbox_of_a_lost_host_wakes_on_another(
                 "host_id": id_a, "persistent": True}), 201))["id"])
             pid, value = await holder(one, sid)
             await ok(await one.client.post(f"/v1/sandboxes/{sid}/hibernate"))
+            doomed = str((await ok(await one.client.post("/v1/sandboxes", json={
+                "host_id": id_a}), 201))["id"])
+            vm = vm_pid(a, doomed)
+            assert vm is not None and alive(vm)
 
             assert a.signal(signal.SIGKILL) == -signal.SIGKILL
+            assert alive(vm)  # the VM outlives its agent
 
             async def lost() -> bool:
-                got = (await two.client.get(f"/v1/sandboxes/{sid}")).json()
-                return bool(got["state"] == "host_lost")
-            await until("the sandbox to be host_lost", lost, timeout=STALE_S * 10)
+                got = [(await two.client.get(f"/v1/sandboxes/{i}")).json()["state"]
+                       for i in (sid, doomed)]
+                return got == ["host_lost"] * 2
+            await until("the sandboxes to be host_lost", lost, timeout=STALE_S * 10)
+            for api in (one, two):
+                assert_envelope(await api.client.post(f"/v1/sandboxes/{doomed}/exec",
+                                                      json={"cmd": "true"}), 409, "host_lost")
+                # It saved nothing: a wake cannot bring it back, and says so at once.
+                assert_envelope(await api.client.post(f"/v1/sandboxes/{doomed}/wake"),
+                                409, "host_lost")
+                made = await ok(await api.client.post("/v1/sandboxes", json={}), 201)
+                assert made["host_id"] == id_b, made
+                assert (await api.client.delete(f"/v1/sandboxes/{made['id']}")
+                        ).status_code == 204
+            host = registry.get_host(id_a)
+            assert host is not None and host.fenced
             woken = await ok(await two.client.post(f"/v1/sandboxes/{sid}/wake"))
             assert woken["state"] == "running"
             got = await ok(await one.client.get(f"/v1/sandboxes/{sid}"))
             assert got["host_id"] == id_b
             assert await told(one, sid, pid) == value
 
-            a.start()  # back: drops its fenced copy, and leaves B's saved state alone
+            # Back: it kills the VM its fenced lease named before it serves, drops its fenced
+            # copy of the woken one, and leaves B's saved state alone.
+            a.start()
+            assert not alive(vm)
+            assert (await one.client.delete(f"/v1/sandboxes/{doomed}")).status_code == 204
+            assert (await two.client.get(f"/v1/sandboxes/{doomed}")).json()["state"] \
+                == "killed"
             await ok(await two.client.post(f"/v1/sandboxes/{sid}/hibernate"))
             assert await told(one, sid, pid) == value  # woken on B again, from its own
             assert (await one.client.delete(f"/v1/sandboxes/{sid}")).status_code == 204
