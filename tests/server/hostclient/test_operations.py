@@ -70,6 +70,11 @@ def test_every_operation_is_served_and_called() -> None:
             method = inspect.getattr_static(client, name, None)
             assert method is not None and method is not inspect.getattr_static(port, name), \
                 f"{client.__name__} lacks {name}"
+    for op in OPERATIONS:  # a built method shows the port's own signature and docs
+        built = getattr(RemoteSandbox if op.on_sandbox else HostClient, op.name)
+        declared = getattr(op.port, op.name)
+        assert inspect.signature(built) == inspect.signature(declared), op.name
+        assert built.__doc__ == declared.__doc__, op.name
 
 
 class FakeSandbox:
