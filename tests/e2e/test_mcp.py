@@ -1,7 +1,8 @@
 """The MCP tools against a live server, driven by the `mcp` package's own client: over stdio
 (`pandastack mcp` spawned as an agent runtime spawns it) and over streamable HTTP (`/mcp` of
 the server, Bearer key). Each lists the tools and runs create -> write_file -> run_command ->
-run_code (a matplotlib chart as PNG image content) -> kill on a code-interpreter sandbox."""
+run_code -> kill on a code-interpreter sandbox; over HTTP run_code draws a matplotlib chart,
+which comes back as PNG image content."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ async def _call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
     return _payload(result)
 
 
-async def _agent_loop(client: Client, live_server: LiveServer) -> None:
+async def _agent_loop(client: Client, live_server: LiveServer, plot_png: bool = True) -> None:
     listed = await client.list_tools()
     assert {t.name for t in listed.tools} == set(TOOL_NAMES)
     assert all(t.description and t.input_schema.get("type") == "object" for t in listed.tools)
@@ -63,11 +64,12 @@ async def _agent_loop(client: Client, live_server: LiveServer) -> None:
         assert ran["exit_code"] == 3 and ran["stdout"] == "hello from mcp\n"
         assert ran["stderr"] == "oops\n" and ran["truncated"] is False
 
-        plot = await client.call_tool("run_code", {"sandbox_id": sid, "code": PLOT})
-        assert not plot.is_error, plot
-        images = [c for c in plot.content if isinstance(c, ImageContent)]
-        assert images and images[0].mime_type == "image/png"
-        assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
+        if plot_png:
+            plot = await client.call_tool("run_code", {"sandbox_id": sid, "code": PLOT})
+            assert not plot.is_error, plot
+            images = [c for c in plot.content if isinstance(c, ImageContent)]
+            assert images and images[0].mime_type == "image/png"
+            assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
 
         failed = await _call(client, "run_code", sandbox_id=sid, code="1 / 0")
         assert failed["error"]["name"] == "ZeroDivisionError"
@@ -93,7 +95,9 @@ async def test_mcp_over_stdio(live_server: LiveServer) -> None:
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "pandastack.cli.main", "mcp"], env=env)
     async with Client(params) as client:
-        await _agent_loop(client, live_server)
+        # The chart's image content is the tools' own (the HTTP test draws it); here the
+        # transport carries the rest (~15 s of matplotlib under TCG on a loaded host).
+        await _agent_loop(client, live_server, plot_png=False)
 
 
 async def test_mcp_over_http(live_server: LiveServer) -> None:
