@@ -3,7 +3,7 @@
 - Order: modules that boot VMs or drive a live server first, those with the most such tests
   first; the others after them in their own order (not by their count of tests: some that
   are not marked take tens of seconds for one or two tests, e.g. tests/guest/
-  test_agent_wheel.py and tests/server/test_preview_browser.py, and would end the run),
+  test_agent_wheel.py and tests/server/preview/test_preview_browser.py, and would end the run),
   which ends on tests/server's store and webhook modules and tests/templatespec, each a
   few seconds to ~20 s. `make pytest` runs the parallel lane with
   `--dist loadscope --no-loadscope-reorder`, so a worker takes modules in this order, and the

@@ -88,7 +88,7 @@ function openHttp(options: ConnectionOptions): Http {
 export async function createWaiting(http: Http, body: Record<string, unknown>,
   byName?: string): Promise<SandboxInfo> {
   const deadline = Date.now() + TEMPLATE_WAIT_SECONDS * 1000;
-  // By name, a PUT: the team's live sandbox of that name, or a new one (server/names.py).
+  // By name, a PUT: the team's live sandbox of that name, or a new one (server/sandboxes/names.py).
   const call = byName === undefined ? { method: "POST", path: "/v1/sandboxes", json: body }
     : { method: "PUT", path: `/v1/sandboxes/by-name/${pathSegment(byName)}`, json: body };
   for (;;) {

@@ -98,7 +98,7 @@ def test_a_sandbox_is_billed_for_running_and_paused_time_across_a_restart(
     disk = killed_at - created
     assert abs(row.disk_gib_seconds - 2 * disk) <= 0.1 * 2 * disk, (row, disk)
     assert row.disk_gib_seconds > 2 * (held + 3)  # hibernated time holds the disk only
-    # The server rounds a cost to 9 decimals (server/metering.py): up to half of 1e-9 off.
+    # The server rounds a cost to 9 decimals (server/accounts/metering.py): up to half of 1e-9 off.
     assert row.cost_usd == pytest.approx(row.vcpu_seconds * VCPU_RATE
                                          + row.memory_gib_seconds * MEMORY_RATE
                                          + row.disk_gib_seconds * DISK_RATE, abs=1e-9)

@@ -1,5 +1,5 @@
 """WebSocket through the exposed-port proxy to a server inside a real sandbox (the proxy itself
-is tested against loopback servers in tests/server/test_ws_proxy.py)."""
+is tested against loopback servers in tests/server/preview/test_ws_proxy.py)."""
 
 from __future__ import annotations
 

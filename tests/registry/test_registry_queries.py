@@ -13,7 +13,7 @@ from sqlalchemy import event, inspect, text
 from pandastack.registry import Registry, Usage
 from pandastack.server.store.db import make_engine
 from tests.registry.conftest import registry_of
-from tests.server.test_store_migrations import migrate_to
+from tests.server.store.test_store_migrations import migrate_to
 
 CAPACITY: dict[str, Any] = {"vcpus": 8, "memory_mb": 16384, "disk_mb": 100_000}
 USAGE_COLUMNS = {"templates", "sandboxes", "used_vcpus", "used_memory_mb", "fenced"}

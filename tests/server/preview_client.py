@@ -1,4 +1,4 @@
-"""A client of an in-process app's preview listener (server/preview.py): `serve` dispatches
+"""A client of an in-process app's preview listener (server/preview/listener.py): `serve` dispatches
 by the port a request came in on, and httpx's ASGITransport puts the URL's host and port in
 `scope["server"]`, so a base URL of `http://{host}:{preview port}` is the preview origin of
 `host` with no socket and no DNS."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from pandastack.server.preview import PreviewDispatch
+from pandastack.server.preview.listener import PreviewDispatch
 from tests.server.conftest import Api
 
 

@@ -74,7 +74,7 @@ def check_envelope(status: int, content: bytes, request_id: str | None) -> None:
 
 
 # GET /v1/events is an endless stream (its 200 never ends), and creating a webhook resolves
-# its URL's host name (a DNS query off this machine): tests/server/test_api_events_fake.py
+# its URL's host name (a DNS query off this machine): tests/server/events/test_api_events_fake.py
 # and test_webhooks.py check both.
 @schema.exclude(path="/v1/events").exclude(path="/v1/webhooks", method="POST").parametrize()
 @schema.given(use_live=st.booleans())

@@ -18,8 +18,8 @@ import pytest
 
 from tests.helpers import qemu_pids_under
 from tests.server.conftest import Api, assert_envelope, running_app
-from tests.server.test_metrics_fake import samples
 from tests.server.vm_app import vm_app, vm_host
+from tests.server.web.test_metrics_fake import samples
 
 pytestmark = pytest.mark.vm
 

@@ -17,7 +17,7 @@ from pandastack.host.runtime import core as host_core
 from pandastack.host.runtime import records as host_records
 from pandastack.host.runtime import saving as host_saving
 from pandastack.host.runtime import snapshots as host_snapshots
-from pandastack.server.errors import STATUS_CODES
+from pandastack.server.web.errors import STATUS_CODES
 from pandastack.templatespec.models import TemplateSpec
 from pandastack.wire import resources as wire_resources
 from pandastack.wire import sandboxes as wire

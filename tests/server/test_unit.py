@@ -14,11 +14,11 @@ from pandastack.hostport.errors import (
     VMExited,
 )
 from pandastack.hostport.host_api.codec import decode_error, encode_error
-from pandastack.server.auth import generate_key, hash_key, looks_like_key, new_api_key
-from pandastack.server.errors import envelope, from_host_error
-from pandastack.server.lifecycle import decide
-from pandastack.server.ratelimit import RateLimiter
+from pandastack.server.accounts.auth import generate_key, hash_key, looks_like_key, new_api_key
+from pandastack.server.accounts.ratelimit import RateLimiter
+from pandastack.server.sandboxes.lifecycle import decide
 from pandastack.server.settings import Settings
+from pandastack.server.web.errors import envelope, from_host_error
 from pandastack.wire.sandboxes import ErrorEnvelope
 
 

@@ -94,7 +94,7 @@ def _through_api(client: Client, args: argparse.Namespace) -> int:
 
 
 def _in_database(args: argparse.Namespace) -> int:
-    from pandastack.server.auth import create_key
+    from pandastack.server.accounts.auth import create_key
     from pandastack.server.bootstrap import private_database
     from pandastack.server.routes.keys import to_key_info
     from pandastack.server.settings import Settings

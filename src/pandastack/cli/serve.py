@@ -88,18 +88,18 @@ def _listen(host: str, port: int) -> socket.socket:
 def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
               access_log: bool = True) -> None:
     """Run `app` on uvicorn as `serve` does: the API on its port and sandbox ports on the
-    preview listener (server/preview.py), one process and one event loop; the access log on,
-    at `log_level`; signatures of signed URLs are redacted from it by the app
-    (server/signing.py). A preview port left to its default (the API's + 1) that is taken
+    preview listener (server/preview/listener.py), one process and one event loop; the access
+    log on, at `log_level`; signatures of signed URLs are redacted from it by the app
+    (server/preview/signing.py). A preview port left to its default (the API's + 1) that is taken
     means no preview listener, said in the log; one set explicitly that is taken is an
     error, as the API's own port is."""
     import uvicorn
 
-    from pandastack.server.preview import PreviewDispatch
+    from pandastack.server.preview.listener import PreviewDispatch
 
     class _StoppingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            app.state.stopping = True  # streams cut after the grace say why (server/sse.py)
+            app.state.stopping = True  # streams cut after the grace say why (server/web/sse.py)
             super().handle_exit(sig, frame)
 
     sockets = [_listen(settings.host, settings.port)]

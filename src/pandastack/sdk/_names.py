@@ -1,5 +1,5 @@
-"""Call builders of sandboxes by name (server/names.py): a name is the team's for a sandbox
-that has not ended; `get_or_create` answers the live one or makes one. (A lookup takes an
+"""Call builders of sandboxes by name (server/sandboxes/names.py): a name is the team's for a
+sandbox that has not ended; `get_or_create` answers the live one or makes one. (A lookup takes an
 id or a name as it is: `GET /v1/sandboxes/{id or name}`.)"""
 
 from __future__ import annotations

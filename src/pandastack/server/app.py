@@ -21,15 +21,15 @@ from pandastack.metrics_http import MetricsAccess, scrape
 from pandastack.wire.pty import PTY_WEBSOCKET
 from pandastack.wire.sandboxes import ErrorEnvelope
 
+from .accounts.ratelimit import RateLimiter
 from .bootstrap import ensure_admin_key, private_database
 from .compat.e2b.rest import router as e2b_rest
 from .dashboard import DashboardMiddleware
-from .errors import ApiError, RequestIdMiddleware, install_handlers
-from .events import EventContextMiddleware
-from .lifecycle import hibernate_persistent, reaper
-from .limits import BodyLimitMiddleware
+from .events.log import EventContextMiddleware
+from .events.webhooks import WebhookService
+from .events.webhooks import running as webhooks_running
 from .mcp import MCP_PATH, McpEndpoint
-from .ratelimit import RateLimiter
+from .preview.signing import UrlSigner, redact_signatures_in_logs
 from .routes import (
     code,
     files,
@@ -56,15 +56,15 @@ from .routes import webhooks as webhook_routes
 from .routes.ports import PortProxy
 from .routes.streams import PROCESS_STREAM_SSE
 from .routes.watch import FILE_WATCH_SSE
-from .service import SandboxService
+from .sandboxes.lifecycle import hibernate_persistent, reaper
+from .sandboxes.service import SandboxService
+from .sandboxes.templates import TemplateService
 from .settings import Settings
-from .signing import UrlSigner, redact_signatures_in_logs
 from .store import Store, open_store
 from .store.events_log import EventLog
-from .telemetry import MetricsContextMiddleware, ServerMetrics
-from .templates import TemplateService
-from .webhooks import WebhookService
-from .webhooks import running as webhooks_running
+from .web.body_limits import BodyLimitMiddleware
+from .web.errors import ApiError, RequestIdMiddleware, install_handlers
+from .web.telemetry import MetricsContextMiddleware, ServerMetrics
 
 log = logging.getLogger("pandastack.server")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from .auth import create_key
+from .accounts.auth import create_key
 from .settings import Settings
 from .store import Store
 

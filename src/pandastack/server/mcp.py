@@ -20,8 +20,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pandastack.sdk import AsyncClient
 
-from .auth import key_from_headers, principal
-from .errors import ApiError, error_response
+from .accounts.auth import key_from_headers, principal
+from .web.errors import ApiError, error_response
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context

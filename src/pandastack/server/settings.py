@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pandastack.hostport.network import operator_allow_from, parse_cidrs
 from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB, DEFAULT_HOME, MAX_EXEC_OUTPUT_MB
 
-from .metering import DEFAULT_SIZE_CLASSES, QuotaDefaults, Rates, settings_from_env
+from .accounts.metering import DEFAULT_SIZE_CLASSES, QuotaDefaults, Rates, settings_from_env
 
 
 def _default_client_config() -> Path:
@@ -55,7 +55,7 @@ class Settings:
     build_cache_entries: int = 32
     # Template builds running at once (each is a VM); more wait their turn.
     max_concurrent_builds: int = 2
-    # What one team may hold at once on this server (server/team_slots.py): commands
+    # What one team may hold at once on this server (server/accounts/team_slots.py): commands
     # running (exec, exec/stream), streams and terminals attached (a process's output, a
     # watch, a terminal), and build slots of the `max_concurrent_builds` (its further builds
     # wait for its own, so another team always finds one free).
@@ -82,7 +82,7 @@ class Settings:
     port_read_timeout_seconds: float = 300.0
     # The HMAC key of signed port URLs; None: generated once and kept in the database.
     url_signing_secret: str | None = None
-    # Sandbox ports on their own origin (server/preview.py): the listener's port (None: the
+    # Sandbox ports on their own origin (server/preview/listener.py): the listener's port (None: the
     # API's port + 1; 0: no listener, so no signed URLs) and the address users reach it at,
     # whose host name is the wildcard domain (`{port}-{sandbox id}.{domain}`); None:
     # http://localhost:{listener port} (browsers resolve *.localhost to loopback).
@@ -109,7 +109,7 @@ class Settings:
     rates: Rates = field(default_factory=Rates)
     quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)
     size_classes: tuple[tuple[int, int], ...] = DEFAULT_SIZE_CLASSES
-    # Events and webhooks (server/events.py, server/webhooks.py, ADR 0035): how long the
+    # Events and webhooks (server/events/log.py, server/events/webhooks.py, ADR 0035): how long the
     # log keeps events, the SSE streams a team may hold open on this server, and which
     # webhook targets outside the public internet the operator lets through (all of them,
     # or these CIDRs); a delivery is retried for `webhook_retry_seconds`.

@@ -16,7 +16,7 @@ import pytest
 from pandastack.host.objects import ObjectStore, ObjectStoreConfig
 from pandastack.host.objects.store import TransferStopped
 from pandastack.hostport.errors import ObjectNotFound, ObjectStoreError, ObjectStoreUnavailable
-from pandastack.server.errors import from_host_error
+from pandastack.server.web.errors import from_host_error
 
 MiB = 1 << 20
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pandastack.server.store import open_store
+from tests.server.accounts.test_api_quota_races_fake import Gate, racing, statuses
 from tests.server.conftest import make_settings, running_app
 from tests.server.hosts.test_cluster import Cluster, age, pool_for
-from tests.server.test_api_quota_races_fake import Gate, racing, statuses
 
 
 async def test_four_restores_of_a_lost_host_under_max_sandboxes_2(tmp_path: Path,

@@ -14,7 +14,7 @@ from pandastack.hostport.errors import HostExhausted
 from pandastack.server.hosts.pool import HostPool, _Held
 from tests.server.conftest import assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
-from tests.server.test_api_host_unavailable import Reachable
+from tests.server.hosts.test_api_host_unavailable import Reachable
 
 
 def two_hosts(tmp: Path) -> tuple[FakeRuntime, FakeRuntime, HostPool]:

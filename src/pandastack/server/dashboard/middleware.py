@@ -22,10 +22,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pandastack.rules import ErrorCode
 
-from ..auth import SESSION_PRINCIPAL, Principal, authenticate
-from ..errors import ApiError, error_response
+from ..accounts.auth import SESSION_PRINCIPAL, Principal, authenticate
 from ..settings import Settings
 from ..store import Store
+from ..web.errors import ApiError, error_response
 from .session import COOKIE, CSRF_HEADER, SECURE_COOKIE, SESSION_SECONDS, Session, SessionSigner
 
 PREFIX = "/dashboard"

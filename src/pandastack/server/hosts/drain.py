@@ -24,12 +24,12 @@ from pandastack.hostport.errors import HostError, HostExhausted, SandboxNotFound
 from pandastack.hostport.protocols import MigrationPort
 from pandastack.hostport.results import MigrationDocument
 
-from ..errors import ApiError, api_error_of
+from ..web.errors import ApiError, api_error_of
 from .placement import Shape
 from .pool import _Held, first_taker
 
 if TYPE_CHECKING:
-    from ..service import SandboxService
+    from ..sandboxes.service import SandboxService
     from .cluster import ClusterPool
 
 log = logging.getLogger("pandastack.server")

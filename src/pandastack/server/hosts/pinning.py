@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ..errors import ApiError
+from ..web.errors import ApiError
 
 #: The host the calls made in this context must place their sandboxes on (None: any).
 pinned_host: ContextVar[str | None] = ContextVar("pinned_host", default=None)

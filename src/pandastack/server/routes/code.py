@@ -22,10 +22,10 @@ from pandastack.wire.sandboxes import (
     RunCode,
 )
 
-from ..auth import CurrentPrincipal
-from ..errors import ApiError, clean_text, request_id_of
-from ..jsonbody import StrictJsonRoute
-from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
+from ..accounts.auth import CurrentPrincipal
+from ..web.errors import ApiError, clean_text, request_id_of
+from ..web.jsonbody import StrictJsonRoute
+from ..web.sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
 from .deps import SandboxId, Service, check_text
 from .links import links
 

@@ -9,9 +9,9 @@ from fastapi import Depends, Path, Request
 from pandastack.hostport.results import ExecResult as HostExecResult
 from pandastack.wire.sandboxes import ExecResult
 
-from ..errors import bad_request
-from ..service import SandboxService
+from ..sandboxes.service import SandboxService
 from ..settings import Settings
+from ..web.errors import bad_request
 
 SANDBOX_ID = Path(max_length=64, description="sandbox id, e.g. sbx-0123456789ab")
 

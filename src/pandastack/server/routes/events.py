@@ -11,12 +11,12 @@ from fastapi.responses import StreamingResponse
 
 from pandastack.wire.events import EVENT_TYPES, valid_pattern
 
-from ..auth import CurrentPrincipal
-from ..errors import ApiError
-from ..events import StreamSlots, stream
-from ..jsonbody import StrictJsonRoute
-from ..sse import SSE_RESPONSES, event_stream
+from ..accounts.auth import CurrentPrincipal
+from ..events.log import StreamSlots, stream
 from ..store.events_log import EventLog
+from ..web.errors import ApiError
+from ..web.jsonbody import StrictJsonRoute
+from ..web.sse import SSE_RESPONSES, event_stream
 from .deps import Service
 from .keys import TEAM_RE
 

@@ -12,11 +12,11 @@ from fastapi.responses import StreamingResponse
 from pandastack.hostport.results import ExecResult as HostExecResult
 from pandastack.wire.sandboxes import ExecRequest, ExecResult
 
-from ..auth import CurrentPrincipal
-from ..errors import ApiError, request_id_of
-from ..jsonbody import StrictJsonRoute
+from ..accounts.auth import CurrentPrincipal
 from ..settings import Settings
-from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
+from ..web.errors import ApiError, request_id_of
+from ..web.jsonbody import StrictJsonRoute
+from ..web.sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
 from .deps import AppSettings, SandboxId, Service, check_text, to_exec_result
 
 router = APIRouter(tags=["exec"], route_class=StrictJsonRoute)

@@ -13,10 +13,10 @@ from fastapi.responses import StreamingResponse
 from pandastack.hostport.results import FileInfo
 from pandastack.wire.sandboxes import FileEntry, FileList, MkdirRequest, RenameRequest, WriteResult
 
-from ..auth import CurrentPrincipal
-from ..errors import ApiError, bad_request, clean_text
-from ..jsonbody import StrictJsonRoute
-from ..service import SandboxService
+from ..accounts.auth import CurrentPrincipal
+from ..sandboxes.service import SandboxService
+from ..web.errors import ApiError, bad_request, clean_text
+from ..web.jsonbody import StrictJsonRoute
 from .deps import AppSettings, SandboxId, Service, check_path
 
 router = APIRouter(tags=["files"], route_class=StrictJsonRoute)

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Path
 
 from pandastack.wire.resources import DrainResult, HostInfo, HostList, HostState
 
-from ..auth import AdminPrincipal
+from ..accounts.auth import AdminPrincipal
 from ..hosts import drain as hosts
-from ..jsonbody import StrictJsonRoute
+from ..web.jsonbody import StrictJsonRoute
 from .deps import Service
 
 router = APIRouter(tags=["hosts"], route_class=StrictJsonRoute)

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Path, Response
 
 from pandastack.wire.resources import CreatedKey, CreateKey, KeyInfo, KeyList
 
-from ..auth import AdminPrincipal, create_key
-from ..errors import bad_request, not_found
-from ..jsonbody import StrictJsonRoute
+from ..accounts.auth import AdminPrincipal, create_key
 from ..store import ApiKey
+from ..web.errors import bad_request, not_found
+from ..web.jsonbody import StrictJsonRoute
 from .deps import Service
 from .links import links
 

@@ -7,9 +7,9 @@ from fastapi import APIRouter
 from pandastack.hostport.errors import SandboxNotFound
 from pandastack.wire.sandboxes import Lifecycle, Logs, SandboxState, UpdateLifecycle
 
-from ..auth import CurrentPrincipal
-from ..jsonbody import StrictJsonRoute
+from ..accounts.auth import CurrentPrincipal
 from ..store import Sandbox
+from ..web.jsonbody import StrictJsonRoute
 from .deps import AppSettings, SandboxId, Service
 
 router = APIRouter(tags=["lifecycle"], route_class=StrictJsonRoute)

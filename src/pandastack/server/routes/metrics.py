@@ -13,10 +13,10 @@ from fastapi import APIRouter, Query
 from pandastack.hostport.errors import SandboxNotFound
 from pandastack.wire.sandboxes import SandboxMetrics
 
-from ..auth import CurrentPrincipal
-from ..errors import conflict
-from ..jsonbody import StrictJsonRoute
-from ..service import lost
+from ..accounts.auth import CurrentPrincipal
+from ..sandboxes.service import lost
+from ..web.errors import conflict
+from ..web.jsonbody import StrictJsonRoute
 from .deps import SandboxId, Service
 
 router = APIRouter(tags=["sandboxes"], route_class=StrictJsonRoute)

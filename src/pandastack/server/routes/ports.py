@@ -1,6 +1,6 @@
 """Exposed ports: HTTP to a TCP port inside the sandbox, through the server.
 
-Two ways in. On the preview origin (server/preview.py: its own listener, one origin per
+Two ways in. On the preview origin (server/preview/listener.py: its own listener, one origin per
 sandbox port, `{port}-{sandbox id}.{preview domain}`), by a signed URL (then a cookie of that
 host only) or an API key: what a browser uses. On the API's origin, the path form
 `/v1/sandboxes/{id}/ports/{port}/{path}`, by an API key only: a convenience for programs.
@@ -38,13 +38,13 @@ from pandastack.hostport.errors import HostError
 from pandastack.rules import SANDBOX_ID_RE
 from pandastack.wire.sandboxes import ErrorEnvelope, SignedUrl, SignedUrlRequest
 
-from .. import wsproxy
-from ..auth import CurrentPrincipal, principal
-from ..errors import ApiError, error_response, from_host_error, not_found
-from ..jsonbody import StrictJsonRoute
-from ..service import SandboxService
+from ..accounts.auth import CurrentPrincipal, principal
+from ..preview import wsproxy
+from ..preview.signing import EXPIRES_PARAM, SIGNATURE_PARAM, SIGNED_PARAMS, UrlSigner
+from ..sandboxes.service import SandboxService
 from ..settings import Settings
-from ..signing import EXPIRES_PARAM, SIGNATURE_PARAM, SIGNED_PARAMS, UrlSigner
+from ..web.errors import ApiError, error_response, from_host_error, not_found
+from ..web.jsonbody import StrictJsonRoute
 from .deps import AppSettings, SandboxId, Service
 
 log = logging.getLogger("pandastack.server")

@@ -16,9 +16,9 @@ from pandastack.wire.sandboxes import (
     StartProcess,
 )
 
-from ..auth import CurrentPrincipal
-from ..errors import ApiError, clean_text
-from ..jsonbody import StrictJsonRoute
+from ..accounts.auth import CurrentPrincipal
+from ..web.errors import ApiError, clean_text
+from ..web.jsonbody import StrictJsonRoute
 from .deps import AppSettings, SandboxId, Service, check_text, to_exec_result
 from .links import links
 

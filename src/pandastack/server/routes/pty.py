@@ -12,10 +12,10 @@ from pandastack.hostport import pty
 from pandastack.hostport.errors import GuestOSError, HostError
 from pandastack.wire.pty import PTY_WEBSOCKET, PtyCreateRequest, PtyInfo
 
-from ..auth import CurrentPrincipal, principal
-from ..errors import ApiError, bad_request, not_found
-from ..jsonbody import StrictJsonRoute
-from ..service import SandboxService
+from ..accounts.auth import CurrentPrincipal, principal
+from ..sandboxes.service import SandboxService
+from ..web.errors import ApiError, bad_request, not_found
+from ..web.jsonbody import StrictJsonRoute
 from .deps import SandboxId, Service, check_text
 from .ports import as_request, deny
 

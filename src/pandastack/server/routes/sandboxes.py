@@ -1,4 +1,4 @@
-"""Create, list, get and kill sandboxes; get or create one by name (server/names.py)."""
+"""Create, list, get and kill sandboxes; get or create one by name (server/sandboxes/names.py)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from pandastack.wire.sandboxes import (
     SandboxState,
 )
 
-from ..auth import CurrentPrincipal
-from ..errors import ApiError, bad_request
+from ..accounts.auth import CurrentPrincipal
 from ..hosts.pinning import pinned_to
-from ..jsonbody import StrictJsonRoute
 from ..store.listing import BadPageToken, SandboxFilter
+from ..web.errors import ApiError, bad_request
+from ..web.jsonbody import StrictJsonRoute
 from .deps import SandboxId, Service
 from .links import merged, sandbox_links
 

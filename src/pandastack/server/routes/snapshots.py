@@ -14,10 +14,16 @@ from pandastack.wire.sandboxes import (
     SnapshotList,
 )
 
-from ..auth import CurrentPrincipal
+from ..accounts.auth import CurrentPrincipal
 from ..hosts.pinning import pinned_to
-from ..jsonbody import StrictJsonRoute
-from ..snapshots import delete_snapshot, fork, snapshot_row, take_snapshot, to_snapshot_info
+from ..sandboxes.snapshots import (
+    delete_snapshot,
+    fork,
+    snapshot_row,
+    take_snapshot,
+    to_snapshot_info,
+)
+from ..web.jsonbody import StrictJsonRoute
 from .deps import SandboxId, Service
 from .links import links, sandbox_links
 

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from pandastack.wire.sandboxes import SandboxInfo
 
-from ..auth import CurrentPrincipal
-from ..jsonbody import StrictJsonRoute
+from ..accounts.auth import CurrentPrincipal
+from ..web.jsonbody import StrictJsonRoute
 from .deps import SandboxId, Service
 
 router = APIRouter(tags=["state"], route_class=StrictJsonRoute)

@@ -15,10 +15,10 @@ from fastapi.responses import StreamingResponse
 
 from pandastack.hostport.results import ExecResult as HostExecResult
 
-from ..auth import CurrentPrincipal
-from ..errors import api_error_of, request_id_of
-from ..jsonbody import StrictJsonRoute
-from ..sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
+from ..accounts.auth import CurrentPrincipal
+from ..web.errors import api_error_of, request_id_of
+from ..web.jsonbody import StrictJsonRoute
+from ..web.sse import SSE_RESPONSES, Finished, event_stream, failure_envelope, relayed, sse
 from .deps import SandboxId, Service, to_exec_result
 
 router = APIRouter(tags=["processes"], route_class=StrictJsonRoute)

@@ -18,10 +18,10 @@ from pandastack.wire.resources import (
     TemplateList,
 )
 
-from ..auth import CurrentPrincipal
-from ..jsonbody import StrictJsonRoute
-from ..sse import SSE_RESPONSES, event_stream, sse
-from ..templates import TemplateService, to_build_info
+from ..accounts.auth import CurrentPrincipal
+from ..sandboxes.templates import TemplateService, to_build_info
+from ..web.jsonbody import StrictJsonRoute
+from ..web.sse import SSE_RESPONSES, event_stream, sse
 from .links import links
 
 router = APIRouter(tags=["templates"], route_class=StrictJsonRoute)

@@ -14,12 +14,12 @@ from fastapi import APIRouter, Path, Query
 
 from pandastack.wire.usage import QuotaInfo, QuotaUpdate, UsageGroupBy, UsageReport
 
-from ..auth import AdminPrincipal, CurrentPrincipal
-from ..errors import ApiError
-from ..jsonbody import StrictJsonRoute
-from ..metering import month_start, summarize
-from ..service import SandboxService
+from ..accounts.auth import AdminPrincipal, CurrentPrincipal
+from ..accounts.metering import month_start, summarize
+from ..sandboxes.service import SandboxService
 from ..store import Store
+from ..web.errors import ApiError
+from ..web.jsonbody import StrictJsonRoute
 from .deps import Service
 from .keys import TEAM_RE
 

@@ -17,11 +17,11 @@ from pandastack.wire.resources import (
     VolumeSnapshotList,
 )
 
-from ..auth import AdminPrincipal, CurrentPrincipal
-from ..errors import ApiError
+from ..accounts.auth import AdminPrincipal, CurrentPrincipal
 from ..hosts.pinning import pinned_to
-from ..jsonbody import StrictJsonRoute
-from ..volume_snapshots import snapshot_info
+from ..volumes.snapshots import snapshot_info
+from ..web.errors import ApiError
+from ..web.jsonbody import StrictJsonRoute
 from .deps import Service
 from .links import links
 

@@ -15,10 +15,10 @@ from fastapi.responses import StreamingResponse
 from pandastack.hostport.watch import WatchEvent
 from pandastack.wire.sandboxes import FileEvent, WriteManyRequest, WriteManyResult, WriteResult
 
-from ..auth import CurrentPrincipal
-from ..errors import ApiError, clean_text, request_id_of
-from ..jsonbody import StrictJsonRoute
-from ..sse import SSE_RESPONSES, event_stream, failure_envelope, sse
+from ..accounts.auth import CurrentPrincipal
+from ..web.errors import ApiError, clean_text, request_id_of
+from ..web.jsonbody import StrictJsonRoute
+from ..web.sse import SSE_RESPONSES, event_stream, failure_envelope, sse
 from .deps import SandboxId, Service, check_path
 
 router = APIRouter(tags=["files"], route_class=StrictJsonRoute)

@@ -19,12 +19,12 @@ from pandastack.wire.events import (
     WebhookList,
 )
 
-from ..auth import CurrentPrincipal
-from ..errors import not_found
-from ..jsonbody import StrictJsonRoute
+from ..accounts.auth import CurrentPrincipal
+from ..events.webhooks import WebhookService
 from ..store.events import Webhook as WebhookRow
 from ..store.events import WebhookDelivery as DeliveryRow
-from ..webhooks import WebhookService
+from ..web.errors import not_found
+from ..web.jsonbody import StrictJsonRoute
 from .links import links
 
 router = APIRouter(tags=["webhooks"], route_class=StrictJsonRoute)

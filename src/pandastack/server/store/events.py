@@ -326,7 +326,7 @@ def _record_events(session: Session, _context: object, _instances: object) -> No
 
 def note_quota_exceeded(team: str, **data: Any) -> None:
     """A quota check refused something: its transaction rolls back, so the event is kept
-    on the request and written after it (`server/events.py`'s middleware)."""
+    on the request and written after it (`server/events/log.py`'s middleware)."""
     who = caller.get()
     if who is not None:
         who.quota_events.append({"team": team, "actor": who.key_id or SYSTEM, **data})

@@ -80,7 +80,7 @@ class Sandbox(Base):
     # The host placed on (hosts.id; no foreign key, see Lease). Not used by the API yet.
     host_id: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None,
                                                 index=True)
-    # The team's name for it (`Sandbox.get_or_create("user-42")`, server/names.py).
+    # The team's name for it (`Sandbox.get_or_create("user-42")`, server/sandboxes/names.py).
     name: Mapped[str | None] = mapped_column(String(128), nullable=True, default=None)
     # Why its VM ended, while it is `stopped`; how it came back since (ADR 0037).
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)

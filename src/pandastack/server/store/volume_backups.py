@@ -2,7 +2,7 @@
 
 A backup's stored bytes are metered as snapshot storage (its segment opens with the row and
 closes when it is deleted). A move is recorded on the volume's row in two steps so that a
-server that stops in the middle knows what to undo or finish (server/volume_snapshots.py):
+server that stops in the middle knows what to undo or finish (server/volumes/snapshots.py):
 `moving_to` while the copy is made (attaching, resizing and deleting the volume are refused
 meanwhile), then `host_id` switched and `moving_from` kept until the old copy is gone."""
 

@@ -26,7 +26,7 @@ from pandastack.server.compat.e2b.envd.connect import (
     envelope,
     field,
 )
-from pandastack.server.errors import ApiError
+from pandastack.server.web.errors import ApiError
 
 STREAM = {"Content-Type": "application/connect+json"}
 

@@ -31,8 +31,8 @@ from pandastack.server.compat.e2b.interpreter.translate import (
     run_env,
 )
 from pandastack.server.compat.e2b.target import SCOPE_KEY, SandboxTarget
-from pandastack.server.errors import ApiError
-from pandastack.server.service import SandboxService
+from pandastack.server.sandboxes.service import SandboxService
+from pandastack.server.web.errors import ApiError
 
 Script = Callable[..., AsyncIterator[CodeEvent]]
 BOUND = 30.0  # seconds any wait below may take before the test fails

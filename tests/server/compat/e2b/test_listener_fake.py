@@ -26,7 +26,7 @@ from pandastack.hostport.results import ExecResult
 from pandastack.server.compat.e2b.envd import process
 from pandastack.server.compat.e2b.envd.connect import ConnectError
 from pandastack.server.compat.e2b.tokens import tokens_for
-from pandastack.server.lifecycle import HIBERNATE, WAKE
+from pandastack.server.sandboxes.lifecycle import HIBERNATE, WAKE
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.server.live import fake_server

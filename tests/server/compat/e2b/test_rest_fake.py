@@ -17,7 +17,7 @@ from pandastack.server.compat.e2b.rest.base import e2b_key
 from pandastack.server.compat.e2b.rest.states import STATES, alias_of, our_template
 from pandastack.server.compat.e2b.target import ENVD_VERSION
 from pandastack.server.compat.e2b.tokens import tokens_for
-from pandastack.server.lifecycle import HIBERNATE, SPENT, TIMEOUT_ONLY, decide, sweep
+from pandastack.server.sandboxes.lifecycle import HIBERNATE, SPENT, TIMEOUT_ONLY, decide, sweep
 from pandastack.wire.sandboxes import ENDED_STATES
 from tests.server.conftest import Api, make_settings, running_app
 from tests.server.fakes import FakeRuntime

@@ -7,7 +7,7 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 
 from pandastack.hostport.errors import HostError
-from pandastack.server.errors import ApiError, from_host_error
+from pandastack.server.web.errors import ApiError, from_host_error
 
 
 class E2bError(Exception):

@@ -1,4 +1,4 @@
-"""E2B's ways into a sandbox on the sandbox-port listener (server/preview.py hands over).
+"""E2B's ways into a sandbox on the sandbox-port listener (server/preview/listener.py hands over).
 
 A request names a sandbox port by the headers `E2b-Sandbox-Id` + `E2b-Sandbox-Port` (the
 SDKs' E2B_SANDBOX_URL mode: one URL for every sandbox) or by its host name
@@ -34,12 +34,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from pandastack.rules import SANDBOX_ID_RE
-from pandastack.server.auth import key_from_headers
-from pandastack.server.errors import ApiError, not_found
-from pandastack.server.lifecycle import wakes_on_traffic
+from pandastack.server.accounts.auth import key_from_headers
 from pandastack.server.routes.ports import as_request, key_team
-from pandastack.server.service import SandboxService
+from pandastack.server.sandboxes.lifecycle import wakes_on_traffic
+from pandastack.server.sandboxes.service import SandboxService
 from pandastack.server.store import Sandbox
+from pandastack.server.web.errors import ApiError, not_found
 from pandastack.wire.sandboxes import ENDED_STATES
 
 from . import interpreter

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
-from pandastack.server.service import SandboxService
+from pandastack.server.sandboxes.service import SandboxService
 
 SCOPE_KEY = "pandastack.e2b.target"
 ENVD_PORT = 49983

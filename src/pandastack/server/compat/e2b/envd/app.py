@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from pandastack.hostport.errors import HostError
-from pandastack.server.errors import ApiError
+from pandastack.server.web.errors import ApiError
 
 from ..errors import E2bError, as_e2b, e2b_response
 from . import files, filesystem, process

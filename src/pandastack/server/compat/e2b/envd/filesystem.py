@@ -26,7 +26,7 @@ from starlette.requests import Request
 
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.watch import WatchEvent
-from pandastack.server.service import SandboxService
+from pandastack.server.sandboxes.service import SandboxService
 
 from ..errors import E2bError
 from ..target import SandboxTarget, target_of

@@ -26,7 +26,7 @@ from typing import Any
 
 from pandastack.hostport.errors import GuestOSError, HostError
 from pandastack.hostport.protocols import SandboxPort
-from pandastack.server.errors import ApiError
+from pandastack.server.web.errors import ApiError
 
 from ..errors import E2bError, as_e2b
 from ..target import DEFAULT_USER, SandboxTarget

@@ -38,9 +38,9 @@ from pandastack.hostport.errors import GuestOSError
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.pty import PtyExit, check_dims
 from pandastack.hostport.results import ExecResult
-from pandastack.server.errors import clean_text
 from pandastack.server.routes.deps import check_text
-from pandastack.server.service import SandboxService
+from pandastack.server.sandboxes.service import SandboxService
+from pandastack.server.web.errors import clean_text
 
 from ..target import DEFAULT_USER, SandboxTarget, target_of
 from .connect import ClientStream, ConnectError, Message, Method, ServerStream, Unary

@@ -22,8 +22,8 @@ from starlette.routing import BaseRoute, Route
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.results import CodeEvent
 from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS
-from pandastack.server.errors import ApiError, api_error_of, host_call
-from pandastack.server.sse import Finished, relayed
+from pandastack.server.web.errors import ApiError, api_error_of, host_call
+from pandastack.server.web.sse import Finished, relayed
 from pandastack.wire.sandboxes import ENDED_STATES
 
 from ..errors import E2bError, as_e2b, e2b_response

@@ -10,8 +10,8 @@ from typing import Any
 
 from pandastack.hostport.results import CodeEvent
 from pandastack.rules import MAX_ENV_ITEMS
-from pandastack.server.errors import clean_text
 from pandastack.server.routes.deps import check_text
+from pandastack.server.web.errors import clean_text
 from pandastack.wire.sandboxes import MAX_CODE_CHARS
 
 from ..errors import E2bError

@@ -13,12 +13,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pandastack.hostport.errors import HostError
-from pandastack.server.auth import Principal, key_from_headers, principal
-from pandastack.server.errors import ApiError, from_host_error
-from pandastack.server.jsonbody import StrictJsonRoute
-from pandastack.server.service import SandboxService
+from pandastack.server.accounts.auth import Principal, key_from_headers, principal
+from pandastack.server.sandboxes.service import SandboxService
 from pandastack.server.settings import Settings
-from pandastack.server.telemetry import note_error
+from pandastack.server.web.errors import ApiError, from_host_error
+from pandastack.server.web.jsonbody import StrictJsonRoute
+from pandastack.server.web.telemetry import note_error
 
 from ..errors import E2bError, e2b_response
 from ..tokens import SandboxTokens, tokens_for

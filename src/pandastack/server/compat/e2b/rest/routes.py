@@ -16,9 +16,9 @@ from fastapi.responses import JSONResponse, Response
 
 from pandastack.hostport.errors import HostError, SandboxNotFound
 from pandastack.rules import SNAPSHOT_ID_RE
-from pandastack.server.auth import Principal
-from pandastack.server.errors import ApiError
-from pandastack.server.lifecycle import (
+from pandastack.server.accounts.auth import Principal
+from pandastack.server.routes.deps import SandboxId
+from pandastack.server.sandboxes.lifecycle import (
     HIBERNATE,
     TIMEOUT_ONLY,
     WAKE,
@@ -27,12 +27,12 @@ from pandastack.server.lifecycle import (
     spent,
     wakes_on_traffic,
 )
-from pandastack.server.routes.deps import SandboxId
-from pandastack.server.service import SandboxService
+from pandastack.server.sandboxes.service import SandboxService
+from pandastack.server.sandboxes.snapshots import delete_snapshot, fork, take_snapshot
 from pandastack.server.settings import Settings
-from pandastack.server.snapshots import delete_snapshot, fork, take_snapshot
 from pandastack.server.store import Sandbox
 from pandastack.server.store.listing import BadPageToken, SandboxFilter
+from pandastack.server.web.errors import ApiError
 from pandastack.wire.sandboxes import NetworkSpec
 
 from ..errors import E2bError

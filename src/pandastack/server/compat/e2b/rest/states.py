@@ -11,7 +11,7 @@ import time
 from typing import Literal
 
 from pandastack.rules import DEFAULT_TEMPLATE
-from pandastack.server.lifecycle import TIMEOUT_ONLY
+from pandastack.server.sandboxes.lifecycle import TIMEOUT_ONLY
 from pandastack.server.store import Sandbox
 from pandastack.wire.sandboxes import ENDED_STATES
 

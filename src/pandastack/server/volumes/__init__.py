@@ -1,0 +1,1 @@
+"""The volumes room: volumes at the API level and their portable snapshots."""
