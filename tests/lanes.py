@@ -11,7 +11,9 @@
   module with the other worker idle (xdist's own reorder, most tests first, put the VM
   modules of one or two tests, the slowest per test, last).
 - `soak`: a test of a module's `MAKE_TEST_MODE` (test name -> host mode) in another host mode
-  is marked `soak`: `make test` runs it in that one mode, `make soak` in every mode.
+  is marked `soak`: `make test` runs it in that one mode, `make soak` in every mode. Modules
+  also mark `soak` themselves a variant whose every check another test in `make test` makes
+  (each says which: e.g. the E2B async client of tests/e2e/test_e2b_sdk_versions.py).
 - Report: the slowest modules by the time their tests took (setup, call and teardown; on
   the workers, so two workers' modules add up to about twice the lane's wall time)."""
 

@@ -1,7 +1,7 @@
 """The REST API against real microVMs, over each of the host port's implementations (the
 runtime in the server's process, and a `pandastack agent` process: tests/server/vm_app.py) on
 a private state dir (sharing the template cache) and a temp SQLite DB. Few VMs: about five in
-the whole module per host mode."""
+the whole module per host mode; `make test` runs most tests in one mode (MAKE_TEST_MODE)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,24 @@ from tests.server.vm_app import vm_app, vm_host
 from tests.server.web.test_metrics_fake import samples
 
 pytestmark = pytest.mark.vm
+
+# `make test` runs these in one host mode, alternating (tests/lanes.py marks the other mode
+# `soak`; `make soak` runs both): what each checks is the REST layer above the host port,
+# and each mode's transport of exec, streams, files and processes is checked below it too
+# (tests/server/hostclient/test_hostclient_vm.py drives a real agent). The agent mode keeps
+# the metrics test (the agent's own /metrics); the restart test runs in both, since what a
+# restart adopts differs (a new runtime re-adopts the VM; the agent keeps it).
+MAKE_TEST_MODE = {
+    "test_exec": "in-process",
+    "test_metrics_measured_in_the_guest": "agent",
+    "test_exec_stream": "agent",
+    "test_files": "in-process",
+    "test_processes": "agent",
+    "test_lifecycle_and_logs": "in-process",
+    "test_auth_and_teams": "agent",
+    "test_ttl_expiry_removes_the_vm": "agent",
+    "test_idle_reaper": "in-process",
+}
 
 
 @pytest.fixture(scope="module")

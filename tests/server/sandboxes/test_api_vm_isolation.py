@@ -16,6 +16,11 @@ from tests.server.vm_app import vm_app
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
+# `make test` runs it in-process only (`soak` marks the agent mode, tests/lanes.py): which team
+# may name a snapshot, a template or their internal snapshots is the server's store and
+# routes, the same over either host port (15 s of a loaded run in agent mode).
+MAKE_TEST_MODE = {"test_snapshots_and_templates_stay_with_their_team": "in-process"}
+
 SECRET = b"team-a-secret"
 
 
