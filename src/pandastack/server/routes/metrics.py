@@ -14,7 +14,7 @@ from pandastack.hostport.errors import SandboxNotFound
 from pandastack.wire.sandboxes import SandboxMetrics
 
 from ..accounts.auth import CurrentPrincipal
-from ..sandboxes.service import lost
+from ..sandboxes.wire_forms import lost
 from ..web.errors import conflict
 from ..web.jsonbody import StrictJsonRoute
 from .deps import SandboxId, Service

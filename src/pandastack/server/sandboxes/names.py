@@ -31,7 +31,7 @@ from ..web.errors import ApiError, not_found
 if TYPE_CHECKING:
     from pandastack.wire.sandboxes import CreateSandbox
 
-    from .service import SandboxService
+    from .parts import ServiceParts
 
 #: How long a get_or_create that lost the race waits for the winner's sandbox to start.
 WAIT_FOR_WINNER_S = 300.0
@@ -60,7 +60,7 @@ def claiming(check: QuotaCheck | None, name: str) -> QuotaCheck:
 
 
 class SandboxNames:
-    def __init__(self, service: SandboxService) -> None:
+    def __init__(self, service: ServiceParts) -> None:
         self.service = service
 
     def live(self, team: str, name: str) -> Sandbox | None:

@@ -1,7 +1,9 @@
-"""Glue between the store and the runtime: creating, finding, ending and reconciling
-sandboxes, pausing, hibernating and waking them, with the team check, the state check and the
-activity bookkeeping in one place. The runtime's state of a sandbox is the truth; the store
-follows it after every change (and at startup). Snapshots and fork are in `snapshots.py`."""
+"""The sandbox service, the glue between the store and the runtime: creating, finding, ending
+and reconciling sandboxes, pausing, hibernating and waking them, with the team check, the state
+check and the activity bookkeeping in one place. The runtime's state of a sandbox is the truth;
+the store follows it after every change (and at startup). Snapshots and fork are in
+`snapshots.py`; names (`names.py`) and the stopped state (`stopped.py`) take this service as
+`parts.ServiceParts` and never import this module."""
 
 from __future__ import annotations
 
@@ -25,11 +27,9 @@ from pandastack.hostport.protocols import RuntimePort, SandboxPlacement, Sandbox
 from pandastack.rules import DEFAULT_TEMPLATE, SANDBOX_ID_RE, SNAPSHOT_ID_RE, new_sandbox_id
 from pandastack.wire.sandboxes import (
     ENDED_STATES,
-    AttachedVolume,
     CreateSandbox,
     NetworkSpec,
     SandboxInfo,
-    SandboxState,
 )
 
 from ..accounts.quotas import Quotas
@@ -44,6 +44,7 @@ from ..web.errors import ApiError, api_error_of, bad_request, conflict, host_cal
 from ..web.telemetry import timed
 from .names import SandboxNames, claiming
 from .stopped import reconcile, reconcile_snapshots, restart_row, stop_row
+from .wire_forms import lost, to_info, to_network_spec
 
 log = logging.getLogger("pandastack.server")
 
@@ -56,38 +57,12 @@ SNAPSHOT_SHAPE = ("template", "vcpus", "memory_mb")
 #: 409 template_building (a template found on disk is ready well within this).
 PREPARE_WAIT_SECONDS = 20.0
 PREPARE_RETRY_AFTER_SECONDS = 10
-#: Longer than a create may take (the host client's lifecycle timeout is 900 s).
-CREATE_DEADLINE_SECONDS = 1800.0
 
 T = TypeVar("T")
 
 
 class TemplateResolver(Protocol):
     async def resolve(self, team: str, ref: str) -> TemplateVersion | None: ...
-
-
-def to_info(row: Sandbox, volumes: Sequence[AttachedVolume] = ()) -> SandboxInfo:
-    state: SandboxState = row.state  # type: ignore[assignment]
-    return SandboxInfo(
-        id=row.id, template=row.template, state=state, created_at=row.created_at,
-        expires_at=None if row.persistent else row.expires_at, ttl_seconds=row.ttl_seconds,
-        persistent=row.persistent, vcpus=row.vcpus, memory_mb=row.memory_mb,
-        disk_mb=row.disk_mb, metadata=dict(row.meta or {}), ended_at=row.ended_at,
-        end_reason=row.end_reason, snapshot=row.snapshot, host_id=row.host_id,
-        volumes=list(volumes), name=row.name, stop_reason=row.stop_reason,
-        restored_from=row.restored_from,  # type: ignore[arg-type]
-    )
-
-
-def lost(row: Sandbox, why: str = "") -> ApiError:
-    return ApiError(409, "host_lost", f"sandbox {row.id} was on host {row.host_id}, which "
-                    "stopped heartbeating: its VM is gone" + (f"; {why}" if why else
-                    " (wake it to restore the state it last saved, if it saved one)"))
-
-
-def to_network_spec(policy: NetworkPolicy | None) -> NetworkSpec:
-    """The wire form of a host's policy (the default policy when there is none)."""
-    return NetworkSpec() if policy is None else NetworkSpec.model_validate(policy.to_dict())
 
 
 class SandboxService:

@@ -15,11 +15,12 @@ from pandastack.hostport.errors import HostError, SandboxNotFound, SnapshotNotFo
 from ..store import Sandbox
 from ..store.usage import HOLD_AWAKE
 from ..web.errors import api_error_of, conflict
+from .parts import CREATE_DEADLINE_SECONDS
 
 if TYPE_CHECKING:
     from pandastack.hostport.results import SnapshotInfo
 
-    from .service import SandboxService
+    from .parts import ServiceParts
 
 log = logging.getLogger("pandastack.server")
 
@@ -32,7 +33,7 @@ ORPHAN_SNAPSHOT_GRACE_SECONDS = 600.0
 _restarts: dict[str, asyncio.Lock] = {}
 
 
-def stop_row(service: SandboxService, row: Sandbox, reason: str) -> Sandbox:
+def stop_row(service: ServiceParts, row: Sandbox, reason: str) -> Sandbox:
     """A persistent sandbox whose VM died: `stopped`, its disk (and hibernation, if its
     host holds one) kept for `restart_row` (ADR 0037)."""
     updated = service.store.stop_sandbox(row.id, reason)
@@ -40,7 +41,7 @@ def stop_row(service: SandboxService, row: Sandbox, reason: str) -> Sandbox:
     return updated if updated is not None else row
 
 
-async def restart_row(service: SandboxService, row: Sandbox) -> Sandbox:
+async def restart_row(service: ServiceParts, row: Sandbox) -> Sandbox:
     """A stopped sandbox running again under its id: from the hibernation its host holds
     if there is one (memory and processes back), else from its newest snapshot of
     itself (the state at that snapshot), else by booting its own disk (files kept,
@@ -59,7 +60,7 @@ async def restart_row(service: SandboxService, row: Sandbox) -> Sandbox:
             del _restarts[row.id]
 
 
-async def _restart(service: SandboxService, row: Sandbox) -> Sandbox:
+async def _restart(service: ServiceParts, row: Sandbox) -> Sandbox:
     # Counted as live from the check on (a racing wake or restart of the team sees it),
     # until it runs or the restart fails.
     with service.store.holding(row, HOLD_AWAKE,
@@ -68,7 +69,7 @@ async def _restart(service: SandboxService, row: Sandbox) -> Sandbox:
         return await _start_again(service, row)
 
 
-async def _start_again(service: SandboxService, row: Sandbox) -> Sandbox:
+async def _start_again(service: ServiceParts, row: Sandbox) -> Sandbox:
     async with service.transition(row.id):
         try:
             handle = await service.runtime.get(row.id)
@@ -118,15 +119,13 @@ async def _start_again(service: SandboxService, row: Sandbox) -> Sandbox:
         return updated
 
 
-async def reconcile(service: SandboxService) -> tuple[list[str], list[str]]:
+async def reconcile(service: ServiceParts) -> tuple[list[str], list[str]]:
     """After `runtime.start()`: rows whose VM is gone -> stopped if persistent (their
     disks kept, ADR 0037), else failed; VMs (and kept disks) without a live row ->
     killed; the rows of adopted sandboxes take the runtime's state (running, paused or
     hibernated); snapshot rows whose files are gone -> deleted, and user snapshots on the
     host without a row (older than a grace) -> removed. Rows still `starting` (a create
     interrupted by a restart) count as gone."""
-    from .service import CREATE_DEADLINE_SECONDS  # service.py imports this module
-
     listed = {h.id: h for h in await service.runtime.list_sandboxes()}
     service.mark_lost_hosts()
     failed: list[str] = []
@@ -171,7 +170,7 @@ async def reconcile(service: SandboxService) -> tuple[list[str], list[str]]:
     return failed, killed
 
 
-async def reconcile_snapshots(service: SandboxService) -> None:
+async def reconcile_snapshots(service: ServiceParts) -> None:
     """Snapshot rows whose files the host lost are deleted (a create from one answers 404, as
     for any deleted snapshot). A user snapshot the host holds without a row is removed when
     it is older than ORPHAN_SNAPSHOT_GRACE_SECONDS (a younger one may have its row written
@@ -188,7 +187,7 @@ async def reconcile_snapshots(service: SandboxService) -> None:
     await _remove_orphans(service, held, {snap.id for snap in rows})
 
 
-async def remove_orphan_snapshots(service: SandboxService) -> None:
+async def remove_orphan_snapshots(service: ServiceParts) -> None:
     """The orphan half of `reconcile_snapshots`, safe while the server runs (the lifecycle
     loop calls it now and then): a snapshot or fork cut short by a crash leaves its files on
     the host, and a server that lives long would otherwise keep them until its next start."""
@@ -199,7 +198,7 @@ async def remove_orphan_snapshots(service: SandboxService) -> None:
     await _remove_orphans(service, held, known)
 
 
-async def _remove_orphans(service: SandboxService, held: dict[str, SnapshotInfo],
+async def _remove_orphans(service: ServiceParts, held: dict[str, SnapshotInfo],
                           known: set[str]) -> None:
     before = time.time() - ORPHAN_SNAPSHOT_GRACE_SECONDS
     for sid, info in sorted(held.items()):
