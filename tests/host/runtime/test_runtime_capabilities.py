@@ -24,6 +24,7 @@ from pandastack.host.runtime.disk_layers import MAX_LAYERS
 from pandastack.host.vmm.driver import Capability, CapabilityMissing
 from pandastack.host.vmm.qemu import QemuDriver
 from pandastack.hostport.errors import SandboxStateError
+from pandastack.hostport.host_api.codec import decode_error, encode_error, status_of
 from tests.helpers import close_private_runtime, vmm_pids_under
 from tests.host import fake_vmm
 from tests.host.fake_vmm import FakeDriver
@@ -84,11 +85,14 @@ def test_qemu_declares_every_capability_and_the_fake_fewer() -> None:
     assert frozenset(Capability) > fake_vmm.CAPABILITIES
 
 
-def test_the_error_names_the_capability_and_maps_as_a_state_error() -> None:
+def test_the_error_names_the_capability_and_crosses_the_host_api_as_a_409() -> None:
     exc = CapabilityMissing("fake", Capability.LIVE_MIGRATION, "live migration")
-    assert isinstance(exc, SandboxStateError)
-    assert str(exc) == ("live migration is not supported on this host: its VMM driver "
-                        "'fake' has no live migration")
+    message = ("live migration is not supported on this host: its VMM driver 'fake' has no "
+               "live migration")
+    assert isinstance(exc, SandboxStateError) and str(exc) == message
+    assert status_of(exc) == 409
+    crossed = decode_error(encode_error(exc).error)
+    assert type(crossed) is SandboxStateError and str(crossed) == message
 
 
 async def test_a_driver_without_live_migration_refuses_both_sides_and_runs_on(
