@@ -261,7 +261,7 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
     from pandastack.host.api import create_host_app
     from pandastack.host.local import LocalHost
     from pandastack.host.runtime import HostRuntime
-    from pandastack.metrics_http import MetricsAccess
+    from pandastack.metrics_access import MetricsAccess
 
     runtime = HostRuntime(config, progress=lambda message: log.info("%s", message))
     local = LocalHost(runtime, migration_host=migration_host(

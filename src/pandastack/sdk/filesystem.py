@@ -18,9 +18,10 @@ import anyio
 
 from pandastack.sdk import _base, _files, _watch
 from pandastack.sdk._http import HTTP, AsyncHTTP
+from pandastack.sdk.byte_streams import AsyncByteStream, ByteStream
 from pandastack.sdk.errors import NotFoundError
 from pandastack.sdk.models import FileEntry, WriteResult
-from pandastack.sdk.watch import AsyncByteStream, AsyncWatch, ByteStream, Watch
+from pandastack.sdk.watch import AsyncWatch, Watch
 
 __all__ = ["AsyncFilesystem", "Filesystem"]
 

@@ -4,7 +4,7 @@ A watch is one open event stream. It is set up in the guest before `watch()` ret
 change made after that call is seen. Iterate it for `FileEvent`s, in the order the guest saw
 them; the iteration ends after `stop()`, when the watched directory goes away, or after an
 ``"overflow"`` event (the reader was too slow and events were lost: list the directory again
-and start a new watch). Also: streamed reads of a file (`read(path, format="stream")`).
+and start a new watch). Streamed reads of a file are in `byte_streams.py`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 
@@ -189,91 +188,3 @@ class AsyncWatch:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-# Module functions, not methods: a generator stored on the object it is a method of makes a
-# reference cycle, so a stream dropped half read was closed only by the cyclic GC, at any
-# moment, once inside httpcore's pool lock: closing the response needs that lock, and the
-# client deadlocked (seen in bench/hostile.py). Without the cycle it closes when dropped.
-def _chunks_then_close(chunks: Iterator[bytes], stack: contextlib.ExitStack,
-                       label: str) -> Generator[bytes, None, None]:
-    try:
-        with transport_errors(label):
-            yield from chunks
-    finally:
-        stack.close()
-
-
-async def _achunks_then_close(chunks: AsyncIterator[bytes], stack: contextlib.AsyncExitStack,
-                              label: str) -> AsyncGenerator[bytes, None]:
-    try:
-        with transport_errors(label):
-            async for chunk in chunks:
-                yield chunk
-    finally:
-        await stack.aclose()
-
-
-class ByteStream:
-    """A file's bytes as they arrive (`read(path, format="stream")`): iterate it; the
-    connection closes at the end, on `close()`, or leaving its `with`."""
-
-    def __init__(self, http: HTTP, call: Call[Any]) -> None:
-        self._label = call.label
-        self._stack = contextlib.ExitStack()
-        response = self._stack.enter_context(http.stream(call))  # 404 & co. raise here
-        self._gen = _chunks_then_close(response.iter_bytes(), self._stack, self._label)
-
-    def __iter__(self) -> ByteStream:
-        return self
-
-    def __next__(self) -> bytes:
-        return next(self._gen)
-
-    def close(self) -> None:
-        self._gen.close()
-        self._stack.close()
-
-    def __enter__(self) -> ByteStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncByteStream:
-    """A file's bytes as they arrive, async (`await read(path, format="stream")`)."""
-
-    def __init__(self) -> None:
-        self._stack = contextlib.AsyncExitStack()
-        self._chunks: AsyncIterator[bytes] | None = None
-        self._gen: AsyncGenerator[bytes, None] | None = None
-        self._label = ""
-
-    @classmethod
-    async def open(cls, http: AsyncHTTP, call: Call[Any]) -> AsyncByteStream:
-        stream = cls()
-        stream._label = call.label
-        response = await stream._stack.enter_async_context(http.stream(call))
-        stream._chunks = response.aiter_bytes()
-        return stream
-
-    def __aiter__(self) -> AsyncByteStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if self._gen is None:
-            assert self._chunks is not None
-            self._gen = _achunks_then_close(self._chunks, self._stack, self._label)
-        return await anext(self._gen)
-
-    async def aclose(self) -> None:
-        if self._gen is not None:
-            await self._gen.aclose()
-        await self._stack.aclose()
-
-    async def __aenter__(self) -> AsyncByteStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

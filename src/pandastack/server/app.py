@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
-from pandastack.metrics_http import MetricsAccess, scrape
+from pandastack.metrics_access import MetricsAccess, scrape
 from pandastack.wire.pty import PTY_WEBSOCKET
 from pandastack.wire.sandboxes import ErrorEnvelope
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pandastack.host.api import create_host_app
 from pandastack.hostport.errors import HostUnavailable
-from pandastack.metrics_http import TOKEN_ENV, MetricsAccess, is_loopback
+from pandastack.metrics_access import TOKEN_ENV, MetricsAccess, is_loopback
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 

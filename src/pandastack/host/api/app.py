@@ -15,7 +15,7 @@ from pandastack.hostport.frames import MEDIA_TYPE
 from pandastack.hostport.host_api.codec import ErrorEnvelope
 from pandastack.hostport.host_api.models import HostStatus
 from pandastack.hostport.protocols import RuntimePort
-from pandastack.metrics_http import MetricsAccess, scrape
+from pandastack.metrics_access import MetricsAccess, scrape
 
 from . import code, files, plain, processes, pty, templates, watch
 from .auth import require_token
