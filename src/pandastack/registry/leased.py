@@ -22,25 +22,23 @@ import secrets
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from pandastack.hostport.errors import HostError, HostUnavailable, SandboxNotFound
+from pandastack.hostport.errors import (
+    HostError,
+    HostUnavailable,
+    SandboxNotFound,
+    VolumeNotFound,
+)
+from pandastack.hostport.forwarding import Forwarded, PortCall
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import (
-    BuildLog,
     MigrationPort,
     RuntimePort,
-    SandboxPlacement,
     SandboxPort,
     SnapshotTransferPort,
 )
-from pandastack.hostport.results import (
-    BuildResult,
-    MigrationDocument,
-    SnapshotInfo,
-    SnapshotResult,
-    TransferDocument,
-)
-from pandastack.hostport.volumes import VolumeMountRequest
-from pandastack.templatespec import TemplateSpec
+from pandastack.hostport.results import MigrationDocument
+from pandastack.hostport.volumes import VolumeMountRequest, VolumePort
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 
 from .membership import Membership
 
@@ -78,7 +76,8 @@ class LeasedHost:
 
     # -- what takes or drops a lease ------------------------------------------------------
 
-    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+    async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
+                     memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None,
@@ -158,37 +157,10 @@ class LeasedHost:
         await self.membership.lease(sandbox_id)
         await self._migrations().abort_migration(sandbox_id)
 
-    async def offer_migration(self, sandbox_id: str) -> MigrationDocument:
-        self.membership.check()
-        return await self._migrations().offer_migration(sandbox_id)
-
-    async def accept_migration(self, sandbox_id: str,
-                               offer: MigrationDocument) -> MigrationDocument:
-        self.membership.check()
-        return await self._migrations().accept_migration(sandbox_id, offer)
-
-    async def migrate(self, sandbox_id: str, ticket: MigrationDocument) -> MigrationDocument:
-        self.membership.check()
-        return await self._migrations().migrate(sandbox_id, ticket)
-
-    # Snapshot transfers start no VM (the children are creates, with their leases).
-
     def _transfers(self) -> SnapshotTransferPort:
         if not isinstance(self.inner, SnapshotTransferPort):
             raise HostError("this host does not transfer snapshots")
         return self.inner
-
-    async def offer_snapshot(self, sandbox_id: str) -> TransferDocument:
-        self.membership.check()
-        return await self._transfers().offer_snapshot(sandbox_id)
-
-    async def accept_snapshot(self, offer: TransferDocument) -> TransferDocument:
-        self.membership.check()
-        return await self._transfers().accept_snapshot(offer)
-
-    async def send_snapshot(self, snapshot_id: str, ticket: TransferDocument) -> None:
-        self.membership.check()
-        await self._transfers().send_snapshot(snapshot_id, ticket)
 
     async def _kept(self, sandbox_ids: list[str], epoch: int) -> None:
         """After an operation that made VMs under `epoch`: if the agent no longer serves
@@ -206,12 +178,7 @@ class LeasedHost:
         for sid in leased:
             await self.membership.release(sid)
 
-    # -- the rest: the same calls, once the membership allows -----------------------------
-
-    async def prepare_template(self, name: str, *, vcpus: int = 1,
-                               memory_mb: int = 512) -> None:
-        self.membership.check()
-        await self.inner.prepare_template(name, vcpus=vcpus, memory_mb=memory_mb)
+    # -- the rest: the same calls, to the inner port once the membership allows ------------
 
     async def get(self, sandbox_id: str) -> SandboxPort:
         host_id, epoch = self.membership.check()
@@ -225,70 +192,54 @@ class LeasedHost:
                 raise HostUnavailable(f"the lease of {sandbox_id} is not this host's")
         return sandbox
 
-    def handle(self, sandbox_id: str) -> SandboxPort:
-        self.membership.check()
-        return self.inner.handle(sandbox_id)
+    prepare_template = Forwarded(RuntimePort.prepare_template)
+    handle = Forwarded(RuntimePort.handle)
+    list_sandboxes = Forwarded(RuntimePort.list_sandboxes)
+    pause = Forwarded(RuntimePort.pause)
+    resume = Forwarded(RuntimePort.resume)
+    snapshot = Forwarded(RuntimePort.snapshot)
+    hibernate = Forwarded(RuntimePort.hibernate)
+    update_network = Forwarded(RuntimePort.update_network)
+    placement = Forwarded(RuntimePort.placement)
+    console_log = Forwarded(RuntimePort.console_log)
+    snapshot_info = Forwarded(RuntimePort.snapshot_info)
+    list_snapshots = Forwarded(RuntimePort.list_snapshots)
+    delete_snapshot = Forwarded(RuntimePort.delete_snapshot)
+    build_template = Forwarded(RuntimePort.build_template)
+    prune_build_cache = Forwarded(RuntimePort.prune_build_cache)
+    # The inner port's migrations that start or end no VM here (those above take leases).
+    offer_migration = Forwarded(MigrationPort.offer_migration)
+    accept_migration = Forwarded(MigrationPort.accept_migration)
+    migrate = Forwarded(MigrationPort.migrate)
+    # Snapshot transfers start no VM (the children are creates, with their leases).
+    offer_snapshot = Forwarded(SnapshotTransferPort.offer_snapshot)
+    accept_snapshot = Forwarded(SnapshotTransferPort.accept_snapshot)
+    send_snapshot = Forwarded(SnapshotTransferPort.send_snapshot)
+    # Volumes start no VM either.
+    create_volume = Forwarded(VolumePort.create_volume)
+    get_volume = Forwarded(VolumePort.get_volume)
+    list_volumes = Forwarded(VolumePort.list_volumes)
+    resize_volume = Forwarded(VolumePort.resize_volume)
+    delete_volume = Forwarded(VolumePort.delete_volume)
+    backup_volume = Forwarded(VolumePort.backup_volume)
+    restore_volume = Forwarded(VolumePort.restore_volume)
+    delete_volume_backup = Forwarded(VolumePort.delete_volume_backup)
 
-    async def list_sandboxes(self) -> Sequence[SandboxPort]:
+    def forward_target(self, call: PortCall) -> object:
+        """The inner port, once the membership allows, as the port the call belongs to."""
         self.membership.check()
-        return await self.inner.list_sandboxes()
-
-    async def pause(self, sandbox_id: str) -> None:
-        self.membership.check()
-        await self.inner.pause(sandbox_id)
-
-    async def resume(self, sandbox_id: str) -> None:
-        self.membership.check()
-        await self.inner.resume(sandbox_id)
-
-    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
-                       internal: bool = False) -> SnapshotResult:
-        self.membership.check()
-        return await self.inner.snapshot(sandbox_id, name, internal=internal)
-
-    async def hibernate(self, sandbox_id: str) -> None:
-        self.membership.check()
-        await self.inner.hibernate(sandbox_id)
-
-    async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
-        self.membership.check()
-        return await self.inner.update_network(sandbox_id, network)
-
-    async def placement(self, sandbox_id: str) -> SandboxPlacement:
-        self.membership.check()
-        return await self.inner.placement(sandbox_id)
-
-    async def console_log(self, sandbox_id: str, max_bytes: int) -> bytes:
-        self.membership.check()
-        return await self.inner.console_log(sandbox_id, max_bytes)
-
-    async def snapshot_info(self, snapshot_id: str) -> SnapshotInfo:
-        self.membership.check()
-        return await self.inner.snapshot_info(snapshot_id)
-
-    async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
-        self.membership.check()
-        return await self.inner.list_snapshots(include_internal=include_internal)
-
-    async def delete_snapshot(self, snapshot_id: str) -> None:
-        self.membership.check()
-        await self.inner.delete_snapshot(snapshot_id)
-
-    async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
-                             network: NetworkPolicy | None = None, vcpus: int = 1,
-                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
-        self.membership.check()
-        return await self.inner.build_template(spec, log=log, network=network, vcpus=vcpus,
-                                               memory_mb=memory_mb, cache_scope=cache_scope)
-
-    async def prune_build_cache(self, keep_newest: int) -> list[str]:
-        self.membership.check()
-        return await self.inner.prune_build_cache(keep_newest)
+        if call.port is MigrationPort:
+            return self._migrations()
+        if call.port is SnapshotTransferPort:
+            return self._transfers()
+        if call.port is VolumePort and not isinstance(self.inner, VolumePort):
+            raise VolumeNotFound("this host keeps no volumes")
+        return self.inner
 
     def __getattr__(self, name: str) -> object:
-        # What the inner port has beyond the port (and what the port gains later) passes
-        # through behind the same check. An operation that starts a VM must be added above,
-        # with its lease.
+        # What the inner port has beyond the port passes through behind the same check. A
+        # method the port gains must be named above (tests/registry/test_leased_forwarding.py
+        # fails until it is): forwarded, or written out with its lease if it starts a VM.
         if name in ("inner", "membership"):  # not set yet (copy, unpickling)
             raise AttributeError(name)
         self.membership.check()

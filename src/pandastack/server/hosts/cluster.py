@@ -42,6 +42,7 @@ from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import RuntimePort, SandboxPort, SnapshotTransferPort
 from pandastack.hostport.results import SnapshotInfo, TransferDocument
 from pandastack.hostport.volumes import VolumeMountRequest
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 
 from .pinning import pinned_host
 from .placement import HostView, Shape, rank
@@ -309,7 +310,8 @@ class ClusterPool(HostPool):
             log.warning("the host registry cannot be read, using the hosts last read: %s",
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
-    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+    async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
+                     memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None,
@@ -331,8 +333,8 @@ class ClusterPool(HostPool):
                 candidates.insert(0, holder)
         return candidates
 
-    async def prepare_template(self, name: str, *, vcpus: int = 1,
-                               memory_mb: int = 512) -> None:
+    async def prepare_template(self, name: str, *, vcpus: int = DEFAULT_VCPUS,
+                               memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         await self._ensure_fresh()
         await super().prepare_template(name, vcpus=vcpus, memory_mb=memory_mb)
 
@@ -500,7 +502,8 @@ class ClusterPool(HostPool):
         except HostLost:
             await self.wake_elsewhere(sandbox_id)
 
-    async def wake_elsewhere(self, sandbox_id: str, *, vcpus: int = 1, memory_mb: int = 512,
+    async def wake_elsewhere(self, sandbox_id: str, *, vcpus: int = DEFAULT_VCPUS,
+                             memory_mb: int = DEFAULT_MEMORY_MB,
                              exclude: str | None = None) -> str:
         """Wake a sandbox saved in the object store on another host; the host it went to."""
         await self._ensure_fresh()

@@ -27,10 +27,12 @@ from pandastack.hostport.errors import (
     SandboxNotFound,
     SnapshotNotFound,
 )
+from pandastack.hostport.forwarding import Forwarded, PortCall
 from pandastack.hostport.network import NetworkPolicy
-from pandastack.hostport.protocols import BuildLog, RuntimePort, SandboxPlacement, SandboxPort
+from pandastack.hostport.protocols import BuildLog, RuntimePort, SandboxPort
 from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
 from pandastack.hostport.volumes import VolumeMountRequest
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
 from .placement import HostView, Shape, rank
@@ -169,6 +171,25 @@ class HostPool(VolumeRouting):
 
     # -- the port ---------------------------------------------------------------------------
 
+    # Calls on one sandbox (or snapshot) go to the host that holds it, unchanged.
+    get = Forwarded(RuntimePort.get)
+    handle = Forwarded(RuntimePort.handle)
+    pause = Forwarded(RuntimePort.pause)
+    resume = Forwarded(RuntimePort.resume)
+    hibernate = Forwarded(RuntimePort.hibernate)
+    wake = Forwarded(RuntimePort.wake)
+    update_network = Forwarded(RuntimePort.update_network)
+    placement = Forwarded(RuntimePort.placement)
+    console_log = Forwarded(RuntimePort.console_log)
+    snapshot_info = Forwarded(RuntimePort.snapshot_info)
+
+    def forward_target(self, call: PortCall) -> RuntimePort:
+        if call.subject == "sandbox_id":
+            return self._host(call.key)
+        if call.subject == "snapshot_id":
+            return self._snapshot_host(call.key)
+        raise TypeError(f"a pool of hosts does not route {call.name} by {call.subject!r}")
+
     async def start(self) -> None:
         results = await asyncio.gather(*(h.start() for h in self.hosts.values()),
                                        return_exceptions=True)
@@ -185,7 +206,8 @@ class HostPool(VolumeRouting):
     async def close(self) -> None:
         await asyncio.gather(*(h.close() for h in self.hosts.values()), return_exceptions=True)
 
-    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+    async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
+                     memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | None = None,
@@ -215,8 +237,8 @@ class HostPool(VolumeRouting):
         """A sandbox of this shape was just placed on `host_id` (the pool counts it from its
         own map; a pool that counts from the hosts' reports keeps it until the next one)."""
 
-    async def prepare_template(self, name: str, *, vcpus: int = 1,
-                               memory_mb: int = 512) -> None:
+    async def prepare_template(self, name: str, *, vcpus: int = DEFAULT_VCPUS,
+                               memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         """On every reachable host (each builds a built-in template on its first use)."""
         live = [h for h in self.hosts if h not in self._unreachable]
         results = await asyncio.gather(
@@ -229,12 +251,6 @@ class HostPool(VolumeRouting):
                 raise result
             else:
                 self._templates[host_id].add(name)
-
-    async def get(self, sandbox_id: str) -> SandboxPort:
-        return await self._host(sandbox_id).get(sandbox_id)
-
-    def handle(self, sandbox_id: str) -> SandboxPort:
-        return self._host(sandbox_id).handle(sandbox_id)
 
     async def list_sandboxes(self) -> Sequence[SandboxPort]:
         sandboxes, _, lost = await self._each()
@@ -249,12 +265,6 @@ class HostPool(VolumeRouting):
             self._sandboxes.pop(sandbox_id, None)
             raise
         self._sandboxes.pop(sandbox_id, None)
-
-    async def pause(self, sandbox_id: str) -> None:
-        await self._host(sandbox_id).pause(sandbox_id)
-
-    async def resume(self, sandbox_id: str) -> None:
-        await self._host(sandbox_id).resume(sandbox_id)
 
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
                        internal: bool = False) -> SnapshotResult:
@@ -272,24 +282,6 @@ class HostPool(VolumeRouting):
             self._sandboxes[child.id] = _Held(held.host_id, held.vcpus, held.memory_mb)
         return children
 
-    async def hibernate(self, sandbox_id: str) -> None:
-        await self._host(sandbox_id).hibernate(sandbox_id)
-
-    async def wake(self, sandbox_id: str) -> None:
-        await self._host(sandbox_id).wake(sandbox_id)
-
-    async def update_network(self, sandbox_id: str, network: NetworkPolicy) -> NetworkPolicy:
-        return await self._host(sandbox_id).update_network(sandbox_id, network)
-
-    async def placement(self, sandbox_id: str) -> SandboxPlacement:
-        return await self._host(sandbox_id).placement(sandbox_id)
-
-    async def console_log(self, sandbox_id: str, max_bytes: int) -> bytes:
-        return await self._host(sandbox_id).console_log(sandbox_id, max_bytes)
-
-    async def snapshot_info(self, snapshot_id: str) -> SnapshotInfo:
-        return await self._snapshot_host(snapshot_id).snapshot_info(snapshot_id)
-
     async def list_snapshots(self, *, include_internal: bool = False) -> list[SnapshotInfo]:
         _, snapshots, lost = await self._each()
         if lost:
@@ -301,8 +293,9 @@ class HostPool(VolumeRouting):
         self._snapshots.pop(snapshot_id, None)
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
-                             network: NetworkPolicy | None = None, vcpus: int = 1,
-                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+                             network: NetworkPolicy | None = None,
+                             vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
+                             cache_scope: str = "") -> BuildResult:
         """On the best host for the build's VM; the template's snapshot stays there."""
         ranked = rank(self.views(), Shape(vcpus, memory_mb, spec.from_template))
         if not ranked:

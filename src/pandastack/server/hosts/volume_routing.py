@@ -13,6 +13,7 @@ from dataclasses import replace
 from pandastack.hostport.errors import HostExhausted, HostUnavailable, VolumeNotFound
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumePort
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 
 from .pinning import pinned_host
 
@@ -54,7 +55,7 @@ class VolumeRouting:
         """A new volume on the pinned host, else on the best-ranked one that takes it."""
         pinned = pinned_host.get()
         candidates = [pinned] if pinned is not None else \
-            self._create_candidates("base", 1, 512, None)
+            self._create_candidates(DEFAULT_TEMPLATE, DEFAULT_VCPUS, DEFAULT_MEMORY_MB, None)
         refused: list[str] = []
         for host_id in candidates:
             if host_id not in self.hosts:
