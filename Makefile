@@ -82,7 +82,8 @@ sdk-ts: deps
 # - tests/e2e/test_mcp.py: the matplotlib chart over HTTP only (stdio 11 s, http 14 s).
 # - Serial lane: test_cluster_migration's live drain and test_cluster_agents' killed agent
 #   ride on test_cluster_objects' sandboxes (two rigs of two agents and two servers fewer):
-#   those seven tests 207.9 s, the five now 187.6 s, at load 6.
+#   those seven tests 207.9 s, the five now 187.6 s, at load 6 (147.4 s again at load 4-6).
+#   The changed parallel modules with -n 2: 54 passed in 142 s at load 3-4.
 # Each lane ends with its slowest modules (tests/lanes.py), to know what to cut next.
 # Before the lanes, every guest image and template the tests use is built or found (~2 s when
 # cached): no test builds one, so the lanes' time and durations are the tests'. Node's image
