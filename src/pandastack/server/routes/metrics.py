@@ -10,6 +10,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from pandastack.guestproto.ops import (
+    METRICS_MAX_WINDOW_MS,
+    METRICS_MIN_WINDOW_MS,
+    METRICS_WINDOW_MS,
+)
 from pandastack.hostport.errors import SandboxNotFound
 from pandastack.wire.sandboxes import SandboxMetrics
 
@@ -21,7 +26,8 @@ from .deps import SandboxId, Service
 
 router = APIRouter(tags=["sandboxes"], route_class=StrictJsonRoute)
 
-WindowMs = Annotated[int, Query(ge=10, le=2000, description="how long to measure CPU use, ms")]
+WindowMs = Annotated[int, Query(ge=METRICS_MIN_WINDOW_MS, le=METRICS_MAX_WINDOW_MS,
+                                description="how long to measure CPU use, ms")]
 
 
 @router.get("/sandboxes/{sandbox_id}/metrics", response_model=SandboxMetrics,
@@ -32,7 +38,7 @@ WindowMs = Annotated[int, Query(ge=10, le=2000, description="how long to measure
                         "between requests. A paused or hibernated sandbox gets 409 (it is "
                         "not woken), and a read does not count as activity.")
 async def get_sandbox_metrics(sandbox_id: SandboxId, who: CurrentPrincipal, service: Service,
-                              window_ms: WindowMs = 200) -> SandboxMetrics:
+                              window_ms: WindowMs = METRICS_WINDOW_MS) -> SandboxMetrics:
     row = service.row(who.team, sandbox_id, touch=False)
     if row.state == "host_lost":
         raise lost(row)

@@ -238,7 +238,7 @@ async def measure(service: SandboxService, row: Sandbox) -> dict[str, Any] | Non
         return None
     try:
         handle = service.runtime.handle(row.id)
-        return metric(await service.host_call(handle.metrics(200)), time.time())
+        return metric(await service.host_call(handle.metrics()), time.time())
     except (SandboxNotFound, HostError):
         return None
     except ApiError as exc:
