@@ -8,6 +8,7 @@
     host_api   the host API's contract: the port's operations as a table (routes and client
                calls are built from it), its bodies, its JSON and error envelope
     frames     the host API's streamed bodies
+    forwarding port methods a wrapper of ports passes on unchanged (HostPool, LeasedHost)
 
 Implementations: `pandastack.host.local.LocalHost` (in this process) and
 `pandastack.server.hostclient.HostClient` (a `pandastack agent` over the host API).
