@@ -14,6 +14,7 @@ import { Commands, type ExecOptions } from "./commands.js";
 import { type ConnectionOptions, resolveConfig } from "./config.js";
 import { NotFoundError, TemplateBuildingError, invalid } from "./errors.js";
 import { Filesystem } from "./files.js";
+import { queryLimits } from "./generated/limits.js";
 import { Http, pathSegment, sandboxPath } from "./http.js";
 import { Terminals } from "./pty.js";
 import type { AttachedVolume, ExecResult, ForkResult, Lifecycle, Logs, NetworkArg, NetworkSpec,
@@ -410,11 +411,13 @@ export class Sandbox implements AsyncDisposable {
     return camelize(await this.http.json({ method: "GET", path: sandboxPath(this.id, "logs") })) as Logs;
   }
 
-  /** CPU (over `windowMs`, 10-2000, default 200), memory and disk, measured now. */
+  /** CPU (over `windowMs`, 10-2000, default 200: the API's), memory and disk, measured now. */
   async getMetrics(options: { windowMs?: number } = {}): Promise<SandboxMetrics> {
-    const windowMs = options.windowMs ?? 200;
-    if (!Number.isInteger(windowMs) || windowMs < 10 || windowMs > 2000) {
-      throw invalid(`windowMs must be an integer from 10 to 2000, not ${windowMs}`);
+    const bounds = queryLimits.getSandboxMetrics.window_ms;
+    const windowMs = options.windowMs ?? bounds.default;
+    if (!Number.isInteger(windowMs) || windowMs < bounds.minimum || windowMs > bounds.maximum) {
+      throw invalid(`windowMs must be an integer from ${bounds.minimum} to ${bounds.maximum}, ` +
+                    `not ${windowMs}`);
     }
     return camelize(await this.http.json({ method: "GET", path: sandboxPath(this.id, "metrics"),
       query: { window_ms: windowMs } })) as SandboxMetrics;

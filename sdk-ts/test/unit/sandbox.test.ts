@@ -228,3 +228,21 @@ test("a listed handle has its info's fields as read-only properties; refresh upd
   await sbx!.refresh();
   assert.equal(sbx!.state, "paused");
 });
+
+test("getMetrics takes its default and bounds from the API document's window_ms", async () => {
+  const metrics = { cpu_percent: 1.5, cpu_count: 1, memory_used_bytes: 1, memory_total_bytes: 2,
+    disk_used_bytes: 3, disk_total_bytes: 4, window_ms: 200, sampled_at: "2026-01-01T00:00:00Z" };
+  const { fetch, sent } = mockFetch((req) => req.url.pathname.endsWith("/metrics")
+    ? json(200, metrics) : json(200, SANDBOX));
+  const sbx = await Sandbox.connect("sbx-1", { ...OPTS, fetch });
+  assert.equal((await sbx.getMetrics()).windowMs, 200);
+  assert.equal(sent[1]!.url.searchParams.get("window_ms"), "200");
+  await sbx.getMetrics({ windowMs: 10 });
+  await sbx.getMetrics({ windowMs: 2000 });
+  assert.deepEqual(sent.slice(2).map((r) => r.url.searchParams.get("window_ms")), ["10", "2000"]);
+  for (const windowMs of [9, 2001, 1.5]) {
+    await assert.rejects(sbx.getMetrics({ windowMs }), (err: Error) =>
+      err instanceof InvalidRequestError && /from 10 to 2000, not /.test(err.message));
+  }
+  assert.equal(sent.length, 4);
+});
