@@ -80,6 +80,9 @@ sdk-ts: deps
 #   alternating (MAKE_TEST_MODE; hostclient/test_hostclient_vm.py drives the agent's
 #   transport): 50.9 -> 28.7 s at load 1.
 # - tests/e2e/test_mcp.py: the matplotlib chart over HTTP only (stdio 11 s, http 14 s).
+# - tests/e2e/test_e2b_code_interpreter.py: its matplotlib chart is soak (the E2B version
+#   clients, MCP and test_run_code draw one; on_result is checked on a text result): 189 s
+#   at load 8 -> 74.6 s at load 4-5 (the chart alone was 34 s of the 189).
 # - Serial lane: test_cluster_migration's live drain and test_cluster_agents' killed agent
 #   ride on test_cluster_objects' sandboxes (two rigs of two agents and two servers fewer):
 #   those seven tests 207.9 s, the five now 187.6 s, at load 6 (147.4 s again at load 4-6).
@@ -102,7 +105,7 @@ pytest: venv
 
 # `make cluster`'s test (make test runs it too, in the serial lane) and the variants make test
 # leaves out (`soak`: the API VM tests' other host mode, E2B's async client of the old SDK,
-# the host-level Dockerfile build).
+# the host-level Dockerfile build, the E2B code interpreter's chart).
 soak: deps venv
 	$(BIN)/pytest -m "cluster or soak"
 
