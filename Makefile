@@ -76,7 +76,7 @@ sdk-ts: deps
 #   steps, the same requests): 138 s quiet before (its commit f356502) -> 64 s at load 1.
 # - tests/host/templates/test_builds.py: the Dockerfile build is soak (tests/e2e/
 #   test_templates.py builds and serves that Dockerfile through a live server): -66 s.
-# - tests/server/test_api_vm.py and sandboxes/test_api_vm_isolation.py: one host mode a test,
+# - tests/server/api/test_api_vm.py and sandboxes/test_api_vm_isolation.py: one host mode a test,
 #   alternating (MAKE_TEST_MODE; hostclient/test_hostclient_vm.py drives the agent's
 #   transport): 50.9 -> 28.7 s at load 1.
 # - tests/e2e/test_mcp.py: the matplotlib chart over HTTP only (stdio 11 s, http 14 s).

@@ -1,6 +1,6 @@
 // Generates src/generated/openapi.ts from the committed REST API document (spec/openapi.json)
 // with openapi-typescript, and src/generated/limits.ts (query parameters' bounds, as values). `--check` writes nothing and exits 1 when the committed file differs
-// from what the generator makes now, the way tests/server/test_api_fake.py holds
+// from what the generator makes now, the way tests/server/api/test_api_fake.py holds
 // spec/openapi.json to the app (tests/sdk/test_ts_parity.py runs it).
 import { readFile, writeFile, mkdir } from "node:fs/promises";
 import { dirname, resolve } from "node:path";

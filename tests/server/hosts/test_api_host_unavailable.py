@@ -1,7 +1,7 @@
 """A host out of reach (its agent killed or restarting), at the HTTP layer over the in-memory
 runtime: requests for its sandboxes answer 503 `host_unavailable` (never a 500 or a hang), the
 reaper neither fails nor forgets them, and what ended meanwhile is killed once it is back.
-The same with a real `pandastack agent` process: tests/server/test_api_agent_process.py."""
+The same with a real `pandastack agent` process: tests/server/api/test_api_agent_process.py."""
 
 from __future__ import annotations
 

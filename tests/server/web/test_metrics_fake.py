@@ -1,6 +1,6 @@
 """Sandbox metrics and the Prometheus /metrics of the server and of the host API, over the
 in-memory runtime: the route's state rules, what moves which series, and who may scrape.
-The guest's own figures on a real VM: tests/server/test_api_vm.py."""
+The guest's own figures on a real VM: tests/server/api/test_api_vm.py."""
 
 from __future__ import annotations
 

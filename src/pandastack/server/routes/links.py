@@ -1,6 +1,6 @@
 """OpenAPI links: which later calls an answer's ids feed (OpenAPI 3 `links` on a response).
 Nothing reads them at run time; they document the API's workflows for clients, and they are
-what schemathesis follows in the stateful test (tests/server/test_api_stateful.py), so that
+what schemathesis follows in the stateful test (tests/server/api/test_api_stateful.py), so that
 its sequences reach the routes behind a real sandbox, snapshot, volume or webhook rather
 than their 404s."""
 

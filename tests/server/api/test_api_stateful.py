@@ -25,7 +25,7 @@ from schemathesis import Case
 from schemathesis.core.transport import Response
 
 from tests.server.live import FakeServer, fake_server
-from tests.server.test_api_property import check_envelope
+from tests.server.api.test_api_property import check_envelope
 
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "openapi.json"
 HUNT = os.environ.get("PANDASTACK_PROPERTY_EXAMPLES")
