@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from tests.registry.conftest import pg_dsn
 from tests.registry.proxy import TcpProxy
+from tests.registry.test_agent_membership import record_state
 from tests.server.conftest import assert_envelope
 from tests.server.hosts.cluster_rig import STALE_S, agents, api_servers, host_ids, registry_of
 
@@ -81,16 +82,17 @@ async def test_two_api_servers_drive_two_agents(pg_dsn: str, tmp_path: Path) -> 
 
 async def test_the_database_out_of_reach_gives_503s_and_loses_nothing(
         pg_dsn: str, tmp_path: Path) -> None:
-    """API servers and agents reach PostgreSQL through a proxy that the test stops for 10 s:
-    requests answer 503 unavailable, the agents pause their VMs (they cannot renew), and
-    when the database is back everything goes on where it was: no host is fenced."""
+    """API servers and agents reach PostgreSQL through a proxy that the test stops until the
+    agents have paused their VMs (they cannot renew) and twice the stale window has gone by:
+    requests answer 503 unavailable, and when the database is back everything goes on where
+    it was: no host is fenced."""
     url = make_url(pg_dsn)
     proxy = TcpProxy((url.host or "127.0.0.1", int(url.port or 5432)))
     proxy.start()
     via_proxy = url.set(port=proxy.port).render_as_string(hide_password=False)
     try:
         with registry_of(pg_dsn) as registry:
-            async with agents(via_proxy, 2) as (a, _b), \
+            async with agents(via_proxy, 2) as (a, b), \
                     api_servers(tmp_path, via_proxy, a.token_file) as (one, two):
                 sids = []
                 for _ in range(2):
@@ -100,13 +102,21 @@ async def test_the_database_out_of_reach_gives_503s_and_loses_nothing(
                 epochs = {h.id: h.epoch for h in registry.list_hosts()}
 
                 proxy.stop()
+                cut_at = time.monotonic()
                 try:
                     for api in (one, two):
                         r = await api.client.get(f"/v1/sandboxes/{sids[0]}")
                         assert_envelope(r, 503, "unavailable")
                         assert "database" in r.json()["error"]["message"]
                         assert r.headers.get("retry-after")
-                    await asyncio.sleep(10)
+
+                    async def paused_long_enough() -> bool:
+                        states = [record_state(agent, sid) for agent in (a, b) for sid in sids]
+                        return (states.count("paused") == len(sids)
+                                and time.monotonic() - cut_at > 2 * STALE_S)
+                    # (It was a fixed 10 s; what it is for is an outage past the stale window
+                    # with the VMs paused, which this waits for.)
+                    await until("the cut-off agents to pause their VMs", paused_long_enough)
                 finally:
                     proxy.start()
 
