@@ -4,8 +4,9 @@
   first; the others after them in their own order (not by their count of tests: some that
   are not marked take tens of seconds for one or two tests, e.g. tests/guest/
   test_agent_wheel.py and tests/server/preview/test_preview_browser.py, and would end the run),
-  which ends on tests/server's store and webhook modules and tests/templatespec, each a
-  few seconds to ~20 s. `make pytest` runs the parallel lane with
+  which ends on tests/server's store, volume and web modules and tests/templatespec, each a
+  few seconds to ~20 s (tests/server/api/, the API as a whole, sorts first: its property
+  test takes ~90 s). `make pytest` runs the parallel lane with
   `--dist loadscope --no-loadscope-reorder`, so a worker takes modules in this order, and the
   run ends on quick modules that fill both workers to the end rather than on one long VM
   module with the other worker idle (xdist's own reorder, most tests first, put the VM

@@ -1,5 +1,5 @@
 """The guest's `metrics` sampler, on this machine's own /proc and root file system (the
-same kernel interfaces a guest reads); the end-to-end figures of a VM: tests/server/
+same kernel interfaces a guest reads); the end-to-end figures of a VM: tests/server/api/
 test_api_vm.py."""
 
 from __future__ import annotations

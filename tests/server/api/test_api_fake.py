@@ -17,7 +17,7 @@ from pandastack.server.store import open_store
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 
-SPEC = Path(__file__).resolve().parents[2] / "spec" / "openapi.json"
+SPEC = Path(__file__).resolve().parents[3] / "spec" / "openapi.json"
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from schemathesis import Case
 
 from tests.server.live import FakeServer, fake_server
 
-SPEC = Path(__file__).resolve().parents[2] / "spec" / "openapi.json"
+SPEC = Path(__file__).resolve().parents[3] / "spec" / "openapi.json"
 # PANDASTACK_PROPERTY_EXAMPLES=N runs N random (not derandomized) examples per operation.
 HUNT = os.environ.get("PANDASTACK_PROPERTY_EXAMPLES")
 MAX_EXAMPLES = int(HUNT) if HUNT else 30

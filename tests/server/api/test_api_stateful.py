@@ -24,10 +24,10 @@ from hypothesis.errors import Flaky
 from schemathesis import Case
 from schemathesis.core.transport import Response
 
-from tests.server.live import FakeServer, fake_server
 from tests.server.api.test_api_property import check_envelope
+from tests.server.live import FakeServer, fake_server
 
-SPEC = Path(__file__).resolve().parents[2] / "spec" / "openapi.json"
+SPEC = Path(__file__).resolve().parents[3] / "spec" / "openapi.json"
 HUNT = os.environ.get("PANDASTACK_PROPERTY_EXAMPLES")
 SEQUENCES = int(HUNT) if HUNT else 30
 STEPS = 10
