@@ -104,7 +104,7 @@ class Settings:
     # is older than `host_stale_seconds` by the database's clock is lost.
     cluster: bool = False
     host_stale_seconds: float = 15.0
-    # Metering (metering.py, ADR 0025): the rate card, the quota of a team that has none of
+    # Metering (accounts/metering.py, ADR 0025): the rate card, the quota of a team that has none of
     # its own, and the (vcpus, memory_mb) shapes a sandbox or template build may have.
     rates: Rates = field(default_factory=Rates)
     quota_defaults: QuotaDefaults = field(default_factory=QuotaDefaults)

@@ -11,8 +11,8 @@ sandbox` (an opaque origin: the page reaches no storage, cookie or worker of the
 
 Either way the request goes to `http://{slot}:{port}/{path}?{query}`, where the slot address
 is the one the sandbox's network namespace DNATs to the guest; a WebSocket handshake is
-relayed to `ws://{slot}:{port}/{path}?{query}` (wsproxy.py), with the same access rules. Both
-bodies stream (nothing is buffered whole); hop-by-hop headers, the caller's credentials
+relayed to `ws://{slot}:{port}/{path}?{query}` (preview/wsproxy.py), with the same access rules.
+Both bodies stream (nothing is buffered whole); hop-by-hop headers, the caller's credentials
 (Authorization, X-API-Key, the preview's access cookie) and the `ps_expires`/`ps_sig`
 parameters are not forwarded. A proxied request wakes a hibernated sandbox and counts as
 activity; while its response streams (or its WebSocket is open), the idle reaper leaves the

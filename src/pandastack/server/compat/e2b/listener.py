@@ -4,8 +4,8 @@ A request names a sandbox port by the headers `E2b-Sandbox-Id` + `E2b-Sandbox-Po
 SDKs' E2B_SANDBOX_URL mode: one URL for every sandbox) or by its host name
 `{port}-{sandbox id}.{domain}` (E2B_DOMAIN mode). Port 49983 is the daemon (`envd/app.py`),
 49999 the code interpreter (`interpreter.py`); both are answered here, by our guest agent's
-operations. Any other port is our port proxy (preview.py), where E2B's traffic token is one
-more credential.
+operations. Any other port is our port proxy (server/preview/listener.py), where E2B's traffic
+token is one more credential.
 
 Credentials, each checked before the sandbox is looked up, so that a wrong one learns
 nothing about which sandboxes exist: on 49983 `X-Access-Token` (the envd token); on the
@@ -217,7 +217,7 @@ def error_for(conn: HTTPConnection, port: int, exc: BaseException) -> Response |
 
 
 class E2bListener:
-    """Answers ports 49983 and 49999 of a sandbox; preview.py calls it for those."""
+    """Answers ports 49983 and 49999 of a sandbox; preview/listener.py calls it for those."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
