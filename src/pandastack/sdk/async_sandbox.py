@@ -22,6 +22,7 @@ from types import TracebackType
 
 import httpx
 
+from pandastack.rules import DEFAULT_TEMPLATE
 from pandastack.sdk import _base, _metrics, _names, _streams
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import AsyncHTTP
@@ -128,7 +129,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         return self._filesystem
 
     @classmethod
-    async def create(cls, template: str = "base", ttl_seconds: int | None = None,
+    async def create(cls, template: str = DEFAULT_TEMPLATE, ttl_seconds: int | None = None,
                persistent: bool = False, vcpus: int | None = None,
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
@@ -169,7 +170,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         return cls(info, http, owns_http=True)
 
     @classmethod
-    async def get_or_create(cls, name: str, template: str = "base",
+    async def get_or_create(cls, name: str, template: str = DEFAULT_TEMPLATE,
                             ttl_seconds: int | None = None, persistent: bool = False,
                             vcpus: int | None = None, memory_mb: int | None = None,
                             env: Mapping[str, str] | None = None,

@@ -20,6 +20,7 @@ from types import TracebackType
 
 import httpx
 
+from pandastack.rules import DEFAULT_TEMPLATE
 from pandastack.sdk import _admin, _base, _names, _streams
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk._streams import SandboxPage
@@ -67,7 +68,7 @@ class Sandboxes(_base.ClientBase[HTTP]):
         """The current state of sandbox `sandbox_id`."""
         return self._http.run(_base.get_sandbox_call(sandbox_id))
 
-    def create(self, template: str = "base", ttl_seconds: int | None = None,
+    def create(self, template: str = DEFAULT_TEMPLATE, ttl_seconds: int | None = None,
                persistent: bool = False, vcpus: int | None = None,
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *,
@@ -82,7 +83,7 @@ class Sandboxes(_base.ClientBase[HTTP]):
             snapshot=snapshot, network=network, volumes=volumes, name=name,
             host_id=host_id)), self._http)
 
-    def get_or_create(self, name: str, template: str = "base",
+    def get_or_create(self, name: str, template: str = DEFAULT_TEMPLATE,
                       ttl_seconds: int | None = None, persistent: bool = False,
                       vcpus: int | None = None, memory_mb: int | None = None,
                       env: Mapping[str, str] | None = None,
@@ -270,7 +271,7 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
         """The current state of sandbox `sandbox_id`."""
         return await self._http.run(_base.get_sandbox_call(sandbox_id))
 
-    async def create(self, template: str = "base", ttl_seconds: int | None = None,
+    async def create(self, template: str = DEFAULT_TEMPLATE, ttl_seconds: int | None = None,
                      persistent: bool = False, vcpus: int | None = None,
                      memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                      metadata: Mapping[str, str] | None = None, *,
@@ -285,7 +286,7 @@ class AsyncSandboxes(_base.ClientBase[AsyncHTTP]):
             snapshot=snapshot, network=network, volumes=volumes, name=name,
             host_id=host_id)), self._http)
 
-    async def get_or_create(self, name: str, template: str = "base",
+    async def get_or_create(self, name: str, template: str = DEFAULT_TEMPLATE,
                             ttl_seconds: int | None = None, persistent: bool = False,
                             vcpus: int | None = None, memory_mb: int | None = None,
                             env: Mapping[str, str] | None = None,

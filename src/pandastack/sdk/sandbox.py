@@ -21,6 +21,7 @@ from types import TracebackType
 
 import httpx
 
+from pandastack.rules import DEFAULT_TEMPLATE
 from pandastack.sdk import _base, _metrics, _names, _streams
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import HTTP
@@ -124,7 +125,7 @@ class Sandbox(_base.SandboxBase[HTTP]):
         return self._filesystem
 
     @classmethod
-    def create(cls, template: str = "base", ttl_seconds: int | None = None,
+    def create(cls, template: str = DEFAULT_TEMPLATE, ttl_seconds: int | None = None,
                persistent: bool = False, vcpus: int | None = None,
                memory_mb: int | None = None, env: Mapping[str, str] | None = None,
                metadata: Mapping[str, str] | None = None, *, disk_mb: int | None = None,
@@ -165,7 +166,7 @@ class Sandbox(_base.SandboxBase[HTTP]):
         return cls(info, http, owns_http=True)
 
     @classmethod
-    def get_or_create(cls, name: str, template: str = "base",
+    def get_or_create(cls, name: str, template: str = DEFAULT_TEMPLATE,
                       ttl_seconds: int | None = None, persistent: bool = False,
                       vcpus: int | None = None, memory_mb: int | None = None,
                       env: Mapping[str, str] | None = None,

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_VCPUS
 from pandastack.sdk import _base
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk._sse import SSEDecoder
@@ -122,8 +123,8 @@ class Templates(_base.ClientBase[HTTP]):
     """`client.templates`: build, list, inspect and delete the team's templates."""
 
     def build(self, template: TemplateSource, name: str, *,
-              context_dir: str | os.PathLike[str] | None = None, vcpus: int = 1,
-              memory_mb: int = 512, network: _base.NetworkArg | None = None,
+              context_dir: str | os.PathLike[str] | None = None, vcpus: int = DEFAULT_VCPUS,
+              memory_mb: int = DEFAULT_MEMORY_MB, network: _base.NetworkArg | None = None,
               on_log: LogCallback | None = None, wait: bool = True,
               timeout_seconds: float = DEFAULT_BUILD_TIMEOUT) -> wire.TemplateBuildInfo:
         """Build a new version of template `name` and (with `wait`) follow it to the end.
@@ -184,8 +185,8 @@ class AsyncTemplates(_base.ClientBase[AsyncHTTP]):
     """`client.templates`: build, list, inspect and delete the team's templates (async)."""
 
     async def build(self, template: TemplateSource, name: str, *,
-                    context_dir: str | os.PathLike[str] | None = None, vcpus: int = 1,
-                    memory_mb: int = 512, network: _base.NetworkArg | None = None,
+                    context_dir: str | os.PathLike[str] | None = None, vcpus: int = DEFAULT_VCPUS,
+                    memory_mb: int = DEFAULT_MEMORY_MB, network: _base.NetworkArg | None = None,
                     on_log: AsyncLogCallback | None = None, wait: bool = True,
                     timeout_seconds: float = DEFAULT_BUILD_TIMEOUT) -> wire.TemplateBuildInfo:
         """Build a new version of template `name` and (with `wait`) follow it to the end.

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pandastack.rules import DEFAULT_TEMPLATE
+
 from .models import (
     DEFAULT_READY_TIMEOUT_SECONDS,
     MAX_COPY_BYTES,
@@ -154,7 +156,7 @@ def _read(path: Path, rel: str, budget: CopyBudget) -> CopyFile:
 class Template:
     """Builds a `TemplateSpec` step by step; every method returns the builder."""
 
-    def __init__(self, from_template: str = "base") -> None:
+    def __init__(self, from_template: str = DEFAULT_TEMPLATE) -> None:
         self._from = from_template
         self._steps: list[TemplateStep] = []
         self._start: str | None = None

@@ -85,6 +85,7 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import SnapshotInfo, SnapshotResult
 from pandastack.hostport.volumes import VolumeMountRequest
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
@@ -165,12 +166,13 @@ class HostRuntime:
     def driver(self) -> VMMDriver:
         return self.machinery.driver
 
-    async def ensure_template(self, name: str = "base",
+    async def ensure_template(self, name: str = DEFAULT_TEMPLATE,
                               shape: MachineShape | None = None) -> Template:
         store = await self.prepare()
         return await store.ensure(name, shape, progress=self.progress)
 
-    async def prepare_template(self, name: str, *, vcpus: int = 1, memory_mb: int = 512) -> None:
+    async def prepare_template(self, name: str, *, vcpus: int = DEFAULT_VCPUS,
+                               memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         """Build (or find) built-in template `name` for that shape; creates then restore at
         once. Unknown names raise TemplateNotFound."""
         await self.ensure_template(name, MachineShape(vcpus, memory_mb))
@@ -238,7 +240,8 @@ class HostRuntime:
 
     # -- create ---------------------------------------------------------------------------
 
-    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+    async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
+                     memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | dict[str, Any] | None = None,

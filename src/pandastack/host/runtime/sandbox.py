@@ -22,6 +22,7 @@ from pandastack.host.agentlink.handshake import InitParams
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, VMExited
 from pandastack.hostport.results import ExecResult
+from pandastack.rules import DEFAULT_TEMPLATE
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class SandboxHandle:
     guest operation wakes it through `waker`) or "stopped" (its VM died; a wake boots it)."""
 
     def __init__(self, sandbox_id: str, vm: VMProcess | None, workdir: Path, hostname: str,
-                 created_at: float, agent_timeout: float, *, template: str = "base",
+                 created_at: float, agent_timeout: float, *, template: str = DEFAULT_TEMPLATE,
                  state: str = "running", waker: Waker | None = None):
         self.id = sandbox_id
         self.vm = vm

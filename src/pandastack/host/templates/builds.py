@@ -51,6 +51,7 @@ from pandastack.hostport.errors import (
 )
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import BuildResult
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_VCPUS
 from pandastack.templatespec import HOST_ONLY_STEPS, TemplateSpec, describe_step, step_key
 
 CACHE_VERSION = "1"  # part of every key: bump when what a step does changes
@@ -71,7 +72,8 @@ class TemplateBuilds:
 
     async def build(self, spec: TemplateSpec, *, log: Log,
                     network: NetworkPolicy | None = None, step_timeout: float | None = None,
-                    cache: bool = True, vcpus: int = 1, memory_mb: int = 512,
+                    cache: bool = True, vcpus: int = DEFAULT_VCPUS,
+                    memory_mb: int = DEFAULT_MEMORY_MB,
                     disk_mb: int | None = None, cache_scope: str = "") -> BuildResult:
         """Build `spec`; raises BuildFailed (naming the failing step, with its output's tail)
         and the runtime's own errors (an unknown base template, a failed create).

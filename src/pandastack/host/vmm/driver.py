@@ -33,7 +33,7 @@ from typing import Protocol
 
 from pandastack.host.vmm import cgroups
 from pandastack.hostport.errors import SandboxStateError, VMMError
-from pandastack.rules import MAX_VOLUMES_PER_SANDBOX
+from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_VCPUS, MAX_VOLUMES_PER_SANDBOX
 
 AGENT_PORT_NAME = "org.pandastack.agent"
 # Disk slots every VM has for durable volumes (ADR 0027). A machine without hot-plug keeps its
@@ -95,8 +95,8 @@ class VolumeDrive:
 
 @dataclass(frozen=True)
 class MachineShape:
-    vcpus: int = 1
-    memory_mb: int = 512
+    vcpus: int = DEFAULT_VCPUS
+    memory_mb: int = DEFAULT_MEMORY_MB
 
 
 @dataclass(frozen=True)
