@@ -14,6 +14,9 @@ from pandastack.guest import agent as python_agent
 from pandastack.guestproto.ops import (
     DATA_REPLIES,
     FINAL_REPLIES,
+    METRICS_MAX_WINDOW_MS,
+    METRICS_MIN_WINDOW_MS,
+    METRICS_WINDOW_MS,
     OPERATIONS,
     REPLY_KINDS,
     Field,
@@ -220,3 +223,15 @@ def test_host_side_checks_of_requests_come_from_the_table() -> None:
     with pytest.raises(ValueError, match="no guest operation"):
         check_request("grepp", {})
     assert isinstance(OPERATIONS["metrics"].field("window_ms"), Field)
+
+
+def test_the_static_agent_bounds_the_metrics_window_as_the_table_does() -> None:
+    # Rust cannot import the table: its literals are held to it here instead.
+    text = (RUST_SRC / "metrics.rs").read_text()
+    default = re.search(r"const DEFAULT_WINDOW_MS: i128 = (\d+);", text)
+    largest = re.search(r"const MAX_WINDOW_MS: i128 = (\d+);", text)
+    smallest = re.search(r'arg_int\(&f\.header, "window_ms", Some\(DEFAULT_WINDOW_MS\), (\d+)\)',
+                         text)
+    assert default and largest and smallest, "metrics.rs no longer reads window_ms as expected"
+    assert (int(default.group(1)), int(smallest.group(1)), int(largest.group(1))) == (
+        METRICS_WINDOW_MS, METRICS_MIN_WINDOW_MS, METRICS_MAX_WINDOW_MS)
