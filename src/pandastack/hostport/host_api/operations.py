@@ -10,7 +10,7 @@ query: the rest), what answers (`result`, or nothing: 204), and how long the cli
 result types come from the port's own signatures (`hints`).
 
 Streamed operations (frames both ways, a raw request body, a WebSocket) are written out by
-hand on both sides and listed in HAND_WRITTEN; tests/hostport/test_operations.py fails when
+hand on both sides and listed in HAND_WRITTEN; tests/server/hostclient/test_operations.py fails when
 a port method is in neither.
 """
 
