@@ -5,7 +5,7 @@ called here with nothing written for it.
 
 mypy does not see methods set on a class at import: the classes declare a `__getattr__`
 for the type checker only, so that they still count as the port (the protocols keep the
-signatures); tests/hostport/test_operations.py checks each port method is really there."""
+signatures); tests/server/hostclient/test_operations.py checks each port method is really there."""
 
 from __future__ import annotations
 
