@@ -7,11 +7,16 @@ import hashlib
 import os
 import shutil
 import signal
+import tempfile
 import time
 import zipfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
+from pandastack.host import config as host_config
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import iter_cmdlines
@@ -37,6 +42,23 @@ def vmm_pids_under(directory: Path) -> list[int]:
 
 
 qemu_pids_under = vmm_pids_under  # the name the server and e2e tests import
+
+
+@contextmanager
+def private_vmm_root(prefix: str) -> Iterator[Path]:
+    """A directory for a module's runtimes (home, state) with the host-wide claim directories
+    (fork buffers, hugetlb claims) moved into it; at the end, any VMM left under it is killed,
+    the directory removed, and the test fails naming the leaked VMMs."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: socket paths
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host_config, "FORK_BUFFERS_ROOT", path / "fork-buffers")
+        patch.setattr(host_config, "HUGETLB_CLAIMS_ROOT", path / "hugetlb")
+        yield path
+    leftovers = vmm_pids_under(path)
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)
+    assert not leftovers, f"VMMs leaked: {leftovers}"
 
 
 async def clock_lag(sbx: SandboxHandle) -> float:

@@ -7,17 +7,12 @@ sandbox keeps running either way. No root, no VM (tests/host/fake_vmm.py)."""
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
-import signal
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import cast
 
 import pytest
 
-from pandastack.host import config as config_module
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.disk_layers import MAX_LAYERS
@@ -25,7 +20,7 @@ from pandastack.host.vmm.driver import Capability, CapabilityMissing
 from pandastack.host.vmm.qemu import QemuDriver
 from pandastack.hostport.errors import SandboxStateError
 from pandastack.hostport.host_api.codec import decode_error, encode_error, status_of
-from tests.helpers import close_private_runtime, vmm_pids_under
+from tests.helpers import close_private_runtime, private_vmm_root
 from tests.host import fake_vmm
 from tests.host.fake_vmm import FakeDriver
 from tests.host.runtime.test_runtime_fake_vmm import fake_images
@@ -37,16 +32,8 @@ _numbers = itertools.count()
 
 @pytest.fixture(scope="module")
 def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="psc-", dir="/tmp"))  # short: socket paths
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(config_module, "FORK_BUFFERS_ROOT", path / "fork-buffers")
-        patch.setattr(config_module, "HUGETLB_CLAIMS_ROOT", path / "hugetlb")
+    with private_vmm_root("psc-") as path:
         yield path
-    leftovers = vmm_pids_under(path)
-    for pid in leftovers:
-        os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(path, ignore_errors=True)
-    assert not leftovers, f"fake VMMs leaked: {leftovers}"
 
 
 @pytest.fixture

@@ -9,10 +9,8 @@ the sandbox running and no snapshot behind. The sandboxes have no network
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 import signal
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +18,6 @@ from typing import cast
 
 import pytest
 
-from pandastack.host import config as config_module
 from pandastack.host.config import HostConfig
 from pandastack.host.images.build import GuestImage
 from pandastack.host.runtime import HostRuntime
@@ -28,7 +25,7 @@ from pandastack.host.runtime.records import SandboxRecord
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import Capability
 from pandastack.hostport.errors import SnapshotFailed, VMMError
-from tests.helpers import close_private_runtime, vmm_pids_under
+from tests.helpers import close_private_runtime, private_vmm_root, vmm_pids_under
 from tests.host import fake_vmm
 from tests.host.fake_vmm import FakeDriver
 
@@ -43,16 +40,8 @@ _numbers = itertools.count()
 def root() -> Iterator[Path]:
     """Home (shared by the module's runtimes: the template is baked once), state dirs, and
     the host-wide claim directories, all private to this module."""
-    path = Path(tempfile.mkdtemp(prefix="psf-", dir="/tmp"))  # short: socket paths
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(config_module, "FORK_BUFFERS_ROOT", path / "fork-buffers")
-        patch.setattr(config_module, "HUGETLB_CLAIMS_ROOT", path / "hugetlb")
+    with private_vmm_root("psf-") as path:
         yield path
-    leftovers = vmm_pids_under(path)
-    for pid in leftovers:
-        os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(path, ignore_errors=True)
-    assert not leftovers, f"fake VMMs leaked: {leftovers}"
 
 
 def fake_images(home: Path) -> Callable[[str, object], GuestImage]:
