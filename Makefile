@@ -40,6 +40,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 	$(BIN)/mypy bench
+	$(BIN)/mypy tests
 
 layers: venv
 	$(BIN)/lint-imports

@@ -32,6 +32,7 @@ from pandastack.hostport.protocols import (
     OutputCallback,
     SandboxPlacement,
 )
+from pandastack.hostport.pty import PtySession
 from pandastack.hostport.results import (
     BuildResult,
     CodeEvent,
@@ -116,7 +117,7 @@ class FakeSandbox:
         await self._guest()
         raise GuestOSError("ENOTSUP", "the in-memory host has no terminals", None)
 
-    async def pty_connect(self, pid: int) -> object:
+    async def pty_connect(self, pid: int) -> PtySession:
         await self._guest()
         raise GuestOSError("ESRCH", f"no terminal {pid}", None)
 
@@ -147,7 +148,7 @@ class FakeSandbox:
         for callback, args in ((on_dropped, (3, 0)), (on_stdout, (b"out\n",)),
                                (on_stderr, (b"err\n",))):
             if callback is not None:
-                r = callback(*args)  # type: ignore[operator]
+                r = callback(*args)
                 if r is not None:
                     await r
         return ExecResult(0, b"", b"", 1.0, False, None, False)
