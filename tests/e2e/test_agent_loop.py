@@ -7,6 +7,7 @@ import pytest
 
 from pandastack import AsyncSandbox, ConflictError, Sandbox
 from tests.e2e.conftest import LiveServer
+from tests.sdk_credentials import Credentials
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
@@ -15,7 +16,7 @@ FIXED = "import json\nprint(json.dumps({'answer': 6 * 7}))\nopen('/work/out.txt'
 
 
 def test_sync_loop(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     with Sandbox.create(template="base", ttl_seconds=300, **creds) as sbx:
         sbx.filesystem.write("/work/step.py", BROKEN)
         first = sbx.exec("python /work/step.py", timeout_seconds=60)
@@ -34,7 +35,7 @@ def test_sync_loop(live_server: LiveServer) -> None:
 
 
 async def test_async_loop_with_streaming(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     seen: list[str] = []
     async with await AsyncSandbox.create(template="base", ttl_seconds=300, **creds) as sbx:
         await sbx.filesystem.write("/work/count.sh", "for i in 1 2 3; do echo line$i; done\n")

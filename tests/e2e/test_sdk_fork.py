@@ -10,13 +10,14 @@ import pytest
 from pandastack import Client, ConflictError, NotFoundError, Sandbox
 from pandastack.webhooks import verify_signature
 from tests.e2e.conftest import LiveServer
+from tests.sdk_credentials import Credentials
 from tests.server.webhook_receiver import receiver
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
 
 def test_fork_snapshot_hibernate(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     with Sandbox.create(ttl_seconds=300, **creds) as parent:
         parent.filesystem.write("/work/state.txt", "before the fork")
         children = parent.fork(count=2)
@@ -54,7 +55,7 @@ def test_fork_snapshot_hibernate(live_server: LiveServer) -> None:
 
 
 def test_events_and_webhook_of_a_fork(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     wanted = ["sandbox.created", "sandbox.forked", "sandbox.killed"]
     with receiver() as r, Client(**creds) as client:
         hook = client.webhooks.create(r.url, wanted)

@@ -10,12 +10,13 @@ import pytest
 
 from pandastack import InvalidRequestError, NotFoundError, Sandbox
 from tests.e2e.conftest import LiveServer
+from tests.sdk_credentials import Credentials
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
 
 def test_ports_and_network(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     with Sandbox.create(ttl_seconds=300, network={"internet": False}, **creds) as sbx:
         assert sbx.network().internet is False
         policy = sbx.update_network({"internet": True, "deny_out": ["198.18.0.0/15"]})

@@ -15,6 +15,7 @@ from pandastack import AsyncSandbox, Sandbox
 from pandastack.sdk import FileEvent, PayloadTooLargeError, ValidationError
 from pandastack.wire.sandboxes import MAX_WRITE_MANY_FILES
 from tests.e2e.conftest import LiveServer
+from tests.sdk_credentials import Credentials
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -29,7 +30,7 @@ def brief(e: FileEvent) -> tuple[str, str, str | None]:
 
 
 def test_sync_watch_write_many_and_read(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     with Sandbox.create(template="base", ttl_seconds=300, **creds) as sbx:
         sbx.files.mkdir("/work/w")
         w = sbx.files.watch("/work/w")
@@ -67,7 +68,7 @@ def test_sync_watch_write_many_and_read(live_server: LiveServer) -> None:
 
 
 async def test_async_watch(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     async with await AsyncSandbox.create(template="base", ttl_seconds=300, **creds) as sbx:
         await sbx.files.mkdir("/work/w")
         w = await sbx.files.watch("/work/w", recursive=True)

@@ -10,6 +10,7 @@ from websockets.sync.client import connect
 
 from pandastack import Sandbox
 from tests.e2e.conftest import LiveServer
+from tests.sdk_credentials import Credentials
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
@@ -61,7 +62,7 @@ while True:
 
 
 def test_websocket_to_a_server_in_the_sandbox(live_server: LiveServer) -> None:
-    creds = {"api_url": live_server.api_url, "api_key": live_server.api_key}
+    creds: Credentials = {"api_url": live_server.api_url, "api_key": live_server.api_key}
     with Sandbox.create(ttl_seconds=300, **creds) as sbx:
         sbx.filesystem.write("/work/echo.py", ECHO_SERVER)
         sbx.commands.start(["python3", "/work/echo.py"])

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from pandastack.sdk import AsyncClient, AsyncSandbox, Client, PermissionDeniedError, Sandbox
+from tests.sdk_credentials import Credentials
 from tests.server.live import FakeServer, fake_server
 
 
@@ -39,7 +40,7 @@ def live_ids(srv: FakeServer, key: str) -> set[str]:
 
 def test_sync_admin_places_and_team_key_is_refused(cluster: FakeServer) -> None:
     a, b = host_ids(cluster)
-    conn = {"api_url": cluster.url, "api_key": cluster.admin_key}
+    conn: Credentials = {"api_url": cluster.url, "api_key": cluster.admin_key}
     for host in (a, b):  # both hosts: the pin, not the placement's own choice, decides
         with Sandbox.create(ttl_seconds=60, host_id=host, **conn) as sbx:
             assert sbx.info.host_id == host
@@ -76,7 +77,7 @@ def test_sync_admin_places_and_team_key_is_refused(cluster: FakeServer) -> None:
 
 async def test_async_admin_places_and_team_key_is_refused(cluster: FakeServer) -> None:
     a, b = host_ids(cluster)
-    conn = {"api_url": cluster.url, "api_key": cluster.admin_key}
+    conn: Credentials = {"api_url": cluster.url, "api_key": cluster.admin_key}
     async with await AsyncSandbox.create(ttl_seconds=60, host_id=b, **conn) as sbx:
         assert sbx.info.host_id == b
         children = await sbx.fork(host_id=b)
