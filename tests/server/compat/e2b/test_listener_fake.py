@@ -11,9 +11,10 @@ import contextlib
 import json
 import struct
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -250,9 +251,9 @@ async def test_basic_auth_user_is_checked(api: Api) -> None:
 
 # -- process.Process through the listener, over the in-memory host --------------------------
 
-def stream_events(body: bytes) -> tuple[list[dict[str, object]], dict[str, object]]:
-    """The messages of a Connect stream and its end-of-stream message."""
-    messages: list[dict[str, object]] = []
+def stream_events(body: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages of a Connect stream and its end-of-stream message (decoded JSON)."""
+    messages: list[dict[str, Any]] = []
     while body:
         flags, length = struct.unpack(">BI", body[:5])
         data, body = json.loads(body[5:5 + length]), body[5 + length:]
@@ -262,7 +263,7 @@ def stream_events(body: bytes) -> tuple[list[dict[str, object]], dict[str, objec
     raise AssertionError("no end of stream")
 
 
-def envelope(message: dict[str, object]) -> bytes:
+def envelope(message: Mapping[str, object]) -> bytes:
     data = json.dumps(message).encode()
     return struct.pack(">BI", 0, len(data)) + data
 
@@ -288,6 +289,7 @@ async def test_process_service_on_the_fake_host(api: Api) -> None:
         listed = (await c.post("/process.Process/List", json={}, headers=unary)).json()
         assert listed == {"processes": [{"pid": 42, "tag": "job", "config": {
             "cmd": "/bin/bash", "args": ["-l", "-c", "echo hi"], "envs": {"A": "1"}}}]}
+        body: Mapping[str, object]
         for method, body in (
                 ("SendSignal", {"process": {"tag": "job"}, "signal": "SIGNAL_SIGKILL"}),
                 ("SendInput", {"process": {"pid": 42}, "input": {"stdin": "aGk="}}),
@@ -344,6 +346,7 @@ async def test_quiet_stream_keepalives_and_leaving_it() -> None:
     request = Request({"type": "http", "method": "POST", "path": "/", "query_string": b"",
                        "headers": [(b"keepalive-ping-interval", b"1")]})
     events = process._events(request, 7, follow)
+    assert isinstance(events, AsyncGenerator)  # for its aclose() below
     assert await anext(events) == {"event": {"start": {"pid": 7}}}
     assert await anext(events) == {"event": {"keepalive": {}}}
     go.set()
@@ -427,7 +430,7 @@ async def test_start_user_and_working_directory(api: Api) -> None:
     $HOME and execs the command, keeping its pid); the sandbox's env under the request's."""
     sid = await new_sandbox(api)
     fake = api.app.state.service.runtime.handle(sid)
-    spawned: list[dict[str, object]] = []
+    spawned: list[dict[str, Any]] = []
 
     async def spawn(cmd: object, **kwargs: object) -> int:
         spawned.append({"cmd": cmd, **kwargs})

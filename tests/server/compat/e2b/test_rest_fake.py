@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import TypedDict
 
 import httpx
 import pytest
@@ -17,7 +18,14 @@ from pandastack.server.compat.e2b.rest.base import e2b_key
 from pandastack.server.compat.e2b.rest.states import STATES, alias_of, our_template
 from pandastack.server.compat.e2b.target import ENVD_VERSION
 from pandastack.server.compat.e2b.tokens import tokens_for
-from pandastack.server.sandboxes.lifecycle import HIBERNATE, SPENT, TIMEOUT_ONLY, decide, sweep
+from pandastack.server.sandboxes.lifecycle import (
+    HIBERNATE,
+    SPENT,
+    TIMEOUT_ONLY,
+    Verdict,
+    decide,
+    sweep,
+)
 from pandastack.wire.sandboxes import ENDED_STATES
 from tests.server.conftest import Api, make_settings, running_app
 from tests.server.fakes import FakeRuntime
@@ -127,6 +135,7 @@ async def test_auto_pause_is_persistent_and_egress_maps(api: Api) -> None:
 
 async def test_bad_bodies_are_e2b_400s(api: Api) -> None:
     c, h = api.client, e2b(api.admin_key)
+    body: Mapping[str, object]
     for body, words in (({}, "templateID"), ({"templateID": 5}, "templateID"),
                         ({"templateID": "base", "bogus": 1}, "bogus"),
                         ({"templateID": "base", "timeout": -1}, "timeout"),
@@ -350,22 +359,38 @@ async def test_volume_mounts_are_our_volumes_by_name(api: Api) -> None:
         assert_e2b_error(r, status)
 
 
+class SandboxFacts(TypedDict):
+    """What `decide` reads of a sandbox, besides the time and its on_expiry."""
+    state: str
+    persistent: bool
+    expires_at: float | None
+    last_activity_at: float
+    busy: bool
+    idle_timeout: float
+
+
+def verdict_state(verdict: Verdict | None) -> str:
+    assert verdict is not None
+    return verdict.state
+
+
 def test_decide_hibernates_what_on_expiry_keeps() -> None:
-    base = {"state": "running", "persistent": False, "expires_at": 100.0,
-            "last_activity_at": 50.0, "busy": False, "idle_timeout": 600.0}
-    assert decide(**base, now=101.0).state == "expired"  # type: ignore[union-attr]
-    assert decide(**base, now=101.0, on_expiry=HIBERNATE).state == HIBERNATE  # type: ignore
+    base: SandboxFacts = {"state": "running", "persistent": False, "expires_at": 100.0,
+                          "last_activity_at": 50.0, "busy": False, "idle_timeout": 600.0}
+    assert verdict_state(decide(**base, now=101.0)) == "expired"
+    assert verdict_state(decide(**base, now=101.0, on_expiry=HIBERNATE)) == HIBERNATE
     assert decide(**base, now=101.0, on_expiry=SPENT) is None  # its TTL had its say
     # the idle rule hibernates it too, spent or not, and never ends it
-    idle = {**base, "expires_at": 1000.0}
-    assert decide(**idle, now=700.0, on_expiry=HIBERNATE).state == HIBERNATE  # type: ignore
-    assert decide(**base, now=700.0, on_expiry=SPENT).state == HIBERNATE  # type: ignore
-    assert decide(**idle, now=700.0).state == "reaped"  # type: ignore[union-attr]
+    idle: SandboxFacts = {**base, "expires_at": 1000.0}
+    assert verdict_state(decide(**idle, now=700.0, on_expiry=HIBERNATE)) == HIBERNATE
+    assert verdict_state(decide(**base, now=700.0, on_expiry=SPENT)) == HIBERNATE
+    assert verdict_state(decide(**idle, now=700.0)) == "reaped"
     for state in ("hibernated", "stopped", "host_lost"):  # kept past the TTL
-        assert decide(**{**base, "state": state}, now=1e9, on_expiry=HIBERNATE) is None
+        kept: SandboxFacts = {**base, "state": state}
+        assert decide(**kept, now=1e9, on_expiry=HIBERNATE) is None
     # E2B's on_timeout kill: its timeout is its lifetime, the idle rule does not apply
     assert decide(**idle, now=700.0, on_expiry=TIMEOUT_ONLY) is None
-    assert decide(**base, now=101.0, on_expiry=TIMEOUT_ONLY).state == "expired"  # type: ignore
+    assert verdict_state(decide(**base, now=101.0, on_expiry=TIMEOUT_ONLY)) == "expired"
 
 
 async def test_auto_pause_hibernates_at_timeout_and_connect_rearms(tmp_path: Path) -> None:
