@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pandastack.guest import sysinit
+from pandastack.guestproto.ops import ENTROPY_BYTES
 
 
 def test_rewrite_of_the_same_length_keeps_the_inode(tmp_path: Path) -> None:
@@ -39,20 +40,20 @@ def test_rewrite_creates_a_missing_file_read_only(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("hostname", ["a", "sbx-0123abcd", "A1", "x" * 63, "a-b-c"])
 def test_valid_hostnames_pass(hostname: str) -> None:
-    sysinit.validate(1, hostname, "0" * 32, bytes(sysinit.ENTROPY_BYTES))
+    sysinit.validate(1, hostname, "0" * 32, bytes(ENTROPY_BYTES))
 
 
 @pytest.mark.parametrize("hostname", ["", "-a", "a-", "x" * 64, "a_b", "a.b", "é", "a b", "a\n"])
 def test_invalid_hostnames_fail(hostname: str) -> None:
     with pytest.raises(ValueError, match="hostname"):
-        sysinit.validate(1, hostname, "0" * 32, bytes(sysinit.ENTROPY_BYTES))
+        sysinit.validate(1, hostname, "0" * 32, bytes(ENTROPY_BYTES))
 
 
 @pytest.mark.parametrize("machine_id", ["0" * 31, "0" * 33, "A" * 32, "g" * 32, "0" * 32 + "\n",
                                         "٣" * 32])
 def test_invalid_machine_ids_fail(machine_id: str) -> None:
     with pytest.raises(ValueError, match="machine_id"):
-        sysinit.validate(1, "a", machine_id, bytes(sysinit.ENTROPY_BYTES))
+        sysinit.validate(1, "a", machine_id, bytes(ENTROPY_BYTES))
 
 
 @pytest.mark.parametrize("args", [(0, "a", "0" * 32, 64), (True, "a", "0" * 32, 64),

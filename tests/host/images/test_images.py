@@ -24,6 +24,7 @@ import pytest
 
 from pandastack.host.images import build as images
 from pandastack.host.images.build import GuestImage, ImageInputs, image_key
+from pandastack.host.images.common import hash_json, sha256_bytes
 from pandastack.host.images.initramfs import (
     MODULE_DIR,
     MODULE_LIST,
@@ -134,15 +135,15 @@ def test_base_key() -> None:
 def test_base_variant_keys_as_before_variants_existed() -> None:
     """The `base` image key hashes exactly the pre-variant fields (existing caches stay valid)."""
     inputs = _inputs()
-    legacy = images.hash_json({
+    legacy = hash_json({
         "recipe": inputs.recipe,
         "kernel": [inputs.kernel_package, inputs.kernel_version],
         "modules": list(inputs.modules),
-        "initramfs_init": images.sha256_bytes(inputs.initramfs_init),
-        "rootfs_init": images.sha256_bytes(inputs.rootfs_init),
+        "initramfs_init": sha256_bytes(inputs.initramfs_init),
+        "rootfs_init": sha256_bytes(inputs.rootfs_init),
         "busybox": inputs.busybox_sha256,
         "base": inputs.base_key,
-        "agent": {k: images.sha256_bytes(v) for k, v in sorted(inputs.agent.items())},
+        "agent": {k: sha256_bytes(v) for k, v in sorted(inputs.agent.items())},
         "rootfs_size": inputs.rootfs_size,
         "cmdline": inputs.cmdline,
     })[:32]

@@ -59,7 +59,7 @@ async def test_watch_over_the_host_api(agent: LiveAgent) -> None:
         try:
             await sbx.mkdir("/work/w")
             batches = sbx.watch("/work/w")
-            async with contextlib.aclosing(batches):  # type: ignore[type-var]
+            async with contextlib.aclosing(batches):
                 assert await anext(batches) == [WatchEvent("watching", "/work/w")]
                 await sbx.exec("cd /work/w && echo hi > a && mv a b && chmod 600 b && rm b")
                 seen: list[tuple[str, ...]] = []
@@ -85,7 +85,7 @@ async def test_watch_over_the_host_api(agent: LiveAgent) -> None:
             batches = sbx.watch("/work", recursive=True)
             assert (await anext(batches))[0].type == "watching"
             assert await guest_inotify_fds(sbx) == idle + 1
-            await batches.aclose()  # type: ignore[attr-defined]
+            await batches.aclose()
             for _ in range(100):  # bounded: the agent notices the closed stream, then cancels
                 if await guest_inotify_fds(sbx) == idle:
                     break

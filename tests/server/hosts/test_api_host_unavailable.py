@@ -58,7 +58,7 @@ async def until(check: Callable[[], bool], seconds: float = 10.0) -> None:
 
 async def test_requests_answer_host_unavailable_and_nothing_is_lost(tmp_path: Path) -> None:
     host = Reachable(FakeRuntime(tmp_path / "rt"))
-    async with running_app(make_settings(tmp_path), host) as api:  # type: ignore[arg-type]
+    async with running_app(make_settings(tmp_path), host) as api:
         c = api.client
         r = await c.post("/v1/sandboxes", json={})
         assert r.status_code == 201, r.text
@@ -98,7 +98,7 @@ async def test_a_server_started_while_the_host_is_down_reconciles_when_it_is_bac
     stray = await inner.create()  # a VM the store has no row for: reconcile kills it
     host = Reachable(inner)
     host.down = True
-    async with running_app(settings, host) as api:  # type: ignore[arg-type]
+    async with running_app(settings, host) as api:
         assert (await api.client.get("/health")).status_code == 200
         assert_envelope(await api.client.post(f"/v1/sandboxes/{sid}/exec",
                                               json={"cmd": "true"}), 503, "host_unavailable")

@@ -56,7 +56,7 @@ async def test_creates_spread_and_calls_reach_their_host(tmp_path: Path) -> None
 async def test_a_full_or_unreachable_host_is_skipped(tmp_path: Path) -> None:
     a, b = FakeRuntime(tmp_path / "a"), FakeRuntime(tmp_path / "b")
     down = Reachable(a)
-    pool = HostPool({"host-a": down, "host-b": b})  # type: ignore[dict-item]
+    pool = HostPool({"host-a": down, "host-b": b})
     async with running_app(make_settings(tmp_path), pool) as api:
         down.down = True
         for _ in range(2):
@@ -83,7 +83,7 @@ async def test_a_host_out_of_reach_keeps_its_sandboxes_through_a_restart(
     on_b = next(s for s in sids if s in b.sandboxes)
     down = Reachable(a)
     down.down = True
-    async with running_app(settings, HostPool({"host-a": down, "host-b": b})) as api:  # type: ignore[dict-item]
+    async with running_app(settings, HostPool({"host-a": down, "host-b": b})) as api:
         # host-a's sandbox is not ended as gone (the reaper runs every 0.2 s: several
         # passes), and host-b's works.
         await asyncio.sleep(1.0)

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import event, text
 
 from pandastack.server.store import Store, open_store
-from tests.server.conftest import Postgres
+from tests.services import Postgres
 
 CAPACITY: dict[str, Any] = {"vcpus": 8, "memory_mb": 16384, "disk_mb": 100_000}
 

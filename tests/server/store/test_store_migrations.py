@@ -18,7 +18,7 @@ from sqlalchemy import inspect, text
 from pandastack.server.store import Store, TemplateVersion, open_store
 from pandastack.server.store.db import MIGRATIONS, make_engine
 from pandastack.server.store.models import Base
-from tests.server.conftest import Postgres
+from tests.services import Postgres
 
 FAT_BYTES = 50 << 20
 
