@@ -220,8 +220,9 @@ def test_every_error_has_status_code_and_request_id() -> None:
     for err in (ConfigError("x"), ProtocolError("x"), APIConnectionError("x"),
                 TransportTimeoutError("x")):
         assert (err.status, err.code, err.request_id) == (None, None, None)
-    err = NotFoundError("gone", status=404, code="not_found", request_id="r")
-    assert (err.status, err.code, err.request_id, err.message) == (404, "not_found", "r", "gone")
+    gone = NotFoundError("gone", status=404, code="not_found", request_id="r")
+    assert (gone.status, gone.code, gone.request_id, gone.message) == (404, "not_found", "r",
+                                                                       "gone")
 
 
 def test_sdk_modules_do_not_shadow_the_builtin_timeout_error() -> None:
