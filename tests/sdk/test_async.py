@@ -46,11 +46,11 @@ def api() -> FakeAPI:
     return FakeAPI().with_sandbox()
 
 
-async def create(api: FakeAPI | ChunkRecordingTransport, **kwargs: object) -> AsyncSandbox:
+async def create(api: FakeAPI | ChunkRecordingTransport,
+                 ttl_seconds: int | None = None) -> AsyncSandbox:
     transport = api.transport if isinstance(api, FakeAPI) else api
     return await AsyncSandbox.create(
-        api_url=API_URL, api_key=API_KEY, transport=transport, **kwargs
-    )  # type: ignore[arg-type]
+        api_url=API_URL, api_key=API_KEY, transport=transport, ttl_seconds=ttl_seconds)
 
 
 async def test_async_with_await_create_kills_on_exit(api: FakeAPI) -> None:

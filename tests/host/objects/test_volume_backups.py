@@ -11,6 +11,7 @@ import pytest
 
 from pandastack.host.objects import ObjectStore
 from pandastack.host.runtime.remote import RemoteState
+from pandastack.host.vmm.driver import DiskLayers
 from pandastack.host.volumes.attach import HostVolumes, Mounted
 from pandastack.host.volumes.backup import VolumeBackups, backup_manifest
 from pandastack.host.volumes.store import VolumeStore
@@ -25,8 +26,12 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def no_disks() -> DiskLayers:
+    raise AssertionError("volume backups read no template disks")
+
+
 def remote_of(store: ObjectStore, tmp: Path) -> RemoteState:
-    return RemoteState(store, tmp / "templates", disks=lambda: None,  # type: ignore[arg-type]
+    return RemoteState(store, tmp / "templates", disks=no_disks,
                        driver_identity=lambda: "vmm|tcg", progress=lambda m: None)
 
 
