@@ -1,8 +1,8 @@
 """The code interpreter without a VM: event parsing, the interpreter's pure helpers, and
 AgentClient.run_code through the REAL agent (--fd test mode) relaying to the REAL
-kernel_server.py, both run on this host. This host's Python has no ipykernel, so these use
-bash (and javascript when node is installed); python kernels are covered by the VM tests
-(test_run_code.py)."""
+kernel_server.py (running the codeserver package), both run on this host. This host's Python
+has no ipykernel, so these use bash (and javascript when node is installed); python kernels are
+covered by the VM tests (test_run_code.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import ModuleType
+from typing import cast
 
 import pytest
 
 import pandastack
+from pandastack.guest.assets.codeserver import protocol, shell
 from pandastack.host.agentlink import code as code_client
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.agentlink.code import LineSplitter, parse_event
@@ -41,12 +42,6 @@ SRC = Path(pandastack.__file__).resolve().parents[1]
 SERVER = SRC / "pandastack" / "guest" / "assets" / "kernel_server.py"
 
 
-def load_server() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kernel_server", SERVER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # -- pure ----------------------------------------------------------------------------------
@@ -78,10 +73,9 @@ def test_line_splitter_joins_split_lines_and_bounds_them() -> None:
 
 
 def test_marker_prefix() -> None:
-    server = load_server()
-    assert server._marker_prefix(b"output __pan", b"__pandastack_done__") == 5
-    assert server._marker_prefix(b"started\n", b"__pandastack_done__") == 0
-    assert server._marker_prefix(b"x_", b"__pandastack_done__") == 1
+    assert shell._marker_prefix(b"output __pan", b"__pandastack_done__") == 5
+    assert shell._marker_prefix(b"started\n", b"__pandastack_done__") == 0
+    assert shell._marker_prefix(b"x_", b"__pandastack_done__") == 1
 
 
 class Sink:
@@ -100,12 +94,12 @@ class Sink:
 async def test_interpreter_drops_results_past_its_bounds() -> None:
     """The guest-side caps (a nicety: the host's own bounds are what protect it) keep an
     honest run's results under the host's limits, with one note instead of an error."""
-    server = load_server()
+    server = protocol
     assert server.MAX_RUN_RESULTS < code_client.MAX_RUN_RESULTS
     assert server.MAX_RUN_RESULT_BYTES < code_client.MAX_RUN_RESULT_CHARS
     assert server.MAX_RUN_OUTPUT < code_client.MAX_RUN_TEXT
     sink = Sink()
-    out = server.Output(sink)
+    out = server.Output(cast(asyncio.StreamWriter, sink))
     for _ in range(server.MAX_RUN_RESULTS + 10):
         await out.result({"text/plain": "1"}, False)
     events = [json.loads(line) for line in sink.lines]
@@ -113,7 +107,7 @@ async def test_interpreter_drops_results_past_its_bounds() -> None:
     notes = [e["text"] for e in events if e["type"] == "stderr"]
     assert len(notes) == 1 and "dropped" in notes[0]
     sink = Sink()
-    out = server.Output(sink)
+    out = server.Output(cast(asyncio.StreamWriter, sink))
     for _ in range(10):
         await out.result({"text/plain": "x" * (10 << 20)}, True)
     events = [json.loads(line) for line in sink.lines]
@@ -122,9 +116,8 @@ async def test_interpreter_drops_results_past_its_bounds() -> None:
 
 
 def test_strip_ansi() -> None:
-    server = load_server()
     coloured = "\x1b[0;31mZeroDivisionError\x1b[0m: division by zero\x1b]8;;x\x07"
-    assert server.strip_ansi(coloured) == "ZeroDivisionError: division by zero"
+    assert protocol.strip_ansi(coloured) == "ZeroDivisionError: division by zero"
 
 
 # -- agent + interpreter on this host ------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+import pandastack
 from pandastack.host.images import build as images
 from pandastack.host.images.build import GuestImage, ImageInputs, image_key
 from pandastack.host.images.common import hash_json, sha256_bytes
@@ -265,10 +266,16 @@ def test_assets_are_shipped() -> None:
     assert "pandastack-init: starting agent" in pid1
     assert "python3 -m pandastack_guest --guest" in pid1  # rewritten for the binary agent
     # The code interpreter ships as an asset and is part of its variant's image.
-    server = images.read_package_file(images.KERNEL_SERVER_ASSET).decode()
+    shipped = dict(images.KERNEL_SERVER_FILES)
+    server = "".join(images.read_package_file(path).decode() for path in shipped.values())
     assert "jupyter_client" in server and "/run/pandastack/code.sock" in server
+    assert "runpy" in images.read_package_file(shipped[images.KERNEL_SERVER_PATH]).decode()
+    # Every module of the package the entry runs is installed beside it.
+    package = Path(pandastack.__file__).parent / "guest" / "assets" / "codeserver"
+    assert {f"opt/pandastack/codeserver/{p.name}" for p in package.glob("*.py")} == \
+        set(shipped) - {images.KERNEL_SERVER_PATH}
     ci = images.IMAGES["code-interpreter"]
-    assert (images.KERNEL_SERVER_PATH, images.KERNEL_SERVER_ASSET) in ci.files
+    assert set(images.KERNEL_SERVER_FILES) <= set(ci.files)
     assert "ipykernel" in ci.pip_packages and images.IMAGES["base"].files == ()
 
 

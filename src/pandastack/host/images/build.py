@@ -110,8 +110,15 @@ Progress = Callable[[str], None]
 
 BASE = "base"
 # Guest code beside the agent, in a plain directory (not a package: the agent never imports it).
-KERNEL_SERVER_ASSET = "guest/assets/kernel_server.py"
+# The interpreter is an entry script (what the template runs) and the package it runs.
 KERNEL_SERVER_PATH = "opt/pandastack/kernel_server.py"
+CODESERVER_MODULES = ("__init__.py", "__main__.py", "protocol.py", "python_kernel.py",
+                      "shell.py", "javascript.py", "server.py")
+KERNEL_SERVER_FILES: tuple[tuple[str, str], ...] = (
+    (KERNEL_SERVER_PATH, "guest/assets/kernel_server.py"),
+    *((f"opt/pandastack/codeserver/{m}", f"guest/assets/codeserver/{m}")
+      for m in CODESERVER_MODULES),
+)
 
 
 @dataclass(frozen=True)
@@ -141,13 +148,13 @@ IMAGES: Mapping[str, ImageSpec] = {
     for spec in (
         ImageSpec(BASE),
         # The interpreter gives node sandboxes `run_code(language="javascript")` (and bash).
-        ImageSpec("node", ("nodejs", "npm"), files=((KERNEL_SERVER_PATH, KERNEL_SERVER_ASSET),)),
+        ImageSpec("node", ("nodejs", "npm"), files=KERNEL_SERVER_FILES),
         # ipykernel (with jupyter_client and pyzmq) runs the code interpreter's python
         # contexts, node its javascript ones (E2B's code-interpreter-v1 runs both);
-        # kernel_server.py is the interpreter (see templates/builtin.py).
+        # kernel_server.py and codeserver/ are the interpreter (see templates/builtin.py).
         ImageSpec("code-interpreter", ("nodejs",),
                   pip_packages=("numpy", "pandas", "pyarrow", "matplotlib", "ipykernel"),
-                  files=((KERNEL_SERVER_PATH, KERNEL_SERVER_ASSET),)),
+                  files=KERNEL_SERVER_FILES),
     )
 }
 
