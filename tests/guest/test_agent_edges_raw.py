@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,7 +156,7 @@ def test_exec_of_a_file_without_interpreter_line_is_126(raw: Raw, no_shebang: Pa
 
 @pytest.mark.agent_ops("pty")
 def test_pty_errors_name_their_path(raw: Raw, no_shebang: Path, tmp_path: Path) -> None:
-    cases = [
+    cases: list[tuple[dict[str, Any], str, str, str]] = [
         ({"argv": [str(no_shebang)]}, "ENOEXEC", "Exec format error", str(no_shebang)),
         ({"argv": [str(tmp_path)]}, "EACCES", "Permission denied", str(tmp_path)),
         ({"argv": ["true"], "cwd": str(tmp_path / "gone")}, "ENOENT",

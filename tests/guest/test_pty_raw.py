@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def raw(agent_cmd: list[str]) -> Iterator[Raw]:
     assert not running, "a terminal outlived its test"
 
 
-def open_pty(raw: Raw, op: int, **fields: object) -> int:
+def open_pty(raw: Raw, op: int, **fields: Any) -> int:
     raw.req("pty", op, **fields)
     f = raw.recv_until(op, "spawned")[-1]
     assert f.t == "spawned", f.header

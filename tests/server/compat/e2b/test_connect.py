@@ -68,7 +68,8 @@ async def total(request: Request, messages: AsyncIterator[Message]) -> Message:
     return {"sum": sum([int(m.get("v", 0)) async for m in messages])}
 
 
-METHODS = {"Echo": Unary(echo), "Count": ServerStream(count), "Total": ClientStream(total)}
+METHODS: dict[str, Unary | ServerStream | ClientStream] = {
+    "Echo": Unary(echo), "Count": ServerStream(count), "Total": ClientStream(total)}
 
 
 async def route(request: Request) -> Response:

@@ -24,6 +24,7 @@ from pandastack.server.compat.e2b.envd import filesystem, guestfs, lister
 from pandastack.server.compat.e2b.envd.connect import ConnectError
 from pandastack.server.compat.e2b.envd.files import expected_signature, signed_request
 from pandastack.server.compat.e2b.errors import E2bError
+from pandastack.server.compat.e2b.target import SandboxTarget
 from pandastack.server.compat.e2b.tokens import tokens_for
 from pandastack.server.store import open_store
 
@@ -62,8 +63,7 @@ def test_user_names_that_cannot_be_users_are_401() -> None:
     assert guestfs.user_of(_target("root"), "user") == "user"
 
 
-def _target(user: str | None) -> object:
-    from pandastack.server.compat.e2b.target import SandboxTarget
+def _target(user: str | None) -> SandboxTarget:
     return SandboxTarget(service=None, team="t", sandbox_id="sbx-x", port=49983,  # type: ignore[arg-type]
                          user=user)
 
@@ -247,6 +247,7 @@ def test_signed_urls_open_by_themselves_and_only_as_signed(tmp_path: Path) -> No
     try:
         token = tokens_for(store).envd_access("sbx-0123456789ab")
         sig = get_signature("a b.txt", "read", "user", token, 60)
+        assert sig["expiration"] is not None  # given a lifetime, it has an end
         query = {"path": "a b.txt", "username": "user", "signature": sig["signature"],
                  "signature_expiration": str(sig["expiration"])}
         assert signed_request(_conn("GET", "/files", query), "sbx-0123456789ab", store)
