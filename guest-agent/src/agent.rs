@@ -14,7 +14,7 @@ use crate::json::{Obj, Value};
 use crate::op::{Op, OpResult};
 use crate::cgroups::{self, Cgroups};
 use crate::table::ProcTable;
-use crate::{code, execs, files, metrics, pty, sysinit, volumes, watch};
+use crate::{code, execs, files, metrics, pty, search, sysinit, volumes, watch};
 
 pub const AGENT_VERSION: &str = "0.1.0";
 
@@ -92,6 +92,8 @@ fn handler(t: &str) -> Option<Handler> {
         "remove" => files::remove,
         "rename" => files::rename,
         "sync" => files::sync,
+        "grep" => search::grep,
+        "glob" => search::glob,
         "code" => code::code,
         "metrics" => metrics::metrics,
         "pty" => pty::pty,

@@ -22,6 +22,7 @@ mod osstr;
 mod procs;
 mod program;
 mod pty;
+mod search;
 mod sys;
 mod sysinit;
 mod table;

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pandastack.guest import agent as python_agent
+from pandastack.guestproto import ops as guest_ops
 from pandastack.guestproto.ops import (
     DATA_REPLIES,
     FINAL_REPLIES,
@@ -235,3 +236,16 @@ def test_the_static_agent_bounds_the_metrics_window_as_the_table_does() -> None:
     assert default and largest and smallest, "metrics.rs no longer reads window_ms as expected"
     assert (int(default.group(1)), int(smallest.group(1)), int(largest.group(1))) == (
         METRICS_WINDOW_MS, METRICS_MIN_WINDOW_MS, METRICS_MAX_WINDOW_MS)
+
+
+def test_the_static_agent_bounds_grep_and_glob_as_the_table_does() -> None:
+    text = (RUST_SRC / "search.rs").read_text()
+    for name in ("SEARCH_MAX_PATTERN_BYTES", "GREP_MAX_MATCHES", "GREP_MAX_LINE_BYTES",
+                 "GREP_MAX_FILE_BYTES", "GREP_BINARY_PROBE_BYTES", "GREP_MAX_TOTAL_BYTES",
+                 "GLOB_MAX_PATHS"):
+        m = re.search(rf"^const {name}: \w+ = ([\d *]+);", text, re.M)
+        assert m, f"search.rs has no `const {name}`"
+        value = 1
+        for factor in m.group(1).split("*"):
+            value *= int(factor)
+        assert value == getattr(guest_ops, name), name

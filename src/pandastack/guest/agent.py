@@ -24,7 +24,7 @@ from pandastack.guestproto.frames import (
     encode,
 )
 
-from . import __version__, code, execs, files, metrics, pty, sysinit, volumes, watch
+from . import __version__, code, execs, files, metrics, pty, search, sysinit, volumes, watch
 from .cgroups import Cgroups
 from .channel import Channel
 from .ops import Op, OpError, oserror_reply
@@ -66,6 +66,8 @@ HANDLERS: dict[str, Handler] = {
     "remove": lambda a, op, f: files.remove(op, f),
     "rename": lambda a, op, f: files.rename(op, f),
     "sync": lambda a, op, f: files.sync(op, f),
+    "grep": lambda a, op, f: search.grep(op, f),
+    "glob": lambda a, op, f: search.glob(op, f),
     "watch": lambda a, op, f: watch.watch(op, f),
     "code": lambda a, op, f: code.code(op, f, a.code_socket),
     "metrics": lambda a, op, f: metrics.metrics(op, f),

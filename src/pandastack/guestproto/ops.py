@@ -35,6 +35,20 @@ MAX_SIGNAL = 64
 STDIN_MAX_BYTES = MAX_CHUNK
 """Payload of one `stdin` request (by pid)."""
 WRITE_FILE_MODE = 0o644
+SEARCH_MAX_PATTERN_BYTES = 1024
+"""Longest `grep` or `glob` pattern (UTF-8 bytes); longer, or empty, is EINVAL."""
+GREP_MAX_MATCHES = 1000
+"""Matches of one `grep`; past them it stops and says `truncated`."""
+GREP_MAX_LINE_BYTES = 1024
+"""A match's `text` is its line cut to this many bytes."""
+GREP_MAX_FILE_BYTES = 8 * 2**20
+"""`grep` skips a file bigger than this (as it skips binary files)."""
+GREP_BINARY_PROBE_BYTES = 8192
+"""A file with a NUL byte among its first this many bytes is binary: `grep` skips it."""
+GREP_MAX_TOTAL_BYTES = 64 * 2**20
+"""Bytes one `grep` reads in all; the file that would pass it is not read (`truncated`)."""
+GLOB_MAX_PATHS = 10_000
+"""Paths of one `glob`; past them it stops and says `truncated`."""
 
 
 class Role(Enum):
@@ -174,6 +188,11 @@ _TABLE = (
               ("ok",)),
     Operation("unmount_volume", (_PATH,), ("ok",)),
     Operation("freeze_volume", (_PATH,), ("ok",)),
+    Operation("grep", (_PATH, Field("pattern", "str", required=True),
+                       Field("ignore_case", "bool", default=False)),
+              ("data", "eof"), host_stream=("credit",)),
+    Operation("glob", (_PATH, Field("pattern", "str", required=True)),
+              ("data", "eof"), host_stream=("credit",)),
     Operation("code", (), ("data", "eof"), payload="JSON object with a str \"op\"",
               host_stream=("credit",)),
 )

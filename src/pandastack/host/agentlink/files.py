@@ -1,11 +1,14 @@
-"""The file operations of `AgentClient`: read, write, list, stat, mkdir, remove, rename."""
+"""The file operations of `AgentClient`: read, write, list, stat, mkdir, remove, rename, and
+the searches grep and glob."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable
+from dataclasses import dataclass
 from typing import Any
 
+from pandastack.guestproto import frames as P
 from pandastack.guestproto.ops import WRITE_FILE_MODE
 from pandastack.host.agentlink.channel import AgentChannel
 from pandastack.hostport.errors import AgentLimitError
@@ -17,6 +20,31 @@ MAX_LIST_BYTES = 64 * 2**20
 """JSON bytes of one ``list_dir``'s entries (long names count, not only many)."""
 DEFAULT_MAX_READ_BYTES = 64 * 2**20
 """Default limit of ``read_file_bytes`` (bigger files: stream them with ``read_file``)."""
+MAX_SEARCH_BYTES = 64 * 2**20
+"""JSON bytes of one ``grep`` or ``glob`` answer (the guest bounds its count, not its size)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GrepMatch:
+    path: str
+    line: int
+    """Counted from 1."""
+    text: str
+    """The line, cut to guestproto.ops.GREP_MAX_LINE_BYTES bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class GrepResult:
+    matches: list[GrepMatch]
+    truncated: bool
+    """A bound (matches, bytes read) stopped the search: there may be more."""
+
+
+@dataclass(frozen=True, slots=True)
+class GlobResult:
+    paths: list[str]
+    truncated: bool
+    """guestproto.ops.GLOB_MAX_PATHS stopped the walk: there may be more."""
 
 
 class FileOps(AgentChannel):
@@ -148,3 +176,57 @@ class FileOps(AgentChannel):
 
     async def rename(self, src: str, dst: str) -> None:
         await self._call("rename", src=src, dst=dst)
+
+    async def _search(self, name: str, fields: dict[str, Any]) -> tuple[list[Any], bool]:
+        """The JSON array a search streams as `data`, and its `eof`'s ``truncated``."""
+        op = self._register(name)
+        done = False
+        try:
+            await self._request(op, fields)
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                f = await self._next(op, self.op_timeout)
+                if f.t == "eof":
+                    done = True
+                    return self._json_array(name, b"".join(chunks)), self._field(
+                        f, "truncated", bool)
+                if f.t != "data":
+                    raise self._protocol_error(f"{name}: unexpected {f.t!r} frame")
+                size += len(f.payload)
+                if size > MAX_SEARCH_BYTES:
+                    raise AgentLimitError(f"{name}: the answer is over "
+                                          f"{MAX_SEARCH_BYTES >> 20} MiB; narrow the search")
+                chunks.append(f.payload)
+                await self._consumed(op, len(f.payload))
+        finally:
+            self._unregister(op)
+            if not done:
+                self._cancel_soon(op)
+
+    def _json_array(self, name: str, body: bytes) -> list[Any]:
+        try:
+            items = P.parse_json(body)
+        except ValueError:
+            raise self._protocol_error(f"{name}: the answer is not JSON") from None
+        if not isinstance(items, list):
+            raise self._protocol_error(f"{name}: the answer is not a list")
+        return items
+
+    async def grep(self, path: str, pattern: str, *, ignore_case: bool = False) -> GrepResult:
+        """Lines holding the literal ``pattern`` in the files under ``path`` (spec §5)."""
+        items, truncated = await self._search(
+            "grep", {"path": path, "pattern": pattern, "ignore_case": ignore_case})
+        try:
+            matches = [GrepMatch(path=str(d["path"]), line=int(d["line"]), text=str(d["text"]))
+                       for d in items]
+        except (KeyError, TypeError, ValueError) as e:
+            raise self._protocol_error(f"grep: bad match ({e})") from None
+        return GrepResult(matches, truncated)
+
+    async def glob(self, path: str, pattern: str) -> GlobResult:
+        """The paths under ``path`` that ``pattern`` (`*`, `?`, `**`) matches, sorted."""
+        items, truncated = await self._search("glob", {"path": path, "pattern": pattern})
+        if not all(isinstance(p, str) for p in items):
+            raise self._protocol_error("glob: a path is not a string")
+        return GlobResult(items, truncated)
