@@ -3,6 +3,8 @@ while it runs (real VMs)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from pandastack.host.runtime import HostRuntime
@@ -12,12 +14,17 @@ from tests.helpers import SandboxFactory
 pytestmark = pytest.mark.vm
 
 
+def layers_of(runtime: HostRuntime, sandbox_id: str) -> list[str]:
+    """The layer file names `describe` lists (its record's, copied)."""
+    return cast(list[str], runtime.describe(sandbox_id)["layers"])
+
+
 async def test_long_disk_chains_are_merged_and_nothing_is_lost(
         runtime: HostRuntime, sandbox_factory: SandboxFactory) -> None:
     sbx = await sandbox_factory()
     workdir = runtime.sandboxes_dir / sbx.id
     chain = runtime.driver.disks.layer_chain
-    fresh_depth = len(chain(workdir / runtime.describe(sbx.id)["layers"][-1]))
+    fresh_depth = len(chain(workdir / layers_of(runtime, sbx.id)[-1]))
     early = None
     for i in range(MAX_LAYERS):
         await sbx.write_file(f"/work/f{i}", f"data{i}".encode())
@@ -27,14 +34,14 @@ async def test_long_disk_chains_are_merged_and_nothing_is_lost(
         else:
             runtime.delete_snapshot(snap.info.id)
     assert early is not None
-    layers = runtime.describe(sbx.id)["layers"]
+    layers = layers_of(runtime, sbx.id)
     assert len(layers) == MAX_LAYERS + 1  # a merge has begun
     # The next snapshot ends the merge (it waits for it): the chain is the merged top and
     # the new one, and the merged layers' links are gone from the sandbox's directory.
     await sbx.write_file("/work/last", b"last")
     snap = await runtime.snapshot(sbx.id)
     try:
-        after = runtime.describe(sbx.id)["layers"]
+        after = layers_of(runtime, sbx.id)
         assert after == [layers[-1], after[-1]]
         assert sorted(p.name for p in workdir.glob("layer-*")) == sorted(after)
         assert len(chain(workdir / after[-1])) == fresh_depth + 1
@@ -57,9 +64,9 @@ async def test_hibernation_ends_a_merge_under_way(
     for i in range(MAX_LAYERS):
         await sbx.write_file(f"/work/f{i}", b"x")
         runtime.delete_snapshot((await runtime.snapshot(sbx.id)).info.id)
-    layers = runtime.describe(sbx.id)["layers"]
+    layers = layers_of(runtime, sbx.id)
     assert len(layers) == MAX_LAYERS + 1  # a merge has begun
     await runtime.hibernate(sbx.id)
-    assert runtime.describe(sbx.id)["layers"] == [layers[-1]]
+    assert layers_of(runtime, sbx.id) == [layers[-1]]
     files = " ".join(f"/work/f{i}" for i in range(MAX_LAYERS))
     assert (await sbx.exec(f"cat {files}")).stdout == b"x" * MAX_LAYERS  # wakes it

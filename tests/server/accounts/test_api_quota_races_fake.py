@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -84,7 +85,7 @@ class GatedRuntime(FakeRuntime):
         self.backups.discard(backup_id)
 
 
-async def racing(gate: Gate, calls: list[Callable[[], Awaitable[httpx.Response]]]
+async def racing(gate: Gate, calls: list[Callable[[], Coroutine[Any, Any, httpx.Response]]]
                  ) -> list[httpx.Response]:
     """Run `calls` at once; open `gate` once each has reached it or been answered."""
     tasks = [asyncio.create_task(call()) for call in calls]
