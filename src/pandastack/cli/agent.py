@@ -136,7 +136,8 @@ def _tcp_socket(address: str) -> socket.socket:
         raise ValueError(f"--listen {address!r}: expected unix:PATH or HOST:PORT")
     host = host.strip("[]") or "127.0.0.1"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only then (see cli/serve.py's _listen).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, int(port)))
     return sock
