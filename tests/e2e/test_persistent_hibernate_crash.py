@@ -24,7 +24,7 @@ serve = serve_process
 
 def test_a_crash_as_a_hibernation_begins_stops_the_sandbox_with_its_files(
         serve: ServeProcess) -> None:
-    serve.start(**{CRASH_AT_ENV: "hibernate-before-save"})
+    serve.start(extra_env={CRASH_AT_ENV: "hibernate-before-save"})
     headers = {"Authorization": f"Bearer {serve.api_key()}"}
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
         sid = create(c, persistent=True)

@@ -198,7 +198,7 @@ def test_after_a_host_reboot_a_stopped_sandbox_boots_with_its_network_made_again
 
 def test_a_crash_between_ending_the_vm_and_recording_the_hibernation_keeps_its_file(
         serve: ServeProcess) -> None:
-    serve.start(**{CRASH_AT_ENV: "hibernate-after-vm-ended"})
+    serve.start(extra_env={CRASH_AT_ENV: "hibernate-after-vm-ended"})
     headers = {"Authorization": f"Bearer {serve.api_key()}"}
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
         sid = create(c, persistent=True)
@@ -230,7 +230,7 @@ def test_a_crash_between_ending_the_vm_and_recording_the_hibernation_keeps_its_f
 def test_a_stopped_sandbox_with_a_snapshot_of_itself_restarts_from_it(
         serve: ServeProcess) -> None:
     # its snapshots in its own directory, removed with it whatever the outcome
-    serve.start(PANDASTACK_SNAPSHOTS_DIR=str(serve.tmp / "snapshots"))
+    serve.start(extra_env={"PANDASTACK_SNAPSHOTS_DIR": str(serve.tmp / "snapshots")})
     headers = {"Authorization": f"Bearer {serve.api_key()}"}
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
         sid = create(c, persistent=True)
@@ -257,7 +257,7 @@ def test_a_stopped_sandbox_with_a_snapshot_of_itself_restarts_from_it(
 def test_reconcile_removes_an_old_snapshot_without_a_row_and_keeps_a_young_one(
         serve: ServeProcess) -> None:
     private = {"PANDASTACK_SNAPSHOTS_DIR": str(serve.tmp / "snapshots")}
-    serve.start(**private)
+    serve.start(extra_env=private)
     headers = {"Authorization": f"Bearer {serve.api_key()}"}
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
         sid = create(c, persistent=False)
@@ -279,7 +279,7 @@ def test_reconcile_removes_an_old_snapshot_without_a_row_and_keeps_a_young_one(
     meta.write_text(json.dumps(data))
     shutil.rmtree(root / lost)
 
-    serve.start(**private)
+    serve.start(extra_env=private)
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
         assert not (root / old).exists()
         assert (root / young).is_dir()

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -45,10 +45,10 @@ class ServeProcess:
         self.log_path = tmp / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 120, **extra_env: str) -> None:
+    def start(self, timeout: float = 120, extra_env: Mapping[str, str] | None = None) -> None:
         env = {
             **os.environ,
-            **extra_env,
+            **(extra_env or {}),
             "PANDASTACK_STATE_DIR": str(self.state_dir),
             "PANDASTACK_VOLUMES_DIR": str(self.volumes_dir),
             "PANDASTACK_DB": f"sqlite:///{self.tmp / 'pandastack.db'}",
@@ -195,7 +195,7 @@ def test_sigkill_restart_adopts_survivors_and_fails_the_dead(serve: ServeProcess
 
 def test_sigterm_finishes_what_is_in_flight_and_hibernates_the_persistent(
         serve: ServeProcess) -> None:
-    serve.start(PANDASTACK_HIBERNATE_ON_STOP="1", PANDASTACK_STOP_GRACE="3")
+    serve.start(extra_env={"PANDASTACK_HIBERNATE_ON_STOP": "1", "PANDASTACK_STOP_GRACE": "3"})
     headers = {"Authorization": f"Bearer {serve.api_key()}"}
     results: dict[str, object] = {}
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
