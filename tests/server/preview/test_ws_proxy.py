@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -43,7 +44,7 @@ def handler(conn: ServerConnection) -> None:
 seen: dict[str, int | None] = {}  # path -> the close code the echo server got
 
 
-def pick(conn: ServerConnection, offered: list[Subprotocol]) -> Subprotocol | None:
+def pick(conn: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:
     return Subprotocol("chat") if "chat" in offered else None
 
 
@@ -81,12 +82,13 @@ def ws_url(srv: FakeServer, path: str) -> str:
 
 
 def open_ws(srv: FakeServer, path: str, headers: dict[str, str] | None = None,
-            **kwargs: object) -> ClientConnection:
+            subprotocols: Sequence[Subprotocol] | None = None) -> ClientConnection:
     return connect(ws_url(srv, path), additional_headers=headers, proxy=None,
-                   open_timeout=10, close_timeout=5, **kwargs)  # type: ignore[arg-type]
+                   open_timeout=10, close_timeout=5, subprotocols=subprotocols)
 
 
-def refused(srv: FakeServer, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+def refused(srv: FakeServer, path: str,
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     with pytest.raises(InvalidStatus) as info:
         open_ws(srv, path, headers)
     response = info.value.response
