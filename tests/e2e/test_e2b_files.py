@@ -11,17 +11,20 @@ import os
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from e2b import (
     AsyncSandbox,
     FileNotFoundException,
+    FilesystemEvent,
     FilesystemEventType,
     FileType,
     InvalidArgumentException,
     NotFoundException,
     Sandbox,
+    WatchHandle,
 )
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 
@@ -33,14 +36,14 @@ BIG = 50 << 20
 CHUNK = 1 << 20
 
 
-def _opts(live: LiveServer) -> dict[str, object]:
+def _opts(live: LiveServer) -> dict[str, Any]:
     return live.e2b(http_version="1.1", request_timeout=120)
 
 
 @pytest.fixture(scope="module")
 def sbx(live_server: LiveServer) -> Iterator[Sandbox]:
     sandbox = Sandbox.create("base", timeout=900, envs={"E2B_FILES_TEST": "yes"},
-                             **_opts(live_server))  # type: ignore[arg-type]
+                             **_opts(live_server))
     try:
         yield sandbox
     finally:
@@ -163,8 +166,9 @@ def test_write_files_several_owned_by_user(sbx: Sandbox) -> None:
     assert bytes(sbx.files.read("several/deep/two.bin", format="bytes")) == b"\x00\x02"
 
 
-def _events_until(handle, wanted: set[tuple[FilesystemEventType, str]]) -> list:  # type: ignore[no-untyped-def]
-    seen: list = []
+def _events_until(handle: WatchHandle, wanted: set[tuple[FilesystemEventType, str]]
+                  ) -> list[FilesystemEvent]:
+    seen: list[FilesystemEvent] = []
     for _ in range(40):  # each poll waits for events on their way; bounded in count
         seen += handle.get_new_events()
         if wanted <= {(e.type, e.name) for e in seen}:
@@ -215,7 +219,7 @@ def test_a_new_files_events_are_envds(sbx: Sandbox) -> None:
 
 
 async def test_watch_dir_streamed(sbx: Sandbox, live_server: LiveServer) -> None:
-    asbx = await AsyncSandbox.connect(sbx.sandbox_id, **_opts(live_server))  # type: ignore[arg-type]
+    asbx = await AsyncSandbox.connect(sbx.sandbox_id, **_opts(live_server))
     await asbx.files.make_dir("streamed")
     got: asyncio.Queue[tuple[FilesystemEventType, str]] = asyncio.Queue()
     handle = await asbx.files.watch_dir("streamed", lambda e: got.put_nowait((e.type, e.name)))
@@ -226,7 +230,7 @@ async def test_watch_dir_streamed(sbx: Sandbox, live_server: LiveServer) -> None
             seen.add(await asyncio.wait_for(got.get(), 60))
         assert (FilesystemEventType.CREATE, "s.txt") in seen
     finally:
-        await handle.stop()
+        await handle.stop()  # type: ignore[no-untyped-call]  # e2b leaves it unannotated
 
 
 def test_fifty_megabytes_each_way_in_bounded_memory(sbx: Sandbox,
@@ -334,9 +338,10 @@ def test_bad_input_is_a_clear_4xx(sbx: Sandbox, live_server: LiveServer) -> None
                                                                              answer.text)
     assert rpc("ListDir", {"path": "/etc", "depth": "1"}).status_code == 200
 
-    def files(method: str, **kw: object) -> httpx.Response:
-        return httpx.request(method, f"{base}/files", headers={**headers, **kw.pop(
-            "extra", {})}, timeout=60, **kw)  # type: ignore[arg-type]
+    def files(method: str, params: dict[str, str] | None = None, content: bytes | None = None,
+              extra: dict[str, str] | None = None) -> httpx.Response:
+        return httpx.request(method, f"{base}/files", headers={**headers, **(extra or {})},
+                             params=params, content=content, timeout=60)
 
     for answer, status in [
         (files("POST", params={"path": "x.txt"}, content=b"x",
@@ -406,7 +411,7 @@ def test_watch_events_with_entries(sbx: Sandbox) -> None:
 
 async def test_streamed_watch_events_with_entries(sbx: Sandbox,
                                                   live_server: LiveServer) -> None:
-    asbx = await AsyncSandbox.connect(sbx.sandbox_id, **_opts(live_server))  # type: ignore[arg-type]
+    asbx = await AsyncSandbox.connect(sbx.sandbox_id, **_opts(live_server))
     await asbx.files.make_dir("entries-streamed")
     got: asyncio.Queue[object] = asyncio.Queue()
     handle = await asbx.files.watch_dir("entries-streamed", got.put_nowait, include_entry=True)
@@ -420,4 +425,4 @@ async def test_streamed_watch_events_with_entries(sbx: Sandbox,
         assert entry is not None and entry.path == "/home/user/entries-streamed/s.txt"
         assert entry.size == 1
     finally:
-        await handle.stop()
+        await handle.stop()  # type: ignore[no-untyped-call]  # e2b leaves it unannotated
