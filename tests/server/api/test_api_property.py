@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -80,7 +81,7 @@ def check_envelope(status: int, content: bytes, request_id: str | None) -> None:
 @schema.given(use_live=st.booleans())
 @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=not HUNT, database=None,
           suppress_health_check=list(HealthCheck))
-def test_no_5xx_and_one_envelope(case: Case, use_live: bool, server: FakeServer,
+def test_no_5xx_and_one_envelope(case: Case[Any], use_live: bool, server: FakeServer,
                                  sandboxes: LiveSandboxes) -> None:
     if use_live and case.path_parameters and "sandbox_id" in case.path_parameters:
         case.path_parameters["sandbox_id"] = sandboxes.running()

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky
 from schemathesis import Case
 from schemathesis.core.transport import Response
+from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from tests.server.api.test_api_property import check_envelope
 from tests.server.live import FakeServer, fake_server
@@ -57,7 +58,8 @@ def linked_operations(document: dict[str, Any]) -> list[str]:
 
 
 LINKED = linked_operations(json.loads(SPEC.read_text()))
-schema = schemathesis.openapi.from_path(SPEC).include(operation_id=LINKED)
+# include() is annotated as returning BaseSchema; it returns the OpenAPI schema it filters
+schema = cast(OpenApiSchema, schemathesis.openapi.from_path(SPEC).include(operation_id=LINKED))
 # Schemathesis reads the admin-only `host_id` of createSandbox and createVolume as a
 # reference to a "Host" that no operation produces (getHost's answer is a HostInfo), and
 # then never starts a sequence at either: drop that reading, so that both are roots.
@@ -101,10 +103,10 @@ class Checked:
     broken: list[str]
     made: list[str]
 
-    def get_call_kwargs(self, case: Case) -> dict[str, Any]:
+    def get_call_kwargs(self, case: Case[Any]) -> dict[str, Any]:
         return {"base_url": self.server.url, "headers": self.server.headers(), "timeout": 10}
 
-    def before_call(self, case: Case) -> None:
+    def before_call(self, case: Case[Any]) -> None:
         label = case.operation.label
         if label == "POST /v1/webhooks" and isinstance(case.body, dict):
             case.body["url"] = HOOK_URL
@@ -117,7 +119,7 @@ class Checked:
             for key in NOT_IN_CREATES[label] & set(case.body):
                 del case.body[key]
 
-    def after_call(self, response: Response, case: Case) -> None:
+    def after_call(self, response: Response, case: Case[Any]) -> None:
         super().after_call(response, case)  # type: ignore[misc]
         label = case.operation.label
         fork = label == "POST /v1/sandboxes/{sandbox_id}/fork"
@@ -130,7 +132,7 @@ class Checked:
             path, field = MADE[label]
             self.made.append(path.format(body[field]))
 
-    def validate_response(self, response: Response, case: Case,
+    def validate_response(self, response: Response, case: Case[Any],
                           additional_checks: object = None, **kwargs: Any) -> None:
         status = response.status_code
         key = f"{case.operation.label} {status // 100}xx"
@@ -162,7 +164,7 @@ def test_sequences_no_5xx_and_one_envelope(server: FakeServer) -> None:
     assert {"RANDOM__POST_v1_sandboxes", "RANDOM__POST_v1_volumes"} <= base.root_rules
     seen: dict[str, int] = {}
     broken: list[str] = []
-    machine = type("Sequences", (Checked, base), {"server": server, "seen": seen,
+    machine: Any = type("Sequences", (Checked, base), {"server": server, "seen": seen,
                                                    "broken": broken})
     # Flaky: a sequence drew differently when Hypothesis walked its prefix again (an answer
     # of the server moved on). The sequences run so far still count, as they do in
