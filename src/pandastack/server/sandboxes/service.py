@@ -42,6 +42,7 @@ from ..store.usage import HOLD_AWAKE, HOLD_HIBERNATED
 from ..volumes.service import CreatePlan, VolumeService
 from ..web.errors import ApiError, api_error_of, bad_request, conflict, host_call, not_found
 from ..web.telemetry import timed
+from .activity import ActivityTouches
 from .names import SandboxNames, claiming
 from .stopped import reconcile, reconcile_snapshots, restart_row, stop_row
 from .wire_forms import lost, to_info, to_network_spec
@@ -77,6 +78,7 @@ class SandboxService:
         self.stream_slots = TeamSlots(settings.max_streams_per_team,
                                       "streams and terminals open")
         self._busy: dict[str, int] = {}
+        self.activity = ActivityTouches(store)
         self._transitions: dict[str, int] = {}
         # Set by the app when team templates are enabled (`templates.TemplateService`).
         self.templates: TemplateResolver | None = None
@@ -110,7 +112,7 @@ class SandboxService:
             self.cluster.note_host(row.id, row.host_id)
         if touch and row.state not in ENDED_STATES:
             now = time.time()
-            self.store.touch(row.id, now)
+            self.activity.touch(row.id, now)
             row.last_activity_at = now
         return row
 
@@ -166,7 +168,7 @@ class SandboxService:
             else:
                 self._busy.pop(sandbox_id, None)
             with suppress(Exception):
-                self.store.touch(sandbox_id)
+                self.activity.touch(sandbox_id)
 
     def in_transition(self, sandbox_id: str) -> bool:
         return self._transitions.get(sandbox_id, 0) > 0
@@ -478,6 +480,7 @@ class SandboxService:
         except HostError:
             log.exception("killing sandbox %s failed", sandbox_id)
         self._busy.pop(sandbox_id, None)
+        self.activity.forget(sandbox_id)
         return row
 
     async def retry_kills(self) -> list[str]:

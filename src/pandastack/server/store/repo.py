@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -36,6 +37,12 @@ from .volume_backups import VolumeBackupStore
 from .volumes import VolumeStore, detach_sandboxes
 
 LIVE_STATES = ("starting", "running", "paused", "hibernated", "stopped", "host_lost")
+# How long a key found by its hash is trusted without asking the database again: every request
+# authenticates, and a SELECT per request was ~2 ms of the event loop's time on a loaded host.
+# A revocation made by this process clears the cache at once; one made elsewhere (another API
+# server, the CLI on the database) takes effect here within this bound (issue 36: within 1 s).
+KEY_CACHE_SECONDS = 0.5
+KEY_CACHE_ENTRIES = 1024
 Row = TypeVar("Row", Sandbox, TemplateVersion)
 
 
@@ -61,6 +68,12 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
             s.add(Team(id=team, created_at=time.time()))
             s.flush()
 
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        # digest -> (monotonic time it was read, the key): found keys only, so a key created
+        # by another process works at once
+        self._keys_by_hash: dict[str, tuple[float, ApiKey]] = {}
+
     def add_key(self, key: ApiKey) -> ApiKey:
         with self.session() as s:
             self.ensure_team(s, key.team)
@@ -68,8 +81,18 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
         return key
 
     def key_by_hash(self, digest: str) -> ApiKey | None:
+        """The key with this hash (revoked or not), read at most `KEY_CACHE_SECONDS` ago."""
+        now = time.monotonic()
+        cached = self._keys_by_hash.get(digest)
+        if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
+            return cached[1]
         with self.session() as s:
-            return s.scalars(select(ApiKey).where(ApiKey.hash == digest)).first()
+            key = s.scalars(select(ApiKey).where(ApiKey.hash == digest)).first()
+        if key is not None:
+            if len(self._keys_by_hash) >= KEY_CACHE_ENTRIES:
+                self._keys_by_hash.clear()
+            self._keys_by_hash[digest] = (now, key)
+        return key
 
     def get_key(self, key_id: str) -> ApiKey | None:
         with self.session() as s:
@@ -87,7 +110,8 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
             key = s.get(ApiKey, key_id)
             if key is not None and key.revoked_at is None:
                 key.revoked_at = time.time()
-            return key
+        self._keys_by_hash.clear()
+        return key
 
     def has_admin_key(self) -> bool:
         with self.session() as s:

@@ -1,0 +1,96 @@
+"""What a request's path asks of the store: a verified-key cache and coalesced activity
+touches (issue 36, target 1), each still exact where it must be: a revocation made by this
+process counts at once, one made by another within `KEY_CACHE_SECONDS`, and an activity time
+written is never older than `TOUCH_COALESCE_SECONDS`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import event
+
+from pandastack.server.accounts.auth import create_key, hash_key
+from pandastack.server.sandboxes.activity import TOUCH_COALESCE_SECONDS, ActivityTouches
+from pandastack.server.store import Store, open_store
+from pandastack.server.store import repo as repo_module
+
+from .test_store_events import new_row
+
+
+@contextmanager
+def statements(store: Store) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def note(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        seen.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine, "before_cursor_execute", note)
+
+
+def test_a_key_is_read_once_then_served_from_the_cache(store: Store) -> None:
+    _row, secret = create_key(store, "k", "team-a")
+    digest = hash_key(secret)
+    with statements(store) as seen:
+        first = store.key_by_hash(digest)
+        second = store.key_by_hash(digest)
+    assert first is not None and second is not None and second.id == first.id
+    assert len(seen) == 1
+
+
+def test_a_revocation_here_counts_at_once(store: Store) -> None:
+    row, secret = create_key(store, "k", "team-a")
+    assert store.key_by_hash(hash_key(secret)) is not None  # now cached
+    store.revoke_key(row.id)
+    key = store.key_by_hash(hash_key(secret))
+    assert key is not None and key.revoked_at is not None
+
+
+def test_a_revocation_elsewhere_counts_once_the_cache_bound_passes(
+        db: str, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    row, secret = create_key(store, "k", "team-a")
+    assert store.key_by_hash(hash_key(secret)) is not None  # now cached
+    other_server = open_store(db)
+    try:
+        other_server.revoke_key(row.id)
+    finally:
+        other_server.close()
+    # the cache entry's age passes the bound (set to 0 rather than waited for)
+    monkeypatch.setattr(repo_module, "KEY_CACHE_SECONDS", 0.0)
+    key = store.key_by_hash(hash_key(secret))
+    assert key is not None and key.revoked_at is not None
+
+
+def test_an_unknown_key_is_not_remembered(store: Store) -> None:
+    assert store.key_by_hash(hash_key("psk_unknown")) is None
+    assert store._keys_by_hash == {}
+
+
+def test_touches_within_the_window_write_once(store: Store) -> None:
+    row = store.add_sandbox(new_row("sbx-touch"))
+    touches = ActivityTouches(store)
+    start = row.last_activity_at + 10
+    with statements(store) as seen:
+        touches.touch(row.id, start)
+        touches.touch(row.id, start + TOUCH_COALESCE_SECONDS / 2)
+    assert len([s for s in seen if s.startswith("UPDATE")]) == 1
+    assert store.get_sandbox(row.team, row.id).last_activity_at == start  # type: ignore[union-attr]
+
+    touches.touch(row.id, start + TOUCH_COALESCE_SECONDS)
+    assert (store.get_sandbox(row.team, row.id).last_activity_at  # type: ignore[union-attr]
+            == start + TOUCH_COALESCE_SECONDS)
+
+
+def test_a_forgotten_sandbox_is_written_again(store: Store) -> None:
+    row = store.add_sandbox(new_row("sbx-forget"))
+    touches = ActivityTouches(store)
+    now = row.last_activity_at + 10
+    touches.touch(row.id, now)
+    touches.forget(row.id)
+    touches.touch(row.id, now + 0.01)
+    assert store.get_sandbox(row.team, row.id).last_activity_at == now + 0.01  # type: ignore[union-attr]
