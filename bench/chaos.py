@@ -91,7 +91,7 @@ class Chaos:
                         "tmpfs", str(self.store)], check=True)
         self.env = {"PANDASTACK_SNAPSHOTS_DIR": str(self.store)}
         self.server = ServeProcess(tmp)
-        self.server.start(timeout=300, **self.env)
+        self.server.start(timeout=300, extra_env=self.env)
         self.client = self._client()
 
     def _client(self) -> Client:
@@ -101,7 +101,7 @@ class Chaos:
         self.client.close()
         if self.server.proc is not None:
             self.server.signal(signal.SIGKILL)
-        self.server.start(timeout=300, **self.env)
+        self.server.start(timeout=300, extra_env=self.env)
         self.client = self._client()
 
     def connect(self, sid: str) -> Sandbox:
