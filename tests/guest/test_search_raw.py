@@ -173,3 +173,16 @@ def test_globstar_matches_any_number_of_names_and_prunes_the_walk() -> None:
     assert not parts_match(parts, ["c"], prefix=True)
     assert not parts_match(split_pattern("a/b"), ["a", "b"], prefix=True)
     assert split_pattern("**/**/x") == ["**", "x"]
+
+
+@pytest.mark.parametrize(("pattern", "lines"), [("aab", [1]), ("abab", [2, 3]), ("bb", [])])
+def test_grep_finds_overlapping_prefixes(agent_cmd: list[str], tmp_path: Path, pattern: str,
+                                          lines: list[int]) -> None:
+    (tmp_path / "f").write_bytes(b"aaab\nabab\nababab\n\n")
+    got, _ = ask(agent_cmd, "grep", path=str(tmp_path / "f"), pattern=pattern)
+    assert [m["line"] for m in got] == lines
+
+
+def test_grep_skips_empty_files_so_proc_cannot_block_it(agent_cmd: list[str]) -> None:
+    # /proc/kmsg says size 0 and a read of it waits for the kernel's next message.
+    assert ask(agent_cmd, "grep", path="/proc/kmsg", pattern="x") == ([], False)

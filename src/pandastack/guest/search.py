@@ -85,7 +85,8 @@ class _Grep:
         """Search one file; False once a bound stops the whole grep."""
         try:
             s = os.stat(path)
-            if not st.S_ISREG(s.st_mode) or s.st_size > GREP_MAX_FILE_BYTES:
+            # An empty file has nothing to find; /proc's files all say 0, and some block.
+            if not st.S_ISREG(s.st_mode) or not 0 < s.st_size <= GREP_MAX_FILE_BYTES:
                 return True
             if self.read + s.st_size > GREP_MAX_TOTAL_BYTES:
                 self.truncated = True
