@@ -4,6 +4,8 @@ connection pool per try otherwise)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import httpx
 import pytest
 
@@ -43,7 +45,8 @@ CALLS = [
 
 
 @pytest.mark.parametrize("call", CALLS, ids=["create", "get_or_create", "connect"])
-def test_a_failed_first_call_closes_the_connections(call) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_first_call_closes_the_connections(
+        call: Callable[[type[Sandbox], httpx.BaseTransport], object]) -> None:
     transport = Refusing()
     with pytest.raises(AuthError):
         call(Sandbox, transport)
@@ -51,7 +54,9 @@ def test_a_failed_first_call_closes_the_connections(call) -> None:  # type: igno
 
 
 @pytest.mark.parametrize("call", CALLS, ids=["create", "get_or_create", "connect"])
-async def test_async_a_failed_first_call_closes_the_connections(call) -> None:  # type: ignore[no-untyped-def]
+async def test_async_a_failed_first_call_closes_the_connections(
+        call: Callable[[type[AsyncSandbox], httpx.AsyncBaseTransport], Awaitable[object]]
+        ) -> None:
     transport = AsyncRefusing()
     with pytest.raises(AuthError):
         await call(AsyncSandbox, transport)

@@ -16,7 +16,7 @@ from pandastack.host.api import create_host_app
 from pandastack.host.api.spec import render
 from pandastack.hostport.frames import Decoder, Kind
 from pandastack.hostport.protocols import RuntimePort
-from tests.host.api.fake_host import FakeHost
+from tests.host.api.fake_host import Emit, FakeHost
 
 SPEC = Path(__file__).resolve().parents[3] / "spec" / "host-openapi.json"
 TOKEN = "s3cret-token"
@@ -77,7 +77,7 @@ async def test_exec_answer_is_frames_ending_in_the_result(
         client: tuple[httpx.AsyncClient, FakeHost]) -> None:
     c, host = client
 
-    async def script(out, err) -> int:  # type: ignore[no-untyped-def]
+    async def script(out: Emit, err: Emit) -> int:
         await out(b"hello ")
         await err(b"oops")
         await out(b"world")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,13 @@ import pytest
 from sqlalchemy import select, update
 
 from pandastack.hostport.errors import HostError
-from pandastack.hostport.volumes import VolumeBackup
+from pandastack.hostport.results import SnapshotResult
+from pandastack.hostport.volumes import HostVolume, VolumeBackup
 from pandastack.server.sandboxes.lifecycle import sweep
 from pandastack.server.sandboxes.service import SandboxService
 from pandastack.server.store import Sandbox
 from tests.server.conftest import Api, make_settings, running_app
-from tests.server.fakes import FakeRuntime
+from tests.server.fakes import FakeRuntime, FakeSandbox
 
 DEADLINE = 60.0
 
@@ -61,16 +62,16 @@ class GatedRuntime(FakeRuntime):
         await self._at_gate("hibernate")
         await super().hibernate(sandbox_id)
 
-    async def resize_volume(self, volume_id: str, size_mb: int):  # type: ignore[no-untyped-def]
+    async def resize_volume(self, volume_id: str, size_mb: int) -> HostVolume:
         await self._at_gate("resize_volume")
         return await super().resize_volume(volume_id, size_mb)
 
-    async def snapshot(self, sandbox_id: str, name: str | None = None, *,  # type: ignore[no-untyped-def]
-                       internal: bool = False):
+    async def snapshot(self, sandbox_id: str, name: str | None = None, *,
+                       internal: bool = False) -> SnapshotResult:
         await self._at_gate("snapshot")
         return await super().snapshot(sandbox_id, name, internal=internal)
 
-    async def fork(self, sandbox_id: str, count: int = 1):  # type: ignore[no-untyped-def]
+    async def fork(self, sandbox_id: str, count: int = 1) -> list[FakeSandbox]:
         await self._at_gate("fork")
         return await super().fork(sandbox_id, count)
 
@@ -131,7 +132,7 @@ def runtime(tmp_path: Path) -> GatedRuntime:
 
 
 @pytest.fixture
-async def api(tmp_path: Path, db: str, runtime: GatedRuntime):  # type: ignore[no-untyped-def]
+async def api(tmp_path: Path, db: str, runtime: GatedRuntime) -> AsyncIterator[Api]:
     settings = make_settings(tmp_path, db_url=db, reaper_interval_seconds=3600)
     async with running_app(settings, runtime) as a:
         yield a

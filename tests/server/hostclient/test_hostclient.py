@@ -19,7 +19,7 @@ from pandastack.hostport import errors as E
 from pandastack.hostport.errors import HostError, HostUnavailable, SandboxNotFound
 from pandastack.hostport.host_api.codec import error_classes
 from pandastack.server.hostclient import HostClient, Timeouts
-from tests.host.api.fake_host import FakeHost, served
+from tests.host.api.fake_host import Emit, FakeHost, served
 from tests.hostport.test_codec import sample
 
 TOKEN = "t0ken"
@@ -62,7 +62,7 @@ async def test_every_error_comes_back_as_itself(agent: tuple[HostClient, FakeHos
     assert type(caught.value) is cls
     assert str(caught.value) == str(original) and vars(caught.value) == vars(original)
 
-    async def fails(_out, _err) -> int:  # type: ignore[no-untyped-def]
+    async def fails(_out: Emit, _err: Emit) -> int:
         raise original
 
     sbx = await client.get("sbx-1")
@@ -90,7 +90,7 @@ async def test_exec_output_reaches_the_callbacks_as_it_comes(
     client, host = agent
     first_seen = asyncio.Event()
 
-    async def script(out, err) -> int:  # type: ignore[no-untyped-def]
+    async def script(out: Emit, err: Emit) -> int:
         await out(b"first ")
         await first_seen.wait()  # the rest only once the caller saw the first part
         await err(b"warn")
@@ -116,7 +116,7 @@ async def test_a_slow_reader_holds_the_guest_back(agent: tuple[HostClient, FakeH
     total, chunk = 64 * 2**20, 64 * 2**10
     produced = [0]
 
-    async def flood(out, _err) -> int:  # type: ignore[no-untyped-def]
+    async def flood(out: Emit, _err: Emit) -> int:
         while produced[0] < total:
             await out(bytes(chunk))
             produced[0] += chunk
@@ -147,7 +147,7 @@ async def test_leaving_mid_exec_cancels_it_on_the_agent(
     client, host = agent
     started, cancelled = asyncio.Event(), asyncio.Event()
 
-    async def forever(_out, _err) -> int:  # type: ignore[no-untyped-def]
+    async def forever(_out: Emit, _err: Emit) -> int:
         started.set()
         try:
             await asyncio.Event().wait()

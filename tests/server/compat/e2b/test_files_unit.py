@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from e2b.envd.filesystem import filesystem_pb
-from e2b.sandbox.filesystem.filesystem import FileType, map_entry_info
+from e2b.sandbox.filesystem.filesystem import EntryInfo, FileType, map_entry_info
 from e2b.sandbox.signature import get_signature
 from starlette.requests import Request
 
@@ -74,7 +74,7 @@ def _find(*args: str) -> list[guestfs.Entry]:
     return guestfs.parse_find(out)
 
 
-def _as_sdk(info: dict[str, object]):  # type: ignore[no-untyped-def]
+def _as_sdk(info: dict[str, object]) -> EntryInfo:
     return map_entry_info(filesystem_pb.EntryInfo.from_json(json.dumps(info)))
 
 
