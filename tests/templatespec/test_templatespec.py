@@ -51,9 +51,13 @@ def context(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def files_of(step: object) -> dict[str, tuple[int, bytes]]:
+def copy_step(step: object) -> CopyStep:
     assert isinstance(step, CopyStep)
-    return {f.path: (f.mode, f.content()) for f in step.files}
+    return step
+
+
+def files_of(step: object) -> dict[str, tuple[int, bytes]]:
+    return {f.path: (f.mode, f.content()) for f in copy_step(step).files}
 
 
 # -- builder ------------------------------------------------------------------------------
@@ -77,10 +81,10 @@ def test_builder_produces_the_spec(context: Path) -> None:
     assert kinds == ["apt", "pip", "npm", "run", "run", "copy", "copy", "env", "workdir",
                      "user"]
     app = files_of(spec.steps[5])
-    assert spec.steps[5].dst == "/srv/app"  # type: ignore[union-attr]
+    assert copy_step(spec.steps[5]).dst == "/srv/app"
     assert app == {"lib/util.py": (0o644, b"X = 1\n"), "main.py": (0o644, b"print('hi')\n")}
     # A single file to a path that does not end with '/': that path is the file.
-    assert spec.steps[6].dst == "/usr/local/bin"  # type: ignore[union-attr]
+    assert copy_step(spec.steps[6]).dst == "/usr/local/bin"
     assert files_of(spec.steps[6]) == {"run": (0o755, b"#!/bin/sh\necho run\n")}
     assert spec.steps[7] == EnvStep(env={"A": "1", "B": "2"})
     assert spec.start == "python -m http.server 8000"
@@ -203,10 +207,10 @@ def test_dockerfile_subset(context: Path) -> None:
     assert steps[2] == EnvStep(env={"A": "1", "B": "two words", "C": ""})
     assert steps[3] == EnvStep(env={"D": "plain value with spaces"})
     assert files_of(steps[4]).keys() == {"main.py", "lib/util.py"}
-    assert steps[4].dst == "/srv/app/"  # type: ignore[union-attr]
+    assert copy_step(steps[4]).dst == "/srv/app/"
     assert files_of(steps[5]) == {"index.html": (0o644, b"<h1>hello</h1>\n"),
                                   "run.sh": (0o755, b"#!/bin/sh\necho run\n")}
-    assert steps[6].dst == "." and files_of(steps[6]).keys() == {"page.html"}  # type: ignore[union-attr]
+    assert copy_step(steps[6]).dst == "." and files_of(steps[6]).keys() == {"page.html"}
     assert steps[7] == WorkdirStep(path="/srv/app")
     assert steps[8] == UserStep(name="nobody")
     assert len(steps) == 9
