@@ -13,7 +13,7 @@ import pytest
 from pandastack.hostport.errors import HostExhausted
 from pandastack.server.hosts.pool import HostPool, _Held
 from tests.server.conftest import assert_envelope, make_settings, running_app
-from tests.server.fakes import FakeRuntime
+from tests.server.fakes import FakeRuntime, FakeSandbox
 from tests.server.hosts.test_api_host_unavailable import Reachable
 
 
@@ -118,12 +118,12 @@ async def test_a_listing_under_way_does_not_forget_a_sandbox_made_meanwhile(
     release = asyncio.Event()
     listing = a.list_sandboxes
 
-    async def slow_listing() -> list[object]:
+    async def slow_listing() -> list[FakeSandbox]:
         found = await listing()
         await release.wait()
-        return found  # type: ignore[return-value]
+        return found
 
-    a.list_sandboxes = slow_listing  # type: ignore[assignment,method-assign]
+    a.list_sandboxes = slow_listing  # type: ignore[method-assign]
     learning = asyncio.create_task(pool._learn("host-a"))
     await asyncio.sleep(0)
     made = await a.create()  # as if the pool had placed it: recorded, then the listing ends
