@@ -57,6 +57,13 @@ class Cluster:
         return next(self.fakes[n] for n, h in self.ids.items() if h == host_id)
 
 
+def host_row(store: Store, host_id: str) -> Host:
+    """The registry's row of a host this test registered (read afresh)."""
+    host = store.get_host(host_id)
+    assert host is not None
+    return host
+
+
 def age(store: Store, host_id: str, seconds: float) -> None:
     """Move the host's last heartbeat `seconds` into the past."""
     with store.session() as s:
@@ -134,13 +141,13 @@ async def test_a_lost_host_is_fenced_once_and_its_sandboxes_are_host_lost(
         assert mounted["host_id"] == a
         assert (await c.post(f"/v1/sandboxes/{mounted['id']}/hibernate")).status_code == 200
         for sid in (plain, saved, mounted["id"]):  # what the agent does at create
-            assert store.lease(sid, a, store.get_host(a).epoch)  # type: ignore[union-attr]
-        epoch = store.get_host(a).epoch  # type: ignore[union-attr]
+            assert store.lease(sid, a, host_row(store, a).epoch)
+        epoch = host_row(store, a).epoch
 
         age(store, a, 60)
         await pool.refresh(force=True)
         await pool.refresh(force=True)  # a second look must not fence it again
-        assert store.get_host(a).epoch == epoch + 1  # type: ignore[union-attr]
+        assert host_row(store, a).epoch == epoch + 1
         assert all(lease.epoch == epoch + 1 for lease in store.host_leases(a))
 
         # The reaper marks them; requests get a clear 409; new creates go to b.
