@@ -28,7 +28,7 @@ from pathlib import Path
 
 from common import pct
 from pandastack.guestproto import frames as protocol
-from pandastack.host.agentlink.channel import InitParams
+from pandastack.host.agentlink.handshake import InitParams
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.templates.builtin import Template

@@ -26,7 +26,7 @@ from typing import Any
 
 from common import temp_runtime
 from pandastack.guestproto import frames as protocol
-from pandastack.host.agentlink.channel import InitParams
+from pandastack.host.agentlink.handshake import InitParams
 from pandastack.host.vmm.driver import VMPaths
 from pandastack.host.vmm.qemu import QemuDriver
 from pandastack.host.vmm.qemu.qcow2 import create_overlay
