@@ -38,6 +38,7 @@ from pandastack.host.images.common import (
     remove_stale_tmp,
     sha256_bytes,
     sha256_file,
+    sweep_when_idle,
 )
 from pandastack.host.images.initramfs import build_initramfs
 from pandastack.host.images.kernel import (
@@ -367,6 +368,11 @@ def _load(final: Path, key: str, variant: str) -> GuestImage:
     )
 
 
+def _build_dirs(home: Path) -> tuple[Path, ...]:
+    """Where an image build makes its `.tmp-*` directories."""
+    return tuple(home / "cache" / sub for sub in ("kernel", "kernel/debs", "rootfs-base", "images"))
+
+
 def ensure_base_image(home: Path, *, progress: Progress = print) -> GuestImage:
     """The `base` image variant (see `ensure_image`)."""
     return ensure_image(home, IMAGES[BASE], progress=progress)
@@ -386,6 +392,7 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
     images = home / "cache" / "images"
     final = images / key
     if (final / "image.json").exists():
+        sweep_when_idle(home / "cache" / ".lock", _build_dirs(home))
         return _load(final, key, variant)
 
     check_root()
@@ -398,8 +405,8 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
     ):
         if (final / "image.json").exists():
             return _load(final, key, variant)
-        for sub in ("kernel", "kernel/debs", "rootfs-base", "images"):
-            remove_stale_tmp(home / "cache" / sub)
+        for parent in _build_dirs(home):
+            remove_stale_tmp(parent)
         progress(f"building guest image {variant} {key[:12]}")
         t0 = time.monotonic()
         kernel_cache = home / "cache" / "kernel"

@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pandastack.hostport.errors import SetupError
@@ -131,10 +131,43 @@ def remove_stale_tmp(parent: Path) -> None:
     for entry in parent.iterdir():
         if entry.name.startswith(_TMP_PREFIX):
             if entry.is_dir() and not entry.is_symlink():
+                _unmount_under(entry)
                 _make_writable(entry)
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
+
+
+def sweep_when_idle(lock: Path, parents: Iterable[Path]) -> bool:
+    """Delete leftovers of interrupted builds under `parents` if no build holds `lock` now;
+    whether it did. For callers that find everything cached and take no lock to build: a
+    build killed part-way would otherwise leave its `.tmp-*` until the next build."""
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a build runs: its own .tmp-* are in use
+        try:
+            for parent in parents:
+                remove_stale_tmp(parent)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _unmount_under(tree: Path) -> None:
+    """Detach mounts left under `tree` by a build killed before it unmounted (builds before
+    the pip cache's bind mount moved into a namespace of its own); deepest first."""
+    prefix = str(tree.resolve()) + "/"
+    with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+        points = [line.split()[1].encode().decode("unicode_escape") for line in f]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
 def _make_writable(tree: Path) -> None:

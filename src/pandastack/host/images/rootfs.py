@@ -301,6 +301,15 @@ VENV = "opt/venv"
 PIP_CACHE_IN_ROOT = "var/cache/pandastack-pip"
 
 
+def run_with_bind_mount(source: Path, target: Path, argv: list[str], *, what: str) -> None:
+    """Run `argv` with `source` bind-mounted on `target`, in a mount namespace of its own: the
+    mount goes with the process, also when the build is killed (one made in the host's
+    namespace outlived a killed build and kept its .tmp-rootfs-* undeletable)."""
+    bind_then_run = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    run(["unshare", "--mount", "--propagation", "private", "sh", "-c", bind_then_run, "sh",
+         str(source), str(target), *argv], what=what)
+
+
 def _pip_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
     """Install wheels into the guest's virtualenv with the guest's own pip (so they match its
     Python), downloading through the host's network; wheels are cached on the host."""
@@ -316,15 +325,15 @@ def _pip_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
                    or "/etc/ssl/certs/ca-certificates.crt")
     ca_in_root = root / "var" / "cache" / "pandastack-host-ca.crt"
     shutil.copyfile(host_ca, ca_in_root)
-    run(["mount", "--bind", str(cache), str(mount_point)], what="mount pip cache")
     try:
-        run(["chroot", str(root), "/usr/bin/env", "-i", f"PATH=/{VENV}/bin:/usr/bin:/bin",
+        run_with_bind_mount(
+            cache, mount_point,
+            ["chroot", str(root), "/usr/bin/env", "-i", f"PATH=/{VENV}/bin:/usr/bin:/bin",
              "HOME=/root", "LANG=C.UTF-8", f"/{VENV}/bin/pip", "install", "--quiet",
              "--disable-pip-version-check", "--cert", "/var/cache/pandastack-host-ca.crt",
              "--cache-dir", f"/{PIP_CACHE_IN_ROOT}", *packages],
             what="pip install")
     finally:
-        run(["umount", str(mount_point)], what="umount pip cache")
         resolv.write_bytes(guest_resolv)
         ca_in_root.unlink(missing_ok=True)
         mount_point.rmdir()
