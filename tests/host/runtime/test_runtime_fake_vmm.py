@@ -278,3 +278,24 @@ async def test_a_restarted_runtime_adopts_what_its_records_and_the_driver_vouch_
             impostor.wait()
         left = await close_private_runtime(second, state, config.snapshots_dir)
     assert left == ([], []), left
+
+
+async def test_a_lookup_while_a_hibernation_ends_its_vm_sees_it_hibernated(
+        rt: HostRuntime) -> None:
+    # Another API server's reaper reads the host's view at any moment; a running sandbox
+    # without a live VM is one it stops (a fresh-clone run of the cluster tests did).
+    sbx = await rt.create()
+    vm = sbx.vm
+    assert vm is not None
+    seen: list[tuple[str, bool]] = []
+    real_kill = vm.kill
+
+    def kill_then_look(timeout: float = 5.0) -> None:
+        real_kill(timeout)
+        seen.append((sbx.state, sbx.is_alive()))
+
+    vm.kill = kill_then_look  # type: ignore[method-assign]
+    await rt.hibernate(sbx.id)
+    assert seen == [("hibernated", False)]
+    await rt.kill(sbx.id)
+    assert_holds_only(rt)

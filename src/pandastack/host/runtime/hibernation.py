@@ -94,11 +94,14 @@ class Hibernation:
                         rt.progress(f"sandbox {sandbox_id}: resume after a failed "
                                     f"hibernation failed: {exc}")
                 raise
+            # Hibernated, as a lookup sees it, before the kill's wait: the state is saved, and
+            # another API server's reaper looking during that wait found a running sandbox
+            # without a live VM and stopped it (its in-transition mark is this server's own).
+            handle.vm = None
+            handle.state = "hibernated"
             await asyncio.to_thread(vm.kill)
             crash_point("hibernate-after-vm-ended")
             rt.vm_ended(handle.workdir)
-            handle.vm = None
-            handle.state = "hibernated"
             record = rt.table.save(replace(before, state="hibernated", pid=None))
             if rt.remote is not None:
                 # Under the lock: a wake would write to the top layer being uploaded. A
