@@ -66,23 +66,31 @@ def hash_json(value: object) -> str:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Exclusive fcntl.flock on `path` (created if missing) for the duration of the block.
+def file_lock(
+    path: Path, on_wait: Callable[[], None] | None = None, *, wait: bool = True
+) -> Iterator[bool]:
+    """Exclusive fcntl.flock on `path` (created if missing) for the duration of the block;
+    yields whether it is held (always, unless `wait` is False and another process holds it).
 
     `on_wait` is called once if another process holds the lock (before blocking on it).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    held = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = True
         except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+            if wait:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                held = True
+        yield held
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 
@@ -144,20 +152,12 @@ def sweep_when_idle(lock: Path, parents: Iterable[Path]) -> bool:
     build killed part-way would otherwise leave its `.tmp-*` until the next build."""
     if not lock.exists():
         return False
-    fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with file_lock(lock, wait=False) as held:
+        if not held:
             return False  # a build runs: its own .tmp-* are in use
-        try:
-            for parent in parents:
-                remove_stale_tmp(parent)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        for parent in parents:
+            remove_stale_tmp(parent)
         return True
-    finally:
-        os.close(fd)
 
 
 def _unmount_under(tree: Path) -> None:
