@@ -24,6 +24,8 @@ from .results import (
     CodeEvent,
     ExecResult,
     FileInfo,
+    GlobResult,
+    GrepResult,
     GuestMetrics,
     MigrationDocument,
     SnapshotInfo,
@@ -118,6 +120,15 @@ class SandboxPort(Protocol):
     async def remove(self, path: str, *, recursive: bool = False) -> None: ...
 
     async def rename(self, src: str, dst: str) -> None: ...
+
+    async def grep(self, path: str, pattern: str, *, ignore_case: bool = False) -> GrepResult:
+        """The lines holding the literal `pattern` in the files under `path`, searched by the
+        guest's own walk within guestproto.ops' GREP_* bounds (spec/guest-protocol.md §5)."""
+        ...
+
+    async def glob(self, path: str, pattern: str) -> GlobResult:
+        """The paths under `path` that `pattern` (`*`, `?`, `**`, relative) matches, sorted."""
+        ...
 
     def watch(self, path: str, *, recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
         """Batches of the file events under directory `path` (hostport/watch.py): the first

@@ -44,6 +44,29 @@ class GuestMetrics:
     window_ms: int
 
 
+@dataclass(frozen=True)
+class GrepMatch:
+    path: str
+    line: int
+    """Counted from 1."""
+    text: str
+    """The line without its newline, cut to guestproto.ops.GREP_MAX_LINE_BYTES bytes."""
+
+
+@dataclass(frozen=True)
+class GrepResult:
+    matches: list[GrepMatch]
+    truncated: bool
+    """A bound (matches, bytes read) stopped the search: there may be more."""
+
+
+@dataclass(frozen=True)
+class GlobResult:
+    paths: list[str]
+    truncated: bool
+    """guestproto.ops.GLOB_MAX_PATHS stopped the walk: there may be more."""
+
+
 @dataclass
 class CodeEvent:
     type: str  # "stdout" | "stderr" | "result" | "error" | "end"

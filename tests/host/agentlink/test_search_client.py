@@ -11,8 +11,8 @@ import pytest
 from pandastack.guestproto.frames import INITIAL_WINDOW
 from pandastack.guestproto.ops import GREP_MAX_LINE_BYTES, GREP_MAX_MATCHES
 from pandastack.host.agentlink.client import AgentClient
-from pandastack.host.agentlink.files import GlobResult, GrepMatch
 from pandastack.hostport.errors import GuestOSError
+from pandastack.hostport.results import GlobResult, GrepMatch
 from tests.host.agentlink.test_agent_client import local_agent
 
 pytestmark = pytest.mark.timeout(60)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pandastack.guestproto.ops import SEARCH_MAX_PATTERN_BYTES
-from pandastack.host.agentlink.files import GlobResult, GrepMatch, GrepResult
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import GuestOSError
+from pandastack.hostport.results import GlobResult, GrepMatch, GrepResult
 
 pytestmark = pytest.mark.vm
 

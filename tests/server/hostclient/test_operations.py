@@ -26,7 +26,15 @@ from pandastack.hostport.protocols import (
     SandboxPort,
     SnapshotTransferPort,
 )
-from pandastack.hostport.results import FileInfo, GuestMetrics, SnapshotInfo, SnapshotResult
+from pandastack.hostport.results import (
+    FileInfo,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    GuestMetrics,
+    SnapshotInfo,
+    SnapshotResult,
+)
 from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumeMountRequest, VolumePort
 from pandastack.server.hostclient import HostClient, RemoteSandbox
 from pandastack.server.hostclient.sandbox import EXEC_ANSWER_GRACE_S
@@ -183,6 +191,9 @@ CASES: dict[str, tuple[tuple[Any, ...], dict[str, Any], Any]] = {
     "mkdir": (("/w/d",), {"parents": False}, None),
     "remove": (("/w/d",), {"recursive": True}, None),
     "rename": (("/a", "/b"), {}, None),
+    "grep": (("/w", "a b"), {"ignore_case": True},
+             GrepResult([GrepMatch("/w/\udcfe", 3, "xa\udcff")], True)),
+    "glob": (("/w", "**/*.py"), {}, GlobResult(["/w/a.py", "/w/\udcfe.py"], False)),
     "create_code_context": (("python", "/w"), {}, {"id": "c1"}),
     "list_code_contexts": ((), {}, [{"id": "c1"}]),
     "delete_code_context": (("c1",), {}, None),

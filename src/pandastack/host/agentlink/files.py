@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable
-from dataclasses import dataclass
 from typing import Any
 
 from pandastack.guestproto import frames as P
 from pandastack.guestproto.ops import WRITE_FILE_MODE
 from pandastack.host.agentlink.channel import AgentChannel
 from pandastack.hostport.errors import AgentLimitError
-from pandastack.hostport.results import FileInfo
+from pandastack.hostport.results import FileInfo, GlobResult, GrepMatch, GrepResult
 
 MAX_LIST_ENTRIES = 100_000
 """Entries of one ``list_dir``; a bigger directory fails (list its subdirectories)."""
@@ -22,29 +21,6 @@ DEFAULT_MAX_READ_BYTES = 64 * 2**20
 """Default limit of ``read_file_bytes`` (bigger files: stream them with ``read_file``)."""
 MAX_SEARCH_BYTES = 64 * 2**20
 """JSON bytes of one ``grep`` or ``glob`` answer (the guest bounds its count, not its size)."""
-
-
-@dataclass(frozen=True, slots=True)
-class GrepMatch:
-    path: str
-    line: int
-    """Counted from 1."""
-    text: str
-    """The line, cut to guestproto.ops.GREP_MAX_LINE_BYTES bytes."""
-
-
-@dataclass(frozen=True, slots=True)
-class GrepResult:
-    matches: list[GrepMatch]
-    truncated: bool
-    """A bound (matches, bytes read) stopped the search: there may be more."""
-
-
-@dataclass(frozen=True, slots=True)
-class GlobResult:
-    paths: list[str]
-    truncated: bool
-    """guestproto.ops.GLOB_MAX_PATHS stopped the walk: there may be more."""
 
 
 class FileOps(AgentChannel):

@@ -187,6 +187,8 @@ class SandboxHandle:
     mkdir = AgentCall(AgentClient.mkdir)
     remove = AgentCall(AgentClient.remove)
     rename = AgentCall(AgentClient.rename)
+    grep = AgentCall(AgentClient.grep)
+    glob = AgentCall(AgentClient.glob)
     watch = AgentStream(AgentClient.watch)
     metrics = AgentCall(AgentClient.metrics)
 

@@ -27,7 +27,14 @@ from typing import Any, Literal
 from pandastack.guestproto.ops import METRICS_MAX_WINDOW_MS, METRICS_MIN_WINDOW_MS
 
 from ..protocols import MigrationPort, RuntimePort, SandboxPort, SnapshotTransferPort
-from ..results import FileInfo, GuestMetrics, SnapshotInfo, SnapshotResult
+from ..results import (
+    FileInfo,
+    GlobResult,
+    GrepResult,
+    GuestMetrics,
+    SnapshotInfo,
+    SnapshotResult,
+)
 from ..volumes import HostVolume, VolumeBackup, VolumePort
 from . import models as m
 from .codec import HostApiModel
@@ -213,6 +220,12 @@ OPERATIONS: tuple[Operation, ...] = (
               query={"path": {"description": "an absolute path in the guest"}}, status=204),
     Operation("rename", _S, "POST", f"{SANDBOX}/files/rename", "renameFile", "files", "guest",
               body=m.RenameRequest, status=204),
+    Operation("grep", _S, "GET", f"{SANDBOX}/files/grep", "grepFiles", "files", "guest",
+              query={"path": {"description": "an absolute path in the guest"}},
+              result=GrepResult),
+    Operation("glob", _S, "GET", f"{SANDBOX}/files/glob", "globFiles", "files", "guest",
+              query={"path": {"description": "an absolute path in the guest"}},
+              result=GlobResult),
     # -- one sandbox's code interpreter (a context may take the guest's 600 s to start) ------
     Operation("create_code_context", _S, "POST", f"{SANDBOX}/code/contexts",
               "createCodeContext", "code", "lifecycle", body=m.CodeContextRequest,
