@@ -4,6 +4,7 @@ errors, validation, lifecycle bookkeeping). Everything about real VMs is tested 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
 import secrets
 import time
@@ -38,6 +39,9 @@ from pandastack.hostport.results import (
     CodeEvent,
     ExecResult,
     FileInfo,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
     GuestMetrics,
     SnapshotInfo,
     SnapshotResult,
@@ -220,6 +224,27 @@ class FakeSandbox:
             raise GuestOSError("ENOENT", "No such file or directory", src)
         self.files[dst] = self.files.pop(src)
 
+    def _under(self, path: str) -> list[str]:
+        found = sorted(p for p in self.files if p.startswith(path.rstrip("/") + "/"))
+        if not found and path not in self.files:
+            raise GuestOSError("ENOENT", "No such file or directory", path)
+        return found or [path]
+
+    async def grep(self, path: str, pattern: str, *, ignore_case: bool = False) -> GrepResult:
+        """Lines of the files under `path` (no bounds: the guest's are tested on VMs)."""
+        await self._guest()
+        fold = str.lower if ignore_case else str
+        return GrepResult([
+            GrepMatch(p, n, line) for p in self._under(path)
+            for n, line in enumerate(self.files[p].decode(errors="surrogateescape").split("\n"), 1)
+            if fold(pattern) in fold(line)], truncated=False)
+
+    async def glob(self, path: str, pattern: str) -> GlobResult:
+        """fnmatch of the paths under `path` (its `*` crosses `/`, unlike the guest's)."""
+        await self._guest()
+        prefix = path.rstrip("/") + "/"
+        return GlobResult([p for p in self._under(path) if p.startswith(prefix)
+                           and fnmatch.fnmatchcase(p.removeprefix(prefix), pattern)], False)
 
     async def run_code(self, code: str, *, language: str = "python",
                        context_id: str | None = None, timeout: float | None = None,

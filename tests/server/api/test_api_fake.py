@@ -172,6 +172,16 @@ BAD_REQUESTS: list[tuple[str, str, object]] = [
     ("POST", "/v1/sandboxes/{id}/files/rename", {"src": "/a"}),
     ("POST", "/v1/sandboxes/{id}/files/rename", {"src": "/a\x00", "dst": "/b"}),
     ("DELETE", "/v1/sandboxes/{id}/files?path=/missing&recursive=maybe", None),
+    ("POST", "/v1/sandboxes/{id}/files/grep", {"path": "/missing", "pattern": "x"}),
+    ("POST", "/v1/sandboxes/{id}/files/grep", {"path": "/d", "pattern": "x" * 1025}),
+    ("POST", "/v1/sandboxes/{id}/files/grep", {"path": "/d", "pattern": "\u00e9" * 513}),
+    ("POST", "/v1/sandboxes/{id}/files/grep", {"path": "/d", "pattern": ""}),
+    ("POST", "/v1/sandboxes/{id}/files/grep", {"path": "/d", "pattern": "a\nb"}),
+    ("POST", "/v1/sandboxes/{id}/files/grep", {"path": "d", "pattern": "x"}),
+    ("POST", "/v1/sandboxes/{id}/files/grep", {"path": "/d", "pattern": "x", "regex": True}),
+    ("POST", "/v1/sandboxes/{id}/files/glob", {"path": "/d", "pattern": "../etc/*"}),
+    ("POST", "/v1/sandboxes/{id}/files/glob", {"path": "/d", "pattern": "/etc/*"}),
+    ("POST", "/v1/sandboxes/{id}/files/glob", {"path": "/d\u0000", "pattern": "*"}),
     ("POST", "/v1/sandboxes/{id}/processes", {"cmd": None}),
     ("POST", "/v1/sandboxes/{id}/processes/abc/signal", {"signal": 9}),
     ("POST", "/v1/sandboxes/{id}/processes/99999999999999999999/signal", {"signal": 9}),
@@ -225,6 +235,16 @@ async def test_guest_strings_that_are_not_unicode_are_shown_with_replacement(api
 
     async def procs() -> list[dict[str, object]]:
         return [{"pid": 7, "cmd": "cat \udcff", "running": True}]
+
+    r = await api.client.post(f"/v1/sandboxes/{sid}/files/glob",
+                              json={"path": "/d", "pattern": "*.txt"})
+    assert r.status_code == 200 and r.json() == {"paths": ["/d/bad\ufffd.txt"],
+                                                 "truncated": False}
+    fake.files["/d/bad\udcff.txt"] = b"a\nX \xff\n"
+    r = await api.client.post(f"/v1/sandboxes/{sid}/files/grep",
+                              json={"path": "/d", "pattern": "x", "ignore_case": True})
+    assert r.status_code == 200 and r.json() == {"matches": [
+        {"path": "/d/bad\ufffd.txt", "line": 2, "text": "X \ufffd"}], "truncated": False}
 
     fake.procs = procs
     r = await api.client.get(f"/v1/sandboxes/{sid}/processes")

@@ -1,4 +1,4 @@
-"""Files: streamed download and upload, list, stat, mkdir, remove, rename."""
+"""Files: streamed download and upload, list, stat, mkdir, remove, rename, grep and glob."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from pandastack.hostport.results import FileInfo
 from pandastack.wire.sandboxes import FileEntry, FileList, MkdirRequest, RenameRequest, WriteResult
+from pandastack.wire.search import GlobMatches, GlobRequest, GrepMatches, GrepRequest, TextMatch
 
 from ..accounts.auth import CurrentPrincipal
 from ..sandboxes.service import SandboxService
@@ -142,3 +143,27 @@ async def rename_file(sandbox_id: SandboxId, body: RenameRequest, who: CurrentPr
     _, handle = await service.running(who.team, sandbox_id)
     await handle.rename(body.src, body.dst)
     return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/files/grep", response_model=GrepMatches,
+             summary="Lines holding a literal substring, in the files under a path",
+             description="The guest walks `path` itself (no shell; symlinked directories are "
+                         "not followed) and stops at its bounds, saying `truncated`.")
+async def grep_files(sandbox_id: SandboxId, body: GrepRequest, who: CurrentPrincipal,
+                     service: Service) -> GrepMatches:
+    _, handle = await service.running(who.team, sandbox_id)
+    found = await handle.grep(body.path, body.pattern, ignore_case=body.ignore_case)
+    return GrepMatches(matches=[TextMatch(path=clean_text(m.path), line=m.line,
+                                          text=clean_text(m.text)) for m in found.matches],
+                       truncated=found.truncated)
+
+
+@router.post("/sandboxes/{sandbox_id}/files/glob", response_model=GlobMatches,
+             summary="The paths under a path that a pattern (`*`, `?`, `**`) matches",
+             description="The guest walks `path` itself (no shell; symlinked directories are "
+                         "not followed) and stops at its bounds, saying `truncated`.")
+async def glob_files(sandbox_id: SandboxId, body: GlobRequest, who: CurrentPrincipal,
+                     service: Service) -> GlobMatches:
+    _, handle = await service.running(who.team, sandbox_id)
+    found = await handle.glob(body.path, body.pattern)
+    return GlobMatches(paths=[clean_text(p) for p in found.paths], truncated=found.truncated)
