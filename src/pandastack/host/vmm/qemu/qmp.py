@@ -19,6 +19,9 @@ from pandastack.host.vmm.driver import VMPaths, connect_unix, log_tail
 from pandastack.hostport.errors import VMMError
 
 QMP_TIMEOUT_S = 30.0
+# How long `connect_qmp` retries a socket that refuses (a VMM starting, or one that died):
+# read at each call, so a test of a dead VMM's path can shorten it (the product keeps 30 s).
+QMP_CONNECT_S = QMP_TIMEOUT_S
 
 
 def qmp_socket(paths: VMPaths) -> Path:
@@ -57,9 +60,10 @@ async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, An
         writer.close()
 
 
-async def connect_qmp(socket: Path, timeout: float = QMP_TIMEOUT_S) -> QMPClient:
+async def connect_qmp(socket: Path, timeout: float | None = None) -> QMPClient:
     client = QMPClient("pandastack")
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + (QMP_CONNECT_S if timeout is None
+                                                    else timeout)
     while True:
         try:
             await asyncio.wait_for(client.connect(str(socket)), timeout=5)
