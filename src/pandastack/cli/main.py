@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from . import (
     agent,
+    doctor,
     events,
     files,
     hosts,
@@ -42,14 +43,14 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
     for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
-                   usage, teams, events, webhook, mcp)}
+                   usage, teams, events, webhook, mcp, doctor)}
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
 # keep the user's umask. They run the server or the host, so they need the `server` extra; the
 # client commands (`sandbox`, `template`, `hosts`) need only the SDK and never import server or
 # host.
-SERVICE_COMMANDS = ("setup", "serve", "keys", "agent")
+SERVICE_COMMANDS = ("setup", "serve", "keys", "agent", "doctor")
 # The top-level modules of the `server` extra (pyproject.toml).
 SERVER_EXTRA = "pandastack[server]"
 SERVER_EXTRA_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "qemu.qmp", "websockets")
