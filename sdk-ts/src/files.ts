@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { camelize } from "./camel.js";
 import { NotFoundError, invalid } from "./errors.js";
 import { type Http, type UploadBody, sandboxPath } from "./http.js";
-import type { FileEntry, WriteResult } from "./types.js";
+import type { FileEntry, GlobMatches, GrepMatches, WriteResult } from "./types.js";
 import { Watch } from "./watch.js";
 
 export type ReadFormat = "bytes" | "text" | "stream";
@@ -165,5 +165,20 @@ export class Filesystem {
   async rename(src: string, dst: string): Promise<void> {
     await this.http.void({ method: "POST", path: sandboxPath(this.sandboxId, "files", "rename"),
       json: { src, dst } });
+  }
+
+  /** The lines holding the literal substring `pattern` (no regular expression) in the files
+   * under `path` (or in the file `path`), searched in the sandbox; binary files are skipped.
+   * Past the guest's bounds the result says `truncated`. */
+  async grep(path: string, pattern: string, options: { ignoreCase?: boolean } = {}): Promise<GrepMatches> {
+    return camelize(await this.http.json({ method: "POST", path: sandboxPath(this.sandboxId, "files", "grep"),
+      json: { path, pattern, ignore_case: options.ignoreCase ?? false } })) as GrepMatches;
+  }
+
+  /** The paths under the directory `path` that `pattern` matches (relative to `path`: `*`
+   * and `?` within one name, `**` any number of directories), sorted. */
+  async glob(path: string, pattern: string): Promise<GlobMatches> {
+    return camelize(await this.http.json({ method: "POST", path: sandboxPath(this.sandboxId, "files", "glob"),
+      json: { path, pattern } })) as GlobMatches;
   }
 }

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pandastack import APIConnectionError, NotFoundError, Sandbox
+from pandastack import APIConnectionError, InvalidRequestError, NotFoundError, Sandbox
 from pandastack.sdk._base import UPLOAD_CHUNK_SIZE
 from tests.sdk.fakes import (
     API_KEY,
@@ -88,6 +88,26 @@ def test_mkdir_remove_rename(api: FakeAPI, sbx: Sandbox) -> None:
     assert api.last("DELETE", FILES).url.params["recursive"] == "true"
     sbx.filesystem.rename("/work/a", "/work/b")
     assert body(api.last("POST", f"{FILES}/rename")) == {"src": "/work/a", "dst": "/work/b"}
+
+
+def test_grep_and_glob(api: FakeAPI, sbx: Sandbox) -> None:
+    found = {"matches": [{"path": "/w/a.py", "line": 3, "text": "x = 1"}], "truncated": True}
+    api.on("POST", f"{FILES}/grep", reply(200, found))
+    api.on("POST", f"{FILES}/glob", reply(200, {"paths": ["/w/a.py"], "truncated": False}))
+    got = sbx.files.grep("/w", "x =")
+    assert (got.matches[0].line, got.matches[0].text, got.truncated) == (3, "x = 1", True)
+    assert body(api.last("POST", f"{FILES}/grep")) == {"path": "/w", "pattern": "x =",
+                                                       "ignore_case": False}
+    sbx.files.grep("/w", "X", ignore_case=True)
+    assert body(api.last("POST", f"{FILES}/grep"))["ignore_case"] is True
+    assert sbx.files.glob("/w", "**/*.py").paths == ["/w/a.py"]
+    assert body(api.last("POST", f"{FILES}/glob")) == {"path": "/w", "pattern": "**/*.py"}
+    sent = len(api.requests)
+    for bad in (lambda: sbx.files.grep("/w", "x" * 1025), lambda: sbx.files.grep("w", "x"),
+                lambda: sbx.files.grep("/w", "a\nb"), lambda: sbx.files.glob("/w", "../*")):
+        with pytest.raises(InvalidRequestError):
+            bad()
+    assert len(api.requests) == sent  # refused before sending
 
 
 def test_upload_streams_from_disk(tmp_path: Path) -> None:

@@ -377,6 +377,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandbox_id}/files/glob": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The paths under a path that a pattern (`*`, `?`, `**`) matches
+         * @description The guest walks `path` itself (no shell; symlinked directories are not followed) and stops at its bounds, saying `truncated`.
+         */
+        post: operations["globFiles"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandbox_id}/files/grep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Lines holding a literal substring, in the files under a path
+         * @description The guest walks `path` itself (no shell; symlinked directories are not followed) and stops at its bounds, saying `truncated`.
+         */
+        post: operations["grepFiles"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{sandbox_id}/files/list": {
         parameters: {
             query?: never;
@@ -1681,6 +1721,64 @@ export interface components {
             /** Sandboxes */
             sandboxes: components["schemas"]["SandboxInfo"][];
         };
+        /** GlobMatches */
+        GlobMatches: {
+            /**
+             * Paths
+             * @description sorted by path; at most 10000
+             */
+            paths: string[];
+            /**
+             * Truncated
+             * @description a bound stopped the walk: there may be more
+             */
+            truncated: boolean;
+        };
+        /** GlobRequest */
+        GlobRequest: {
+            /**
+             * Path
+             * @description absolute, in the guest: the directory the pattern is relative to
+             */
+            path: string;
+            /**
+             * Pattern
+             * @description relative to `path`, split at `/`: `*` any run of characters within one name, `?` one character, a part `**` any number of whole names (none included); 1 to 1024 bytes of UTF-8
+             */
+            pattern: string;
+        };
+        /** GrepMatches */
+        GrepMatches: {
+            /**
+             * Matches
+             * @description in path order, then line order; at most 1000. Binary files (a NUL byte in the first 8192 bytes), empty ones and files over 8 MiB are skipped
+             */
+            matches: components["schemas"]["TextMatch"][];
+            /**
+             * Truncated
+             * @description a bound (matches, 64 MiB read in all) stopped the search: there may be more
+             */
+            truncated: boolean;
+        };
+        /** GrepRequest */
+        GrepRequest: {
+            /**
+             * Ignore Case
+             * @description fold ASCII letters
+             * @default false
+             */
+            ignore_case: boolean;
+            /**
+             * Path
+             * @description absolute, in the guest: a directory (searched recursively) or one file
+             */
+            path: string;
+            /**
+             * Pattern
+             * @description a literal substring of one line (not a regular expression), 1 to 1024 bytes of UTF-8, no newline
+             */
+            pattern: string;
+        };
         /** Health */
         Health: {
             /** Status */
@@ -2312,6 +2410,21 @@ export interface components {
             start?: string | null;
             /** Steps */
             steps?: (components["schemas"]["AptStep"] | components["schemas"]["PipStep"] | components["schemas"]["NpmStep"] | components["schemas"]["RunStep"] | components["schemas"]["CopyStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"])[];
+        };
+        /** TextMatch */
+        TextMatch: {
+            /**
+             * Line
+             * @description counted from 1
+             */
+            line: number;
+            /** Path */
+            path: string;
+            /**
+             * Text
+             * @description the line without its newline, cut to its first 1024 bytes
+             */
+            text: string;
         };
         /** UpdateLifecycle */
         UpdateLifecycle: {
@@ -3476,6 +3589,78 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WriteManyResult"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    globFiles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description sandbox id, e.g. sbx-0123456789ab */
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GlobRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GlobMatches"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    grepFiles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description sandbox id, e.g. sbx-0123456789ab */
+                sandbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GrepRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GrepMatches"];
                 };
             };
             /** @description error envelope */

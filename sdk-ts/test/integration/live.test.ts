@@ -9,7 +9,7 @@ import { after, before, test } from "node:test";
 import v8 from "node:v8";
 import vm from "node:vm";
 
-import { Client, NotFoundError, Sandbox } from "../../src/index.js";
+import { Client, InvalidRequestError, NotFoundError, Sandbox } from "../../src/index.js";
 
 const STEP_BROKEN = "import sys\nprint('working')\nprint(1 / 0)\n";
 const STEP_FIXED = "print('working')\nopen('/work/out.bin', 'wb').write(bytes(range(256)))\nprint('done')\n";
@@ -94,6 +94,18 @@ test("files: mkdir, list, rename, remove; a streamed write", async () => {
   assert.equal(await sbx.files.read("/work/d/moved.txt", { format: "text" }), "part 0\npart 1\npart 2\npart 3\n");
   await sbx.files.remove("/work/d", { recursive: true });
   await assert.rejects(sbx.files.stat("/work/d"), NotFoundError);
+});
+
+test("files: grep and glob, walked in the guest; a pattern too long is a 422", async () => {
+  await sbx.files.write("/work/g/a.txt", "one\nTwo two\n");
+  await sbx.files.write("/work/g/sub/b.py", "two = 2\n");
+  const found = await sbx.files.grep("/work/g", "two", { ignoreCase: true });
+  assert.deepEqual(found, { matches: [{ path: "/work/g/a.txt", line: 2, text: "Two two" },
+    { path: "/work/g/sub/b.py", line: 1, text: "two = 2" }], truncated: false });
+  assert.deepEqual(await sbx.files.glob("/work/g", "**/*.py"), { paths: ["/work/g/sub/b.py"], truncated: false });
+  await assert.rejects(sbx.files.grep("/work/g", "x".repeat(1025)),
+    (err: unknown) => err instanceof InvalidRequestError && err.status === 422);
+  await assert.rejects(sbx.files.glob("/work/nope", "*"), NotFoundError);
 });
 
 test("fork with three children: each has the parent's files, and its own id", async () => {

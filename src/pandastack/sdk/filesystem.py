@@ -20,7 +20,7 @@ from pandastack.sdk import _base, _files, _watch
 from pandastack.sdk._http import HTTP, AsyncHTTP
 from pandastack.sdk.byte_streams import AsyncByteStream, ByteStream
 from pandastack.sdk.errors import NotFoundError
-from pandastack.sdk.models import FileEntry, WriteResult
+from pandastack.sdk.models import FileEntry, GlobMatches, GrepMatches, WriteResult
 from pandastack.sdk.watch import AsyncWatch, Watch
 
 __all__ = ["AsyncFilesystem", "Filesystem"]
@@ -163,6 +163,18 @@ class Filesystem(_base.NamespaceBase[HTTP]):
         """Rename (move) `src` to `dst`."""
         self._http.run(_files.rename_call(self._sandbox_id, src, dst))
 
+    def grep(self, path: str, pattern: str, ignore_case: bool = False) -> GrepMatches:
+        """The lines holding the literal substring `pattern` (no regular expression) in the
+        files under `path` (or in the file `path`), searched in the sandbox; binary files are
+        skipped. Past the guest's bounds the result says `truncated`."""
+        return self._http.run(_files.grep_call(self._sandbox_id, path, pattern,
+                                               ignore_case=ignore_case))
+
+    def glob(self, path: str, pattern: str) -> GlobMatches:
+        """The paths under the directory `path` that `pattern` matches (relative to `path`:
+        `*` and `?` within one name, `**` any number of directories), sorted."""
+        return self._http.run(_files.glob_call(self._sandbox_id, path, pattern))
+
 
 class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
     """The filesystem of one sandbox (`sbx.filesystem`), async."""
@@ -273,3 +285,15 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
     async def rename(self, src: str, dst: str) -> None:
         """Rename (move) `src` to `dst`."""
         await self._http.run(_files.rename_call(self._sandbox_id, src, dst))
+
+    async def grep(self, path: str, pattern: str, ignore_case: bool = False) -> GrepMatches:
+        """The lines holding the literal substring `pattern` (no regular expression) in the
+        files under `path` (or in the file `path`), searched in the sandbox; binary files are
+        skipped. Past the guest's bounds the result says `truncated`."""
+        return await self._http.run(_files.grep_call(self._sandbox_id, path, pattern,
+                                                     ignore_case=ignore_case))
+
+    async def glob(self, path: str, pattern: str) -> GlobMatches:
+        """The paths under the directory `path` that `pattern` matches (relative to `path`:
+        `*` and `?` within one name, `**` any number of directories), sorted."""
+        return await self._http.run(_files.glob_call(self._sandbox_id, path, pattern))

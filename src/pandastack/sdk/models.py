@@ -36,6 +36,7 @@ from pandastack.wire.sandboxes import (
     VolumeMount,
     WriteResult,
 )
+from pandastack.wire.search import GlobMatches, GrepMatches, TextMatch
 from pandastack.wire.usage import (
     QuotaInfo,
     QuotaUse,
@@ -55,6 +56,8 @@ __all__ = [
     "ExecResult",
     "FileEntry",
     "ForkResult",
+    "GlobMatches",
+    "GrepMatches",
     "HostInfo",
     "HostState",
     "KeyInfo",
@@ -70,6 +73,7 @@ __all__ = [
     "SandboxMetrics",
     "SandboxState",
     "SnapshotInfo",
+    "TextMatch",
     "UsageQuantities",
     "UsageReport",
     "UsageRow",
