@@ -94,3 +94,42 @@ def test_a_forgotten_sandbox_is_written_again(store: Store) -> None:
     touches.forget(row.id)
     touches.touch(row.id, now + 0.01)
     assert store.get_sandbox(row.team, row.id).last_activity_at == now + 0.01  # type: ignore[union-attr]
+
+
+def test_a_started_row_is_running_and_metered_in_one_transaction(store: Store) -> None:
+    row = store.add_sandbox(new_row("sbx-start"))
+    at = row.created_at + 1
+    with statements(store) as seen:
+        started = store.start_sandbox(row.id, created_at=at, last_activity_at=at,
+                                      host_id="host-1")
+    assert started is not None and started.state == "running" and started.host_id == "host-1"
+    # one read of the row where the create made two (a lookup, then the update's own)
+    assert len([s for s in seen if s.startswith("SELECT sandboxes")]) == 1
+    assert len([s for s in seen if s.startswith("UPDATE sandboxes")]) == 1
+    kinds = {s.kind for s in store.usage_segments(row.team, 0, at + 60)
+             if s.subject_id == row.id}
+    assert kinds == {"compute", "disk"}
+    assert store.get_sandbox(row.team, row.id).created_at == at  # type: ignore[union-attr]
+
+
+def test_a_row_killed_while_starting_is_not_started(store: Store) -> None:
+    row = store.add_sandbox(new_row("sbx-killed"))
+    store.end_sandbox(row.id, "killed", "killed by API request")
+    assert store.start_sandbox(row.id, last_activity_at=row.created_at + 1) is None
+    after = store.get_sandbox(row.team, row.id)
+    assert after is not None and after.state == "killed"
+    assert [s for s in store.usage_segments(row.team, 0, row.created_at + 60)
+            if s.subject_id == row.id] == []
+    assert store.start_sandbox("sbx-000000000000") is None
+
+
+def test_a_row_written_by_its_create_is_not_touched_again_at_once(store: Store) -> None:
+    row = store.add_sandbox(new_row("sbx-fresh"))
+    touches = ActivityTouches(store)
+    touches.written(row.id, row.last_activity_at)
+    with statements(store) as seen:
+        touches.touch(row.id, row.last_activity_at + TOUCH_COALESCE_SECONDS / 2)
+    assert seen == []
+    touches.touch(row.id, row.last_activity_at + TOUCH_COALESCE_SECONDS)
+    assert (store.get_sandbox(row.team, row.id).last_activity_at  # type: ignore[union-attr]
+            == row.last_activity_at + TOUCH_COALESCE_SECONDS)

@@ -16,12 +16,14 @@ from ..web.errors import bad_request
 SANDBOX_ID = Path(max_length=64, description="sandbox id, e.g. sbx-0123456789ab")
 
 
-def get_service(request: Request) -> SandboxService:
+# Dependencies are `async def`: FastAPI runs a plain `def` one in its thread pool, a thread hop
+# (ms on a loaded host) on every request for an attribute read.
+async def get_service(request: Request) -> SandboxService:
     service: SandboxService = request.app.state.service
     return service
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 

@@ -40,7 +40,7 @@ MAX_PAGE = 1000
 async def create_sandbox(body: CreateSandbox, who: CurrentPrincipal,
                          service: Service) -> SandboxInfo:
     with pinned_to(body.host_id, admin=who.admin):
-        return service.info(await service.create(who.team, body))
+        return service.created_info(await service.create(who.team, body), body)
 
 
 @router.get("/sandboxes", response_model=SandboxList,

@@ -34,7 +34,7 @@ LOG_DESCRIPTION = """Server-Sent Events (`text/event-stream`): every line so far
 then exactly one `event: status` whose data is the build's TemplateBuildInfo."""
 
 
-def get_templates(request: Request) -> TemplateService:
+async def get_templates(request: Request) -> TemplateService:
     templates: TemplateService = request.app.state.templates
     return templates
 

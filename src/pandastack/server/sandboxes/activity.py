@@ -30,9 +30,13 @@ class ActivityTouches:
         if last is not None and 0 <= now - last < TOUCH_COALESCE_SECONDS:
             return
         self.store.touch(sandbox_id, now)
+        self.written(sandbox_id, now)
+
+    def written(self, sandbox_id: str, at: float) -> None:
+        """The sandbox's row was just written with activity time `at` (by its create)."""
         if len(self._written) >= MAX_REMEMBERED:
             self._written.clear()
-        self._written[sandbox_id] = now
+        self._written[sandbox_id] = at
 
     def forget(self, sandbox_id: str) -> None:
         self._written.pop(sandbox_id, None)

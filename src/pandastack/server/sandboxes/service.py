@@ -102,6 +102,13 @@ class SandboxService:
     def info(self, row: Sandbox) -> SandboxInfo:
         return self.infos([row])[0]
 
+    def created_info(self, row: Sandbox, req: CreateSandbox) -> SandboxInfo:
+        """The wire form of a row `create(req)` returned: one made without volumes or a
+        snapshot has no attachments (`create` plans none), so none are read."""
+        if req.volumes or req.snapshot is not None:
+            return self.info(row)
+        return to_info(row)
+
     def row(self, team: str, sandbox_id: str, *, touch: bool = True) -> Sandbox:
         """The team's sandbox (any state) or 404; bumps its activity time."""
         row = (self.store.get_sandbox(team, sandbox_id)
@@ -407,7 +414,10 @@ class SandboxService:
         # The lookups run in a worker thread (one waiting on the database's lock must not stall
         # every other request); the writes below stay inline: a create cancelled while one
         # ran in a thread would leave its row `starting`, or its VM without a row update.
-        template, vcpus, memory_mb, disk_mb = await asyncio.to_thread(self._shape, team, req)
+        # Without a snapshot the shape is the request's: no lookup, no thread hop.
+        template, vcpus, memory_mb, disk_mb = (
+            self._shape(team, req) if req.snapshot is None
+            else await asyncio.to_thread(self._shape, team, req))
         if team_template is None and req.snapshot is None:
             self.quotas.check_shape(vcpus, memory_mb)  # before a new shape bakes a template
             await self._prepared(template, vcpus, memory_mb)
@@ -453,17 +463,17 @@ class SandboxService:
                 raise
             raise api from None
         ready = time.time()
-        current = self.store.get_sandbox(team, row.id)
-        if current is None or current.state != "starting":  # deleted while it was starting
+        host_id = self.host_of(row.id)
+        updated = self.store.start_sandbox(row.id, created_at=ready,
+                                           expires_at=ready + req.ttl_seconds,
+                                           last_activity_at=ready, host_id=host_id)
+        if updated is None:  # deleted while it was starting
             with suppress(SandboxNotFound):
                 await self.runtime.kill(row.id)
             raise conflict(f"sandbox {row.id} was ended while it was starting")
-        host_id = self.host_of(row.id)
         self.volumes.place_clones(volumes, host_id)
-        updated = self.store.update_sandbox(row.id, state="running", created_at=ready,
-                                            expires_at=ready + req.ttl_seconds,
-                                            last_activity_at=ready, host_id=host_id)
-        assert updated is not None
+        # The row carries this activity time: a call right after the create need not write it.
+        self.activity.written(row.id, ready)
         return updated
 
     async def end(self, sandbox_id: str, state: str, reason: str) -> Sandbox | None:

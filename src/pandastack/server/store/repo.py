@@ -164,6 +164,20 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
             meter_state_change(s, row, old, time.time())
             return row
 
+    def start_sandbox(self, sandbox_id: str, **values: Any) -> Sandbox | None:
+        """A create's `starting` row becomes `running` with `values`, metered in the same
+        transaction; None if the row is no longer `starting` (killed while it started). One
+        transaction where a read and then an update were two: it is on every create's path."""
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id, with_for_update=True)
+            if row is None or row.state != "starting":
+                return None
+            row.state = "running"
+            for name, value in values.items():
+                setattr(row, name, value)
+            meter_state_change(s, row, "starting", time.time())
+            return row
+
     def set_live_state(self, sandbox_id: str, state: str) -> Sandbox | None:
         """Move a live row between running, paused and hibernated; an ended (or still
         starting) row is left as it is."""

@@ -1,0 +1,106 @@
+"""The store work of a create and of the calls right after it (issue 36, target 1), through
+the HTTP layer over the in-memory runtime: a create reads its row once after the host call
+(the `starting` -> `running` update checks and writes it in one transaction), answers without
+reading attachments it did not make, and the first call on the new sandbox writes no activity
+time (the create just wrote one). A kill that lands while the host is still creating wins:
+the create answers 409 and its VM is killed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+
+from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.volumes import VolumeMountRequest
+from pandastack.server.store import Store
+from tests.server.conftest import Api, make_settings, running_app
+from tests.server.fakes import FakeRuntime, FakeSandbox
+
+DEADLINE = 30.0
+
+
+class HeldCreate(FakeRuntime):
+    """The fake host, whose create waits until the test lets it finish."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.hold = False
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
+                     disk_mb: int | None = None, sandbox_id: str | None = None,
+                     snapshot: str | None = None, network: NetworkPolicy | None = None,
+                     volumes: tuple[VolumeMountRequest, ...] | list[VolumeMountRequest] = (),
+                     ) -> FakeSandbox:
+        if self.hold:
+            self.entered.set()
+            await asyncio.wait_for(self.release.wait(), DEADLINE)
+        return await super().create(template, vcpus=vcpus, memory_mb=memory_mb,
+                                    disk_mb=disk_mb, sandbox_id=sandbox_id, snapshot=snapshot,
+                                    network=network, volumes=volumes)
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    async with running_app(make_settings(tmp_path), HeldCreate(tmp_path / "sandboxes")) as a:
+        yield a
+
+
+@contextmanager
+def sandbox_statements(store: Store) -> Iterator[list[str]]:
+    """The statements on one sandbox's row (background tasks read and write other tables,
+    and the reaper reads every live row, meanwhile)."""
+    seen: list[str] = []
+
+    def note(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        words = statement.split()
+        if (words[0] == "SELECT" and "FROM sandboxes" in statement
+                and "WHERE sandboxes.id = " in statement) or words[:3] in (
+                    ["UPDATE", "sandboxes", "SET"], ["INSERT", "INTO", "sandboxes"]):
+            seen.append(" ".join(words[:2]))
+
+    event.listen(store.engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine, "before_cursor_execute", note)
+
+
+async def test_a_create_and_its_first_exec_ask_the_store_little(api: Api) -> None:
+    store: Store = api.app.state.store
+    with sandbox_statements(store) as seen:
+        r = await api.client.post("/v1/sandboxes", json={"template": "base"})
+    assert r.status_code == 201, r.text
+    assert r.json()["state"] == "running" and r.json()["volumes"] == []
+    # the row's INSERT at admission, one read and one update of it after the host call
+    assert seen == ["INSERT INTO", "SELECT sandboxes.id,", "UPDATE sandboxes"], seen
+    sid = r.json()["id"]
+    with sandbox_statements(store) as seen:
+        r = await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"})
+    assert r.status_code == 200, r.text
+    assert seen == ["SELECT sandboxes.id,"], seen  # its row; no activity write
+
+
+async def test_a_kill_while_the_host_creates_wins(api: Api) -> None:
+    runtime = api.app.state.service.runtime
+    assert isinstance(runtime, HeldCreate)
+    runtime.hold = True
+    create = asyncio.create_task(api.client.post("/v1/sandboxes", json={"template": "base"}))
+    await asyncio.wait_for(runtime.entered.wait(), DEADLINE)
+    listed = await api.client.get("/v1/sandboxes", params={"state": "starting"})
+    [sid] = [s["id"] for s in listed.json()["sandboxes"]]
+    r = await api.client.delete(f"/v1/sandboxes/{sid}")
+    assert r.status_code == 204, r.text
+    runtime.release.set()
+    answer = await asyncio.wait_for(create, DEADLINE)
+    assert answer.status_code == 409, answer.text
+    assert "ended while it was starting" in answer.json()["error"]["message"]
+    assert sid not in runtime.sandboxes  # its VM was killed
+    r = await api.client.get(f"/v1/sandboxes/{sid}")
+    assert r.json()["state"] == "killed", r.text
