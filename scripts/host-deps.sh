@@ -20,6 +20,9 @@ packages=(
   # The dashboard's browser tests (tests/server/browser.py): Debian's Chromium, driven by
   # Playwright's Python package over its own protocol; no browser download.
   chromium
+  # OCI images (host/images/oci/, ADR 0046): the tests run Debian's registry on loopback and push
+  # the images they make with skopeo, its basic auth from an htpasswd file (apache2-utils).
+  docker-registry skopeo apache2-utils
 )
 
 missing=()

@@ -1,0 +1,71 @@
+"""Pull an image into a root filesystem directory: resolve its manifest and config with the
+caller's credentials, then each layer in order from the layer cache or the registry, applied
+as it comes (ADR 0046)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from pandastack.host.images.oci.auth import Credentials
+from pandastack.host.images.oci.cache import LayerCache
+from pandastack.host.images.oci.client import RegistryClient, ResolvedImage
+from pandastack.host.images.oci.manifest import Descriptor
+from pandastack.host.images.oci.reference import ImageReference, parse_reference
+from pandastack.host.images.oci.settings import RegistrySettings
+from pandastack.host.images.oci.unpack import UnpackBudget, UnpackReport, apply_layers
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PulledImage:
+    image: ResolvedImage
+    report: UnpackReport
+    fetched: tuple[str, ...]  # digests read from the registry (the others came from the cache)
+
+
+def layer_cache(home: Path, settings: RegistrySettings) -> LayerCache:
+    return LayerCache(home / "cache" / "oci", settings.layer_cache_bytes)
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def pull_image(reference: str | ImageReference, rootfs: Path, *, settings: RegistrySettings,
+               cache: LayerCache, credentials: Credentials | None = None,
+               progress: Progress = _quiet) -> PulledImage:
+    """Unpack `reference` into the (empty) directory `rootfs`."""
+    ref = parse_reference(reference) if isinstance(reference, str) else reference
+    source = f"{ref.registry}/{ref.repository}"
+    fetched: list[str] = []
+    with RegistryClient(ref, settings, credentials) as client:
+        resolved = client.resolve()
+        layers = resolved.manifest.layers
+        progress(f"{ref}: {resolved.manifest_digest}, {len(layers)} layers, "
+                 f"{sum(layer.size for layer in layers)} bytes")
+
+        def opened(number: int, layer: Descriptor) -> BinaryIO:
+            blob = cache.open(layer.digest, source)
+            if blob is not None:
+                progress(f"layer {number}/{len(layers)} {layer.digest[:19]}: cached")
+                return blob
+            progress(f"layer {number}/{len(layers)} {layer.digest[:19]}: pulling "
+                     f"{layer.size} bytes")
+            fetched.append(layer.digest)
+            return cache.add(layer.digest, source,
+                             lambda out: client.fetch_blob(layer, out))
+
+        def blobs() -> Iterator[tuple[str, BinaryIO]]:
+            for number, layer in enumerate(layers, 1):
+                with opened(number, layer) as blob:
+                    yield f"{number}/{len(layers)} ({layer.digest[:19]})", blob
+
+        budget = UnpackBudget(image=str(ref), max_bytes=settings.max_unpacked_bytes,
+                              max_entries=settings.max_entries)
+        report = apply_layers(blobs(), rootfs, budget)
+    cache.evict(keep=[layer.digest for layer in layers])
+    return PulledImage(image=resolved, report=report, fetched=tuple(fetched))

@@ -1,0 +1,350 @@
+"""Layers applied in order into a root filesystem directory, as a container runtime would, but
+on a host that must not be harmed by what a layer holds.
+
+Every write goes through directory file descriptors opened with O_NOFOLLOW from the root's
+own: a path through a symlink is resolved inside the root (an absolute target from the root,
+`..` stopping at it), never by the kernel. Entries with `..` are refused, absolute names are
+taken from the root, device nodes are not made (listed in the report), hard links name
+files inside the root. Whiteouts (`.wh.name`) remove what lower layers made; an opaque
+directory (`.wh..wh..opq`) drops every lower child. The decompressed bytes, the bytes
+written and the entries of a whole image are bounded (a gzip bomb stops at the bound).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import stat
+import tarfile
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from pandastack.host.images.oci.errors import ImageInvalid, ImageTooLarge, UnsafeLayerEntry
+
+WHITEOUT = ".wh."
+OPAQUE = ".wh..wh..opq"
+MAX_SYMLINK_HOPS = 40
+_CHUNK = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# Extended attributes a layer may set: file capabilities (ping) and the user namespace.
+_XATTR_PREFIX = "SCHILY.xattr."
+_XATTRS_KEPT = ("security.capability", "user.")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class UnpackBudget:
+    """What a whole image may take while unpacking; shared by its layers."""
+
+    image: str
+    max_bytes: int
+    max_entries: int
+    read: int = 0  # decompressed tar bytes
+    written: int = 0  # file contents written
+    entries: int = 0
+
+    def take_read(self, count: int) -> None:
+        self.read += count
+        if self.read > self.max_bytes:
+            raise ImageTooLarge(self.image, f"unpacks to more than {self.max_bytes} bytes")
+
+    def take_written(self, count: int) -> None:
+        self.written += count
+        if self.written > self.max_bytes:
+            raise ImageTooLarge(self.image, f"unpacks to more than {self.max_bytes} bytes")
+
+    def take_entry(self) -> None:
+        self.entries += 1
+        if self.entries > self.max_entries:
+            raise ImageTooLarge(self.image, f"has more than {self.max_entries} files")
+
+
+@dataclass
+class UnpackReport:
+    skipped: list[str] = field(default_factory=list)  # device nodes, not made
+
+
+class _Counted:
+    """The decompressed stream, charged to the budget as tarfile reads it."""
+
+    def __init__(self, inner: BinaryIO | gzip.GzipFile, budget: UnpackBudget) -> None:
+        self._inner = inner
+        self._budget = budget
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._inner.read(size if size >= 0 else _CHUNK)
+        self._budget.take_read(len(data))
+        return data
+
+
+def _decompressed(blob: BinaryIO, image: str, layer: str) -> BinaryIO | gzip.GzipFile:
+    head = blob.read(4)
+    blob.seek(0)
+    if head.startswith(_GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=blob, mode="rb")
+    if head == _ZSTD_MAGIC:
+        raise ImageInvalid(image, f"layer {layer} is zstd-compressed, which we do not unpack "
+                                  "yet")
+    return blob
+
+
+def clean_path(image: str, name: str) -> tuple[str, ...]:
+    """A layer entry's name as components under the root: an absolute name is taken from the
+    root, `.` dropped; any `..` is refused."""
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise UnsafeLayerEntry(image, f"layer entry {name!r} has a '..' component")
+    return parts
+
+
+class _Root:
+    def __init__(self, root: Path, image: str) -> None:
+        self.fd = os.open(root, _DIR_FLAGS)
+        self.image = image
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def open_dir(self, parts: Iterable[str]) -> int:
+        fd = os.dup(self.fd)
+        try:
+            for part in parts:
+                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = next_fd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def resolve_dir(self, parts: tuple[str, ...], name: str, *,
+                    create: bool) -> tuple[tuple[str, ...], int]:
+        """The real path (no symlinks) of directory `parts` inside the root and an open fd of
+        it; symlinks on the way are followed as if the root were `/`; missing directories
+        are made when `create`."""
+        resolved: list[str] = []
+        pending = list(parts)
+        hops = 0
+        fd = os.dup(self.fd)
+        try:
+            while pending:
+                part = pending.pop(0)
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    if resolved:
+                        resolved.pop()
+                    os.close(fd)
+                    fd = self.open_dir(resolved)
+                    continue
+                created = False
+                try:
+                    info = os.lstat(part, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise UnsafeLayerEntry(self.image, f"{name!r}: {'/'.join(resolved)}"
+                                                           f"/{part} does not exist") from None
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    info = os.lstat(part, dir_fd=fd)
+                    created = True
+                if stat.S_ISLNK(info.st_mode):
+                    hops += 1
+                    if hops > MAX_SYMLINK_HOPS:
+                        raise UnsafeLayerEntry(self.image, f"{name!r}: too many symlinks")
+                    target = os.readlink(part, dir_fd=fd)
+                    if target.startswith("/"):
+                        resolved = []
+                        os.close(fd)
+                        fd = os.dup(self.fd)
+                    pending[:0] = target.split("/")
+                    continue
+                if not stat.S_ISDIR(info.st_mode):
+                    raise UnsafeLayerEntry(self.image, f"{name!r}: {'/'.join(resolved)}/{part}"
+                                                       " is not a directory")
+                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = next_fd
+                if created:  # a directory the layer did not list: as Docker makes them
+                    os.fchmod(fd, 0o755)
+                resolved.append(part)
+        except BaseException:
+            os.close(fd)
+            raise
+        return tuple(resolved), fd
+
+
+def _remove(parent_fd: int, name: str) -> None:
+    try:
+        info = os.lstat(name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=parent_fd)  # fd-based: never follows a symlink inside
+    else:
+        os.unlink(name, dir_fd=parent_fd)
+
+
+def _owner(fd: int | None, member: tarfile.TarInfo, *, name: str = "",
+           parent_fd: int | None = None) -> None:
+    if os.geteuid() != 0:
+        return
+    if fd is not None:
+        os.fchown(fd, member.uid, member.gid)
+    else:
+        os.chown(name, member.uid, member.gid, dir_fd=parent_fd, follow_symlinks=False)
+
+
+def _xattrs(fd: int, member: tarfile.TarInfo) -> None:
+    for key, value in member.pax_headers.items():
+        if key.startswith(_XATTR_PREFIX):
+            attr = key[len(_XATTR_PREFIX):]
+            if attr.startswith(_XATTRS_KEPT):
+                os.setxattr(fd, attr, value.encode("utf-8", "surrogateescape"))
+
+
+class _LayerWriter:
+    def __init__(self, root: _Root, budget: UnpackBudget, report: UnpackReport,
+                 layer: str) -> None:
+        self.root = root
+        self.budget = budget
+        self.report = report
+        self.layer = layer
+        self.added: set[tuple[str, ...]] = set()  # paths this layer made (and their parents)
+
+    def apply(self, tar: tarfile.TarFile) -> None:
+        for member in tar:
+            self.budget.take_entry()
+            parts = clean_path(self.root.image, member.name)
+            if not parts:
+                continue
+            try:
+                self._entry(tar, member, parts)
+            except OSError as exc:
+                raise ImageInvalid(self.root.image, f"layer {self.layer}: {member.name!r}: "
+                                                    f"{exc.strerror or exc}") from None
+
+    def _mark(self, path: tuple[str, ...]) -> None:
+        for end in range(1, len(path) + 1):
+            self.added.add(path[:end])
+
+    def _entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo,
+               parts: tuple[str, ...]) -> None:
+        leaf = parts[-1]
+        parent, parent_fd = self.root.resolve_dir(parts[:-1], member.name, create=True)
+        try:
+            if leaf == OPAQUE:
+                for child in os.listdir(parent_fd):
+                    if (*parent, child) not in self.added:
+                        _remove(parent_fd, child)
+                return
+            if leaf.startswith(WHITEOUT):
+                hidden = leaf[len(WHITEOUT):]
+                if hidden and not hidden.startswith(WHITEOUT) and hidden not in (".", "..") \
+                        and (*parent, hidden) not in self.added:
+                    _remove(parent_fd, hidden)
+                return
+            path = (*parent, leaf)
+            if member.ischr() or member.isblk():
+                self.report.skipped.append("/".join(path))
+                return
+            self._mark(path)
+            self._make(tar, member, parent_fd, leaf)
+        finally:
+            os.close(parent_fd)
+
+    def _make(self, tar: tarfile.TarFile, member: tarfile.TarInfo,
+              parent_fd: int, leaf: str) -> None:
+        mode = member.mode & 0o7777
+        if member.isdir():
+            try:
+                existing = os.lstat(leaf, dir_fd=parent_fd)
+            except FileNotFoundError:
+                existing = None
+            if existing is None or not stat.S_ISDIR(existing.st_mode):
+                _remove(parent_fd, leaf)
+                os.mkdir(leaf, 0o700, dir_fd=parent_fd)
+            fd = os.open(leaf, _DIR_FLAGS, dir_fd=parent_fd)
+            try:
+                _owner(fd, member)
+                os.fchmod(fd, mode)
+                _xattrs(fd, member)
+            finally:
+                os.close(fd)
+            return
+        _remove(parent_fd, leaf)
+        if member.isreg():
+            self._write_file(tar, member, parent_fd, leaf, mode)
+        elif member.issym():
+            os.symlink(member.linkname, leaf, dir_fd=parent_fd)
+            _owner(None, member, name=leaf, parent_fd=parent_fd)
+        elif member.islnk():
+            self._hard_link(member, parent_fd, leaf)
+        elif member.isfifo():
+            os.mkfifo(leaf, mode, dir_fd=parent_fd)
+            _owner(None, member, name=leaf, parent_fd=parent_fd)
+        else:
+            raise ImageInvalid(self.root.image, f"layer {self.layer}: {member.name!r} is of "
+                                                f"tar type {member.type!r}")
+
+    def _write_file(self, tar: tarfile.TarFile, member: tarfile.TarInfo, parent_fd: int,
+                    leaf: str, mode: int) -> None:
+        self.budget.take_written(member.size)
+        source = tar.extractfile(member)
+        fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=parent_fd)
+        try:
+            if source is not None:
+                while chunk := source.read(_CHUNK):
+                    _write_all(fd, chunk)
+            _owner(fd, member)
+            os.fchmod(fd, mode)  # after chown, which clears set-id bits
+            _xattrs(fd, member)
+            mtime = int(member.mtime)
+            os.utime(fd, (mtime, mtime))
+        finally:
+            os.close(fd)
+
+    def _hard_link(self, member: tarfile.TarInfo, parent_fd: int, leaf: str) -> None:
+        target = clean_path(self.root.image, member.linkname)
+        if not target:
+            raise UnsafeLayerEntry(self.root.image, f"{member.name!r} links to the root")
+        _, target_fd = self.root.resolve_dir(target[:-1], member.name, create=False)
+        try:
+            info = os.lstat(target[-1], dir_fd=target_fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise UnsafeLayerEntry(self.root.image, f"{member.name!r} hard-links a "
+                                                        "directory")
+            os.link(target[-1], leaf, src_dir_fd=target_fd, dst_dir_fd=parent_fd,
+                    follow_symlinks=False)
+        finally:
+            os.close(target_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def apply_layers(layers: Iterable[tuple[str, BinaryIO]], root: Path, budget: UnpackBudget
+                 ) -> UnpackReport:
+    """Apply `(name, seekable blob)` layers in order onto the directory `root`."""
+    report = UnpackReport()
+    handle = _Root(root, budget.image)
+    try:
+        for name, blob in layers:
+            stream = _Counted(_decompressed(blob, budget.image, name), budget)
+            try:
+                with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+                    _LayerWriter(handle, budget, report, name).apply(tar)
+            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise ImageInvalid(budget.image, f"layer {name} is not a valid tar stream: "
+                                                 f"{exc}") from None
+    finally:
+        handle.close()
+    return report
