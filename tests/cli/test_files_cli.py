@@ -66,3 +66,25 @@ def test_file_commands(server: FakeServer, capsys: pytest.CaptureFixture[str],
         assert json.loads(capsys.readouterr().err)["error"]["status"] == 404
     finally:
         assert main(["sandbox", "kill", sid]) == 0
+
+
+def test_files_grep_and_glob(server: FakeServer, capsys: pytest.CaptureFixture[str],
+                             tmp_path: Path) -> None:
+    assert main(["sandbox", "create"]) == 0
+    sid = capsys.readouterr().out.strip()
+    (tmp_path / "a.py").write_text("x = 1\nX = 2\n")
+    try:
+        assert main(["files", "put", sid, str(tmp_path / "a.py"), "/work/a.py"]) == 0
+        assert main(["files", "grep", sid, "/work", "x =", "-i"]) == 0
+        assert capsys.readouterr().out.splitlines() == ["/work/a.py:1:x = 1", "/work/a.py:2:X = 2"]
+        assert main(["files", "grep", sid, "/work", "X", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {
+            "matches": [{"path": "/work/a.py", "line": 2, "text": "X = 2"}], "truncated": False}
+        assert main(["files", "glob", sid, "/work", "*.py"]) == 0
+        assert capsys.readouterr().out == "/work/a.py\n"
+        assert main(["files", "glob", sid, "/work", "../*", "--json"]) == 1  # refused locally
+        assert "must not contain '..'" in capsys.readouterr().err
+        assert main(["files", "grep", sid, "/missing", "x", "--json"]) == 1
+        assert json.loads(capsys.readouterr().err)["error"]["status"] == 404
+    finally:
+        assert main(["sandbox", "kill", sid]) == 0

@@ -17,7 +17,13 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ImageContent, TextContent
 
 from pandastack.mcp.results import MAX_OUTPUT_CHARS
-from pandastack.mcp.tools import MAX_COMMAND_CHARS, MAX_READ_BYTES, TOOL_NAMES, build_server
+from pandastack.mcp.tools import (
+    MAX_COMMAND_CHARS,
+    MAX_READ_BYTES,
+    MAX_SEARCH_RESULTS,
+    TOOL_NAMES,
+    build_server,
+)
 from pandastack.sdk import AsyncClient
 from tests.sdk.fakes import (
     API_KEY,
@@ -149,6 +155,28 @@ def _file_api(content: bytes, size: int | None = None) -> FakeAPI:
             .on("GET", f"/v1/sandboxes/{SID}/files/stat", reply(200, entry))
             .on("GET", f"/v1/sandboxes/{SID}/files",
                 lambda r: httpx.Response(200, content=content)))
+
+
+async def test_grep_and_glob_files_are_bounded_for_the_model() -> None:
+    many = [{"path": f"/w/{i}.py", "line": 1, "text": "x" * 5000}
+            for i in range(MAX_SEARCH_RESULTS + 1)]
+    api = (_with_sandbox(FakeAPI())
+           .on("POST", f"/v1/sandboxes/{SID}/files/grep",
+               reply(200, {"matches": many, "truncated": False}))
+           .on("POST", f"/v1/sandboxes/{SID}/files/glob",
+               reply(200, {"paths": ["/w/a.py"], "truncated": True})))
+    found = _payload(await _call(api, "grep_files", sandbox_id=SID, path="/w", pattern="x",
+                                 ignore_case=True))
+    assert body(api.last("POST", f"/v1/sandboxes/{SID}/files/grep")) == {
+        "path": "/w", "pattern": "x", "ignore_case": True}
+    assert (len(found["matches"]), found["total"], found["truncated"]) == (
+        MAX_SEARCH_RESULTS, MAX_SEARCH_RESULTS + 1, True)
+    assert len(found["matches"][0]["text"]) < 600  # a long line is clipped
+    assert _payload(await _call(api, "glob_files", sandbox_id=SID, path="/w",
+                                pattern="**/*.py")) == {
+        "path": "/w", "paths": ["/w/a.py"], "total": 1, "truncated": True}
+    refused = await _call(api, "grep_files", sandbox_id=SID, path="/w", pattern="x" * 1025)
+    assert refused.is_error and "1024" in str(refused.content[0])
 
 
 async def test_read_file_text_binary_image_and_too_large() -> None:

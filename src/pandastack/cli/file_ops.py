@@ -1,6 +1,10 @@
 """The `pandastack files` commands other than `watch` (registered by files.py): list, stat,
-read, write, fetch, make, move and remove files in a sandbox, each with `--json` where it
-prints something; `put` and `get` stream and show progress on a terminal's stderr."""
+read, write, fetch, make, move, remove and search files in a sandbox, each with `--json`
+where it prints something; `put` and `get` stream and show progress on a terminal's stderr.
+
+    pandastack files grep SANDBOX /work TODO -i     # path:line:text, as grep -rn prints
+    pandastack files glob SANDBOX /work '**/*.py'   # one path a line
+"""
 
 from __future__ import annotations
 
@@ -44,9 +48,14 @@ def add_parsers(fs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     mv = command("mv", "rename or move a file", "src", "dst")
     rm = command("rm", "remove a file (a directory with -r)", "path")
     rm.add_argument("-r", "--recursive", action="store_true")
+    grep = command("grep", "lines holding a literal text, in the files under a path "
+                   "(searched in the sandbox)", "path", "pattern")
+    grep.add_argument("-i", "--ignore-case", action="store_true", help="fold ASCII letters")
+    glob = command("glob", "the paths under a directory that a pattern (*, ?, **) matches",
+                   "path", "pattern")
     for p in (put, get):
         p.add_argument("--quiet", action="store_true", help="no progress bar")
-    for p in (ls, st, put, get, mkdir, mv, rm):
+    for p in (ls, st, put, get, mkdir, mv, rm, grep, glob):
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
@@ -147,7 +156,34 @@ def _rm(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def _truncated(args: argparse.Namespace, truncated: bool) -> None:
+    if truncated and not args.json:
+        sys.stderr.write(f"{args.files_command}: stopped at the sandbox's bound; "
+                         "there may be more (narrow the path or the pattern)\n")
+
+
+def _grep(client: Client, args: argparse.Namespace) -> int:
+    found = client.sandboxes.connect(args.sandbox_id).files.grep(
+        args.path, args.pattern, ignore_case=args.ignore_case)
+    if args.json:
+        sys.stdout.write(json.dumps(found.model_dump(mode="json"), indent=2) + "\n")
+    for m in [] if args.json else found.matches:
+        sys.stdout.write(f"{m.path}:{m.line}:{m.text}\n")
+    _truncated(args, found.truncated)
+    return 0
+
+
+def _glob(client: Client, args: argparse.Namespace) -> int:
+    found = client.sandboxes.connect(args.sandbox_id).files.glob(args.path, args.pattern)
+    if args.json:
+        sys.stdout.write(json.dumps(found.model_dump(mode="json"), indent=2) + "\n")
+    for path in [] if args.json else found.paths:
+        sys.stdout.write(path + "\n")
+    _truncated(args, found.truncated)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "ls": _ls, "stat": _stat, "cat": _cat, "put": _put, "get": _get, "mkdir": _mkdir,
-    "mv": _mv, "rm": _rm,
+    "mv": _mv, "rm": _rm, "grep": _grep, "glob": _glob,
 }

@@ -1,5 +1,6 @@
-"""`pandastack files ls|stat|cat|put|get|mkdir|mv|rm|watch`: a sandbox's files through the
-API server (the key as for `pandastack sandbox`).
+"""`pandastack files COMMAND`: a sandbox's files through the API server (the key as for
+`pandastack sandbox`); `pandastack files --help` lists the commands (file_ops.py has all
+but `watch`).
 
     pandastack files ls SANDBOX /work                # a table (tab-separated when piped)
     pandastack files cat SANDBOX /work/out.txt       # the bytes, to stdout

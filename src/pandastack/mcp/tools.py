@@ -15,6 +15,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from pandastack import __version__
+from pandastack.guestproto.ops import SEARCH_MAX_PATTERN_BYTES
 from pandastack.rules import (
     MAX_EXEC_TIMEOUT_SECONDS,
     MAX_FORK,
@@ -40,6 +41,9 @@ MAX_WRITE_CHARS = 512 * 1024
 MAX_READ_BYTES = 256 * 1024
 MAX_IMAGE_READ_BYTES = 1024 * 1024
 MAX_LIST_ENTRIES = 500
+# Of a search's answer (the sandbox's own bounds are 1000 matches, 10 000 paths): what a
+# model reads whole; past it the answer says how many there were.
+MAX_SEARCH_RESULTS = 200
 MAX_IMAGES = 8
 MAX_PATH_CHARS = 4096
 TOOL_TIMEOUT_SECONDS = 3600
@@ -47,13 +51,14 @@ TOOL_TIMEOUT_SECONDS = 3600
 LIMITS = {"command_chars": MAX_COMMAND_CHARS, "code_chars": MAX_CODE_CHARS,
           "write_chars": MAX_WRITE_CHARS, "read_bytes": MAX_READ_BYTES,
           "image_read_bytes": MAX_IMAGE_READ_BYTES, "list_entries": MAX_LIST_ENTRIES,
+          "search_results": MAX_SEARCH_RESULTS,
           "output_chars": MAX_OUTPUT_CHARS}
 
 FILE_RESOURCE = "sandbox://{sandbox_id}/files{+path}"
 
 TOOL_NAMES = ("create_sandbox", "list_sandboxes", "run_command", "run_code", "read_file",
-              "write_file", "list_files", "fork_sandbox", "snapshot_sandbox", "kill_sandbox",
-              "get_url")
+              "write_file", "list_files", "grep_files", "glob_files", "fork_sandbox",
+              "snapshot_sandbox", "kill_sandbox", "get_url")
 
 INSTRUCTIONS = """\
 pandastack runs code in sandboxes: each is its own small Linux virtual machine (Debian, python3,
@@ -224,6 +229,23 @@ class Tools:
         return ok({"path": path, "entries": shown,
                    "truncated": len(entries) > MAX_LIST_ENTRIES, "total": len(entries)})
 
+    async def grep_files(self, client: AsyncClient, sandbox_id: str, path: str, pattern: str,
+                         ignore_case: bool) -> CallToolResult:
+        sbx = await self.sandbox(client, sandbox_id)
+        found = await sbx.filesystem.grep(path, pattern, ignore_case)
+        shown = [{"path": m.path, "line": m.line, "text": clip(m.text, 500)[0]}
+                 for m in found.matches[:MAX_SEARCH_RESULTS]]
+        return ok({"path": path, "matches": shown, "total": len(found.matches),
+                   "truncated": found.truncated or len(found.matches) > MAX_SEARCH_RESULTS})
+
+    async def glob_files(self, client: AsyncClient, sandbox_id: str, path: str,
+                         pattern: str) -> CallToolResult:
+        sbx = await self.sandbox(client, sandbox_id)
+        found = await sbx.filesystem.glob(path, pattern)
+        return ok({"path": path, "paths": found.paths[:MAX_SEARCH_RESULTS],
+                   "total": len(found.paths),
+                   "truncated": found.truncated or len(found.paths) > MAX_SEARCH_RESULTS})
+
     async def fork_sandbox(self, client: AsyncClient, sandbox_id: str,
                            count: int) -> CallToolResult:
         children = await (await self.sandbox(client, sandbox_id)).fork(count)
@@ -249,7 +271,7 @@ class Tools:
 def _too_large(path: str, size: int) -> str:
     return (f"{path} is {size} bytes; read_file returns text files up to {MAX_READ_BYTES} "
             f"bytes and images up to {MAX_IMAGE_READ_BYTES}: read parts with run_command "
-            "(head -c, tail -n, sed -n '1,200p', grep)")
+            "(head -c, tail -n, sed -n '1,200p'), or find lines with grep_files")
 
 
 def build_server(opener: Opener, *, name: str = "pandastack") -> MCPServer:
@@ -333,6 +355,22 @@ def build_server(opener: Opener, *, name: str = "pandastack") -> MCPServer:
     async def list_files(ctx: Context, sandbox_id: SandboxId, path: Path) -> CallToolResult:
         return await tools.call(ctx, lambda c: tools.list_files(c, sandbox_id, path))
 
+    async def grep_files(
+            ctx: Context, sandbox_id: SandboxId, path: Path,
+            pattern: Annotated[str, Field(min_length=1, max_length=SEARCH_MAX_PATTERN_BYTES,
+                                          description="literal text within one line (not a "
+                                                      "regular expression)")],
+            ignore_case: bool = False) -> CallToolResult:
+        return await tools.call(ctx, lambda c: tools.grep_files(
+            c, sandbox_id, path, pattern, ignore_case))
+
+    async def glob_files(
+            ctx: Context, sandbox_id: SandboxId, path: Path,
+            pattern: Annotated[str, Field(min_length=1, max_length=SEARCH_MAX_PATTERN_BYTES,
+                                          description="relative to path, e.g. **/*.py")],
+    ) -> CallToolResult:
+        return await tools.call(ctx, lambda c: tools.glob_files(c, sandbox_id, path, pattern))
+
     async def fork_sandbox(
             ctx: Context, sandbox_id: SandboxId,
             count: Annotated[int, Field(ge=1, le=MAX_FORK)] = 1) -> CallToolResult:
@@ -382,6 +420,12 @@ def build_server(opener: Opener, *, name: str = "pandastack") -> MCPServer:
              f"made). Content up to {MAX_WRITE_CHARS} characters.")
     register(list_files, "List a directory in a sandbox: name, path, type (file, dir, "
              f"symlink) and size of each entry (at most {MAX_LIST_ENTRIES}).", read_only=True)
+    register(grep_files, "Find the lines holding a literal text in the files under a path "
+             "in a sandbox (recursive; binary files skipped): path, line (from 1) and text "
+             f"of each, at most {MAX_SEARCH_RESULTS}.", read_only=True)
+    register(glob_files, "Find the paths under a directory in a sandbox that a pattern "
+             "matches: * and ? within one name, ** any number of directories (e.g. "
+             f"**/*.py); sorted, at most {MAX_SEARCH_RESULTS}.", read_only=True)
     register(fork_sandbox, "Make live copies of a sandbox (memory, processes, files as of "
              "now), e.g. to try several approaches from one state. Returns the new sandboxes; "
              "kill each when done.")
