@@ -22,7 +22,14 @@ which goes through `/bin/sh -c` in the guest). The two sides alternate, iteratio
 iteration, with the order flipped every time, so drift hits both alike. One untimed warm-up
 round each comes first.
 
-Usage: python bench/api.py [--n 30] [--shell] [--agent [--no-api]]
+**Warm calls** (`--warm N`, default 40; 0 skips them): one sandbox on each side (the pooled
+API's and the runtime's), each kept for all of them; then, per call, 5 untimed warm-ups and N
+timed calls, alternating between the sides call by call: `exec` of the same command, reading
+and writing a 20-byte file, `stat` of it and listing its directory. The API's side is the
+SDK's `Client` (one connection pool), the runtime's the sandbox handle in this process; their
+p50 difference is what the API adds to each call (target: <= 5 ms).
+
+Usage: python bench/api.py [--n 30] [--warm 40] [--shell] [--agent [--no-api]]
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from common import qemu_pids_under, stop
 from pandastack import Client, Sandbox
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
+from pandastack.hostport.protocols import SandboxPort
 from pandastack.server.hostclient import HostClient
 
 MAX_N = 1000
@@ -199,6 +207,91 @@ async def host_once(host: HostRuntime | HostClient,
     return created - started, done - started
 
 
+WARM_FILE = "/tmp/psa-warm.txt"
+WARM_DIR = "/tmp"
+WARM_DATA = b"twenty bytes of data"
+WARM_UPS = 5
+WARM_CALLS = ("exec", "read", "write", "stat", "list")
+
+
+def api_warm_calls(sbx: Sandbox, cmd: str | list[str]) -> dict[str, Callable[[], object]]:
+    """Each warm call through the SDK, checked."""
+    def run() -> object:
+        result = sbx.exec(cmd)
+        assert result.exit_code == 0, result
+        return result
+
+    def read() -> object:
+        assert sbx.files.read(WARM_FILE) == WARM_DATA
+        return None
+
+    return {"exec": run, "read": read,
+            "write": lambda: sbx.files.write(WARM_FILE, WARM_DATA),
+            "stat": lambda: sbx.files.stat(WARM_FILE),
+            "list": lambda: sbx.files.list(WARM_DIR)}
+
+
+def host_warm_calls(sbx: SandboxPort,
+                    cmd: str | list[str]) -> dict[str, Callable[[], Awaitable[object]]]:
+    """The same calls on the runtime's handle, in this process."""
+    async def run() -> object:
+        result = await sbx.exec(cmd)
+        assert result.exit_code == 0, result
+        return result
+
+    async def read() -> object:
+        data = b"".join([chunk async for chunk in sbx.read_file(WARM_FILE)])
+        assert data == WARM_DATA
+        return None
+
+    return {"exec": run, "read": read,
+            "write": lambda: sbx.write_file(WARM_FILE, WARM_DATA),
+            "stat": lambda: sbx.stat(WARM_FILE),
+            "list": lambda: sbx.list_dir(WARM_DIR)}
+
+
+async def warm_calls(client: Client, rt: HostRuntime, cmd: str | list[str],
+                     n: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Per call: (API timings, runtime timings), in seconds."""
+    api_sbx = client.sandboxes.create(template="base", ttl_seconds=600)
+    host_sbx = await rt.create("base")
+    try:
+        api_calls, host_calls = api_warm_calls(api_sbx, cmd), host_warm_calls(host_sbx, cmd)
+        api_calls["write"]()
+        await host_calls["write"]()
+        times: dict[str, tuple[list[float], list[float]]] = {}
+        for name in WARM_CALLS:
+            api_call, host_call = api_calls[name], host_calls[name]
+            for _ in range(WARM_UPS):
+                api_call()
+                await host_call()
+            api_t: list[float] = []
+            host_t: list[float] = []
+            for i in range(n):
+                for side in ((0, 1) if i % 2 else (1, 0)):
+                    started = time.perf_counter()
+                    if side == 0:
+                        api_call()
+                    else:
+                        await host_call()
+                    (api_t if side == 0 else host_t).append(time.perf_counter() - started)
+            times[name] = (api_t, host_t)
+        return times
+    finally:
+        client.sandboxes.kill(api_sbx.id)
+        await rt.kill(host_sbx.id)
+
+
+def report_warm(n: int, times: dict[str, tuple[list[float], list[float]]]) -> None:
+    print(f"\nwarm calls in one sandbox each side, {n} each, interleaved "
+          "(API: pooled Client; runtime: the handle in-process)")
+    for name, (api_t, host_t) in times.items():
+        a, r = pct(api_t, 50), pct(host_t, 50)
+        print(f"{name:6s} API p50 {ms(a)}  runtime p50 {ms(r)}  API adds {ms(a - r)}  "
+              f"(p99 {ms(pct(api_t, 99))} vs {ms(pct(host_t, 99))})")
+    print("target: the API adds <= 5 ms at p50 to each warm call")
+
+
 def kill_everything(server: Server) -> None:
     """Kill whatever the API still runs (after an error mid-iteration)."""
     try:
@@ -252,7 +345,7 @@ def report(n: int, cmd: str | list[str], sides: dict[str, Side]) -> None:
             print(f"per-iteration difference ({key} - runtime): p50 {ms(pct(diffs, 50))}  "
                   f"min {ms(min(diffs))}  max {ms(max(diffs))}")
     if "api" in sides:
-        print("target: the API adds <= 15 ms at p50")
+        print("target: the API adds <= 10 ms at p50")
     if "agent" in sides or "api_agent" in sides:
         print("target: the agent hop adds <= 5 ms at p50")
 
@@ -262,6 +355,8 @@ async def main() -> int:
     parser.add_argument("--n", type=int, default=30, help=f"iterations per side (<= {MAX_N})")
     parser.add_argument("--shell", action="store_true",
                         help='exec the string "true" (via /bin/sh -c) instead of ["true"]')
+    parser.add_argument("--warm", type=int, default=40,
+                        help="timed warm calls of each kind per side (0: none)")
     parser.add_argument("--agent", action="store_true",
                         help="also time a separate `pandastack agent` through HostClient")
     parser.add_argument("--no-api", action="store_true",
@@ -269,6 +364,8 @@ async def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.n <= MAX_N:
         parser.error(f"--n must be between 1 and {MAX_N}")
+    if not 0 <= args.warm <= MAX_N:
+        parser.error(f"--warm must be between 0 and {MAX_N}")
     if args.no_api and not args.agent:
         parser.error("--no-api leaves only the runtime: add --agent")
     cmd: str | list[str] = "true" if args.shell else ["true"]
@@ -323,7 +420,11 @@ async def main() -> int:
             for i in range(args.n):
                 for key in (reversed(order) if i % 2 else order):
                     sides[key].add(*await runs[key]())
+            warm = (await warm_calls(client, rt, cmd, args.warm)
+                    if args.warm and not args.no_api else None)
         report(args.n, cmd, sides)
+        if warm is not None:
+            report_warm(args.warm, warm)
         return 0
     finally:
         await rt.kill_all()
