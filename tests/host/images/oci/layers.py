@@ -6,6 +6,8 @@ import gzip
 import hashlib
 import io
 import json
+import os
+import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from pathlib import Path
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
 BUSYBOX = Path("/bin/busybox")
 
 
@@ -96,6 +99,31 @@ class Layout:
         digest = layer_digest(data)
         (self.path / "blobs" / "sha256" / digest.split(":")[1]).write_bytes(data)
         return {"mediaType": media_type, "digest": digest, "size": len(data)}
+
+    def blob_file(self, path: Path, media_type: str) -> dict[str, object]:
+        """A large blob from a file: hard-linked into the layout (copied across devices)."""
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        dest = self.path / "blobs" / "sha256" / digest.hexdigest()
+        try:
+            os.link(path, dest)
+        except OSError:
+            shutil.copyfile(path, dest)
+        return {"mediaType": media_type, "digest": f"sha256:{digest.hexdigest()}",
+                "size": path.stat().st_size}
+
+    def manifest(self, layers: list[dict[str, object]], diff_ids: list[str],
+                 config: dict[str, object] | None = None) -> dict[str, object]:
+        config_blob = json.dumps({
+            "architecture": "amd64", "os": "linux", "config": config or {},
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        }).encode()
+        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                    "config": self.blob(config_blob, "application/vnd.oci.image.config.v1+json"),
+                    "layers": layers}
+        return self.blob(json.dumps(manifest).encode(), OCI_MANIFEST)
 
     def image(self, layers: list[bytes], config: dict[str, object] | None = None,
               architecture: str = "amd64") -> dict[str, object]:
