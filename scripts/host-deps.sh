@@ -9,6 +9,9 @@ packages=(
   busybox-static cpio
   e2fsprogs xfsprogs
   iproute2 nftables
+  # `systemd-analyze verify` of the units (deploy/systemd/; PID 1 need not be systemd) and
+  # setpriv, which the units' tests run their command lines under (tests/cli/test_units*.py).
+  systemd util-linux
   python3-venv
   ca-certificates
   # The S3 server of the tests and the development cluster (scripts/s3-server): OpenStack

@@ -15,6 +15,7 @@ from rich.markup import escape
 from . import (
     agent,
     doctor,
+    doctor_units,
     events,
     files,
     hosts,
@@ -44,6 +45,7 @@ COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
     for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
                    usage, teams, events, webhook, mcp, doctor)}
+COMMANDS["install-units"] = doctor_units
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads

@@ -1,0 +1,170 @@
+"""The systemd units and their env file (deploy/systemd/): `pandastack install-units` writes
+them, `systemd-analyze verify` finds nothing to say about them (PID 1 here is not systemd:
+verify works offline), their hardening is what the agent's re-adoption needs, the env file
+documents every setting with its true default, and the wheel ships them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pandastack.cli import doctor_units
+from pandastack.cli.doctor import read_env_file
+from pandastack.cli.main import main
+from pandastack.host.config import HostConfig
+from pandastack.host.images.oci.settings import RegistrySettings
+from pandastack.server.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "systemd"
+PANDASTACK = str(ROOT / ".venv" / "bin" / "pandastack")
+# Read by the clients (the SDK, the client commands), not by a service; or by tests only.
+# Read by the agent unit's ExecStart, not by the code.
+UNIT_SETTINGS = {"PANDASTACK_AGENT_ARGS"}
+# Read under a name the code builds (host/config.py: f"PANDASTACK_{port.upper()}").
+BUILT_NAMES = {"PANDASTACK_EGRESS_HTTP_PORT", "PANDASTACK_EGRESS_TLS_PORT"}
+NOT_SERVICE_SETTINGS = {"PANDASTACK_API", "PANDASTACK_API_KEY", "PANDASTACK_TEST_CRASH_AT",
+                        "PANDASTACK_PROBE_OK"}
+
+
+def unit_settings(text: str) -> dict[str, list[str]]:
+    """Key -> values of a unit file (continuation lines joined), across its sections."""
+    out: dict[str, list[str]] = {}
+    for line in re.sub(r"\\\n", " ", text).splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def install(prefix: Path) -> list[Path]:
+    assert main(["install-units", "--prefix", str(prefix), "--bin", PANDASTACK]) == 0
+    return sorted((prefix / "etc/systemd/system").glob("*.service"))
+
+
+def test_install_units_writes_units_and_keeps_an_existing_env_file(tmp_path: Path) -> None:
+    units = install(tmp_path)
+    assert [u.name for u in units] == sorted(doctor_units.UNITS)
+    for unit in units:
+        assert unit.stat().st_mode & 0o777 == 0o644
+        starts = unit_settings(unit.read_text())["ExecStart"]
+        assert len(starts) == 1 and starts[0].startswith(f"{PANDASTACK} ")
+    env = tmp_path / "etc/pandastack/pandastack.env"
+    assert env.stat().st_mode & 0o777 == 0o600  # it may hold the database's password
+    assert env.read_text() == (DEPLOY / "pandastack.env").read_text()
+    env.write_text("PANDASTACK_PORT=9000\n")
+    install(tmp_path)
+    assert env.read_text() == "PANDASTACK_PORT=9000\n"
+    with pytest.raises(ValueError, match="absolute"):
+        doctor_units.render_unit("ExecStart=/usr/local/bin/pandastack serve", "pandastack")
+
+
+def verify(*units: Path) -> str:
+    out = subprocess.run(["systemd-analyze", "verify", *map(str, units)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    return f"{out.returncode}\n{out.stdout}{out.stderr}".strip()
+
+
+def test_systemd_analyze_verify_has_nothing_to_say(tmp_path: Path) -> None:
+    units = install(tmp_path)
+    assert verify(*units) == "0"
+    # It does speak up: a key it does not know and a value it cannot parse.
+    bad = tmp_path / "bad.service"
+    bad.write_text(units[0].read_text().replace("KillMode=process", "KillMode=sometimes")
+                   + "\n[Service]\nProtectEverything=yes\n")
+    said = verify(bad)
+    assert "kill mode" in said.lower() and "ProtectEverything" in said
+
+
+def test_the_agent_unit_stops_only_the_agent_and_serve_is_confined() -> None:
+    agent = unit_settings((DEPLOY / "pandastack-agent.service").read_text())
+    assert agent["Delegate"] == ["yes"] and agent["KillMode"] == ["process"]
+    assert agent["EnvironmentFile"] == ["/etc/pandastack/pandastack.env"]
+    assert agent["Restart"] == ["on-failure"]
+    # A mount namespace per start would hide the previous start's network namespaces and
+    # tmpfs mounts from the agent that re-adopts its VMs.
+    for key in ("PrivateTmp", "ProtectSystem", "ProtectHome", "PrivateDevices",
+                "ReadWritePaths", "PrivateMounts"):
+        assert key not in agent, key
+    caps = set(agent["CapabilityBoundingSet"][0].split())
+    assert {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETUID"} <= caps
+    assert not caps & {"CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_BOOT", "CAP_SYS_TIME"}
+    serve = unit_settings((DEPLOY / "pandastack-serve.service").read_text())
+    assert serve["CapabilityBoundingSet"] == [""] and serve["NoNewPrivileges"] == ["yes"]
+    assert serve["PrivateTmp"] == ["yes"] and serve["ProtectSystem"] == ["strict"]
+    assert serve["Restart"] == ["on-failure"]
+    assert serve["EnvironmentFile"] == ["/etc/pandastack/pandastack.env"]
+
+
+def settings_read_by_the_code() -> set[str]:
+    """The PANDASTACK_* names of the committed sources (work in progress beside them in a
+    shared tree documents its settings when it lands)."""
+    tracked = subprocess.run(["git", "ls-files", "src/pandastack/*.py"], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.split()
+    names: set[str] = set()
+    for path in tracked:
+        if (ROOT / path).exists():
+            names |= set(re.findall(r"PANDASTACK_[A-Z0-9_]*[A-Z0-9]", (ROOT / path).read_text()))
+    # Prefixes of families spelled out one by one (PANDASTACK_RATE_*, PANDASTACK_QUOTA_*).
+    return {n for n in names if n not in ("PANDASTACK_RATE", "PANDASTACK_QUOTA")}
+
+
+def documented(text: str) -> dict[str, str]:
+    """Every KEY=VALUE of the env file, commented-out defaults included."""
+    return dict(re.findall(r"^#?(PANDASTACK_[A-Z0-9_]+)=(.*)$", text, re.MULTILINE))
+
+
+def test_the_env_file_documents_every_setting() -> None:
+    doc = documented((DEPLOY / "pandastack.env").read_text())
+    missing = settings_read_by_the_code() - NOT_SERVICE_SETTINGS - set(doc)
+    assert not missing, f"settings the env file does not document: {sorted(missing)}"
+    unknown = set(doc) - settings_read_by_the_code() - UNIT_SETTINGS - BUILT_NAMES
+    assert not unknown, f"the env file names settings nothing reads: {sorted(unknown)}"
+
+
+def test_the_env_file_defaults_are_the_code_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every commented value, set, changes nothing (but where the unit puts the client
+    config), and the file as shipped is valid for systemd and doctor alike."""
+    text = (DEPLOY / "pandastack.env").read_text()
+    shipped = read_env_file(DEPLOY / "pandastack.env")
+    assert set(shipped) == {"PANDASTACK_AGENT", "PANDASTACK_AGENT_ARGS"}
+    every = {k: v for k, v in documented(text).items() if k not in shipped}
+    every.pop("PANDASTACK_CLIENT_CONFIG")
+    for name in list(os.environ):
+        if name.startswith("PANDASTACK_"):
+            monkeypatch.delenv(name)
+    # state_dir: None means <home>/sandboxes, which the file spells out.
+    assert Settings.from_env(every).with_(state_dir=None) == Settings.from_env({})
+    for key, value in every.items():
+        monkeypatch.setenv(key, value)
+    with_all = HostConfig.from_env()
+    for key in every:
+        monkeypatch.delenv(key)
+    default = HostConfig.from_env()
+    for resolved in ("sandboxes_dir", "snapshots_dir", "volumes_dir", "network_claims_dir"):
+        assert getattr(with_all, resolved) == getattr(default, resolved), resolved
+    def unspelled(config: HostConfig) -> HostConfig:
+        return replace(config, state_dir=None, snapshots_root=None, volumes_root=None,
+                       network_claims=None)
+
+    assert unspelled(with_all) == unspelled(default)
+    assert RegistrySettings.from_env(every) == RegistrySettings.from_env({})
+
+
+def test_the_wheel_ships_the_units(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--quiet", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300,
+                   capture_output=True)
+    (wheel,) = tmp_path.glob("pandastack-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in (*doctor_units.UNITS, doctor_units.ENV_FILE):
+        assert any(n.endswith(f".data/data/share/pandastack/systemd/{name}") for n in names)
