@@ -22,6 +22,7 @@ const GREP_MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 const GREP_BINARY_PROBE_BYTES: usize = 8192;
 const GREP_MAX_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
 const GLOB_MAX_PATHS: usize = 10000;
+const SEARCH_MAX_ENTRIES: usize = 100000;
 
 fn pattern(f: &Frame) -> Result<String, OpError> {
     let p = arg_str(&f.header, "pattern", None)?;
@@ -40,47 +41,61 @@ fn join(parent: &str, name: &str) -> String {
     }
 }
 
-/// (name, is a directory not reached through a symlink), in byte order of the names.
-fn children(path: &str) -> Vec<(Vec<u8>, String, bool)> {
+/// (name, is a directory not reached through a symlink), in byte order of the names; empty
+/// when unreadable, None when reading it would pass the `left` entries the walk has.
+fn children(path: &str, left: &mut usize) -> Option<Vec<(Vec<u8>, String, bool)>> {
     let rd = match fs::read_dir(osstr::path(path)) {
         Ok(rd) => rd,
-        Err(_) => return Vec::new(),
+        Err(_) => return Some(Vec::new()),
     };
     let mut out = Vec::new();
     for entry in rd {
         let entry = match entry {
             Ok(e) => e,
-            Err(_) => return Vec::new(),
+            Err(_) => return Some(Vec::new()),
         };
+        if out.len() == *left {
+            return None;
+        }
         let raw = entry.file_name().as_bytes().to_vec();
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
         let name = osstr::to_string(&raw);
         out.push((raw, name, is_dir));
     }
+    *left -= out.len();
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
+    Some(out)
 }
 
 /// Calls `visit(names relative to root, path)` for everything under root, depth first, in
-/// order, until it returns false; `descend` says whether to enter a directory.
-fn walk(op: &Op, root: &str, descend: &dyn Fn(&[String]) -> bool, visit: &mut dyn FnMut(&[String], &str) -> bool) {
+/// order, until it returns false; `descend` says whether to enter a directory. At most
+/// SEARCH_MAX_ENTRIES entries are read in all: the directory that would pass them ends the
+/// walk, and it returns true (stopped by the bound), as the reference agent's `_Walk` does.
+fn walk(op: &Op, root: &str, descend: &dyn Fn(&[String]) -> bool, visit: &mut dyn FnMut(&[String], &str) -> bool) -> bool {
+    let mut left = SEARCH_MAX_ENTRIES;
     let mut stack: Vec<(Vec<String>, String, bool)> = Vec::new();
-    for (_, name, is_dir) in children(root).into_iter().rev() {
-        let path = join(root, &name);
-        stack.push((vec![name], path, is_dir));
-    }
-    while let Some((parts, path, is_dir)) = stack.pop() {
-        if op.is_cancelled() || !visit(&parts, &path) {
-            return;
-        }
-        if is_dir && descend(&parts) {
-            for (_, name, sub) in children(&path).into_iter().rev() {
+    let (mut parts, mut path, mut is_dir): (Vec<String>, String, bool) = (Vec::new(), root.to_string(), true);
+    while !op.is_cancelled() {
+        if is_dir && (parts.is_empty() || descend(&parts)) {
+            let listed = match children(&path, &mut left) {
+                Some(listed) => listed,
+                None => return true,
+            };
+            for (_, name, sub) in listed.into_iter().rev() {
                 let mut names = parts.clone();
                 names.push(name.clone());
                 stack.push((names, join(&path, &name), sub));
             }
         }
+        match stack.pop() {
+            Some(next) => (parts, path, is_dir) = next,
+            None => return false,
+        }
+        if !visit(&parts, &path) {
+            return false;
+        }
     }
+    false
 }
 
 fn finish(op: &Op, items: Vec<Value>, truncated: bool) {
@@ -208,7 +223,8 @@ pub fn grep(_: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     let fail = failure_table(&needle);
     let mut g = Grep { needle, fail, ignore_case, matches: Vec::new(), read: 0, truncated: false };
     if is_dir(&path)? {
-        walk(op, &path, &|_| true, &mut |_, sub| g.file(sub));
+        let stopped = walk(op, &path, &|_| true, &mut |_, sub| g.file(sub));
+        g.truncated |= stopped;
     } else {
         g.file(&path);
     }
@@ -311,7 +327,7 @@ pub fn glob(_: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
     let mut found: Vec<Value> = Vec::new();
     let mut truncated = false;
     let descend = |names: &[String]| parts_match(&parts, names, true);
-    walk(op, &path, &descend, &mut |names, sub| {
+    let stopped = walk(op, &path, &descend, &mut |names, sub| {
         if parts_match(&parts, names, false) {
             if found.len() == GLOB_MAX_PATHS {
                 truncated = true;
@@ -321,6 +337,6 @@ pub fn glob(_: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
         }
         true
     });
-    finish(op, found, truncated);
+    finish(op, found, truncated || stopped);
     Ok(())
 }

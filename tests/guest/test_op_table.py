@@ -242,7 +242,7 @@ def test_the_static_agent_bounds_grep_and_glob_as_the_table_does() -> None:
     text = (RUST_SRC / "search.rs").read_text()
     for name in ("SEARCH_MAX_PATTERN_BYTES", "GREP_MAX_MATCHES", "GREP_MAX_LINE_BYTES",
                  "GREP_MAX_FILE_BYTES", "GREP_BINARY_PROBE_BYTES", "GREP_MAX_TOTAL_BYTES",
-                 "GLOB_MAX_PATHS"):
+                 "GLOB_MAX_PATHS", "SEARCH_MAX_ENTRIES"):
         m = re.search(rf"^const {name}: \w+ = ([\d *]+);", text, re.M)
         assert m, f"search.rs has no `const {name}`"
         value = 1

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from pandastack.guestproto.ops import (
     GREP_MAX_FILE_BYTES,
     GREP_MAX_LINE_BYTES,
     GREP_MAX_MATCHES,
+    SEARCH_MAX_ENTRIES,
     SEARCH_MAX_PATTERN_BYTES,
 )
 from tests.guest.test_agent_raw import Raw
@@ -151,6 +155,38 @@ def test_glob_stops_at_the_path_bound(agent_cmd: list[str],
     got, truncated = ask(agent_cmd, "glob", path=str(root), pattern="*")
     assert truncated is True and len(got) == GLOB_MAX_PATHS
     assert got[-1] == f"{root}/{GLOB_MAX_PATHS - 1:05}"
+
+
+@pytest.fixture(scope="module")
+def huge() -> Iterator[Path]:
+    """A tree of more than SEARCH_MAX_ENTRIES entries, all empty files but one (in tmpfs
+    where there is one: 100 000 creates on a disk take seconds)."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    root = Path(tempfile.mkdtemp(prefix="huge-", dir=base))
+    try:
+        per_dir = SEARCH_MAX_ENTRIES // 100
+        for d in range(101):
+            (root / f"d{d:03}").mkdir()
+            for i in range(per_dir):
+                os.mknod(root / f"d{d:03}" / f"{i:05}")
+        (root / "d000" / "x.txt").write_bytes(b"a needle\n")
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_walk_stops_at_the_entry_bound_though_little_matches(agent_cmd: list[str],
+                                                                huge: Path) -> None:
+    """A glob matching one path, and a grep finding one line, in a tree too big to walk:
+    each answers what it found before the bound, truncated."""
+    x = str(huge / "d000" / "x.txt")
+    assert ask(agent_cmd, "glob", path=str(huge), pattern="**/x.txt") == ([x], True)
+    assert ask(agent_cmd, "grep", path=str(huge), pattern="needle") == (
+        [match(x, 1, "a needle")], True)
+    # One directory of the tree is well within the bound.
+    assert ask(agent_cmd, "glob", path=str(huge / "d000"), pattern="x.*") == ([x], False)
+    # A pattern that prunes the walk reads only what it enters.
+    assert ask(agent_cmd, "glob", path=str(huge), pattern="d000/x.txt") == ([x], False)
 
 
 # --- the reference agent's matcher (the static agent's is held to it through the cases above)

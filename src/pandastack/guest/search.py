@@ -21,6 +21,7 @@ from pandastack.guestproto.ops import (
     GREP_MAX_LINE_BYTES,
     GREP_MAX_MATCHES,
     GREP_MAX_TOTAL_BYTES,
+    SEARCH_MAX_ENTRIES,
     SEARCH_MAX_PATTERN_BYTES,
 )
 
@@ -41,25 +42,48 @@ def _join(parent: str, name: str) -> str:
     return parent + name if parent.endswith("/") else f"{parent}/{name}"
 
 
-def _children(path: str) -> list[tuple[str, bool]]:
-    """(name, is a directory not reached through a symlink), in byte order of the names."""
-    try:
-        with os.scandir(path) as it:
-            found = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-    except OSError:
-        return []
-    return sorted(found, key=lambda c: os.fsencode(c[0]))
+class _Walk:
+    """(names relative to root, path) of everything under root, depth first, in order; at
+    most SEARCH_MAX_ENTRIES entries read in all: the directory that would pass them ends
+    the walk, `stopped`. (Counting what is read, not what is answered, bounds a glob whose
+    pattern matches little in a huge tree, and the memory of one huge directory.)"""
 
+    def __init__(self, op: Op, root: str, descend: Descend) -> None:
+        self.op, self.root, self.descend = op, root, descend
+        self.left = SEARCH_MAX_ENTRIES
+        self.stopped = False
 
-def _walk(op: Op, root: str, descend: Descend) -> Iterator[tuple[list[str], str]]:
-    """(names relative to root, path) of everything under root, depth first, in order."""
-    stack = [([name], _join(root, name), is_dir) for name, is_dir in reversed(_children(root))]
-    while stack and not op.cancelled.is_set():
-        parts, path, is_dir = stack.pop()
-        yield parts, path
-        if is_dir and descend(parts):
-            stack.extend(([*parts, name], _join(path, name), sub)
-                         for name, sub in reversed(_children(path)))
+    def _children(self, path: str) -> list[tuple[str, bool]] | None:
+        """(name, is a directory not reached through a symlink), in byte order of the
+        names; [] when unreadable, None when the bound stops the walk here."""
+        found: list[tuple[str, bool]] = []
+        try:
+            with os.scandir(path) as it:
+                for e in it:
+                    if len(found) == self.left:
+                        self.stopped = True
+                        return None
+                    found.append((e.name, e.is_dir(follow_symlinks=False)))
+        except OSError:
+            return []
+        self.left -= len(found)
+        return sorted(found, key=lambda c: os.fsencode(c[0]))
+
+    def __iter__(self) -> Iterator[tuple[list[str], str]]:
+        stack: list[tuple[list[str], str, bool]] = []
+        parts: list[str] = []
+        path, is_dir = self.root, True
+        while not self.op.cancelled.is_set():
+            if is_dir and (not parts or self.descend(parts)):
+                children = self._children(path)
+                if children is None:
+                    return
+                stack.extend(([*parts, name], _join(path, name), sub)
+                             for name, sub in reversed(children))
+            if not stack:
+                return
+            parts, path, is_dir = stack.pop()
+            yield parts, path
 
 
 def _finish(op: Op, items: list[dict[str, object]] | list[str], truncated: bool) -> None:
@@ -126,9 +150,11 @@ def grep(op: Op, f: Frame) -> None:
         raise OpError("EINVAL", "'pattern' must be one line")
     g = _Grep(pattern.encode("utf-8", "surrogateescape"), arg_bool(f.header, "ignore_case"))
     if st.S_ISDIR(os.stat(path).st_mode):
-        for _, sub in _walk(op, path, lambda _: True):
+        walk = _Walk(op, path, lambda _: True)
+        for _, sub in walk:
             if not g.file(sub):
                 break
+        g.truncated |= walk.stopped
     else:
         g.file(path)
     _finish(op, g.matches, g.truncated)
@@ -196,10 +222,11 @@ def glob(op: Op, f: Frame) -> None:
         raise OpError("ENOTDIR", "Not a directory", path)
     found: list[str] = []
     truncated = False
-    for names, sub in _walk(op, path, lambda names: parts_match(parts, names, prefix=True)):
+    walk = _Walk(op, path, lambda names: parts_match(parts, names, prefix=True))
+    for names, sub in walk:
         if parts_match(parts, names):
             if len(found) == GLOB_MAX_PATHS:
                 truncated = True
                 break
             found.append(sub)
-    _finish(op, found, truncated)
+    _finish(op, found, truncated or walk.stopped)

@@ -49,6 +49,9 @@ GREP_MAX_TOTAL_BYTES = 64 * 2**20
 """Bytes one `grep` reads in all; the file that would pass it is not read (`truncated`)."""
 GLOB_MAX_PATHS = 10_000
 """Paths of one `glob`; past them it stops and says `truncated`."""
+SEARCH_MAX_ENTRIES = 100_000
+"""Directory entries one `grep` or `glob` reads in all (a walk of a huge tree is bounded
+before its answer is); the directory that would pass it stops the walk (`truncated`)."""
 
 
 class Role(Enum):
