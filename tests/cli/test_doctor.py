@@ -9,6 +9,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,7 +46,9 @@ def test_verdict_and_json_shape() -> None:
     assert exit_status([*findings, Finding("c", "fail", "no", "do y")]) == 1
     doc = as_json([*findings, Finding("c", "fail", "no", "do y")])
     assert doc["can_serve"] is False and doc["counts"] == {"ok": 1, "warn": 1, "fail": 1}
-    assert doc["checks"][2] == {"check": "c", "status": "fail", "summary": "no", "fix": "do y"}
+    checks = doc["checks"]
+    assert isinstance(checks, list)
+    assert checks[2] == {"check": "c", "status": "fail", "summary": "no", "fix": "do y"}
 
 
 def test_a_check_that_raises_is_a_fail_and_roles_select_checks() -> None:
@@ -154,9 +157,27 @@ def test_object_store(monkeypatch: pytest.MonkeyPatch) -> None:
     assert svc.check_object_store(Context(None, None)).status == "fail"
 
 
-def test_reflink_probe_leaves_nothing(tmp_path: Path) -> None:
-    assert isinstance(hostchk.reflinks_work(tmp_path), bool)
-    assert list(tmp_path.iterdir()) == []
+def test_reflink_probe_tells_xfs_from_tmpfs_and_leaves_nothing(tmp_path: Path) -> None:
+    """On an XFS made with reflink=1 (loop-mounted in a mount namespace of its own, so that
+    nothing outlives the test), and on tmpfs, which has none."""
+    image, mnt = tmp_path / "xfs.img", tmp_path / "mnt"
+    mnt.mkdir()
+    with image.open("wb") as f:
+        f.truncate(320 << 20)  # XFS's smallest
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True, timeout=60)
+    probe = ("from pathlib import Path; import sys; from pandastack.cli.doctor_host import "
+             "reflinks_work as r; p = Path(sys.argv[1]); print(r(p), list(p.iterdir()))")
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                          'mount -o loop "$1" "$2" && exec "$3" -c "$4" "$2"', "sh",
+                          str(image), str(mnt), sys.executable, probe],
+                         capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
+    assert out.stdout.strip() == "True []", out.stderr
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        assert hostchk.reflinks_work(shm) is False
+        assert list(shm.iterdir()) == []
+    finally:
+        shm.rmdir()
 
 
 def _doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -269,28 +269,46 @@ def disk_verdict(free_bytes: int) -> str:
     return "warn" if free_bytes < DISK_WARN_BYTES else "ok"
 
 
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest existing parent (what it will be made on)."""
+    return path if path.exists() else next(p for p in path.parents if p.exists())
+
+
 def check_disk(ctx: Context) -> Finding:
+    """Free space where templates (home), sandboxes' disks (state dir) and volumes live, each
+    file system once; reflinks where volumes live (a volume copy is a clone there)."""
     if ctx.host is None:
         return unconfigured("disk")
-    home = ctx.host.home
-    where = home if home.exists() else next(p for p in home.parents if p.exists())
-    free = shutil.disk_usage(where).free
-    status = disk_verdict(free)
+    places = {"home": ctx.host.home, "state dir": ctx.host.sandboxes_dir,
+              "volumes": ctx.host.volumes_dir}
+    seen: dict[int, str] = {}
+    worst, parts = "ok", []
+    for what, path in places.items():
+        where = _existing(path)
+        device = where.stat().st_dev
+        if device in seen:
+            continue
+        seen[device] = what
+        free = shutil.disk_usage(where).free
+        verdict = disk_verdict(free)
+        worst = max(worst, verdict, key=("ok", "warn", "fail").index)
+        parts.append(f"{free / GiB:.1f} GiB free at {path} ({what})")
+    volumes = _existing(ctx.host.volumes_dir)
     try:
-        reflinks = reflinks_work(where) if os.access(where, os.W_OK) else None
+        reflinks = reflinks_work(volumes) if os.access(volumes, os.W_OK) else None
     except OSError:
         reflinks = None
     clone = {True: "reflinks", False: "no reflinks (volume copies are full copies)",
              None: "reflinks not tested (not writable)"}[reflinks]
-    summary = f"{free / GiB:.1f} GiB free at {where}; {clone}"
-    if status != "ok":
-        return Finding("disk", status, summary,  # type: ignore[arg-type]
-                       f"free space at {where} (needs {DISK_FAIL_BYTES // GiB} GiB, "
+    summary = f"{'; '.join(parts)}; volumes: {clone}"
+    if worst != "ok":
+        return Finding("disk", worst, summary,  # type: ignore[arg-type]
+                       f"free space (each needs {DISK_FAIL_BYTES // GiB} GiB, "
                        f"{DISK_WARN_BYTES // GiB} GiB or more for templates and sandboxes), or "
-                       f"point PANDASTACK_HOME at a larger disk")
+                       f"point PANDASTACK_HOME / PANDASTACK_STATE_DIR at a larger disk")
     if reflinks is not True:
-        return Finding("disk", "warn", summary, "put PANDASTACK_HOME on XFS (reflink=1) or "
-                       "btrfs: volume copies become instant")
+        return Finding("disk", "warn", summary, "put PANDASTACK_VOLUMES_DIR on XFS (reflink=1) "
+                       "or btrfs: volume copies become instant")
     return Finding("disk", "ok", summary)
 
 
