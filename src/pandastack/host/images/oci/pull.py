@@ -25,6 +25,7 @@ class PulledImage:
     image: ResolvedImage
     report: UnpackReport
     fetched: tuple[str, ...]  # digests read from the registry (the others came from the cache)
+    unpacked_bytes: int  # file contents written
 
 
 def layer_cache(home: Path, settings: RegistrySettings) -> LayerCache:
@@ -40,32 +41,41 @@ def pull_image(reference: str | ImageReference, rootfs: Path, *, settings: Regis
                progress: Progress = _quiet) -> PulledImage:
     """Unpack `reference` into the (empty) directory `rootfs`."""
     ref = parse_reference(reference) if isinstance(reference, str) else reference
+    with RegistryClient(ref, settings, credentials) as client:
+        return pull_resolved(client, client.resolve(), rootfs, cache=cache, settings=settings,
+                             progress=progress)
+
+
+def pull_resolved(client: RegistryClient, resolved: ResolvedImage, rootfs: Path, *,
+                  cache: LayerCache, settings: RegistrySettings,
+                  progress: Progress = _quiet) -> PulledImage:
+    """Unpack an image `client` resolved (its manifest fetched with the caller's credentials
+    just now: only then may cached layers serve it) into `rootfs`."""
+    ref = resolved.reference
     source = f"{ref.registry}/{ref.repository}"
     fetched: list[str] = []
-    with RegistryClient(ref, settings, credentials) as client:
-        resolved = client.resolve()
-        layers = resolved.manifest.layers
-        progress(f"{ref}: {resolved.manifest_digest}, {len(layers)} layers, "
-                 f"{sum(layer.size for layer in layers)} bytes")
+    layers = resolved.manifest.layers
+    progress(f"{ref}: {resolved.manifest_digest}, {len(layers)} layers, "
+             f"{sum(layer.size for layer in layers)} bytes")
 
-        def opened(number: int, layer: Descriptor) -> BinaryIO:
-            blob = cache.open(layer.digest, source)
-            if blob is not None:
-                progress(f"layer {number}/{len(layers)} {layer.digest[:19]}: cached")
-                return blob
-            progress(f"layer {number}/{len(layers)} {layer.digest[:19]}: pulling "
-                     f"{layer.size} bytes")
-            fetched.append(layer.digest)
-            return cache.add(layer.digest, source,
-                             lambda out: client.fetch_blob(layer, out))
+    def opened(number: int, layer: Descriptor) -> BinaryIO:
+        blob = cache.open(layer.digest, source)
+        if blob is not None:
+            progress(f"layer {number}/{len(layers)} {layer.digest[:19]}: cached")
+            return blob
+        progress(f"layer {number}/{len(layers)} {layer.digest[:19]}: pulling "
+                 f"{layer.size} bytes")
+        fetched.append(layer.digest)
+        return cache.add(layer.digest, source, lambda out: client.fetch_blob(layer, out))
 
-        def blobs() -> Iterator[tuple[str, BinaryIO]]:
-            for number, layer in enumerate(layers, 1):
-                with opened(number, layer) as blob:
-                    yield f"{number}/{len(layers)} ({layer.digest[:19]})", blob
+    def blobs() -> Iterator[tuple[str, BinaryIO]]:
+        for number, layer in enumerate(layers, 1):
+            with opened(number, layer) as blob:
+                yield f"{number}/{len(layers)} ({layer.digest[:19]})", blob
 
-        budget = UnpackBudget(image=str(ref), max_bytes=settings.max_unpacked_bytes,
-                              max_entries=settings.max_entries)
-        report = apply_layers(blobs(), rootfs, budget)
+    budget = UnpackBudget(image=str(ref), max_bytes=settings.max_unpacked_bytes,
+                          max_entries=settings.max_entries)
+    report = apply_layers(blobs(), rootfs, budget)
     cache.evict(keep=[layer.digest for layer in layers])
-    return PulledImage(image=resolved, report=report, fetched=tuple(fetched))
+    return PulledImage(image=resolved, report=report, fetched=tuple(fetched),
+                       unpacked_bytes=budget.written)

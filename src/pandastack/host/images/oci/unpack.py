@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 import stat
 import tarfile
 import zlib
@@ -24,17 +23,16 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pandastack.host.images.oci.errors import ImageInvalid, ImageTooLarge, UnsafeLayerEntry
+from pandastack.host.images.oci.inside import DIR_FLAGS, InsideRoot, remove_entry
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-MAX_SYMLINK_HOPS = 40
 _CHUNK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # Extended attributes a layer may set: file capabilities (ping) and the user namespace.
 _XATTR_PREFIX = "SCHILY.xattr."
 _XATTRS_KEPT = ("security.capability", "user.")
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass
@@ -102,93 +100,6 @@ def clean_path(image: str, name: str) -> tuple[str, ...]:
     return parts
 
 
-class _Root:
-    def __init__(self, root: Path, image: str) -> None:
-        self.fd = os.open(root, _DIR_FLAGS)
-        self.image = image
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-    def open_dir(self, parts: Iterable[str]) -> int:
-        fd = os.dup(self.fd)
-        try:
-            for part in parts:
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = next_fd
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def resolve_dir(self, parts: tuple[str, ...], name: str, *,
-                    create: bool) -> tuple[tuple[str, ...], int]:
-        """The real path (no symlinks) of directory `parts` inside the root and an open fd of
-        it; symlinks on the way are followed as if the root were `/`; missing directories
-        are made when `create`."""
-        resolved: list[str] = []
-        pending = list(parts)
-        hops = 0
-        fd = os.dup(self.fd)
-        try:
-            while pending:
-                part = pending.pop(0)
-                if part in ("", "."):
-                    continue
-                if part == "..":
-                    if resolved:
-                        resolved.pop()
-                    os.close(fd)
-                    fd = self.open_dir(resolved)
-                    continue
-                created = False
-                try:
-                    info = os.lstat(part, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        raise UnsafeLayerEntry(self.image, f"{name!r}: {'/'.join(resolved)}"
-                                                           f"/{part} does not exist") from None
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                    info = os.lstat(part, dir_fd=fd)
-                    created = True
-                if stat.S_ISLNK(info.st_mode):
-                    hops += 1
-                    if hops > MAX_SYMLINK_HOPS:
-                        raise UnsafeLayerEntry(self.image, f"{name!r}: too many symlinks")
-                    target = os.readlink(part, dir_fd=fd)
-                    if target.startswith("/"):
-                        resolved = []
-                        os.close(fd)
-                        fd = os.dup(self.fd)
-                    pending[:0] = target.split("/")
-                    continue
-                if not stat.S_ISDIR(info.st_mode):
-                    raise UnsafeLayerEntry(self.image, f"{name!r}: {'/'.join(resolved)}/{part}"
-                                                       " is not a directory")
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = next_fd
-                if created:  # a directory the layer did not list: as Docker makes them
-                    os.fchmod(fd, 0o755)
-                resolved.append(part)
-        except BaseException:
-            os.close(fd)
-            raise
-        return tuple(resolved), fd
-
-
-def _remove(parent_fd: int, name: str) -> None:
-    try:
-        info = os.lstat(name, dir_fd=parent_fd)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=parent_fd)  # fd-based: never follows a symlink inside
-    else:
-        os.unlink(name, dir_fd=parent_fd)
-
-
 def _owner(fd: int | None, member: tarfile.TarInfo, *, name: str = "",
            parent_fd: int | None = None) -> None:
     if os.geteuid() != 0:
@@ -208,7 +119,7 @@ def _xattrs(fd: int, member: tarfile.TarInfo) -> None:
 
 
 class _LayerWriter:
-    def __init__(self, root: _Root, budget: UnpackBudget, report: UnpackReport,
+    def __init__(self, root: InsideRoot, budget: UnpackBudget, report: UnpackReport,
                  layer: str) -> None:
         self.root = root
         self.budget = budget
@@ -240,13 +151,13 @@ class _LayerWriter:
             if leaf == OPAQUE:
                 for child in os.listdir(parent_fd):
                     if (*parent, child) not in self.added:
-                        _remove(parent_fd, child)
+                        remove_entry(parent_fd, child)
                 return
             if leaf.startswith(WHITEOUT):
                 hidden = leaf[len(WHITEOUT):]
                 if hidden and not hidden.startswith(WHITEOUT) and hidden not in (".", "..") \
                         and (*parent, hidden) not in self.added:
-                    _remove(parent_fd, hidden)
+                    remove_entry(parent_fd, hidden)
                 return
             path = (*parent, leaf)
             if member.ischr() or member.isblk():
@@ -266,9 +177,9 @@ class _LayerWriter:
             except FileNotFoundError:
                 existing = None
             if existing is None or not stat.S_ISDIR(existing.st_mode):
-                _remove(parent_fd, leaf)
+                remove_entry(parent_fd, leaf)
                 os.mkdir(leaf, 0o700, dir_fd=parent_fd)
-            fd = os.open(leaf, _DIR_FLAGS, dir_fd=parent_fd)
+            fd = os.open(leaf, DIR_FLAGS, dir_fd=parent_fd)
             try:
                 _owner(fd, member)
                 os.fchmod(fd, mode)
@@ -276,7 +187,7 @@ class _LayerWriter:
             finally:
                 os.close(fd)
             return
-        _remove(parent_fd, leaf)
+        remove_entry(parent_fd, leaf)
         if member.isreg():
             self._write_file(tar, member, parent_fd, leaf, mode)
         elif member.issym():
@@ -335,7 +246,7 @@ def apply_layers(layers: Iterable[tuple[str, BinaryIO]], root: Path, budget: Unp
                  ) -> UnpackReport:
     """Apply `(name, seekable blob)` layers in order onto the directory `root`."""
     report = UnpackReport()
-    handle = _Root(root, budget.image)
+    handle = InsideRoot(root, budget.image)
     try:
         for name, blob in layers:
             stream = _Counted(_decompressed(blob, budget.image, name), budget)
