@@ -79,6 +79,7 @@ fn handler(t: &str) -> Option<Handler> {
         "init" => sysinit::init,
         "exec" => execs::exec,
         "spawn" => execs::spawn,
+        "spawn_attach" => execs::spawn_attach,
         "attach" => execs::attach,
         "procs" => execs::procs,
         "signal" => execs::signal,

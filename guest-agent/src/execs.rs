@@ -1,4 +1,4 @@
-//! Process operations: exec, spawn, attach, procs, signal, stdin, stdin_eof.
+//! Process operations: exec, spawn, spawn_attach, attach, procs, signal, stdin, stdin_eof.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -252,6 +252,25 @@ pub fn spawn(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
             op.send("spawned", b"", Obj::new().put("pid", p.pid));
             let sh = sh.clone();
             let _ = std::thread::Builder::new().stack_size(128 * 1024).spawn(move || p.run_io(&sh.procs));
+            Ok(())
+        }
+    }
+}
+
+/// A background process, as `spawn` starts one, followed on this op as `attach` follows one:
+/// its pid first, then its output, then its exit. One round trip where a client that needs
+/// the pid before the output would otherwise make two; leaving the op only detaches.
+pub fn spawn_attach(sh: &Arc<Shared>, op: &Arc<Op>, f: &Frame) -> OpResult {
+    let stdin = arg_bool(&f.header, "stdin", true)?;
+    match start(sh, &f.header, true, stdin)? {
+        Started::Failed(code, msg) => Err(OpError::new(if code == 127 { "ENOENT" } else { "EACCES" }, msg.trim())),
+        Started::Proc(p) => {
+            // Its output loop has not run yet: the sink sees every byte, so no backlog.
+            p.add_sink(Arc::new(WireSink::new(op.clone(), None)));
+            op.set_handlers(Box::new(|_| {}), Arc::new(|o: &Op| o.release()));
+            op.keep.store(true, Ordering::SeqCst);
+            op.send("attached", b"", Obj::new().put("pid", p.pid));
+            p.run_io(&sh.procs);
             Ok(())
         }
     }

@@ -53,6 +53,7 @@ HANDLERS: dict[str, Handler] = {
     "init": _init,
     "exec": lambda a, op, f: execs.exec_(a.procs, op, f),
     "spawn": lambda a, op, f: execs.spawn(a.procs, op, f),
+    "spawn_attach": lambda a, op, f: execs.spawn_attach(a.procs, op, f),
     "attach": lambda a, op, f: execs.attach(a.procs, op, f),
     "procs": lambda a, op, f: execs.procs(a.procs, op, f),
     "signal": lambda a, op, f: execs.signal(a.procs, op, f),

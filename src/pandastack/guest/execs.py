@@ -1,4 +1,4 @@
-"""Process operations: exec, spawn, attach, procs, signal, stdin, stdin_eof."""
+"""Process operations: exec, spawn, spawn_attach, attach, procs, signal, stdin, stdin_eof."""
 
 from __future__ import annotations
 
@@ -175,6 +175,22 @@ def spawn(table: ProcessTable, op: Op, f: Frame) -> None:
         raise OpError("ENOENT" if code == 127 else "EACCES", msg.strip())
     op.send("spawned", pid=proc.pid)
     threading.Thread(target=proc.run_io, name=f"proc-{proc.pid}", daemon=True).start()
+
+
+def spawn_attach(table: ProcessTable, op: Op, f: Frame) -> None:
+    """A background process, as `spawn` starts one, followed on this op as `attach` follows
+    one: its pid first, then its output, then its exit. One round trip where a client that
+    needs the pid before the output would otherwise make two; leaving the op only detaches."""
+    h = f.header
+    proc, code, msg = _start(table, h, background=True, stdin=arg_bool(h, "stdin", True))
+    if proc is None:
+        raise OpError("ENOENT" if code == 127 else "EACCES", msg.strip())
+    # Its output loop has not run yet: the sink sees every byte, so there is no backlog.
+    proc.add_sink(WireSink(op))
+    op.set_handlers(lambda fr: None, lambda o: o.release())
+    op.keep = True
+    op.send("attached", pid=proc.pid)
+    proc.run_io()
 
 
 PID_MAX = 2**31 - 1

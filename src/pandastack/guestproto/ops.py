@@ -156,6 +156,8 @@ _TABLE = (
               ("stdout", "stderr", "exit"), host_stream=("stdin", "stdin_eof", "signal", "credit")),
     Operation("spawn", (*_COMMAND, _TIMEOUT, Field("stdin", "bool", default=True), _USER),
               ("spawned",)),
+    Operation("spawn_attach", (*_COMMAND, _TIMEOUT, Field("stdin", "bool", default=True), _USER),
+              ("attached", "stdout", "stderr", "exit"), host_stream=("credit",)),
     Operation("attach", (_PID,), ("replay", "stdout", "stderr", "exit"), host_stream=("credit",)),
     Operation("pty", (*(Field(f.name, f.type, choice=f.choice) for f in _COMMAND), _USER,
                       Field("cols", "int", default=PTY_COLS, lo=1, hi=PTY_MAX_DIM),

@@ -1,6 +1,7 @@
 """Background processes followed live, against the REAL guest agent in test mode (no VM):
 an attach opens with the rings' replay note (what they dropped), `timeout_ms` of a spawn
-kills the process and its exit says so, and a stream that keeps nothing still sees it all.
+kills the process and its exit says so, and a stream that keeps nothing still sees it all;
+`spawn_attach` tells the pid before the output, and leaving it leaves the process running.
 A scripted hostile guest cannot pass a count that is not one to the host's callbacks."""
 
 from __future__ import annotations
@@ -67,6 +68,41 @@ async def test_a_stream_keeping_nothing_still_sees_every_chunk(agent: AgentClien
     result = await agent.attach(pid, on_stdout=chunks.append, max_output=0, timeout=10)
     assert b"".join(chunks) == b"line1\nline2\nline3\n"
     assert result.stdout == b""
+
+
+async def test_spawn_attach_tells_the_pid_before_the_output(agent: AgentClient) -> None:
+    order: list[object] = []
+    result = await agent.spawn_attach("echo one; echo two >&2; exit 4",
+                                      on_spawned=order.append, on_stdout=order.append,
+                                      on_stderr=order.append)
+    pid = order[0]
+    assert isinstance(pid, int)  # first: stdout and stderr are two pipes, in either order
+    assert sorted(order[1:], key=repr) == [b"one\n", b"two\n"]
+    assert (result.exit_code, result.stdout, result.stderr) == (4, b"one\n", b"two\n")
+    listed = {p["pid"]: p for p in await agent.procs()}
+    assert listed[pid]["background"] is True and listed[pid]["exit_code"] == 4
+
+
+async def test_leaving_a_spawn_attach_leaves_the_process_running(agent: AgentClient) -> None:
+    pids: asyncio.Queue[int] = asyncio.Queue()
+    call = asyncio.create_task(agent.spawn_attach(
+        ["sh", "-c", "read line; echo got $line"], on_spawned=pids.put_nowait))
+    pid = await asyncio.wait_for(pids.get(), 10)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await agent.send_stdin(pid, b"hi\n", eof=True)
+    result = await agent.attach(pid, timeout=20)
+    assert (result.exit_code, result.stdout) == (0, b"got hi\n")
+
+
+async def test_spawn_attach_without_stdin_and_with_a_timeout(agent: AgentClient) -> None:
+    pids: list[int] = []
+    result = await agent.spawn_attach("cat; echo done", on_spawned=pids.append, stdin=False)
+    assert (result.exit_code, result.stdout) == (0, b"done\n")
+    result = await agent.spawn_attach("echo up; sleep 30", on_spawned=pids.append,
+                                      timeout=0.5, max_output=0)
+    assert result.timed_out and result.stdout == b"" and len(pids) == 2
 
 
 @pytest.mark.parametrize("count", [-1, True, "3"])

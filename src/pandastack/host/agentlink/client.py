@@ -27,6 +27,8 @@ from pandastack.hostport.results import ExecResult
 from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
 
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
+PidCallback = Callable[[int], Awaitable[None] | None]
+"""Told a process's pid as soon as it started, before its output."""
 DroppedCallback = Callable[[int, int], Awaitable[None] | None]
 """Told, before an attach's backlog, how many bytes of stdout and of stderr the guest's
 rings had already dropped (0, 0: the backlog is everything the process wrote)."""
@@ -199,6 +201,45 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         f = await self._call("spawn", stdin=True, **fields)
         pid: int = self._field(f, "pid", int)
         return pid
+
+    async def spawn_attach(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        on_spawned: PidCallback,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: bool = True,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> ExecResult:
+        """`spawn`, then `attach` to it, in one guest round trip: ``on_spawned`` hears the
+        pid before any output. The process is a background one (pid calls reach it; leaving
+        this call only detaches); ``stdin=False`` gives it none. ``timeout`` as spawn's."""
+        fields = self._cmd_fields(cmd, env, cwd, user)
+        if timeout is not None:
+            fields["timeout_ms"] = max(1, math.ceil(timeout * 1000))
+        op = self._register("spawn_attach")
+        finished = False
+        try:
+            await self._request(op, {"stdin": stdin, **fields})
+            # the start is as quick as a spawn's: bounded like one; the output is not
+            f = await self._next(op, self.op_timeout)
+            if f.t != "attached":
+                raise self._protocol_error(f"spawn_attach: expected 'attached', got {f.t!r}")
+            told = on_spawned(self._field(f, "pid", int))
+            if inspect.isawaitable(told):
+                await told
+            result = await self._collect(op, None, on_stdout, on_stderr, max_output)
+            finished = True
+            return result
+        finally:
+            self._unregister(op)
+            if not finished:
+                self._cancel_soon(op)
 
     async def attach(
         self,
