@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from pandastack.cli import doctor_host as hostchk
 from pandastack.cli import doctor_services as svc
@@ -27,6 +28,7 @@ from pandastack.cli.doctor_model import (
     run_checks,
 )
 from pandastack.server.settings import Settings
+from tests.services import Postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 PANDASTACK = ROOT / ".venv" / "bin" / "pandastack"
@@ -155,6 +157,31 @@ def test_object_store(monkeypatch: pytest.MonkeyPatch) -> None:
     assert finding.status == "fail" and "did not answer" in finding.summary, finding
     monkeypatch.setenv("PANDASTACK_OBJECT_STORE", "http://not-s3")
     assert svc.check_object_store(Context(None, None)).status == "fail"
+
+
+def test_database_and_object_store_that_answer(postgres: Postgres, s3_env: dict[str, str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's real PostgreSQL and S3 servers: ok with their credentials, a fail
+    naming the fix with a wrong password or key."""
+    with postgres.database() as dsn:
+        finding = svc.check_database(Context(Settings(db_url=dsn), None))
+        assert finding.status == "ok" and "answers" in finding.summary, finding
+        wrong = make_url(dsn).set(password="wrong").render_as_string(hide_password=False)
+        finding = svc.check_database(Context(Settings(db_url=wrong), None))
+        assert finding.status == "fail" and "password" in finding.summary, finding
+        assert "wrong" not in finding.summary
+    for name, value in s3_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PANDASTACK_OBJECT_STORE", f"s3://{s3_env['PANDASTACK_S3_BUCKET']}/doc")
+    finding = svc.check_object_store(Context(None, None))
+    assert finding.status == "ok" and "answers" in finding.summary, finding
+    monkeypatch.setenv("PANDASTACK_S3_SECRET_KEY", "not-the-secret")
+    finding = svc.check_object_store(Context(None, None))
+    assert finding.status == "fail" and "PANDASTACK_S3_SECRET_KEY" in finding.fix, finding
+    monkeypatch.setenv("PANDASTACK_S3_SECRET_KEY", s3_env["PANDASTACK_S3_SECRET_KEY"])
+    monkeypatch.setenv("PANDASTACK_OBJECT_STORE", "s3://no-such-bucket-here/doc")
+    finding = svc.check_object_store(Context(None, None))
+    assert finding.status == "fail", finding
 
 
 def test_reflink_probe_tells_xfs_from_tmpfs_and_leaves_nothing(tmp_path: Path) -> None:

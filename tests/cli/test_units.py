@@ -5,8 +5,10 @@ documents every setting with its true default, and the wheel ships them."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -168,3 +170,39 @@ def test_the_wheel_ships_the_units(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in (*doctor_units.UNITS, doctor_units.ENV_FILE):
         assert any(n.endswith(f".data/data/share/pandastack/systemd/{name}") for n in names)
+
+
+def test_the_operations_guide_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `pandastack ...` line of docs/operations.md's shell blocks is a command and
+    options the CLI knows: parsed by the real parser, each command's run replaced."""
+    from types import SimpleNamespace
+
+    from pandastack.cli import main as cli_main
+    from pandastack.host import file_modes
+
+    ran: list[str] = []
+
+    def record(args: argparse.Namespace) -> int:
+        ran.append(args.command)
+        return 0
+
+    for name, module in list(cli_main.COMMANDS.items()):
+        monkeypatch.setitem(cli_main.COMMANDS, name,
+                            SimpleNamespace(add_parser=module.add_parser, run=record))
+
+    async def no_setup(args: object) -> int:
+        ran.append("setup")
+        return 0
+
+    monkeypatch.setattr(cli_main, "_setup", no_setup)
+    monkeypatch.setattr(file_modes, "restrict_umask", lambda: None)
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", guide, re.DOTALL)
+    lines = [line.split(" #")[0].strip() for block in blocks for line in block.splitlines()]
+    commands = [shlex.split(line)[1:] for line in lines if line.startswith("pandastack ")]
+    assert len(commands) >= 8, commands
+    for argv in commands:
+        assert main(argv) == 0, argv
+    assert ran == [argv[0] for argv in commands]
+    with pytest.raises(SystemExit):  # what the check rests on: a wrong option stops it
+        main(["doctor", "--bogus"])
