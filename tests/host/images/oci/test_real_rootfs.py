@@ -1,7 +1,7 @@
 """The image builder's own Debian root (mmdebstrap's base.tar, cached under the images cache),
 pushed to the loopback registry as an image and pulled back: the tree we unpack is the one
-`tar -xp` makes (types, modes, owners, link targets, hard links, contents), and a second pull
-reads no layer from the registry."""
+`tar -xp` makes (types, modes, owners, link targets, hard links, contents). (test_pull holds
+the layer cache to reading nothing but the manifest on a second pull.)"""
 
 from __future__ import annotations
 
@@ -66,14 +66,9 @@ def test_a_debian_root_round_trips_through_the_registry(
     conf = settings(registry.host)
     started = time.monotonic()
     first, root = pull(f"{registry.host}/tests/debian:bookworm", tmp_path, conf, cache)
-    first_s = time.monotonic() - started
-    started = time.monotonic()
-    cached, _ = pull(f"{registry.host}/tests/debian:bookworm", tmp_path, conf, cache)
-    cached_s = time.monotonic() - started
-    size_mib = BASE_TAR.stat().st_size >> 20
-    print(f"{size_mib} MiB image: first pull {first_s:.1f} s, cached {cached_s:.1f} s")
+    print(f"{BASE_TAR.stat().st_size >> 20} MiB image: pulled and unpacked in "
+          f"{time.monotonic() - started:.1f} s")
     assert first.fetched == (layer["digest"],)
-    assert cached.fetched == ()
     expected = tmp_path / "tar"
     expected.mkdir()
     subprocess.run(["tar", "-xpf", str(BASE_TAR), "-C", str(expected), "--numeric-owner",

@@ -161,6 +161,17 @@ def test_the_bounds_hold_across_layers_and_entries(tmp_path: Path) -> None:
         apply(tmp_path / "b", many, budget=UnpackBudget(IMAGE, 1 << 30, 20))
 
 
+def test_a_huge_tar_header_is_refused_before_it_is_read_into_memory(tmp_path: Path) -> None:
+    header = [file("x", "y", pax={"comment": "z" * (16 << 20)})]
+    budget = UnpackBudget(IMAGE, 1 << 30, 100)
+    with pytest.raises(ImageTooLarge, match=r"tests/unpack:1: a layer has a \d+-byte tar header"):
+        apply_layers([("1", io.BytesIO(gzipped(header)))], tmp_path, budget)
+    assert budget.read < 1 << 20  # stopped at the header's own header block
+    long_name = "d/" * 200 + "f"  # a GNU long name or pax path of a few hundred bytes is fine
+    apply(tmp_path / "root", [file(long_name, "deep")])
+    assert (tmp_path / "root" / long_name).read_text() == "deep"
+
+
 def test_uncompressed_layers_and_bad_streams(tmp_path: Path) -> None:
     apply(tmp_path / "root", [file("plain", "tar")], gzip=False)
     assert (tmp_path / "root/plain").read_text() == "tar"

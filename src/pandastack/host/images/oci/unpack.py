@@ -73,6 +73,7 @@ class _Counted:
     def __init__(self, inner: BinaryIO | gzip.GzipFile, budget: UnpackBudget) -> None:
         self._inner = inner
         self._budget = budget
+        self.image = budget.image
 
     def read(self, size: int = -1) -> bytes:
         data = self._inner.read(size if size >= 0 else _CHUNK)
@@ -118,6 +119,28 @@ def _xattrs(fd: int, member: tarfile.TarInfo) -> None:
                 os.setxattr(fd, attr, value.encode("utf-8", "surrogateescape"))
 
 
+MAX_HEADER_BYTES = 1 << 20  # one pax or GNU long-name header (tarfile reads it whole)
+_META_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+               tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile reads a pax or long-name header's body into memory whole: a layer claiming a
+    2 GiB one (zeros, a few MiB compressed) would take that much of the host's memory before
+    any byte bound is reached. Refused above MAX_HEADER_BYTES (real ones are a few KiB)."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _META_TYPES and self.size > MAX_HEADER_BYTES:
+            raise ImageTooLarge(_image_of(tar), f"a layer has a {self.size}-byte tar header "
+                                                f"(the bound is {MAX_HEADER_BYTES})")
+        return super()._proc_member(tar)  # type: ignore[misc, no-any-return]
+
+
+def _image_of(tar: tarfile.TarFile) -> str:
+    stream = getattr(tar.fileobj, "fileobj", None)
+    return stream.image if isinstance(stream, _Counted) else "?"
+
+
 class _LayerWriter:
     def __init__(self, root: InsideRoot, budget: UnpackBudget, report: UnpackReport,
                  layer: str) -> None:
@@ -129,6 +152,9 @@ class _LayerWriter:
 
     def apply(self, tar: tarfile.TarFile) -> None:
         for member in tar:
+            # tarfile keeps every member it read (for its own extract's hard links, which we
+            # do not use): a million-entry layer would hold them all in memory.
+            tar.members.clear()  # type: ignore[attr-defined]
             self.budget.take_entry()
             parts = clean_path(self.root.image, member.name)
             if not parts:
@@ -251,7 +277,8 @@ def apply_layers(layers: Iterable[tuple[str, BinaryIO]], root: Path, budget: Unp
         for name, blob in layers:
             stream = _Counted(_decompressed(blob, budget.image, name), budget)
             try:
-                with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+                with tarfile.open(fileobj=stream, mode="r|",  # type: ignore[call-overload]
+                                  tarinfo=_BoundedTarInfo) as tar:
                     _LayerWriter(handle, budget, report, name).apply(tar)
             except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
                 raise ImageInvalid(budget.image, f"layer {name} is not a valid tar stream: "
