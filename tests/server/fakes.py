@@ -31,6 +31,7 @@ from pandastack.hostport.protocols import (
     BuildLog,
     DroppedCallback,
     OutputCallback,
+    PidCallback,
     SandboxPlacement,
 )
 from pandastack.hostport.pty import PtySession
@@ -156,6 +157,27 @@ class FakeSandbox:
                 if r is not None:
                     await r
         return ExecResult(0, b"", b"", 1.0, False, None, False)
+
+    async def spawn_attach(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        on_spawned: PidCallback,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: bool = True,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        keep_output: bool = True,
+    ) -> ExecResult:
+        # a spawn's pid first, then what an attach to it would stream
+        told = on_spawned(await self.spawn(cmd, env=env, cwd=cwd, user=user, timeout=timeout))
+        if told is not None:
+            await told
+        return await self.attach(42, on_stdout=on_stdout, on_stderr=on_stderr,
+                                 keep_output=keep_output)
 
     async def procs(self) -> list[dict[str, object]]:
         await self._guest()

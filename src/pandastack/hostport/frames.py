@@ -33,6 +33,7 @@ class Kind(IntEnum):
     EVENT = 4  # one code event, JSON
     LOG = 5  # one build log line, UTF-8
     REPLAY = 6  # an attach's first frame: what the guest's rings dropped (wire.Replay JSON)
+    SPAWNED = 7  # a spawn-attach's first frame: the process's pid (Spawned JSON)
     RESULT = 0x10  # final: the result, JSON
     ERROR = 0x11  # final: the error envelope, JSON
 

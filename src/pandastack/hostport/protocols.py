@@ -38,6 +38,8 @@ from .watch import WatchEvent
 OutputCallback = Callable[[bytes], Awaitable[None] | None]
 DroppedCallback = Callable[[int, int], Awaitable[None] | None]
 """(stdout_dropped, stderr_dropped): what a process's rings lost before an attach's backlog."""
+PidCallback = Callable[[int], Awaitable[None] | None]
+"""A process's pid, told as soon as it started (before its output)."""
 BuildLog = Callable[[str], None]
 
 
@@ -79,6 +81,17 @@ class SandboxPort(Protocol):
                     cwd: str | None = None, user: str | None = None,
                     timeout: float | None = None) -> int:
         """A background process; `timeout`: its tree is killed after that many seconds."""
+        ...
+
+    async def spawn_attach(self, cmd: str | Sequence[str], *, on_spawned: PidCallback,
+                           env: Mapping[str, str] | None = None, cwd: str | None = None,
+                           user: str | None = None, timeout: float | None = None,
+                           stdin: bool = True, on_stdout: OutputCallback | None = None,
+                           on_stderr: OutputCallback | None = None,
+                           keep_output: bool = True) -> ExecResult:
+        """`spawn`, then `attach` to it, in one guest round trip: `on_spawned` hears the pid
+        before any output, then the output, then the exit. The process is a background one
+        (pid calls reach it; leaving this call only detaches). `stdin=False`: it has none."""
         ...
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,

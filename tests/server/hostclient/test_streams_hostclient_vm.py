@@ -2,7 +2,8 @@
 agent` process (unix socket) and one real microVM. A spawn's timeout reaches the guest (the
 exit says timed_out); an attach opens with the REPLAY frame (what the rings dropped) before the
 replayed and live output, with `keep_output=False` keeping nothing for the result; an unknown
-pid is GuestOSError ESRCH as in process. Nothing is left behind (live_agent checks)."""
+pid is GuestOSError ESRCH as in process; a spawn-attach tells the pid (SPAWNED) before the
+output. Nothing is left behind (live_agent checks)."""
 
 from __future__ import annotations
 
@@ -63,5 +64,38 @@ async def test_spawn_timeout_and_attach_replay_over_the_host_api(agent: LiveAgen
             with pytest.raises(GuestOSError) as missing:
                 await sbx.attach(999_999)
             assert missing.value.errno_name == "ESRCH"
+        finally:
+            await client.kill(sbx.id)
+
+
+async def test_spawn_attach_over_the_host_api(agent: LiveAgent) -> None:
+    """The SPAWNED frame (the pid) comes before the output; the process is a background one,
+    so stdin by pid reaches it while the call follows it; a program that cannot run is the
+    guest's error, with no pid told."""
+    async with HostClient(agent.url, agent.token) as client:
+        sbx = await client.create("base")
+        try:
+            order: list[object] = []
+            pids: asyncio.Queue[int] = asyncio.Queue()
+
+            def spawned(pid: int) -> None:
+                order.append(pid)
+                pids.put_nowait(pid)
+
+            async with asyncio.timeout(PROMPTLY):
+                call = asyncio.create_task(sbx.spawn_attach(
+                    "echo up; read line; echo got $line >&2", on_spawned=spawned,
+                    on_stdout=order.append, on_stderr=order.append, user="user"))
+                pid = await pids.get()
+                await sbx.send_stdin(pid, b"hi\n", eof=True)
+                result = await call
+            assert order == [pid, b"up\n", b"got hi\n"]
+            assert (result.exit_code, result.stdout, result.stderr) == (0, b"up\n", b"got hi\n")
+            listed = {p["pid"]: p for p in await sbx.procs()}
+            assert listed[pid]["background"] is True
+            told: list[int] = []
+            with pytest.raises(GuestOSError) as missing:
+                await sbx.spawn_attach(["/nonexistent/program"], on_spawned=told.append)
+            assert missing.value.errno_name == "ENOENT" and told == []
         finally:
             await client.kill(sbx.id)

@@ -1,4 +1,4 @@
-"""Routes of a sandbox's streamed process output: exec and attach (the rest of its
+"""Routes of a sandbox's streamed process output: exec, attach and spawn-attach (the rest of its
 processes' routes are rows of the port's operation table: plain.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ from fastapi import APIRouter, Query
 
 from pandastack.hostport.frames import Kind
 from pandastack.hostport.host_api.codec import dump_json
-from pandastack.hostport.host_api.models import ExecDone, ExecRequest, Replay
+from pandastack.hostport.host_api.models import (
+    ExecDone,
+    ExecRequest,
+    Replay,
+    SpawnAttachRequest,
+    Spawned,
+)
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
 
@@ -72,3 +78,23 @@ async def attach_process(pid: int, sandbox: Sandbox,
                                          "of a long-lived process)")] = True,
                          ) -> FramedResponse:
     return _attach(sandbox, pid, keep_output)
+
+
+@router.post("/processes/spawn-attach", operation_id="spawnAttachProcess",
+             response_class=FramedResponse,
+             responses=framed_responses(ExecDone, "one SPAWNED frame (the pid), then the "
+                                                  "background process's output as STDOUT and "
+                                                  "STDERR frames"))
+async def spawn_attach_process(body: SpawnAttachRequest, sandbox: Sandbox) -> FramedResponse:
+    async def run(outbox: Outbox) -> ExecDone:
+        async def spawned(pid: int) -> None:
+            await outbox.put(Kind.SPAWNED, dump_json(Spawned(pid=pid)))
+
+        result = await sandbox.spawn_attach(
+            body.cmd, on_spawned=spawned, env=body.env, cwd=body.cwd, user=body.user,
+            timeout=body.timeout, stdin=body.stdin,
+            on_stdout=lambda data: _output(outbox, Kind.STDOUT, data),
+            on_stderr=lambda data: _output(outbox, Kind.STDERR, data),
+            keep_output=body.keep_output)
+        return ExecDone.of(result)
+    return FramedResponse(run)

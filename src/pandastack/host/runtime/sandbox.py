@@ -16,7 +16,12 @@ from pathlib import Path
 
 from pandastack.guestproto.ops import ENTROPY_BYTES
 from pandastack.host.agentlink.bound import AgentCall, AgentStream
-from pandastack.host.agentlink.client import AgentClient, DroppedCallback
+from pandastack.host.agentlink.client import (
+    DEFAULT_MAX_OUTPUT,
+    AgentClient,
+    DroppedCallback,
+    PidCallback,
+)
 from pandastack.host.agentlink.failures import note_failure
 from pandastack.host.agentlink.handshake import InitParams
 from pandastack.host.vmm.driver import VMProcess
@@ -171,6 +176,18 @@ class SandboxHandle:
                                       on_dropped=on_dropped)
         return await agent.attach(pid, on_stdout=on_stdout, on_stderr=on_stderr,
                                   on_dropped=on_dropped, max_output=0)
+
+    async def spawn_attach(self, cmd: str | Sequence[str], *, on_spawned: PidCallback,
+                           env: Mapping[str, str] | None = None, cwd: str | None = None,
+                           user: str | None = None, timeout: float | None = None,
+                           stdin: bool = True, on_stdout: OutputCallback | None = None,
+                           on_stderr: OutputCallback | None = None,
+                           keep_output: bool = True) -> ExecResult:
+        agent = await self.agent()
+        return await agent.spawn_attach(cmd, on_spawned=on_spawned, env=env, cwd=cwd,
+                                        user=user, timeout=timeout, stdin=stdin,
+                                        on_stdout=on_stdout, on_stderr=on_stderr,
+                                        max_output=DEFAULT_MAX_OUTPUT if keep_output else 0)
 
     # The rest are the agent client's own, called on `agent()` (bound.py): one name each.
     spawn = AgentCall(AgentClient.spawn)

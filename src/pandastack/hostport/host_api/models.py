@@ -210,6 +210,12 @@ class SpawnRequest(HostApiModel):
                                   "process's tree is killed and its exit says timed_out")
 
 
+class SpawnAttachRequest(SpawnRequest):
+    stdin: bool = Field(default=True, description="false: the process has no stdin")
+    keep_output: bool = Field(default=True, description="false: the RESULT's output is not "
+                              "kept (a stream of a long-lived process)")
+
+
 class Replay(HostApiModel):
     """The REPLAY frame that opens an attach: bytes of each stream the guest's 1 MiB rings
     had dropped before the backlog that follows."""

@@ -248,6 +248,7 @@ HAND_WRITTEN: Mapping[str, str] = {
     # name -> the operationId of its hand-written route (or "" for no route), and why
     "exec": "execCommand",            # output streamed in frames, then the exit
     "attach": "attachProcess",        # a backlog, live output and the exit, in frames
+    "spawn_attach": "spawnAttachProcess",  # the pid, then output and the exit, in frames
     "read_file": "readFile",          # DATA frames (a failure midway is told, not an EOF)
     "write_file": "writeFile",        # the raw request body, streamed to the guest
     "watch": "watchFiles",            # EVENT frames until closed

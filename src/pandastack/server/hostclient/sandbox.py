@@ -17,10 +17,12 @@ from pandastack.hostport.host_api.models import (
     Replay,
     RunCodeRequest,
     SandboxInfo,
+    SpawnAttachRequest,
+    Spawned,
     WatchBatch,
     Written,
 )
-from pandastack.hostport.protocols import DroppedCallback, OutputCallback
+from pandastack.hostport.protocols import DroppedCallback, OutputCallback, PidCallback
 from pandastack.hostport.results import CodeEvent, ExecResult
 from pandastack.hostport.watch import WatchEvent
 from pandastack.rules import DEFAULT_EXEC_OUTPUT_MB
@@ -44,20 +46,25 @@ class _Output:
     before the next frame is read: that is the backpressure) and kept for the result."""
 
     def __init__(self, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None,
-                 on_dropped: DroppedCallback | None = None, keep: int = MAX_OUTPUT):
+                 on_dropped: DroppedCallback | None = None, keep: int = MAX_OUTPUT,
+                 on_spawned: PidCallback | None = None):
         self.callbacks = {Kind.STDOUT: on_stdout, Kind.STDERR: on_stderr}
         self.kept = {Kind.STDOUT: bytearray(), Kind.STDERR: bytearray()}
         self.truncated = False
         self.on_dropped = on_dropped
+        self.on_spawned = on_spawned
         self.keep = keep
 
     async def read(self, frames: FrameStream, address: str = "") -> None:
         async for frame in frames:
+            told: object = None
             if frame.kind == Kind.REPLAY and self.on_dropped is not None:
                 replay = parse(Replay, frame.payload, address)
                 told = self.on_dropped(replay.stdout_dropped, replay.stderr_dropped)
-                if inspect.isawaitable(told):
-                    await told
+            elif frame.kind == Kind.SPAWNED and self.on_spawned is not None:
+                told = self.on_spawned(parse(Spawned, frame.payload, address).pid)
+            if inspect.isawaitable(told):
+                await told
             if frame.kind not in self.kept:
                 continue
             kept = self.kept[frame.kind]
@@ -132,6 +139,23 @@ class RemoteSandbox:
         async with self._caller.stream("POST", self._path("processes", pid, "attach"),
                                        params=None if keep_output else {"keep_output": "false"},
                                        read=None) as frames:
+            await output.read(frames, self._caller.address)
+        return output.result(frames, self._caller.address)
+
+    async def spawn_attach(self, cmd: str | Sequence[str], *, on_spawned: PidCallback,
+                           env: Mapping[str, str] | None = None, cwd: str | None = None,
+                           user: str | None = None, timeout: float | None = None,
+                           stdin: bool = True, on_stdout: OutputCallback | None = None,
+                           on_stderr: OutputCallback | None = None,
+                           keep_output: bool = True) -> ExecResult:
+        body = SpawnAttachRequest(cmd=cmd if isinstance(cmd, str) else list(cmd),
+                                  env=dict(env) if env is not None else None, cwd=cwd,
+                                  user=user, timeout=timeout, stdin=stdin,
+                                  keep_output=keep_output)
+        output = _Output(on_stdout, on_stderr, keep=MAX_OUTPUT if keep_output else 0,
+                         on_spawned=on_spawned)
+        async with self._caller.stream("POST", self._path("processes", "spawn-attach"),
+                                       json=body, read=None) as frames:
             await output.read(frames, self._caller.address)
         return output.result(frames, self._caller.address)
 
