@@ -1,8 +1,10 @@
 """The exact command lines of the systemd units, run as systemd would run them (PID 1 here is
 not systemd): ExecStart expanded with the installed env file's variables, under the unit's
 capability bounding set (setpriv stands in for CapabilityBoundingSet and NoNewPrivileges).
-The agent's, then the API server's driving it; a sandbox made through both proves the agent
-has every capability it needs; SIGTERM (systemd's stop) ends each with status 0."""
+The agent's, then the API server's driving it; a sandbox made through both, with a volume,
+that outlives a restart of the agent and is paused, snapshotted, forked and hibernated, shows
+that the agent's capabilities are enough for those paths; SIGTERM (systemd's stop) ends each
+cleanly."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pandastack import Sandbox
+from pandastack import Client, Sandbox
 from pandastack.cli.doctor import read_env_file
 from pandastack.cli.main import main
 from tests.cli.test_units import unit_settings
@@ -54,6 +56,11 @@ def test_expand_exec() -> None:
     env = {"A": "--x 1", "E": ""}
     assert expand_exec("/bin/p agent $A $E ${A}", env) == ["/bin/p", "agent", "--x", "1",
                                                             "--x 1"]
+
+
+def mark(sbx: Sandbox, command: str = "cat /tmp/mark", out: str = "served\n") -> None:
+    run = sbx.exec(command, timeout_seconds=120)
+    assert (run.exit_code, run.stdout) == (0, out), run
 
 
 def confined(unit: dict[str, list[str]]) -> list[str]:
@@ -161,15 +168,38 @@ async def test_the_units_command_lines_serve_a_sandbox(staged: Path) -> None:
         wait_until(lambda: httpx.get(f"{url}/health", timeout=5).status_code == 200, serve,
                    serve_log)
         key = json.loads((staged / "client.json").read_text())["api_key"]
-        with Sandbox.create(template="base", ttl_seconds=300, api_url=url, api_key=key) as sbx:
-            run = sbx.exec("echo served > /tmp/mark && cat /tmp/mark", timeout_seconds=60)
-            assert (run.exit_code, run.stdout) == (0, "served\n")
+        client = Client(api_url=url, api_key=key)
+        client.volumes.create("unit-vol", size_mb=64)
+        with Sandbox.create(template="base", ttl_seconds=300, api_url=url, api_key=key,
+                            volumes=[{"name": "unit-vol", "mount_path": "/data"}]) as sbx:
+            mark(sbx, "echo served > /tmp/mark && echo kept > /data/mark && cat /tmp/mark")
             # A restart of the agent's unit (KillMode=process: the agent alone is stopped):
             # the sandbox's VM keeps running and the next start re-adopts it, memory and all.
             stop(agent, agent_log)
             agent = start_agent()
-            run = sbx.exec("cat /tmp/mark", timeout_seconds=60)
-            assert (run.exit_code, run.stdout) == (0, "served\n")
+            mark(sbx)
+            # The other paths of the agent that need privileges, under its bounding set:
+            # pause, a snapshot and a sandbox from it, a fork, hibernation and waking.
+            sbx.pause()
+            sbx.resume()
+            snapshot = sbx.snapshot()
+            with Sandbox.create(snapshot=snapshot, api_url=url, api_key=key) as copy:
+                mark(copy)
+            client.snapshots.delete(snapshot)
+            (child,) = sbx.fork(1)
+            with child:
+                mark(child)
+            sbx.set_persistent(True)
+            sbx.hibernate()
+            sbx.wake()
+            mark(sbx, "cat /tmp/mark /data/mark", "served\nkept\n")
+        # The volume and the copies of it that the sandbox from the snapshot and the fork's
+        # child got (read-write volumes are copied, never shared).
+        names = [v.name for v in client.volumes.list()]
+        assert "unit-vol" in names and len(names) == 3, names
+        for name in names:
+            client.volumes.delete(name)
+        client.close()
         stop(serve, serve_log)
         stop(agent, agent_log)
     finally:
