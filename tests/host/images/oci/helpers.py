@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pandastack.host.images.oci.auth import Credentials
 from pandastack.host.images.oci.cache import LayerCache
-from pandastack.host.images.oci.pull import PulledImage, pull_image
+from pandastack.host.images.oci.pull import LayerBytes, PulledImage, pull_image
 from pandastack.host.images.oci.settings import RegistrySettings
 from tests.host.images.oci.layers import Layout, skopeo_push
 from tests.host.images.oci.registry import Registry
@@ -28,9 +28,10 @@ def settings(*insecure: str, **overrides: object) -> RegistrySettings:
 
 
 def pull(image: str, tmp: Path, conf: RegistrySettings, cache: LayerCache | None = None,
-         credentials: Credentials | None = None) -> tuple[PulledImage, Path]:
+         credentials: Credentials | None = None,
+         on_bytes: LayerBytes | None = None) -> tuple[PulledImage, Path]:
     rootfs = tmp / f"rootfs-{len(list(tmp.glob('rootfs-*')))}"
     rootfs.mkdir()
     pulled = pull_image(image, rootfs, settings=conf, credentials=credentials,
-                        cache=cache or LayerCache(tmp / "cache", 1 << 30))
+                        cache=cache or LayerCache(tmp / "cache", 1 << 30), on_bytes=on_bytes)
     return pulled, rootfs

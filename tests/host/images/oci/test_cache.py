@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -75,6 +76,25 @@ def test_eviction_drops_the_least_recently_used_down_to_the_bound(tmp_path: Path
     assert cache.evict(keep=[new]) == 1000
     assert present(cache, new)
     assert not present(cache, used)
+
+
+def test_eviction_sweeps_killed_downloads_but_not_running_ones(tmp_path: Path) -> None:
+    cache = LayerCache(tmp_path, 1 << 20)
+    add(cache, b"kept")
+    blobs = tmp_path / "blobs" / "sha256"
+    (blobs / ".tmp-killed").write_bytes(b"half a layer")
+    seen: list[list[str]] = []
+
+    def download(out: BinaryIO) -> None:  # another pull's, still running
+        out.write(b"running")
+        cache.evict()
+        seen.append(sorted(p.name for p in blobs.iterdir()))
+
+    add_blob = cache.add(digest(b"running"), "r.example/a", download)
+    add_blob.close()
+    leftovers = [name for name in seen[0] if name.startswith(".tmp-")]
+    assert len(leftovers) == 1 and leftovers != [".tmp-killed"]  # its own tmp stayed
+    assert present(cache, digest(b"running"))
 
 
 def test_digests_are_checked_before_they_become_paths(tmp_path: Path) -> None:

@@ -109,10 +109,22 @@ def test_a_cached_layer_is_not_fetched_again_but_another_repository_must_serve_i
     push_image(registry, tmp_path, skopeo_policy, "tests/cached-b", [shared])
     cache = LayerCache(tmp_path / "cache", 1 << 30)
     conf = settings(registry.host)
-    first, _ = pull(f"{registry.host}/tests/cached-a:v1", tmp_path, conf, cache)
+    arrived: dict[str, list[tuple[int, int]]] = {}
+
+    def on_bytes(digest: str, done: int, total: int) -> None:
+        arrived.setdefault(digest, []).append((done, total))
+
+    first, _ = pull(f"{registry.host}/tests/cached-a:v1", tmp_path, conf, cache,
+                    on_bytes=on_bytes)
     assert len(first.fetched) == 2
-    second, root = pull(f"{registry.host}/tests/cached-a:v1", tmp_path, conf, cache)
+    sizes = {layer.digest: layer.size for layer in first.image.manifest.layers}
+    assert {digest: events[-1] for digest, events in arrived.items()} == {
+        digest: (size, size) for digest, size in sizes.items()}
+    arrived.clear()
+    second, root = pull(f"{registry.host}/tests/cached-a:v1", tmp_path, conf, cache,
+                        on_bytes=on_bytes)
     assert second.fetched == ()
+    assert arrived == {}
     assert (root / "own").read_text() == "second"
     # Same digest, other repository: fetched from it (and verified) once, then cached for it.
     other, _ = pull(f"{registry.host}/tests/cached-b:v1", tmp_path, conf, cache)

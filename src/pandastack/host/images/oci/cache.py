@@ -16,6 +16,7 @@ the blob is fetched and verified again first: a registry that only claims to hav
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -73,18 +74,37 @@ class LayerCache:
         `source`, and return the blob opened."""
         self._blobs.mkdir(parents=True, exist_ok=True)
         tmp = self._blobs / f"{_TMP}{uuid.uuid4().hex}"
+        with self._locked():  # made and locked before a sweep (under this lock) can see it
+            out = tmp.open("w+b")
+            fcntl.flock(out.fileno(), fcntl.LOCK_EX)
         try:
-            with tmp.open("w+b") as out:
-                write(out)
-                out.flush()
-                os.fsync(out.fileno())
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
             blob = tmp.open("rb")
             with self._locked():
                 os.replace(tmp, self._path(digest))
                 self._record(digest, source)
         finally:
+            out.close()
             tmp.unlink(missing_ok=True)
         return blob
+
+    def _sweep(self) -> None:
+        """Remove what killed downloads left (under the lock): a download in progress holds
+        a lock on its file, a leftover's lock is free."""
+        for path in self._blobs.glob(f"{_TMP}*"):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            finally:
+                os.close(fd)
+            path.unlink(missing_ok=True)
 
     def _record(self, digest: str, source: str) -> None:
         known = self.sources(digest)
@@ -116,6 +136,8 @@ class LayerCache:
         kept = {self._path(d) for d in keep}
         removed = 0
         with self._locked():
+            if self._blobs.is_dir():
+                self._sweep()
             entries = sorted(self._entries(), key=lambda e: e[2])
             total = sum(size for _, size, _ in entries)
             for path, size, _ in entries:

@@ -18,6 +18,8 @@ from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.host.images.oci.unpack import UnpackBudget, UnpackReport, apply_layers
 
 Progress = Callable[[str], None]
+# Bytes of a layer as they arrive (digest, bytes so far, bytes in all): a CLI's progress bar.
+LayerBytes = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -38,17 +40,18 @@ def _quiet(_: str) -> None:
 
 def pull_image(reference: str | ImageReference, rootfs: Path, *, settings: RegistrySettings,
                cache: LayerCache, credentials: Credentials | None = None,
-               progress: Progress = _quiet) -> PulledImage:
+               progress: Progress = _quiet, on_bytes: LayerBytes | None = None) -> PulledImage:
     """Unpack `reference` into the (empty) directory `rootfs`."""
     ref = parse_reference(reference) if isinstance(reference, str) else reference
     with RegistryClient(ref, settings, credentials) as client:
         return pull_resolved(client, client.resolve(), rootfs, cache=cache, settings=settings,
-                             progress=progress)
+                             progress=progress, on_bytes=on_bytes)
 
 
 def pull_resolved(client: RegistryClient, resolved: ResolvedImage, rootfs: Path, *,
                   cache: LayerCache, settings: RegistrySettings,
-                  progress: Progress = _quiet) -> PulledImage:
+                  progress: Progress = _quiet, on_bytes: LayerBytes | None = None
+                  ) -> PulledImage:
     """Unpack an image `client` resolved (its manifest fetched with the caller's credentials
     just now: only then may cached layers serve it) into `rootfs`."""
     ref = resolved.reference
@@ -66,7 +69,13 @@ def pull_resolved(client: RegistryClient, resolved: ResolvedImage, rootfs: Path,
         progress(f"layer {number}/{len(layers)} {layer.digest[:19]}: pulling "
                  f"{layer.size} bytes")
         fetched.append(layer.digest)
-        return cache.add(layer.digest, source, lambda out: client.fetch_blob(layer, out))
+
+        def arrived(done: int, total: int) -> None:
+            if on_bytes is not None:
+                on_bytes(layer.digest, done, total)
+
+        return cache.add(layer.digest, source,
+                         lambda out: client.fetch_blob(layer, out, arrived))
 
     def blobs() -> Iterator[tuple[str, BinaryIO]]:
         for number, layer in enumerate(layers, 1):
