@@ -514,3 +514,30 @@ def test_what_is_remembered_of_started_processes_is_bounded(
     known.of("a")  # used again: now the most recent
     known.add("c", 1, started("c"))
     assert set(known.by_sandbox) == {"a", "c"}
+
+
+async def test_a_start_is_one_host_call(api: Api) -> None:
+    """Start asks the host once (spawn_attach: the pid, then the output), with `stdin: false`
+    as the process's own (no stdin at all), never a spawn, a stdin close and an attach."""
+    sid = await new_sandbox(api)
+    fake = api.app.state.service.runtime.handle(sid)
+    calls: list[tuple[str, object]] = []
+    real_spawn_attach = fake.spawn_attach
+
+    async def spawn_attach(cmd: object, **kwargs: Any) -> object:
+        calls.append(("spawn_attach", kwargs["stdin"]))
+        return await real_spawn_attach(cmd, **kwargs)
+
+    async def send_stdin(pid: int, data: bytes, *, eof: bool = False) -> None:
+        calls.append(("send_stdin", eof))
+
+    fake.spawn_attach, fake.send_stdin = spawn_attach, send_stdin
+    headers = {**routed(sid, X_Access_Token=envd_token(api, sid)),
+               "Content-Type": "application/connect+json"}
+    async with preview_client(api, "localhost") as c:
+        for stdin in (False, True):
+            r = await c.post("/process.Process/Start", headers=headers, content=envelope(
+                {"process": {"cmd": "ls"}, "stdin": stdin}))
+            events, end = stream_events(r.content)
+            assert end == {} and events[0] == {"event": {"start": {"pid": 42}}}
+    assert calls == [("spawn_attach", False), ("spawn_attach", True)]

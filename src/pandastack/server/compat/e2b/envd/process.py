@@ -1,7 +1,8 @@
 """E2B's `process.Process` service (spec/envd/process/process.proto) over our processes.
 
-- `Start` is our background process (`spawn`, or `pty_create` with a PTY) followed as our
-  process stream follows one (`attach`; `pty_connect`): `start {pid}`, then `data` events
+- `Start` is our background process followed on the same guest call (`spawn_attach`: the
+  pid first, then its output), or `pty_create` then `pty_connect` with a PTY: `start {pid}`,
+  then `data` events
   (stdout, stderr or pty bytes, base64 in JSON), then `end`. As in E2B's daemon, the process
   does not depend on the stream: a client that goes away detaches, the process runs on until
   it exits or its deadline (the call's `Connect-Timeout-Ms`, which E2B's SDKs set from a
@@ -34,7 +35,6 @@ from typing import Any
 
 from starlette.requests import Request
 
-from pandastack.hostport.errors import GuestOSError
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.pty import PtyExit, check_dims
 from pandastack.hostport.results import ExecResult
@@ -282,8 +282,13 @@ async def _follow_output(handle: SandboxPort, pid: int,
 
     result: ExecResult = await handle.attach(pid, on_stdout=on_stdout, on_stderr=on_stderr,
                                              keep_output=False)
+    await _ended(result, f"process {pid}", put)
+
+
+async def _ended(result: ExecResult, what: str,
+                 put: Callable[[Message], Awaitable[None]]) -> None:
     if result.timed_out:
-        raise _expired(f"process {pid}")
+        raise _expired(what)
     await put(_end(result.exit_code, result.signal))
 
 
@@ -305,11 +310,16 @@ async def _follow_pty(handle: SandboxPort, pid: int,
             await session.close()
 
 
-async def _events(request: Request, pid: int,
+def _start(pid: int) -> Message:
+    return {"event": {"start": {"pid": pid}}}
+
+
+async def _events(request: Request, pid: int | None,
                   follow: Callable[[Callable[[Message], Awaitable[None]]], Awaitable[None]]
                   ) -> AsyncIterator[Message]:
     """`start`, then what `follow` puts, with keepalives while it is quiet; leaving the
-    stream stops following (the process runs on)."""
+    stream stops following (the process runs on). Without `pid`, `follow` puts the `start`
+    itself (it learns the pid as the process starts); no keepalive goes before it."""
     interval = _seconds(request, KEEPALIVE_HEADER, DEFAULT_KEEPALIVE_SECONDS)
     interval = max(1.0, min(interval or DEFAULT_KEEPALIVE_SECONDS, 3600.0))
     timeout_ms = _seconds(request, TIMEOUT_HEADER, None)
@@ -324,17 +334,22 @@ async def _events(request: Request, pid: int,
             await queue.put(None)
 
     task = asyncio.create_task(run())
+    started = pid is not None
     try:
-        yield {"event": {"start": {"pid": pid}}}
+        if pid is not None:
+            yield _start(pid)
         while True:
             wait = interval if deadline is None else min(interval, deadline - loop.time())
             try:
                 item = await asyncio.wait_for(queue.get(), max(0.0, wait))
             except TimeoutError:
                 if deadline is not None and loop.time() >= deadline:
-                    raise _expired(f"the stream of process {pid}", killed=False) from None
-                yield {"event": {"keepalive": {}}}
+                    what = f"the stream of process {pid}" if pid else "the process's stream"
+                    raise _expired(what, killed=False) from None
+                if started:
+                    yield {"event": {"keepalive": {}}}
                 continue
+            started = True
             if item is None:
                 break
             yield item
@@ -372,26 +387,38 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
     # refusal leaves nothing running that no one knows of
     release = target.service.exec_slots.acquire(target.team)
     try:
-        if size is not None:
-            pid = await target.service.host_call(handle.pty_create(
-                cols=size[0], rows=size[1], cmd=command, env=env, cwd=cwd, user=user))
-        else:
-            pid = await target.service.host_call(handle.spawn(
-                command, env=env, cwd=cwd, user=user,
-                timeout=timeout / 1000 if timeout else None))
-            if not stdin:
-                with contextlib.suppress(GuestOSError):  # ESRCH: it is already gone
-                    await handle.send_stdin(pid, b"", eof=True)
-        started = Started(shown, tag, size is not None)
+        if size is None:
+            # one guest call: the process starts, its pid comes first, then its output
+            async def spawn_and_follow(put: Callable[[Message], Awaitable[None]]) -> None:
+                async def spawned(pid: int) -> None:
+                    registry(target.service).add(target.sandbox_id, pid,
+                                                 Started(shown, tag, False))
+                    await put(_start(pid))
+
+                async def on_stdout(chunk: bytes) -> None:
+                    await put(_data("stdout", chunk))
+
+                async def on_stderr(chunk: bytes) -> None:
+                    await put(_data("stderr", chunk))
+
+                result = await target.service.host_call(handle.spawn_attach(
+                    command, on_spawned=spawned, env=env, cwd=cwd, user=user,
+                    timeout=timeout / 1000 if timeout else None, stdin=stdin,
+                    on_stdout=on_stdout, on_stderr=on_stderr, keep_output=False))
+                await _ended(result, "the process", put)
+
+            async for event in _events(request, None, spawn_and_follow):
+                yield event
+            return
+        pid = await target.service.host_call(handle.pty_create(
+            cols=size[0], rows=size[1], cmd=command, env=env, cwd=cwd, user=user))
+        started = Started(shown, tag, True)
         registry(target.service).add(target.sandbox_id, pid, started)
-        if size is not None and timeout:
+        if timeout:
             _deadline(target, handle, pid, started, timeout / 1000)
 
         async def follow_it(put: Callable[[Message], Awaitable[None]]) -> None:
-            if size is not None:
-                await _follow_pty(handle, pid, put, started)
-            else:
-                await _follow_output(handle, pid, put)
+            await _follow_pty(handle, pid, put, started)
 
         async for event in _events(request, pid, follow_it):
             yield event
