@@ -8,9 +8,15 @@ from typing import Any, cast
 import pytest
 
 from pandastack.host.images.build import IMAGES, GuestImage
-from pandastack.host.templates.builtin import BUILTIN_TEMPLATES, TemplateStore, template_key
+from pandastack.host.templates.builtin import (
+    BUILTIN_TEMPLATES,
+    IMAGE_WARMUP_COMMANDS,
+    BuiltinTemplate,
+    TemplateStore,
+    template_key,
+)
 from pandastack.host.vmm.driver import MachineShape, VMMDriver
-from pandastack.hostport.errors import TemplateNotFound
+from pandastack.hostport.errors import SetupError, TemplateNotFound
 
 
 def test_builtins_name_known_images() -> None:
@@ -51,3 +57,18 @@ def test_kernel_args_are_part_of_the_template_key(tmp_path: Path) -> None:
     plain = template_key(image, driver, MachineShape())
     assert template_key(image, driver, MachineShape(), (), " norandmaps") != plain
     assert template_key(image, driver, MachineShape(), (), "") == plain
+
+
+async def test_an_images_template_has_its_own_warm_up_in_its_key(tmp_path: Path) -> None:
+    """Built-ins' keys are what they were (no base_warmup part); an OCI image's template warms
+    with IMAGE_WARMUP_COMMANDS (an image need not have python3), part of its key, and may
+    not take a built-in's name."""
+    assert all(not any(p.startswith("base_warmup:") for p in b.key_parts())
+               for b in BUILTIN_TEMPLATES.values())
+    image_template = BuiltinTemplate("mine", "oci:x", base_warmup=IMAGE_WARMUP_COMMANDS)
+    assert image_template.key_parts() == tuple(f"base_warmup:{c}" for c in IMAGE_WARMUP_COMMANDS)
+    store = TemplateStore(tmp_path, cast(VMMDriver, None), cast(Any, None))
+    image = GuestImage(key="img", kernel=tmp_path / "k", initrd=tmp_path / "i",
+                       rootfs=tmp_path / "r", kernel_version="6.1", cmdline="", variant="oci:x")
+    with pytest.raises(SetupError, match="built-in template's name"):
+        await store.ensure_image("base", image)

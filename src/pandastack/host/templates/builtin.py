@@ -63,6 +63,8 @@ WARMUP_COMMANDS = ("env true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "ca
                    "! id -u user >/dev/null 2>&1 || "
                    "runuser -u user -- /bin/sh -c 'cd \"$HOME\" && exec /bin/bash -l -c true'")
 TEMPLATE_HOSTNAME = "pandastack"
+# An OCI image's template warms what every image has: the agent's exec through /bin/sh.
+IMAGE_WARMUP_COMMANDS = ("true",)
 
 READY_POLL_S = 0.25
 SETTLE_S = 1.0
@@ -100,10 +102,15 @@ class BuiltinTemplate:
     # Python code run in the code interpreter's default context (needs `start` to run the
     # interpreter), after `ready`.
     code_warmup: tuple[str, ...] = ()
+    # Instead of WARMUP_COMMANDS: an image a user brings need not have python3 or bash
+    # (IMAGE_WARMUP_COMMANDS, ADR 0046).
+    base_warmup: tuple[str, ...] | None = None
 
     def key_parts(self) -> tuple[str, ...]:
         """What the guest does before its snapshot (part of the template key)."""
         parts = list(self.warmup)
+        if self.base_warmup is not None:
+            parts[:0] = [f"base_warmup:{c}" for c in self.base_warmup]
         if self.start is not None:
             parts.append(f"start:{self.start}")
         if self.ready is not None:
@@ -207,6 +214,21 @@ class TemplateStore:
             self._memo[(name, shape)] = alias
             return alias
         image = await self.images(builtin.image, progress)
+        return await self._ensure_baked(name, image, builtin, shape, progress)
+
+    async def ensure_image(self, name: str, image: GuestImage, shape: MachineShape | None = None,
+                           progress: Progress = print) -> Template:
+        """A template of a guest image made from an OCI image (images/oci/guest_image.py),
+        baked on first use like a built-in but with IMAGE_WARMUP_COMMANDS; creates of `name`
+        in this process restore it."""
+        if name in BUILTIN_TEMPLATES:
+            raise SetupError(f"{name!r} is a built-in template's name")
+        shape = shape or MachineShape()
+        builtin = BuiltinTemplate(name, image.variant, base_warmup=IMAGE_WARMUP_COMMANDS)
+        return await self._ensure_baked(name, image, builtin, shape, progress)
+
+    async def _ensure_baked(self, name: str, image: GuestImage, builtin: BuiltinTemplate,
+                            shape: MachineShape, progress: Progress) -> Template:
         self._image_keys.add(image.key)
         key = template_key(image, self.driver, shape, builtin.key_parts(), self.kernel_args)
         final = self.root / name / key
@@ -306,7 +328,8 @@ class TemplateStore:
             await agent.init(time_ns=time.time_ns(), entropy=os.urandom(64),
                              hostname=TEMPLATE_HOSTNAME,
                              machine_id=hashlib.sha256(name.encode()).hexdigest()[:32])
-            for cmd in (*WARMUP_COMMANDS, *builtin.warmup):
+            base_warmup = WARMUP_COMMANDS if builtin.base_warmup is None else builtin.base_warmup
+            for cmd in (*base_warmup, *builtin.warmup):
                 result = await agent.exec(cmd, timeout=300)  # imports are slow under TCG
                 if result.exit_code != 0:
                     raise SetupError(f"warm-up {cmd!r} failed: {result.stderr!r}")

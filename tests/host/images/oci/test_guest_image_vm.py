@@ -88,3 +88,30 @@ async def test_a_busybox_image_boots_with_our_kernel_init_and_agent(
         settings=settings(registry.host))
     assert again.key == image.key  # cached: the manifest asked for again, nothing rebuilt
     shutil.rmtree(image.rootfs.parent)
+
+
+async def test_an_images_template_restores_sandboxes_that_see_its_files(
+        runtime: HostRuntime, registry: Registry, tmp_path: Path, skopeo_policy: Path) -> None:
+    marker = uuid.uuid4().hex
+    push_image(registry, tmp_path, skopeo_policy, "tests/busybox-template",
+               [gzipped(busybox_layer()), gzipped([file("app/marker", marker + "\n")])])
+    store = await runtime.prepare()
+    base = await runtime.machinery.image(BASE)
+    image = await asyncio.to_thread(
+        ensure_oci_image, runtime.config.home, f"{registry.host}/tests/busybox-template:v1",
+        base=base, settings=settings(registry.host))
+    name = f"oci-test-{marker[:8]}"
+    template = await store.ensure_image(name, image, progress=lambda _: None)
+    try:
+        sandbox = await runtime.create(name)
+        try:
+            result = await sandbox.exec("cat /app/marker; cat /etc/hostname; ls /opt/pandastack")
+            assert result.exit_code == 0, result.stderr
+            # The clone's own hostname (its id), set over the template's at the restore.
+            assert result.stdout.decode().split() == [marker, sandbox.id, "bin",
+                                                      "pandastack-agent"]
+        finally:
+            await runtime.kill(sandbox.id)
+    finally:
+        shutil.rmtree(template.path.parent, ignore_errors=True)
+        shutil.rmtree(image.rootfs.parent, ignore_errors=True)
