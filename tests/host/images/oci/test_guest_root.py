@@ -57,3 +57,12 @@ def test_an_images_own_shell_and_accounts_are_kept(tmp_path: Path) -> None:
     assert "app:x:1000" in (root / "etc/passwd").read_text()
     assert not (root / "etc/hosts").is_symlink()
     assert Path("/etc/hosts").read_bytes() == host_hosts
+
+
+def test_an_absolute_sbin_link_is_made_relative_for_the_initramfs(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr/sbin").mkdir(parents=True)
+    (root / "sbin").symlink_to("/usr/sbin")
+    make_bootable(root, agent_binary=AGENT, init_script=b"#!/x\n", busybox=BUSYBOX)
+    assert os.readlink(root / "sbin") == "usr/sbin"
+    assert (root / "usr/sbin/pandastack-init").read_bytes() == b"#!/x\n"

@@ -6,6 +6,8 @@ inside it, never out), and no chroot: the image's own programs never run on the 
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -46,6 +48,14 @@ def make_bootable(root: Path, *, agent_binary: bytes, init_script: bytes,
             if applet != "busybox":
                 inside.symlink(f"{TOOLS_DIR}/{applet}", "busybox")
         inside.write_file(AGENT_BINARY, agent_binary, 0o755)
+        sbin = inside.entry("sbin")
+        if sbin is not None and stat.S_ISLNK(sbin.st_mode):
+            # The initramfs looks for /sbin/pandastack-init from outside the image's root:
+            # an absolute link (/sbin -> /usr/sbin) would lead it astray, the same link
+            # relative (usr/sbin) does not.
+            target = os.readlink(root / "sbin")
+            if target.startswith("/"):
+                inside.symlink("sbin", target.lstrip("/") or ".")
         inside.write_file("sbin/pandastack-init", init_script, 0o755)
         if inside.entry("bin/sh") is None:  # the agent runs commands with /bin/sh -c
             inside.symlink("bin/sh", f"/{BUSYBOX_IN_ROOT}")
