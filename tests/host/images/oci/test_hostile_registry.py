@@ -90,3 +90,13 @@ def test_a_bearer_realm_on_plain_http_gets_no_credentials(hostile: Hostile,
             pull(f"{hostile.host}/team/app:v1", tmp_path, settings(hostile.host),
                  credentials=SECRET)
         assert realm.seen == []
+
+
+def test_a_token_service_sending_too_much_is_cut_off(hostile: Hostile, tmp_path: Path) -> None:
+    with run_hostile() as realm:
+        realm.answers["/token"] = Answer(body=b'{"token": "' + b"x" * (2 << 20) + b'"}')
+        hostile.answers["/v2/team/app/manifests/v1"] = Answer(401, headers={
+            "WWW-Authenticate": f'Bearer realm="http://{realm.host}/token",service="x"'})
+        with pytest.raises(ImageTooLarge, match="its token is over"):
+            pull(f"{hostile.host}/team/app:v1", tmp_path, settings(hostile.host, realm.host))
+        assert len(realm.seen) == 1

@@ -153,18 +153,23 @@ class RegistryClient:
         headers = {"Authorization": self._credentials.basic_header()} if self._credentials \
             else {}
         try:
-            response = self._http.get(realm, params=query, headers=headers)
+            response = self._http.send(
+                self._http.build_request("GET", realm, params=query, headers=headers),
+                stream=True)
         except httpx.HTTPError as exc:
             raise self._unavailable(f"token service {parts.netloc}", exc) from None
-        if response.status_code in (401, 403):
-            who = f"user {self._credentials.username!r}" if self._credentials else "anonymous"
-            raise RegistryAuthError(self.image, f"the token service refused {who}")
-        if response.status_code != 200 or len(response.content) > MAX_TOKEN_BYTES:
+        if response.status_code != 200:
+            response.close()
+            if response.status_code in (401, 403):
+                who = f"user {self._credentials.username!r}" if self._credentials \
+                    else "anonymous"
+                raise RegistryAuthError(self.image, f"the token service refused {who}")
             raise RegistryUnavailable(self.image, f"token service answered "
                                                   f"{response.status_code}")
+        body = self._read_bounded(response, MAX_TOKEN_BYTES, "token")
         try:
-            body = response.json()
-            token = body.get("token") or body.get("access_token")
+            answer = json.loads(body)
+            token = answer.get("token") or answer.get("access_token")
         except (ValueError, AttributeError):
             token = None
         if not isinstance(token, str) or not token:
