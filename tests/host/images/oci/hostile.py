@@ -21,6 +21,8 @@ class Answer:
     status: int = 200
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
+    # Sent a byte at a time, each after this event is set or 0.2 s passed (a dripping server).
+    drip: threading.Event | None = None
 
 
 @dataclass
@@ -66,7 +68,14 @@ def run_hostile() -> Iterator[Hostile]:
                 self.send_header(key, value)
             self.send_header("Content-Length", str(len(answer.body)))
             self.end_headers()
-            self.wfile.write(answer.body)
+            if answer.drip is None:
+                self.wfile.write(answer.body)
+                return
+            for byte in answer.body:
+                if answer.drip.wait(0.2):
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.host = f"127.0.0.1:{server.server_address[1]}"

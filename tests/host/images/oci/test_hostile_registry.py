@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,12 @@ import pytest
 
 from pandastack.host.images.oci.auth import Credentials
 from pandastack.host.images.oci.cache import LayerCache
-from pandastack.host.images.oci.errors import ImageInvalid, ImageTooLarge, RegistryAuthError
+from pandastack.host.images.oci.errors import (
+    ImageInvalid,
+    ImageTooLarge,
+    RegistryAuthError,
+    RegistryUnavailable,
+)
 from pandastack.host.images.oci.settings import MAX_MANIFEST_BYTES
 from tests.host.images.oci.helpers import pull, settings
 from tests.host.images.oci.hostile import Answer, Hostile, run_hostile
@@ -100,3 +107,18 @@ def test_a_token_service_sending_too_much_is_cut_off(hostile: Hostile, tmp_path:
         with pytest.raises(ImageTooLarge, match="its token is over"):
             pull(f"{hostile.host}/team/app:v1", tmp_path, settings(hostile.host, realm.host))
         assert len(realm.seen) == 1
+
+
+def test_a_dripping_registry_cannot_hold_a_resolve_past_its_deadline(
+        hostile: Hostile, tmp_path: Path) -> None:
+    stop = threading.Event()
+    hostile.answers["/v2/evil/slow/manifests/v1"] = Answer(
+        body=b"{" + b" " * 4096 + b"}", headers={"Content-Type": "application/json"}, drip=stop)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RegistryUnavailable, match=r"evil/slow:v1: not resolved within 1 s"):
+            pull(f"{hostile.host}/evil/slow:v1", tmp_path,
+                 settings(hostile.host, timeout_s=5.0, deadline_s=1.0))
+    finally:
+        stop.set()
+    assert time.monotonic() - started < 5  # each byte came within the read timeout

@@ -70,6 +70,9 @@ class RegistryClient:
         self._credentials = credentials
         self._base = settings.endpoint(reference.api_host)
         self._authorization: str | None = None
+        # While resolving (manifests, config, token): when it must be done by, checked before
+        # each request and after each chunk, so a registry dripping bytes cannot hold it.
+        self._deadline: float | None = None
         verify: str | bool = str(settings.ca_bundle) if settings.ca_bundle else True
         self._http = httpx.Client(verify=verify, timeout=httpx.Timeout(settings.timeout_s),
                                   follow_redirects=False, trust_env=False)
@@ -115,9 +118,15 @@ class RegistryClient:
             url = urljoin(url, response.headers["location"])
         raise ImageInvalid(self.image, f"more than {MAX_REDIRECTS} redirects")
 
+    def _in_time(self) -> None:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise RegistryUnavailable(self.image, f"not resolved within "
+                                                  f"{self._settings.deadline_s:g} s")
+
     def _send(self, method: str, path: str, *, accept: str | None = None) -> httpx.Response:
         authenticated_now = False
         while True:
+            self._in_time()
             headers = {"Accept": accept} if accept else {}
             if self._authorization:
                 headers["Authorization"] = self._authorization
@@ -207,6 +216,7 @@ class RegistryClient:
         total = 0
         try:
             for chunk in response.iter_raw():
+                self._in_time()
                 total += len(chunk)
                 if total > limit:
                     raise ImageTooLarge(self.image, f"its {what} is over {limit} bytes")
@@ -237,26 +247,23 @@ class RegistryClient:
         """The reference's manifest (its linux/amd64 one for an index) and config, within the
         settings' deadline; layer sizes and count checked against the bounds before any layer
         is fetched."""
-        deadline = time.monotonic() + self._settings.deadline_s
+        self._deadline = time.monotonic() + self._settings.deadline_s
+        try:
+            return self._resolve()
+        finally:
+            self._deadline = None
 
-        def in_time() -> None:
-            if time.monotonic() > deadline:
-                raise RegistryUnavailable(self.image, f"not resolved within "
-                                                      f"{self._settings.deadline_s:g} s")
-
+    def _resolve(self) -> ResolvedImage:
         body, media, digest = self._manifest(self.reference.reference)
         manifest_digest = digest
         if media in INDEX_TYPES:
             chosen = pick_platform(self.image, body)
-            in_time()
             body, media, manifest_digest = self._manifest(chosen.digest)
             if media in INDEX_TYPES:
                 raise ImageInvalid(self.image, "its linux/amd64 entry is another index")
         manifest = parse_manifest(self.image, body)
         self._check_bounds(manifest)
-        in_time()
         config_body = self.read_blob(manifest.config, MAX_CONFIG_BYTES)
-        in_time()
         config = parse_config(self.image, config_body)
         if config.diff_ids and len(config.diff_ids) != len(manifest.layers):
             raise ImageInvalid(self.image, f"its config lists {len(config.diff_ids)} layers, "
