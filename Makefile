@@ -98,15 +98,18 @@ sdk-ts: deps
 #   (pip's start was 19 s of that build in the guest): 71.0 -> 35.6 s at load 3-5.
 # - tests/host/templates/test_builds.py, the cached prefix: a 2 s sleep as its slow step,
 #   not a pip install built twice: 53.7 -> 14.1 s at load 5-7.
-# - compileall before the lanes: with PYTHONDONTWRITEBYTECODE set (as in the sessions that
-#   run .ci/run here) every CLI call, server and agent the tests start compiled src from
-#   source; three CLI modules took 24.5-27 s of CPU with the bytecode, 33.6-34.9 s without.
+# - compileall before the lanes, and the lanes with PYTHONDONTWRITEBYTECODE empty: with it set
+#   (as in the sessions that run .ci/run here) every CLI call, server and agent the tests
+#   start compiled src from source (three CLI modules: 33.6-34.9 s of CPU, 24.5-27.0 s with
+#   the bytecode), and each pytest process rewrote every test module's asserts anew
+#   (collecting: 18.0 s of CPU, 11.2 s with pytest's cache of them).
 # Each lane ends with its slowest modules (tests/lanes.py), to know what to cut next.
 # Before the lanes, every guest image and template the tests use is built or found (~2 s when
 # cached): no test builds one, so the lanes' time and durations are the tests'. Node's image
 # was built by its test alone (setup builds base and code-interpreter): 145 s in that test on
 # a clone whose cache had the others (issue 33); on a fresh machine the builds are this step's.
 TEST_WORKERS ?= 2
+pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: venv
 	$(BIN)/pandastack setup --template node
 	$(BIN)/python -m compileall -q src tests >/dev/null
