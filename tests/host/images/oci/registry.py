@@ -49,39 +49,59 @@ http:
     return config
 
 
+START_ATTEMPTS = 3  # the free port may be taken again before the registry binds it
+
+
+class _Running:
+    """A registry process whose log is read to the end (so it never blocks on a full
+    pipe); `listening` is set when it says so or exits."""
+
+    def __init__(self, config: Path) -> None:
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(config)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.listening = threading.Event()
+        self.started = False
+        self.log: list[str] = []
+        self.reader = threading.Thread(target=self._drain, daemon=True)
+        self.reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line)
+            if "listening on" in line:
+                self.started = True
+                self.listening.set()
+        self.listening.set()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=10)
+
+
 @contextlib.contextmanager
 def run_registry(tmp: Path, auth: str = "") -> Iterator[Registry]:
     """Start a registry and yield once it listens (its log says so); stop it after."""
     tmp.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    proc = subprocess.Popen(["docker-registry", "serve", str(_config(tmp, port, auth))],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    listening = threading.Event()
-    log: list[str] = []
-
-    def drain() -> None:  # read to the end, so the registry never blocks on a full pipe
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            log.append(line)
-            if "listening on" in line:
-                listening.set()
-        listening.set()  # it exited
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    for _ in range(START_ATTEMPTS):
+        port = free_port()
+        running = _Running(_config(tmp, port, auth))
+        running.listening.wait(START_TIMEOUT_S)
+        if running.started:
+            break
+        running.stop()
+    else:
+        raise RuntimeError("docker-registry did not start:\n" + "".join(running.log[-20:]))
     try:
-        if not listening.wait(START_TIMEOUT_S) or proc.poll() is not None:
-            raise RuntimeError("docker-registry did not start:\n" + "".join(log[-20:]))
         yield Registry(host=f"127.0.0.1:{port}", storage=tmp / "data")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=10)
+        running.stop()
 
 
 def htpasswd_auth(tmp: Path, user: str, password: str) -> str:
