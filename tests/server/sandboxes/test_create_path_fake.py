@@ -1,6 +1,6 @@
 """The store work of a create and of the calls right after it (issue 36, target 1), through
-the HTTP layer over the in-memory runtime: a create reads its row once after the host call
-(the `starting` -> `running` update checks and writes it in one transaction), answers without
+the HTTP layer over the in-memory runtime: after the host call a create writes its row once
+(the `starting` -> `running` UPDATE checks the state and returns the row), answers without
 reading attachments it did not make, and the first call on the new sandbox writes no activity
 time (the create just wrote one). A kill that lands while the host is still creating wins:
 the create answers 409 and its VM is killed."""
@@ -78,8 +78,9 @@ async def test_a_create_and_its_first_exec_ask_the_store_little(api: Api) -> Non
         r = await api.client.post("/v1/sandboxes", json={"template": "base"})
     assert r.status_code == 201, r.text
     assert r.json()["state"] == "running" and r.json()["volumes"] == []
-    # the row's INSERT at admission, one read and one update of it after the host call
-    assert seen == ["INSERT INTO", "SELECT sandboxes.id,", "UPDATE sandboxes"], seen
+    # the row's INSERT at admission; after the host call one UPDATE that checks it is still
+    # starting and returns it (no read before it)
+    assert seen == ["INSERT INTO", "UPDATE sandboxes"], seen
     sid = r.json()["id"]
     with sandbox_statements(store) as seen:
         r = await api.client.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"})

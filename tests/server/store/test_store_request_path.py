@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, inspect
 
 from pandastack.server.accounts.auth import create_key, hash_key
 from pandastack.server.sandboxes.activity import TOUCH_COALESCE_SECONDS, ActivityTouches
-from pandastack.server.store import Store, open_store
+from pandastack.server.store import Sandbox, Store, open_store
 from pandastack.server.store import repo as repo_module
 
-from .test_store_events import new_row
+from .test_store_events import events, new_row
 
 
 @contextmanager
@@ -103,9 +103,17 @@ def test_a_started_row_is_running_and_metered_in_one_transaction(store: Store) -
         started = store.start_sandbox(row.id, created_at=at, last_activity_at=at,
                                       host_id="host-1")
     assert started is not None and started.state == "running" and started.host_id == "host-1"
-    # one read of the row where the create made two (a lookup, then the update's own)
-    assert len([s for s in seen if s.startswith("SELECT sandboxes")]) == 1
+    # the UPDATE is the check and the read (RETURNING): the create made a lookup, then the
+    # update's own read, then the UPDATE
+    assert [s for s in seen if "FROM sandboxes" in s or s.startswith("UPDATE sandboxes")] \
+        == [s for s in seen if s.startswith("UPDATE sandboxes")]
     assert len([s for s in seen if s.startswith("UPDATE sandboxes")]) == 1
+    [told] = events(store, row.team, types=["sandbox.created"])
+    assert told["sandbox_id"] == row.id and told["actor"] == "system"
+    assert {key: told[key] for key in ("state", "previous_state", "name", "vcpus",
+                                       "memory_mb", "snapshot", "metadata", "template")} == {
+        "state": "running", "previous_state": "starting", "name": None, "vcpus": 1,
+        "memory_mb": 512, "snapshot": None, "metadata": {}, "template": "base"}
     kinds = {s.kind for s in store.usage_segments(row.team, 0, at + 60)
              if s.subject_id == row.id}
     assert kinds == {"compute", "disk"}
@@ -133,3 +141,22 @@ def test_a_row_written_by_its_create_is_not_touched_again_at_once(store: Store) 
     touches.touch(row.id, row.last_activity_at + TOUCH_COALESCE_SECONDS)
     assert (store.get_sandbox(row.team, row.id).last_activity_at  # type: ignore[union-attr]
             == row.last_activity_at + TOUCH_COALESCE_SECONDS)
+
+
+def test_the_row_read_per_request_has_every_column_of_the_orm_read(store: Store) -> None:
+    row = new_row("sbx-columns", state="running")
+    row.env, row.meta, row.persistent, row.name = {"A": "1"}, {"k": "v"}, True, "named"
+    store.add_sandbox(row)
+    with statements(store) as seen:
+        got = store.get_sandbox(row.team, row.id)
+    assert len(seen) == 1
+    with store.session() as s:
+        orm = s.get(Sandbox, row.id)
+        assert orm is not None
+        want = {attr.key: getattr(orm, attr.key) for attr in inspect(Sandbox).column_attrs}
+    assert got is not None
+    assert {key: getattr(got, key) for key in want} == want
+    assert got.env == {"A": "1"} and got.meta == {"k": "v"} and got.persistent is True
+    assert store.get_sandbox("another-team", row.id) is None
+    assert store.sandbox_by_id(row.id) is not None
+    assert store.sandbox_by_id("sbx-000000000000") is None

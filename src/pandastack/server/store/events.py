@@ -18,9 +18,21 @@ import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, BigInteger, Float, Index, Integer, String, Text, event, inspect
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Float,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    event,
+    insert,
+    inspect,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
@@ -52,6 +64,11 @@ class Event(Base):
     sandbox_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     template: Mapped[str | None] = mapped_column(String(160), nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+EVENTS = cast(Table, Event.__table__)
+#: What an event row is written with (its `id` is the database's).
+EVENT_COLUMNS = [attr for attr in inspect(Event).column_attrs if attr.key != "id"]
 
 
 class EventSequence(Base):
@@ -308,6 +325,18 @@ def take_numbers(session: Session, counter: type[EventSequence] | type[DeliveryS
 def number_events(session: Session, rows: list[Event]) -> None:
     """Give `rows` the next numbers of their teams' event sequences, in list order."""
     take_numbers(session, EventSequence, rows)
+
+
+def record_state_change(session: Session, row: Sandbox, old: str, new: str) -> None:
+    """The event of `row`'s move from `old` to `new`, numbered and inserted in `session`'s
+    transaction, for a writer that changed the state with a Core UPDATE (no flush for the
+    hook below to see): the same event the hook would have written."""
+    made = _sandbox_row_event(row, old, new)
+    if made is None:
+        return
+    number_events(session, [made])
+    session.execute(insert(EVENTS), [{column.key: getattr(made, column.key)
+                                      for column in EVENT_COLUMNS}])
 
 
 @event.listens_for(Session, "before_flush")
