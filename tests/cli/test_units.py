@@ -98,13 +98,44 @@ def test_the_agent_unit_stops_only_the_agent_and_serve_is_confined() -> None:
                 "ReadWritePaths", "PrivateMounts"):
         assert key not in agent, key
     caps = set(agent["CapabilityBoundingSet"][0].split())
-    assert {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETUID"} <= caps
-    assert not caps & {"CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_BOOT", "CAP_SYS_TIME"}
+    assert {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETUID",
+            "CAP_SYS_PTRACE"} <= caps
+    assert not caps & {"CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_BOOT", "CAP_SYS_TIME",
+                       "CAP_NET_RAW", "CAP_SYS_RESOURCE", "CAP_BPF"}
     serve = unit_settings((DEPLOY / "pandastack-serve.service").read_text())
     assert serve["CapabilityBoundingSet"] == [""] and serve["NoNewPrivileges"] == ["yes"]
     assert serve["PrivateTmp"] == ["yes"] and serve["ProtectSystem"] == ["strict"]
     assert serve["Restart"] == ["on-failure"]
     assert serve["EnvironmentFile"] == ["/etc/pandastack/pandastack.env"]
+
+
+def agent_bounding_set(drop: str = "") -> str:
+    caps = unit_settings((DEPLOY / "pandastack-agent.service").read_text())
+    names = [c.removeprefix("CAP_").lower() for c in caps["CapabilityBoundingSet"][0].split()]
+    return ",".join(["-all", *(f"+{n}" for n in names if n != drop)])
+
+
+def test_the_agent_sees_where_a_jailed_vmm_runs(tmp_path: Path) -> None:
+    """The garbage collector tells a live jailed VMM from an orphan by /proc/PID/cwd
+    (host/gc.py `_gone`), which another uid's process shows only to CAP_SYS_PTRACE: the
+    agent's unit keeps it, and without it the link cannot be read."""
+    workdir = tmp_path / "vm"
+    workdir.mkdir()
+    other = subprocess.Popen(["setpriv", "--reuid=200777", "--regid=200777", "--clear-groups",
+                              "sleep", "60"], cwd=workdir)
+    try:
+        probe = f"import os; print(os.readlink('/proc/{other.pid}/cwd'))"
+        for drop, expected in (("", str(workdir)), ("sys_ptrace", None)):
+            out = subprocess.run(["setpriv", f"--bounding-set={agent_bounding_set(drop)}",
+                                  sys.executable, "-c", probe], capture_output=True, text=True,
+                                 timeout=30, check=False)
+            if expected is None:
+                assert out.returncode != 0 and "Permission denied" in out.stderr, out
+            else:
+                assert out.stdout.strip() == expected, out
+    finally:
+        other.kill()
+        other.wait()
 
 
 def settings_read_by_the_code() -> set[str]:
