@@ -60,7 +60,7 @@ from pandastack.host.images.rootfs import (
 from pandastack.hostport.errors import SetupError
 
 # Bump when the build recipe changes in a way the hashed inputs do not capture.
-RECIPE_VERSION = 8
+RECIPE_VERSION = 9  # 9: /etc/profile without the `id -u` fork for bash
 
 SUITE = "bookworm"
 VARIANT = "minbase"
