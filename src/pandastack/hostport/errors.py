@@ -3,7 +3,13 @@ type name and re-raised by its client: the control plane sees the same classes e
 
     HostError
     ├── SetupError            host preparation (packages, images, templates) failed
-    │   └── TemplateNotFound  no template of that name
+    │   ├── TemplateNotFound  no template of that name
+    │   └── ImageError        an OCI image could not be pulled (its message names it)
+    │       ├── ImageNotFound         no such repository, tag or digest (or no linux/amd64)
+    │       ├── RegistryAuthError     the registry refused the credentials (or wants some)
+    │       ├── RegistryUnavailable   the registry did not answer within the deadline
+    │       ├── ImageTooLarge         over the image size, layer count or unpacked bounds
+    │       └── ImageInvalid          not an image we can use (digest, format, unsafe entry)
     ├── VMMError              the VMM could not start, restore, snapshot or stop a VM
     │   ├── HugePagesUnavailable  too few free hugetlb pages for a VM's RAM
     │   └── SnapshotFailed    a live snapshot failed (the sandbox keeps running)
@@ -43,6 +49,33 @@ class SetupError(HostError):
 
 
 class TemplateNotFound(SetupError):
+    pass
+
+
+class ImageError(SetupError):
+    """An OCI image could not be pulled or used (host/images/oci raises its subclasses, whose
+    message starts `image <reference>:`; `image` is that reference)."""
+
+    image: str = ""
+
+
+class ImageNotFound(ImageError):
+    pass
+
+
+class RegistryAuthError(ImageError):
+    pass
+
+
+class RegistryUnavailable(ImageError):
+    pass
+
+
+class ImageTooLarge(ImageError):
+    pass
+
+
+class ImageInvalid(ImageError):
     pass
 
 

@@ -29,8 +29,13 @@ from pandastack.hostport.errors import (
     HostExhausted,
     HostLost,
     HostUnavailable,
+    ImageError,
+    ImageNotFound,
+    ImageTooLarge,
     NoObjectStore,
     ObjectStoreUnavailable,
+    RegistryAuthError,
+    RegistryUnavailable,
     SandboxNotFound,
     SandboxStateError,
     SetupError,
@@ -149,9 +154,23 @@ def from_host_error(exc: HostError) -> ApiError:
         return ApiError(503, "unavailable", f"sandbox agent unavailable: {exc}")
     if isinstance(exc, AgentError):
         return ApiError(503, "unavailable", f"sandbox agent error: {exc}")
+    if isinstance(exc, ImageError):  # the message names the image (ADR 0046)
+        return _image_error(exc)
     if isinstance(exc, SetupError):
         return ApiError(503, "unavailable", f"host setup failed: {exc}")
     return ApiError(503, "unavailable", f"host runtime error: {exc}")
+
+
+def _image_error(exc: ImageError) -> ApiError:
+    if isinstance(exc, ImageNotFound):
+        return ApiError(404, "not_found", str(exc))
+    if isinstance(exc, RegistryAuthError):
+        return ApiError(403, "forbidden", str(exc))
+    if isinstance(exc, ImageTooLarge):
+        return ApiError(413, "payload_too_large", str(exc))
+    if isinstance(exc, RegistryUnavailable):  # the image's registry, not ours, failed
+        return ApiError(502, "bad_gateway", str(exc))
+    return ApiError(422, "validation_error", str(exc))
 
 
 def api_error_of(exc: BaseException) -> ApiError | None:
