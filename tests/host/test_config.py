@@ -69,3 +69,21 @@ def test_stream_hugetlb_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     one = HostConfig(state_dir=tmp_path / "a").hugetlb_claim
     assert one != HostConfig(state_dir=tmp_path / "b").hugetlb_claim
     assert one.parent == HostConfig(state_dir=tmp_path / "b").hugetlb_claim.parent
+
+
+def test_an_empty_setting_is_an_unset_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An environment file's `NAME=` line: not the working directory, not a ValueError.
+    names = ("PANDASTACK_STATE_DIR", "PANDASTACK_FORK_BUFFER_S", "PANDASTACK_TB_SIZE_MB",
+             "PANDASTACK_VOLUMES_DIR", "PANDASTACK_MEMORY_STAGE", "PANDASTACK_DNS")
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    default = HostConfig.from_env()
+    for name in names:
+        monkeypatch.setenv(name, " ")
+    config = HostConfig.from_env()
+    assert config.state_dir == default.state_dir
+    assert config.fork_buffer_s == default.fork_buffer_s
+    assert config.tb_size_mb == default.tb_size_mb
+    assert config.volumes_root == default.volumes_root
+    assert config.memory_stage_dir == default.memory_stage_dir
+    assert config.dns == default.dns

@@ -128,7 +128,10 @@ class HostConfig:
 
     @classmethod
     def from_env(cls, **overrides: object) -> HostConfig:
-        env = os.environ
+        # An empty setting is an unset one: an environment file (the systemd unit's) easily
+        # holds `NAME=` lines, and an empty path would mean the working directory.
+        env = {name: value for name, value in os.environ.items()
+               if value.strip() or not name.startswith("PANDASTACK_")}
         values: dict[str, object] = {
             "home": Path(env.get("PANDASTACK_HOME", str(DEFAULT_HOME))),
             "accel": env.get("PANDASTACK_ACCEL", "auto"),
@@ -160,7 +163,7 @@ class HostConfig:
             values["tcg_cpu"] = env["PANDASTACK_TCG_CPU"]
         if "PANDASTACK_MEMORY_STAGE" in env:
             stage = env["PANDASTACK_MEMORY_STAGE"]
-            values["memory_stage_dir"] = Path(stage) if stage not in ("", "off") else None
+            values["memory_stage_dir"] = Path(stage) if stage != "off" else None
         if "PANDASTACK_STREAM_HUGE_PAGES" in env:
             values["stream_huge_pages"] = env["PANDASTACK_STREAM_HUGE_PAGES"]
         if "PANDASTACK_FORK_BUFFER_S" in env:
