@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 from websockets.sync.server import ServerConnection, serve
 
+from pandastack.hostport.errors import GuestOSError
 from pandastack.hostport.results import ExecResult
 from pandastack.server.compat.e2b.envd import process
 from pandastack.server.compat.e2b.envd.connect import ConnectError
@@ -426,14 +427,17 @@ def test_websockets_to_other_ports_take_the_traffic_token(tmp_path: Path) -> Non
 
 async def test_start_user_and_working_directory(api: Api) -> None:
     """What a Start asks the host for: the Basic-auth user (else E2B's `user`); the request's
-    directory, else the template's WORKDIR, else the user's home (a wrapper that changes to
-    $HOME and execs the command, keeping its pid); the sandbox's env under the request's."""
+    directory, else the template's WORKDIR, else the user's home (/home/<name>; where the guest
+    has none, a wrapper that changes to $HOME and execs the command, keeping its pid; also for
+    a relative directory); the sandbox's env under the request's."""
     sid = await new_sandbox(api)
     fake = api.app.state.service.runtime.handle(sid)
     spawned: list[dict[str, Any]] = []
 
     async def spawn(cmd: object, **kwargs: object) -> int:
         spawned.append({"cmd": cmd, **kwargs})
+        if kwargs["cwd"] == "/home/homeless":
+            raise GuestOSError("ENOENT", "No such file or directory", "/home/homeless")
         return 42
 
     fake.spawn = spawn
@@ -455,12 +459,20 @@ async def test_start_user_and_working_directory(api: Api) -> None:
         r = await c.post("/process.Process/Start", headers=headers,
                          content=envelope({"process": {"cmd": "ls", "cwd": "rel/dir"}}))
         assert stream_events(r.content)[1] == {}
-    home, explicit, workdir, relative = spawned
-    assert home["user"] == "user" and home["cwd"] is None
-    assert home["cmd"][:2] == ["/bin/sh", "-c"] and 'cd "$HOME"' in home["cmd"][2]
-    assert home["cmd"][3:] == ["sh", "", "ls", "-a"]
-    assert relative["cwd"] is None and relative["cmd"][3:] == ["sh", "rel/dir", "ls"]
-    assert home["timeout"] == 60.0
+        api.app.state.store.update_sandbox(sid, cwd=None)
+        homeless = "Basic " + base64.b64encode(b"homeless:").decode()
+        r = await c.post("/process.Process/Start", headers={**headers, "Authorization": homeless},
+                         content=envelope({"process": {"cmd": "ls"}}))
+        events, end = stream_events(r.content)
+        assert end == {} and events[0] == {"event": {"start": {"pid": 42}}}
+    home, explicit, workdir, relative, refused, wrapped = spawned
+    assert home["user"] == "user" and home["cwd"] == "/home/user"
+    assert home["cmd"] == ["ls", "-a"] and home["timeout"] == 60.0
+    assert relative["cwd"] is None and relative["cmd"][:2] == ["/bin/sh", "-c"]
+    assert 'cd "$HOME"' in relative["cmd"][2] and relative["cmd"][3:] == ["sh", "rel/dir", "ls"]
+    assert refused["cwd"] == "/home/homeless" and refused["cmd"] == ["ls"]
+    assert wrapped["user"] == "homeless" and wrapped["cwd"] is None
+    assert wrapped["cmd"][3:] == ["sh", "", "ls"]
     assert explicit["user"] == "root" and explicit["cwd"] == "/srv"
     assert explicit["cmd"] == ["ls"] and explicit["env"] == {"A": "1"}
     assert workdir["cwd"] == "/app" and workdir["cmd"] == ["ls"]

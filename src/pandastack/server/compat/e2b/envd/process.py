@@ -11,8 +11,10 @@
 - `stdin: false` (what newer SDKs send unless asked) closes stdin at once, as E2B's daemon
   starts such a process with none; true (or absent, the proto's default) keeps it open.
 - The user is the Basic auth name, else E2B's default `user`; the working directory is the
-  request's, else the template's WORKDIR, else the user's home (E2B's default); the
-  environment the sandbox's (its template's ENV and the create's env) under the request's.
+  request's, else the template's WORKDIR, else the user's home (E2B's default: `/root` or
+  `/home/<name>`, as the room's files take it; a shell's `cd "$HOME"` where the image has no
+  such directory); the environment the sandbox's (its template's ENV and the create's env)
+  under the request's.
 - `Connect` replays what the guest's rings hold of the process's output (the last 1 MiB of
   each stream) before it follows it live, where E2B's daemon sends only what comes after.
 - Processes are selected by pid or by the `tag` given at start; the tags and the configs
@@ -35,6 +37,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from pandastack.hostport.errors import GuestOSError
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.pty import PtyExit, check_dims
 from pandastack.hostport.results import ExecResult
@@ -44,6 +47,7 @@ from pandastack.server.web.errors import clean_text
 
 from ..target import DEFAULT_USER, SandboxTarget, target_of
 from .connect import ClientStream, ConnectError, Message, Method, ServerStream, Unary
+from .guestfs import USER_NAME, home_of
 
 KEEPALIVE_HEADER = "keepalive-ping-interval"
 TIMEOUT_HEADER = "connect-timeout-ms"
@@ -52,6 +56,8 @@ QUEUE_ITEMS = 64
 MAX_ARGS = 4096
 MAX_PROCESSES_REMEMBERED = 256  # per sandbox
 MAX_SANDBOXES_REMEMBERED = 4096
+HOME_MISSING = ("ENOENT", "ENOTDIR", "EACCES")
+"""What the guest answers for a home directory it cannot start a process in."""
 # Connect's JSON names E2B's Signal enum by name; numbers are accepted too.
 SIGNALS = {"SIGNAL_SIGTERM": signals.SIGTERM, "SIGNAL_SIGKILL": signals.SIGKILL}
 
@@ -383,6 +389,9 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
         cwd = None
     user = target.user or DEFAULT_USER
     command = argv if cwd is not None else _home_cwd(argv, relative)
+    # the home by the images' convention, without the wrapper's extra exec of a shell (~10 ms
+    # of a start under TCG); where the image has no such directory, the wrapper after all
+    home = home_of(user) if cwd is None and not relative and USER_NAME.match(user) else None
     # a command running, as our exec stream counts one; taken before it starts, so that a
     # refusal leaves nothing running that no one knows of
     release = target.service.exec_slots.acquire(target.team)
@@ -401,11 +410,23 @@ async def start(request: Request, message: Message) -> AsyncIterator[Message]:
                 async def on_stderr(chunk: bytes) -> None:
                     await put(_data("stderr", chunk))
 
-                result = await target.service.host_call(handle.spawn_attach(
-                    command, on_spawned=spawned, env=env, cwd=cwd, user=user,
-                    timeout=timeout / 1000 if timeout else None, stdin=stdin,
-                    on_stdout=on_stdout, on_stderr=on_stderr, keep_output=False))
-                await _ended(result, "the process", put)
+                def start_in(run: list[str], at: str | None) -> Awaitable[ExecResult]:
+                    return handle.spawn_attach(
+                        run, on_spawned=spawned, env=env, cwd=at, user=user,
+                        timeout=timeout / 1000 if timeout else None, stdin=stdin,
+                        on_stdout=on_stdout, on_stderr=on_stderr, keep_output=False)
+
+                async def run_it() -> ExecResult:
+                    if home is not None:
+                        try:
+                            return await start_in(argv, home)
+                        except GuestOSError as exc:
+                            # nothing started: the guest refused the directory itself
+                            if exc.path != home or exc.errno_name not in HOME_MISSING:
+                                raise
+                    return await start_in(command, cwd)
+
+                await _ended(await target.service.host_call(run_it()), "the process", put)
 
             async for event in _events(request, None, spawn_and_follow):
                 yield event
