@@ -14,6 +14,7 @@ other teams' activity, which the global `id` would (ADR 0035, addendum)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -29,6 +30,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     event,
     insert,
     inspect,
@@ -36,6 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.sql.dml import ReturningInsert
 
 from pandastack.registry.models import Base
 from pandastack.wire.sandboxes import ENDED_STATES
@@ -297,6 +300,19 @@ def events_of_flush(session: Session) -> list[Event]:
     return found
 
 
+@functools.cache
+def _bump_statement(counter: type[EventSequence] | type[DeliverySequence],
+                    pg: bool) -> ReturningInsert[Any]:
+    """The upsert that takes a team's next `bump_n` numbers, built once: every state change
+    runs it, and building it (and its cache key) each time cost more than running it."""
+    made = (pg_insert if pg else sqlite_insert)(counter).values(
+        team=bindparam("bump_team"), last=bindparam("bump_n", type_=BigInteger))
+    return made.on_conflict_do_update(
+        index_elements=[counter.team],
+        set_={"last": counter.last + bindparam("bump_n", type_=BigInteger)},
+    ).returning(counter.last)
+
+
 def take_numbers(session: Session, counter: type[EventSequence] | type[DeliverySequence],
                  rows: list[Event] | list[WebhookDelivery]) -> None:
     """Give `rows` the next numbers of their teams' sequences in `counter`, in list order.
@@ -306,18 +322,12 @@ def take_numbers(session: Session, counter: type[EventSequence] | type[DeliveryS
         by_team.setdefault(row.team, []).append(row)
     # On the session's connection, not through the session (it may be mid-flush).
     conn = session.connection()
-    pg = conn.dialect.name == "postgresql"
+    stmt = _bump_statement(counter, conn.dialect.name == "postgresql")
     # Teams in one order: two transactions that each number rows of teams A and B take the
     # rows' locks alike, never A-then-B against B-then-A.
     for team in sorted(by_team):
         mine = by_team[team]
-        bump = {"last": counter.last + len(mine)}
-        key = [counter.team]
-        stmt = (pg_insert(counter).values(team=team, last=len(mine))
-                .on_conflict_do_update(index_elements=key, set_=bump) if pg else
-                sqlite_insert(counter).values(team=team, last=len(mine))
-                .on_conflict_do_update(index_elements=key, set_=bump))
-        last = int(conn.execute(stmt.returning(counter.last)).scalar_one())
+        last = int(conn.execute(stmt, {"bump_team": team, "bump_n": len(mine)}).scalar_one())
         for n, row in enumerate(mine, start=last - len(mine) + 1):
             row.seq = n
 
