@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Table, and_, case, func, insert, or_, select, text, update
+from sqlalchemy import Table, and_, bindparam, case, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -108,20 +108,26 @@ def close_volume_segment(s: Session, volume_id: str, at: float) -> None:
     close_segments(s, [volume_id], ["volume"], at)
 
 
+# Built once: every create and state change under a quota runs them.
+_BEGIN_IMMEDIATE = text("BEGIN IMMEDIATE")
+_TEAM_FOR_UPDATE = select(Team.id).where(Team.id == bindparam("lock_team")).with_for_update()
+
+
 def lock_team(s: Session, team: str) -> None:
     """Take the team's write lock for the rest of `s`'s transaction; must be `s`'s first
     statement (on SQLite it begins the transaction)."""
-    if s.get_bind().dialect.name == "sqlite":
+    dialect = s.get_bind().dialect.name
+    if dialect == "sqlite":
         # pysqlite would begin a deferred transaction only at the first write: the reads of
         # the check must already hold the write lock.
-        s.execute(text("BEGIN IMMEDIATE"))
-    elif s.get_bind().dialect.name == "postgresql":
+        s.execute(_BEGIN_IMMEDIATE)
+    elif dialect == "postgresql":
         # Two first admits of a team never seen would both find no row and both INSERT it:
         # the second failed on the primary key (a 500). ON CONFLICT waits for the first's
         # transaction and then does nothing; the row lock below serializes them as usual.
         s.execute(pg_insert(Team).values(id=team, created_at=time.time())
                   .on_conflict_do_nothing(index_elements=[Team.id]))
-    if s.execute(select(Team.id).where(Team.id == team).with_for_update()).first() is None:
+    if s.execute(_TEAM_FOR_UPDATE, {"lock_team": team}).first() is None:
         s.add(Team(id=team, created_at=time.time()))  # its INSERT holds the new row's lock
         s.flush()
 
