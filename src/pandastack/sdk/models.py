@@ -8,81 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from pandastack.wire.resources import (
-    CreatedKey,
-    DrainResult,
-    HostInfo,
-    HostState,
-    KeyInfo,
-    VolumeAttachment,
-    VolumeInfo,
-    VolumeSnapshotInfo,
-)
-from pandastack.wire.sandboxes import (
-    AttachedVolume,
-    CodeContext,
-    CodeError,
-    ExecResult,
-    FileEntry,
-    ForkResult,
-    Lifecycle,
-    Logs,
-    NetworkSpec,
-    ProcessInfo,
-    SandboxInfo,
-    SandboxMetrics,
-    SandboxState,
-    SnapshotInfo,
-    VolumeMount,
-    WriteResult,
-)
-from pandastack.wire.search import GlobMatches, GrepMatches, TextMatch
-from pandastack.wire.usage import (
-    QuotaInfo,
-    QuotaUse,
-    RateCard,
-    UsageQuantities,
-    UsageReport,
-    UsageRow,
-)
+from pandastack.wire import resources as _resources
+from pandastack.wire import sandboxes as _sandboxes
+from pandastack.wire import search as _search
+from pandastack.wire import usage as _usage
+from pandastack.wire.resources import *  # noqa: F403
+from pandastack.wire.sandboxes import *  # noqa: F403
+from pandastack.wire.search import *  # noqa: F403
+from pandastack.wire.usage import *  # noqa: F403
 
-__all__ = [
-    "AsyncOutputCallback",
-    "AttachedVolume",
-    "CodeContext",
-    "CodeError",
-    "CreatedKey",
-    "DrainResult",
-    "ExecResult",
-    "FileEntry",
-    "ForkResult",
-    "GlobMatches",
-    "GrepMatches",
-    "HostInfo",
-    "HostState",
-    "KeyInfo",
-    "Lifecycle",
-    "Logs",
-    "NetworkSpec",
-    "OutputCallback",
-    "ProcessInfo",
-    "QuotaInfo",
-    "QuotaUse",
-    "RateCard",
-    "SandboxInfo",
-    "SandboxMetrics",
-    "SandboxState",
-    "SnapshotInfo",
-    "TextMatch",
-    "UsageQuantities",
-    "UsageReport",
-    "UsageRow",
-    "VolumeAttachment",
-    "VolumeInfo",
-    "VolumeMount",
-    "VolumeSnapshotInfo",
-    "WriteResult",
-]
+# Each wire module's `__all__` names its results, so a new result model is not named here too.
+__all__ = ["AsyncOutputCallback", "OutputCallback"]
+__all__ += _resources.__all__
+__all__ += _sandboxes.__all__
+__all__ += _search.__all__
+__all__ += _usage.__all__
 
 #: Called with each chunk of a command's output text, as it arrives.
 OutputCallback = Callable[[str], object]

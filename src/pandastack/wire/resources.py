@@ -25,6 +25,19 @@ from pandastack.templatespec.models import TemplateSpec
 from pandastack.wire.base import Strict
 from pandastack.wire.sandboxes import NetworkSpec
 
+# What a client gets back from this part of the API: `pandastack.sdk.models` re-exports
+# these (`import *`), so a new result model is named here, beside its class.
+__all__ = [
+    "CreatedKey",
+    "DrainResult",
+    "HostInfo",
+    "HostState",
+    "KeyInfo",
+    "VolumeAttachment",
+    "VolumeInfo",
+    "VolumeSnapshotInfo",
+]
+
 # -- keys ---------------------------------------------------------------------------------
 
 class CreateKey(Strict):

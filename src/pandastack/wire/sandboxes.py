@@ -36,6 +36,27 @@ from pandastack.rules import (
 )
 from pandastack.wire.base import Strict
 
+# What a client gets back from this part of the API: `pandastack.sdk.models` re-exports
+# these (`import *`), so a new result model is named here, beside its class.
+__all__ = [
+    "AttachedVolume",
+    "CodeContext",
+    "CodeError",
+    "ExecResult",
+    "FileEntry",
+    "ForkResult",
+    "Lifecycle",
+    "Logs",
+    "NetworkSpec",
+    "ProcessInfo",
+    "SandboxInfo",
+    "SandboxMetrics",
+    "SandboxState",
+    "SnapshotInfo",
+    "VolumeMount",
+    "WriteResult",
+]
+
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "killed",
                        "expired", "reaped", "failed", "host_lost"]
 #: How a stopped sandbox came back (ADR 0037): its hibernation, its newest snapshot of

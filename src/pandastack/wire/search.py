@@ -18,6 +18,14 @@ from pandastack.guestproto.ops import (
 )
 from pandastack.wire.base import Strict
 
+# What a client gets back from this part of the API: `pandastack.sdk.models` re-exports
+# these (`import *`), so a new result model is named here, beside its class.
+__all__ = [
+    "GlobMatches",
+    "GrepMatches",
+    "TextMatch",
+]
+
 _PATH = "absolute, in the guest"
 
 

@@ -9,6 +9,17 @@ from pydantic import Field
 
 from pandastack.wire.base import Strict
 
+# What a client gets back from this part of the API: `pandastack.sdk.models` re-exports
+# these (`import *`), so a new result model is named here, beside its class.
+__all__ = [
+    "QuotaInfo",
+    "QuotaUse",
+    "RateCard",
+    "UsageQuantities",
+    "UsageReport",
+    "UsageRow",
+]
+
 UsageGroupBy = Literal["sandbox", "day", "template"]
 USAGE_GROUPS: tuple[str, ...] = ("sandbox", "day", "template")
 #: The limits a team's quota has, in the order they are checked and shown.
