@@ -8,7 +8,8 @@ in the same run.
   timed. The same through one long-lived `Client` is measured too, to separate what building
   an HTTP client costs from what the server adds.
 - **Runtime**: `HostRuntime` in this process, on its own private state dir. Timed:
-  `create("base")` then `exec(...)`. The kill is not timed.
+  `create("base")` then `exec(..., timeout=60)` (the timeout the SDK sends by default, which
+  the API passes on to the guest: both sides make the same guest call). The kill is not timed.
 - **Agent** (with `--agent`): a real `pandastack agent` subprocess on a unix socket (private
   state dir and token file), driven by one long-lived `HostClient`, the way the control
   plane reaches a separate agent. Timed as the runtime is. Compared with the runtime, it is
@@ -61,6 +62,9 @@ from pandastack.hostport.protocols import SandboxPort
 from pandastack.server.hostclient import HostClient
 
 MAX_N = 1000
+# What the SDK's exec sends as its timeout when given none (the server passes it on to the
+# guest); the runtime's side passes the same, so both run the same guest call.
+SDK_EXEC_TIMEOUT = 60.0
 SERVER_START_TIMEOUT = 300.0  # may have to bake the template first
 
 
@@ -199,7 +203,7 @@ async def host_once(host: HostRuntime | HostClient,
     sbx = await host.create("base")
     created = time.perf_counter()
     try:
-        result = await sbx.exec(cmd)
+        result = await sbx.exec(cmd, timeout=SDK_EXEC_TIMEOUT)
         done = time.perf_counter()
         assert result.exit_code == 0, result
     finally:
@@ -235,7 +239,7 @@ def host_warm_calls(sbx: SandboxPort,
                     cmd: str | list[str]) -> dict[str, Callable[[], Awaitable[object]]]:
     """The same calls on the runtime's handle, in this process."""
     async def run() -> object:
-        result = await sbx.exec(cmd)
+        result = await sbx.exec(cmd, timeout=SDK_EXEC_TIMEOUT)
         assert result.exit_code == 0, result
         return result
 
