@@ -72,39 +72,23 @@ impl Shared {
     }
 }
 
-type Handler = fn(&Arc<Shared>, &Arc<Op>, &Frame) -> OpResult;
+pub type Handler = fn(&Arc<Shared>, &Arc<Op>, &Frame) -> OpResult;
+
+/// Each module names the requests it answers, so a new operation is not named here too.
+const MODULES: &[&[(&str, Handler)]] = &[
+    sysinit::HANDLERS,
+    execs::HANDLERS,
+    files::HANDLERS,
+    search::HANDLERS,
+    code::HANDLERS,
+    metrics::HANDLERS,
+    pty::HANDLERS,
+    volumes::HANDLERS,
+    watch::HANDLERS,
+];
 
 fn handler(t: &str) -> Option<Handler> {
-    Some(match t {
-        "init" => sysinit::init,
-        "exec" => execs::exec,
-        "spawn" => execs::spawn,
-        "spawn_attach" => execs::spawn_attach,
-        "attach" => execs::attach,
-        "procs" => execs::procs,
-        "signal" => execs::signal,
-        "stdin" => execs::stdin,
-        "stdin_eof" => execs::stdin_eof,
-        "read_file" => files::read_file,
-        "write_file" => files::write_file,
-        "list" => files::list_dir,
-        "stat" => files::stat,
-        "mkdir" => files::mkdir,
-        "remove" => files::remove,
-        "rename" => files::rename,
-        "sync" => files::sync,
-        "grep" => search::grep,
-        "glob" => search::glob,
-        "code" => code::code,
-        "metrics" => metrics::metrics,
-        "pty" => pty::pty,
-        "pty_attach" => pty::attach,
-        "mount_volume" => volumes::mount_volume,
-        "unmount_volume" => volumes::unmount_volume,
-        "freeze_volume" => volumes::freeze_volume,
-        "watch" => watch::watch,
-        _ => return None,
-    })
+    MODULES.iter().flat_map(|m| m.iter()).find(|(name, _)| *name == t).map(|&(_, h)| h)
 }
 
 /// Frames that only make sense for an op in flight; late ones are dropped silently.

@@ -7,10 +7,15 @@ use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use crate::agent::Shared;
+use crate::agent::{Handler, Shared};
 use crate::frame::Frame;
 use crate::json::{self, Obj, Value};
 use crate::op::{Op, OpError, OpResult};
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("code", code),
+];
 
 pub const SOCKET_PATH: &str = "/run/pandastack/code.sock";
 const READ_SIZE: usize = 256 * 1024;

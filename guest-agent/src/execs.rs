@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::agent::{py_repr, Shared};
+use crate::agent::{py_repr, Handler, Shared};
 use crate::frame::Frame;
 use crate::json::{self, Obj, Value};
 use crate::op::{arg_bool, arg_int, arg_opt_int, arg_opt_str, Op, OpError, OpResult};
@@ -13,6 +13,18 @@ use crate::procs::{ExitInfo, Proc, Sink, Stream};
 use crate::table::Spec;
 use crate::sys;
 use crate::users;
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("exec", exec),
+    ("spawn", spawn),
+    ("spawn_attach", spawn_attach),
+    ("attach", attach),
+    ("procs", procs),
+    ("signal", signal),
+    ("stdin", stdin),
+    ("stdin_eof", stdin_eof),
+];
 
 const MAX_PROC_LIST: usize = 900 * 1024;
 

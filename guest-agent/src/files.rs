@@ -8,11 +8,23 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agent::Shared;
+use crate::agent::{Handler, Shared};
 use crate::frame::{Frame, MAX_CHUNK};
 use crate::json::{self, Obj};
 use crate::op::{arg_bool, arg_int, arg_opt_int, arg_str, Op, OpError, OpResult};
 use crate::{osstr, sys};
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("read_file", read_file),
+    ("write_file", write_file),
+    ("list", list_dir),
+    ("stat", stat),
+    ("mkdir", mkdir),
+    ("remove", remove),
+    ("rename", rename),
+    ("sync", sync),
+];
 
 /// A write_file whose host sends nothing for this long is abandoned (ETIMEDOUT).
 const WRITE_IDLE_TIMEOUT: Duration = Duration::from_secs(300);

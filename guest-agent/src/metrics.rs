@@ -5,10 +5,15 @@ use std::fs;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agent::Shared;
+use crate::agent::{Handler, Shared};
 use crate::frame::Frame;
 use crate::json::Obj;
 use crate::op::{arg_int, Op, OpError, OpResult};
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("metrics", metrics),
+];
 
 const DEFAULT_WINDOW_MS: i128 = 200;
 const MAX_WINDOW_MS: i128 = 2000;

@@ -8,13 +8,19 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use crate::agent::Shared;
+use crate::agent::{Handler, Shared};
 use crate::execs::{check_cwd, command, env, managed, user, WireSink};
 use crate::frame::Frame;
 use crate::json::{Obj, Value};
 use crate::op::{arg_int, arg_opt_str, Op, OpError, OpResult};
 use crate::table::Spec;
 use crate::users::{self, User};
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("pty", pty),
+    ("pty_attach", attach),
+];
 
 /// Live terminals at once: each holds a pty pair and two threads in the agent.
 const MAX_PTYS: usize = 64;

@@ -8,11 +8,17 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
-use crate::agent::Shared;
+use crate::agent::{Handler, Shared};
 use crate::frame::Frame;
 use crate::json::{self, Obj, Value};
 use crate::op::{arg_bool, arg_str, Op, OpError, OpResult};
 use crate::osstr;
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("grep", grep),
+    ("glob", glob),
+];
 
 // The same bounds as guestproto/ops.py (tests/guest/test_op_table.py holds them to it).
 const SEARCH_MAX_PATTERN_BYTES: usize = 1024;

@@ -6,11 +6,16 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
-use crate::agent::Shared;
+use crate::agent::{Handler, Shared};
 use crate::frame::Frame;
 use crate::json::{Obj, Value};
 use crate::op::{Op, OpError, OpResult};
 use crate::sys;
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("init", init),
+];
 
 const RNDADDENTROPY: u64 = 0x4008_5203;
 const RNDRESEEDCRNG: u64 = 0x5207;

@@ -12,11 +12,18 @@ use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::agent::{py_repr, Shared};
+use crate::agent::{py_repr, Handler, Shared};
 use crate::frame::Frame;
 use crate::json::{Obj, Value};
 use crate::op::{arg_bool, arg_int, arg_str, Op, OpError, OpResult};
 use crate::sys;
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("mount_volume", mount_volume),
+    ("unmount_volume", unmount_volume),
+    ("freeze_volume", freeze_volume),
+];
 
 const SYS_BLOCK: &str = "/sys/block";
 const CAPACITY_WAIT: Duration = Duration::from_secs(5);

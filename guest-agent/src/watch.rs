@@ -13,11 +13,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::agent::Shared;
+use crate::agent::{Handler, Shared};
 use crate::frame::{Frame, MAX_CHUNK};
 use crate::json::{self, Obj};
 use crate::op::{arg_bool, arg_str, Op, OpError, OpResult};
 use crate::sys;
+
+/// The requests this module answers (agent.rs's dispatch table is made of these).
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("watch", watch),
+];
 
 /// Events a watch holds for a host that does not read; one more ends it in overflow.
 const MAX_QUEUED: usize = 10_000;

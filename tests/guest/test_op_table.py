@@ -1,6 +1,6 @@
 """The table of guest operations (pandastack.guestproto.ops) against what it describes: both
-agents' dispatch tables (the reference agent's HANDLERS, the static agent's `match t` read from
-its source), the fields and replies each agent names, and spec/guest-protocol.md §5."""
+agents' dispatch tables (the reference agent's HANDLERS, the static agent's modules' HANDLERS read
+from its source), the fields and replies each agent names, and spec/guest-protocol.md §5."""
 
 from __future__ import annotations
 
@@ -33,15 +33,30 @@ STREAM_ONLY = {"cancel"}
 """Frame types the spec gives a section of §5 although they are no request of their own."""
 
 
-def _rust_dispatch() -> tuple[set[str], set[str]]:
-    """(request types of `fn handler`'s match, STREAM_TYPES) of the static agent."""
+def _rust_dispatch() -> tuple[list[str], set[str]]:
+    """(request types of the modules' HANDLERS that agent.rs's MODULES concatenates, in order
+    and with repeats, STREAM_TYPES) of the static agent."""
     text = (RUST_SRC / "agent.rs").read_text()
-    body = re.search(r"fn handler\(t: &str\)[^{]*\{(.*?)_ => return None", text, re.S)
-    assert body is not None, "guest-agent/src/agent.rs has no `fn handler` match"
+    modules = re.search(r"const MODULES: &\[&\[\(&str, Handler\)\]\] = &\[(.*?)\];", text, re.S)
+    assert modules is not None, "guest-agent/src/agent.rs has no MODULES"
+    requests: list[str] = []
+    for module in re.findall(r"(\w+)::HANDLERS", modules.group(1)):
+        source = (RUST_SRC / f"{module}.rs").read_text()
+        table = re.search(r"pub const HANDLERS: &\[\(&str, Handler\)\] = &\[(.*?)\];", source, re.S)
+        assert table is not None, f"guest-agent/src/{module}.rs has no HANDLERS"
+        requests += re.findall(r'\(\s*"(\w+)"\s*,', table.group(1))
     streams = re.search(r"const STREAM_TYPES: &\[&str\] = &\[(.*?)\];", text, re.S)
     assert streams is not None
-    return (set(re.findall(r'"(\w+)"\s*=>', body.group(1))),
-            set(re.findall(r'"(\w+)"', streams.group(1))))
+    return requests, set(re.findall(r'"(\w+)"', streams.group(1)))
+
+
+def test_every_static_agent_module_with_handlers_is_in_its_dispatch_table() -> None:
+    """A module's HANDLERS left out of agent.rs's MODULES would go unanswered."""
+    text = (RUST_SRC / "agent.rs").read_text()
+    listed = set(re.findall(r"(\w+)::HANDLERS", text))
+    having = {p.stem for p in RUST_SRC.glob("*.rs") if "pub const HANDLERS" in p.read_text()}
+    assert len(having) > 5
+    assert having == listed
 
 
 def test_the_table_names_every_request_both_agents_dispatch_and_no_other() -> None:
@@ -51,7 +66,8 @@ def test_the_table_names_every_request_both_agents_dispatch_and_no_other() -> No
     assert 'if f.t == "ping"' in (RUST_SRC / "agent.rs").read_text()
     assert 'if t == "ping"' in (PYTHON_SRC / "agent.py").read_text()
     assert set(OPERATIONS) == set(python_agent.HANDLERS) | {"ping"}
-    assert set(OPERATIONS) == rust_ops | {"ping"}
+    assert len(rust_ops) == len(set(rust_ops)), "a request in two static agent modules"
+    assert set(OPERATIONS) == set(rust_ops) | {"ping"}
     host_streams = {t for op in OPERATIONS.values() for t in op.host_stream} | {"cancel"}
     assert host_streams == set(python_agent.STREAM_TYPES) == rust_streams
 

@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pandastack.guestproto.frames import (
@@ -27,15 +26,13 @@ from pandastack.guestproto.frames import (
 from . import __version__, code, execs, files, metrics, pty, search, sysinit, volumes, watch
 from .cgroups import Cgroups
 from .channel import Channel
-from .ops import Op, OpError, oserror_reply
+from .ops import AgentState, Handler, Op, OpError, oserror_reply
 from .procs import ProcessTable
 
 log = logging.getLogger("pandastack_guest")
 
-Handler = Callable[["Agent", Op, Frame], None]
 
-
-def _init(agent: Agent, op: Op, f: Frame) -> None:
+def _init(agent: AgentState, op: Op, f: Frame) -> None:
     h = f.header
     time_ns, hostname, machine_id = h.get("time_ns"), h.get("hostname"), h.get("machine_id")
     try:
@@ -49,35 +46,21 @@ def _init(agent: Agent, op: Op, f: Frame) -> None:
     op.send("ok", applied=agent.guest)
 
 
-HANDLERS: dict[str, Handler] = {
-    "init": _init,
-    "exec": lambda a, op, f: execs.exec_(a.procs, op, f),
-    "spawn": lambda a, op, f: execs.spawn(a.procs, op, f),
-    "spawn_attach": lambda a, op, f: execs.spawn_attach(a.procs, op, f),
-    "attach": lambda a, op, f: execs.attach(a.procs, op, f),
-    "procs": lambda a, op, f: execs.procs(a.procs, op, f),
-    "signal": lambda a, op, f: execs.signal(a.procs, op, f),
-    "stdin": lambda a, op, f: execs.stdin(a.procs, op, f),
-    "stdin_eof": lambda a, op, f: execs.stdin_eof(a.procs, op, f),
-    "read_file": lambda a, op, f: files.read_file(op, f),
-    "write_file": lambda a, op, f: files.write_file(op, f),
-    "list": lambda a, op, f: files.list_dir(op, f),
-    "stat": lambda a, op, f: files.stat(op, f),
-    "mkdir": lambda a, op, f: files.mkdir(op, f),
-    "remove": lambda a, op, f: files.remove(op, f),
-    "rename": lambda a, op, f: files.rename(op, f),
-    "sync": lambda a, op, f: files.sync(op, f),
-    "grep": lambda a, op, f: search.grep(op, f),
-    "glob": lambda a, op, f: search.glob(op, f),
-    "watch": lambda a, op, f: watch.watch(op, f),
-    "code": lambda a, op, f: code.code(op, f, a.code_socket),
-    "metrics": lambda a, op, f: metrics.metrics(op, f),
-    "mount_volume": lambda a, op, f: volumes.mount_volume(op, f),
-    "unmount_volume": lambda a, op, f: volumes.unmount_volume(op, f),
-    "freeze_volume": lambda a, op, f: volumes.freeze_volume(op, f),
-    "pty": lambda a, op, f: pty.pty(a.procs, op, f),
-    "pty_attach": lambda a, op, f: pty.attach(a.procs, op, f),
-}
+def _dispatch_table(*tables: dict[str, Handler]) -> dict[str, Handler]:
+    merged: dict[str, Handler] = {}
+    for table in tables:
+        twice = merged.keys() & table.keys()
+        if twice:
+            raise ValueError(f"requests answered by two modules: {sorted(twice)}")
+        merged |= table
+    return merged
+
+
+# Each module names the requests it answers, so a new operation is not named here too.
+HANDLERS = _dispatch_table({"init": _init}, execs.HANDLERS, files.HANDLERS, search.HANDLERS,
+                           watch.HANDLERS, code.HANDLERS, metrics.HANDLERS, volumes.HANDLERS,
+                           pty.HANDLERS)
+
 # Frames that only make sense for an op in flight; late ones are dropped silently.
 STREAM_TYPES = frozenset({"credit", "data", "eof", "cancel", "stdin", "stdin_eof", "signal",
                           "resize"})

@@ -15,7 +15,7 @@ import socket
 
 from pandastack.guestproto.frames import MAX_JSON_DEPTH, Frame, parse_json
 
-from .ops import Op, OpError
+from .ops import Handler, Op, OpError
 
 SOCKET_PATH = "/run/pandastack/code.sock"
 READ_SIZE = 256 * 1024
@@ -72,3 +72,9 @@ def code(op: Op, f: Frame, socket_path: str) -> None:
             op.send("eof", size=total)
     finally:
         sock.close()
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "code": lambda a, op, f: code(op, f, a.code_socket),
+}

@@ -13,7 +13,7 @@ from typing import Any
 from pandastack.guestproto.frames import Frame
 from pandastack.guestproto.ops import MAX_SIGNAL
 
-from .ops import Op, OpError, arg_bool, arg_int, arg_opt_int, arg_opt_str
+from .ops import Handler, Op, OpError, arg_bool, arg_int, arg_opt_int, arg_opt_str
 from .procs import ManagedProcess, ProcessTable, User, lookup_user
 
 MAX_PROC_LIST = 900 * 1024
@@ -266,3 +266,16 @@ def stdin(table: ProcessTable, op: Op, f: Frame) -> None:
 def stdin_eof(table: ProcessTable, op: Op, f: Frame) -> None:
     _proc(table, f.header).close_stdin()
     op.send("ok")
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "exec": lambda a, op, f: exec_(a.procs, op, f),
+    "spawn": lambda a, op, f: spawn(a.procs, op, f),
+    "spawn_attach": lambda a, op, f: spawn_attach(a.procs, op, f),
+    "attach": lambda a, op, f: attach(a.procs, op, f),
+    "procs": lambda a, op, f: procs(a.procs, op, f),
+    "signal": lambda a, op, f: signal(a.procs, op, f),
+    "stdin": lambda a, op, f: stdin(a.procs, op, f),
+    "stdin_eof": lambda a, op, f: stdin_eof(a.procs, op, f),
+}

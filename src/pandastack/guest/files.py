@@ -12,7 +12,7 @@ from typing import Any
 from pandastack.guestproto.frames import MAX_CHUNK, Frame
 from pandastack.guestproto.ops import WRITE_FILE_MODE
 
-from .ops import Op, OpError, arg_bool, arg_int, arg_opt_int, arg_str
+from .ops import Handler, Op, OpError, arg_bool, arg_int, arg_opt_int, arg_str
 
 WRITE_IDLE_TIMEOUT = 300.0
 """A write_file whose host sends nothing for this long is abandoned (ETIMEDOUT)."""
@@ -181,3 +181,16 @@ def rename(op: Op, f: Frame) -> None:
 def sync(op: Op, f: Frame) -> None:
     os.sync()
     op.send("ok")
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "read_file": lambda a, op, f: read_file(op, f),
+    "write_file": lambda a, op, f: write_file(op, f),
+    "list": lambda a, op, f: list_dir(op, f),
+    "stat": lambda a, op, f: stat(op, f),
+    "mkdir": lambda a, op, f: mkdir(op, f),
+    "remove": lambda a, op, f: remove(op, f),
+    "rename": lambda a, op, f: rename(op, f),
+    "sync": lambda a, op, f: sync(op, f),
+}

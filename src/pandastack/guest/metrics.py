@@ -16,7 +16,7 @@ from pandastack.guestproto.ops import (
     METRICS_WINDOW_MS,
 )
 
-from .ops import Op, OpError, arg_int
+from .ops import Handler, Op, OpError, arg_int
 
 # /proc/stat's aggregate line: user nice system idle iowait irq softirq steal (guest times are
 # already inside user and nice).
@@ -72,3 +72,9 @@ def sample(window_s: float, *, sleep: float | None = None) -> dict[str, float | 
 def metrics(op: Op, f: Frame) -> None:
     window_ms = arg_int(f.header, "window_ms", METRICS_WINDOW_MS, lo=METRICS_MIN_WINDOW_MS)
     op.send("metrics", b"", **sample(min(window_ms, METRICS_MAX_WINDOW_MS) / 1000))
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "metrics": lambda a, op, f: metrics(op, f),
+}

@@ -6,11 +6,14 @@ import errno
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pandastack.guestproto.frames import CREDIT_BATCH, INITIAL_WINDOW, MAX_CHUNK, Frame
 
 from .flow import Credit, Grant
+
+if TYPE_CHECKING:
+    from .procs import ProcessTable
 
 
 class OpError(Exception):
@@ -30,6 +33,18 @@ def oserror_reply(e: OSError) -> OpError:
 
 
 Send = Callable[[dict[str, Any], bytes, int], bool]
+
+
+class AgentState(Protocol):
+    """What of the agent a handler may use."""
+
+    procs: ProcessTable
+    code_socket: str
+    guest: bool
+
+
+#: Runs one request (its first frame) on its own worker thread.
+Handler = Callable[[AgentState, "Op", Frame], None]
 
 
 class Op:

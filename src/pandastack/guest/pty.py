@@ -29,7 +29,7 @@ from pandastack.guestproto.frames import Frame
 from pandastack.guestproto.ops import PTY_COLS, PTY_MAX_DIM, PTY_ROWS
 
 from .execs import WireSink, _command, _env, _proc, _user
-from .ops import Op, OpError, arg_int, arg_opt_str
+from .ops import Handler, Op, OpError, arg_int, arg_opt_str
 from .procs import DEFAULT_ENV, ManagedProcess, ProcessTable, RingBuffer, User
 
 PTY_RING_BYTES = 256 * 1024
@@ -212,3 +212,10 @@ def _writer(op: Op, proc: PtyProcess,
             pass  # the terminal is gone (the process ended): keep granting until detached
         if isinstance(item, bytes):
             op.consumed(len(item))
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "pty": lambda a, op, f: pty(a.procs, op, f),
+    "pty_attach": lambda a, op, f: attach(a.procs, op, f),
+}

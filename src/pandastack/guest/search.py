@@ -25,7 +25,7 @@ from pandastack.guestproto.ops import (
     SEARCH_MAX_PATTERN_BYTES,
 )
 
-from .ops import Op, OpError, arg_bool, arg_str
+from .ops import Handler, Op, OpError, arg_bool, arg_str
 
 Descend = Callable[[list[str]], bool]
 
@@ -230,3 +230,10 @@ def glob(op: Op, f: Frame) -> None:
                 break
             found.append(sub)
     _finish(op, found, truncated or walk.stopped)
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "grep": lambda a, op, f: grep(op, f),
+    "glob": lambda a, op, f: glob(op, f),
+}

@@ -16,7 +16,7 @@ import time
 
 from pandastack.guestproto.frames import Frame
 
-from .ops import Op, OpError, arg_bool, arg_int, arg_str
+from .ops import Handler, Op, OpError, arg_bool, arg_int, arg_str
 
 SYS_BLOCK = "/sys/block"
 CAPACITY_WAIT_S = 5.0
@@ -130,3 +130,11 @@ def unmount_volume(op: Op, f: Frame) -> None:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
     op.send("ok")
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "mount_volume": lambda a, op, f: mount_volume(op, f),
+    "unmount_volume": lambda a, op, f: unmount_volume(op, f),
+    "freeze_volume": lambda a, op, f: freeze_volume(op, f),
+}

@@ -27,7 +27,7 @@ from typing import Any
 
 from pandastack.guestproto.frames import MAX_CHUNK, WATCH_FRAME_CREDIT, Frame
 
-from .ops import Op, OpError, arg_bool, arg_str
+from .ops import Handler, Op, OpError, arg_bool, arg_str
 
 MAX_QUEUED = 10_000
 """Events a watch holds for a host that does not read; one more ends it in overflow."""
@@ -319,3 +319,9 @@ def watch(op: Op, f: Frame) -> None:
         if reader.is_alive():
             reader.join(5)
         w.close()
+
+
+#: The requests this module answers (the agent's dispatch table is made of these).
+HANDLERS: dict[str, Handler] = {
+    "watch": lambda a, op, f: watch(op, f),
+}
