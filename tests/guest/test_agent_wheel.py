@@ -33,6 +33,7 @@ def tree_copy(dst: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(REPO / "src", dst / "src", ignore=ignore)
     shutil.copytree(REPO / "guest-agent", dst / "guest-agent", ignore=ignore)
+    shutil.copytree(REPO / "deploy", dst / "deploy", ignore=ignore)  # the wheel's data-files
     (dst / "scripts").mkdir()
     shutil.copy2(REPO / "scripts" / "build-guest-agent.sh", dst / "scripts")
     return dst
