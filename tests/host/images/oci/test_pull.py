@@ -18,6 +18,8 @@ from pandastack.host.images.oci.errors import (
     ImageTooLarge,
     RegistryUnavailable,
 )
+from pandastack.host.images.oci.hosts import RegistryRefused
+from pandastack.host.images.oci.reference import DOCKER_HUB_API
 from pandastack.host.images.oci.settings import RegistrySettings
 from tests.host.images.oci.conftest import needs_registry
 from tests.host.images.oci.helpers import pull, push_image, settings
@@ -145,7 +147,16 @@ def test_missing_images_and_tags_name_the_image(registry: Registry, tmp_path: Pa
 
 def test_plain_http_only_to_the_operators_insecure_registries(registry: Registry,
                                                               tmp_path: Path) -> None:
-    with pytest.raises(RegistryUnavailable, match=registry.host):  # HTTPS to an HTTP port
+    # A mirror is the operator's (its loopback address allowed) but not listed insecure:
+    # HTTPS to an HTTP port.
+    mirrored = RegistrySettings(mirrors={DOCKER_HUB_API: registry.host})
+    with pytest.raises(RegistryUnavailable, match=registry.host):
+        pull("tests/layered:v1", tmp_path, mirrored)
+
+
+def test_a_loopback_registry_the_operator_did_not_list_is_refused(registry: Registry,
+                                                                  tmp_path: Path) -> None:
+    with pytest.raises(RegistryRefused, match=r"registry host 127\.0\.0\.1 is not a public"):
         pull(f"{registry.host}/tests/layered:v1", tmp_path, settings())
 
 

@@ -23,6 +23,7 @@ from pandastack.host.images.oci.errors import (
     RegistryAuthError,
     RegistryUnavailable,
 )
+from pandastack.host.images.oci.hosts import Resolve, check_host, system_resolve
 from pandastack.host.images.oci.manifest import (
     ACCEPT,
     INDEX_TYPES,
@@ -63,13 +64,16 @@ class RegistryClient:
     """Pulls from one repository; its token (scoped to that repository) lives as long as it."""
 
     def __init__(self, reference: ImageReference, settings: RegistrySettings,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, *,
+                 resolve: Resolve = system_resolve) -> None:
         self.reference = reference
         self.image = str(reference)
         self._settings = settings
         self._credentials = credentials
         self._base = settings.endpoint(reference.api_host)
         self._authorization: str | None = None
+        self._resolve_host = resolve
+        self._public: set[str] = set()  # hosts checked (hosts.py) by this client
         # While resolving (manifests, config, token): when it must be done by, checked before
         # each request and after each chunk, so a registry dripping bytes cannot hold it.
         self._deadline: float | None = None
@@ -103,6 +107,7 @@ class RegistryClient:
                 raise ImageInvalid(self.image, f"the registry sent us to {parts.scheme}://"
                                                f"{parts.netloc}, not HTTPS nor an insecure "
                                                "registry of the operator's")
+            self._check_host(parts.scheme, parts.netloc)
             sent = dict(headers)
             if parts.netloc != origin:
                 sent.pop("Authorization", None)
@@ -117,6 +122,12 @@ class RegistryClient:
             response.close()
             url = urljoin(url, response.headers["location"])
         raise ImageInvalid(self.image, f"more than {MAX_REDIRECTS} redirects")
+
+    def _check_host(self, scheme: str, netloc: str) -> None:
+        if netloc not in self._public:
+            check_host(self.image, netloc, self._settings, https=scheme == "https",
+                       resolve=self._resolve_host)
+            self._public.add(netloc)
 
     def _in_time(self) -> None:
         if self._deadline is not None and time.monotonic() > self._deadline:
@@ -156,6 +167,7 @@ class RegistryClient:
         if not parts.netloc or not self._settings.allows(parts.scheme, parts.netloc):
             raise RegistryAuthError(self.image, f"token service {realm!r} is not an HTTPS URL "
                                                 "(nor an operator's insecure registry)")
+        self._check_host(parts.scheme, parts.netloc)
         query = {"scope": challenge.params.get("scope") or pull_scope(self.reference.repository)}
         if challenge.params.get("service"):
             query["service"] = challenge.params["service"]
