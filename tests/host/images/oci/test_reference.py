@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pandastack.host.images.oci.errors import InvalidImageReference
-from pandastack.host.images.oci.reference import ImageReference, names_an_image, parse_reference
+from pandastack.host.images.oci.reference import ImageReference, parse_reference
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -45,11 +45,3 @@ def test_bad_references_are_refused_naming_them(text: str) -> None:
     with pytest.raises(InvalidImageReference, match=r"^image "):
         parse_reference(text)
 
-
-@pytest.mark.parametrize(("text", "image"), [
-    ("base", False), ("node", False), ("my-template", False),
-    ("python:3.12", True), ("acme/tool", True), (f"alpine@{DIGEST}", True),
-    ("localhost:5000/x", True),
-])
-def test_a_bare_name_is_a_template_anything_else_an_image(text: str, image: bool) -> None:
-    assert names_an_image(text) is image

@@ -92,8 +92,3 @@ def parse_reference(text: str) -> ImageReference:
     return ImageReference(registry=registry, repository=path, tag=tag,
                           digest=digest if at else None)
 
-
-def names_an_image(text: str) -> bool:
-    """Whether a FROM argument names an image rather than one of our templates: a bare name
-    (`base`, `node`, a team's template) is a template; a tag, digest, host or path is an image."""
-    return any(mark in text for mark in (":", "@", "/"))
