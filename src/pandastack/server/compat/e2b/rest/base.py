@@ -59,11 +59,12 @@ async def e2b_principal(request: Request) -> Principal:
     return await principal(request)
 
 
-def get_service(request: Request) -> SandboxService:
+# async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request.
+async def get_service(request: Request) -> SandboxService:
     return cast(SandboxService, request.app.state.service)
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
 
