@@ -71,6 +71,12 @@ BUILTIN_TEMPLATE_NAMES = frozenset({"base", "python", "node", "code-interpreter"
 #: reference `name:3` can embed it).
 TEMPLATE_NAME_BODY = r"[a-z0-9][a-z0-9._-]{0,62}"
 TEMPLATE_NAME_PATTERN = rf"^{TEMPLATE_NAME_BODY}$"
+#: The cwd of the code context E2B's room (server/compat/e2b) takes as a language's default:
+#: E2B's interpreter runs in its user's home, and this spelling (not "/home/user") marks the
+#: one context that is E2B's, so that one a caller makes in /home/user is never taken for it.
+#: Here because the host needs it too: the code-interpreter template makes and warms that
+#: context before its snapshot, and the host must not import the E2B room.
+E2B_DEFAULT_CWD = "/home/user/."
 
 # -- ids the server makes -----------------------------------------------------------------
 # A prefix that says what it names, then 12 hex digits (48 random bits). Anything else is

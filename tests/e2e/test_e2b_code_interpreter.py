@@ -19,6 +19,7 @@ from e2b import NotFoundException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, OutputMessage, Result, Sandbox
 
 from pandastack import Sandbox as OurSandbox
+from pandastack.rules import E2B_DEFAULT_CWD
 from tests.e2e.conftest import LiveServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm, pytest.mark.timeout(1500)]
@@ -77,6 +78,23 @@ def test_the_default_context_runs_in_the_users_home(sbx: Sandbox) -> None:
     assert made.cwd == "/home/user"
     assert sbx.run_code("import os; os.getcwd()", context=made).text == "/home/user"
     sbx.remove_code_context(made.id)
+
+
+def test_a_new_sandbox_has_e2bs_default_context_warm(live_server: LiveServer) -> None:
+    # The template made E2B's default python context and warmed it before its snapshot:
+    # it is there before any run, and the first run finds the stack already imported
+    # (a kernel started on that run would be cold: seconds under TCG, no pandas loaded).
+    fresh = Sandbox.create(timeout=300, **e2b_opts(live_server))
+    try:
+        before = [c for c in fresh.list_code_contexts() if c.cwd == E2B_DEFAULT_CWD]
+        assert [c.language for c in before] == ["python"], fresh.list_code_contexts()
+        execution = fresh.run_code("import os, sys; ('pandas' in sys.modules, os.getcwd())")
+        assert execution.error is None, execution.error
+        assert execution.text == "(True, '/home/user')"
+        after = [c.id for c in fresh.list_code_contexts() if c.cwd == E2B_DEFAULT_CWD]
+        assert after == [before[0].id]
+    finally:
+        fresh.kill()
 
 
 def test_stdout_and_stderr_stream_to_callbacks(sbx: Sandbox, live_server: LiveServer) -> None:

@@ -14,6 +14,7 @@ import pytest
 from pandastack.host.agentlink.client import AgentClient
 from pandastack.host.templates.builtin import BUILTIN_TEMPLATES, start_service
 from pandastack.hostport.errors import SetupError
+from pandastack.rules import E2B_DEFAULT_CWD
 from pandastack.templatespec import ReadyCheck
 from tests.host.agentlink.test_agent_client import local_agent
 
@@ -86,5 +87,9 @@ def test_builtin_key_parts() -> None:
     assert ci.ready == ReadyCheck(kind="file", value="/run/pandastack/code.sock")
     parts = ci.key_parts()
     assert f"start:{ci.start}" in parts and any(p.startswith("code:") for p in parts)
+    # E2B's default python context is made and warmed before the snapshot too, so adding
+    # it (or moving its cwd) rebakes the template.
+    assert ci.code_contexts == (E2B_DEFAULT_CWD,)
+    assert parts[-1] == f"context:{E2B_DEFAULT_CWD}"
     with pytest.raises(ValueError):
         ReadyCheck(kind="socket", value="/x")  # type: ignore[arg-type]

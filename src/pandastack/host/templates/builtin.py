@@ -42,6 +42,7 @@ from pandastack.host.vmm.driver import (
 )
 from pandastack.hostport.errors import GuestOSError, HostError, SetupError, TemplateNotFound
 from pandastack.hostport.network import NetworkPolicy
+from pandastack.rules import E2B_DEFAULT_CWD
 from pandastack.templatespec import ReadyCheck
 
 BAKE_VERSION = "4"
@@ -102,6 +103,10 @@ class BuiltinTemplate:
     # Python code run in the code interpreter's default context (needs `start` to run the
     # interpreter), after `ready`.
     code_warmup: tuple[str, ...] = ()
+    # The cwds of more python contexts made before the snapshot, each warmed with
+    # `code_warmup` as the default one is: E2B's room runs in its own default context
+    # (E2B_DEFAULT_CWD), which would otherwise be a cold kernel on a sandbox's first run.
+    code_contexts: tuple[str, ...] = ()
     # Instead of WARMUP_COMMANDS: an image a user brings need not have python3 or bash
     # (IMAGE_WARMUP_COMMANDS, ADR 0046).
     base_warmup: tuple[str, ...] | None = None
@@ -115,7 +120,8 @@ class BuiltinTemplate:
             parts.append(f"start:{self.start}")
         if self.ready is not None:
             parts.append(f"ready:{self.ready.kind}:{self.ready.value}")
-        return (*parts, *(f"code:{c}" for c in self.code_warmup))
+        return (*parts, *(f"code:{c}" for c in self.code_warmup),
+                *(f"context:{cwd}" for cwd in self.code_contexts))
 
 
 BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
@@ -134,7 +140,8 @@ BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
         BuiltinTemplate("code-interpreter", "code-interpreter",
                         start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
                         ready=ReadyCheck(kind="file", value=CODE_SOCKET),
-                        code_warmup=(CODE_INTERPRETER_WARMUP,)),
+                        code_warmup=(CODE_INTERPRETER_WARMUP,),
+                        code_contexts=(E2B_DEFAULT_CWD,)),
     )
 }
 
@@ -342,6 +349,13 @@ class TemplateStore:
                     t0 = time.monotonic()
                     await _warm_code(agent, code, pid, builtin.start)
                     progress(f"template {name}: code warm-up took {time.monotonic() - t0:.1f}s")
+                for cwd in builtin.code_contexts:
+                    t0 = time.monotonic()
+                    context_id = await _make_context(agent, cwd, pid, builtin.start)
+                    for code in builtin.code_warmup:
+                        await _warm_code(agent, code, pid, builtin.start, context_id)
+                    progress(f"template {name}: context {cwd!r} made and warmed in "
+                             f"{time.monotonic() - t0:.1f}s")
             # A guest whose clocksource watchdog dropped the TSC keeps a periodic tick that
             # every clone would inherit (tick.py): such a bake must not be saved. Checked
             # before the settle, which then also clears up after the probe's own exec. Only a
@@ -418,10 +432,21 @@ async def _output_tail(agent: AgentClient, pid: int, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(no output)"
 
 
-async def _warm_code(agent: AgentClient, code: str, pid: int, start: str) -> None:
+async def _make_context(agent: AgentClient, cwd: str, pid: int, start: str) -> str:
+    try:
+        made = await code_client.create_context(agent, "python", cwd)
+    except HostError as exc:
+        raise SetupError(f"code context in {cwd!r} not made: {exc}; the output of {start!r} "
+                         "ends with:\n" + await _output_tail(agent, pid)) from exc
+    return str(made["id"])
+
+
+async def _warm_code(agent: AgentClient, code: str, pid: int, start: str,
+                     context_id: str | None = None) -> None:
     try:
         async with contextlib.aclosing(code_client.run_code(
-                agent, code, timeout=CODE_WARMUP_TIMEOUT_S, store_history=False)) as events:
+                agent, code, context_id=context_id, timeout=CODE_WARMUP_TIMEOUT_S,
+                store_history=False)) as events:
             async for event in events:
                 if event.type == "error":
                     raise SetupError(f"code warm-up failed: {event.name}: {event.value}\n"

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from pandastack.hostport.protocols import SandboxPort
 from pandastack.hostport.results import CodeEvent
-from pandastack.rules import MAX_EXEC_TIMEOUT_SECONDS
+from pandastack.rules import E2B_DEFAULT_CWD, MAX_EXEC_TIMEOUT_SECONDS
 from pandastack.server.web.errors import ApiError, api_error_of, host_call
 from pandastack.server.web.sse import Finished, relayed
 from pandastack.wire.sandboxes import ENDED_STATES
@@ -123,9 +123,9 @@ async def _known_context(handle: SandboxPort, context_id: str) -> None:
 
 # E2B's interpreter runs in its default user's home, where `files.read("out.csv")` looks;
 # ours in /work. E2B's default context of a language is the sandbox's context whose cwd is
-# spelled this way (made on the first run without a context): a context a caller creates in
-# /home/user is never taken for it, and every API server finds the same one.
-E2B_DEFAULT_CWD = "/home/user/."
+# spelled E2B_DEFAULT_CWD (the code-interpreter template has its python one, warm, from its
+# snapshot; otherwise made on the first run without a context): a context a caller creates
+# in /home/user is never taken for it, and every API server finds the same one.
 E2B_CONTEXT_CWD = "/home/user"
 
 
