@@ -158,7 +158,7 @@ class Parser {
     if (this.fromTemplate !== undefined) throw new Error("multi-stage builds are not supported (a second FROM)");
     if (w[0]?.startsWith("--")) throw new Error(`FROM flags are not supported: ${w[0]}`);
     if (w.length === 3 && w[1]!.toLowerCase() === "as") throw new Error("multi-stage builds are not supported (FROM ... AS)");
-    if (w.length !== 1) throw new Error("FROM takes one pandastack template name");
+    if (w.length !== 1) throw new Error("FROM takes one template name or image reference");
     this.fromTemplate = w[0];
   }
 

@@ -40,7 +40,8 @@ const PACKAGE_RE = {
 };
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const USER_NAME_RE = /^[a-z_][a-z0-9_-]{0,31}$/;
-const FROM_RE = /^(?:snapshot:[A-Za-z0-9._-]{1,64}|[A-Za-z0-9][A-Za-z0-9._-]{0,127})$/;
+// A template name, snapshot:<id>, or an OCI image reference (as templatespec/models.py).
+const FROM_RE = /^(?:snapshot:[A-Za-z0-9._-]{1,64}|[A-Za-z0-9][A-Za-z0-9._-]{0,127}|[A-Za-z0-9[][A-Za-z0-9._:/@[\]-]{0,127})$/;
 
 /** Python's repr() of a str, for messages that quote a value the way Python's do. */
 export function pyRepr(value: string): string {
@@ -127,7 +128,7 @@ export function checkedSpec(fromTemplate: string, steps: TemplateStep[], start: 
   ready: ReadyCheck | undefined): TemplateSpec {
   stringLength(fromTemplate, 0, 128);
   if (!FROM_RE.test(fromTemplate)) {
-    throw invalid(`invalid base template ${pyRepr(fromTemplate)}: a template name or snapshot:<id>`);
+    throw invalid(`invalid base template ${pyRepr(fromTemplate)}: a template name, snapshot:<id> or an image reference`);
   }
   if (steps.length > MAX_STEPS) throw tooMany("List", MAX_STEPS, steps.length);
   if (start !== undefined) {

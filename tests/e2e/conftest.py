@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -45,6 +46,14 @@ class LiveServer:
 
 @pytest.fixture(scope="session")
 def live_server() -> Iterator[LiveServer]:
+    with run_live_server() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def run_live_server(extra_env: dict[str, str] | None = None) -> Iterator[LiveServer]:
+    """A `pandastack serve` of its own (`extra_env`: operator settings a test needs at the
+    server's start), checked for leftovers when it stops."""
     tmp = Path(tempfile.mkdtemp(prefix="pse-", dir="/tmp"))
     port, preview_port = free_port(), free_port()
     env = {
@@ -59,6 +68,7 @@ def live_server() -> Iterator[LiveServer]:
         "PANDASTACK_PREVIEW_PORT": str(preview_port),
         # The webhook test's receiver is on 127.0.0.1, which webhooks may not reach otherwise.
         "PANDASTACK_WEBHOOK_ALLOW_PRIVATE": "1",
+        **(extra_env or {}),
     }
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 (closed in teardown)
     proc = subprocess.Popen(

@@ -1,13 +1,14 @@
 """A Dockerfile subset, read into a `TemplateSpec`.
 
-Supported: one `FROM <pandastack template>` (a built-in name such as `base`, or
-`snapshot:<id>`) first; `RUN` (shell form or JSON exec form); `COPY`/`ADD <src>... <dst>`
-(sources from the build context, globs allowed; `ADD` only for plain local files); `ENV` (`k=v
-...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` and `ENTRYPOINT` (shell or JSON form; the
-result is the template's start command). Backslash continuations, comments and blank lines
-follow Docker's rules. `EXPOSE`, `LABEL` and `MAINTAINER` are metadata and are ignored.
-Everything else (`ARG`, multi-stage builds, `ADD <url>`, instruction flags, heredocs, ...) is
-a `ValueError` naming its line.
+Supported: one `FROM` first: a pandastack template (a built-in name such as `base`, the
+team's template, or `snapshot:<id>`) or an OCI image (`python:3.12-slim`,
+`ghcr.io/acme/env@sha256:...`: templatespec/base.py says which); `RUN` (shell form or JSON
+exec form); `COPY`/`ADD <src>... <dst>` (sources from the build context, globs allowed;
+`ADD` only for plain local files); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`;
+`CMD` and `ENTRYPOINT` (shell or JSON form; the result is the template's start command).
+Backslash continuations, comments and blank lines follow Docker's rules. `EXPOSE`, `LABEL`
+and `MAINTAINER` are metadata and are ignored. Everything else (`ARG`, multi-stage builds,
+`ADD <url>`, instruction flags, heredocs, ...) is a `ValueError` naming its line.
 
 Readiness of the start command comes from comment directives:
 
@@ -177,7 +178,7 @@ class _Parser:
         if len(words) == 3 and words[1].lower() == "as":
             raise ValueError("multi-stage builds are not supported (FROM ... AS)")
         if len(words) != 1:
-            raise ValueError("FROM takes one pandastack template name")
+            raise ValueError("FROM takes one template name or image reference")
         self.from_template = words[0]
 
     def _run(self, args: str) -> None:

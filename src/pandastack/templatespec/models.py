@@ -46,7 +46,10 @@ NPM_PACKAGE_RE = re.compile(
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # A built-in template name, or `snapshot:<id>` (a user template version).
-FROM_RE = re.compile(r"^(?:snapshot:[A-Za-z0-9._-]{1,64}|[A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
+# A template name, snapshot:<id>, or an OCI image reference (templatespec/base.py says which;
+# the host parses an image reference strictly: images/oci/reference.py).
+FROM_RE = re.compile(r"^(?:snapshot:[A-Za-z0-9._-]{1,64}|[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+                     r"|[A-Za-z0-9\[][A-Za-z0-9._:/@\[\]-]{0,127})$")
 
 
 def _no_nul(value: str, what: str) -> str:
@@ -258,7 +261,8 @@ class TemplateSpec(Strict):
     @classmethod
     def _from(cls, v: str) -> str:
         if not FROM_RE.match(v):
-            raise ValueError(f"invalid base template {v!r}: a template name or snapshot:<id>")
+            raise ValueError(f"invalid base template {v!r}: a template name, snapshot:<id> "
+                             "or an image reference")
         return v
 
     @model_validator(mode="after")

@@ -5,10 +5,10 @@ snapshot that sandboxes are created from.
     result = await builds.build(spec, log=print, network=NetworkPolicy(internet=False))
     sbx = await runtime.create(snapshot=result.snapshot_id)  # the start command already runs
 
-A build creates a sandbox from the spec's base (a built-in template name, or
-`snapshot:<id>`), runs each step there (steps are untrusted: nothing of them runs on the
-host), starts the start command, waits for its ready check and takes the final snapshot. The
-build sandbox is always killed, whatever happens (failure, cancellation).
+A build creates a sandbox from the spec's base (a built-in template name, `snapshot:<id>`,
+or an OCI image reference: image_base.py), runs each step there (steps are untrusted: nothing
+of them runs on the host), starts the start command, waits for its ready check and takes the
+final snapshot. The build sandbox is always killed, whatever happens (failure, cancellation).
 
 Step cache: after every step that changed the guest the build takes an internal snapshot and
 records it under the step's key (`templatespec.step_key`, chained from a key of the base), so
@@ -32,6 +32,7 @@ from pathlib import Path
 from pandastack.host.agentlink.client import exit_code_of
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.templates.image_base import ImageBase, ensure_image_base, is_image
 from pandastack.host.templates.step_cache import CacheEntry, StepCache
 from pandastack.host.templates.steps import (
     BuildState,
@@ -85,17 +86,22 @@ class TemplateBuilds:
         timeout = step_timeout if step_timeout is not None else self.step_timeout
         if not 0 < timeout <= 24 * 3600:
             raise ValueError("step_timeout must be between 0 and 24 hours")
-        root = await self._root_key(spec, vcpus, memory_mb, disk_mb, cache_scope, network)
+        image = None
+        if is_image(spec.from_template):
+            image = await ensure_image_base(self.runtime, spec.from_template,
+                                            MachineShape(vcpus, memory_mb), log)
+        root = await self._root_key(spec, vcpus, memory_mb, disk_mb, cache_scope, network,
+                                    image)
         keys: list[str] = []
         for step in spec.steps:
             keys.append(step_key(keys[-1] if keys else root, step))
         total = len(spec.steps)
         sandbox, done, last_snapshot = await self._sandbox(
             spec, keys if cache else [], network=network, vcpus=vcpus, memory_mb=memory_mb,
-            disk_mb=disk_mb)
+            disk_mb=disk_mb, image=image)
         final: str | None = None
         try:
-            state = BuildState()
+            state = initial_state(image)
             for index, step in enumerate(spec.steps):
                 title = describe_step(step)
                 header = f"Step {index + 1}/{total} {title}"
@@ -144,7 +150,8 @@ class TemplateBuilds:
     # -- the build sandbox ----------------------------------------------------------------
 
     async def _root_key(self, spec: TemplateSpec, vcpus: int, memory_mb: int,
-                        disk_mb: int | None, scope: str, network: NetworkPolicy | None) -> str:
+                        disk_mb: int | None, scope: str, network: NetworkPolicy | None,
+                        image: ImageBase | None) -> str:
         """A key of the base the steps run on: for a built-in template its current version
         (a rebuilt template starts a new chain), for a snapshot its immutable id; with whose
         cache it is and the network the steps had (a step that reached the internet under
@@ -154,6 +161,8 @@ class TemplateBuilds:
             snapshot_id = base.removeprefix(SNAPSHOT_PREFIX)
             self.runtime.snapshots.get(snapshot_id)  # SnapshotNotFound before any work
             ident = ["snapshot", snapshot_id]
+        elif image is not None:  # its template's key names the image's manifest digest
+            ident = ["image", base, image.template_key, str(vcpus), str(memory_mb)]
         else:
             template = await self.runtime.ensure_template(base, MachineShape(vcpus, memory_mb))
             ident = ["template", base, template.key, str(vcpus), str(memory_mb)]
@@ -185,7 +194,8 @@ class TemplateBuilds:
 
     async def _sandbox(self, spec: TemplateSpec, keys: list[str], *,
                        network: NetworkPolicy | None, vcpus: int, memory_mb: int,
-                       disk_mb: int | None) -> tuple[SandboxHandle, int, str | None]:
+                       disk_mb: int | None, image: ImageBase | None = None
+                       ) -> tuple[SandboxHandle, int, str | None]:
         """The build sandbox, from the longest cached prefix: (sandbox, steps done, the
         snapshot it was made from if a cached one)."""
         while True:
@@ -204,7 +214,8 @@ class TemplateBuilds:
             sandbox = await self.runtime.create(snapshot=base.removeprefix(SNAPSHOT_PREFIX),
                                                 disk_mb=disk_mb, network=network)
         else:
-            sandbox = await self.runtime.create(base, vcpus=vcpus, memory_mb=memory_mb,
+            sandbox = await self.runtime.create(image.template if image else base, vcpus=vcpus,
+                                                memory_mb=memory_mb,
                                                 disk_mb=disk_mb, network=network)
         return sandbox, done, None
 
@@ -302,3 +313,14 @@ async def _collect(sandbox: SandboxHandle, pid: int, out: Output) -> None:
     with contextlib.suppress(AgentConnectionError):  # still running: what is buffered
         await agent.attach(pid, on_stdout=out.stdout, on_stderr=out.stderr, timeout=2.0)
     out.flush()
+
+
+def initial_state(image: ImageBase | None) -> BuildState:
+    """What the first step runs with: an image's Env, WorkingDir and User (its config's
+    defaults; ENV, WORKDIR and USER steps override them), else nothing set."""
+    if image is None:
+        return BuildState()
+    defaults = image.defaults
+    user = (defaults.user or "").split(":", 1)[0]
+    return BuildState(env=dict(defaults.env), workdir=defaults.working_dir,
+                      user=None if user in ("", "root", "0") else user)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pandastack.hostport.errors import BuildFailed, HostError, SnapshotNotFound
 from pandastack.rules import BUILD_ID_RE, BUILTIN_TEMPLATE_NAMES, TEMPLATE_NAME_BODY, new_build_id
 from pandastack.templatespec import CopyStep, TemplateSpec
+from pandastack.templatespec.base import names_an_image
 from pandastack.wire.resources import BuildTemplate, TemplateBuildInfo
 
 from ..store import TemplateVersion
@@ -146,16 +147,20 @@ class TemplateService:
 
     async def _base(self, team: str, spec: TemplateSpec) -> str:
         """The host's name for the base the team's build starts from, resolved through the
-        team: `snapshot:<id>` must be one of the team's snapshots, any other name not
+        team: `snapshot:<id>` must be one of the team's snapshots, any other bare name not
         built in must be one of its ready templates (404 otherwise, the same answer as for an
-        unknown id). The host's catalogue also holds other teams' snapshots and internal ones
-        (step cache, template results): an id from the request never reaches it unchecked."""
+        unknown id); a name with a tag, digest, path or host is an image, pulled by the host
+        (templatespec/base.py). The host's catalogue also holds other teams' snapshots and
+        internal ones (step cache, template results): an id from the request never reaches
+        it unchecked."""
         base = spec.from_template
         if base.startswith(SNAPSHOT_PREFIX):
             snap = await asyncio.to_thread(snapshot_row, self.sandboxes, team,
                                            base.removeprefix(SNAPSHOT_PREFIX))
             return SNAPSHOT_PREFIX + snap.id
         if base in BUILTIN_TEMPLATE_NAMES:
+            return base
+        if names_an_image(base):  # a tag, digest, path or host: never one of ours
             return base
         version = await self.resolve(team, base)
         if version is None or not version.snapshot_id:

@@ -9,6 +9,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pandastack.host.images.build import (
@@ -38,7 +39,7 @@ from pandastack.host.images.oci.reference import ImageReference, parse_reference
 from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.hostport.errors import SetupError
 
-RECIPE = 1
+RECIPE = 2  # 2: image.json holds the image config's defaults
 # Room on the root disk beyond what the image unpacks to (the disk is sparse: unused room
 # costs nothing on the host until written).
 HEADROOM = 1 << 30
@@ -51,6 +52,25 @@ def _load(final: Path) -> GuestImage:
                       kernel_version=meta["kernel_version"],
                       cmdline=meta["cmdline"] + host_cmdline_extras(),
                       variant=meta["variant"])
+
+
+@dataclass(frozen=True)
+class ImageDefaults:
+    """What an image's config sets for the processes it runs (`docker inspect`'s Env,
+    WorkingDir, User): a template built from it starts with them."""
+
+    env: dict[str, str]
+    working_dir: str | None
+    user: str | None
+
+
+def image_defaults(image: GuestImage) -> ImageDefaults:
+    """The config defaults of a guest image ensure_oci_image made."""
+    meta = json.loads((image.rootfs.parent / "image.json").read_text())
+    found = meta.get("defaults") or {}
+    return ImageDefaults(env=dict(found.get("env") or {}),
+                         working_dir=found.get("working_dir") or None,
+                         user=found.get("user") or None)
 
 
 def ensure_oci_image(home: Path, reference: str | ImageReference, *, base: GuestImage,
@@ -110,6 +130,9 @@ def _build(client: RegistryClient, resolved: ResolvedImage, final: Path, *, home
                 "kernel": base.kernel.name, "kernel_version": base.kernel_version,
                 "cmdline": base.cmdline.removesuffix(host_cmdline_extras()),
                 "base_key": base.key, "skipped": pulled.report.skipped,
+                "defaults": {"env": dict(resolved.config.env),
+                             "working_dir": resolved.config.working_dir,
+                             "user": resolved.config.user},
                 "built_at": time.time()}
         for name in (base.kernel.name, "initrd.img", "rootfs.img"):
             os.chmod(out / name, 0o444)

@@ -1,0 +1,54 @@
+"""A template build FROM an OCI image (issue 37, ADR 0046): the image becomes a guest image
+(images/oci/guest_image.py: its manifest asked for every time, so a build reads nothing else
+from the registry once its layers are cached), that one a template of the store (baked once
+per image, shape and agent), and the build's steps run in a sandbox of it, starting from the
+image config's Env, WorkingDir and User."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from pandastack.host.images.build import BASE, Progress
+from pandastack.host.images.oci.guest_image import ImageDefaults, ensure_oci_image, image_defaults
+from pandastack.host.images.oci.settings import RegistrySettings
+from pandastack.host.runtime import HostRuntime
+from pandastack.host.vmm.driver import MachineShape
+from pandastack.templatespec.base import base_kind
+
+#: The store's templates made from images are named so: never a built-in's or a team's
+#: (those are snapshots on the host), one per guest image.
+IMAGE_TEMPLATE_PREFIX = "oci-"
+
+
+@dataclass(frozen=True)
+class ImageBase:
+    template: str  # the store's template of the image: creates of it restore the image
+    template_key: str
+    defaults: ImageDefaults
+
+
+def is_image(base: str) -> bool:
+    """Whether a spec's base (as the control plane hands it over: built-in names and
+    snapshot:<id> for templates) is an image."""
+    return base_kind(base) == "image"
+
+
+async def ensure_image_base(runtime: HostRuntime, reference: str, shape: MachineShape,
+                            progress: Progress) -> ImageBase:
+    store = await runtime.prepare()
+    base = await runtime.machinery.image(BASE)
+    settings = RegistrySettings.from_env()
+    loop = asyncio.get_running_loop()
+
+    def from_worker(line: str) -> None:
+        # The pull runs in a worker thread; a build log wakes its followers on the loop's.
+        loop.call_soon_threadsafe(progress, line)
+
+    image = await asyncio.to_thread(ensure_oci_image, runtime.config.home, reference,
+                                    base=base, settings=settings, progress=from_worker)
+    name = IMAGE_TEMPLATE_PREFIX + image.key[:16]
+    template = await store.ensure_image(name, image, shape, progress=progress)
+    return ImageBase(template=name, template_key=template.key,
+                     defaults=await asyncio.to_thread(image_defaults, image))
+

@@ -1,0 +1,68 @@
+"""A team template FROM an OCI image through the public SDK (issue 37): a busybox-only image
+on the loopback registry (the operator lists it in PANDASTACK_INSECURE_REGISTRIES), built
+with RUN, ENV and WORKDIR steps; a sandbox of the template sees the image's files, its
+config's Env (the build's ENV over it where both set a name) and the build's files. A missing
+image fails the build naming it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pandastack import Client, Sandbox
+from pandastack.sdk.errors import TemplateBuildError
+from tests.e2e.conftest import LiveServer, run_live_server
+from tests.host.images.oci.conftest import needs_registry, registry, skopeo_policy
+from tests.host.images.oci.helpers import push_image
+from tests.host.images.oci.layers import busybox_layer, file, gzipped
+from tests.host.images.oci.registry import Registry
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vm, needs_registry, pytest.mark.timeout(1500)]
+__all__ = ["registry", "skopeo_policy"]  # the OCI tests' fixtures, used here by name
+
+
+@pytest.fixture(scope="module")
+def oci_server(registry: Registry) -> Iterator[LiveServer]:
+    with run_live_server({"PANDASTACK_INSECURE_REGISTRIES": registry.host}) as server:
+        yield server
+
+
+def test_a_template_from_an_image_sees_its_files_and_env(
+        oci_server: LiveServer, registry: Registry, skopeo_policy: Path,
+        tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    push_image(registry, tmp_path, skopeo_policy, "tests/busybox-sdk",
+               [gzipped(busybox_layer()), gzipped([file("app/marker", marker + "\n")])],
+               config={"Env": ["PATH=/usr/local/bin:/usr/bin:/bin", "FROM_IMAGE=image",
+                               "OVERRIDDEN=image"], "WorkingDir": "/app"})
+    client = Client(oci_server.api_url, oci_server.api_key)
+    dockerfile = (f"FROM {registry.host}/tests/busybox-sdk:v1\n"
+                  "ENV OVERRIDDEN=build\n"
+                  "RUN pwd > /built-in; echo \"$FROM_IMAGE $OVERRIDDEN\" >> /built-in\n"
+                  "WORKDIR /work\n"
+                  "RUN echo made > here\n")
+    lines: list[str] = []
+    info = client.templates.build(dockerfile, "from-busybox", on_log=lines.append)
+    assert info.status == "ready", (info, lines[-20:])
+    # pulled from the registry (2 layers), then the steps ran on it
+    assert any("tests/busybox-sdk:v1: sha256:" in line and "2 layers" in line
+               for line in lines), lines
+    assert any(line.startswith("Step 4/4 RUN echo made") for line in lines), lines
+    try:
+        with Sandbox.create(template="from-busybox", ttl_seconds=300,
+                            api_url=oci_server.api_url, api_key=oci_server.api_key) as sbx:
+            probe = sbx.exec("cat /app/marker /built-in /work/here; pwd; "
+                             "echo $FROM_IMAGE $OVERRIDDEN")
+            assert probe.exit_code == 0, probe
+            assert probe.stdout.split("\n") == [marker, "/app", "image build", "made", "/work",
+                                                "image build", ""], probe
+    finally:
+        client.templates.delete("from-busybox")
+
+    missing = f"{registry.host}/tests/no-such-image:v1"
+    with pytest.raises(TemplateBuildError, match=r"tests/no-such-image:v1"):
+        client.templates.build(f"FROM {missing}\nRUN true\n", "from-nothing")
+    client.templates.delete("from-nothing")

@@ -1,0 +1,41 @@
+"""A build FROM an image starts from its config's Env, WorkingDir and User; bases written
+as images are told from templates and snapshots the way the control plane hands them over."""
+
+from __future__ import annotations
+
+import pytest
+
+from pandastack.host.images.oci.guest_image import ImageDefaults
+from pandastack.host.templates.builds import initial_state
+from pandastack.host.templates.image_base import ImageBase, is_image
+
+
+def base(env: dict[str, str], workdir: str | None, user: str | None) -> ImageBase:
+    return ImageBase("oci-x", "key", ImageDefaults(env=env, working_dir=workdir, user=user))
+
+
+def test_the_image_config_is_where_the_steps_start() -> None:
+    state = initial_state(base({"PATH": "/bin", "A": "1"}, "/app", "app"))
+    assert (state.env, state.workdir, state.user) == ({"PATH": "/bin", "A": "1"}, "/app", "app")
+    assert state.as_user(["id"]) == ["runuser", "-u", "app", "--", "id"]
+
+
+@pytest.mark.parametrize("user", [None, "", "root", "0", "0:0", "root:root"])
+def test_root_in_any_spelling_runs_steps_as_they_run_on_templates(user: str | None) -> None:
+    assert initial_state(base({}, None, user)).user is None
+
+
+def test_a_group_is_dropped_the_user_kept() -> None:
+    assert initial_state(base({}, None, "app:staff")).user == "app"
+
+
+def test_without_an_image_nothing_is_set() -> None:
+    state = initial_state(None)
+    assert (state.env, state.workdir, state.user) == ({}, None, None)
+
+
+@pytest.mark.parametrize(("name", "image"), [
+    ("base", False), ("node", False), ("snapshot:abc", False),
+    ("127.0.0.1:5000/tests/x:v1", True), ("library/alpine", True), ("python:3.12", True)])
+def test_which_bases_are_images(name: str, image: bool) -> None:
+    assert is_image(name) is image
