@@ -77,3 +77,23 @@ def test_a_name_that_does_not_resolve_is_unavailable() -> None:
     ("[::1]:5000", "::1", 5000), ("[::1]", "::1", 443), ("1.2.3.4:80", "1.2.3.4", 80)])
 def test_split_host_port(netloc: str, host: str, port: int) -> None:
     assert split_host_port(netloc, 443) == (host, port)
+
+
+def test_a_connection_goes_to_the_address_checked_not_to_a_second_answer() -> None:
+    # DNS rebinding: the name answers a public address to the check, then loopback. The
+    # client's connection resolves once more, in its own backend, and refuses that answer
+    # before any socket is opened (the name does not resolve on this machine: without the
+    # pinned backend the system resolver would fail instead, RegistryUnavailable).
+    from pandastack.host.images.oci.client import RegistryClient
+    from pandastack.host.images.oci.reference import parse_reference
+
+    answers = [[PUBLIC], ["127.0.0.1"]]
+
+    def rebinding(host: str, port: int) -> list[str]:
+        return answers.pop(0) if answers else ["127.0.0.1"]
+
+    client = RegistryClient(parse_reference("rebind.invalid/team/app:1"), RegistrySettings(),
+                            resolve=rebinding)
+    with client, pytest.raises(RegistryRefused, match=r"rebind\.invalid is not a public"):
+        client.resolve()
+    assert answers == []  # the check and the connection each asked once

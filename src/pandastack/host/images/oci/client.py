@@ -23,7 +23,12 @@ from pandastack.host.images.oci.errors import (
     RegistryAuthError,
     RegistryUnavailable,
 )
-from pandastack.host.images.oci.hosts import Resolve, check_host, system_resolve
+from pandastack.host.images.oci.hosts import (
+    Resolve,
+    check_host,
+    pinned_transport,
+    system_resolve,
+)
 from pandastack.host.images.oci.manifest import (
     ACCEPT,
     INDEX_TYPES,
@@ -78,7 +83,9 @@ class RegistryClient:
         # each request and after each chunk, so a registry dripping bytes cannot hold it.
         self._deadline: float | None = None
         verify: str | bool = str(settings.ca_bundle) if settings.ca_bundle else True
-        self._http = httpx.Client(verify=verify, timeout=httpx.Timeout(settings.timeout_s),
+        self._http = httpx.Client(transport=pinned_transport(self.image, settings, verify,
+                                                             resolve),
+                                  timeout=httpx.Timeout(settings.timeout_s),
                                   follow_redirects=False, trust_env=False)
 
     def __enter__(self) -> RegistryClient:

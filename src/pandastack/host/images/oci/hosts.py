@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import httpcore
+import httpx
+from httpcore import NetworkStream
+from httpcore._backends.base import SOCKET_OPTION
 
 from pandastack.host.images.oci.errors import ImageInvalid, RegistryUnavailable
 from pandastack.host.images.oci.settings import RegistrySettings
@@ -51,10 +56,11 @@ def operators(settings: RegistrySettings, netloc: str) -> bool:
 
 
 def check_host(image: str, netloc: str, settings: RegistrySettings, *, https: bool,
-               resolve: Resolve = system_resolve) -> None:
-    """Raise RegistryRefused unless `netloc` is the operator's or all its addresses public."""
+               resolve: Resolve = system_resolve) -> list[str] | None:
+    """Raise RegistryRefused unless `netloc` is the operator's or all its addresses public;
+    the addresses checked (None for the operator's: resolved as usual when connecting)."""
     if operators(settings, netloc):
-        return
+        return None
     host, port = split_host_port(netloc, 443 if https else 80)
     try:
         addresses = [str(ipaddress.ip_address(host))]
@@ -67,3 +73,39 @@ def check_host(image: str, netloc: str, settings: RegistrySettings, *, https: bo
         raise RegistryUnavailable(image, f"registry host {host} does not resolve")
     if any(refusal(address, False, ()) is not None for address in addresses):
         raise RegistryRefused(image, f"registry host {host} {_NOT_PUBLIC}")
+    return addresses
+
+
+class PinnedBackend(httpcore.SyncBackend):
+    """Opens each connection to an address it has just checked, resolving the name once,
+    here: a name whose answer changes between a check and the connection (DNS rebinding)
+    cannot slip a private address in. TLS still verifies the certificate for the name
+    (httpcore hands the URL's host to the handshake, not the address connected to)."""
+
+    def __init__(self, image: str, settings: RegistrySettings, resolve: Resolve) -> None:
+        self._image = image
+        self._settings = settings
+        self._resolve = resolve
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None,
+                    socket_options: Iterable[SOCKET_OPTION] | None = None) -> NetworkStream:
+        bare = host.strip("[]")
+        netloc = f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
+        if operators(self._settings, netloc) or operators(self._settings, host):
+            return super().connect_tcp(host, port, timeout, local_address, socket_options)
+        addresses = check_host(self._image, netloc, self._settings, https=port == 443,
+                               resolve=self._resolve)
+        assert addresses  # not the operator's: checked addresses, at least one
+        return super().connect_tcp(addresses[0], port, timeout, local_address, socket_options)
+
+
+def pinned_transport(image: str, settings: RegistrySettings, verify: str | bool,
+                     resolve: Resolve = system_resolve) -> httpx.HTTPTransport:
+    """httpx's transport, its connections opened by PinnedBackend. httpx takes no network
+    backend, so it is set on the pool it made (test_hosts fails if that attribute moves)."""
+    transport = httpx.HTTPTransport(verify=verify, trust_env=False)
+    pool = transport._pool
+    assert isinstance(pool, httpcore.ConnectionPool)
+    pool._network_backend = PinnedBackend(image, settings, resolve)
+    return transport
