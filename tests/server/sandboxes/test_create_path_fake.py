@@ -8,7 +8,7 @@ the create answers 409 and its VM is killed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,7 +36,7 @@ class HeldCreate(FakeRuntime):
     async def create(self, template: str = "base", *, vcpus: int = 1, memory_mb: int = 512,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None, network: NetworkPolicy | None = None,
-                     volumes: tuple[VolumeMountRequest, ...] | list[VolumeMountRequest] = (),
+                     volumes: Sequence[VolumeMountRequest] = (),
                      ) -> FakeSandbox:
         if self.hold:
             self.entered.set()

@@ -46,7 +46,7 @@ def test_public_addresses_pass_and_the_port_is_resolved_with_the_host() -> None:
     check_host("x", "reg.example:5000", RegistrySettings(), https=True, resolve=resolve)
     check_host("x", "reg.example", RegistrySettings(), https=True, resolve=resolve)
     check_host("x", "reg.example", RegistrySettings(), https=False, resolve=resolve)
-    assert resolve.asked == [("reg.example", 5000), ("reg.example", 443),  # type: ignore[attr-defined]
+    assert resolve.asked == [("reg.example", 5000), ("reg.example", 443),
                              ("reg.example", 80)]
 
 
@@ -56,7 +56,7 @@ def test_the_operators_insecure_registries_and_mirrors_are_not_checked() -> None
     never = resolver()
     check_host("x", "127.0.0.1:5000", conf, https=False, resolve=never)
     check_host("x", "10.0.0.7:5000", conf, https=True, resolve=never)
-    assert never.asked == []  # type: ignore[attr-defined]
+    assert never.asked == []
     with pytest.raises(RegistryRefused):  # another port of the same host is not listed
         check_host("x", "127.0.0.1:5001", conf, https=False)
 
