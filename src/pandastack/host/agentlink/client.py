@@ -81,6 +81,17 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
             fields["user"] = user
         return fields
 
+    @classmethod
+    def _spawn_fields(
+        cls, cmd: str | Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
+        user: str | None, timeout: float | None,
+    ) -> dict[str, Any]:
+        """A background process's fields: its timeout (the agent kills its tree then) in ms."""
+        fields = cls._cmd_fields(cmd, env, cwd, user)
+        if timeout is not None:
+            fields["timeout_ms"] = max(1, math.ceil(timeout * 1000))
+        return fields
+
     async def exec(
         self,
         cmd: str | Sequence[str],
@@ -195,9 +206,7 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
     ) -> int:
         """Start a background process (stdin open for ``send_stdin``); returns its pid.
         With ``timeout`` the agent kills its tree after that long (its exit: timed_out)."""
-        fields = self._cmd_fields(cmd, env, cwd, user)
-        if timeout is not None:
-            fields["timeout_ms"] = max(1, math.ceil(timeout * 1000))
+        fields = self._spawn_fields(cmd, env, cwd, user, timeout)
         f = await self._call("spawn", stdin=True, **fields)
         pid: int = self._field(f, "pid", int)
         return pid
@@ -219,9 +228,7 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         """`spawn`, then `attach` to it, in one guest round trip: ``on_spawned`` hears the
         pid before any output. The process is a background one (pid calls reach it; leaving
         this call only detaches); ``stdin=False`` gives it none. ``timeout`` as spawn's."""
-        fields = self._cmd_fields(cmd, env, cwd, user)
-        if timeout is not None:
-            fields["timeout_ms"] = max(1, math.ceil(timeout * 1000))
+        fields = self._spawn_fields(cmd, env, cwd, user, timeout)
         op = self._register("spawn_attach")
         finished = False
         try:
