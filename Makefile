@@ -104,11 +104,12 @@ sdk-ts: deps
 #   the bytecode), and each pytest process rewrote every test module's asserts anew
 #   (collecting: 18.0 s of CPU, 11.2 s with pytest's cache of them).
 #   Together ~120 s of the parallel lane's worker time (~1 min of it) and ~7 s of the serial
-#   lane's, estimated from those figures: ~24 min of .ci/run where 2026-12-04's was 26, not 20.
-#   The largest cost left that is not a test's own: E2B's default code context is a kernel
-#   made at the first run_code of every sandbox (compat/e2b/interpreter/routes.py), not the
-#   template's warm one: in the E2B version clients run_code took 13-16 s and the matplotlib
-#   chart after it 17-38 s (load 6-7), each client once.
+#   lane's, estimated from those figures.
+# - E2B's default code context is baked warm in the code-interpreter template (it was a
+#   kernel made at the first run_code of every sandbox: 5-7 s, its first chart 12.5-14.7 s).
+# Measured after all of these, fresh clone, quiet machine (2026-12-04, ci8): parallel lane
+# 2355 passed in 16 min 4 s (modules' time 1871 s, was 2269 s), serial lane 30 passed in
+# 5 min 3 s, .ci/run 22.5 min in all (was ~29 on the same machine the session before).
 # Each lane ends with its slowest modules (tests/lanes.py), to know what to cut next.
 # Before the lanes, every guest image and template the tests use is built or found (~2 s when
 # cached): no test builds one, so the lanes' time and durations are the tests'. Node's image
