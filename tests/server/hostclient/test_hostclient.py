@@ -7,6 +7,7 @@ agent; an agent that is gone or stuck is HostUnavailable."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -26,18 +27,38 @@ TOKEN = "t0ken"
 POLL = 0.01
 
 
+@contextlib.contextmanager
+def private_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="phc-", dir="/tmp"))  # short: a socket lives in it
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="phc-", dir="/tmp"))  # short: a socket lives in it
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with private_dir() as path:
+        yield path
+
+
+@pytest.fixture(scope="module")
+async def host_app() -> AsyncIterator[tuple[str, FakeHost]]:
+    """One host app for the module's tests (its start is most of a test's time); `agent`
+    gives each test the fake host afresh."""
+    host = FakeHost()
+    with private_dir() as directory:
+        async with served(host, TOKEN, directory) as url:
+            yield url, host
 
 
 @pytest.fixture
-async def agent(tmp: Path) -> AsyncIterator[tuple[HostClient, FakeHost]]:
-    host = FakeHost()
+async def agent(host_app: tuple[str, FakeHost]) -> AsyncIterator[tuple[HostClient, FakeHost]]:
+    url, host = host_app
+    host.sandboxes.clear()
+    host.fail.clear()
     host.add("sbx-1")
-    async with served(host, TOKEN, tmp) as url, HostClient(url, TOKEN) as client:
+    async with HostClient(url, TOKEN) as client:
         yield client, host
 
 
