@@ -16,7 +16,6 @@ from pandastack.sdk._base import (
 )
 from pandastack.sdk._base import _bool as _bool
 from pandastack.wire import sandboxes as wire
-from pandastack.wire import search
 from pandastack.wire.sandboxes import FileEntry, WriteResult
 
 
@@ -62,19 +61,6 @@ def remove_call(sandbox_id: str, path: str, *, recursive: bool) -> Call[None]:
 def rename_call(sandbox_id: str, src: str, dst: str) -> Call[None]:
     body = encode(wire.RenameRequest, src=src, dst=dst)
     return Call("POST", sandbox_path(sandbox_id, "files", "rename"), ignore_body, json=body)
-
-
-def grep_call(sandbox_id: str, path: str, pattern: str, *,
-              ignore_case: bool) -> Call[search.GrepMatches]:
-    body = encode(search.GrepRequest, path=path, pattern=pattern, ignore_case=ignore_case)
-    return Call("POST", sandbox_path(sandbox_id, "files", "grep"),
-                model_decoder(search.GrepMatches), json=body)
-
-
-def glob_call(sandbox_id: str, path: str, pattern: str) -> Call[search.GlobMatches]:
-    body = encode(search.GlobRequest, path=path, pattern=pattern)
-    return Call("POST", sandbox_path(sandbox_id, "files", "glob"),
-                model_decoder(search.GlobMatches), json=body)
 
 
 def partial_path(dst: Path) -> Path:

@@ -18,10 +18,12 @@ import anyio
 
 from pandastack.sdk import _base, _files, _watch
 from pandastack.sdk._http import HTTP, AsyncHTTP
+from pandastack.sdk._operations import operation_call
 from pandastack.sdk.byte_streams import AsyncByteStream, ByteStream
 from pandastack.sdk.errors import NotFoundError
 from pandastack.sdk.models import FileEntry, GlobMatches, GrepMatches, WriteResult
 from pandastack.sdk.watch import AsyncWatch, Watch
+from pandastack.wire import search
 
 __all__ = ["AsyncFilesystem", "Filesystem"]
 
@@ -167,13 +169,14 @@ class Filesystem(_base.NamespaceBase[HTTP]):
         """The lines holding the literal substring `pattern` (no regular expression) in the
         files under `path` (or in the file `path`), searched in the sandbox; binary files are
         skipped. Past the guest's bounds the result says `truncated`."""
-        return self._http.run(_files.grep_call(self._sandbox_id, path, pattern,
-                                               ignore_case=ignore_case))
+        return self._http.run(operation_call(
+            search.GREP, self._sandbox_id, path=path, pattern=pattern, ignore_case=ignore_case))
 
     def glob(self, path: str, pattern: str) -> GlobMatches:
         """The paths under the directory `path` that `pattern` matches (relative to `path`:
         `*` and `?` within one name, `**` any number of directories), sorted."""
-        return self._http.run(_files.glob_call(self._sandbox_id, path, pattern))
+        return self._http.run(operation_call(search.GLOB, self._sandbox_id, path=path,
+                                           pattern=pattern))
 
 
 class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
@@ -290,10 +293,11 @@ class AsyncFilesystem(_base.NamespaceBase[AsyncHTTP]):
         """The lines holding the literal substring `pattern` (no regular expression) in the
         files under `path` (or in the file `path`), searched in the sandbox; binary files are
         skipped. Past the guest's bounds the result says `truncated`."""
-        return await self._http.run(_files.grep_call(self._sandbox_id, path, pattern,
-                                                     ignore_case=ignore_case))
+        return await self._http.run(operation_call(
+            search.GREP, self._sandbox_id, path=path, pattern=pattern, ignore_case=ignore_case))
 
     async def glob(self, path: str, pattern: str) -> GlobMatches:
         """The paths under the directory `path` that `pattern` matches (relative to `path`:
         `*` and `?` within one name, `**` any number of directories), sorted."""
-        return await self._http.run(_files.glob_call(self._sandbox_id, path, pattern))
+        return await self._http.run(operation_call(search.GLOB, self._sandbox_id, path=path,
+                                                 pattern=pattern))

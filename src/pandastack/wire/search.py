@@ -17,6 +17,7 @@ from pandastack.guestproto.ops import (
     SEARCH_MAX_PATTERN_BYTES,
 )
 from pandastack.wire.base import Strict
+from pandastack.wire.operations import SandboxOperation
 
 # What a client gets back from this part of the API: `pandastack.sdk.models` re-exports
 # these (`import *`), so a new result model is named here, beside its class.
@@ -105,3 +106,14 @@ class GrepMatches(Strict):
 class GlobMatches(Strict):
     paths: list[str] = Field(description=f"sorted by path; at most {GLOB_MAX_PATHS}")
     truncated: bool = Field(description="a bound stopped the walk: there may be more")
+
+
+# The routes and the SDK's calls are built from these rows (wire/operations.py).
+_WALK = ("The guest walks `path` itself (no shell; symlinked directories are not followed) "
+         "and stops at its bounds, saying `truncated`.")
+GREP = SandboxOperation("POST", "files/grep", GrepRequest, GrepMatches, port="grep",
+                        operation_id="grepFiles", description=_WALK,
+                        summary="Lines holding a literal substring, in the files under a path")
+GLOB = SandboxOperation("POST", "files/glob", GlobRequest, GlobMatches, port="glob",
+                        operation_id="globFiles", description=_WALK,
+                        summary="The paths under a path that a pattern (`*`, `?`, `**`) matches")

@@ -1,4 +1,5 @@
-"""Files: streamed download and upload, list, stat, mkdir, remove, rename, grep and glob."""
+"""Files: streamed download and upload, list, stat, mkdir, remove, rename, and the searches
+(`wire/search.py`'s rows)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from pandastack.hostport.results import FileInfo
+from pandastack.wire import search
 from pandastack.wire.sandboxes import FileEntry, FileList, MkdirRequest, RenameRequest, WriteResult
-from pandastack.wire.search import GlobMatches, GlobRequest, GrepMatches, GrepRequest, TextMatch
 
 from ..accounts.auth import CurrentPrincipal
 from ..sandboxes.service import SandboxService
 from ..web.errors import ApiError, bad_request, clean_text
 from ..web.jsonbody import StrictJsonRoute
 from .deps import AppSettings, SandboxId, Service, check_path
+from .operations import add_operations
 
 router = APIRouter(tags=["files"], route_class=StrictJsonRoute)
 
@@ -145,25 +147,5 @@ async def rename_file(sandbox_id: SandboxId, body: RenameRequest, who: CurrentPr
     return Response(status_code=204)
 
 
-@router.post("/sandboxes/{sandbox_id}/files/grep", response_model=GrepMatches,
-             summary="Lines holding a literal substring, in the files under a path",
-             description="The guest walks `path` itself (no shell; symlinked directories are "
-                         "not followed) and stops at its bounds, saying `truncated`.")
-async def grep_files(sandbox_id: SandboxId, body: GrepRequest, who: CurrentPrincipal,
-                     service: Service) -> GrepMatches:
-    _, handle = await service.running(who.team, sandbox_id)
-    found = await handle.grep(body.path, body.pattern, ignore_case=body.ignore_case)
-    return GrepMatches(matches=[TextMatch(path=clean_text(m.path), line=m.line,
-                                          text=clean_text(m.text)) for m in found.matches],
-                       truncated=found.truncated)
-
-
-@router.post("/sandboxes/{sandbox_id}/files/glob", response_model=GlobMatches,
-             summary="The paths under a path that a pattern (`*`, `?`, `**`) matches",
-             description="The guest walks `path` itself (no shell; symlinked directories are "
-                         "not followed) and stops at its bounds, saying `truncated`.")
-async def glob_files(sandbox_id: SandboxId, body: GlobRequest, who: CurrentPrincipal,
-                     service: Service) -> GlobMatches:
-    _, handle = await service.running(who.team, sandbox_id)
-    found = await handle.glob(body.path, body.pattern)
-    return GlobMatches(paths=[clean_text(p) for p in found.paths], truncated=found.truncated)
+# grep, glob: request/response operations, built from their rows.
+add_operations(router, search)
