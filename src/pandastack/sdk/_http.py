@@ -18,6 +18,7 @@ from pandastack.sdk._base import Call, client_headers, raise_for_status, transpo
 from pandastack.sdk.config import ClientConfig
 
 T = TypeVar("T")
+DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's
 
 
 @functools.cache
@@ -41,15 +42,17 @@ def _request_kwargs(call: Call[Any], default: httpx.Timeout, content: Any) -> di
 class HTTP:
     """Sends calls over one `httpx.Client` (connection pool)."""
 
-    def __init__(self, config: ClientConfig,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, config: ClientConfig, transport: httpx.BaseTransport | None = None,
+                 limits: httpx.Limits = DEFAULT_LIMITS) -> None:
         self.config = config
         self._transport = transport
-        self._client = httpx.Client(transport=transport, **_client_kwargs(config))
+        self._limits = limits
+        self._client = httpx.Client(transport=transport, limits=limits,
+                                    **_client_kwargs(config))
 
     def sibling(self) -> HTTP:
         """A new connection pool to the same server, with the same settings."""
-        return HTTP(self.config, self._transport)
+        return HTTP(self.config, self._transport, self._limits)
 
     @property
     def timeout(self) -> httpx.Timeout:
@@ -82,15 +85,17 @@ class HTTP:
 class AsyncHTTP:
     """Sends calls over one `httpx.AsyncClient` (connection pool)."""
 
-    def __init__(self, config: ClientConfig,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, config: ClientConfig, transport: httpx.AsyncBaseTransport | None = None,
+                 limits: httpx.Limits = DEFAULT_LIMITS) -> None:
         self.config = config
         self._transport = transport
-        self._client = httpx.AsyncClient(transport=transport, **_client_kwargs(config))
+        self._limits = limits
+        self._client = httpx.AsyncClient(transport=transport, limits=limits,
+                                         **_client_kwargs(config))
 
     def sibling(self) -> AsyncHTTP:
         """A new connection pool to the same server, with the same settings."""
-        return AsyncHTTP(self.config, self._transport)
+        return AsyncHTTP(self.config, self._transport, self._limits)
 
     @property
     def timeout(self) -> httpx.Timeout:

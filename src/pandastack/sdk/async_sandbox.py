@@ -26,6 +26,7 @@ from pandastack.rules import DEFAULT_TEMPLATE
 from pandastack.sdk import _base, _metrics, _names, _streams
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import AsyncHTTP
+from pandastack.sdk._shared_http import shared_async_http
 from pandastack.sdk._streams import SandboxPage
 from pandastack.sdk.async_pty import AsyncTerminals
 from pandastack.sdk.code import (
@@ -68,22 +69,28 @@ async def create_waiting(http: AsyncHTTP, call: _base.Call[SandboxInfo]) -> Sand
             await asyncio.sleep(_base.template_retry_delay(exc.retry_after))
 
 
-def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
-          transport: httpx.AsyncBaseTransport | None) -> AsyncHTTP:
-    return AsyncHTTP(resolve_config(api_url, api_key, timeout=timeout), transport)
+async def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
+                transport: httpx.AsyncBaseTransport | None) -> tuple[AsyncHTTP, bool]:
+    """The connections for a new handle and whether it owns them: the running loop's pool
+    for the server (sdk/_shared_http.py), or, with a test's `transport`, a pool of its own."""
+    config = resolve_config(api_url, api_key, timeout=timeout)
+    if transport is None:
+        return await shared_async_http(config)
+    return AsyncHTTP(config, transport), True
 
 
 async def _first_info(fetch: Callable[[AsyncHTTP], Awaitable[SandboxInfo]],
                       api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
                       transport: httpx.AsyncBaseTransport | None
-                      ) -> tuple[SandboxInfo, AsyncHTTP]:
-    """Open the connections a new handle will own and run its first call on them; closed
-    again when that call fails, since no handle will own them then."""
-    http = _open(api_url, api_key, timeout, transport)
+                      ) -> tuple[SandboxInfo, AsyncHTTP, bool]:
+    """Run a new handle's first call on its connections (`_open`); connections of its own
+    are closed again when that call fails, since no handle will own them then."""
+    http, owns = await _open(api_url, api_key, timeout, transport)
     try:
-        return await fetch(http), http
+        return await fetch(http), http, owns
     except BaseException:
-        await http.aclose()
+        if owns:
+            await http.aclose()
         raise
 
 
@@ -92,8 +99,10 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
     `await AsyncSandbox.connect()`, not the constructor.
 
     The documented form is ``async with await AsyncSandbox.create(...) as sbx:``: leaving the
-    block kills the sandbox (also when the block raised) and closes its HTTP connections.
-    Without it, `await sbx.kill()` (and `await sbx.close()`) yourself.
+    block kills the sandbox (also when the block raised). Without it, `await sbx.kill()`
+    yourself. Handles made by `create`/`connect`/`list` share the event loop's connections to
+    their server (sdk/_shared_http.py), closed when the loop shuts down (as `asyncio.run`
+    ends): the next create reuses them.
     """
 
     def __init__(self, info: SandboxInfo, http: AsyncHTTP, *, owns_http: bool = False) -> None:
@@ -165,9 +174,9 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
                                          metadata=metadata, snapshot=snapshot,
                                          network=network, volumes=volumes, name=name,
                                          host_id=host_id)
-        info, http = await _first_info(lambda h: create_waiting(h, call), api_url, api_key,
-                                       timeout, transport)
-        return cls(info, http, owns_http=True)
+        info, http, owns = await _first_info(lambda h: create_waiting(h, call), api_url,
+                                             api_key, timeout, transport)
+        return cls(info, http, owns_http=owns)
 
     @classmethod
     async def get_or_create(cls, name: str, template: str = DEFAULT_TEMPLATE,
@@ -190,9 +199,9 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
             snapshot=snapshot, network=network, volumes=volumes, name=name,
             host_id=host_id), name)
-        info, http = await _first_info(lambda h: create_waiting(h, call), api_url, api_key,
-                                       timeout, transport)
-        return cls(info, http, owns_http=True)
+        info, http, owns = await _first_info(lambda h: create_waiting(h, call), api_url,
+                                             api_key, timeout, transport)
+        return cls(info, http, owns_http=owns)
 
     @classmethod
     async def connect(cls, sandbox_id: str, *, api_url: str | None = None,
@@ -204,9 +213,9 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         instead to just drop the handle.
         """
         call = _base.get_sandbox_call(sandbox_id)  # an id, or the team's name for one
-        info, http = await _first_info(lambda h: h.run(call), api_url, api_key, timeout,
-                                       transport)
-        return cls(info, http, owns_http=True)
+        info, http, owns = await _first_info(lambda h: h.run(call), api_url, api_key, timeout,
+                                             transport)
+        return cls(info, http, owns_http=owns)
 
     @classmethod
     async def list(cls, state: str | None = None, metadata: Mapping[str, str] | None = None,
@@ -223,18 +232,20 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         `started_after` (Unix seconds or an aware datetime). With `limit`, one page of at most
         that many: its `next_token` (None on the last page) passed back with the same filters
         gives the next (keyset-paged: creations and ends meanwhile never skip or repeat one).
-        Each item is a handle with its own connections, opened on first use: use or `kill()`
-        it without another lookup, and `close()` it (or use it as a context manager, which
-        kills it on exit)."""
+        Each item is a handle on this process's connections to the server (those `create`
+        uses too): use or `kill()` it without another lookup (as a context manager it kills
+        the sandbox on exit)."""
         call = _streams.list_page_call(state, metadata, include_ended, template=template,
                                        started_after=started_after, limit=limit,
                                        next_token=next_token)
-        http = _open(api_url, api_key, timeout, transport)
+        http, owns = await _open(api_url, api_key, timeout, transport)
         try:
             infos, token = await http.run(call)
         finally:
-            await http.aclose()
-        return SandboxPage([cls(info, http.sibling(), owns_http=True) for info in infos], token)
+            if owns:
+                await http.aclose()
+        return SandboxPage([cls(info, http.sibling(), owns_http=True) if owns else cls(info, http)
+                            for info in infos], token)
 
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current state; also updates `info`."""

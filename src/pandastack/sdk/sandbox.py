@@ -25,6 +25,7 @@ from pandastack.rules import DEFAULT_TEMPLATE
 from pandastack.sdk import _base, _metrics, _names, _streams
 from pandastack.sdk._code import Language
 from pandastack.sdk._http import HTTP
+from pandastack.sdk._shared_http import shared_http
 from pandastack.sdk._streams import SandboxPage
 from pandastack.sdk.code import (
     DEFAULT_CODE_TIMEOUT,
@@ -68,28 +69,35 @@ def create_waiting(http: HTTP, call: _base.Call[SandboxInfo]) -> SandboxInfo:
 
 
 def _open(api_url: str | None, api_key: str | None, timeout: TimeoutTypes,
-          transport: httpx.BaseTransport | None) -> HTTP:
-    return HTTP(resolve_config(api_url, api_key, timeout=timeout), transport)
+          transport: httpx.BaseTransport | None) -> tuple[HTTP, bool]:
+    """The connections for a new handle and whether it owns them: this process's pool for
+    the server (sdk/_shared_http.py), or, with a test's `transport`, a pool of its own."""
+    config = resolve_config(api_url, api_key, timeout=timeout)
+    if transport is None:
+        return shared_http(config), False
+    return HTTP(config, transport), True
 
 
 def _first_info(fetch: Callable[[HTTP], SandboxInfo], api_url: str | None,
                 api_key: str | None, timeout: TimeoutTypes,
-                transport: httpx.BaseTransport | None) -> tuple[SandboxInfo, HTTP]:
-    """Open the connections a new handle will own and run its first call on them; closed
-    again when that call fails, since no handle will own them then."""
-    http = _open(api_url, api_key, timeout, transport)
+                transport: httpx.BaseTransport | None) -> tuple[SandboxInfo, HTTP, bool]:
+    """Run a new handle's first call on its connections (`_open`); connections of its own
+    are closed again when that call fails, since no handle will own them then."""
+    http, owns = _open(api_url, api_key, timeout, transport)
     try:
-        return fetch(http), http
+        return fetch(http), http, owns
     except BaseException:
-        http.close()
+        if owns:
+            http.close()
         raise
 
 
 class Sandbox(_base.SandboxBase[HTTP]):
     """A handle on one sandbox. Make one with `create()` or `connect()`, not the constructor.
 
-    Used as a context manager it kills the sandbox on exit (also when the block raised) and
-    closes its HTTP connections. Without one, call `kill()` (and `close()`) yourself.
+    Used as a context manager it kills the sandbox on exit (also when the block raised).
+    Without one, call `kill()` yourself. Handles made by `create`/`connect`/`list` share this
+    process's connections to their server (sdk/_shared_http.py): the next create reuses them.
     """
 
     def __init__(self, info: SandboxInfo, http: HTTP, *, owns_http: bool = False) -> None:
@@ -161,9 +169,9 @@ class Sandbox(_base.SandboxBase[HTTP]):
                                          metadata=metadata, snapshot=snapshot,
                                          network=network, volumes=volumes, name=name,
                                          host_id=host_id)
-        info, http = _first_info(lambda h: create_waiting(h, call), api_url, api_key, timeout,
-                                 transport)
-        return cls(info, http, owns_http=True)
+        info, http, owns = _first_info(lambda h: create_waiting(h, call), api_url, api_key,
+                                       timeout, transport)
+        return cls(info, http, owns_http=owns)
 
     @classmethod
     def get_or_create(cls, name: str, template: str = DEFAULT_TEMPLATE,
@@ -185,9 +193,9 @@ class Sandbox(_base.SandboxBase[HTTP]):
             memory_mb=memory_mb, disk_mb=disk_mb, env=env, metadata=metadata,
             snapshot=snapshot, network=network, volumes=volumes, name=name,
             host_id=host_id), name)
-        info, http = _first_info(lambda h: create_waiting(h, call), api_url, api_key, timeout,
-                                 transport)
-        return cls(info, http, owns_http=True)
+        info, http, owns = _first_info(lambda h: create_waiting(h, call), api_url, api_key,
+                                       timeout, transport)
+        return cls(info, http, owns_http=owns)
 
     @classmethod
     def connect(cls, sandbox_id: str, *, api_url: str | None = None,
@@ -199,8 +207,8 @@ class Sandbox(_base.SandboxBase[HTTP]):
         instead to just drop the handle.
         """
         call = _base.get_sandbox_call(sandbox_id)  # an id, or the team's name for one
-        info, http = _first_info(lambda h: h.run(call), api_url, api_key, timeout, transport)
-        return cls(info, http, owns_http=True)
+        info, http, owns = _first_info(lambda h: h.run(call), api_url, api_key, timeout, transport)
+        return cls(info, http, owns_http=owns)
 
     @classmethod
     def list(cls, state: str | None = None, metadata: Mapping[str, str] | None = None, *,
@@ -215,18 +223,20 @@ class Sandbox(_base.SandboxBase[HTTP]):
         `started_after` (Unix seconds or an aware datetime). With `limit`, one page of at most
         that many: its `next_token` (None on the last page) passed back with the same filters
         gives the next (keyset-paged: creations and ends meanwhile never skip or repeat one).
-        Each item is a handle with its own connections, opened on first use: use or `kill()`
-        it without another lookup, and `close()` it (or use it as a context manager, which
-        kills it on exit)."""
+        Each item is a handle on this process's connections to the server (those `create`
+        uses too): use or `kill()` it without another lookup (as a context manager it kills
+        the sandbox on exit)."""
         call = _streams.list_page_call(state, metadata, include_ended, template=template,
                                        started_after=started_after, limit=limit,
                                        next_token=next_token)
-        http = _open(api_url, api_key, timeout, transport)
+        http, owns = _open(api_url, api_key, timeout, transport)
         try:
             infos, token = http.run(call)
         finally:
-            http.close()
-        return SandboxPage([cls(info, http.sibling(), owns_http=True) for info in infos], token)
+            if owns:
+                http.close()
+        return SandboxPage([cls(info, http.sibling(), owns_http=True) if owns else cls(info, http)
+                            for info in infos], token)
 
     def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current state; also updates `info`."""
