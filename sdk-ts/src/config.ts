@@ -2,21 +2,25 @@
  * Where the SDK finds its server and key. Each setting is resolved on its own, first match wins
  * (as in the Python SDK, src/pandastack/sdk/config.py):
  *
- * 1. the option (`apiUrl`, `apiKey`),
- * 2. the environment (`PANDASTACK_API`, `PANDASTACK_API_KEY`),
+ * 1. the option (`apiUrl`, `apiKey`, `caBundle`),
+ * 2. the environment (`PANDASTACK_API`, `PANDASTACK_API_KEY`, `PANDASTACK_CA_BUNDLE`),
  * 3. the config file `~/.config/pandastack/config.json` (`$XDG_CONFIG_HOME/pandastack/...` when
- *    that is set): `{"api_url": "...", "api_key": "..."}`.
+ *    that is set): `{"api_url": "...", "api_key": "...", "ca_bundle": "..."}`.
  *
- * Empty strings count as unset. A setting missing everywhere throws `ConfigError`.
+ * Empty strings count as unset. A URL or key missing everywhere throws `ConfigError`; without
+ * a CA bundle an https:// server is verified against the runtime's CAs. The file is read only
+ * when it must give the URL or the key (its CA bundle goes with its server).
  */
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 
 import { ConfigError } from "./errors.js";
+import { readCaBundle } from "./tls.js";
 
 export const ENV_API_URL = "PANDASTACK_API";
 export const ENV_API_KEY = "PANDASTACK_API_KEY";
+export const ENV_CA_BUNDLE = "PANDASTACK_CA_BUNDLE";
 /** Seconds an ordinary request may take. Exec and wait raise it above the command's own
  * timeout, so long commands are never cut by it. */
 export const DEFAULT_TIMEOUT = 60;
@@ -31,12 +35,16 @@ export interface ConnectionOptions {
   timeout?: number | null;
   /** A `fetch` to use instead of the global one (tests, proxies, Bun/Deno variants). */
   fetch?: typeof globalThis.fetch;
+  /** The PEM file of the CA that issued an https:// server's certificate (default: env, then
+   * the config file, else the runtime's CAs). */
+  caBundle?: string;
 }
 
 export interface ClientConfig {
   apiUrl: string;
   apiKey: string;
   timeout: number | null;
+  caBundle?: string | undefined;
 }
 
 type Env = Record<string, string | undefined>;
@@ -87,11 +95,13 @@ export function resolveConfig(options: ConnectionOptions = {}, env: Env = proces
   configPath?: string): ClientConfig {
   let url = options.apiUrl || env[ENV_API_URL] || undefined;
   let key = options.apiKey || env[ENV_API_KEY] || undefined;
+  let caBundle = options.caBundle || env[ENV_CA_BUNDLE] || undefined;
   const path = configPath ?? defaultConfigPath(env);
   if (url === undefined || key === undefined) {
     const data = readConfigFile(path);
     url ??= fileValue(data, "api_url", path);
     key ??= fileValue(data, "api_key", path);
+    caBundle ??= fileValue(data, "ca_bundle", path);
   }
   if (url === undefined) {
     throw new ConfigError(`no pandastack API URL configured: pass apiUrl, set ${ENV_API_URL}, or put "api_url" in ${path}`);
@@ -100,5 +110,6 @@ export function resolveConfig(options: ConnectionOptions = {}, env: Env = proces
     throw new ConfigError(`no pandastack API key configured: pass apiKey, set ${ENV_API_KEY}, or put "api_key" in ${path}`);
   }
   const timeout = options.timeout === undefined ? DEFAULT_TIMEOUT : options.timeout;
-  return { apiUrl: normalizeUrl(url), apiKey: key, timeout };
+  if (caBundle !== undefined) readCaBundle(caBundle); // a wrong path fails here, not at a call
+  return { apiUrl: normalizeUrl(url), apiKey: key, timeout, ...(caBundle !== undefined ? { caBundle } : {}) };
 }

@@ -11,6 +11,7 @@ import { APIConnectionError, ProtocolError, TransportTimeoutError, apiError, ERR
   invalid } from "./errors.js";
 import type { APIError } from "./errors.js";
 import type { ClientConfig } from "./config.js";
+import { certificateHint, fetchTlsInit } from "./tls.js";
 
 export const VERSION = "0.1.0";
 /** How much longer than a server-side wait the client waits for its answer. */
@@ -173,6 +174,9 @@ export class Http {
         init.duplex = "half"; // a streamed request body (Node's fetch requires saying so)
       }
     }
+    if (this.config.caBundle !== undefined && url.protocol === "https:") {
+      Object.assign(init, await fetchTlsInit(this.config.caBundle));
+    }
     const controller = new AbortController();
     init.signal = controller.signal;
     if (call.signal) {
@@ -266,5 +270,5 @@ function transportError(label: string, err: unknown, timedOut: boolean): Error {
   if (timedOut) return new TransportTimeoutError(`${label}: timed out`, { cause: err });
   const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
   const cause = err instanceof Error && err.cause instanceof Error ? ` (${err.cause.message})` : "";
-  return new APIConnectionError(`${label}: ${detail}${cause}`, { cause: err });
+  return new APIConnectionError(`${label}: ${detail}${cause}${certificateHint(err)}`, { cause: err });
 }

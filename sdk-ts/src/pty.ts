@@ -8,6 +8,7 @@
  */
 import { APIConnectionError, WaitTimeoutError, invalid } from "./errors.js";
 import { type Http, errorFromResponse, sandboxPath } from "./http.js";
+import { readCaBundle } from "./tls.js";
 
 const asyncDispose: typeof Symbol.asyncDispose = Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose");
 export const DEFAULT_COLS = 80;
@@ -77,6 +78,7 @@ async function open(http: Http, sandboxId: string, pid: number): Promise<Channel
     headers: { Authorization: `Bearer ${http.config.apiKey}` },
     maxPayload: MAX_MESSAGE, perMessageDeflate: false,
     handshakeTimeout: (http.timeout ?? 30) * 1000,
+    ...(http.config.caBundle !== undefined ? { ca: readCaBundle(http.config.caBundle) } : {}),
   });
   const channel = new Channel(ws);
   return new Promise<Channel>((resolve, reject) => {

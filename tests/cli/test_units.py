@@ -32,8 +32,8 @@ PANDASTACK = str(ROOT / ".venv" / "bin" / "pandastack")
 UNIT_SETTINGS = {"PANDASTACK_AGENT_ARGS"}
 # Read under a name the code builds (host/config.py: f"PANDASTACK_{port.upper()}").
 BUILT_NAMES = {"PANDASTACK_EGRESS_HTTP_PORT", "PANDASTACK_EGRESS_TLS_PORT"}
-NOT_SERVICE_SETTINGS = {"PANDASTACK_API", "PANDASTACK_API_KEY", "PANDASTACK_TEST_CRASH_AT",
-                        "PANDASTACK_PROBE_OK"}
+NOT_SERVICE_SETTINGS = {"PANDASTACK_API", "PANDASTACK_API_KEY", "PANDASTACK_CA_BUNDLE",
+                        "PANDASTACK_TEST_CRASH_AT", "PANDASTACK_PROBE_OK"}
 
 
 def unit_settings(text: str) -> dict[str, list[str]]:

@@ -121,3 +121,20 @@ def test_config_file_configures_the_sdk(cfg_file: Path) -> None:
     assert Sandbox.list(transport=httpx.MockTransport(handle)) == []
     assert str(seen[0].url) == "http://file.test/v1/sandboxes?include_ended=false"
     assert seen[0].headers["authorization"] == "Bearer file-key"
+
+
+def test_ca_bundle_resolves_like_the_rest(cfg_file: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    arg, env, file = (tmp_path / f"{n}.pem" for n in ("arg", "env", "file"))
+    for pem in (arg, env, file):
+        pem.write_text("-")
+    write_config(cfg_file, api_url="https://file.test", api_key="k", ca_bundle=str(file))
+    assert resolve_config().ca_bundle == str(file)
+    monkeypatch.setenv("PANDASTACK_CA_BUNDLE", str(env))
+    assert resolve_config().ca_bundle == str(env)
+    assert resolve_config(ca_bundle=arg).ca_bundle == str(arg)
+    monkeypatch.delenv("PANDASTACK_CA_BUNDLE")
+    # The file's bundle belongs to the file's server, not to one given as arguments.
+    assert resolve_config("https://a", "k").ca_bundle is None
+    with pytest.raises(ConfigError, match="not a file"):
+        resolve_config("https://a", "k", ca_bundle=tmp_path / "missing.pem")

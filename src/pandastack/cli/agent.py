@@ -27,6 +27,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -60,6 +61,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help=f"the control plane's token; made (random, mode 0600) if absent "
                         f"(default: <state dir>/{TOKEN_NAME})")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--tls-cert", type=Path, default=None, metavar="PEM",
+                   help="serve the host API over TLS (a TCP --listen) with this certificate "
+                        "the operator issued; API servers dial https://HOST:PORT")
+    p.add_argument("--tls-key", type=Path, default=None, metavar="PEM",
+                   help="the certificate's private key")
+    p.add_argument("--tls-client-ca", type=Path, default=None, metavar="PEM",
+                   help="mutual TLS: refuse clients without a certificate this CA issued "
+                        "(API servers present theirs: PANDASTACK_AGENT_CLIENT_CERT)")
     p.add_argument("--db", default=None, metavar="DSN",
                    help="the shared store (postgresql://...): register this host, heartbeat "
                         "and lease its sandboxes (default: no registry)")
@@ -151,18 +160,37 @@ def listening_socket(listen: str) -> socket.socket:
     return _tcp_socket(listen)
 
 
-def endpoint_of(listen: str, advertise: str | None) -> str:
+def endpoint_of(listen: str, advertise: str | None, *, tls: bool = False) -> str:
     """What the registry records and API servers dial: `--advertise`, else the listening
-    address as the host client spells it."""
+    address as the host client spells it (https:// when the agent serves TLS)."""
     if advertise:
         return advertise
     if listen.startswith("unix:"):
         return f"unix:{Path(listen.removeprefix('unix:')).resolve()}"
+    scheme = "https" if tls else "http"
     host, _, port = listen.rpartition(":")
     if host.strip("[]") in ("", "0.0.0.0", "::"):
         raise ValueError(f"--listen {listen}: an address on every interface is no endpoint "
-                         f"to dial: give --advertise http://HOST:{port}")
-    return f"http://{host}:{port}"
+                         f"to dial: give --advertise {scheme}://HOST:{port}")
+    return f"{scheme}://{host}:{port}"
+
+
+def listener_tls(args: argparse.Namespace | None, listen: str) -> ssl.SSLContext | None:
+    """The agent's TLS (ADR 0048), from `--tls-cert/--tls-key` and, for mutual TLS,
+    `--tls-client-ca`; None: plain HTTP (a unix socket, or a TCP one on a trusted link)."""
+    from pandastack.cli.tls import TLSFilesError, server_context
+
+    cert, key, client_ca = (getattr(args, name, None)
+                            for name in ("tls_cert", "tls_key", "tls_client_ca"))
+    if cert is None and key is None and client_ca is None:
+        return None
+    if cert is None or key is None:
+        raise TLSFilesError("--tls-cert and --tls-key go together (and --tls-client-ca "
+                            "needs them)")
+    if listen.startswith("unix:"):
+        raise TLSFilesError("TLS is for a TCP --listen HOST:PORT; a unix socket is "
+                            "guarded by its file mode")
+    return server_context(cert, key, client_ca=client_ca)
 
 
 def parse_labels(labels: list[str]) -> dict[str, str]:
@@ -230,7 +258,9 @@ def with_registry(local: LocalHost, args: argparse.Namespace, listen: str,
     memory_mb = args.memory_mb or _mem_total_mb()
     if vcpus < 1 or memory_mb < 1:
         raise ValueError("--vcpus and --memory-mb must be positive")
-    facts = HostFacts(endpoint=endpoint_of(listen, args.advertise), vcpus=vcpus,
+    endpoint = endpoint_of(listen, args.advertise,
+                           tls=getattr(args, "tls_cert", None) is not None)
+    facts = HostFacts(endpoint=endpoint, vcpus=vcpus,
                       memory_mb=memory_mb,
                       disk_mb=shutil.disk_usage(state_dir).free // (1 << 20),
                       labels=parse_labels(args.label), version=pandastack.__version__)
@@ -259,6 +289,7 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
                 args: argparse.Namespace | None = None) -> None:
     import uvicorn
 
+    from pandastack.cli.tls import fixed
     from pandastack.host.api import create_host_app
     from pandastack.host.local import LocalHost
     from pandastack.host.runtime import HostRuntime
@@ -272,10 +303,12 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
         host = with_registry(local, args, listen, config.sandboxes_dir)
     app = create_host_app(host, token, manage_host=True,
                           metrics_access=MetricsAccess.of(listen))
+    tls = listener_tls(args, listen)
     sock = listening_socket(listen)
     server = uvicorn.Server(uvicorn.Config(
         app, log_level=log_level, timeout_keep_alive=KEEP_ALIVE_S,
-        timeout_graceful_shutdown=GRACEFUL_S, lifespan="on", proxy_headers=False))
+        timeout_graceful_shutdown=GRACEFUL_S, lifespan="on", proxy_headers=False,
+        ssl_context_factory=None if tls is None else fixed(tls)))
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         log.info("host agent for %s listening on %s", config.sandboxes_dir, listen)
@@ -290,6 +323,7 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
 
 
 def run(args: argparse.Namespace) -> int:
+    from pandastack.cli.tls import TLSFilesError
     from pandastack.host.config import HostConfig
 
     if getattr(args, "object_store", None):
@@ -298,13 +332,14 @@ def run(args: argparse.Namespace) -> int:
     state_dir = config.sandboxes_dir
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     listen = args.listen or default_listen(state_dir)
-    if args.db:
-        try:  # before anything starts: a typo is not worth a traceback
-            endpoint_of(listen, args.advertise)
+    try:  # before anything starts: a typo or a bad certificate is not worth a traceback
+        listener_tls(args, listen)
+        if args.db:
+            endpoint_of(listen, args.advertise, tls=args.tls_cert is not None)
             parse_labels(args.label)
-        except ValueError as exc:
-            print(f"pandastack agent: {exc}")
-            return 2
+    except (ValueError, TLSFilesError) as exc:
+        print(f"pandastack agent: {exc}")
+        return 2
     token = load_token(args.token_file or default_token_file(state_dir))
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

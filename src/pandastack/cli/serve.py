@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+import ssl
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -42,6 +43,25 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "(PANDASTACK_CLUSTER=1)")
     p.add_argument("--host-stale-seconds", type=float, default=None,
                    help="a host whose heartbeat is this old is lost (default 15)")
+    p.add_argument("--tls-cert", default=None, metavar="PEM",
+                   help="serve HTTPS with this certificate (chain) (PANDASTACK_TLS_CERT; "
+                        "default: plain HTTP, for loopback or TLS terminated in front)")
+    p.add_argument("--tls-key", default=None, metavar="PEM",
+                   help="the certificate's private key (PANDASTACK_TLS_KEY)")
+    p.add_argument("--sandbox-tls-cert", default=None, metavar="PEM",
+                   help="the sandbox listener's wildcard certificate, *.DOMAIN of "
+                        "PANDASTACK_PREVIEW_URL (PANDASTACK_SANDBOX_TLS_CERT; default: "
+                        "--tls-cert)")
+    p.add_argument("--sandbox-tls-key", default=None, metavar="PEM",
+                   help="its private key (PANDASTACK_SANDBOX_TLS_KEY)")
+    p.add_argument("--agent-ca", default=None, metavar="PEM",
+                   help="the CA that issued the certificates of agents at https:// "
+                        "addresses (PANDASTACK_AGENT_CA; default: the system's CAs)")
+    p.add_argument("--agent-client-cert", default=None, metavar="PEM",
+                   help="the certificate presented to agents that ask for one (mutual TLS; "
+                        "PANDASTACK_AGENT_CLIENT_CERT)")
+    p.add_argument("--agent-client-key", default=None, metavar="PEM",
+                   help="its private key (PANDASTACK_AGENT_CLIENT_KEY)")
     p.add_argument("--log-level", default="info")
 
 
@@ -66,7 +86,12 @@ def run(args: argparse.Namespace) -> int:
         overrides["host_stale_seconds"] = args.host_stale_seconds
     if args.agent_token_file is not None:
         overrides["agent_token_file"] = Path(args.agent_token_file)
+    for flag in ("tls_cert", "tls_key", "sandbox_tls_cert", "sandbox_tls_key", "agent_ca",
+                 "agent_client_cert", "agent_client_key"):
+        if getattr(args, flag) is not None:
+            overrides[flag] = Path(getattr(args, flag))
     settings = Settings.from_env().with_(**overrides)
+    listener_tls(settings)  # a bad certificate file stops us here, before anything starts
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     serve_app(create_app(settings), settings, args.log_level)
@@ -89,6 +114,20 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listener_tls(settings: Settings) -> ssl.SSLContext | None:
+    """The SSL context of `serve`'s listeners (cli/tls.py); None: plain HTTP."""
+    from pandastack.cli.tls import by_server_name, server_context
+
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    ctx = server_context(settings.tls_cert, settings.tls_key)
+    if settings.sandbox_tls_cert is not None and settings.sandbox_tls_key is not None:
+        wildcard = server_context(settings.sandbox_tls_cert, settings.sandbox_tls_key,
+                                  what="--sandbox-tls-cert/--sandbox-tls-key")
+        by_server_name(ctx, settings.preview_base[1], wildcard)
+    return ctx
+
+
 def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
               access_log: bool = True) -> None:
     """Run `app` on uvicorn as `serve` does: the API on its port and sandbox ports on the
@@ -96,9 +135,11 @@ def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
     log on, at `log_level`; signatures of signed URLs are redacted from it by the app
     (server/preview/signing.py). A preview port left to its default (the API's + 1) that is taken
     means no preview listener, said in the log; one set explicitly that is taken is an
-    error, as the API's own port is."""
+    error, as the API's own port is. With `settings.tls_cert` both listeners speak TLS only
+    (`listener_tls`)."""
     import uvicorn
 
+    from pandastack.cli.tls import fixed
     from pandastack.server.preview.listener import PreviewDispatch
 
     class _StoppingServer(uvicorn.Server):
@@ -106,6 +147,7 @@ def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
             app.state.stopping = True  # streams cut after the grace say why (server/web/sse.py)
             super().handle_exit(sig, frame)
 
+    tls = listener_tls(settings)
     sockets = [_listen(settings.host, settings.port)]
     preview = settings.preview_listener_port
     if preview:
@@ -122,5 +164,6 @@ def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
     # every connection without it).
     config = uvicorn.Config(PreviewDispatch(app, settings), log_level=log_level,
                             proxy_headers=False, access_log=access_log,
-                            timeout_graceful_shutdown=settings.stop_grace_seconds)
+                            timeout_graceful_shutdown=settings.stop_grace_seconds,
+                            ssl_context_factory=None if tls is None else fixed(tls))
     _StoppingServer(config).run(sockets=sockets)

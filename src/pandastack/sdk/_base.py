@@ -311,7 +311,11 @@ def transport_errors(label: str) -> Iterator[None]:
     except httpx.TimeoutException as exc:
         raise TransportTimeoutError(f"{label}: timed out ({type(exc).__name__})") from exc
     except httpx.RequestError as exc:
-        raise APIConnectionError(f"{label}: {type(exc).__name__}: {exc}") from exc
+        hint = ""
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            hint = (" (the server's TLS certificate is not one a trusted CA issued: give its "
+                    "CA with ca_bundle= or PANDASTACK_CA_BUNDLE)")
+        raise APIConnectionError(f"{label}: {type(exc).__name__}: {exc}{hint}") from exc
 
 
 # -- the calls of each operation ----------------------------------------------------------

@@ -22,15 +22,17 @@ DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context(ca_bundle: str | None = None) -> ssl.SSLContext:
+    """The verifying context of `ca_bundle` (None: the system's CAs)."""
     # httpx builds a verifying SSL context for every client (~18 ms: it loads the CA
-    # bundle), even for http:// URLs; one per process is enough.
-    return ssl.create_default_context()
+    # bundle), even for http:// URLs; one per process (and bundle) is enough.
+    return ssl.create_default_context(cafile=ca_bundle)
 
 
 def _client_kwargs(config: ClientConfig) -> dict[str, Any]:
     return {"base_url": config.api_url, "headers": client_headers(config),
-            "timeout": config.timeout, "follow_redirects": False, "verify": _tls_context()}
+            "timeout": config.timeout, "follow_redirects": False,
+            "verify": tls_context(config.ca_bundle)}
 
 
 def _request_kwargs(call: Call[Any], default: httpx.Timeout, content: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ messages mean (wire_pty.PTY_WEBSOCKET), shared by `Pty` and `AsyncPty`."""
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from pandastack.sdk._base import (
     model_decoder,
     sandbox_path,
 )
+from pandastack.sdk._http import tls_context
 from pandastack.sdk.config import ClientConfig
 from pandastack.sdk.errors import APIConnectionError, APIError, InvalidRequestError
 from pandastack.wire import pty as wire_pty
@@ -47,6 +49,21 @@ def ws_url(config: ClientConfig, sandbox_id: str, pid: int) -> str:
         raise InvalidRequestError(f"api_url {config.api_url!r} is not http(s)", status=422,
                                   code="validation_error")
     return f"{'wss' if scheme == 'https' else 'ws'}://{rest}{sandbox_path(sandbox_id, 'pty', pid)}"
+
+
+def ws_ssl(config: ClientConfig) -> ssl.SSLContext | None:
+    """The `ssl=` of the terminal's WebSocket: for wss://, the SDK's verifying context (its
+    CA bundle); None for ws://, where websockets refuses one."""
+    if not config.api_url.startswith("https://"):
+        return None
+    return tls_context(config.ca_bundle)
+
+
+def ws_tls(config: ClientConfig) -> dict[str, Any]:
+    """`ssl=` as keywords, for websockets' asyncio client (which refuses ssl=None for
+    wss://)."""
+    ctx = ws_ssl(config)
+    return {} if ctx is None else {"ssl": ctx}
 
 
 def ws_headers(config: ClientConfig) -> dict[str, str]:

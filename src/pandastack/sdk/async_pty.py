@@ -28,7 +28,8 @@ async def _open(http: AsyncHTTP, sandbox_id: str, pid: int) -> ClientConnection:
         return await connect(_pty.ws_url(http.config, sandbox_id, pid),
                              additional_headers=_pty.ws_headers(http.config),
                              max_size=_pty.MAX_MESSAGE, compression=None,
-                             open_timeout=http.timeout.connect or 30)
+                             open_timeout=http.timeout.connect or 30,
+                             **_pty.ws_tls(http.config))
     except InvalidStatus as exc:
         response = exc.response
         raise _pty.handshake_error(response.status_code, dict(response.headers),

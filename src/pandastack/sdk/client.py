@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import datetime
+import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
@@ -169,12 +170,15 @@ class Hosts(_base.ClientBase[HTTP]):
 class Client(_base.ClientBase[HTTP]):
     """A pandastack API client. `api_url`/`api_key` override the environment and config file
     (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary requests;
-    `transport` replaces httpx's transport (e.g. `httpx.MockTransport` in tests)."""
+    `ca_bundle` is the PEM file of the CA that issued an https:// server's certificate
+    (PANDASTACK_CA_BUNDLE; default: the system's CAs); `transport` replaces httpx's transport
+    (e.g. `httpx.MockTransport` in tests)."""
 
     def __init__(self, api_url: str | None = None, api_key: str | None = None, *,
                  timeout: TimeoutTypes = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        config = resolve_config(api_url, api_key, timeout=timeout)
+                 transport: httpx.BaseTransport | None = None,
+                 ca_bundle: str | os.PathLike[str] | None = None) -> None:
+        config = resolve_config(api_url, api_key, timeout=timeout, ca_bundle=ca_bundle)
         super().__init__(config, HTTP(config, transport))
         self._sandboxes = Sandboxes(config, self._http)
         self._keys = Keys(config, self._http)
@@ -374,12 +378,15 @@ class AsyncHosts(_base.ClientBase[AsyncHTTP]):
 class AsyncClient(_base.ClientBase[AsyncHTTP]):
     """A pandastack API client on asyncio. `api_url`/`api_key` override the environment and
     config file (see `pandastack.sdk.config`); `timeout` is the HTTP timeout of ordinary
-    requests; `transport` replaces httpx's transport (e.g. `httpx.MockTransport` in tests)."""
+    requests; `ca_bundle` is the PEM file of the CA that issued an https:// server's
+    certificate (PANDASTACK_CA_BUNDLE; default: the system's CAs); `transport` replaces
+    httpx's transport (e.g. `httpx.MockTransport` in tests)."""
 
     def __init__(self, api_url: str | None = None, api_key: str | None = None, *,
                  timeout: TimeoutTypes = DEFAULT_TIMEOUT,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        config = resolve_config(api_url, api_key, timeout=timeout)
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 ca_bundle: str | os.PathLike[str] | None = None) -> None:
+        config = resolve_config(api_url, api_key, timeout=timeout, ca_bundle=ca_bundle)
         super().__init__(config, AsyncHTTP(config, transport))
         self._sandboxes = AsyncSandboxes(config, self._http)
         self._keys = AsyncKeys(config, self._http)

@@ -28,7 +28,7 @@ def _open(http: HTTP, sandbox_id: str, pid: int) -> ClientConnection:
         ws = connect(_pty.ws_url(http.config, sandbox_id, pid),
                      additional_headers=_pty.ws_headers(http.config),
                      max_size=_pty.MAX_MESSAGE, compression=None,
-                     open_timeout=http.timeout.connect or 30)
+                     open_timeout=http.timeout.connect or 30, ssl=_pty.ws_ssl(http.config))
     except InvalidStatus as exc:
         response = exc.response
         raise _pty.handshake_error(response.status_code, dict(response.headers),

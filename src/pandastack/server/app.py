@@ -88,26 +88,29 @@ def default_host(settings: Settings, store: Store) -> RuntimePort:
     """The host the server drives when the caller gives none: the agents the database's
     registry names (`settings.cluster`), the agent `settings.agent` names (a pool of them
     when it names several), or else one composed in this process."""
+    if not settings.cluster and settings.agent is None:
+        from .embedded import embedded_host
+        return embedded_host(settings)
+    from .hostclient import HostClient, agent_tls, read_token
+    tls = None
+    if settings.agent_ca is not None or settings.agent_client_cert is not None:
+        tls = agent_tls(settings.agent_ca, settings.agent_client_cert,
+                        settings.agent_client_key)
     if settings.cluster:
-        from .hostclient import HostClient, read_token
         from .hosts.cluster import ClusterPool
         if settings.agent_token_file is None:
             raise ValueError("a cluster's agents share one token: set --agent-token-file "
                              "(PANDASTACK_AGENT_TOKEN_FILE)")
         token = read_token(settings.agent_token_file)
-        return ClusterPool(store, lambda endpoint: HostClient(endpoint, token),
+        return ClusterPool(store, lambda endpoint: HostClient(endpoint, token, tls=tls),
                            stale_after_s=settings.host_stale_seconds)
-    if settings.agent is not None:
-        from .hostclient import HostClient, read_token
-        clients: dict[str, RuntimePort] = {
-            address: HostClient(address, read_token(settings.agent_token_file, address))
-            for address in settings.agents}
-        if len(clients) == 1:
-            return next(iter(clients.values()))
-        from .hosts.pool import HostPool
-        return HostPool(clients)
-    from .embedded import embedded_host
-    return embedded_host(settings)
+    clients: dict[str, RuntimePort] = {
+        address: HostClient(address, read_token(settings.agent_token_file, address), tls=tls)
+        for address in settings.agents}
+    if len(clients) == 1:
+        return next(iter(clients.values()))
+    from .hosts.pool import HostPool
+    return HostPool(clients)
 
 
 def create_app(settings: Settings | None = None, runtime: RuntimePort | None = None) -> FastAPI:

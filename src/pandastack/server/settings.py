@@ -99,6 +99,19 @@ class Settings:
     # agent's own, beside its socket); None: the host runs inside this process.
     agent: str | None = None
     agent_token_file: Path | None = None
+    # TLS (ADR 0048). The API's certificate and key (None: plain HTTP, for loopback or a
+    # terminating proxy in front); the sandbox listener's wildcard certificate (`*.{domain}`
+    # of `preview_url`), presented to clients that ask for a name under that domain (SNI),
+    # the API's to others. Agents at https:// addresses are verified with `agent_ca` (None:
+    # the system's CAs), and `agent_client_cert`/`_key` are presented to agents that ask
+    # for a client certificate (mutual TLS).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    sandbox_tls_cert: Path | None = None
+    sandbox_tls_key: Path | None = None
+    agent_ca: Path | None = None
+    agent_client_cert: Path | None = None
+    agent_client_key: Path | None = None
     # Drive the agents the database's host registry names instead of a host in this process
     # (`serve --no-local-agent`; needs a shared database, `db_url`). A host whose heartbeat
     # is older than `host_stale_seconds` by the database's clock is lost.
@@ -158,6 +171,17 @@ class Settings:
             raise ValueError("port proxy timeouts must be > 0")
         if self.url_signing_secret is not None and len(self.url_signing_secret) < 16:
             raise ValueError("url_signing_secret must have at least 16 characters")
+        for cert, key, what in (
+                (self.tls_cert, self.tls_key, "tls_cert and tls_key"),
+                (self.sandbox_tls_cert, self.sandbox_tls_key,
+                 "sandbox_tls_cert and sandbox_tls_key"),
+                (self.agent_client_cert, self.agent_client_key,
+                 "agent_client_cert and agent_client_key")):
+            if (cert is None) != (key is None):
+                raise ValueError(f"{what} go together: give both or neither")
+        if self.sandbox_tls_cert is not None and self.tls_cert is None:
+            raise ValueError("the sandbox listener shares the API's server: a sandbox "
+                             "certificate needs tls_cert and tls_key too")
         if self.host_stale_seconds <= 0:
             raise ValueError("host_stale_seconds must be > 0")
         if self.cluster and self.agent is not None:
@@ -184,7 +208,12 @@ class Settings:
 
     @property
     def api_url(self) -> str:
-        return self.public_url or f"http://{self.host}:{self.port}"
+        return self.public_url or f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        """What the listeners speak: https with a certificate, else http."""
+        return "https" if self.tls_cert is not None else "http"
 
     @property
     def preview_listener_port(self) -> int:
@@ -196,7 +225,7 @@ class Settings:
     @property
     def preview_base(self) -> tuple[str, str, int | None]:
         """(scheme, wildcard domain, public port or None for the scheme's) of port URLs."""
-        url = self.preview_url or f"http://localhost:{self.preview_listener_port}"
+        url = self.preview_url or f"{self.scheme}://localhost:{self.preview_listener_port}"
         parts = urlsplit(url)
         assert parts.hostname is not None
         return parts.scheme, parts.hostname.lower(), parts.port
@@ -256,6 +285,13 @@ class Settings:
         take("PANDASTACK_CLIENT_CONFIG", "client_config_path", Path)
         take("PANDASTACK_AGENT", "agent", str)
         take("PANDASTACK_AGENT_TOKEN_FILE", "agent_token_file", Path)
+        take("PANDASTACK_TLS_CERT", "tls_cert", Path)
+        take("PANDASTACK_TLS_KEY", "tls_key", Path)
+        take("PANDASTACK_SANDBOX_TLS_CERT", "sandbox_tls_cert", Path)
+        take("PANDASTACK_SANDBOX_TLS_KEY", "sandbox_tls_key", Path)
+        take("PANDASTACK_AGENT_CA", "agent_ca", Path)
+        take("PANDASTACK_AGENT_CLIENT_CERT", "agent_client_cert", Path)
+        take("PANDASTACK_AGENT_CLIENT_KEY", "agent_client_key", Path)
         if env.get("PANDASTACK_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on"):
             values["cluster"] = True
         take("PANDASTACK_HOST_STALE_SECONDS", "host_stale_seconds", float)

@@ -4,6 +4,6 @@ shares with the agent is `pandastack.hostport` (wire models, frames, errors)."""
 
 from .client import HostClient, read_token
 from .sandbox import RemoteSandbox
-from .transport import Timeouts
+from .transport import Timeouts, agent_tls
 
-__all__ = ["HostClient", "RemoteSandbox", "Timeouts", "read_token"]
+__all__ = ["HostClient", "RemoteSandbox", "Timeouts", "agent_tls", "read_token"]

@@ -4,6 +4,7 @@ JSON body (or none), and a request answered by a stream of frames (`hostport.fra
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -70,10 +71,13 @@ class FrameStream:
 
 
 class Caller:
-    def __init__(self, url: str, token: str, timeouts: Timeouts) -> None:
-        transport, base_url = parse_address(url)
+    def __init__(self, url: str, token: str, timeouts: Timeouts,
+                 tls: ssl.SSLContext | None = None) -> None:
+        transport, base_url = parse_address(url, tls)
         self.address = url
-        self.token = token  # for the WebSockets (terminals), which httpx does not open
+        # For the WebSockets (terminals), which httpx does not open.
+        self.token = token
+        self.tls = tls
         self.timeouts = timeouts
         self.http = httpx.AsyncClient(transport=transport, base_url=base_url,
                                       headers={"Authorization": f"Bearer {token}"},

@@ -4,6 +4,7 @@ envelopes; an agent that cannot be reached raises HostUnavailable."""
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +58,11 @@ class HostClient:
         # The table's methods (plain.install, below), for the type checker.
         def __getattr__(self, name: str) -> Any: ...
 
-    def __init__(self, url: str, token: str, *, timeouts: Timeouts | None = None) -> None:
-        self._caller = Caller(url, token, timeouts or Timeouts())
+    def __init__(self, url: str, token: str, *, timeouts: Timeouts | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: how an https:// agent is verified and what client certificate it is
+        shown (transport.agent_tls); None: the system's CAs, no client certificate."""
+        self._caller = Caller(url, token, timeouts or Timeouts(), tls)
         self.address = url
 
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed
@@ -64,7 +65,7 @@ class RemotePty:
 
 
 async def connect_pty(address: str, token: str, sandbox_id: str, pid: int,
-                      timeout: float) -> RemotePty:
+                      timeout: float, *, tls: ssl.SSLContext | None = None) -> RemotePty:
     path = api_path("sandboxes", sandbox_id, "pty", pid)
     headers = {"Authorization": f"Bearer {token}"}
     try:
@@ -75,8 +76,12 @@ async def connect_pty(address: str, token: str, sandbox_id: str, pid: int,
         else:
             base = address if address.startswith(("http://", "https://")) else "http://" + address
             url = "ws" + base.rstrip("/").removeprefix("http") + path
-            ws = await connect(url, additional_headers=headers, max_size=MAX_MESSAGE,
-                               open_timeout=timeout, compression=None)
+            if tls is not None and url.startswith("wss:"):
+                ws = await connect(url, additional_headers=headers, max_size=MAX_MESSAGE,
+                                   open_timeout=timeout, compression=None, ssl=tls)
+            else:
+                ws = await connect(url, additional_headers=headers, max_size=MAX_MESSAGE,
+                                   open_timeout=timeout, compression=None)
     except (OSError, TimeoutError) as exc:
         raise HostUnavailable(f"host agent at {address} cannot be reached: "
                               f"{type(exc).__name__}: {exc}") from exc

@@ -161,7 +161,7 @@ class RemoteSandbox:
 
     async def pty_connect(self, pid: int) -> RemotePty:
         return await connect_pty(self._caller.address, self._caller.token, self.id, pid,
-                                 self._guest)
+                                 self._guest, tls=self._caller.tls)
 
     # -- files ------------------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ per-call timeouts, and what a failure to reach it becomes (HostUnavailable, nami
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -39,9 +41,30 @@ class Timeouts:
         return httpx.Timeout(read, connect=self.connect, pool=self.lifecycle)
 
 
-def parse_address(url: str) -> tuple[httpx.AsyncHTTPTransport, str]:
-    """`unix:/path/to.sock`, `http://host:port` (or `host:port`): the transport and the base
-    URL of the requests."""
+def agent_tls(ca: Path | None = None, cert: Path | None = None,
+              key: Path | None = None) -> ssl.SSLContext:
+    """How the control plane speaks TLS to agents at https:// addresses (ADR 0048): their
+    certificates verified with `ca` (None: the system's CAs), and `cert`/`key` presented to
+    an agent that asks for a client certificate (`pandastack agent --tls-client-ca`)."""
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"the agents' CA {ca} (PANDASTACK_AGENT_CA): {exc}") from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None:
+        try:
+            ctx.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"the client certificate {cert} / {key} for agents "
+                             f"(PANDASTACK_AGENT_CLIENT_CERT/_KEY): {exc}") from None
+    return ctx
+
+
+def parse_address(url: str, tls: ssl.SSLContext | None = None
+                  ) -> tuple[httpx.AsyncHTTPTransport, str]:
+    """`unix:/path/to.sock`, `http://host:port` (or `host:port`), `https://host:port`
+    (verified with `tls`, else the system's CAs): the transport and the base URL of the
+    requests."""
     # The agent's idle connections live longer (its keep-alive timeout, cli/agent.py) than
     # the pool keeps them, so the pool never sends on a connection the agent is closing.
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=64,
@@ -56,7 +79,8 @@ def parse_address(url: str) -> tuple[httpx.AsyncHTTPTransport, str]:
     parsed = httpx.URL(url)
     if not parsed.host or parsed.port is None:
         raise ValueError(f"agent address {url!r}: expected unix:PATH or HOST:PORT")
-    return httpx.AsyncHTTPTransport(limits=limits), str(parsed).rstrip("/")
+    return (httpx.AsyncHTTPTransport(limits=limits, verify=tls or True),
+            str(parsed).rstrip("/"))
 
 
 @contextlib.contextmanager
