@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pandastack.guestproto.ops import GlobResult, GrepMatch, GrepResult
 from pandastack.hostport.errors import (
     BuildFailed,
     CodeContextNotFound,
@@ -40,9 +41,6 @@ from pandastack.hostport.results import (
     CodeEvent,
     ExecResult,
     FileInfo,
-    GlobResult,
-    GrepMatch,
-    GrepResult,
     GuestMetrics,
     SnapshotInfo,
     SnapshotResult,

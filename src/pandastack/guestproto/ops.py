@@ -54,6 +54,32 @@ SEARCH_MAX_ENTRIES = 100_000
 before its answer is); the directory that would pass it stops the walk (`truncated`)."""
 
 
+# --- answers of the listing operations -----------------------------------------------------
+# A listing streams one JSON array as `data` and says `truncated` in its `eof`; the host reads
+# it into its row's `answer`: the array is the dataclass's first field, then `truncated`.
+@dataclass(frozen=True)
+class GrepMatch:
+    path: str
+    line: int
+    """Counted from 1."""
+    text: str
+    """The line without its newline, cut to GREP_MAX_LINE_BYTES bytes."""
+
+
+@dataclass(frozen=True)
+class GrepResult:
+    matches: list[GrepMatch]
+    truncated: bool
+    """A bound (matches, bytes read) stopped the search: there may be more."""
+
+
+@dataclass(frozen=True)
+class GlobResult:
+    paths: list[str]
+    truncated: bool
+    """GLOB_MAX_PATHS stopped the walk: there may be more."""
+
+
 class Role(Enum):
     """What a reply kind does to its operation on the host's channel."""
 
@@ -121,6 +147,9 @@ class Operation:
     """What the request's payload holds ("" none)."""
     host_stream: tuple[str, ...] = ()
     """Frame types the host may send on the operation's id while it runs, beside `cancel`."""
+    answer: type | None = None
+    """A listing's answer (above): the host's client and the sandbox handle's method of the
+    same name are built from the row (`host/agentlink/bound.py`)."""
 
     @property
     def streaming(self) -> bool:
@@ -195,9 +224,9 @@ _TABLE = (
     Operation("freeze_volume", (_PATH,), ("ok",)),
     Operation("grep", (_PATH, Field("pattern", "str", required=True),
                        Field("ignore_case", "bool", default=False)),
-              ("data", "eof"), host_stream=("credit",)),
+              ("data", "eof"), host_stream=("credit",), answer=GrepResult),
     Operation("glob", (_PATH, Field("pattern", "str", required=True)),
-              ("data", "eof"), host_stream=("credit",)),
+              ("data", "eof"), host_stream=("credit",), answer=GlobResult),
     Operation("code", (), ("data", "eof"), payload="JSON object with a str \"op\"",
               host_stream=("credit",)),
 )

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pandastack.guestproto.ops import METRICS_WINDOW_MS, WRITE_FILE_MODE
+from pandastack.guestproto.ops import METRICS_WINDOW_MS, WRITE_FILE_MODE, GlobResult, GrepResult
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
 
@@ -24,8 +24,6 @@ from .results import (
     CodeEvent,
     ExecResult,
     FileInfo,
-    GlobResult,
-    GrepResult,
     GuestMetrics,
     MigrationDocument,
     SnapshotInfo,
@@ -52,7 +50,22 @@ class SandboxPlacement:
     ns_ip: str | None
 
 
-class SandboxPort(Protocol):
+class GuestListings(Protocol):
+    """The guest's listings (guest operations whose row has an `answer`: guestproto.ops), as
+    the port has them. The sandbox handle's are built from the guest table
+    (host/agentlink/bound.py `add_listings`); their arguments are the request's fields."""
+
+    async def grep(self, path: str, pattern: str, *, ignore_case: bool = False) -> GrepResult:
+        """The lines holding the literal `pattern` in the files under `path`, searched by the
+        guest's own walk within guestproto.ops' GREP_* bounds (spec/guest-protocol.md §5)."""
+        ...
+
+    async def glob(self, path: str, pattern: str) -> GlobResult:
+        """The paths under `path` that `pattern` (`*`, `?`, `**`, relative) matches, sorted."""
+        ...
+
+
+class SandboxPort(GuestListings, Protocol):
     """One sandbox on a host. `state` and `is_alive()` describe it as of the lookup that
     returned this object (in-process: as of now)."""
 
@@ -133,15 +146,6 @@ class SandboxPort(Protocol):
     async def remove(self, path: str, *, recursive: bool = False) -> None: ...
 
     async def rename(self, src: str, dst: str) -> None: ...
-
-    async def grep(self, path: str, pattern: str, *, ignore_case: bool = False) -> GrepResult:
-        """The lines holding the literal `pattern` in the files under `path`, searched by the
-        guest's own walk within guestproto.ops' GREP_* bounds (spec/guest-protocol.md §5)."""
-        ...
-
-    async def glob(self, path: str, pattern: str) -> GlobResult:
-        """The paths under `path` that `pattern` (`*`, `?`, `**`, relative) matches, sorted."""
-        ...
 
     def watch(self, path: str, *, recursive: bool = True) -> AsyncIterator[list[WatchEvent]]:
         """Batches of the file events under directory `path` (hostport/watch.py): the first

@@ -1,7 +1,8 @@
 """What host port operations return: plain frozen values, the same whether the host is in
 this process or behind the host API. They are also the host API's models of themselves:
 pydantic reads and writes these dataclasses as they are (`host_api.codec.adapter`), so each
-result has one definition."""
+result has one definition. The listings' answers (`GrepResult`, ...) are the guest
+protocol's (`guestproto.ops`), read from the guest's answer as they are."""
 
 from __future__ import annotations
 
@@ -42,29 +43,6 @@ class GuestMetrics:
     disk_used_bytes: int
     disk_total_bytes: int
     window_ms: int
-
-
-@dataclass(frozen=True)
-class GrepMatch:
-    path: str
-    line: int
-    """Counted from 1."""
-    text: str
-    """The line without its newline, cut to guestproto.ops.GREP_MAX_LINE_BYTES bytes."""
-
-
-@dataclass(frozen=True)
-class GrepResult:
-    matches: list[GrepMatch]
-    truncated: bool
-    """A bound (matches, bytes read) stopped the search: there may be more."""
-
-
-@dataclass(frozen=True)
-class GlobResult:
-    paths: list[str]
-    truncated: bool
-    """guestproto.ops.GLOB_MAX_PATHS stopped the walk: there may be more."""
 
 
 @dataclass

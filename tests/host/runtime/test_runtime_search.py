@@ -1,14 +1,14 @@
-"""grep and glob on a real VM, through the sandbox's agent client: the guest image's agent
-walks its own file system (spec §5 grep / glob)."""
+"""grep and glob on a real VM, through the sandbox's handle (its listings are built from the
+guest table: host/agentlink/bound.py): the guest image's agent walks its own file system
+(spec §5 grep / glob)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pandastack.guestproto.ops import SEARCH_MAX_PATTERN_BYTES
+from pandastack.guestproto.ops import SEARCH_MAX_PATTERN_BYTES, GlobResult, GrepMatch, GrepResult
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import GuestOSError
-from pandastack.hostport.results import GlobResult, GrepMatch, GrepResult
 
 pytestmark = pytest.mark.vm
 
@@ -23,8 +23,7 @@ async def _tree(sandbox: SandboxHandle) -> None:
 
 async def test_grep_in_the_guest(sandbox: SandboxHandle) -> None:
     await _tree(sandbox)
-    agent = await sandbox.agent()
-    got = await agent.grep("/work/s", "hello", ignore_case=True)
+    got = await sandbox.grep("/work/s", "hello", ignore_case=True)
     assert got == GrepResult([
         GrepMatch("/work/s/a.txt", 1, "hello"),
         GrepMatch("/work/s/a.txt", 3, "say HELLO"),
@@ -33,22 +32,21 @@ async def test_grep_in_the_guest(sandbox: SandboxHandle) -> None:
         GrepMatch("/work/s/z", 3, "say HELLO"),
     ], truncated=False)  # bin.dat is binary; link (to a directory) is not followed
     with pytest.raises(GuestOSError) as err:
-        await agent.grep("/work/s", "x" * (SEARCH_MAX_PATTERN_BYTES + 1))
+        await sandbox.grep("/work/s", "x" * (SEARCH_MAX_PATTERN_BYTES + 1))
     assert err.value.errno_name == "EINVAL" and "pattern" in err.value.message
     with pytest.raises(GuestOSError) as err:
-        await agent.grep("/work/missing", "hello")
+        await sandbox.grep("/work/missing", "hello")
     assert (err.value.errno_name, err.value.path) == ("ENOENT", "/work/missing")
 
 
 async def test_glob_in_the_guest(sandbox: SandboxHandle) -> None:
     await _tree(sandbox)
-    agent = await sandbox.agent()
-    assert await agent.glob("/work/s", "**/*.py") == GlobResult(["/work/s/d/b.py"], False)
-    assert (await agent.glob("/work/s", "*")).paths == [
+    assert await sandbox.glob("/work/s", "**/*.py") == GlobResult(["/work/s/d/b.py"], False)
+    assert (await sandbox.glob("/work/s", "*")).paths == [
         "/work/s/a.txt", "/work/s/bin.dat", "/work/s/d", "/work/s/link", "/work/s/z"]
     with pytest.raises(GuestOSError) as err:
-        await agent.glob("/work/s", "*" * (SEARCH_MAX_PATTERN_BYTES + 1))
+        await sandbox.glob("/work/s", "*" * (SEARCH_MAX_PATTERN_BYTES + 1))
     assert err.value.errno_name == "EINVAL"
     with pytest.raises(GuestOSError) as err:
-        await agent.glob("/work/missing", "*")
+        await sandbox.glob("/work/missing", "*")
     assert (err.value.errno_name, err.value.path) == ("ENOENT", "/work/missing")

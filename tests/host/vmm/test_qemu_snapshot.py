@@ -273,7 +273,8 @@ async def _initialize_unanswered(proc: subprocess.Popen[bytes],
     host_end, vmm_end = socket.socketpair()
     vm.agent_connection = host_end
     dying = asyncio.create_task(_dies_unanswered(vmm_end))
-    handle = SandboxHandle("sbx-000000000000", vm, tmp_path, "sbx-000000000000", 0.0, 5.0)
+    handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
+        "sbx-000000000000", vm, tmp_path, "sbx-000000000000", 0.0, 5.0)
     with pytest.raises(AgentConnectionError) as err:
         await handle.initialize("0" * 32)
     return err.value, await dying

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pandastack.guest.procs import KILLED_GRACE
+from pandastack.guestproto.ops import GlobResult, GrepMatch, GrepResult
 from pandastack.host.api import create_host_app
 from pandastack.host.config import HostConfig
 from pandastack.hostport.host_api.operations import BY_NAME, HAND_WRITTEN, OPERATIONS
@@ -28,9 +29,6 @@ from pandastack.hostport.protocols import (
 )
 from pandastack.hostport.results import (
     FileInfo,
-    GlobResult,
-    GrepMatch,
-    GrepResult,
     GuestMetrics,
     SnapshotInfo,
     SnapshotResult,
@@ -45,8 +43,11 @@ HOST_PORTS = (RuntimePort, MigrationPort, SnapshotTransferPort, VolumePort)
 
 
 def members(port: Any) -> set[str]:
-    return {name for name in vars(port) if not name.startswith("_")
-            and (callable(vars(port)[name]) or isinstance(vars(port)[name], property))}
+    """The methods and properties a port declares, its base protocols' included (SandboxPort
+    has the guest's listings from GuestListings)."""
+    ours = [k for k in port.__mro__ if k.__module__.startswith("pandastack.")]
+    return {name for k in ours for name, value in vars(k).items() if not name.startswith("_")
+            and (callable(value) or isinstance(value, property))}
 
 
 def test_every_port_method_is_a_row_or_written_by_hand() -> None:

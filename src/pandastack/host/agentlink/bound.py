@@ -4,14 +4,21 @@
 Such a class names each operation once, ``stat = AgentCall(AgentClient.stat)``, instead of a
 method that repeats the client's signature only to forward its arguments: the signature (and
 its defaults) stay the client's, and type checkers see them through the descriptor.
+
+The listings (guest operations whose row has an ``answer``) are not named at all: `add_listings`
+gives such a class one method per listing, with the signature of the port's method of the same
+name, whose arguments are the request's fields.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar, overload
 
+from pandastack.guestproto.ops import OPERATIONS
 from pandastack.host.agentlink.client import AgentClient
 
 P = ParamSpec("P")
@@ -76,3 +83,23 @@ class AgentStream(Generic[P, T]):
                     yield item
 
         return stream
+
+
+def add_listings(cls: type[HasAgent], port: type) -> None:
+    """Give ``cls`` a method per listing of the guest table, shaped as ``port``'s method of the
+    same name (which every listing must have: tests/host/agentlink/test_listings.py)."""
+    for name, op in OPERATIONS.items():
+        if op.answer is not None:
+            setattr(cls, name, _listing(name, getattr(port, name)))
+
+
+def _listing(name: str, declared: Callable[..., Any]) -> Callable[..., Any]:
+    signature = inspect.signature(declared)
+
+    async def call(self: HasAgent, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        fields = dict(list(bound.arguments.items())[1:])  # self is not a field
+        return await (await self.agent()).listing(name, fields)
+
+    return functools.update_wrapper(call, declared)

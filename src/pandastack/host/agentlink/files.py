@@ -1,17 +1,21 @@
 """The file operations of `AgentClient`: read, write, list, stat, mkdir, remove, rename, and
-the searches grep and glob."""
+the listings (`listing`: every guest operation whose row has an `answer`)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable
+import dataclasses
+import functools
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import Any
 
+import pydantic
+
 from pandastack.guestproto import frames as P
-from pandastack.guestproto.ops import WRITE_FILE_MODE
+from pandastack.guestproto.ops import OPERATIONS, WRITE_FILE_MODE
 from pandastack.host.agentlink.channel import AgentChannel
 from pandastack.hostport.errors import AgentLimitError
-from pandastack.hostport.results import FileInfo, GlobResult, GrepMatch, GrepResult
+from pandastack.hostport.results import FileInfo
 
 MAX_LIST_ENTRIES = 100_000
 """Entries of one ``list_dir``; a bigger directory fails (list its subdirectories)."""
@@ -19,8 +23,8 @@ MAX_LIST_BYTES = 64 * 2**20
 """JSON bytes of one ``list_dir``'s entries (long names count, not only many)."""
 DEFAULT_MAX_READ_BYTES = 64 * 2**20
 """Default limit of ``read_file_bytes`` (bigger files: stream them with ``read_file``)."""
-MAX_SEARCH_BYTES = 64 * 2**20
-"""JSON bytes of one ``grep`` or ``glob`` answer (the guest bounds its count, not its size)."""
+MAX_LISTING_BYTES = 64 * 2**20
+"""JSON bytes of one listing's answer (the guest bounds its count, not its size)."""
 
 
 class FileOps(AgentChannel):
@@ -153,8 +157,23 @@ class FileOps(AgentChannel):
     async def rename(self, src: str, dst: str) -> None:
         await self._call("rename", src=src, dst=dst)
 
-    async def _search(self, name: str, fields: dict[str, Any]) -> tuple[list[Any], bool]:
-        """The JSON array a search streams as `data`, and its `eof`'s ``truncated``."""
+    async def listing(self, name: str, fields: Mapping[str, Any]) -> Any:
+        """The answer of the listing ``name`` (a guest operation whose row has an ``answer``:
+        spec §5) with the request ``fields``, read into that dataclass."""
+        answer = OPERATIONS[name].answer
+        if answer is None:
+            raise ValueError(f"{name} is not a listing")
+        items, truncated = await self._listing_items(name, dict(fields))
+        first = dataclasses.fields(answer)[0].name
+        try:
+            return _reader(answer).validate_python({first: items, "truncated": truncated})
+        except pydantic.ValidationError as e:
+            problem = e.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise self._protocol_error(f"{name}: bad answer ({where}: {problem['msg']})") from None
+
+    async def _listing_items(self, name: str, fields: dict[str, Any]) -> tuple[list[Any], bool]:
+        """The JSON array a listing streams as `data`, and its `eof`'s ``truncated``."""
         op = self._register(name)
         done = False
         try:
@@ -170,9 +189,9 @@ class FileOps(AgentChannel):
                 if f.t != "data":
                     raise self._protocol_error(f"{name}: unexpected {f.t!r} frame")
                 size += len(f.payload)
-                if size > MAX_SEARCH_BYTES:
+                if size > MAX_LISTING_BYTES:
                     raise AgentLimitError(f"{name}: the answer is over "
-                                          f"{MAX_SEARCH_BYTES >> 20} MiB; narrow the search")
+                                          f"{MAX_LISTING_BYTES >> 20} MiB; narrow the search")
                 chunks.append(f.payload)
                 await self._consumed(op, len(f.payload))
         finally:
@@ -189,20 +208,8 @@ class FileOps(AgentChannel):
             raise self._protocol_error(f"{name}: the answer is not a list")
         return items
 
-    async def grep(self, path: str, pattern: str, *, ignore_case: bool = False) -> GrepResult:
-        """Lines holding the literal ``pattern`` in the files under ``path`` (spec §5)."""
-        items, truncated = await self._search(
-            "grep", {"path": path, "pattern": pattern, "ignore_case": ignore_case})
-        try:
-            matches = [GrepMatch(path=str(d["path"]), line=int(d["line"]), text=str(d["text"]))
-                       for d in items]
-        except (KeyError, TypeError, ValueError) as e:
-            raise self._protocol_error(f"grep: bad match ({e})") from None
-        return GrepResult(matches, truncated)
 
-    async def glob(self, path: str, pattern: str) -> GlobResult:
-        """The paths under ``path`` that ``pattern`` (`*`, `?`, `**`) matches, sorted."""
-        items, truncated = await self._search("glob", {"path": path, "pattern": pattern})
-        if not all(isinstance(p, str) for p in items):
-            raise self._protocol_error("glob: a path is not a string")
-        return GlobResult(items, truncated)
+@functools.cache
+def _reader(answer: type) -> pydantic.TypeAdapter[Any]:
+    # Made once per answer type: building one compiles its schema.
+    return pydantic.TypeAdapter(answer)

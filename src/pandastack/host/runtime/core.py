@@ -232,9 +232,10 @@ class HostRuntime:
 
     def adopt(self, record: SandboxRecord, vm: VMProcess | None) -> SandboxHandle:
         """A handle for the sandbox of `record` (written already), in the table."""
-        handle = SandboxHandle(record.id, vm, self.sandboxes_dir / record.id, record.hostname,
-                               record.created_at, self.config.agent_timeout_s,
-                               template=record.template, state=record.state, waker=self.wake)
+        handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
+            record.id, vm, self.sandboxes_dir / record.id, record.hostname, record.created_at,
+            self.config.agent_timeout_s, template=record.template, state=record.state,
+            waker=self.wake)
         self.table.add(handle, record)
         return handle
 
@@ -326,9 +327,9 @@ class HostRuntime:
                                      self.volumes.drives(self.driver, workdir, mounts))
             record = self.table.save(replace(record, pid=vm.pid))
             self.volumes.settle(sid)
-            handle = SandboxHandle(sid, vm, workdir, record.hostname, record.created_at,
-                                   self.config.agent_timeout_s, template=template,
-                                   waker=self.wake)
+            handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
+                sid, vm, workdir, record.hostname, record.created_at,
+                self.config.agent_timeout_s, template=template, waker=self.wake)
             await handle.initialize(record.machine_id)
             if snapshot is None and mounts:
                 # After the agent answered: the guest runs, so the stream is loaded.

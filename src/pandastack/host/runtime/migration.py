@@ -282,9 +282,9 @@ class Migrations:
         inc.done = True
         if inc.expiry is not None:
             inc.expiry.cancel()
-        handle = SandboxHandle(sandbox_id, vm, workdir, record.hostname, record.created_at,
-                               self.rt.config.agent_timeout_s, template=record.template,
-                               waker=self.rt.wake)
+        handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
+            sandbox_id, vm, workdir, record.hostname, record.created_at,
+            self.rt.config.agent_timeout_s, template=record.template, waker=self.rt.wake)
         try:
             await self.rt.driver.finish_incoming(vm)
             await handle.initialize(record.machine_id)

@@ -13,9 +13,10 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pandastack.guestproto.ops import ENTROPY_BYTES
-from pandastack.host.agentlink.bound import AgentCall, AgentStream
+from pandastack.host.agentlink.bound import AgentCall, AgentStream, add_listings
 from pandastack.host.agentlink.client import (
     DEFAULT_MAX_OUTPUT,
     AgentClient,
@@ -26,6 +27,7 @@ from pandastack.host.agentlink.failures import note_failure
 from pandastack.host.agentlink.handshake import InitParams
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, VMExited
+from pandastack.hostport.protocols import GuestListings, SandboxPort
 from pandastack.hostport.results import ExecResult
 from pandastack.rules import DEFAULT_TEMPLATE
 
@@ -41,7 +43,16 @@ Waker = Callable[[str], Awaitable[None]]
 EXIT_GRACE_S = 1.0
 
 
-class SandboxHandle:
+# The guest's listings are methods `add_listings` sets below: type checkers see them, with the
+# port's signatures, through the port's protocol of them as a base (not one at run time; mypy
+# takes them for abstract, so a handle is made with `ignore[abstract]`).
+if TYPE_CHECKING:
+    _Listings = GuestListings
+else:
+    _Listings = object
+
+
+class SandboxHandle(_Listings):
     """`state` is "running", "paused", "hibernated" (then there is no VM process: the next
     guest operation wakes it through `waker`) or "stopped" (its VM died; a wake boots it)."""
 
@@ -204,8 +215,6 @@ class SandboxHandle:
     mkdir = AgentCall(AgentClient.mkdir)
     remove = AgentCall(AgentClient.remove)
     rename = AgentCall(AgentClient.rename)
-    grep = AgentCall(AgentClient.grep)
-    glob = AgentCall(AgentClient.glob)
     watch = AgentStream(AgentClient.watch)
     metrics = AgentCall(AgentClient.metrics)
 
@@ -215,6 +224,9 @@ class SandboxHandle:
     list_code_contexts = AgentCall(AgentClient.list_code_contexts)
     delete_code_context = AgentCall(AgentClient.delete_code_context)
     restart_code_context = AgentCall(AgentClient.restart_code_context)
+
+
+add_listings(SandboxHandle, SandboxPort)  # type: ignore[type-abstract]
 
 
 async def _vm_ended(vm: VMProcess) -> str | None:

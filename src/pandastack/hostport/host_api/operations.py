@@ -24,13 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pandastack.guestproto.ops import METRICS_MAX_WINDOW_MS, METRICS_MIN_WINDOW_MS
+from pandastack.guestproto.ops import (
+    METRICS_MAX_WINDOW_MS,
+    METRICS_MIN_WINDOW_MS,
+    GlobResult,
+    GrepResult,
+)
 
 from ..protocols import MigrationPort, RuntimePort, SandboxPort, SnapshotTransferPort
 from ..results import (
     FileInfo,
-    GlobResult,
-    GrepResult,
     GuestMetrics,
     SnapshotInfo,
     SnapshotResult,
