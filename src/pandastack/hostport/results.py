@@ -1,8 +1,8 @@
 """What host port operations return: plain frozen values, the same whether the host is in
 this process or behind the host API. They are also the host API's models of themselves:
 pydantic reads and writes these dataclasses as they are (`host_api.codec.adapter`), so each
-result has one definition. The listings' answers (`GrepResult`, ...) are the guest
-protocol's (`guestproto.ops`), read from the guest's answer as they are."""
+result has one definition. The guest's listings answer with the guest protocol's own
+dataclasses (a row's `answer` in `guestproto.ops`), read from the guest's answer as they are."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ Answer = TypeVar("Answer", bound=Strict)
 class SandboxOperation(Generic[Request, Answer]):
     method: str
     path: str
-    """Under `/v1/sandboxes/{sandbox_id}/`, e.g. ``files/grep``."""
+    """Under `/v1/sandboxes/{sandbox_id}/`, e.g. ``files/<name>``."""
     request: type[Request]
     """The JSON body; its fields are the keyword arguments of the handle's method ``port``."""
     answer: type[Answer]

@@ -147,5 +147,5 @@ async def rename_file(sandbox_id: SandboxId, body: RenameRequest, who: CurrentPr
     return Response(status_code=204)
 
 
-# grep, glob: request/response operations, built from their rows.
+# The searches: request/response operations, built from their rows.
 add_operations(router, search)
