@@ -5,21 +5,37 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
+from pandastack.host.config import HostConfig
+from pandastack.host.objects import ObjectStoreConfig
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.qemu import qmp
 from pandastack.hostport.errors import HostError, SandboxNotFound
 from tests.helpers import clock_lag, vmm_pids_under
-from tests.host.runtime.test_runtime_object_store import (
-    Host,
-    MakeHost,
-    make_host,
-    store_config,
-)
+from tests.host.runtime.test_runtime_object_store import Host, runtimes, store_config
 
-__all__ = ["make_host", "store_config"]  # the fixtures, shared
+__all__ = ["store_config"]  # the fixture, shared
+
+
+@pytest.fixture(scope="module")
+async def two_hosts(host_config: HostConfig,
+                    store_config: ObjectStoreConfig) -> AsyncIterator[tuple[Host, Host]]:
+    """A source and a destination for the module: a new pair per test fetched the template
+    from the store (and hashed it for the offer) again, most of each test's time."""
+    async with runtimes(host_config, store_config) as make:
+        yield await make(), await make()
+
+
+@pytest.fixture
+async def hosts(two_hosts: tuple[Host, Host]) -> AsyncIterator[tuple[Host, Host]]:
+    """The module's hosts, with nothing of a test's left on either after it."""
+    yield two_hosts
+    for host in two_hosts:
+        await host.rt.kill_all()
+        assert [p.name for p in host.rt.sandboxes_dir.iterdir()] == []
 
 pytestmark = pytest.mark.vm
 
@@ -70,8 +86,8 @@ def _nothing_of(host: Host, sid: str) -> None:
 
 
 async def test_a_running_sandbox_moves_with_its_processes_memory_and_files(
-        make_host: MakeHost) -> None:
-    a, b = await make_host(), await make_host()
+        hosts: tuple[Host, Host]) -> None:
+    a, b = hosts
     sbx, pid, value = await _prepared(a)
     started = time.monotonic()
     handoff = await migrate(a, b, sbx.id)
@@ -93,8 +109,8 @@ async def test_a_running_sandbox_moves_with_its_processes_memory_and_files(
 
 
 async def test_a_destination_that_dies_before_the_switch_leaves_the_source_running(
-        make_host: MakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
-    a, b = await make_host(), await make_host()
+        hosts: tuple[Host, Host], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = hosts
     sbx, pid, value = await _prepared(a)
     offer = await a.rt.migrations.offer(sbx.id)
     ticket = await b.rt.migrations.accept(sbx.id, offer, "127.0.0.1")
@@ -121,9 +137,9 @@ async def test_a_destination_that_dies_before_the_switch_leaves_the_source_runni
 
 
 async def test_a_source_aborted_after_its_stop_runs_on_and_the_destination_leaves_nothing(
-        make_host: MakeHost) -> None:
+        hosts: tuple[Host, Host]) -> None:
     """The switch is the destination's `complete`: a source stopped by its stream resumes."""
-    a, b = await make_host(), await make_host()
+    a, b = hosts
     sbx, pid, value = await _prepared(a)
     offer = await a.rt.migrations.offer(sbx.id)
     ticket = await b.rt.migrations.accept(sbx.id, offer, "127.0.0.1")
@@ -139,8 +155,8 @@ async def test_a_source_aborted_after_its_stop_runs_on_and_the_destination_leave
     assert await sbx.read_file_bytes("/work/later") == b"still writes"
 
 
-async def test_a_wrong_token_is_refused(make_host: MakeHost) -> None:
-    a, b = await make_host(), await make_host()
+async def test_a_wrong_token_is_refused(hosts: tuple[Host, Host]) -> None:
+    a, b = hosts
     sbx, _pid, _value = await _prepared(a)
     offer = await a.rt.migrations.offer(sbx.id)
     ticket = await b.rt.migrations.accept(sbx.id, offer, "127.0.0.1")

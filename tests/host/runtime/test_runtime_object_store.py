@@ -5,6 +5,7 @@ stand for two hosts that share only the store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
@@ -52,9 +53,9 @@ class Host:
 MakeHost = Callable[[], Awaitable[Host]]
 
 
-@pytest.fixture
-async def make_host(host_config: HostConfig,
-                    store_config: ObjectStoreConfig) -> AsyncIterator[MakeHost]:
+@contextlib.asynccontextmanager
+async def runtimes(host_config: HostConfig,
+                   store_config: ObjectStoreConfig) -> AsyncIterator[MakeHost]:
     """Runtimes that share the template cache's home (images, network claims) and the object
     store, nothing else; each is closed and its directories checked and removed after."""
     hosts: list[Host] = []
@@ -88,6 +89,14 @@ async def make_host(host_config: HostConfig,
                 if str(owner).startswith(str(host.root))]
         left += [f"slot {i}" for i in ours]
     assert left == [], f"left behind: {left}"
+
+
+@pytest.fixture
+async def make_host(host_config: HostConfig,
+                    store_config: ObjectStoreConfig) -> AsyncIterator[MakeHost]:
+    """A test's own hosts (`runtimes`)."""
+    async with runtimes(host_config, store_config) as make:
+        yield make
 
 
 async def _start_sleeper(sbx: SandboxHandle) -> int:
