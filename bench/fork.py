@@ -11,7 +11,15 @@ the buffer, and the count of children restored onto pool pages. Then a few `fork
 same dirty memory. The floor, measured in the same run: a create from the template plus its
 first exec (no memory to carry over).
 
-Usage: python bench/fork.py [--n 8] [--dirty-mb 200]
+With `--sdk`, the same parent is made through a real `pandastack serve` (loopback, private
+state) and the Python SDK instead (issue 36, target 4): `sbx.fork(count=3)` until it returns
+(its children's agents have answered), the time per child (total / 3), each child's first
+exec after that; `fork(count=1)` until it returns and its child's first exec, against a
+create (`client.sandboxes.create`) and its first exec in the same rounds, interleaved; and the
+parent's pause window as the API reports it (`parent_pause_ms` of the fork's answer). A few
+untimed forks come first (the server's first fork prepares its fork buffer and page pool).
+
+Usage: python bench/fork.py [--n 8] [--dirty-mb 200] [--sdk]
 """
 
 from __future__ import annotations
@@ -61,7 +69,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--dirty-mb", type=int, default=200)
+    parser.add_argument("--sdk", action="store_true",
+                        help="through pandastack serve and the Python SDK")
     args = parser.parse_args()
+    if args.sdk:
+        from fork_sdk import sdk_main
+        await asyncio.to_thread(sdk_main, args.n, args.dirty_mb)
+        return
     state = Path(tempfile.mkdtemp(prefix="psbf-", dir="/tmp"))
     snaps = Path(tempfile.mkdtemp(prefix="psbf-snap-", dir="/tmp"))
     rt = HostRuntime(HostConfig.from_env(state_dir=state, snapshots_root=snaps),

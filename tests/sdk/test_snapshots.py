@@ -65,6 +65,8 @@ def test_sync_twin(server: FakeServer) -> None:
         children = sbx.fork(count=2)
         try:
             assert len({c.id for c in children} | {sbx.id}) == 3
+            # what the server measured comes with the list (the fake host pauses 1.5 ms)
+            assert children.parent_pause_ms == 1.5 and children.duration_ms > 0
             for child in children:
                 assert child.info.metadata == {"k": "v"}
                 assert child.filesystem.read("/w/a") == b"parent"
@@ -103,6 +105,7 @@ async def test_async_twin(server: FakeServer) -> None:
             await client.snapshots.delete(snap_id)
             assert await client.snapshots.list() == []
         children = await sbx.fork(count=2)
+        assert children.parent_pause_ms == 1.5 and children.duration_ms > 0
         for child in children:
             assert await child.filesystem.read("/w/a") == b"parent"
             await child.kill()

@@ -41,6 +41,7 @@ from pandastack.hostport.results import (
     CodeEvent,
     ExecResult,
     FileInfo,
+    ForkChildren,
     GuestMetrics,
     SnapshotInfo,
     SnapshotResult,
@@ -515,7 +516,7 @@ class FakeRuntime:
         self.snapshot_mounts[sid] = list(sbx.volumes)
         return SnapshotResult(info, 1.5)
 
-    async def fork(self, sandbox_id: str, count: int = 1) -> list[FakeSandbox]:
+    async def fork(self, sandbox_id: str, count: int = 1) -> ForkChildren[FakeSandbox]:
         if not 1 <= count <= MAX_FORK:
             raise ValueError(f"count must be between 1 and {MAX_FORK}")
         snap = await self.snapshot(sandbox_id, internal=True)
@@ -523,8 +524,8 @@ class FakeRuntime:
             if self.fail_fork is not None:
                 raise self.fail_fork
             policy = self.sandbox(sandbox_id).network
-            return [await self.create(snapshot=snap.info.id, network=policy)
-                    for _ in range(count)]
+            return ForkChildren([await self.create(snapshot=snap.info.id, network=policy)
+                                 for _ in range(count)], snap.pause_ms)
         finally:
             await self.delete_snapshot(snap.info.id)
 

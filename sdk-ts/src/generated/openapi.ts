@@ -1718,6 +1718,11 @@ export interface components {
             duration_ms: number;
             /** Parent */
             parent: string;
+            /**
+             * Parent Pause Ms
+             * @description How long the parent stood still for the fork's snapshot (its guest stopped), as the host measured it; null where the host does not say.
+             */
+            parent_pause_ms?: number | null;
             /** Sandboxes */
             sandboxes: components["schemas"]["SandboxInfo"][];
         };

@@ -6,8 +6,11 @@ dataclasses (a row's `answer` in `guestproto.ops`), read from the guest's answer
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,21 @@ class SnapshotResult:
     info: SnapshotInfo
     pause_ms: float
     method: str = "stopped"  # how the memory was saved (vmm.SnapshotPause)
+
+
+class ForkChildren(list[T]):
+    """What a host's `fork` returns: the children, and how long the parent stood still for
+    the fork's snapshot (its pause window as the VMM measured it; None where the host does
+    not say, e.g. behind the host API)."""
+
+    def __init__(self, children: Iterable[T], parent_pause_ms: float | None) -> None:
+        super().__init__(children)
+        self.parent_pause_ms = parent_pause_ms
+
+
+def parent_pause_of(children: Sequence[object]) -> float | None:
+    """The parent's pause a fork's answer carries, if its host reported one."""
+    return children.parent_pause_ms if isinstance(children, ForkChildren) else None
 
 
 @dataclass(frozen=True)

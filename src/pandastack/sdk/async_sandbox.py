@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import datetime
 import logging
@@ -25,6 +24,7 @@ import httpx
 from pandastack.rules import DEFAULT_TEMPLATE
 from pandastack.sdk import _base, _metrics, _names, _streams
 from pandastack.sdk._code import Language
+from pandastack.sdk._forked import Forked
 from pandastack.sdk._http import AsyncHTTP
 from pandastack.sdk._shared_http import shared_async_http
 from pandastack.sdk._streams import SandboxPage
@@ -304,7 +304,7 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         return (await self._http.run(_base.snapshot_call(self.id, name))).id
 
     async def fork(self, count: int = 1, *, durable: bool = False,
-                   host_id: str | None = None) -> builtins.list[AsyncSandbox]:
+                   host_id: str | None = None) -> Forked[AsyncSandbox]:
         """`count` (1 to 16) live copies of the sandbox, each with the parent's memory, running
         processes and files as they were at the fork instant and its own id, hostname and
         machine-id; the parent keeps running. Each child is a new sandbox with the parent's
@@ -312,10 +312,12 @@ class AsyncSandbox(_base.SandboxBase[AsyncHTTP]):
         done: leaving the parent's `with` block does not kill the children. `durable`:
         children placed on another host come from a snapshot saved in the object store
         rather than streamed from the parent's host. `host_id`: the host to place the
-        children on (admin keys only, where the server drives many hosts)."""
+        children on (admin keys only, where the server drives many hosts). The list also
+        carries the parent's pause for the fork's snapshot (`parent_pause_ms`) and the
+        server's time for the fork (`duration_ms`)."""
         result = await self._http.run(_base.fork_call(self.id, count, durable=durable,
                                                       host_id=host_id))
-        return [self._child(info) for info in result.sandboxes]
+        return Forked((self._child(info) for info in result.sandboxes), result)
 
     def _child(self, info: SandboxInfo) -> AsyncSandbox:
         """A handle on a fork child: its own connections if this handle owns its own."""

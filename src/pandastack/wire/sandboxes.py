@@ -272,6 +272,9 @@ class ForkResult(Strict):
     parent: str
     sandboxes: list[SandboxInfo]
     duration_ms: float = 0.0
+    parent_pause_ms: float | None = Field(
+        default=None, description="How long the parent stood still for the fork's snapshot "
+        "(its guest stopped), as the host measured it; null where the host does not say.")
 
 
 # -- exposed ports ------------------------------------------------------------------------

@@ -140,6 +140,28 @@ async def test_a_failed_fork_kills_the_children_it_made(rt: HostRuntime) -> None
     assert (await parent.exec(["echo", "parent"])).stdout == b"parent\n"
 
 
+async def test_a_fork_reports_the_parents_pause_and_sets_its_clock_again_once(
+        rt: HostRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's guest stood stopped for the fork's save: its pause comes back with the
+    children, and its clock is set again once (while the children restore, not before)."""
+    parent = await rt.create()
+    synced: list[str] = []
+    resync = parent.resync_clock
+
+    async def recorded(machine_id: str) -> None:
+        synced.append(machine_id)
+        await resync(machine_id)
+
+    monkeypatch.setattr(parent, "resync_clock", recorded)
+    children = await rt.fork(parent.id, count=2)
+    assert children.parent_pause_ms == 0.1  # the fake VMM's nominal pause
+    assert synced == [rt.table.record(parent.id).machine_id]
+    for child in children:
+        assert (await child.exec(["echo", "child"])).stdout == b"child\n"
+        await rt.kill(child.id)
+    assert (await parent.exec(["echo", "parent"])).stdout == b"parent\n"
+
+
 def neighbour(config: HostConfig, root: Path) -> HostRuntime:
     """A runtime with a state dir of its own and the snapshots directory of `config`."""
     state = root / f"s{next(_numbers)}"

@@ -199,6 +199,7 @@ async def test_fork(api: Api) -> None:
     await api.client.put(f"/v1/sandboxes/{pid}/files", params={"path": "/w/a"}, content=b"p")
     result = await post(api, f"/v1/sandboxes/{pid}/fork", 201, count=3)
     assert result["parent"] == pid and isinstance(result["duration_ms"], float)
+    assert result["parent_pause_ms"] == 1.5  # the host's pause for the fork's snapshot
     children = result["sandboxes"]
     assert isinstance(children, list) and len(children) == 3
     ids = {c["id"] for c in children}

@@ -12,7 +12,6 @@ restart of the host process loses nothing and leaks nothing.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import secrets
 import shutil
@@ -83,7 +82,7 @@ from pandastack.hostport.errors import (
     SnapshotNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
-from pandastack.hostport.results import SnapshotInfo, SnapshotResult
+from pandastack.hostport.results import ForkChildren, SnapshotInfo, SnapshotResult
 from pandastack.hostport.volumes import VolumeMountRequest
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 
@@ -501,8 +500,9 @@ class HostRuntime:
         return await self.saves.snapshot(sandbox_id, name, internal=internal,
                                          short_pause=short_pause, transient=transient)
 
-    async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
-        """`count` live copies of a running sandbox (`saving.Saves.fork`)."""
+    async def fork(self, sandbox_id: str, count: int = 1) -> ForkChildren[SandboxHandle]:
+        """`count` live copies of a running sandbox, with the parent's pause
+        (`saving.Saves.fork`)."""
         return await self.saves.fork(sandbox_id, count)
 
     # -- disk layers ----------------------------------------------------------------------

@@ -6,7 +6,6 @@ volumes, so the copies are the disks its memory refers to (ADR 0027)."""
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import subprocess
 import time
@@ -29,7 +28,7 @@ from pandastack.host.vmm.driver import Capability, VMProcess, max_stream_bytes, 
 from pandastack.host.volumes.attach import mounts_of
 from pandastack.hostport.errors import HostError, SnapshotFailed, SnapshotNotFound
 from pandastack.hostport.network import NetworkPolicy
-from pandastack.hostport.results import SnapshotInfo, SnapshotResult
+from pandastack.hostport.results import ForkChildren, SnapshotInfo, SnapshotResult
 from pandastack.rules import MAX_FORK
 
 if TYPE_CHECKING:
@@ -44,14 +43,15 @@ class Saves:
 
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
                        internal: bool = False, short_pause: bool | None = None,
-                       transient: bool = False) -> SnapshotResult:
+                       transient: bool = False, resync_clock: bool = True) -> SnapshotResult:
         """Capture memory, device state and disk; the sandbox keeps running (or paused).
 
         `short_pause` (default: for snapshots users keep) stops the guest as briefly as the
         VMM allows even if the save takes longer; without it the save is as fast as possible
         (what a fork wants: its children wait for the stream). `transient`: the snapshot is
         deleted as soon as the sandboxes made from it run (a fork's), so its stream may go
-        into the fork buffer: memory, gone with a restart of the host."""
+        into the fork buffer: memory, gone with a restart of the host. Without `resync_clock`
+        the caller sets the guest's clock again itself (`resync_parent_clock`)."""
         rt = self.rt
         capabilities = rt.driver.capabilities
         if short_pause is None:
@@ -116,7 +116,7 @@ class Saves:
                     raise
                 raise SnapshotFailed(str(exc), disk_switched=switched,
                                      no_space=no_space) from exc
-            if handle.state == "running":
+            if handle.state == "running" and resync_clock:
                 # However the save went, the guest stood still for a while, its clock too.
                 await handle.resync_clock(record.machine_id)
             if needs_merge(record.layers):
@@ -156,28 +156,36 @@ class Saves:
             if was_running:
                 await rt.driver.resume(vm)
 
-    async def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxHandle]:
+    async def fork(self, sandbox_id: str, count: int = 1) -> ForkChildren[SandboxHandle]:
         """`count` live copies of a running sandbox: memory, processes and files as they were
-        at the fork instant, each with its own identity; the parent keeps running."""
+        at the fork instant, each with its own identity; the parent keeps running. With them,
+        how long the parent stood still for the fork's snapshot."""
         rt = self.rt
         if not 1 <= count <= MAX_FORK:
             raise ValueError(f"count must be between 1 and {MAX_FORK}")
         rt.table.running(sandbox_id, "running", "paused")  # SandboxNotFound before any work
         policy = await asyncio.to_thread(NetworkPolicy.from_dict,
                                          rt.table.record(sandbox_id).network)
-        snap = await self.snapshot(sandbox_id, internal=True, transient=True)
+        # A network slot for each child, made while the parent saves (QEMU writes the stream
+        # on one core): a child without a spare made its own after the save, ~20-60 ms of
+        # `ip` and `nft` on its path.
+        rt.slots.refill_spares(at_least=count)
+        snap = await self.snapshot(sandbox_id, internal=True, transient=True,
+                                   resync_clock=False)
         if count == 1:  # its only child takes the snapshot's copies of volumes, no new copy
             rt.volumes.handed_over.add(snap.info.id)
         try:
+            # The parent's clock is set again while its children restore, not before.
             results = await asyncio.gather(
                 *(rt.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
-                return_exceptions=True)
+                self.resync_parent_clock(sandbox_id), return_exceptions=True)
         finally:
             # Children hold their own links to the layers: the snapshot itself can go. Gone
             # already is no failure of the fork: raising here would lose the children made.
             rt.volumes.handed_over.discard(snap.info.id)
             with contextlib.suppress(SnapshotNotFound):
                 rt.delete_snapshot(snap.info.id)
+        results = results[:count]
         children = [r for r in results if isinstance(r, SandboxHandle)]
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
@@ -185,5 +193,16 @@ class Saves:
                 with contextlib.suppress(HostError):
                     await rt.kill(child.id)
             raise failures[0]
-        return children
+        return ForkChildren(children, snap.pause_ms)
 
+    async def resync_parent_clock(self, sandbox_id: str) -> None:
+        """After a fork's save: the parent's guest clock set again, as `snapshot` does, under
+        its lifecycle lock (so never on a sandbox paused or hibernated since: the agent call
+        would wake it). Best effort, like `SandboxHandle.resync_clock`."""
+        handle = self.rt.table.find(sandbox_id)
+        if handle is None:  # killed meanwhile: no clock to set
+            return
+        async with handle.lifecycle_lock:
+            record = self.rt.table.find_record(sandbox_id)
+            if handle.state == "running" and record is not None:
+                await handle.resync_clock(record.machine_id)

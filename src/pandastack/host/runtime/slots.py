@@ -36,6 +36,7 @@ class SandboxSlots:
         self.progress = progress
         self._spares: list[Slot] = []
         self._refill: asyncio.Task[None] | None = None
+        self._wanted = SPARE_SLOTS  # spares the refill under way makes
         self._closing = False
 
     def slot(self, index: int) -> Slot:
@@ -110,14 +111,23 @@ class SandboxSlots:
         self.spare_owner.unlink(missing_ok=True)
         await asyncio.to_thread(self.network.sweep)
 
-    def refill_spares(self) -> None:
+    def refill_spares(self, at_least: int = SPARE_SLOTS) -> None:
+        """Prepare spares in the background until there are `at_least` (a fork asks for one
+        per child); a refill under way takes the larger wish."""
         if not self.enabled:
             return
+        self._wanted = max(self._wanted, at_least)
         if self._refill is not None and not self._refill.done():
             return
 
         async def refill() -> None:
-            while len(self._spares) < SPARE_SLOTS and not self._closing:
+            try:
+                await fill()
+            finally:
+                self._wanted = SPARE_SLOTS
+
+        async def fill() -> None:
+            while len(self._spares) < self._wanted and not self._closing:
                 self.spare_owner.touch()
                 slot = self.network.claim(self.spare_owner)
                 try:

@@ -82,7 +82,6 @@ async def remove_snapshot(snapshot_id: SnapshotId, who: CurrentPrincipal,
 async def fork_sandbox(sandbox_id: SandboxId, body: ForkRequest, who: CurrentPrincipal,
                        service: Service) -> ForkResult:
     with pinned_to(body.host_id, admin=who.admin):
-        parent, children, duration_ms = await fork(service, who.team, sandbox_id, body.count,
-                                                   durable=body.durable)
-    return ForkResult(parent=parent.id, sandboxes=service.infos(children),
-                      duration_ms=duration_ms)
+        forked = await fork(service, who.team, sandbox_id, body.count, durable=body.durable)
+    return ForkResult(parent=forked.parent.id, sandboxes=service.infos(forked.children),
+                      duration_ms=forked.duration_ms, parent_pause_ms=forked.parent_pause_ms)

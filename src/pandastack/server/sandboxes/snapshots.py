@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 
 from pandastack.hostport.errors import HostError, SandboxNotFound, SnapshotNotFound
+from pandastack.hostport.results import parent_pause_of
 from pandastack.rules import SNAPSHOT_ID_RE
 from pandastack.wire.sandboxes import SnapshotInfo
 
@@ -69,10 +71,20 @@ async def delete_snapshot(service: SandboxService, team: str, snapshot_id: str) 
     service.store.delete_snapshot(row.id)
 
 
+@dataclass(frozen=True)
+class Forked:
+    parent: Sandbox
+    children: list[Sandbox]
+    duration_ms: float
+    parent_pause_ms: float | None
+    """How long the parent stood still for the fork's snapshot, as its host measured it
+    (None where the host does not say)."""
+
+
 @timed("fork")
 async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, *,
-               durable: bool = False) -> tuple[Sandbox, list[Sandbox], float]:
-    """`count` live copies of the team's sandbox: (parent, children, duration in ms).
+               durable: bool = False) -> Forked:
+    """`count` live copies of the team's sandbox.
     `durable`: children on another host come from a snapshot in the object store."""
     parent = await service.awake(team, sandbox_id)
     admission = service.quotas.admission([(parent.vcpus, parent.memory_mb)] * count)
@@ -113,4 +125,5 @@ async def fork(service: SandboxService, team: str, sandbox_id: str, count: int, 
                 await service.runtime.kill(handle.id)
         await service.volumes.forget_clones(plans)
         raise
-    return parent, children, (time.monotonic() - started) * 1000
+    return Forked(parent, children, (time.monotonic() - started) * 1000,
+                  parent_pause_of(handles))

@@ -385,7 +385,8 @@ async def fork_sandbox(sandbox_id: SandboxId, who: Caller, service: Service,
     now when the body names one, else the parent's lifecycle, and the parent's autoPause."""
     live_row(service, who.team, sandbox_id)
     count = 1 if body is None or body.count is None else body.count
-    parent, children, _ = await fork(service, who.team, sandbox_id, count)
+    forked = await fork(service, who.team, sandbox_id, count)
+    parent, children = forked.parent, forked.children
     if parent.on_expiry is not None:
         children = [service.store.update_sandbox(c.id, on_expiry=armed(parent.on_expiry))
                     or c for c in children]
