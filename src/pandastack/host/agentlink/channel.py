@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from typing import Any, Self
 
 from pandastack.guestproto import frames as P
@@ -78,6 +78,7 @@ class Op:
         self.buffered = 0  # data bytes sitting in ``queue``
         self.cost = 0  # what the frames in ``queue`` cost (see MAX_OP_BUFFER)
         self.ended = False  # a final frame (or failure) arrived
+        self.finished = False  # its caller read its final frame: no `cancel` is due
 
 
 class AgentChannel:
@@ -337,6 +338,26 @@ class AgentChannel:
 
     def _unregister(self, op: Op) -> None:
         self._ops.pop(op.id, None)
+
+    @contextlib.contextmanager
+    def _operation(self, kind: str) -> Iterator[Op]:
+        """An operation's id for the length of the block. Leaving it forgets the id; unless
+        the block set ``op.finished`` (its final frame was read), the agent is also told to
+        drop the operation: an error, a timeout, a cancelled or closed caller (a stream's
+        consumer that stops early) all end it in the guest too."""
+        op = self._register(kind)
+        try:
+            yield op
+        finally:
+            self._forget(op, cancel=not op.finished)
+
+    def _forget(self, op: Op, *, cancel: bool) -> None:
+        """Forget ``op``'s id (frames still arriving on it are dropped); ``cancel``: tell the
+        agent to drop the operation too. An operation that outlives one block (a terminal's
+        session) ends here."""
+        self._unregister(op)
+        if cancel:
+            self._cancel_soon(op)
 
     async def _send(self, header: dict[str, Any], payload: bytes = b"") -> None:
         if self._broken is not None:

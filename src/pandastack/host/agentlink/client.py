@@ -119,28 +119,24 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         if stdin is not None:
             header["stdin"] = True
         deadline = None if timeout is None else time.monotonic() + timeout + self.op_timeout
-        op = self._register("exec")
-        header["id"] = op.id
+        check_request("exec", {k: v for k, v in header.items() if k != "t"})
         feeder: asyncio.Task[int] | None = None
-        finished = False
-        check_request("exec", {k: v for k, v in header.items() if k not in ("t", "id")})
-        try:
-            await self._send(header)
-            if stdin is not None:
-                feeder = asyncio.create_task(
-                    self._send_stream(op, stdin, "stdin", "stdin_eof", credit_timeout=None)
-                )
-            result = await self._collect(op, deadline, on_stdout, on_stderr, max_output)
-            finished = True
-            return result
-        finally:
-            self._unregister(op)
-            if feeder is not None:
-                feeder.cancel()
-                with contextlib.suppress(BaseException):
-                    await feeder
-            if not finished:
-                self._cancel_soon(op)
+        with self._operation("exec") as op:
+            header["id"] = op.id
+            try:
+                await self._send(header)
+                if stdin is not None:
+                    feeder = asyncio.create_task(
+                        self._send_stream(op, stdin, "stdin", "stdin_eof", credit_timeout=None)
+                    )
+                result = await self._collect(op, deadline, on_stdout, on_stderr, max_output)
+                op.finished = True
+                return result
+            finally:
+                if feeder is not None:
+                    feeder.cancel()
+                    with contextlib.suppress(BaseException):
+                        await feeder
 
     async def _collect(
         self,
@@ -229,9 +225,7 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         pid before any output. The process is a background one (pid calls reach it; leaving
         this call only detaches); ``stdin=False`` gives it none. ``timeout`` as spawn's."""
         fields = self._spawn_fields(cmd, env, cwd, user, timeout)
-        op = self._register("spawn_attach")
-        finished = False
-        try:
+        with self._operation("spawn_attach") as op:
             await self._request(op, {"stdin": stdin, **fields})
             # the start is as quick as a spawn's: bounded like one; the output is not
             f = await self._next(op, self.op_timeout)
@@ -241,12 +235,8 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
             if inspect.isawaitable(told):
                 await told
             result = await self._collect(op, None, on_stdout, on_stderr, max_output)
-            finished = True
+            op.finished = True
             return result
-        finally:
-            self._unregister(op)
-            if not finished:
-                self._cancel_soon(op)
 
     async def attach(
         self,
@@ -265,18 +255,12 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         the backlog (an older agent does not say: then it is not called).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        op = self._register("attach")
-        finished = False
-        try:
+        with self._operation("attach") as op:
             await self._request(op, {"pid": pid})
             result = await self._collect(op, deadline, on_stdout, on_stderr, max_output,
                                          on_dropped)
-            finished = True
+            op.finished = True
             return result
-        finally:
-            self._unregister(op)
-            if not finished:
-                self._cancel_soon(op)
 
     async def procs(self) -> list[dict[str, object]]:
         f = await self._call("procs")

@@ -157,22 +157,20 @@ async def _lines(agent: AgentClient, req: dict[str, Any], deadline: float | None
     payload = json.dumps(req, separators=(",", ":")).encode()
     if len(payload) > P.MAX_PAYLOAD:
         raise ValueError(f"code request of {len(payload)} bytes is over {P.MAX_PAYLOAD}")
-    op = agent._register("code")
-    ended = False
     splitter = LineSplitter(line_limit)
-    try:
+    with agent._operation("code") as op:
         await agent._request(op, {}, payload)
         while True:
             try:
                 f = await agent._next(
                     op, None if deadline is None else deadline - time.monotonic())
             except GuestOSError as e:
-                ended = True
+                op.finished = True
                 if e.errno_name == "code_unavailable":
                     raise CodeInterpreterUnavailable(e.message) from None
                 raise
             if f.t == "eof":
-                ended = True
+                op.finished = True
                 if splitter.pending:
                     raise CodeInterpreterError("the code interpreter's answer ends mid-line")
                 return
@@ -188,10 +186,6 @@ async def _lines(agent: AgentClient, req: dict[str, Any], deadline: float | None
                                                "a JSON object with a 'type'")
                 yield obj
             await agent._consumed(op, len(f.payload))
-    finally:
-        agent._unregister(op)
-        if not ended:
-            agent._cancel_soon(op)
 
 
 async def run_code(agent: AgentClient, code: str, *, language: str = "python",

@@ -36,12 +36,10 @@ class FileOps(AgentChannel):
         """Yield the file's bytes in chunks; the agent sends ahead at most its credit.
 
         (An async generator: ``aclose()`` it to abandon a transfer early.)"""
-        op = self._register("read_file")
         fields: dict[str, Any] = {"path": path, "offset": offset}
         if length is not None:
             fields["length"] = length
-        done = False
-        try:
+        with self._operation("read_file") as op:
             await self._request(op, fields)
             f = await self._next(op, self.op_timeout)
             if f.t != "file":
@@ -52,14 +50,10 @@ class FileOps(AgentChannel):
                     yield f.payload
                     await self._consumed(op, len(f.payload))
                 elif f.t == "eof":
-                    done = True
+                    op.finished = True
                     return
                 else:
                     raise self._protocol_error(f"read_file: unexpected {f.t!r} frame")
-        finally:
-            self._unregister(op)
-            if not done:
-                self._cancel_soon(op)
 
     async def read_file_bytes(self, path: str, *, limit: int = DEFAULT_MAX_READ_BYTES) -> bytes:
         """The whole file; AgentLimitError (and the transfer cancelled) past ``limit`` bytes."""
@@ -83,21 +77,15 @@ class FileOps(AgentChannel):
         append: bool = False,
     ) -> int:
         """Write (create parents, truncate unless ``append``); returns bytes written."""
-        op = self._register("write_file")
-        finished = False
-        try:
+        with self._operation("write_file") as op:
             await self._request(op, {"path": path, "mode": mode, "append": append})
             await self._send_stream(op, data, "data", "eof", credit_timeout=self.op_timeout)
             f = await self._next(op, self.op_timeout)
-            finished = True
+            op.finished = True
             if f.t != "written":
                 raise self._protocol_error(f"write_file: expected 'written', got {f.t!r}")
             size: int = self._field(f, "size", int)
             return size
-        finally:
-            self._unregister(op)
-            if not finished:
-                self._cancel_soon(op)
 
     def _info(self, d: object, where: str) -> FileInfo:
         if not isinstance(d, dict):
@@ -117,9 +105,7 @@ class FileOps(AgentChannel):
 
     async def list_dir(self, path: str) -> list[FileInfo]:
         """The directory's entries; AgentLimitError past MAX_LIST_ENTRIES or MAX_LIST_BYTES."""
-        op = self._register("list")
-        done = False
-        try:
+        with self._operation("list") as op:
             await self._request(op, {"path": path})
             out: list[FileInfo] = []
             size = 0
@@ -137,12 +123,8 @@ class FileOps(AgentChannel):
                                           "entries; list its subdirectories instead")
                 out.extend(self._info(d, "list") for d in items)
                 if not f.header.get("more"):
-                    done = True
+                    op.finished = True
                     return out
-        finally:
-            self._unregister(op)
-            if not done:
-                self._cancel_soon(op)
 
     async def stat(self, path: str) -> FileInfo:
         f = await self._call("stat", path=path)
@@ -174,16 +156,14 @@ class FileOps(AgentChannel):
 
     async def _listing_items(self, name: str, fields: dict[str, Any]) -> tuple[list[Any], bool]:
         """The JSON array a listing streams as `data`, and its `eof`'s ``truncated``."""
-        op = self._register(name)
-        done = False
-        try:
+        with self._operation(name) as op:
             await self._request(op, fields)
             chunks: list[bytes] = []
             size = 0
             while True:
                 f = await self._next(op, self.op_timeout)
                 if f.t == "eof":
-                    done = True
+                    op.finished = True
                     return self._json_array(name, b"".join(chunks)), self._field(
                         f, "truncated", bool)
                 if f.t != "data":
@@ -194,10 +174,6 @@ class FileOps(AgentChannel):
                                           f"{MAX_LISTING_BYTES >> 20} MiB; narrow the search")
                 chunks.append(f.payload)
                 await self._consumed(op, len(f.payload))
-        finally:
-            self._unregister(op)
-            if not done:
-                self._cancel_soon(op)
 
     def _json_array(self, name: str, body: bytes) -> list[Any]:
         try:

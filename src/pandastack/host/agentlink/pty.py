@@ -72,9 +72,7 @@ class AgentPty:
             return
         self._closed = True
         self._op.wake.set()
-        self._chan._unregister(self._op)
-        if not self._op.ended:
-            self._chan._cancel_soon(self._op)
+        self._chan._forget(self._op, cancel=not self._op.ended)
 
 
 class PtyOps(AgentChannel):
@@ -110,9 +108,7 @@ class PtyOps(AgentChannel):
             if f.t != "attached":
                 raise self._protocol_error(f"pty_attach: expected 'attached', got {f.t!r}")
         except BaseException:
-            self._unregister(op)
-            if not op.ended:
-                self._cancel_soon(op)
+            self._forget(op, cancel=not op.ended)
             raise
         return AgentPty(self, op, pid)
 

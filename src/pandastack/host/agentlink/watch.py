@@ -25,9 +25,7 @@ class WatchOps(AgentChannel):
         """Batches of events: first `[watching]` once the guest has set the watch up, the
         last `[overflow]` if the guest dropped events. Ends when the watched directory is
         gone; runs until closed otherwise (``aclose()`` it to stop the watch)."""
-        op = self._register("watch")
-        done = False
-        try:
+        with self._operation("watch") as op:
             await self._request(op, {"path": path, "recursive": recursive})
             f = await self._next(op, self.op_timeout)
             if f.t != "watching":
@@ -45,16 +43,12 @@ class WatchOps(AgentChannel):
                     op.recv_window -= cost - len(f.payload)
                     await self._consumed(op, cost)
                 elif f.t == "eof":
-                    done = True
+                    op.finished = True
                     if f.header.get("reason") == "overflow":
                         yield [WatchEvent("overflow", root)]
                     return
                 else:
                     raise self._protocol_error(f"watch: unexpected {f.t!r} frame")
-        finally:
-            self._unregister(op)
-            if not done:
-                self._cancel_soon(op)
 
     def _event(self, d: Any) -> WatchEvent:
         if not isinstance(d, dict):
