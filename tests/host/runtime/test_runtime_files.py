@@ -26,8 +26,11 @@ def _rss_bytes() -> int:
     raise AssertionError("no VmRSS")
 
 
-async def test_200mb_roundtrip_with_bounded_host_memory(sandbox: SandboxHandle) -> None:
-    size = 200 * CHUNK
+async def test_64mb_roundtrip_with_bounded_host_memory(sandbox: SandboxHandle) -> None:
+    # The bound is a quarter of the size: a host that held the file, or a quarter of it,
+    # fails. The streamed path grows by ~3 % of the size (1.7 MiB of 64, 5.5 of 200);
+    # more than 64 MiB only cost time (200 MiB took twice as long under TCG).
+    size = 64 * CHUNK
     sent = hashlib.sha256()
     baseline = _rss_bytes()
     peak = baseline
@@ -54,7 +57,7 @@ async def test_200mb_roundtrip_with_bounded_host_memory(sandbox: SandboxHandle) 
     assert received.hexdigest() == sent.hexdigest()
     guest = await sandbox.exec("sha256sum /work/big/blob.bin", timeout=120)
     assert guest.stdout.split()[0].decode() == sent.hexdigest()
-    assert peak - baseline < 64 * CHUNK, f"host RSS grew by {(peak - baseline) >> 20} MiB"
+    assert peak - baseline < size // 4, f"host RSS grew by {(peak - baseline) >> 20} MiB"
 
 
 async def test_write_creates_parents_and_read_back(sandbox: SandboxHandle) -> None:
