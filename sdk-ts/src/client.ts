@@ -87,6 +87,8 @@ export class Snapshots extends Namespace {
 export interface BuildOptions {
   /** Where a Dockerfile's COPY/ADD sources are read from (Dockerfile text only). */
   contextDir?: string;
+  /** Values of the Dockerfile's ARGs (`docker build --build-arg`; Dockerfile text only). */
+  buildArgs?: Record<string, string>;
   vcpus?: number;
   memoryMb?: number;
   /** The build VM's egress policy. */
@@ -106,7 +108,8 @@ export class Templates extends Namespace {
    * `wait`, follow its log to the end. A failed build throws `TemplateBuildError`. */
   async build(template: Template | TemplateSpec | string, name: string, options: BuildOptions = {}): Promise<TemplateBuildInfo> {
     const spec = template instanceof Template ? template.toSpec()
-      : typeof template === "string" ? fromDockerfile(template, options.contextDir) : template;
+      : typeof template === "string" ? fromDockerfile(template, options.contextDir, options.buildArgs)
+        : template;
     const body: Record<string, unknown> = { name, spec, vcpus: options.vcpus ?? 1,
       memory_mb: options.memoryMb ?? 512 };
     if (options.network !== undefined) body["network"] = snakeify(options.network);

@@ -1,8 +1,9 @@
 /**
  * The Dockerfile subset of pandastack templates, read into a template spec: a port of
  * src/pandastack/templatespec/dockerfile.py (tests/sdk/test_ts_parity.py feeds both the same
- * Dockerfiles and compares the specs). Supported: one `FROM <template>` first; `RUN` (shell
- * or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` / `ENTRYPOINT`
+ * Dockerfiles and compares the specs). Supported: `FROM <base> [AS <name>]` (several: a
+ * multi-stage build, `COPY --from=<name|index|image>`); `ARG` (values from `buildArgs`);
+ * `RUN` (shell or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` / `ENTRYPOINT`
  * (the template's start command); `# pandastack: ready port 8000` / `ready-timeout 60`
  * directives; `COPY` / `ADD <src>... <dst>` (sources from the build context directory, globs
  * allowed; `ADD` only for plain local files: src/copy.ts reads them). `EXPOSE`, `LABEL`,
@@ -10,12 +11,13 @@
  */
 import { CopyBudget, copyStep, globPaths, joinPure, purePath } from "./copy.js";
 import { invalid } from "./errors.js";
-import { type TemplateStep, DEFAULT_READY_TIMEOUT_SECONDS, checkedSpec, envStep, pyRepr, readyCheck, runStep,
-  userStep, workdirStep } from "./template.js";
+import { ArgScope, pruneStages } from "./stages.js";
+import { type StageSpec, type TemplateStep, DEFAULT_READY_TIMEOUT_SECONDS, MAX_TEMPLATE_STAGES, checkedSpec, checkedStage,
+  copyFromStep, envStep, pyRepr, readyCheck, runStep, userStep, workdirStep } from "./template.js";
 import type { TemplateSpec } from "./types.js";
 
 const IGNORED = new Set(["EXPOSE", "LABEL", "MAINTAINER"]);
-const UNSUPPORTED = new Set(["ARG", "SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"]);
+const UNSUPPORTED = new Set(["SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"]);
 const ARCHIVES = [".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"];
 const DIRECTIVE = /^#\s*pandastack\s*:\s*(.*)$/i;
 const PARSER_DIRECTIVE = /^#\s*([a-zA-Z]+)\s*=\s*(.*?)\s*$/;
@@ -96,12 +98,17 @@ class Parser {
   readonly budget = new CopyBudget();
   fromTemplate: string | undefined;
   steps: TemplateStep[] = [];
+  stages: StageSpec[] = []; // the earlier stages, finished
+  stageNames = new Map<string, number>();
+  stageName: string | undefined;
+  readonly args: ArgScope;
   cmd: string | string[] | undefined;
   entrypoint: string | string[] | undefined;
   ready: [string, string] | undefined;
   readyTimeout = DEFAULT_READY_TIMEOUT_SECONDS;
 
-  constructor(contextDir: string | undefined) {
+  constructor(contextDir: string | undefined, buildArgs: Record<string, string>) {
+    this.args = new ArgScope(buildArgs);
     // Path.absolute(): made absolute, not resolved (`..` stays, symlinks are not followed).
     this.context = contextDir === undefined ? undefined
       : contextDir.startsWith("/") ? purePath(contextDir) : joinPure(process.cwd(), contextDir);
@@ -138,12 +145,13 @@ class Parser {
     const name = m[1]!.toUpperCase();
     const args = (m[2] ?? "").trim();
     if (name === "FROM") return this.from(args);
-    if (this.fromTemplate === undefined) throw new Error("the first instruction must be FROM <template>");
+    if (name === "ARG") return this.arg(args);
+    if (this.fromTemplate === undefined) throw new Error("the first instruction must be FROM <template> (or ARG)");
     if (IGNORED.has(name)) return;
     if (UNSUPPORTED.has(name)) throw new Error(`${name} is not supported`);
     const handlers: Record<string, (a: string) => void> = {
       RUN: (a) => this.run(a), COPY: (a) => this.copy(a, "COPY"), ADD: (a) => this.add(a),
-      ENV: (a) => this.env(a), WORKDIR: (a) => this.steps.push(workdirStep(a)),
+      ENV: (a) => this.env(a), WORKDIR: (a) => this.steps.push(workdirStep(this.args.substitute(a))),
       USER: (a) => this.user(a), CMD: (a) => { this.cmd = jsonOr(a, a); },
       ENTRYPOINT: (a) => { this.entrypoint = jsonOr(a, a); },
     };
@@ -155,21 +163,78 @@ class Parser {
 
   private from(args: string): void {
     const w = words(args);
-    if (this.fromTemplate !== undefined) throw new Error("multi-stage builds are not supported (a second FROM)");
     if (w[0]?.startsWith("--")) throw new Error(`FROM flags are not supported: ${w[0]}`);
-    if (w.length === 3 && w[1]!.toLowerCase() === "as") throw new Error("multi-stage builds are not supported (FROM ... AS)");
-    if (w.length !== 1) throw new Error("FROM takes one template name or image reference");
-    this.fromTemplate = w[0];
+    let name: string | undefined;
+    if (w.length === 3 && w[1]!.toLowerCase() === "as") name = w[2]!.toLowerCase();
+    else if (w.length !== 1) throw new Error("FROM takes a template name or image reference, and AS <name>");
+    const base = this.args.substitute(w[0]!, true);
+    if (!base) throw new Error(`FROM ${w[0]}: empty after ARG substitution`);
+    if (this.fromTemplate !== undefined) this.endStage();
+    if (this.stageNames.has(base.toLowerCase())) {
+      throw new Error(`FROM an earlier stage (${base}) is not supported; COPY --from=${base} what you need`);
+    }
+    if (name !== undefined && (this.stageNames.has(name) || /^[0-9]+$/.test(name))) {
+      throw new Error(`stage name ${pyRepr(name)} is used twice or is a number`);
+    }
+    if (this.stages.length + 1 > MAX_TEMPLATE_STAGES) throw new Error(`more than ${MAX_TEMPLATE_STAGES} stages`);
+    this.fromTemplate = base;
+    this.stageName = name;
+    this.args.newStage();
+  }
+
+  private endStage(): void {
+    this.stages.push(checkedStage(this.stageName, this.fromTemplate!, this.steps));
+    if (this.stageName !== undefined) this.stageNames.set(this.stageName, this.stages.length - 1);
+    this.steps = [];
+    // A stage's CMD and ENTRYPOINT are its image's; only the last stage's start anything.
+    this.cmd = this.entrypoint = undefined;
+  }
+
+  private arg(args: string): void {
+    if (args.startsWith("--")) throw new Error(`ARG flags are not supported: ${words(args)[0]}`);
+    let parts: string[];
+    try {
+      parts = shlexSplit(args);
+    } catch (err) {
+      throw new Error(`ARG: ${(err as Error).message}`);
+    }
+    if (!parts.length) throw new Error("ARG needs a name");
+    for (const word of parts) this.args.declare(word, this.fromTemplate === undefined);
   }
 
   private run(args: string): void {
     if (args.startsWith("--")) throw new Error(`RUN flags are not supported: ${words(args)[0]}`);
     if (HEREDOC.test(args)) throw new Error("heredocs are not supported");
-    this.steps.push(runStep(jsonOr(args, args)));
+    this.steps.push(runStep(this.args.runEnv(jsonOr(args, args))));
+  }
+
+  private copyFrom(source: string, tokens: string[]): void {
+    if (tokens.length < 2) throw new Error("COPY needs a source and a destination");
+    if (tokens[0]!.startsWith("--")) throw new Error(`COPY flags are not supported: ${tokens[0]}`);
+    const key = this.args.substitute(source).toLowerCase();
+    let stage: number;
+    if (this.stageNames.has(key)) {
+      stage = this.stageNames.get(key)!;
+    } else if (/^[0-9]+$/.test(key)) {
+      stage = Number(key);
+      if (stage >= this.stages.length) throw new Error(`COPY --from=${source}: there is no earlier stage ${stage}`);
+    } else { // an image or template of its own: a stage without steps
+      if (this.stages.length + 2 > MAX_TEMPLATE_STAGES) {
+        throw new Error(`more than ${MAX_TEMPLATE_STAGES} stages (COPY --from an image is one)`);
+      }
+      this.stages.push(checkedStage(undefined, this.args.substitute(source), []));
+      stage = this.stages.length - 1;
+    }
+    const subst = tokens.map((t) => this.args.substitute(t));
+    this.steps.push(copyFromStep(stage, subst.slice(0, -1), subst[subst.length - 1]!));
   }
 
   private copy(args: string, instruction: string): void {
-    const tokens = jsonOr(args, words(args));
+    let tokens = jsonOr(args, words(args));
+    if (instruction === "COPY" && tokens[0]!.startsWith("--from=")) {
+      return this.copyFrom(tokens[0]!.slice("--from=".length), tokens.slice(1));
+    }
+    tokens = tokens.map((t) => this.args.substitute(t));
     if (tokens[0]!.startsWith("--")) throw new Error(`${instruction} flags are not supported: ${tokens[0]}`);
     if (tokens.length < 2) throw new Error(`${instruction} needs a source and a destination`);
     if (this.context === undefined) throw new Error(`${instruction} needs a build context directory`);
@@ -192,7 +257,8 @@ class Parser {
 
   private add(args: string): void {
     const tokens = jsonOr(args, words(args));
-    for (const src of tokens.slice(0, -1)) {
+    for (const raw of tokens.slice(0, -1)) {
+      const src = this.args.substitute(raw);
       if (src.includes("://")) throw new Error(`ADD from a URL is not supported: ${src}`);
       if (ARCHIVES.some((ext) => src.toLowerCase().endsWith(ext))) {
         throw new Error("ADD of an archive (which Docker unpacks) is not supported; COPY it and RUN tar");
@@ -214,17 +280,19 @@ class Parser {
       for (const word of parts) {
         const eq = word.indexOf("=");
         if (eq < 0) throw new Error(`ENV: expected NAME=VALUE, got ${pyRepr(word)}`);
-        values[word.slice(0, eq)] = word.slice(eq + 1);
+        values[word.slice(0, eq)] = this.args.substitute(word.slice(eq + 1));
       }
     } else {
       const parts = words(args, 2);
       if (parts.length !== 2) throw new Error("ENV: expected NAME VALUE or NAME=VALUE ...");
-      values[parts[0]!] = parts[1]!;
+      values[parts[0]!] = this.args.substitute(parts[1]!);
     }
+    this.args.shadow(values);
     this.steps.push(envStep(values));
   }
 
-  private user(args: string): void {
+  private user(raw: string): void {
+    const args = this.args.substitute(raw);
     if (args.includes(":")) throw new Error("USER user:group is not supported; give a user name");
     this.steps.push(userStep(args));
   }
@@ -244,7 +312,8 @@ class Parser {
     try {
       const ready = this.ready === undefined ? undefined
         : readyCheck(this.ready[0] as "port", this.ready[1], this.readyTimeout);
-      return checkedSpec(this.fromTemplate, this.steps, this.start() || undefined, ready);
+      const [stages, steps] = pruneStages(this.stages, this.steps);
+      return checkedSpec(this.fromTemplate, steps, this.start() || undefined, ready, stages);
     } catch (err) {
       throw invalid(`Dockerfile: ${(err as Error).message}`);
     }
@@ -259,9 +328,10 @@ function splitlines(text: string): string[] {
 }
 
 /** Read the Dockerfile subset into a template spec (`InvalidRequestError` naming the line);
- * `contextDir` is where COPY sources are read from. */
-export function fromDockerfile(text: string, contextDir?: string): TemplateSpec {
-  const parser = new Parser(contextDir);
+ * `contextDir` is where COPY sources are read from, `buildArgs` the values of its ARGs
+ * (`docker build --build-arg`; names it does not declare are ignored). */
+export function fromDockerfile(text: string, contextDir?: string, buildArgs: Record<string, string> = {}): TemplateSpec {
+  const parser = new Parser(contextDir, buildArgs);
   let parts: string[] = [];
   let start = 0;
   let leading = true; // parser directives (`# escape=`) are only valid before anything else

@@ -21,8 +21,11 @@ import type { TemplateSpec } from "./types.js";
 
 export type ReadyCheck = components["schemas"]["ReadyCheck"];
 export type TemplateStep = NonNullable<TemplateSpec["steps"]>[number];
+export type StageSpec = components["schemas"]["StageSpec"];
 
 export const MAX_STEPS = 64;
+/** Most stages of a multi-stage build, the last included (rules.py's MAX_TEMPLATE_STAGES). */
+export const MAX_TEMPLATE_STAGES = 8;
 const MAX_PACKAGES = 256;
 const MAX_COMMAND_CHARS = 64 * 1024;
 const MAX_PATH_CHARS = 4096;
@@ -88,6 +91,35 @@ export function runStep(command: string | string[]): TemplateStep {
   return { kind: "run", command: typeof command === "string" ? command : [...command] };
 }
 
+/** `COPY --from=<stage>` (templatespec/models.py's CopyFromStep). */
+export function copyFromStep(stage: number, sources: string[], dst: string): TemplateStep {
+  if (!sources.length) throw invalid("List should have at least 1 item after validation, not 0");
+  if (sources.length > MAX_PACKAGES) throw tooMany("List", MAX_PACKAGES, sources.length);
+  for (const src of sources) {
+    guestPath(src, "copy --from source");
+    if (/[*?[]/.test(src)) throw invalid(`copy --from source ${pyRepr(src)}: wildcards are not supported`);
+  }
+  guestPath(dst, "copy dst");
+  if (sources.length > 1 && !dst.endsWith("/")) {
+    throw invalid(`copying several sources needs a destination ending with '/': ${dst}`);
+  }
+  return { kind: "copy_from", stage, sources: [...sources], dst };
+}
+
+function checkedBase(fromTemplate: string): void {
+  stringLength(fromTemplate, 0, 128);
+  if (!FROM_RE.test(fromTemplate)) {
+    throw invalid(`invalid base template ${pyRepr(fromTemplate)}: a template name, snapshot:<id> or an image reference`);
+  }
+}
+
+/** An earlier stage's own checks (StageSpec in models.py). */
+export function checkedStage(name: string | undefined, fromTemplate: string, steps: TemplateStep[]): StageSpec {
+  checkedBase(fromTemplate);
+  if (steps.length > MAX_STEPS) throw tooMany("List", MAX_STEPS, steps.length);
+  return { name: name ?? null, from_template: fromTemplate, steps };
+}
+
 export function envStep(values: Record<string, string>): TemplateStep {
   const names = Object.keys(values);
   if (!names.length) throw invalid("Dictionary should have at least 1 item after validation, not 0");
@@ -125,24 +157,31 @@ export function readyCheck(kind: ReadyCheck["kind"], value: string, timeoutSecon
 /** The spec's own checks (TemplateSpec in models.py): its base, its start command, and the
  * copied files of all its steps together. */
 export function checkedSpec(fromTemplate: string, steps: TemplateStep[], start: string | undefined,
-  ready: ReadyCheck | undefined): TemplateSpec {
-  stringLength(fromTemplate, 0, 128);
-  if (!FROM_RE.test(fromTemplate)) {
-    throw invalid(`invalid base template ${pyRepr(fromTemplate)}: a template name, snapshot:<id> or an image reference`);
-  }
+  ready: ReadyCheck | undefined, stages: StageSpec[] = []): TemplateSpec {
+  checkedBase(fromTemplate);
   if (steps.length > MAX_STEPS) throw tooMany("List", MAX_STEPS, steps.length);
+  if (stages.length > MAX_TEMPLATE_STAGES - 1) throw tooMany("List", MAX_TEMPLATE_STAGES - 1, stages.length);
   if (start !== undefined) {
     stringLength(start, 1, MAX_COMMAND_CHARS);
     noNul(start, "start command");
   }
   if (ready !== undefined && start === undefined) throw invalid("a ready check needs a start command");
-  const files = steps.flatMap((s) => s.kind === "copy" ? s.files : []);
+  const every = [...stages.map((stage) => stage.steps ?? []), steps];
+  every.forEach((items, index) => {
+    for (const s of items) {
+      if (s.kind === "copy_from" && s.stage >= index) {
+        throw invalid(`copy --from stage ${s.stage}: a stage copies only from an earlier one`);
+      }
+    }
+  });
+  const files = every.flat().flatMap((s) => s.kind === "copy" ? s.files : []);
   if (files.length > MAX_COPY_FILES) throw invalid(`more than ${MAX_COPY_FILES} copied files`);
   const size = files.reduce((n, f) => n + Buffer.byteLength(f.content_b64, "base64"), 0);
   if (size > MAX_COPY_BYTES) throw invalid(`copied files exceed ${MAX_COPY_BYTES / 2 ** 20} MiB together`);
   const spec: TemplateSpec = { from_template: fromTemplate, steps };
   if (start !== undefined) spec.start = start;
   if (ready !== undefined) spec.ready = ready;
+  if (stages.length) spec.stages = stages;
   return spec;
 }
 

@@ -64,6 +64,9 @@ PTY_MAX_CONTROL_CHARS = 1024
 
 #: What a sandbox (and a template build's FROM) starts from when it names no template.
 DEFAULT_TEMPLATE = "base"
+#: Most stages a multi-stage template build may have, its last (the template) included: each
+#: earlier one is a build VM of its own, run one after the other (ADR 0046's addendum).
+MAX_TEMPLATE_STAGES = 8
 #: The templates every host has (a host builds one on its first use); a team template may not
 #: take one of these names.
 BUILTIN_TEMPLATE_NAMES = frozenset({"base", "python", "node", "code-interpreter"})

@@ -52,3 +52,16 @@ def test_list_shows_the_builtin_templates_marked(server: FakeServer, tmp_path: P
         ("app", False)]
     assert [t["name"] for t in listed if t["builtin"] and t["default"]] == ["base"]
     assert (listed[-1]["version"], listed[-1]["status"]) == (1, "ready")
+
+
+def test_build_args_reach_the_dockerfiles_args(server: FakeServer, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "Dockerfile").write_text("ARG BASE=no-such-template\nFROM $BASE\nRUN true\n")
+    assert main(["template", "build", str(tmp_path), "--name", "app", "--quiet"]) == 1
+    assert "no-such-template" in capsys.readouterr().err  # the default: not a template
+    assert main(["template", "build", str(tmp_path), "--name", "app", "--quiet",
+                 "--build-arg", "BASE=python", "--build-arg", "OTHER=x=y"]) == 0
+    assert capsys.readouterr().out.startswith("app:1 ready")
+    with pytest.raises(SystemExit):
+        main(["template", "build", str(tmp_path), "--name", "app", "--build-arg", "BASE"])
+    assert "expected NAME=VALUE" in capsys.readouterr().err

@@ -228,20 +228,39 @@ DOCKERFILES = [
     "FROM base\nENTRYPOINT [\"tini\", \"--\"]\nCMD node server.js --port 3000\n",
     "FROM base\nRUN echo 'it''s'\nCMD [\"echo\", \"a b\", \"\", \"c'd\"]\n",
     "FROM base\r\nRUN true\r\n",
+    # ARG and multi-stage builds: scopes, substitution, RUN's environment, stages by name,
+    # index and image, unused ones dropped, only the last stage's CMD.
+    "ARG BASE=base\nARG V=1\nFROM ${BASE} AS Build\nARG V\nARG W='a b'\nRUN make V=$V\n"
+    "ENV W=env X=${V:-none}${W}\nRUN [\"printenv\", \"W\"]\nCMD [\"ignored\"]\n"
+    "FROM busybox:1.36 AS unused\nRUN false\n"
+    "FROM $BASE AS two\nCOPY --from=build /out/v /opt/v\n"
+    "FROM node\nARG APP=/srv/app U=app\nCOPY --from=1 /opt/v ${APP}/\n"
+    "COPY --from=alpine:3.19 /bin/busybox /bin/a /usr/local/bin/\nWORKDIR $APP\nUSER $U\n"
+    "CMD serve\n",
+    "ARG X\nFROM base\nARG X\nARG Y=$X\nRUN echo \"$X\" '$Y' ${Z}\n",
 ]
 BAD_DOCKERFILES = [
-    "RUN true\n", "FROM base AS build\n", "FROM base\nFROM node\n", "FROM base\nARG X\n",
+    "RUN true\n", "FROM base AS b\nFROM b\n", "FROM base AS b\nFROM node AS B\n",
+    "FROM base\nARG 1X\n", "FROM base\nCOPY --from=3 /a /b\n",
+    "FROM base AS b\nFROM base\nCOPY --from=b /x* /y\n",
+    "FROM base AS b\nFROM base\nCOPY --from=b /a /b /c\n",
+    "".join(f"FROM base AS s{i}\n" for i in range(9)),
+    "FROM bad%name AS b\nFROM base\n",
     "FROM base\nRUN --mount=type=cache true\n", "FROM base\nUSER app:app\n",
     "FROM base\nENV A=\"unclosed\n", "FROM base\n# pandastack: ready socket 1\n",
     "FROM base\nFROB x\n", "# escape=`\nFROM base\n", "FROM base\nRUN <<EOF\n",
 ]
 
 
-def ts_dockerfiles(texts: list[str]) -> list[Any]:
+BUILD_ARGS = {"BASE": "python:3.12-slim", "V": "it's 2", "X": "x", "UNUSED": "u"}
+
+
+def ts_dockerfiles(texts: list[str], build_args: dict[str, str] | None = None) -> list[Any]:
     script = ("import { readFileSync } from 'node:fs';"
               "import { fromDockerfile } from './dist/src/index.js';"
+              f"const args = {json.dumps(build_args or {})};"
               "const out = JSON.parse(readFileSync(0, 'utf8')).map((t) => {"
-              " try { return { spec: fromDockerfile(t) }; }"
+              " try { return { spec: fromDockerfile(t, undefined, args) }; }"
               " catch (e) { return { error: e.message }; } });"
               "process.stdout.write(JSON.stringify(out));")
     proc = subprocess.run(["node", "--input-type=module", "-e", script], cwd=SDK,
@@ -259,6 +278,10 @@ def test_dockerfiles_read_the_same_in_both_sdks(ts_surface: dict[str, Any]) -> N
     for text, got in zip(DOCKERFILES, ts_dockerfiles(DOCKERFILES), strict=True):
         assert "spec" in got, (text, got)
         want = from_dockerfile(text).model_dump(mode="json")
+        assert TemplateSpec.model_validate(got["spec"]).model_dump(mode="json") == want, text
+    for text, got in zip(DOCKERFILES, ts_dockerfiles(DOCKERFILES, BUILD_ARGS), strict=True):
+        assert "spec" in got, (text, got)
+        want = from_dockerfile(text, build_args=BUILD_ARGS).model_dump(mode="json")
         assert TemplateSpec.model_validate(got["spec"]).model_dump(mode="json") == want, text
     for text, got in zip(BAD_DOCKERFILES, ts_dockerfiles(BAD_DOCKERFILES), strict=True):
         with pytest.raises(ValueError) as caught:

@@ -587,9 +587,11 @@ class ScriptedBuilder:
     release: asyncio.Event = field(default_factory=asyncio.Event)
     shapes: list[tuple[int, int]] = field(default_factory=list)
     scopes: list[str] = field(default_factory=list)
+    specs: list[TemplateSpec] = field(default_factory=list)  # as the host was handed them
 
     async def build(self, spec: TemplateSpec, *, log: Any, network: NetworkPolicy | None = None,
                     vcpus: int = 1, memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+        self.specs.append(spec)
         self.shapes.append((vcpus, memory_mb))
         self.scopes.append(cache_scope)
         log("Step 1/1 RUN something")

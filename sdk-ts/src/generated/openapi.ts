@@ -1430,6 +1430,26 @@ export interface components {
             path: string;
         };
         /**
+         * CopyFromStep
+         * @description `COPY --from=<stage>`: paths of an earlier stage's guest (relative ones from its root,
+         *     as Docker reads them) copied to `dst`, resolved like a copy step's. A directory's
+         *     contents go under `dst`; a single file goes to `dst` itself unless `dst` ends with `/`;
+         *     several sources need a `dst` ending with `/`. The copies are owned by root.
+         */
+        CopyFromStep: {
+            /** Dst */
+            dst: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "copy_from";
+            /** Sources */
+            sources: string[];
+            /** Stage */
+            stage: number;
+        };
+        /**
          * CopyStep
          * @description Files written under `dst` (a directory; created with its parents).
          */
@@ -2346,6 +2366,20 @@ export interface components {
             /** Snapshots */
             snapshots: components["schemas"]["SnapshotInfo"][];
         };
+        /**
+         * StageSpec
+         * @description An earlier stage of a multi-stage build: built in a VM of its own from its base, its
+         *     steps run there, then the paths later stages copy from it are taken out and the VM is
+         *     removed. Only the spec's own (last) stage becomes the template.
+         */
+        StageSpec: {
+            /** From Template */
+            from_template: string;
+            /** Name */
+            name?: string | null;
+            /** Steps */
+            steps?: (components["schemas"]["AptStep"] | components["schemas"]["PipStep"] | components["schemas"]["NpmStep"] | components["schemas"]["RunStep"] | components["schemas"]["CopyStep"] | components["schemas"]["CopyFromStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"])[];
+        };
         /** StartProcess */
         StartProcess: {
             /** Cmd */
@@ -2411,10 +2445,12 @@ export interface components {
              */
             from_template: string;
             ready?: components["schemas"]["ReadyCheck"] | null;
+            /** Stages */
+            stages?: components["schemas"]["StageSpec"][];
             /** Start */
             start?: string | null;
             /** Steps */
-            steps?: (components["schemas"]["AptStep"] | components["schemas"]["PipStep"] | components["schemas"]["NpmStep"] | components["schemas"]["RunStep"] | components["schemas"]["CopyStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"])[];
+            steps?: (components["schemas"]["AptStep"] | components["schemas"]["PipStep"] | components["schemas"]["NpmStep"] | components["schemas"]["RunStep"] | components["schemas"]["CopyStep"] | components["schemas"]["CopyFromStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"])[];
         };
         /** TextMatch */
         TextMatch: {

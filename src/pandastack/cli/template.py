@@ -1,8 +1,9 @@
 """`pandastack template build|list|show|delete|logs`: the team's own templates, through the
 API (`list` shows the built-in ones too).
 
-`build` reads a Dockerfile in pandastack's subset (FROM a pandastack template, RUN, COPY, ENV,
-WORKDIR, USER, CMD/ENTRYPOINT), sends it with its COPY files, and follows the build: a spinner
+`build` reads a Dockerfile in pandastack's subset (FROM a pandastack template or an image, RUN,
+COPY, ENV, WORKDIR, USER, CMD/ENTRYPOINT, ARG with `--build-arg NAME=VALUE`, multi-stage
+builds), sends it with its COPY files, and follows the build: a spinner
 with the current step and elapsed time, every log line above it.
 """
 
@@ -47,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     build.add_argument("-n", "--name", required=True, help="the template's name")
     build.add_argument("--vcpus", type=int, default=1)
     build.add_argument("--memory-mb", type=int, default=512)
+    build.add_argument("--build-arg", action="append", default=[], metavar="NAME=VALUE",
+                       type=_build_arg, help="a value for the Dockerfile's ARG NAME "
+                                             "(repeatable)")
     build.add_argument("--quiet", action="store_true",
                        help="no spinner and no log on stderr (the result only; a failure "
                             "still says which step)")
@@ -66,6 +70,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         sp.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _build_arg(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def _print_info(info: TemplateBuildInfo, as_json: bool, console: Console) -> None:
     # The result on stdout (the log and the spinner are on stderr).
     if as_json:
@@ -79,13 +90,15 @@ def _build(client: Client, args: argparse.Namespace, console: Console) -> int:
     dockerfile = Path(args.file) if args.file else context / "Dockerfile"
     if args.no_wait:
         info = client.templates.build(dockerfile, args.name, context_dir=context,
-                                      vcpus=args.vcpus, memory_mb=args.memory_mb, wait=False)
+                                      vcpus=args.vcpus, memory_mb=args.memory_mb, wait=False,
+                                      build_args=dict(args.build_arg))
         _print_info(info, args.json, console)
         return 0
     if args.quiet:
         try:
             info = client.templates.build(dockerfile, args.name, context_dir=context,
-                                          vcpus=args.vcpus, memory_mb=args.memory_mb)
+                                          vcpus=args.vcpus, memory_mb=args.memory_mb,
+                                          build_args=dict(args.build_arg))
         except TemplateBuildError as exc:
             console.print(f"[red]build failed:[/red] {exc}", highlight=False)
             return EXIT_BUILD_FAILED
@@ -101,7 +114,7 @@ def _build(client: Client, args: argparse.Namespace, console: Console) -> int:
         try:
             info = client.templates.build(dockerfile, args.name, context_dir=context,
                                           vcpus=args.vcpus, memory_mb=args.memory_mb,
-                                          on_log=on_log)
+                                          on_log=on_log, build_args=dict(args.build_arg))
         except TemplateBuildError as exc:
             console.print(f"[red]build failed:[/red] {exc}", highlight=False)
             return EXIT_BUILD_FAILED

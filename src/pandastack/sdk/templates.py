@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,11 @@ AsyncLogCallback = Callable[[str], Awaitable[object] | object]
 DEFAULT_BUILD_TIMEOUT = 3600.0
 
 
-def to_spec(source: TemplateSource, context_dir: str | os.PathLike[str] | None) -> TemplateSpec:
-    """The spec of a builder, a spec, a Dockerfile path, or Dockerfile text."""
+def to_spec(source: TemplateSource, context_dir: str | os.PathLike[str] | None,
+            build_args: Mapping[str, str] | None = None) -> TemplateSpec:
+    """The spec of a builder, a spec, a Dockerfile path, or Dockerfile text (its ARGs take
+    `build_args`, as `docker build --build-arg`; the Dockerfile is read here, so the values
+    are in the spec sent)."""
     if isinstance(source, Template):
         return source.to_spec()
     if isinstance(source, TemplateSpec):
@@ -51,8 +54,9 @@ def to_spec(source: TemplateSource, context_dir: str | os.PathLike[str] | None) 
     if isinstance(source, os.PathLike):
         path = Path(source)
         context = Path(context_dir) if context_dir is not None else path.parent
-        return from_dockerfile(path.read_text(), context)
-    return from_dockerfile(source, Path(context_dir) if context_dir is not None else None)
+        return from_dockerfile(path.read_text(), context, build_args)
+    return from_dockerfile(source, Path(context_dir) if context_dir is not None else None,
+                           build_args)
 
 
 def build_call(spec: TemplateSpec, name: str, vcpus: int, memory_mb: int,
@@ -126,14 +130,16 @@ class Templates(_base.ClientBase[HTTP]):
               context_dir: str | os.PathLike[str] | None = None, vcpus: int = DEFAULT_VCPUS,
               memory_mb: int = DEFAULT_MEMORY_MB, network: _base.NetworkArg | None = None,
               on_log: LogCallback | None = None, wait: bool = True,
-              timeout_seconds: float = DEFAULT_BUILD_TIMEOUT) -> wire.TemplateBuildInfo:
+              timeout_seconds: float = DEFAULT_BUILD_TIMEOUT,
+              build_args: Mapping[str, str] | None = None) -> wire.TemplateBuildInfo:
         """Build a new version of template `name` and (with `wait`) follow it to the end.
 
         `template` is a `Template` builder, a `TemplateSpec`, a Dockerfile `Path` (its folder
-        is the COPY context unless `context_dir` says otherwise) or Dockerfile text. Each log
-        line goes to `on_log`. A failed build raises `TemplateBuildError` naming the step.
-        With `wait=False` the build's info comes back at once (status "building")."""
-        spec = to_spec(template, context_dir)
+        is the COPY context unless `context_dir` says otherwise) or Dockerfile text, whose ARGs
+        take `build_args`. Each log line goes to `on_log`. A failed build raises
+        `TemplateBuildError` naming the step. With `wait=False` the build's info comes back at
+        once (status "building")."""
+        spec = to_spec(template, context_dir, build_args)
         info = self._http.run(build_call(spec, name, vcpus, memory_mb, network))
         if not wait:
             return info
@@ -188,15 +194,16 @@ class AsyncTemplates(_base.ClientBase[AsyncHTTP]):
                     context_dir: str | os.PathLike[str] | None = None, vcpus: int = DEFAULT_VCPUS,
                     memory_mb: int = DEFAULT_MEMORY_MB, network: _base.NetworkArg | None = None,
                     on_log: AsyncLogCallback | None = None, wait: bool = True,
-                    timeout_seconds: float = DEFAULT_BUILD_TIMEOUT) -> wire.TemplateBuildInfo:
+                    timeout_seconds: float = DEFAULT_BUILD_TIMEOUT,
+                    build_args: Mapping[str, str] | None = None) -> wire.TemplateBuildInfo:
         """Build a new version of template `name` and (with `wait`) follow it to the end.
 
         `template` is a `Template` builder, a `TemplateSpec`, a Dockerfile `Path` (its folder
-        is the COPY context unless `context_dir` says otherwise) or Dockerfile text. Each log
-        line goes to `on_log` (plain or async function). A failed build raises
-        `TemplateBuildError` naming the step. With `wait=False` the build's info comes back at
-        once (status "building")."""
-        spec = to_spec(template, context_dir)
+        is the COPY context unless `context_dir` says otherwise) or Dockerfile text, whose ARGs
+        take `build_args`. Each log line goes to `on_log` (plain or async function). A failed
+        build raises `TemplateBuildError` naming the step. With `wait=False` the build's info
+        comes back at once (status "building")."""
+        spec = to_spec(template, context_dir, build_args)
         info = await self._http.run(build_call(spec, name, vcpus, memory_mb, network))
         if not wait:
             return info

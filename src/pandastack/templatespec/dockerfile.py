@@ -1,14 +1,20 @@
 """A Dockerfile subset, read into a `TemplateSpec`.
 
-Supported: one `FROM` first: a pandastack template (a built-in name such as `base`, the
-team's template, or `snapshot:<id>`) or an OCI image (`python:3.12-slim`,
-`ghcr.io/acme/env@sha256:...`: templatespec/base.py says which); `RUN` (shell form or JSON
-exec form); `COPY`/`ADD <src>... <dst>` (sources from the build context, globs allowed;
-`ADD` only for plain local files); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`;
-`CMD` and `ENTRYPOINT` (shell or JSON form; the result is the template's start command).
-Backslash continuations, comments and blank lines follow Docker's rules. `EXPOSE`, `LABEL`
-and `MAINTAINER` are metadata and are ignored. Everything else (`ARG`, multi-stage builds,
-`ADD <url>`, instruction flags, heredocs, ...) is a `ValueError` naming its line.
+Supported: `FROM <base> [AS <name>]`: a pandastack template (a built-in name such as `base`,
+the team's template, or `snapshot:<id>`) or an OCI image (`python:3.12-slim`,
+`ghcr.io/acme/env@sha256:...`: templatespec/base.py says which); several `FROM`s make a
+multi-stage build, whose last stage is the template and whose earlier ones are only copied
+from (`COPY --from=<name|index|image> <src>... <dst>`; stages the last one does not need
+are dropped, as BuildKit does); `ARG <name>[=<default>]` (before the first FROM: for FROM
+lines, and redeclared inside a stage for it; values from `build_args`), substituted in
+FROM, ENV, COPY, WORKDIR and USER and given to RUN as environment variables (an ENV of the
+same name wins, as in Docker); `RUN` (shell form or JSON exec form); `COPY`/`ADD <src>...
+<dst>` (sources from the build context, globs allowed; `ADD` only for plain local files);
+`ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` and `ENTRYPOINT` (shell or JSON
+form; the last stage's are the template's start command). Backslash continuations, comments
+and blank lines follow Docker's rules. `EXPOSE`, `LABEL` and `MAINTAINER` are metadata and
+are ignored. Everything else (`FROM` an earlier stage, `ADD <url>`, other instruction flags,
+heredocs, ...) is a `ValueError` naming its line.
 
 Readiness of the start command comes from comment directives:
 
@@ -21,25 +27,30 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from pandastack.rules import MAX_TEMPLATE_STAGES
+
 from .builder import CopyBudget, copy_step
 from .models import (
     DEFAULT_READY_TIMEOUT_SECONDS,
+    CopyFromStep,
     EnvStep,
     ReadyCheck,
     RunStep,
+    StageSpec,
     TemplateSpec,
     TemplateStep,
     UserStep,
     WorkdirStep,
 )
+from .stages import ArgScope, prune_stages
 
 IGNORED = frozenset({"EXPOSE", "LABEL", "MAINTAINER"})
-UNSUPPORTED = frozenset({"ARG", "SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"})
+UNSUPPORTED = frozenset({"SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"})
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 _DIRECTIVE_RE = re.compile(r"^#\s*pandastack\s*:\s*(.*)$", re.IGNORECASE)
 _PARSER_DIRECTIVE_RE = re.compile(r"^#\s*([a-zA-Z]+)\s*=\s*(.*?)\s*$")
@@ -49,9 +60,12 @@ _HEREDOC_RE = re.compile(r"<<-?\s*[\"']?[A-Za-z_]")
 DirectiveHandler = Callable[[int, str], None]
 
 
-def from_dockerfile(text: str, context_dir: Path | None = None) -> TemplateSpec:
-    """Parse the Dockerfile subset; `context_dir` is where COPY sources are read from."""
-    parser = _Parser(context_dir)
+def from_dockerfile(text: str, context_dir: Path | None = None,
+                    build_args: Mapping[str, str] | None = None) -> TemplateSpec:
+    """Parse the Dockerfile subset; `context_dir` is where COPY sources are read from,
+    `build_args` the values of its ARGs (`docker build --build-arg`; names it does not
+    declare are ignored)."""
+    parser = _Parser(context_dir, build_args or {})
     for lineno, line in _logical_lines(text, parser.directive):
         try:
             parser.instruction(line)
@@ -118,10 +132,14 @@ def _json_list(args: str) -> list[str] | None:
 
 
 class _Parser:
-    def __init__(self, context_dir: Path | None) -> None:
+    def __init__(self, context_dir: Path | None, build_args: Mapping[str, str]) -> None:
         self.context = context_dir.absolute() if context_dir is not None else None
         self.from_template: str | None = None
         self.steps: list[TemplateStep] = []
+        self.stages: list[StageSpec] = []  # the earlier stages, finished
+        self.stage_names: dict[str, int] = {}
+        self.stage_name: str | None = None
+        self.args = ArgScope(build_args)
         self.cmd: str | list[str] | None = None
         self.entrypoint: str | list[str] | None = None
         self.ready: tuple[str, str] | None = None
@@ -154,8 +172,10 @@ class _Parser:
         name, args = match.group(1).upper(), (match.group(2) or "").strip()
         if name == "FROM":
             return self._from(args)
+        if name == "ARG":
+            return self._arg(args)
         if self.from_template is None:
-            raise ValueError("the first instruction must be FROM <template>")
+            raise ValueError("the first instruction must be FROM <template> (or ARG)")
         if name in IGNORED:
             return None
         if name in UNSUPPORTED:
@@ -171,15 +191,50 @@ class _Parser:
 
     def _from(self, args: str) -> None:
         words = args.split()
-        if self.from_template is not None:
-            raise ValueError("multi-stage builds are not supported (a second FROM)")
         if words and words[0].startswith("--"):
             raise ValueError(f"FROM flags are not supported: {words[0]}")
         if len(words) == 3 and words[1].lower() == "as":
-            raise ValueError("multi-stage builds are not supported (FROM ... AS)")
-        if len(words) != 1:
-            raise ValueError("FROM takes one template name or image reference")
-        self.from_template = words[0]
+            name: str | None = words[2].lower()
+        elif len(words) == 1:
+            name = None
+        else:
+            raise ValueError("FROM takes a template name or image reference, and AS <name>")
+        base = self.args.substitute(words[0], in_from=True)
+        if not base:
+            raise ValueError(f"FROM {words[0]}: empty after ARG substitution")
+        if self.from_template is not None:
+            self._end_stage()
+        if base.lower() in self.stage_names:
+            raise ValueError(f"FROM an earlier stage ({base}) is not supported; "
+                             f"COPY --from={base} what you need")
+        if name is not None and (name in self.stage_names or name.isdigit()):
+            raise ValueError(f"stage name {name!r} is used twice or is a number")
+        if len(self.stages) + 1 > MAX_TEMPLATE_STAGES:
+            raise ValueError(f"more than {MAX_TEMPLATE_STAGES} stages")
+        self.from_template, self.stage_name = base, name
+        self.args.new_stage()
+
+    def _end_stage(self) -> None:
+        assert self.from_template is not None
+        self.stages.append(StageSpec(name=self.stage_name, from_template=self.from_template,
+                                     steps=self.steps))
+        if self.stage_name is not None:
+            self.stage_names[self.stage_name] = len(self.stages) - 1
+        self.steps = []
+        # A stage's CMD and ENTRYPOINT are its image's; only the last stage's start anything.
+        self.cmd = self.entrypoint = None
+
+    def _arg(self, args: str) -> None:
+        if args.startswith("--"):
+            raise ValueError(f"ARG flags are not supported: {args.split()[0]}")
+        try:
+            words = shlex.split(args)
+        except ValueError as exc:
+            raise ValueError(f"ARG: {exc}") from None
+        if not words:
+            raise ValueError("ARG needs a name")
+        for word in words:
+            self.args.declare(word, global_scope=self.from_template is None)
 
     def _run(self, args: str) -> None:
         if args.startswith("--"):
@@ -187,10 +242,36 @@ class _Parser:
         if _HEREDOC_RE.match(args):
             raise ValueError("heredocs are not supported")
         argv = _json_list(args)
-        self.steps.append(RunStep(command=argv if argv is not None else args))
+        self.steps.append(RunStep(command=self.args.run_env(argv if argv is not None
+                                                            else args)))
+
+    def _copy_from(self, source: str, tokens: list[str]) -> None:
+        if len(tokens) < 2:
+            raise ValueError("COPY needs a source and a destination")
+        if tokens[0].startswith("--"):
+            raise ValueError(f"COPY flags are not supported: {tokens[0]}")
+        key = self.args.substitute(source).lower()
+        if key in self.stage_names:
+            stage = self.stage_names[key]
+        elif key.isdigit():
+            stage = int(key)
+            if stage >= len(self.stages):
+                raise ValueError(f"COPY --from={source}: there is no earlier stage {stage}")
+        else:  # an image or template of its own: a stage without steps
+            if len(self.stages) + 2 > MAX_TEMPLATE_STAGES:
+                raise ValueError(f"more than {MAX_TEMPLATE_STAGES} stages (COPY --from an "
+                                 "image is one)")
+            self.stages.append(StageSpec(from_template=self.args.substitute(source),
+                                         steps=[]))
+            stage = len(self.stages) - 1
+        *sources, dst = (self.args.substitute(t) for t in tokens)
+        self.steps.append(CopyFromStep(stage=stage, sources=sources, dst=dst))
 
     def _copy(self, args: str, instruction: str = "COPY") -> None:
         tokens = _json_list(args) or args.split()
+        if instruction == "COPY" and tokens[0].startswith("--from="):
+            return self._copy_from(tokens[0].removeprefix("--from="), tokens[1:])
+        tokens = [self.args.substitute(t) for t in tokens]
         if tokens[0].startswith("--"):
             raise ValueError(f"{instruction} flags are not supported: {tokens[0]}")
         if len(tokens) < 2:
@@ -215,6 +296,7 @@ class _Parser:
     def _add(self, args: str) -> None:
         tokens = _json_list(args) or args.split()
         for src in tokens[:-1]:
+            src = self.args.substitute(src)
             if "://" in src:
                 raise ValueError(f"ADD from a URL is not supported: {src}")
             if src.lower().endswith(ARCHIVES):
@@ -223,6 +305,11 @@ class _Parser:
         self._copy(args, "ADD")
 
     def _env(self, args: str) -> None:
+        values = self._env_values(args)
+        self.args.shadow(values)
+        self.steps.append(EnvStep(env=values))
+
+    def _env_values(self, args: str) -> dict[str, str]:
         first = args.split(None, 1)[0]
         values: dict[str, str] = {}
         if "=" in first:
@@ -235,18 +322,19 @@ class _Parser:
                 name, eq, value = word.partition("=")
                 if not eq:
                     raise ValueError(f"ENV: expected NAME=VALUE, got {word!r}")
-                values[name] = value
+                values[name] = self.args.substitute(value)
         else:
             parts = args.split(None, 1)
             if len(parts) != 2:
                 raise ValueError("ENV: expected NAME VALUE or NAME=VALUE ...")
-            values[parts[0]] = parts[1]
-        self.steps.append(EnvStep(env=values))
+            values[parts[0]] = self.args.substitute(parts[1])
+        return values
 
     def _workdir(self, args: str) -> None:
-        self.steps.append(WorkdirStep(path=args))
+        self.steps.append(WorkdirStep(path=self.args.substitute(args)))
 
     def _user(self, args: str) -> None:
+        args = self.args.substitute(args)
         if ":" in args:
             raise ValueError("USER user:group is not supported; give a user name")
         self.steps.append(UserStep(name=args))
@@ -276,5 +364,6 @@ class _Parser:
         if self.ready is not None:
             ready = ReadyCheck(kind=self.ready[0], value=self.ready[1],  # type: ignore[arg-type]
                                timeout_seconds=self.ready_timeout)
-        return TemplateSpec(from_template=self.from_template, steps=self.steps,
-                            start=self._start() or None, ready=ready)
+        stages, steps = prune_stages(self.stages, self.steps)
+        return TemplateSpec(from_template=self.from_template, steps=steps,
+                            start=self._start() or None, ready=ready, stages=stages)

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from pandastack.rules import MAX_TEMPLATE_STAGES
 from pandastack.wire.base import Strict
 
 MAX_STEPS = 64  # every step that changes the guest adds a disk layer to the template's chain
@@ -170,6 +171,39 @@ class CopyStep(Strict):
         return _guest_path(v, "copy dst")
 
 
+class CopyFromStep(Strict):
+    """`COPY --from=<stage>`: paths of an earlier stage's guest (relative ones from its root,
+    as Docker reads them) copied to `dst`, resolved like a copy step's. A directory's
+    contents go under `dst`; a single file goes to `dst` itself unless `dst` ends with `/`;
+    several sources need a `dst` ending with `/`. The copies are owned by root."""
+
+    kind: Literal["copy_from"] = "copy_from"
+    stage: int = Field(ge=0, lt=MAX_TEMPLATE_STAGES - 1)
+    sources: list[str] = Field(min_length=1, max_length=MAX_PACKAGES)
+    dst: str
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, v: list[str]) -> list[str]:
+        for src in v:
+            _guest_path(src, "copy --from source")
+            if any(c in src for c in "*?["):
+                raise ValueError(f"copy --from source {src!r}: wildcards are not supported")
+        return v
+
+    @field_validator("dst")
+    @classmethod
+    def _dst(cls, v: str) -> str:
+        return _guest_path(v, "copy dst")
+
+    @model_validator(mode="after")
+    def _many(self) -> CopyFromStep:
+        if len(self.sources) > 1 and not self.dst.endswith("/"):
+            raise ValueError("copying several sources needs a destination ending with '/': "
+                             f"{self.dst}")
+        return self
+
+
 class EnvStep(Strict):
     """Variables for every later step and for the start command. A value may name earlier
     variables as `$NAME`, `${NAME}`, `${NAME:-default}` or `${NAME:+alt}` (`\\$` is a literal
@@ -218,7 +252,8 @@ class UserStep(Strict):
 
 
 TemplateStep = Annotated[
-    AptStep | PipStep | NpmStep | RunStep | CopyStep | EnvStep | WorkdirStep | UserStep,
+    AptStep | PipStep | NpmStep | RunStep | CopyStep | CopyFromStep | EnvStep | WorkdirStep
+    | UserStep,
     Field(discriminator="kind"),
 ]
 # Steps that only change what later steps run with: nothing happens inside the guest.
@@ -251,19 +286,41 @@ class ReadyCheck(Strict):
         return int(self.value)
 
 
+def _base_name(v: str) -> str:
+    if not FROM_RE.match(v):
+        raise ValueError(f"invalid base template {v!r}: a template name, snapshot:<id> "
+                         "or an image reference")
+    return v
+
+
+class StageSpec(Strict):
+    """An earlier stage of a multi-stage build: built in a VM of its own from its base, its
+    steps run there, then the paths later stages copy from it are taken out and the VM is
+    removed. Only the spec's own (last) stage becomes the template."""
+
+    name: str | None = Field(default=None, max_length=128)
+    from_template: str = Field(max_length=128)
+    steps: list[TemplateStep] = Field(default_factory=list, max_length=MAX_STEPS)
+
+    @field_validator("from_template")
+    @classmethod
+    def _from(cls, v: str) -> str:
+        return _base_name(v)
+
+
 class TemplateSpec(Strict):
     from_template: str = Field(default="base", max_length=128)
     steps: list[TemplateStep] = Field(default_factory=list, max_length=MAX_STEPS)
     start: str | None = Field(default=None, min_length=1, max_length=MAX_COMMAND_CHARS)
     ready: ReadyCheck | None = None
+    #: Earlier stages, in order; `copy_from` steps name them by index (a stage only earlier
+    #: ones). Empty: a one-stage build.
+    stages: list[StageSpec] = Field(default_factory=list, max_length=MAX_TEMPLATE_STAGES - 1)
 
     @field_validator("from_template")
     @classmethod
     def _from(cls, v: str) -> str:
-        if not FROM_RE.match(v):
-            raise ValueError(f"invalid base template {v!r}: a template name, snapshot:<id> "
-                             "or an image reference")
-        return v
+        return _base_name(v)
 
     @model_validator(mode="after")
     def _bounds(self) -> TemplateSpec:
@@ -271,7 +328,13 @@ class TemplateSpec(Strict):
             _no_nul(self.start, "start command")
         if self.ready is not None and self.start is None:
             raise ValueError("a ready check needs a start command")
-        files = [f for s in self.steps if isinstance(s, CopyStep) for f in s.files]
+        every = [*(s for stage in self.stages for s in stage.steps), *self.steps]
+        for index, steps in enumerate([*(stage.steps for stage in self.stages), self.steps]):
+            for step in steps:
+                if isinstance(step, CopyFromStep) and step.stage >= index:
+                    raise ValueError(f"copy --from stage {step.stage}: a stage copies only "
+                                     "from an earlier one")
+        files = [f for s in every if isinstance(s, CopyStep) for f in s.files]
         if len(files) > MAX_COPY_FILES:
             raise ValueError(f"more than {MAX_COPY_FILES} copied files")
         if sum(f.size for f in files) > MAX_COPY_BYTES:
@@ -300,6 +363,8 @@ def describe_step(step: TemplateStep, limit: int = 200) -> str:
             text = "RUN " + (cmd if isinstance(cmd, str) else json.dumps(cmd))
         case CopyStep(dst=dst, files=files):
             text = f"COPY {len(files)} file{'s' if len(files) != 1 else ''} to {dst}"
+        case CopyFromStep(stage=stage, sources=sources, dst=dst):
+            text = f"COPY --from={stage} {' '.join(sources)} {dst}"
         case EnvStep(env=env):
             text = "ENV " + " ".join(f"{k}={v}" for k, v in env.items())
         case WorkdirStep(path=path):

@@ -25,13 +25,22 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import shutil
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pandastack.host.agentlink.client import exit_code_of
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.templates.copy_from import (
+    export_stage,
+    import_stage,
+    stage_sources,
+    stage_title,
+)
 from pandastack.host.templates.image_base import ImageBase, ensure_image_base, is_image
 from pandastack.host.templates.step_cache import CacheEntry, StepCache
 from pandastack.host.templates.steps import (
@@ -53,13 +62,56 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import BuildResult
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_VCPUS
-from pandastack.templatespec import HOST_ONLY_STEPS, TemplateSpec, describe_step, step_key
+from pandastack.templatespec import (
+    HOST_ONLY_STEPS,
+    CopyFromStep,
+    StageSpec,
+    TemplateSpec,
+    describe_step,
+    step_key,
+)
 
 CACHE_VERSION = "1"  # part of every key: bump when what a step does changes
 DEFAULT_STEP_TIMEOUT_S = 20 * 60.0
 READY_POLL_S = 0.2
 PROBE_TIMEOUT_S = 30.0
 SNAPSHOT_PREFIX = "snapshot:"
+STAGES_DIR = "stages"  # under the step cache's directory: a build's stage archives
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One build's settings, the same for each of its stages."""
+
+    log: Log
+    network: NetworkPolicy | None
+    timeout: float
+    cache: bool
+    vcpus: int
+    memory_mb: int
+    disk_mb: int | None
+    scope: str
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """A stage (the last one: the spec itself) with its base and its steps' cache keys."""
+
+    spec: TemplateSpec
+    image: ImageBase | None
+    root: str
+    keys: list[str]
+
+    @property
+    def key(self) -> str:
+        """The key of the stage's state after its last step."""
+        return self.keys[-1] if self.keys else self.root
+
+
+def _stage_spec(stage: StageSpec) -> TemplateSpec:
+    # Not validated again: its copies name stages of the whole spec, which has checked them.
+    return TemplateSpec.model_construct(from_template=stage.from_template, steps=stage.steps,
+                                        start=None, ready=None, stages=[])
 
 
 class TemplateBuilds:
@@ -81,56 +133,106 @@ class TemplateBuilds:
 
         `cache_scope` names whose cache this build reads and fills (the control plane passes
         the team): builds of different scopes never share a cached step, since a cached
-        state holds whatever its steps made (generated keys, fetched secrets)."""
+        state holds whatever its steps made (generated keys, fetched secrets).
+
+        A multi-stage spec's earlier stages run first, one VM at a time, each only if a step
+        still to run copies from it: their copied paths leave their VM as an archive on the
+        host (copy_from.py), the VM is removed, and the archives are deleted at the end."""
         started = time.monotonic()
         timeout = step_timeout if step_timeout is not None else self.step_timeout
         if not 0 < timeout <= 24 * 3600:
             raise ValueError("step_timeout must be between 0 and 24 hours")
+        run = _Run(log=log, network=network, timeout=timeout, cache=cache, vcpus=vcpus,
+                   memory_mb=memory_mb, disk_mb=disk_mb, scope=cache_scope)
+        chains: list[_Chain] = []
+        for stage in spec.stages:
+            chains.append(await self._chain(_stage_spec(stage), run, chains))
+        last = await self._chain(spec, run, chains)
+        needed = self._needed_stages(chains, last, cache)
+        workdir = self.cache.root / STAGES_DIR / uuid.uuid4().hex
+        archives: dict[int, Path] = {}
+        try:
+            sources = stage_sources(spec)
+            for index in sorted(needed):
+                title = stage_title(index, spec.stages[index])
+                log(f"== {title}: FROM {spec.stages[index].from_template}")
+                workdir.mkdir(parents=True, exist_ok=True)
+                archive = workdir / f"{index}.tar"
+                await self._run_stage(chains[index], run, archives, title=title,
+                                      sources=sources[index], archive=archive)
+                archives[index] = archive
+            if spec.stages:
+                log(f"== last stage: FROM {spec.from_template}")
+            return await self._run_last(last, run, archives, started)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    async def _chain(self, spec: TemplateSpec, run: _Run, stages: list[_Chain]) -> _Chain:
+        """A stage's base made ready and its steps' cache keys; a copy from a stage has that
+        stage's last key in its own."""
         image = None
         if is_image(spec.from_template):
             image = await ensure_image_base(self.runtime, spec.from_template,
-                                            MachineShape(vcpus, memory_mb), log)
-        root = await self._root_key(spec, vcpus, memory_mb, disk_mb, cache_scope, network,
-                                    image)
+                                            MachineShape(run.vcpus, run.memory_mb), run.log)
+        root = await self._root_key(spec, run.vcpus, run.memory_mb, run.disk_mb, run.scope,
+                                    run.network, image)
         keys: list[str] = []
         for step in spec.steps:
-            keys.append(step_key(keys[-1] if keys else root, step))
+            key = step_key(keys[-1] if keys else root, step)
+            if isinstance(step, CopyFromStep):
+                key = hashlib.sha256(f"{key}\n{stages[step.stage].key}".encode()).hexdigest()
+            keys.append(key)
+        return _Chain(spec=spec, image=image, root=root, keys=keys)
+
+    def _needed_stages(self, stages: list[_Chain], last: _Chain, cache: bool) -> set[int]:
+        """The stages a step still to run copies from (a cached step's copy is in its
+        snapshot), and theirs."""
+
+        def refs(chain: _Chain) -> set[int]:
+            done = self._cached_prefix(chain.keys)[0] if cache else 0
+            return {s.stage for s in chain.spec.steps[done:] if isinstance(s, CopyFromStep)}
+
+        needed = refs(last)
+        for index in range(len(stages) - 1, -1, -1):
+            if index in needed:
+                needed |= refs(stages[index])
+        return needed
+
+    async def _run_stage(self, chain: _Chain, run: _Run, archives: dict[int, Path], *,
+                         title: str, sources: list[str], archive: Path) -> None:
+        sandbox, done, last_snapshot = await self._sandbox(
+            chain.spec, chain.keys if run.cache else [], network=run.network, vcpus=run.vcpus,
+            memory_mb=run.memory_mb, disk_mb=run.disk_mb, image=chain.image)
+        try:
+            state = initial_state(chain.image)
+            await self._steps(chain, sandbox, done, last_snapshot, state, run, archives)
+            size = await export_stage(sandbox, sources, archive, title=title,
+                                      timeout=run.timeout)
+            run.log(f" ---> {title}: {len(sources)} path{'s' if len(sources) != 1 else ''} "
+                    f"handed over ({size} bytes packed)")
+        finally:
+            # Shielded: a cancelled build still removes the stage's VM (and its disk).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._discard(sandbox))
+
+    async def _run_last(self, chain: _Chain, run: _Run, archives: dict[int, Path],
+                        started: float) -> BuildResult:
+        spec = chain.spec
         total = len(spec.steps)
         sandbox, done, last_snapshot = await self._sandbox(
-            spec, keys if cache else [], network=network, vcpus=vcpus, memory_mb=memory_mb,
-            disk_mb=disk_mb, image=image)
+            spec, chain.keys if run.cache else [], network=run.network, vcpus=run.vcpus,
+            memory_mb=run.memory_mb, disk_mb=run.disk_mb, image=chain.image)
         final: str | None = None
         try:
-            state = initial_state(image)
-            for index, step in enumerate(spec.steps):
-                title = describe_step(step)
-                header = f"Step {index + 1}/{total} {title}"
-                if index < done:
-                    log(f"{header} (cached)")
-                    await replay_step(sandbox, step, state)
-                    continue
-                log(header)
-                step_started = time.monotonic()
-                await run_step(sandbox, step, state, number=index + 1, total=total,
-                               title=title, timeout=timeout, log=log)
-                ran = time.monotonic() - step_started
-                snap_s = 0.0
-                if cache:
-                    if not isinstance(step, HOST_ONLY_STEPS):
-                        snap_started = time.monotonic()
-                        last_snapshot = await self._save_step(sandbox, keys[index], spec)
-                        snap_s = time.monotonic() - snap_started
-                    else:
-                        entry = self.cache.put(keys[index], last_snapshot, spec.from_template)
-                        last_snapshot = entry.snapshot_id
-                log(f" ---> {ran:.2f}s" + (f" + {snap_s:.2f}s cache snapshot" if snap_s else ""))
+            state = initial_state(chain.image)
+            await self._steps(chain, sandbox, done, last_snapshot, state, run, archives)
             if spec.start is not None:
-                await self._start(sandbox, spec, state, log)
+                await self._start(sandbox, spec, state, run.log)
             # Durable (fsynced), unlike the cache's: a template must survive a host crash.
             # Nobody waits on the build sandbox: the fastest save is the best.
             final = (await self.runtime.snapshot(sandbox.id, short_pause=False)).info.id
-            log(f"Built {final} in {time.monotonic() - started:.1f}s ({done} of {total} steps "
-                "cached)")
+            run.log(f"Built {final} in {time.monotonic() - started:.1f}s ({done} of {total} "
+                    "steps cached)")
         except BaseException:
             # Shielded: a cancelled build still kills its sandbox. A failing kill must not
             # hide why the build failed.
@@ -146,6 +248,48 @@ class TemplateBuilds:
         return BuildResult(snapshot_id=final, env=dict(state.env), workdir=state.workdir,
                            user=state.user, start=spec.start, steps_total=total,
                            steps_cached=done, seconds=time.monotonic() - started)
+
+    async def _steps(self, chain: _Chain, sandbox: SandboxHandle, done: int,
+                     last_snapshot: str | None, state: BuildState, run: _Run,
+                     archives: dict[int, Path]) -> None:
+        """A stage's steps in its sandbox: the first `done` replayed from the cache, each
+        other run and (with the cache) saved under its key."""
+        spec, log = chain.spec, run.log
+        total = len(spec.steps)
+        for index, step in enumerate(spec.steps):
+            title = describe_step(step)
+            header = f"Step {index + 1}/{total} {title}"
+            if index < done:
+                log(f"{header} (cached)")
+                await replay_step(sandbox, step, state)
+                continue
+            log(header)
+            step_started = time.monotonic()
+            if isinstance(step, CopyFromStep):
+                archive = archives.get(step.stage)
+                if archive is None:  # its cached copy was pruned after the build looked
+                    raise BuildFailed(f"step {index + 1}/{total} {title}: stage "
+                                      f"{step.stage} was not built (the step cache changed "
+                                      "during the build); build again",
+                                      step=index + 1, instruction=title)
+                await import_stage(sandbox, step, archive, state, number=index + 1,
+                                   total=total, title=title, timeout=run.timeout,
+                                   out=Output(log))
+            else:
+                await run_step(sandbox, step, state, number=index + 1, total=total,
+                               title=title, timeout=run.timeout, log=log)
+            ran = time.monotonic() - step_started
+            snap_s = 0.0
+            if run.cache:
+                if not isinstance(step, HOST_ONLY_STEPS):
+                    snap_started = time.monotonic()
+                    last_snapshot = await self._save_step(sandbox, chain.keys[index], spec)
+                    snap_s = time.monotonic() - snap_started
+                else:
+                    entry = self.cache.put(chain.keys[index], last_snapshot,
+                                           spec.from_template)
+                    last_snapshot = entry.snapshot_id
+            log(f" ---> {ran:.2f}s" + (f" + {snap_s:.2f}s cache snapshot" if snap_s else ""))
 
     # -- the build sandbox ----------------------------------------------------------------
 

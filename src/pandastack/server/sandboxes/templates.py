@@ -119,7 +119,10 @@ class TemplateService:
             id=new_build_id(), team=team, name=req.name, version=0,
             status="building", env={}, vcpus=req.vcpus, memory_mb=req.memory_mb,
             created_at=time.time())
-        spec = req.spec.model_copy(update={"from_template": await self._base(team, req.spec)})
+        stages = [stage.model_copy(update={"from_template": await self._base(
+            team, stage.from_template)}) for stage in req.spec.stages]
+        spec = req.spec.model_copy(update={
+            "from_template": await self._base(team, req.spec.from_template), "stages": stages})
         return await self._uncancellable(self._begin(row, req, spec), f"begin-{row.id}")
 
     async def _begin(self, row: TemplateVersion, req: BuildTemplate,
@@ -145,15 +148,14 @@ class TemplateService:
     def _add_version(self, row: TemplateVersion, spec: TemplateSpec) -> TemplateVersion:
         return self.store.add_template_version(row, stored_spec(spec))
 
-    async def _base(self, team: str, spec: TemplateSpec) -> str:
+    async def _base(self, team: str, base: str) -> str:
         """The host's name for the base the team's build starts from, resolved through the
         team: `snapshot:<id>` must be one of the team's snapshots, any other bare name not
         built in must be one of its ready templates (404 otherwise, the same answer as for an
         unknown id); a name with a tag, digest, path or host is an image, pulled by the host
         (templatespec/base.py). The host's catalogue also holds other teams' snapshots and
         internal ones (step cache, template results): an id from the request never reaches
-        it unchecked."""
-        base = spec.from_template
+        it unchecked. Every stage's base of a multi-stage build is resolved so."""
         if base.startswith(SNAPSHOT_PREFIX):
             snap = await asyncio.to_thread(snapshot_row, self.sandboxes, team,
                                            base.removeprefix(SNAPSHOT_PREFIX))
