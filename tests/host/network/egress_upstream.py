@@ -7,6 +7,7 @@ Run inside a test namespace: python egress_upstream.py BIND_ADDR TAG CERT_FILE K
 
 from __future__ import annotations
 
+import socketserver
 import ssl
 import sys
 import threading
@@ -35,10 +36,20 @@ def handler(tag: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    def server_bind(self) -> None:
+        # HTTPServer's looks the address's name up (getfqdn): a DNS query from the test
+        # namespace, routed out through the host to a resolver no test may reach; it waited
+        # ~10 s per server for an answer that never came.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+
 def main() -> None:
     bind, tag, cert, key = sys.argv[1:5]
-    plain = ThreadingHTTPServer((bind, 80), handler(tag))
-    secure = ThreadingHTTPServer((bind, 443), handler(tag))
+    plain = Server((bind, 80), handler(tag))
+    secure = Server((bind, 443), handler(tag))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     # The handshake happens in the request's thread, so a stalled client blocks no one.
