@@ -5,6 +5,7 @@ an API server SIGKILLed leaves the agent and its sandboxes untouched."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -58,15 +59,22 @@ async def test_agent_killed_or_stalled_then_back() -> None:
         for n, sid in enumerate(sids):
             assert await exec_out(api, sid, "cat /work/n") == str(n)
 
-        # Stalled: the agent's process is there but answers nothing.
+        # Stalled: the agent's process is there but answers nothing. A lookup gives up after
+        # its timeout (Timeouts.lookup: 10 s in the product, 2 s here while it is stalled).
         assert agent.proc is not None
+        host = api.app.state.service.runtime
+        assert isinstance(host, HostClient)
+        caller = host._caller
+        product = caller.timeouts
         os.kill(agent.proc.pid, signal.SIGSTOP)
         try:
+            caller.timeouts = dataclasses.replace(product, lookup=2.0)
             await control_plane_answers(api, sids)
             assert_envelope(await api.client.get(f"/v1/sandboxes/{sids[0]}/network"),
                             503, "host_unavailable")
             await control_plane_answers(api, sids)
         finally:
+            caller.timeouts = product
             os.kill(agent.proc.pid, signal.SIGCONT)
         assert await exec_out(api, sids[0], "echo back") == "back\n"
         for sid in sids:
