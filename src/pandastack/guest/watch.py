@@ -94,6 +94,10 @@ class Watcher:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.paths: dict[int, str] = {}
         self._pending: tuple[int, str, bool] | None = None  # an IN_MOVED_FROM: cookie, path
+        self._scanned: set[str] = set()
+        """Paths a scan of a new directory told as created since the kernel's queue was last
+        read empty: made between the directory's inotify_add_watch and its scan, an entry is
+        also in that queue (its IN_CREATE), and must not be told twice."""
         try:
             if not stat.S_ISDIR(os.stat(self.root).st_mode):  # ENOENT & co. raise here
                 raise OpError("ENOTDIR", "Not a directory (watch a directory)", self.root)
@@ -135,6 +139,7 @@ class Watcher:
                     continue
                 if report:
                     self._put({"type": "create", "path": entry.path, "is_dir": is_dir})
+                    self._scanned.add(entry.path)
                 if is_dir and self._add_one(entry.path):
                     stack.append(entry.path)
 
@@ -187,9 +192,30 @@ class Watcher:
                 except BlockingIOError:
                     continue
                 self._decode(data)
+                self._drain_after_scans()
         except Exception:  # events may be lost from here on: for the host, an overflow
             log.exception("watch of %s failed", self.root)
             self._finish("overflow")
+
+    def _drain_after_scans(self) -> None:
+        """Read on until the kernel's queue is empty, then forget what the scans told: an
+        entry a scan saw was made before the scan read its directory, so its IN_CREATE (if
+        the watch was there to see it) was queued before that empty read."""
+        while self._scanned and self.end is None:
+            try:
+                data = os.read(self.fd, 256 * 1024)
+            except BlockingIOError:
+                self._scanned.clear()
+                return
+            self._decode(data)
+
+    def _created(self, path: str, is_dir: bool) -> None:
+        if path in self._scanned:  # told by the scan of its new directory, and followed
+            self._scanned.discard(path)
+            return
+        self._put({"type": "create", "path": path, "is_dir": is_dir})
+        if is_dir and self.recursive:
+            self._add(path, report=True)
 
     def _flush_pending(self) -> None:
         if self._pending is not None:
@@ -216,6 +242,8 @@ class Watcher:
             if self._pending is not None and not (mask & IN_MOVED_TO
                                                   and cookie == self._pending[0]):
                 self._flush_pending()
+            if mask & (IN_DELETE | IN_MOVED_FROM):
+                self._scanned.discard(path)  # made again after this, it is a new create
             if mask & IN_MOVED_FROM:
                 self._pending = (cookie, path, is_dir)
             elif mask & IN_MOVED_TO:
@@ -227,13 +255,9 @@ class Watcher:
                     self._put({"type": "rename", "path": path, "old_path": old,
                                "is_dir": is_dir})
                 else:
-                    self._put({"type": "create", "path": path, "is_dir": is_dir})
-                    if is_dir and self.recursive:
-                        self._add(path, report=True)
+                    self._created(path, is_dir)
             elif mask & IN_CREATE:
-                self._put({"type": "create", "path": path, "is_dir": is_dir})
-                if is_dir and self.recursive:
-                    self._add(path, report=True)
+                self._created(path, is_dir)
             elif mask & IN_MODIFY:
                 self._put({"type": "write", "path": path, "is_dir": is_dir})
             elif mask & IN_ATTRIB:
