@@ -5,6 +5,7 @@ written is never older than `TOUCH_COALESCE_SECONDS`."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,7 +17,7 @@ from pandastack.server.sandboxes.activity import TOUCH_COALESCE_SECONDS, Activit
 from pandastack.server.store import Sandbox, Store, open_store
 from pandastack.server.store import repo as repo_module
 
-from .test_store_events import events, new_row
+from .test_store_events import TEAM, events, new_row
 
 
 @contextmanager
@@ -160,3 +161,44 @@ def test_the_row_read_per_request_has_every_column_of_the_orm_read(store: Store)
     assert store.get_sandbox("another-team", row.id) is None
     assert store.sandbox_by_id(row.id) is not None
     assert store.sandbox_by_id("sbx-000000000000") is None
+
+
+def _ended_record(store: Store, sid: str) -> tuple[object, ...]:
+    """What an end leaves: the row's end, its event and its segments."""
+    row = store.sandbox_by_id(sid)
+    assert row is not None
+    [told] = [e for e in events(store, row.team, types=["sandbox.killed"])
+              if e["sandbox_id"] == sid]
+    data = {k: v for k, v in told.items() if k not in ("seq", "time", "sandbox_id", "id")}
+    open_segments = [s for s in store.usage_segments(row.team, 0, row.ended_at or 0)
+                     if s.subject_id == sid and s.ended_at is None]
+    return row.state, row.end_reason, data, open_segments
+
+
+def test_an_end_from_the_state_read_writes_what_the_read_path_writes(store: Store) -> None:
+    for sid in ("sbx-endread", "sbx-endknown"):
+        store.add_sandbox(new_row(sid))
+        store.start_sandbox(sid, last_activity_at=time.time())
+    store.end_sandbox("sbx-endread", "killed", "killed by API request")
+    with statements(store) as seen:
+        ended = store.end_sandbox("sbx-endknown", "killed", "killed by API request",
+                                  current="running")
+    assert ended is not None and ended.state == "killed" and ended.ended_at is not None
+    # no read of the row before the UPDATE that checks its state
+    assert not [s for s in seen if "FROM sandboxes" in s], seen
+    assert _ended_record(store, "sbx-endknown") == _ended_record(store, "sbx-endread")
+    assert store.sandbox_attachments(["sbx-endknown"]).get("sbx-endknown", []) == []
+
+
+def test_an_end_from_a_stale_state_reads_the_row_and_ends_it_once(store: Store) -> None:
+    store.add_sandbox(new_row("sbx-stale"))
+    store.start_sandbox("sbx-stale", last_activity_at=time.time())
+    store.set_live_state("sbx-stale", "paused")  # moved on since the caller read it
+    ended = store.end_sandbox("sbx-stale", "killed", "killed by API request",
+                              current="running")
+    assert ended is not None and ended.state == "killed"
+    [told] = events(store, TEAM, types=["sandbox.killed"])
+    assert told["previous_state"] == "paused"
+    again = store.end_sandbox("sbx-stale", "expired", "late", current="running")
+    assert again is not None and again.state == "killed"  # an ended row is left as it is
+    assert len(events(store, TEAM, types=["sandbox.killed", "sandbox.expired"])) == 1

@@ -476,9 +476,11 @@ class SandboxService:
         self.activity.written(row.id, ready)
         return updated
 
-    async def end(self, sandbox_id: str, state: str, reason: str) -> Sandbox | None:
-        """Mark the row ended first (so no new request uses it), then remove the VM."""
-        row = self.store.end_sandbox(sandbox_id, state, reason)
+    async def end(self, sandbox_id: str, state: str, reason: str, *,
+                  current: str | None = None) -> Sandbox | None:
+        """Mark the row ended first (so no new request uses it), then remove the VM.
+        `current`: the state the caller just read the row in (saves the store a read)."""
+        row = self.store.end_sandbox(sandbox_id, state, reason, current=current)
         try:
             await self.runtime.kill(sandbox_id)
         except SandboxNotFound:
@@ -514,7 +516,7 @@ class SandboxService:
         """Kill; idempotent on a sandbox that already ended (its row is left unchanged)."""
         row = self.row(team, sandbox_id, touch=False)
         if row.state not in ENDED_STATES:
-            await self.end(row.id, "killed", "killed by API request")
+            await self.end(row.id, "killed", "killed by API request", current=row.state)
 
     def set_lifecycle(self, team: str, sandbox_id: str, ttl_seconds: int | None,
                       persistent: bool | None, timeout_seconds: int | None = None) -> Sandbox:

@@ -55,6 +55,15 @@ SANDBOXES = cast(Table, Sandbox.__table__)
 _SANDBOX_BY_ID = select(*_SANDBOX_COLUMNS).where(SANDBOXES.c.id == bindparam("sandbox_id"))
 
 
+# A kill's write when the caller knows the row's state (`Store.end_sandbox`'s `current`).
+_END_STATEMENT = (update(SANDBOXES)
+                  .where(SANDBOXES.c.id == bindparam("end_id"),
+                         SANDBOXES.c.state == bindparam("end_from"))
+                  .values(state=bindparam("end_state"), ended_at=bindparam("end_at"),
+                          end_reason=bindparam("end_reason"))
+                  .returning(*_SANDBOX_COLUMNS))
+
+
 @functools.cache
 def _start_statement(names: tuple[str, ...]) -> Update:
     """`start_sandbox`'s UPDATE setting these attributes, built once: building a statement
@@ -229,15 +238,32 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
             return row
 
     def end_sandbox(self, sandbox_id: str, state: str, reason: str,
-                    now: float | None = None) -> Sandbox | None:
-        """Move a live row to an ended state; a row that already ended is left as it is."""
+                    now: float | None = None, *, current: str | None = None
+                    ) -> Sandbox | None:
+        """Move a live row to an ended state; a row that already ended is left as it is.
+        `current`: the live state the caller read the row in. The row then moves from it in
+        one UPDATE ... RETURNING with no read before it (a kill's path: its route has just
+        read the row); if it moved on meanwhile, it is read and ended as without `current`."""
         assert state in ENDED_STATES
+        at = time.time() if now is None else now
+        if current is not None and current not in ENDED_STATES:
+            with self.session() as s:
+                got = s.execute(_END_STATEMENT, {"end_id": sandbox_id, "end_from": current,
+                                                 "end_state": state, "end_at": at,
+                                                 "end_reason": reason}).first()
+                if got is not None:
+                    ended = Sandbox(**dict(zip(_SANDBOX_KEYS, got, strict=True)))
+                    # What the flush hook and the ORM path below write, in this transaction.
+                    record_state_change(s, ended, current, state)
+                    meter_state_change(s, ended, current, at)
+                    detach_sandboxes(s, [ended.id])
+                    return ended
         with self.session() as s:
             row = s.get(Sandbox, sandbox_id, with_for_update=True)
             if row is None or row.state in ENDED_STATES:
                 return row
             old, row.state = row.state, state
-            row.ended_at = time.time() if now is None else now
+            row.ended_at = at
             row.end_reason = reason
             meter_state_change(s, row, old, row.ended_at)
             detach_sandboxes(s, [row.id])
