@@ -25,7 +25,7 @@ from qemu.qmp import QMPClient
 
 from pandastack.host.vmm.driver import VMProcess
 from pandastack.host.vmm.qemu.qcow2 import create_overlay
-from pandastack.host.vmm.qemu.qmp import QMP_TIMEOUT_S, connect_qmp, qmp_socket
+from pandastack.host.vmm.qemu.qmp import QMP_TIMEOUT_S, connect_qmp, qmp_socket, send_fd
 from pandastack.hostport.errors import VMMError
 
 QEMU_IMG = "qemu-img"
@@ -107,7 +107,7 @@ async def switch_top(qmp: QMPClient, new_top: Path) -> None:
     drive (QemuDriver._argv: a jailed QEMU cannot reopen a layer read-only by name)."""
     fd = os.open(new_top, os.O_RDWR | os.O_CLOEXEC)
     try:
-        qmp.send_fd_scm(fd)
+        send_fd(qmp, fd)
         added = await qmp.execute("add-fd", {"opaque": f"top {new_top.name}"})
     finally:
         os.close(fd)

@@ -21,7 +21,7 @@ from typing import Any
 from qemu.qmp import QMPClient
 
 from pandastack.host.vmm.driver import MigrationStats, VMProcess
-from pandastack.host.vmm.qemu.qmp import connect_qmp, qmp_socket, wait_migration
+from pandastack.host.vmm.qemu.qmp import connect_qmp, qmp_socket, send_fd, wait_migration
 from pandastack.hostport.errors import VMMError
 
 SOCKET_FD_NAME = "pandastack-migration-socket"
@@ -34,7 +34,7 @@ MAX_BANDWIDTH = 4 << 30
 
 
 async def _hand_socket(qmp: QMPClient, sock_fd: int) -> None:
-    qmp.send_fd_scm(sock_fd)
+    send_fd(qmp, sock_fd)
     await qmp.execute("getfd", {"fdname": SOCKET_FD_NAME})
 
 

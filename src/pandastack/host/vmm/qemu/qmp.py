@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,27 @@ QMP_CONNECT_S = QMP_TIMEOUT_S
 
 def qmp_socket(paths: VMPaths) -> Path:
     return paths.workdir / "qmp.sock"
+
+
+def send_fd(qmp: QMPClient, fd: int) -> None:
+    """Hand QEMU the descriptor `fd` (SCM_RIGHTS) for its next `getfd`/`add-fd`.
+
+    `QMPClient.send_fd_scm` reaches into asyncio's own socket wrapper (`._sock`), which
+    uvloop's transports do not have: under uvicorn's default loop, where uvloop is
+    installed (`uvicorn[standard]`), every save and disk switch of `pandastack serve`
+    failed with an AttributeError. There it goes through a duplicate of the socket."""
+    try:
+        qmp.send_fd_scm(fd)
+    except AttributeError:
+        send_fd_on(qmp._writer.transport.get_extra_info("socket"), fd)  # type: ignore[union-attr]
+
+
+def send_fd_on(transport_socket: Any, fd: int) -> None:
+    """`fd` over the unix socket a transport reports (`get_extra_info("socket")`), whatever
+    the event loop's wrapper of it: a duplicate of its descriptor sends it, with the one
+    byte QEMU's QMP reads along with a descriptor."""
+    with socket.socket(fileno=os.dup(transport_socket.fileno())) as dup:
+        dup.sendmsg([b" "], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("@i", fd))])
 
 
 async def qmp_pipeline(socket_path: Path, commands: list[tuple[str, dict[str, Any]]], *,

@@ -12,7 +12,7 @@ from pathlib import Path
 from qemu.qmp import ExecuteError, QMPClient
 
 from pandastack.host.vmm.driver import max_stream_bytes
-from pandastack.host.vmm.qemu.qmp import QMP_TIMEOUT_S
+from pandastack.host.vmm.qemu.qmp import QMP_TIMEOUT_S, send_fd
 from pandastack.hostport.errors import VMMError
 
 
@@ -50,7 +50,7 @@ async def pass_stream_fd(qmp: QMPClient, path: Path, *, reserve: int = 0,
         if reserve:
             os.posix_fallocate(fd, 0, reserve)
         kept = os.dup(fd)
-        qmp.send_fd_scm(fd)
+        send_fd(qmp, fd)
         await qmp.execute("getfd", {"fdname": STREAM_FD_NAME})
     except BaseException:
         if kept is not None:
