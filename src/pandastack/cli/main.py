@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import importlib.util
 import sys
 import time
@@ -71,6 +72,17 @@ def missing_server_extra() -> list[str]:
     return [m for m in SERVER_EXTRA_MODULES if not _installed(m)]
 
 
+def installed_version() -> str:
+    """The version pip installed (the package's metadata, what a release's wheel says); the
+    source's `pandastack.__version__` when the checkout runs without being installed."""
+    try:
+        return importlib.metadata.version("pandastack")
+    except importlib.metadata.PackageNotFoundError:
+        import pandastack
+
+        return pandastack.__version__
+
+
 def _progress(message: str) -> None:
     console.log(message)
 
@@ -112,6 +124,7 @@ async def _setup(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pandastack")
+    parser.add_argument("--version", action="version", version=f"pandastack {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     setup = sub.add_parser("setup", help="build the guest image and the base template")
     setup.add_argument("--smoke", action="store_true", help="create one sandbox and run a command")
