@@ -4,9 +4,10 @@ in the same run.
 - **API**: a real `pandastack serve` subprocess (private state dir, temporary database and
   client config, free loopback port: the way `tests/e2e/conftest.py` starts it). Timed: the
   SDK's `Sandbox.create(template="base")` then `sbx.exec(...)` until its result is back, the
-  way a user's first call goes (`Sandbox.create` opens its own HTTP client). The kill is not
-  timed. The same through one long-lived `Client` is measured too, to separate what building
-  an HTTP client costs from what the server adds.
+  way a user's calls go (`Sandbox.create` uses the process's shared connection pool for the
+  server, sdk/_shared_http.py: after the untimed warm-up round it is open, as in any program
+  past its first create). The kill is not timed. The same through one long-lived `Client` is
+  measured too (its own pool): the two should agree.
 - **Runtime**: `HostRuntime` in this process, on its own private state dir. Timed:
   `create("base")` then `exec(..., timeout=60)` (the timeout the SDK sends by default, which
   the API passes on to the guest: both sides make the same guest call). The kill is not timed.
@@ -312,7 +313,7 @@ def ms(seconds: float) -> str:
 
 SIDE_NAMES = {
     "runtime": "runtime  HostRuntime in-process       ",
-    "api": "API      Sandbox.create (own client)  ",
+    "api": "API      Sandbox.create (shared pool) ",
     "pooled": "API      Client().sandboxes.create    ",
     "agent": "agent    HostClient -> pandastack agent",
     "api_agent": "API      Client() -> serve --agent    ",
