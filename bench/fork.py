@@ -89,6 +89,7 @@ async def main() -> None:
     child_ms: list[float] = []
     fork_ms: list[float] = []
     forked_ms: list[float] = []  # until fork() returns: the child's agent has answered
+    fork_pause_ms: list[float] = []  # the parent's pause fork() reports
     stream_mb: list[float] = []
     pooled_children = 0
     try:
@@ -138,8 +139,11 @@ async def main() -> None:
 
             served = rt.huge_pool.served
             t0 = time.perf_counter()
-            (kid,) = await rt.fork(parent.id, count=1)
+            kids = await rt.fork(parent.id, count=1)
             forked_ms.append((time.perf_counter() - t0) * 1000)
+            (kid,) = kids
+            if kids.parent_pause_ms is not None:
+                fork_pause_ms.append(kids.parent_pause_ms)
             await kid.exec(["true"])
             fork_ms.append((time.perf_counter() - t0) * 1000)
             pooled_children += rt.huge_pool.served - served
@@ -180,6 +184,8 @@ async def main() -> None:
         print(line("child from snapshot, to 1st exec", child_ms))
         print(line("fork(count=1), until it returns", forked_ms))
         print(line("fork(count=1) to child's 1st exec", fork_ms))
+        if fork_pause_ms:
+            print(line("  parent pause it reports", fork_pause_ms))
         print(line("fork(count=3), until it returns", trio_ms))
         print(line("hibernate", hib_ms))
         print(line("wake (to first exec)", wake_ms))
