@@ -1,7 +1,8 @@
 // Templates (versions, live build logs), snapshots, volumes, usage, API keys (admin).
-import {act, api, bytes, duration, events, h, load as quietly, notify, session, svg, table,
-  usd, when}
+import {act, api, bytes, duration, events, h, load as quietly, notify, session, table, usd,
+  when}
   from "./api.js";
+import {barChart, everyDay} from "./charts.js";
 
 function head(title, ...extra) {
   return h("div", {class: "page-head"}, h("h1", {}, title), ...extra);
@@ -130,35 +131,25 @@ export function volumesPage(main) {
 
 // -- usage ------------------------------------------------------------------------------
 
-function dayChart(rows) {
-  const days = rows.filter((r) => r.day).sort((a, b) => a.day.localeCompare(b.day));
-  if (!days.length) return h("p", {class: "empty"}, "No usage in the last 30 days.");
-  const width = 720, height = 220, pad = 72, bottom = 28;
-  const max = Math.max(...days.map((d) => d.cost_usd), 1e-9);
-  const step = Math.min((width - pad) / days.length, 48);
-  const bars = days.map((d, i) => {
-    const barHeight = (d.cost_usd / max) * (height - bottom - 10);
-    return svg("g", {},
-      svg("rect", {x: pad + i * step + step * 0.1, y: height - bottom - barHeight,
-                   width: step * 0.8, height: Math.max(barHeight, 0.5), class: "bar"},
-          svg("title", {}, `${d.day}: ${usd(d.cost_usd)}`)),
-      (days.length <= 12 || i % Math.ceil(days.length / 10) === 0)
-        ? svg("text", {x: pad + i * step + step / 2, y: height - 8, "text-anchor": "middle",
-                       class: "axis"}, d.day.slice(5)) : null);
-  });
-  return h("figure", {class: "chart"},
-    svg("svg", {viewBox: `0 0 ${width} ${height}`, role: "img",
-                "aria-label": `Cost per day, highest ${usd(max)}`},
-      svg("line", {x1: pad, y1: height - bottom, x2: width, y2: height - bottom,
-                   class: "axis-line"}),
-      svg("text", {x: pad - 4, y: 14, "text-anchor": "end", class: "axis"}, usd(max)),
-      svg("text", {x: pad - 4, y: height - bottom, "text-anchor": "end", class: "axis"}, "$0"),
-      bars),
-    h("figcaption", {}, "Cost per day (UTC), last 30 days"));
+// The team's usage per UTC day, one bar chart per measure; days without usage are zero bars.
+const DAY_CHARTS = [
+  {name: "cost", title: "Cost per day", value: (r) => r.cost_usd, format: usd},
+  {name: "vcpu", title: "vCPU-hours per day", value: (r) => r.vcpu_seconds / 3600,
+   format: (v) => `${v.toFixed(v < 10 ? 2 : 0)} h`},
+  {name: "memory", title: "Memory GiB-hours per day", value: (r) => r.memory_gib_seconds / 3600,
+   format: (v) => `${v.toFixed(v < 10 ? 2 : 0)} GiB·h`},
+];
+
+function dayCharts(rows, start) {
+  if (!rows.some((r) => r.day)) return [h("p", {class: "empty"}, "No usage in the last 30 days.")];
+  return DAY_CHARTS.map((c) => h("figure", {class: "chart"},
+    barChart({label: `${c.title}, last 30 days`, name: c.name, yFormat: c.format,
+              days: everyDay(rows, start, c.value)}),
+    h("figcaption", {}, `${c.title} (UTC), last 30 days`)));
 }
 
 export function usagePage(main) {
-  const chart = h("div", {});
+  const chart = h("div", {class: "charts"});
   const totals = h("p", {class: "totals"});
   const byTemplate = h("div", {});
   const bySandbox = h("div", {});
@@ -166,7 +157,7 @@ export function usagePage(main) {
     const start = Math.floor(Date.now() / 1000 - 30 * 86400);
     const [days, templates, sandboxes] = await Promise.all(["day", "template", "sandbox"].map(
       (group) => api("GET", "/v1/usage", {query: {start, group_by: group}})));
-    chart.replaceChildren(dayChart(days.rows));
+    chart.replaceChildren(...dayCharts(days.rows, start));
     totals.textContent = `Last 30 days: ${usd(days.totals.cost_usd)} · ` +
       `${Math.round(days.totals.vcpu_seconds)} vCPU-seconds · ` +
       `${Math.round(days.totals.memory_gib_seconds)} GiB-seconds of memory`;

@@ -1,8 +1,14 @@
 // The sandboxes list (live: polled every second) and one sandbox's page.
 import {act, api, bytes, duration, h, load, now, poll, setText, table, when}
   from "./api.js";
+import {lineChart} from "./charts.js";
 import {filesPanel} from "./files.js";
 import {terminalPanel} from "./terminal.js";
+
+// The API measures a sandbox when asked and keeps no history (ADR 0026): the page keeps the
+// samples it read, for as long as it is open, and charts the last few minutes of them.
+const CHART_SPAN_S = 300;
+const METRICS_EVERY_MS = 1500;
 
 const ENDED = new Set(["killed", "expired", "failed", "reaped", "host_lost"]);
 
@@ -231,6 +237,7 @@ export function sandboxPage(main, id) {
     }
   }
 
+  const readings = [];
   async function refreshMetrics() {
     if (!sandbox || sandbox.state !== "running") {
       metrics.replaceChildren(h("p", {class: "empty"},
@@ -238,17 +245,34 @@ export function sandboxPage(main, id) {
       return;
     }
     const m = await api("GET", `/v1/sandboxes/${sandbox.id}/metrics`);
+    readings.push(m);
+    while (readings.length && readings[0].sampled_at < m.sampled_at - CHART_SPAN_S) {
+      readings.shift();
+    }
+    const series = (value) => readings.map((s) => ({t: s.sampled_at, v: value(s)}));
     metrics.replaceChildren(
-      meter("CPU", m.cpu_percent, 100 * m.cpu_count, `${m.cpu_percent.toFixed(1)}% of ` +
+      meter("CPU", m.cpu_percent, 100, `${m.cpu_percent.toFixed(1)}% of ` +
             `${m.cpu_count} vCPU`),
       meter("Memory", m.memory_used_bytes, m.memory_total_bytes,
             `${bytes(m.memory_used_bytes)} of ${bytes(m.memory_total_bytes)}`),
       meter("Disk", m.disk_used_bytes, m.disk_total_bytes,
-            `${bytes(m.disk_used_bytes)} of ${bytes(m.disk_total_bytes)}`));
+            `${bytes(m.disk_used_bytes)} of ${bytes(m.disk_total_bytes)}`),
+      h("figure", {class: "chart"},
+        lineChart({label: `CPU use over the last ${CHART_SPAN_S / 60} minutes, now ` +
+                          `${m.cpu_percent.toFixed(1)}%`, name: "cpu",
+                   samples: series((s) => s.cpu_percent), yMax: 100,
+                   yFormat: (v) => `${Math.round(v)}%`, spanSeconds: CHART_SPAN_S}),
+        h("figcaption", {}, "CPU, % of all vCPUs")),
+      h("figure", {class: "chart"},
+        lineChart({label: `Memory use over the last ${CHART_SPAN_S / 60} minutes, now ` +
+                          bytes(m.memory_used_bytes), name: "memory",
+                   samples: series((s) => s.memory_used_bytes), yMax: m.memory_total_bytes,
+                   yFormat: bytes, spanSeconds: CHART_SPAN_S}),
+        h("figcaption", {}, "Memory used (total minus available)")));
   }
 
   stops.push(poll(refresh, 1000));
-  stops.push(poll(refreshMetrics, 1500));
+  stops.push(poll(refreshMetrics, METRICS_EVERY_MS));
   return () => stops.forEach((stop) => stop());
 }
 
