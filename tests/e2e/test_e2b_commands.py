@@ -119,13 +119,16 @@ def test_list_kill_and_connect(sbx: Sandbox) -> None:
     _until(lambda: sleeper.pid not in _running(sbx), "the killed process to leave the list")
     assert sbx.commands.kill(sleeper.pid) is False
 
-    counter = sbx.commands.run("for i in $(seq 1 20); do echo $i; sleep 0.2; done",
-                               background=True)
+    # Counts until told to stop (a file), so it is still running when listed, however slow
+    # the host, and ends as soon as the test has reconnected.
+    counter = sbx.commands.run("i=0; while [ ! -e /tmp/stop-counting ]; do i=$((i+1)); "
+                               "echo $i; sleep 0.2; done; echo stopped", background=True)
     counter.disconnect()  # the process runs on without a follower
     assert counter.pid in _running(sbx)
     again = sbx.commands.connect(counter.pid)
+    sbx.commands.run("touch /tmp/stop-counting")
     result = again.wait()
-    assert result.exit_code == 0 and result.stdout.split()[-1] == "20"
+    assert result.exit_code == 0 and result.stdout.split()[-1] == "stopped", result
 
 
 def test_pty(sbx: Sandbox) -> None:
