@@ -4,8 +4,8 @@
  * Dockerfiles and compares the specs). Supported: `FROM <base> [AS <name>]` (several: a
  * multi-stage build, `COPY --from=<name|index|image>`); `ARG` (values from `buildArgs`);
  * `RUN` (shell or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` / `ENTRYPOINT`
- * (the template's start command); `# pandastack: ready port 8000` / `ready-timeout 60`
- * directives; `COPY` / `ADD <src>... <dst>` (sources from the build context directory, globs
+ * (the template's start command); `# pandastack: ready port 8000` / `ready-timeout 60` /
+ * `start image` (a FROM image's Entrypoint and Cmd) directives; `COPY` / `ADD <src>... <dst>` (sources from the build context directory, globs
  * allowed; `ADD` only for plain local files: src/copy.ts reads them). `EXPOSE`, `LABEL`,
  * `MAINTAINER` are ignored. Steps are checked as Python's models check them (src/template.ts).
  */
@@ -106,6 +106,7 @@ class Parser {
   entrypoint: string | string[] | undefined;
   ready: [string, string] | undefined;
   readyTimeout = DEFAULT_READY_TIMEOUT_SECONDS;
+  startImage = false;
 
   constructor(contextDir: string | undefined, buildArgs: Record<string, string>) {
     this.args = new ArgScope(buildArgs);
@@ -125,6 +126,8 @@ class Parser {
       } catch (err) {
         throw bad((err as Error).message);
       }
+    } else if (w.length === 2 && w[0]!.toLowerCase() === "start" && w[1]!.toLowerCase() === "image") {
+      this.startImage = true;
     } else if (w.length === 2 && w[0]!.toLowerCase() === "ready-timeout") {
       const seconds = Number(w[1]);
       if (Number.isNaN(seconds) || !w[1]!.trim()) throw bad(`could not convert string to float: ${pyRepr(w[1]!)}`);
@@ -135,7 +138,7 @@ class Parser {
       }
       this.readyTimeout = seconds;
     } else {
-      throw bad("expected 'ready port|file|command <value>' or 'ready-timeout <seconds>'");
+      throw bad("expected 'ready port|file|command <value>', 'ready-timeout <seconds>' or 'start image'");
     }
   }
 
@@ -313,7 +316,7 @@ class Parser {
       const ready = this.ready === undefined ? undefined
         : readyCheck(this.ready[0] as "port", this.ready[1], this.readyTimeout);
       const [stages, steps] = pruneStages(this.stages, this.steps);
-      return checkedSpec(this.fromTemplate, steps, this.start() || undefined, ready, stages);
+      return checkedSpec(this.fromTemplate, steps, this.start() || undefined, ready, stages, this.startImage);
     } catch (err) {
       throw invalid(`Dockerfile: ${(err as Error).message}`);
     }

@@ -157,7 +157,7 @@ export function readyCheck(kind: ReadyCheck["kind"], value: string, timeoutSecon
 /** The spec's own checks (TemplateSpec in models.py): its base, its start command, and the
  * copied files of all its steps together. */
 export function checkedSpec(fromTemplate: string, steps: TemplateStep[], start: string | undefined,
-  ready: ReadyCheck | undefined, stages: StageSpec[] = []): TemplateSpec {
+  ready: ReadyCheck | undefined, stages: StageSpec[] = [], startFromImage = false): TemplateSpec {
   checkedBase(fromTemplate);
   if (steps.length > MAX_STEPS) throw tooMany("List", MAX_STEPS, steps.length);
   if (stages.length > MAX_TEMPLATE_STAGES - 1) throw tooMany("List", MAX_TEMPLATE_STAGES - 1, stages.length);
@@ -165,7 +165,14 @@ export function checkedSpec(fromTemplate: string, steps: TemplateStep[], start: 
     stringLength(start, 1, MAX_COMMAND_CHARS);
     noNul(start, "start command");
   }
-  if (ready !== undefined && start === undefined) throw invalid("a ready check needs a start command");
+  if (startFromImage) {
+    if (start !== undefined) throw invalid("a start command or the image's (start from image), not both");
+    // templatespec/base.py: a name with `:`, `@` or `/` is an image, snapshot:<id> is ours.
+    if (fromTemplate.startsWith("snapshot:") || !/[:@/]/.test(fromTemplate)) {
+      throw invalid(`start from image needs FROM an image, not the template ${pyRepr(fromTemplate)}`);
+    }
+  }
+  if (ready !== undefined && start === undefined && !startFromImage) throw invalid("a ready check needs a start command");
   const every = [...stages.map((stage) => stage.steps ?? []), steps];
   every.forEach((items, index) => {
     for (const s of items) {
@@ -182,6 +189,7 @@ export function checkedSpec(fromTemplate: string, steps: TemplateStep[], start: 
   if (start !== undefined) spec.start = start;
   if (ready !== undefined) spec.ready = ready;
   if (stages.length) spec.stages = stages;
+  if (startFromImage) spec.start_from_image = true;
   return spec;
 }
 
@@ -205,6 +213,7 @@ export class Template {
   readonly #from: string;
   readonly #steps: TemplateStep[] = [];
   #start: string | undefined;
+  #startFromImage = false;
   #ready: ReadyCheck | undefined;
   readonly #budget = new CopyBudget();
 
@@ -256,10 +265,19 @@ export class Template {
   start(command: string, ready?: ReadyCheck): this {
     this.#start = command;
     this.#ready = ready;
+    this.#startFromImage = false;
+    return this;
+  }
+
+  /** Like `start`, with the image's own Entrypoint and Cmd (a template FROM an image). */
+  startImage(ready?: ReadyCheck): this {
+    this.#start = undefined;
+    this.#ready = ready;
+    this.#startFromImage = true;
     return this;
   }
 
   toSpec(): TemplateSpec {
-    return checkedSpec(this.#from, [...this.#steps], this.#start, this.#ready);
+    return checkedSpec(this.#from, [...this.#steps], this.#start, this.#ready, [], this.#startFromImage);
   }
 }

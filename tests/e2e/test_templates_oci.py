@@ -66,3 +66,37 @@ def test_a_template_from_an_image_sees_its_files_and_env(
     with pytest.raises(TemplateBuildError, match=r"tests/no-such-image:v1"):
         client.templates.build(f"FROM {missing}\nRUN true\n", "from-nothing")
     client.templates.delete("from-nothing")
+
+
+def test_the_images_own_cmd_as_the_start_command(
+        oci_server: LiveServer, registry: Registry, skopeo_policy: Path,
+        tmp_path: Path) -> None:
+    """Asked for (`# pandastack: start image`), the image's Entrypoint and Cmd are started
+    before the snapshot: a sandbox finds the process running; its ExposedPorts are listed
+    in the build log."""
+    push_image(registry, tmp_path, skopeo_policy, "tests/busybox-cmd", [gzipped(busybox_layer())],
+               config={"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"],
+                       "Entrypoint": ["/bin/sh", "-c"],
+                       # (a busybox-only image has no /tmp)
+                       "Cmd": ["mkdir -p /tmp; echo \"up as $0\" > /tmp/up; "
+                               "exec sleep 100000"],
+                       "ExposedPorts": {"8080/tcp": {}}})
+    client = Client(oci_server.api_url, oci_server.api_key)
+    lines: list[str] = []
+    info = client.templates.build(f"FROM {registry.host}/tests/busybox-cmd:v1\n"
+                                  "# pandastack: start image\n"
+                                  "# pandastack: ready file /tmp/up\n", "from-cmd",
+                                  on_log=lines.append)
+    assert info.status == "ready", (info, lines[-20:])
+    assert any(line.endswith("exposes 8080/tcp") for line in lines), lines
+    assert any(line.startswith("START /bin/sh -c 'mkdir -p /tmp;") for line in lines), lines
+    try:
+        with Sandbox.create(template="from-cmd", ttl_seconds=300,
+                            api_url=oci_server.api_url, api_key=oci_server.api_key) as sbx:
+            # No pgrep in the image: the processes' names from /proc.
+            probe = sbx.exec("cat /tmp/up; for f in /proc/[0-9]*/comm; do "
+                             "[ \"$(cat $f)\" = sleep ] && echo running; done; true")
+            assert probe.exit_code == 0, probe
+            assert probe.stdout == "up as /bin/sh\nrunning\n", probe
+    finally:
+        client.templates.delete("from-cmd")

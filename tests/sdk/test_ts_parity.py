@@ -238,6 +238,7 @@ DOCKERFILES = [
     "COPY --from=alpine:3.19 /bin/busybox /bin/a /usr/local/bin/\nWORKDIR $APP\nUSER $U\n"
     "CMD serve\n",
     "ARG X\nFROM base\nARG X\nARG Y=$X\nRUN echo \"$X\" '$Y' ${Z}\n",
+    "FROM python:3.12-slim\n# pandastack: start image\n# pandastack: ready port 80\n",
 ]
 BAD_DOCKERFILES = [
     "RUN true\n", "FROM base AS b\nFROM b\n", "FROM base AS b\nFROM node AS B\n",
@@ -246,6 +247,7 @@ BAD_DOCKERFILES = [
     "FROM base AS b\nFROM base\nCOPY --from=b /a /b /c\n",
     "".join(f"FROM base AS s{i}\n" for i in range(9)),
     "FROM bad%name AS b\nFROM base\n",
+    "FROM base\n# pandastack: start image\n", "FROM a:1\n# pandastack: start image\nCMD x\n",
     "FROM base\nRUN --mount=type=cache true\n", "FROM base\nUSER app:app\n",
     "FROM base\nENV A=\"unclosed\n", "FROM base\n# pandastack: ready socket 1\n",
     "FROM base\nFROB x\n", "# escape=`\nFROM base\n", "FROM base\nRUN <<EOF\n",

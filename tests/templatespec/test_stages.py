@@ -1,5 +1,6 @@
 """ARG and multi-stage Dockerfiles read into a spec (issue 37 part 3): Docker's scoping and
-substitution of ARG, stages named, numbered or images, unused stages dropped, the bounds."""
+substitution of ARG, stages named, numbered or images, unused stages dropped, the bounds;
+and an image's own Entrypoint/Cmd asked for as the start command."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from pandastack.templatespec import (
     EnvStep,
     RunStep,
     StageSpec,
+    Template,
     TemplateSpec,
     UserStep,
     WorkdirStep,
     from_dockerfile,
+    wait_for_port,
 )
 from pandastack.templatespec.stages import ArgScope
 
@@ -148,3 +151,20 @@ def test_user_and_copy_sources_take_args(tmp_path: Path) -> None:
                            tmp_path, build_args={"V": "2"})
     assert spec.steps[0] == UserStep(name="app")
     assert spec.steps[1].kind == "copy" and spec.steps[1].files[0].path == "app-2.txt"
+
+
+def test_start_image_directive_and_builder() -> None:
+    text = ("FROM python:3.12-slim\n# pandastack: start image\n"
+            "# pandastack: ready port 8000\nRUN true\n")
+    spec = from_dockerfile(text)
+    assert spec.start_from_image is True and spec.start is None
+    assert spec.ready is not None and spec.ready.port == 8000
+    assert from_dockerfile("FROM base\nRUN true\n").start_from_image is None
+    built = Template("python:3.12-slim").run("true").start_image(ready=wait_for_port(8000))
+    assert built.to_spec() == spec
+    with pytest.raises(ValueError, match="not both"):
+        from_dockerfile(text + "CMD serve\n")
+    with pytest.raises(ValueError, match="needs FROM an image, not the template 'base'"):
+        from_dockerfile("FROM base\n# pandastack: start image\n")
+    with pytest.raises(ValidationError, match="needs FROM an image"):
+        TemplateSpec(from_template="snapshot:abc", start_from_image=True)

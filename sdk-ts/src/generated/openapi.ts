@@ -2449,6 +2449,8 @@ export interface components {
             stages?: components["schemas"]["StageSpec"][];
             /** Start */
             start?: string | null;
+            /** Start From Image */
+            start_from_image?: boolean | null;
             /** Steps */
             steps?: (components["schemas"]["AptStep"] | components["schemas"]["PipStep"] | components["schemas"]["NpmStep"] | components["schemas"]["RunStep"] | components["schemas"]["CopyStep"] | components["schemas"]["CopyFromStep"] | components["schemas"]["EnvStep"] | components["schemas"]["WorkdirStep"] | components["schemas"]["UserStep"])[];
         };

@@ -160,6 +160,7 @@ class Template:
         self._from = from_template
         self._steps: list[TemplateStep] = []
         self._start: str | None = None
+        self._start_from_image = False
         self._ready: ReadyCheck | None = None
         self._budget = CopyBudget()
 
@@ -195,9 +196,15 @@ class Template:
     def start(self, command: str, ready: ReadyCheck | None = None) -> Template:
         """The command started (in the background) at the end of the build, before the
         template is saved: every sandbox made from the template has it running already."""
-        self._start, self._ready = command, ready
+        self._start, self._ready, self._start_from_image = command, ready, False
+        return self
+
+    def start_image(self, ready: ReadyCheck | None = None) -> Template:
+        """Like `start`, with the image's own Entrypoint and Cmd (a template FROM an image)."""
+        self._start, self._ready, self._start_from_image = None, ready, True
         return self
 
     def to_spec(self) -> TemplateSpec:
         return TemplateSpec(from_template=self._from, steps=list(self._steps),
-                            start=self._start, ready=self._ready)
+                            start=self._start, ready=self._ready,
+                            start_from_image=self._start_from_image or None)

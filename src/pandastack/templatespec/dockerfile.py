@@ -20,6 +20,9 @@ Readiness of the start command comes from comment directives:
 
     # pandastack: ready port 8000            (or: ready file /tmp/up, ready command <cmd>)
     # pandastack: ready-timeout 60           (seconds; default 120)
+
+and `# pandastack: start image` makes a FROM image's own Entrypoint and Cmd the start
+command (with no CMD or ENTRYPOINT in the Dockerfile).
 """
 
 from __future__ import annotations
@@ -144,6 +147,7 @@ class _Parser:
         self.entrypoint: str | list[str] | None = None
         self.ready: tuple[str, str] | None = None
         self.ready_timeout = DEFAULT_READY_TIMEOUT_SECONDS
+        self.start_image = False
         self.budget = CopyBudget()
 
     def directive(self, lineno: int, text: str) -> None:
@@ -154,12 +158,14 @@ class _Parser:
                     raise ValueError(f"unknown ready check {words[1]!r}")
                 self.ready = (words[1], words[2].strip())
                 ReadyCheck(kind=words[1], value=self.ready[1])  # type: ignore[arg-type]
+            elif len(words) == 2 and [w.lower() for w in words] == ["start", "image"]:
+                self.start_image = True
             elif len(words) == 2 and words[0].lower() == "ready-timeout":
                 self.ready_timeout = float(words[1])
                 ReadyCheck(kind="file", value="-", timeout_seconds=self.ready_timeout)
             else:
-                raise ValueError("expected 'ready port|file|command <value>' or "
-                                 "'ready-timeout <seconds>'")
+                raise ValueError("expected 'ready port|file|command <value>', "
+                                 "'ready-timeout <seconds>' or 'start image'")
         except ValueError as exc:
             why = _messages(exc) if isinstance(exc, ValidationError) else str(exc)
             raise ValueError(f"Dockerfile line {lineno}: bad pandastack directive: {why}") \
@@ -366,4 +372,5 @@ class _Parser:
                                timeout_seconds=self.ready_timeout)
         stages, steps = prune_stages(self.stages, self.steps)
         return TemplateSpec(from_template=self.from_template, steps=steps,
-                            start=self._start() or None, ready=ready, stages=stages)
+                            start=self._start() or None, ready=ready, stages=stages,
+                            start_from_image=self.start_image or None)

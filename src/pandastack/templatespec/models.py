@@ -21,6 +21,8 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from pandastack.rules import MAX_TEMPLATE_STAGES
 from pandastack.wire.base import Strict
 
+from .base import base_kind
+
 MAX_STEPS = 64  # every step that changes the guest adds a disk layer to the template's chain
 MAX_PACKAGES = 256
 MAX_COMMAND_CHARS = 64 * 1024
@@ -313,6 +315,9 @@ class TemplateSpec(Strict):
     steps: list[TemplateStep] = Field(default_factory=list, max_length=MAX_STEPS)
     start: str | None = Field(default=None, min_length=1, max_length=MAX_COMMAND_CHARS)
     ready: ReadyCheck | None = None
+    #: Start the image's own Entrypoint and Cmd (a spec FROM an OCI image) instead of `start`
+    #: (None: no; optional rather than false by default, so the TypeScript type has it so).
+    start_from_image: bool | None = None
     #: Earlier stages, in order; `copy_from` steps name them by index (a stage only earlier
     #: ones). Empty: a one-stage build.
     stages: list[StageSpec] = Field(default_factory=list, max_length=MAX_TEMPLATE_STAGES - 1)
@@ -326,7 +331,13 @@ class TemplateSpec(Strict):
     def _bounds(self) -> TemplateSpec:
         if self.start is not None:
             _no_nul(self.start, "start command")
-        if self.ready is not None and self.start is None:
+        if self.start_from_image:
+            if self.start is not None:
+                raise ValueError("a start command or the image's (start from image), not both")
+            if base_kind(self.from_template) != "image":
+                raise ValueError("start from image needs FROM an image, not the template "
+                                 f"{self.from_template!r}")
+        if self.ready is not None and self.start is None and not self.start_from_image:
             raise ValueError("a ready check needs a start command")
         every = [*(s for stage in self.stages for s in stage.steps), *self.steps]
         for index, steps in enumerate([*(stage.steps for stage in self.stages), self.steps]):

@@ -1,13 +1,15 @@
 """A build FROM an image starts from its config's Env, WorkingDir and User; bases written
-as images are told from templates and snapshots the way the control plane hands them over."""
+as images are told from templates and snapshots the way the control plane hands them over;
+its Entrypoint and Cmd make one start command when the spec asks for it."""
 
 from __future__ import annotations
 
 import pytest
 
 from pandastack.host.images.oci.guest_image import ImageDefaults
-from pandastack.host.templates.builds import initial_state
+from pandastack.host.templates.builds import image_start, initial_state
 from pandastack.host.templates.image_base import ImageBase, is_image
+from pandastack.hostport.errors import BuildFailed
 
 
 def base(env: dict[str, str], workdir: str | None, user: str | None) -> ImageBase:
@@ -39,3 +41,17 @@ def test_without_an_image_nothing_is_set() -> None:
     ("127.0.0.1:5000/tests/x:v1", True), ("library/alpine", True), ("python:3.12", True)])
 def test_which_bases_are_images(name: str, image: bool) -> None:
     assert is_image(name) is image
+
+
+def test_the_images_entrypoint_and_cmd_are_one_start_command() -> None:
+    def start(entrypoint: tuple[str, ...], cmd: tuple[str, ...]) -> str:
+        defaults = ImageDefaults(env={}, working_dir=None, user=None, entrypoint=entrypoint,
+                                 cmd=cmd)
+        return image_start(ImageBase("oci-x", "key", defaults), "img:1", 2)
+
+    assert start(("tini", "--"), ("python", "-m", "http.server", "8 0")) == \
+        "tini -- python -m http.server '8 0'"
+    assert start((), ("sh", "-c", "echo $HOME")) == "sh -c 'echo $HOME'"
+    with pytest.raises(BuildFailed, match="image img:1: it has no Entrypoint or Cmd") as caught:
+        start((), ())
+    assert caught.value.step == 3

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import shlex
 import shutil
 import time
 import uuid
@@ -223,11 +224,17 @@ class TemplateBuilds:
             spec, chain.keys if run.cache else [], network=run.network, vcpus=run.vcpus,
             memory_mb=run.memory_mb, disk_mb=run.disk_mb, image=chain.image)
         final: str | None = None
+        start = spec.start
         try:
+            if chain.image is not None and chain.image.defaults.exposed_ports:
+                run.log(f"image {spec.from_template}: exposes "
+                        f"{', '.join(chain.image.defaults.exposed_ports)}")
+            if spec.start_from_image:
+                start = image_start(chain.image, spec.from_template, len(spec.steps))
             state = initial_state(chain.image)
             await self._steps(chain, sandbox, done, last_snapshot, state, run, archives)
-            if spec.start is not None:
-                await self._start(sandbox, spec, state, run.log)
+            if start is not None:
+                await self._start(sandbox, start, spec, state, run.log)
             # Durable (fsynced), unlike the cache's: a template must survive a host crash.
             # Nobody waits on the build sandbox: the fastest save is the best.
             final = (await self.runtime.snapshot(sandbox.id, short_pause=False)).info.id
@@ -246,7 +253,7 @@ class TemplateBuilds:
             self._forget(final)
             raise
         return BuildResult(snapshot_id=final, env=dict(state.env), workdir=state.workdir,
-                           user=state.user, start=spec.start, steps_total=total,
+                           user=state.user, start=start, steps_total=total,
                            steps_cached=done, seconds=time.monotonic() - started)
 
     async def _steps(self, chain: _Chain, sandbox: SandboxHandle, done: int,
@@ -383,17 +390,17 @@ class TemplateBuilds:
 
     # -- start command and ready check ----------------------------------------------------
 
-    async def _start(self, sandbox: SandboxHandle, spec: TemplateSpec, state: BuildState,
+    async def _start(self, sandbox: SandboxHandle, start: str, spec: TemplateSpec,
+                     state: BuildState,
                      log: Log) -> None:
-        assert spec.start is not None
-        title = f"START {spec.start}"
+        title = f"START {start}"
         total = len(spec.steps)
         log(title)
         try:
-            pid = await sandbox.spawn(state.as_user(["sh", "-c", spec.start]),
+            pid = await sandbox.spawn(state.as_user(["sh", "-c", start]),
                                       env=state.env or None, cwd=state.workdir)
         except AgentError as exc:
-            raise BuildFailed(f"start command {spec.start!r} could not start: {exc}",
+            raise BuildFailed(f"start command {start!r} could not start: {exc}",
                               step=total + 1, instruction=title) from exc
         check = spec.ready
         if check is None:
@@ -417,7 +424,7 @@ class TemplateBuilds:
                 why = (f"exited with code {exited} before it was ready" if exited
                        else f"was not ready ({check.kind} {check.value}) after "
                             f"{check.timeout_seconds:g}s")
-                message = f"start command {spec.start!r} {why}"
+                message = f"start command {start!r} {why}"
                 if out.tail:
                     message += f"; last output:\n{out.text()}"
                 raise BuildFailed(message, step=total + 1, instruction=title,
@@ -457,6 +464,16 @@ async def _collect(sandbox: SandboxHandle, pid: int, out: Output) -> None:
     with contextlib.suppress(AgentConnectionError):  # still running: what is buffered
         await agent.attach(pid, on_stdout=out.stdout, on_stderr=out.stderr, timeout=2.0)
     out.flush()
+
+
+def image_start(image: ImageBase | None, base: str, steps: int) -> str:
+    """The image's Entrypoint and Cmd as one start command (both exec form in an image
+    config, so joined as Docker joins them)."""
+    argv = [*image.defaults.entrypoint, *image.defaults.cmd] if image is not None else []
+    if not argv:
+        raise BuildFailed(f"image {base}: it has no Entrypoint or Cmd to start",
+                          step=steps + 1, instruction="START (the image's)")
+    return shlex.join(argv)
 
 
 def initial_state(image: ImageBase | None) -> BuildState:

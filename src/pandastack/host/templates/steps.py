@@ -209,5 +209,6 @@ def ready_probe(check: ReadyCheck, state: BuildState) -> list[str]:
         script = '{ : <>"/dev/tcp/127.0.0.1/$0"; } 2>/dev/null || : <>"/dev/tcp/::1/$0"'
         return ["bash", "-c", script, str(check.port)]
     if check.kind == "file":
-        return ["test", "-e", state.path(check.value)]
+        # The shell's builtin: an image's PATH (its config's Env) may hold no `test` binary.
+        return ["sh", "-c", 'test -e "$1"', "sh", state.path(check.value)]
     return state.as_user(["sh", "-c", check.value])

@@ -39,7 +39,8 @@ from pandastack.host.images.oci.reference import ImageReference, parse_reference
 from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.hostport.errors import SetupError
 
-RECIPE = 2  # 2: image.json holds the image config's defaults
+# 2: image.json holds the image config's defaults; 3: its Entrypoint, Cmd and ExposedPorts too
+RECIPE = 3
 # Room on the root disk beyond what the image unpacks to (the disk is sparse: unused room
 # costs nothing on the host until written).
 HEADROOM = 1 << 30
@@ -57,11 +58,16 @@ def _load(final: Path) -> GuestImage:
 @dataclass(frozen=True)
 class ImageDefaults:
     """What an image's config sets for the processes it runs (`docker inspect`'s Env,
-    WorkingDir, User): a template built from it starts with them."""
+    WorkingDir, User): a template built from it starts with them. Its Entrypoint and Cmd
+    are the template's start command when the spec asks; ExposedPorts ("8080/tcp") are
+    listed in the build's log and result."""
 
     env: dict[str, str]
     working_dir: str | None
     user: str | None
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    exposed_ports: tuple[str, ...] = ()
 
 
 def image_defaults(image: GuestImage) -> ImageDefaults:
@@ -70,7 +76,10 @@ def image_defaults(image: GuestImage) -> ImageDefaults:
     found = meta.get("defaults") or {}
     return ImageDefaults(env=dict(found.get("env") or {}),
                          working_dir=found.get("working_dir") or None,
-                         user=found.get("user") or None)
+                         user=found.get("user") or None,
+                         entrypoint=tuple(found.get("entrypoint") or ()),
+                         cmd=tuple(found.get("cmd") or ()),
+                         exposed_ports=tuple(found.get("exposed_ports") or ()))
 
 
 def ensure_oci_image(home: Path, reference: str | ImageReference, *, base: GuestImage,
@@ -132,7 +141,10 @@ def _build(client: RegistryClient, resolved: ResolvedImage, final: Path, *, home
                 "base_key": base.key, "skipped": pulled.report.skipped,
                 "defaults": {"env": dict(resolved.config.env),
                              "working_dir": resolved.config.working_dir,
-                             "user": resolved.config.user},
+                             "user": resolved.config.user,
+                             "entrypoint": list(resolved.config.entrypoint),
+                             "cmd": list(resolved.config.cmd),
+                             "exposed_ports": list(resolved.config.exposed_ports)},
                 "built_at": time.time()}
         for name in (base.kernel.name, "initrd.img", "rootfs.img"):
             os.chmod(out / name, 0o444)
