@@ -18,11 +18,16 @@ from tests.registry.conftest import pg_dsn
 from tests.registry.proxy import TcpProxy
 from tests.registry.test_agent_membership import record_state
 from tests.server.conftest import assert_envelope
-from tests.server.hosts.cluster_rig import STALE_S, agents, api_servers, host_ids, registry_of
+from tests.server.hosts.cluster_rig import (
+    CALM_STALE_S,
+    STALE_S,
+    agents,
+    api_servers,
+    host_ids,
+    registry_of,
+)
 
-# Agents heartbeat every 0.5 s and are lost after 3 s: beside a second test worker's VMs a
-# heartbeat came late and fenced a host mid-test, so this module runs in the serial lane.
-pytestmark = pytest.mark.serial
+pytestmark = pytest.mark.vm
 
 __all__ = ["pg_dsn"]
 
@@ -34,11 +39,14 @@ async def until(what: str, check: Callable[[], Awaitable[bool]], timeout: float 
         await asyncio.sleep(0.2)
 
 
+# No host is lost in it: agents stale only after 60 s (CALM_STALE_S), so a heartbeat late
+# beside a second test worker's VMs fences nothing, and it runs in the parallel lane.
 async def test_two_api_servers_drive_two_agents(pg_dsn: str, tmp_path: Path) -> None:
     with registry_of(pg_dsn) as registry:
-        async with agents(pg_dsn, 2) as (a, b):
+        async with agents(pg_dsn, 2, stale_s=CALM_STALE_S) as (a, b):
             ids = host_ids(registry, [a, b])
-            async with api_servers(tmp_path, pg_dsn, a.token_file) as (one, two):
+            async with api_servers(tmp_path, pg_dsn, a.token_file,
+                                   stale_s=CALM_STALE_S) as (one, two):
                 made = []
                 for _ in range(2):
                     r = await one.client.post("/v1/sandboxes", json={})
@@ -80,6 +88,9 @@ async def test_two_api_servers_drive_two_agents(pg_dsn: str, tmp_path: Path) -> 
                         ).status_code == 204
 
 
+# Its outage outlasts the 3 s stale window on purpose, and a late heartbeat beside a second
+# test worker's VMs would fence a host: the serial lane.
+@pytest.mark.serial
 async def test_the_database_out_of_reach_gives_503s_and_loses_nothing(
         pg_dsn: str, tmp_path: Path) -> None:
     """API servers and agents reach PostgreSQL through a proxy that the test stops until the
