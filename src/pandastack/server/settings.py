@@ -47,6 +47,10 @@ class Settings:
     hibernate_idle_seconds: int | None = None
     retention_seconds: int = 3600
     reaper_interval_seconds: float = 1.0
+    # At start, VMs a host runs that this database has no row for at all (a database restored
+    # from an older backup, another server's database sharing the host) are reported and left
+    # running; True kills them, as rows-less VMs were before (ADR 0047, addendum).
+    kill_unknown_vms: bool = False
     max_upload_bytes: int = 1024 << 20
     max_body_bytes: int = 1 << 20
     # A template build's body holds its COPY files, base64 (the spec allows 64 MiB of files).
@@ -294,6 +298,9 @@ class Settings:
         take("PANDASTACK_AGENT_CLIENT_KEY", "agent_client_key", Path)
         if env.get("PANDASTACK_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on"):
             values["cluster"] = True
+        if env.get("PANDASTACK_KILL_UNKNOWN_VMS", "").strip().lower() in (
+                "1", "true", "yes", "on"):
+            values["kill_unknown_vms"] = True
         take("PANDASTACK_HOST_STALE_SECONDS", "host_stale_seconds", float)
         take("PANDASTACK_EVENT_RETENTION", "event_retention_seconds", int)
         take("PANDASTACK_MAX_EVENT_STREAMS", "max_event_streams_per_team", int)

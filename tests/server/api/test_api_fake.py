@@ -344,13 +344,23 @@ async def test_reconcile_on_start(tmp_path: Path) -> None:
     async with running_app(settings, runtime) as api:
         gone = str((await create(api))["id"])
         kept = (await create(api))["id"]
+        ended = str((await create(api))["id"])
+        api.app.state.service.store.end_sandbox(ended, "killed", "its kill never reached "
+                                                "the host")
     stray = "sbx-0000000000aa"
     await runtime.create(sandbox_id=stray)
     del runtime.sandboxes[gone]
     async with running_app(settings, runtime) as api:
         assert (await api.client.get(f"/v1/sandboxes/{gone}")).json()["state"] == "failed"
         assert (await api.client.get(f"/v1/sandboxes/{kept}")).json()["state"] == "running"
+        # An ended row's VM goes; a VM this database never had a row for is left running
+        # and reported (a database restored from an older backup: ADR 0047, addendum).
+        assert ended in runtime.killed and ended not in runtime.sandboxes
+        assert stray not in runtime.killed and stray in runtime.sandboxes
+        assert api.app.state.service.unknown_vms == [stray]
+    async with running_app(make_settings(tmp_path, kill_unknown_vms=True), runtime) as api:
         assert stray in runtime.killed and stray not in runtime.sandboxes
+        assert api.app.state.service.unknown_vms == []
 
 
 async def test_unhandled_exception_is_a_500_envelope(api: Api) -> None:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from ..accounts.quotas import Quotas
     from ..hosts.cluster import ClusterPool
+    from ..settings import Settings
     from ..store import Sandbox, Store
 
 #: Longer than a create may take (the host client's lifecycle timeout is 900 s).
@@ -31,6 +32,10 @@ class ServiceParts(Protocol):
     def quotas(self) -> Quotas: ...
     @property
     def cluster(self) -> ClusterPool | None: ...
+    @property
+    def settings(self) -> Settings: ...
+    # What the reconcile at start left running without a row (stopped.reconcile).
+    unknown_vms: list[str]
 
     # Awaitable, not async: the service's are wrapped by telemetry's `timed`.
     def create(self, team: str, req: CreateSandbox) -> Awaitable[Sandbox]: ...

@@ -88,6 +88,9 @@ class SandboxService:
         self.unkilled: set[str] = set()
         # Set when the host did not answer at startup: the reaper reconciles once it does.
         self.needs_reconcile = False
+        # VMs the host runs that this database has no row for, left running at the last
+        # reconcile (stopped.reconcile; ADR 0047, addendum).
+        self.unknown_vms: list[str] = []
         # The hosts of a shared registry, when this server drives them (else one host).
         self.cluster = runtime if isinstance(runtime, ClusterPool) else None
 
@@ -580,11 +583,12 @@ class SandboxService:
 
     async def reconcile(self) -> tuple[list[str], list[str]]:
         """After `runtime.start()`: rows whose VM is gone -> stopped if persistent (their
-        disks kept, ADR 0037), else failed; VMs (and kept disks) without a live row ->
-        killed; the rows of adopted sandboxes take the runtime's state (running, paused or
-        hibernated); snapshot rows whose files are gone -> deleted, and user snapshots on the
-        host without a row (older than a grace) -> removed. Rows still `starting` (a create
-        interrupted by a restart) count as gone."""
+        disks kept, ADR 0037), else failed; VMs (and kept disks) whose row ended -> killed,
+        VMs without any row -> left running and reported (`unknown_vms`; killed with
+        settings.kill_unknown_vms); the rows of adopted sandboxes take the runtime's state
+        (running, paused or hibernated); snapshot rows whose files are gone -> deleted, and
+        user snapshots on the host without a row (older than a grace) -> removed. Rows still
+        `starting` (a create interrupted by a restart) count as gone."""
         return await reconcile(self)
 
     async def _reconcile_snapshots(self) -> None:

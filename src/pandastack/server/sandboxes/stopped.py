@@ -121,11 +121,12 @@ async def _start_again(service: ServiceParts, row: Sandbox) -> Sandbox:
 
 async def reconcile(service: ServiceParts) -> tuple[list[str], list[str]]:
     """After `runtime.start()`: rows whose VM is gone -> stopped if persistent (their
-    disks kept, ADR 0037), else failed; VMs (and kept disks) without a live row ->
-    killed; the rows of adopted sandboxes take the runtime's state (running, paused or
-    hibernated); snapshot rows whose files are gone -> deleted, and user snapshots on the
-    host without a row (older than a grace) -> removed. Rows still `starting` (a create
-    interrupted by a restart) count as gone."""
+    disks kept, ADR 0037), else failed; VMs (and kept disks) whose row ended -> killed,
+    VMs without any row -> left running and reported (`unknown_vms`; killed with
+    settings.kill_unknown_vms); the rows of adopted sandboxes take the runtime's state
+    (running, paused or hibernated); snapshot rows whose files are gone -> deleted, and
+    user snapshots on the host without a row (older than a grace) -> removed. Rows still
+    `starting` (a create interrupted by a restart) count as gone."""
     listed = {h.id: h for h in await service.runtime.list_sandboxes()}
     service.mark_lost_hosts()
     failed: list[str] = []
@@ -159,10 +160,24 @@ async def reconcile(service: ServiceParts) -> tuple[list[str], list[str]]:
                     "are gone, their disks kept): %s", len(stopped), ", ".join(stopped))
     keep = {row.id for row in service.store.live_sandboxes()}
     killed: list[str] = []
+    unknown: list[str] = []
     for sid in sorted(set(listed) - keep):
+        # A VM with an ended row lost its kill to a host out of reach: it goes. One without
+        # any row is no leftover of this database (restored from an older backup, or another
+        # server's sharing the host): the database cannot say whose it is, so it is reported,
+        # not silently killed (ADR 0047, addendum).
+        if service.store.sandbox_by_id(sid) is None and not service.settings.kill_unknown_vms:
+            unknown.append(sid)
+            continue
         with suppress(SandboxNotFound):
             await service.runtime.kill(sid)
         killed.append(sid)
+    service.unknown_vms = unknown
+    if unknown:
+        log.warning("reconciled after start: %d VMs on the host have no row in this database "
+                    "and are left running (a database restored from an older backup? "
+                    "PANDASTACK_KILL_UNKNOWN_VMS=1 kills them at the next start): %s",
+                    len(unknown), ", ".join(unknown))
     if service.cluster is not None:
         # Snapshots live in the object store, not only on the host that took them.
         return failed, killed
