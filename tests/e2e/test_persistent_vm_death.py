@@ -1,11 +1,12 @@
-"""Persistent means persistent (ADR 0037), with real `pandastack serve` processes and real
-VMs: a persistent sandbox whose QEMU is SIGKILLed becomes `stopped` (its disk kept) and a
-wake boots its disk with the files written before; the same after a server SIGKILL plus a
-QEMU SIGKILL, where the first exec starts it again; a non-persistent one still ends
-`failed`; a server that dies between ending the VM of a hibernation and recording it keeps
-the hibernation file, and the sandbox wakes from it with its memory; one with a snapshot of
-itself restarts from that snapshot; the reconcile at start removes an old snapshot without a
-row, keeps a young one and forgets a row whose files are gone."""
+"""Persistent means persistent (ADR 0037), with real `pandastack serve` processes and real VMs: a
+persistent sandbox whose QEMU is SIGKILLed becomes `stopped` (its disk kept) and a wake boots
+its disk with the files written before; the same after a server SIGKILL plus a QEMU SIGKILL and
+its network namespace gone (a host reboot), where the first exec starts it again in its
+namespace made again; a non-persistent one still ends `failed`; a server that dies between
+ending the VM of a hibernation and recording it keeps the hibernation file, and the sandbox
+wakes from it with its memory; one with a snapshot of itself restarts from that snapshot; the
+reconcile at start removes an old snapshot without a row, keeps a young one and forgets a row
+whose files are gone."""
 
 from __future__ import annotations
 
@@ -134,8 +135,11 @@ def test_qemu_sigkill_stops_a_persistent_sandbox_and_wake_boots_its_disk(
         end_all(c, serve, kept)
 
 
-def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again(
+def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again_with_its_network(
         serve: ServeProcess) -> None:
+    """What a host reboot does to a persistent sandbox: the server and the VM gone, and
+    /run/netns emptied (its slot's claim is on disk and stays). The first exec boots its disk
+    in its namespace made again; a non-persistent one ends `failed`."""
     serve.start()
     headers = {"Authorization": f"Bearer {serve.api_key()}"}
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
@@ -146,6 +150,9 @@ def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again(
     serve.signal(signal.SIGKILL)
     kill_vm(serve, kept)
     kill_vm(serve, plain)
+    slot = json.loads((serve.state_dir / kept / "sandbox.json").read_text())["slot"]
+    netns = f"{NS_PREFIX}{slot}"
+    subprocess.run(["ip", "netns", "del", netns], check=True)
 
     serve.start()
     with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
@@ -159,41 +166,19 @@ def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again(
         info = c.get(f"/v1/sandboxes/{kept}").json()
         assert (info["state"], info["restored_from"], info["stop_reason"]) == (
             "running", "disk", None), info
-        end_all(c, serve, kept)
-    assert "Traceback" not in serve.log_path.read_text(errors="replace"), serve.log_tail()
-
-
-def test_after_a_host_reboot_a_stopped_sandbox_boots_with_its_network_made_again(
-        serve: ServeProcess) -> None:
-    serve.start()
-    headers = {"Authorization": f"Bearer {serve.api_key()}"}
-    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
-        sid = create(c, persistent=True)
-        assert sh(c, sid, "echo kept > /work/f; sync")["exit_code"] == 0
-    # What a reboot does to it: the server and the VM gone, and /run/netns emptied (its
-    # slot's claim is on disk and stays).
-    serve.signal(signal.SIGKILL)
-    kill_vm(serve, sid)
-    slot = json.loads((serve.state_dir / sid / "sandbox.json").read_text())["slot"]
-    netns = f"{NS_PREFIX}{slot}"
-    subprocess.run(["ip", "netns", "del", netns], check=True)
-
-    serve.start()
-    with httpx.Client(base_url=serve.url, headers=headers, timeout=60) as c:
-        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "stopped"
-        assert sh(c, sid, "cat /work/f")["stdout"] == "kept\n"
         # its namespace is back, its tap held by the VM, and the guest reaches its gateway
         tap = subprocess.run(["ip", "-n", netns, "link", "show", TAP], capture_output=True,
                              text=True, check=True).stdout
         assert "LOWER_UP" in tap, tap
         # (a datagram to it makes the guest resolve its address: a complete ARP entry, flags
         # 0x2, is an answer from the host's side of the tap)
-        out = sh(c, sid, "python3 -c \"import socket; socket.socket(socket.AF_INET, "
-                         f"socket.SOCK_DGRAM).sendto(b'x', ('{GATEWAY_IP}', 9))\"; sleep 1; "
-                         "cat /proc/net/arp")
+        out = sh(c, kept, "python3 -c \"import socket; socket.socket(socket.AF_INET, "
+                          f"socket.SOCK_DGRAM).sendto(b'x', ('{GATEWAY_IP}', 9))\"; sleep 1; "
+                          "cat /proc/net/arp")
         arp = [line.split() for line in out["stdout"].splitlines()[1:]]
         assert [a[2] for a in arp if a[0] == GATEWAY_IP] == ["0x2"], out
-        end_all(c, serve, sid)
+        end_all(c, serve, kept)
+    assert "Traceback" not in serve.log_path.read_text(errors="replace"), serve.log_tail()
 
 
 def test_a_crash_between_ending_the_vm_and_recording_the_hibernation_keeps_its_file(
