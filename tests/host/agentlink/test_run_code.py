@@ -21,7 +21,6 @@ from pandastack.hostport.errors import (
     UnsupportedLanguage,
 )
 from pandastack.hostport.results import CodeEvent
-from tests.helpers import SandboxFactory
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
@@ -49,9 +48,21 @@ def main_result(events: list[CodeEvent]) -> str | None:
     return (found[0].data or {}).get("text/plain") if found else None
 
 
-@pytest.fixture
-async def sbx(sandbox_factory: SandboxFactory) -> AsyncIterator[SandboxHandle]:
-    yield await sandbox_factory(template="code-interpreter")
+# One sandbox of each template serves the module: each test's names are its own, and a
+# create (a restore and its first exec) is seconds of a TCG run.
+@pytest.fixture(scope="module")
+async def sbx(runtime: HostRuntime) -> AsyncIterator[SandboxHandle]:
+    handle = await runtime.create(template="code-interpreter")
+    yield handle
+    await runtime.kill(handle.id)
+
+
+@pytest.fixture(scope="module")
+async def sandbox(runtime: HostRuntime) -> AsyncIterator[SandboxHandle]:
+    """The base template's (conftest's `sandbox`, for the module)."""
+    handle = await runtime.create()
+    yield handle
+    await runtime.kill(handle.id)
 
 
 # The first create after an image change builds the image and bakes the template here.
@@ -61,6 +72,9 @@ async def test_plot_comes_back_as_png(sbx: SandboxHandle) -> None:
     first = await run(sbx, "6 * 7")
     first_ms = (time.monotonic() - t0) * 1000
     assert main_result(first) == "42" and errors(first) == []
+    # The template's warm-up left nothing behind in the namespace (checked here, on the
+    # sandbox's first runs, before this test imports plt).
+    assert errors(await run(sbx, "plt"))[0].name == "NameError"
     t0 = time.monotonic()
     events = await run(sbx, "import matplotlib.pyplot as plt\n"
                             "plt.plot([1, 4, 9, 16])\nplt.title('squares')\nplt.show()")
@@ -98,8 +112,6 @@ async def test_state_persists_and_execution_count_grows(sbx: SandboxHandle) -> N
     assert main_result(b) == "42"
     assert a[-1].execution_count is not None and b[-1].execution_count == \
         a[-1].execution_count + 1
-    # The template's warm-up left nothing behind in the namespace.
-    assert errors(await run(sbx, "plt"))[0].name == "NameError"
 
 
 async def test_timeout_interrupts_the_kernel_and_keeps_its_state(sbx: SandboxHandle) -> None:
