@@ -74,10 +74,8 @@ def test_the_default_context_runs_in_the_users_home(sbx: Sandbox) -> None:
     # as on E2B: what run_code writes by a relative name is where files.read looks
     assert sbx.run_code("open('from-code.txt', 'w').write('hi')").error is None
     assert sbx.files.read("from-code.txt") == "hi"
-    made = sbx.create_code_context(language="python")  # no cwd: E2B's, the home
-    assert made.cwd == "/home/user"
-    assert sbx.run_code("import os; os.getcwd()", context=made).text == "/home/user"
-    sbx.remove_code_context(made.id)
+    # A context made without a cwd starts in the home too: test_async_sdk makes that one
+    # (each context is a kernel started cold, ~6 s under TCG).
 
 
 def test_a_new_sandbox_has_e2bs_default_context_warm(live_server: LiveServer) -> None:
@@ -234,9 +232,11 @@ async def test_async_sdk(sbx: Sandbox, live_server: LiveServer) -> None:
     assert failed.error is not None
     assert (failed.error.name, failed.error.value) == ("ValueError", "nope")
 
-    ctx = await asbx.create_code_context()
+    ctx = await asbx.create_code_context()  # no language, no cwd: python, E2B's home
+    assert ctx.cwd == "/home/user"
     assert ctx.id in [c.id for c in await asbx.list_code_contexts()]
-    assert (await asbx.run_code("w = 1\nw", context=ctx)).text == "1"
+    made_here = await asbx.run_code("import os\nw = 1\n(w, os.getcwd())", context=ctx)
+    assert made_here.text == "(1, '/home/user')", made_here
     await asbx.remove_code_context(ctx)
     with pytest.raises(NotFoundException):
         await asbx.run_code("1", context=ctx)
