@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from . import (
     agent,
+    backup,
     doctor,
     doctor_units,
     events,
@@ -45,7 +46,7 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
     for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
-                   usage, teams, events, webhook, mcp, doctor)}
+                   usage, teams, events, webhook, mcp, doctor, backup)}
 COMMANDS["install-units"] = doctor_units
 
 console = Console(stderr=True)
@@ -53,7 +54,7 @@ console = Console(stderr=True)
 # keep the user's umask. They run the server or the host, so they need the `server` extra; the
 # client commands (`sandbox`, `template`, `hosts`) need only the SDK and never import server or
 # host.
-SERVICE_COMMANDS = ("setup", "serve", "keys", "agent", "doctor")
+SERVICE_COMMANDS = ("setup", "serve", "keys", "agent", "doctor", "backup")
 # The top-level modules of the `server` extra (pyproject.toml).
 SERVER_EXTRA = "pandastack[server]"
 SERVER_EXTRA_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "qemu.qmp", "websockets")
