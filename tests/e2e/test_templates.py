@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from pandastack import Client, ConflictError, NotFoundError, Sandbox
 from pandastack.sdk.errors import TemplateBuildError
 from tests.e2e.conftest import LiveServer
+from tests.e2e.forked_cli import ForkedCLI
 from tests.helpers import make_wheel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm, pytest.mark.timeout(1500)]
@@ -46,8 +48,22 @@ def client(live_server: LiveServer) -> Client:
     return Client(live_server.api_url, live_server.api_key)
 
 
+@pytest.fixture
+def forked_cli(live_server: LiveServer) -> Iterator[ForkedCLI]:
+    """The CLI's calls forked from one interpreter that imported it (forked_cli.py): the same
+    entry point, a process each, without an interpreter's start each; it imports while the
+    builds run."""
+    with ForkedCLI(cli_env(live_server)) as forked:
+        yield forked
+
+
+def cli_env(live_server: LiveServer) -> dict[str, str]:
+    return {**os.environ, "PANDASTACK_API": live_server.api_url,
+            "PANDASTACK_API_KEY": live_server.api_key}
+
+
 def test_build_create_version_delete(live_server: LiveServer, client: Client,
-                                     tmp_path: Path) -> None:
+                                     forked_cli: ForkedCLI, tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "pandawheel", "1.0", "ANSWER = 42\n")
     (tmp_path / "Dockerfile").write_text(DOCKERFILE.format(wheel=wheel.name))
     lines: list[str] = []
@@ -68,18 +84,14 @@ def test_build_create_version_delete(live_server: LiveServer, client: Client,
         # A second version through the CLI; the first stays usable by its number.
         (tmp_path / "Dockerfile").write_text(
             DOCKERFILE.format(wheel=wheel.name).replace("hello", "bonjour"))
-        env = {**os.environ, "PANDASTACK_API": live_server.api_url,
-               "PANDASTACK_API_KEY": live_server.api_key}
         cli = subprocess.run([sys.executable, "-m", "pandastack.cli.main", "template", "build",
                               str(tmp_path), "--name", "web-app", "--json"],
-                             env=env, capture_output=True, text=True, timeout=1200)
+                             env=cli_env(live_server), capture_output=True, text=True, timeout=1200)
         assert cli.returncode == 0, cli.stderr
         assert json.loads(cli.stdout)["version"] == 2
         assert "Step 1/" in cli.stderr  # the log was shown
         for which in ("web-app", "web-app:2", json.loads(cli.stdout)["build_id"]):
-            logs = subprocess.run([sys.executable, "-m", "pandastack.cli.main", "template",
-                                   "logs", which], env=env, capture_output=True, text=True,
-                                  timeout=120)
+            logs = forked_cli("template", "logs", which)
             assert logs.returncode == 0, logs.stderr
             assert logs.stdout.startswith(f"build {json.loads(cli.stdout)['build_id']}: "
                                           "template web-app version 2\nStep 1/")
