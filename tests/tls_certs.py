@@ -5,6 +5,7 @@ there to issue what a trusted CA did not."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,3 +71,10 @@ def make_test_certs(root: Path) -> IssuedCerts:
         other_ca=other[0],
         stranger=_issue(root, "stranger", other, "/CN=stranger", client_ext),
     )
+
+
+def peer_names(tls: ssl.SSLSocket) -> list[str]:
+    """The subjectAltName values of the certificate `tls`'s peer showed."""
+    cert = tls.getpeercert()
+    assert cert is not None, "the peer showed no certificate"
+    return [str(entry[1]) for entry in cert.get("subjectAltName", ())]

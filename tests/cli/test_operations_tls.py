@@ -24,6 +24,7 @@ import pytest
 
 from tests.server.hostclient.test_agent_tls import TOKEN, tls_agent
 from tests.server.live import ROOT, free_port, terminate
+from tests.tls_certs import peer_names
 
 GUIDE = ROOT / "docs" / "operations.md"
 
@@ -52,7 +53,7 @@ def handshake(port: int, name: str, ca: Path, client: tuple[Path, Path] | None =
         ctx.load_cert_chain(*client)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
             ctx.wrap_socket(raw, server_hostname=name) as tls:
-        names = [value for _kind, value in tls.getpeercert()["subjectAltName"]]  # type: ignore[misc]
+        names = peer_names(tls)
         answer = b""
         if request is not None:
             tls.sendall(request)

@@ -54,7 +54,8 @@ def test_build_args_override_defaults_in_from_and_in_stages() -> None:
                                                    "TOOL_VERSION": "2.5", "UNUSED": "x"})
     assert spec.from_template == spec.stages[0].from_template == "python:3.12-slim"
     run = spec.stages[0].steps[0]
-    assert isinstance(run, RunStep) and run.command.startswith("export TOOL_VERSION=2.5 ")
+    assert isinstance(run, RunStep) and isinstance(run.command, str)
+    assert run.command.startswith("export TOOL_VERSION=2.5 ")
 
 
 def test_a_global_arg_is_not_seen_in_a_stage_unless_declared_there() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import importlib
 import os
 import socket
 import tempfile
@@ -20,7 +21,7 @@ from pandastack.host.vmm.qemu.qmp import send_fd_on
 def loops() -> list[Any]:
     factories: list[Any] = [pytest.param(asyncio.new_event_loop, id="asyncio")]
     try:
-        import uvloop
+        uvloop = importlib.import_module("uvloop")
     except ImportError:
         factories.append(pytest.param(None, id="uvloop", marks=pytest.mark.skip("no uvloop")))
     else:

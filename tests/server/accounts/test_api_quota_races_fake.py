@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select, update
 
 from pandastack.hostport.errors import HostError
-from pandastack.hostport.results import SnapshotResult
+from pandastack.hostport.results import ForkChildren, SnapshotResult
 from pandastack.hostport.volumes import HostVolume, VolumeBackup
 from pandastack.server.sandboxes.lifecycle import sweep
 from pandastack.server.sandboxes.service import SandboxService
@@ -71,7 +71,7 @@ class GatedRuntime(FakeRuntime):
         await self._at_gate("snapshot")
         return await super().snapshot(sandbox_id, name, internal=internal)
 
-    async def fork(self, sandbox_id: str, count: int = 1) -> list[FakeSandbox]:
+    async def fork(self, sandbox_id: str, count: int = 1) -> ForkChildren[FakeSandbox]:
         await self._at_gate("fork")
         return await super().fork(sandbox_id, count)
 

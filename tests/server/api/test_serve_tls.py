@@ -25,6 +25,7 @@ from pandastack.sdk import AsyncClient, Client
 from pandastack.sdk.errors import APIConnectionError, ConfigError
 from tests.server.live import ROOT, free_port, terminate
 from tests.tls_certs import SANDBOX_DOMAIN, IssuedCerts, make_test_certs
+from tests.tls_certs import peer_names as names_shown
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,7 @@ def peer_names(port: int, server_name: str | None, ca: Path) -> list[str]:
     ctx.check_hostname = server_name is not None
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
             ctx.wrap_socket(raw, server_hostname=server_name) as tls:
-        cert = tls.getpeercert()
-    return [value for _kind, value in cert["subjectAltName"]]  # type: ignore[misc]
+        return names_shown(tls)
 
 
 @pytest.mark.usefixtures("no_sdk_config")
