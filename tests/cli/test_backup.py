@@ -19,7 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from pandastack.cli.backup import pg_dump_command
 from pandastack.host.file_modes import SERVICE_UMASK
-from tests.server.conftest import make_settings, running_app
+from tests.server.conftest import Api, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 from tests.services import Postgres
 
@@ -29,8 +29,8 @@ def backup(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, capture_output=True, timeout=120)
 
 
-async def created(api: object) -> str:
-    r = await api.client.post("/v1/sandboxes", json={})  # type: ignore[attr-defined]
+async def created(api: Api) -> str:
+    r = await api.client.post("/v1/sandboxes", json={})
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,9 +150,11 @@ def test_usage_per_day(server: FakeServer, signed_in: Browser, server_dir: Path)
     page.wait_for_selector('svg[data-chart="vcpu"] rect.bar', state="attached")
     signed_in.shot("chart-usage")
     assert len(rows) >= 3
-    for name, value in (("cost", lambda r: r["cost_usd"]),
-                        ("vcpu", lambda r: r["vcpu_seconds"] / 3600),
-                        ("memory", lambda r: r["memory_gib_seconds"] / 3600)):
+    measures: dict[str, Callable[[dict[str, Any]], float]] = {
+        "cost": lambda r: float(r["cost_usd"]),
+        "vcpu": lambda r: float(r["vcpu_seconds"]) / 3600,
+        "memory": lambda r: float(r["memory_gib_seconds"]) / 3600}
+    for name, value in measures.items():
         c = chart(page, name)
         bars = {b["day"]: b for b in c["bars"]}
         # One bar per UTC day of the 30 the page asked for, today's last.
