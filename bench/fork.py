@@ -39,6 +39,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 
+# The parent's memory to carry over, the same for the in-process and the SDK rounds (fork_sdk).
 DIRTY = """
 import sys, time
 blob = bytearray(int(sys.argv[1]) << 20)

@@ -18,17 +18,9 @@ from pathlib import Path
 
 from api import live_server
 from common import line, pct
+from fork import DIRTY
 from pandastack import Client, Sandbox
 
-DIRTY = """
-import sys, time
-blob = bytearray(int(sys.argv[1]) << 20)
-for i in range(0, len(blob), 4096):
-    blob[i] = (i >> 12) & 0xFF or 1
-open('/work/dirty.ready', 'w').write('ok')
-while True:
-    time.sleep(3600)
-"""
 TTL = 900
 WARM_FORKS = 3  # the first forks prepare the server's fork buffer and huge page pool
 
