@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit
 
+from pandastack.cli.tls import add_cert_options, cert_options
+
 if TYPE_CHECKING:
     from pandastack.host.config import HostConfig
     from pandastack.host.local import LocalHost
@@ -61,11 +63,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help=f"the control plane's token; made (random, mode 0600) if absent "
                         f"(default: <state dir>/{TOKEN_NAME})")
     p.add_argument("--log-level", default="info")
-    p.add_argument("--tls-cert", type=Path, default=None, metavar="PEM",
-                   help="serve the host API over TLS (a TCP --listen) with this certificate "
-                        "the operator issued; API servers dial https://HOST:PORT")
-    p.add_argument("--tls-key", type=Path, default=None, metavar="PEM",
-                   help="the certificate's private key")
+    add_cert_options(p, "tls",
+                     cert_help="serve the host API over TLS (a TCP --listen) with this "
+                               "certificate the operator issued; API servers dial "
+                               "https://HOST:PORT",
+                     key_help="the certificate's private key")
     p.add_argument("--tls-client-ca", type=Path, default=None, metavar="PEM",
                    help="mutual TLS: refuse clients without a certificate this CA issued "
                         "(API servers present theirs: PANDASTACK_AGENT_CLIENT_CERT)")
@@ -180,8 +182,9 @@ def listener_tls(args: argparse.Namespace | None, listen: str) -> ssl.SSLContext
     `--tls-client-ca`; None: plain HTTP (a unix socket, or a TCP one on a trusted link)."""
     from pandastack.cli.tls import TLSFilesError, server_context
 
-    cert, key, client_ca = (getattr(args, name, None)
-                            for name in ("tls_cert", "tls_key", "tls_client_ca"))
+    pair = cert_options(args, "tls")
+    cert, key = pair.get("tls_cert"), pair.get("tls_key")
+    client_ca = getattr(args, "tls_client_ca", None)
     if cert is None and key is None and client_ca is None:
         return None
     if cert is None or key is None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from pandastack.cli.tls import add_cert_options, cert_options
+
 log = logging.getLogger("pandastack.server")
 
 if TYPE_CHECKING:
@@ -43,25 +45,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "(PANDASTACK_CLUSTER=1)")
     p.add_argument("--host-stale-seconds", type=float, default=None,
                    help="a host whose heartbeat is this old is lost (default 15)")
-    p.add_argument("--tls-cert", default=None, metavar="PEM",
-                   help="serve HTTPS with this certificate (chain) (PANDASTACK_TLS_CERT; "
-                        "default: plain HTTP, for loopback or TLS terminated in front)")
-    p.add_argument("--tls-key", default=None, metavar="PEM",
-                   help="the certificate's private key (PANDASTACK_TLS_KEY)")
-    p.add_argument("--sandbox-tls-cert", default=None, metavar="PEM",
-                   help="the sandbox listener's wildcard certificate, *.DOMAIN of "
-                        "PANDASTACK_PREVIEW_URL (PANDASTACK_SANDBOX_TLS_CERT; default: "
-                        "--tls-cert)")
-    p.add_argument("--sandbox-tls-key", default=None, metavar="PEM",
-                   help="its private key (PANDASTACK_SANDBOX_TLS_KEY)")
-    p.add_argument("--agent-ca", default=None, metavar="PEM",
+    add_cert_options(p, "tls",
+                     cert_help="serve HTTPS with this certificate (chain) (PANDASTACK_TLS_CERT; "
+                               "default: plain HTTP, for loopback or TLS terminated in front)",
+                     key_help="the certificate's private key (PANDASTACK_TLS_KEY)")
+    add_cert_options(p, "sandbox-tls",
+                     cert_help="the sandbox listener's wildcard certificate, *.DOMAIN of "
+                               "PANDASTACK_PREVIEW_URL (PANDASTACK_SANDBOX_TLS_CERT; default: "
+                               "--tls-cert)",
+                     key_help="its private key (PANDASTACK_SANDBOX_TLS_KEY)")
+    p.add_argument("--agent-ca", type=Path, default=None, metavar="PEM",
                    help="the CA that issued the certificates of agents at https:// "
                         "addresses (PANDASTACK_AGENT_CA; default: the system's CAs)")
-    p.add_argument("--agent-client-cert", default=None, metavar="PEM",
-                   help="the certificate presented to agents that ask for one (mutual TLS; "
-                        "PANDASTACK_AGENT_CLIENT_CERT)")
-    p.add_argument("--agent-client-key", default=None, metavar="PEM",
-                   help="its private key (PANDASTACK_AGENT_CLIENT_KEY)")
+    add_cert_options(p, "agent-client",
+                     cert_help="the certificate presented to agents that ask for one (mutual "
+                               "TLS; PANDASTACK_AGENT_CLIENT_CERT)",
+                     key_help="its private key (PANDASTACK_AGENT_CLIENT_KEY)")
     p.add_argument("--log-level", default="info")
 
 
@@ -86,10 +85,10 @@ def run(args: argparse.Namespace) -> int:
         overrides["host_stale_seconds"] = args.host_stale_seconds
     if args.agent_token_file is not None:
         overrides["agent_token_file"] = Path(args.agent_token_file)
-    for flag in ("tls_cert", "tls_key", "sandbox_tls_cert", "sandbox_tls_key", "agent_ca",
-                 "agent_client_cert", "agent_client_key"):
-        if getattr(args, flag) is not None:
-            overrides[flag] = Path(getattr(args, flag))
+    for name in ("tls", "sandbox-tls", "agent-client"):
+        overrides.update(cert_options(args, name))
+    if args.agent_ca is not None:
+        overrides["agent_ca"] = args.agent_ca
     settings = Settings.from_env().with_(**overrides)
     listener_tls(settings)  # a bad certificate file stops us here, before anything starts
     logging.basicConfig(level=args.log_level.upper(),

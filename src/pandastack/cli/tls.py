@@ -4,9 +4,25 @@ is one line of error, not a traceback from inside uvicorn."""
 
 from __future__ import annotations
 
+import argparse
 import ssl
 from collections.abc import Callable
 from pathlib import Path
+
+
+def add_cert_options(p: argparse.ArgumentParser, name: str, *, cert_help: str,
+                     key_help: str) -> None:
+    """`--NAME-cert PEM` and `--NAME-key PEM`, read back by `cert_options`."""
+    p.add_argument(f"--{name}-cert", type=Path, default=None, metavar="PEM", help=cert_help)
+    p.add_argument(f"--{name}-key", type=Path, default=None, metavar="PEM", help=key_help)
+
+
+def cert_options(args: argparse.Namespace | None, name: str) -> dict[str, Path]:
+    """The files of `add_cert_options(p, name)` that were given, by their destinations
+    (`tls_cert`, `sandbox_tls_key`, ...: the Settings fields of the same names)."""
+    dest = name.replace("-", "_")
+    given = {part: getattr(args, part, None) for part in (f"{dest}_cert", f"{dest}_key")}
+    return {part: path for part, path in given.items() if path is not None}
 
 
 class TLSFilesError(ValueError):
