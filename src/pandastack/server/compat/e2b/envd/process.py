@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import signal as signals
 import weakref
@@ -48,6 +47,11 @@ from pandastack.server.web.errors import clean_text
 from ..target import DEFAULT_USER, SandboxTarget, target_of
 from .connect import ClientStream, ConnectError, Message, Method, ServerStream, Unary
 from .guestfs import USER_NAME, home_of
+from .protojson import as_bytes as _bytes
+from .protojson import as_object as _object
+from .protojson import as_string as _string
+from .protojson import as_uint as _uint
+from .protojson import invalid as _invalid
 
 KEEPALIVE_HEADER = "keepalive-ping-interval"
 TIMEOUT_HEADER = "connect-timeout-ms"
@@ -108,46 +112,6 @@ def registry(service: SandboxService) -> Registry:
 
 
 # -- reading requests --------------------------------------------------------------------
-
-def _invalid(message: str) -> ConnectError:
-    return ConnectError("invalid_argument", message)
-
-
-def _object(value: Any, what: str) -> Message:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _invalid(f"{what} must be an object")
-    return value
-
-
-def _string(value: Any, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _invalid(f"{what} must be a string")
-    return value
-
-
-def _uint(value: Any, what: str) -> int:
-    # protobuf's JSON takes numbers as numbers or as decimal strings
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**32:
-        raise _invalid(f"{what} must be an unsigned 32-bit integer")
-    return value
-
-
-def _bytes(value: Any, what: str) -> bytes:
-    if not isinstance(value, str):
-        raise _invalid(f"{what} must be base64 bytes")
-    try:
-        # protobuf's JSON parsers take standard or URL-safe base64, padded or not
-        text = value.replace("-", "+").replace("_", "/")
-        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise _invalid(f"{what} is not base64") from None
-
 
 def _config(message: Message) -> tuple[list[str], dict[str, str], str | None, Message]:
     """(argv, envs, cwd, the config as List reports it) of a StartRequest's `process`."""
