@@ -582,13 +582,8 @@ class SandboxService:
     # -- startup --------------------------------------------------------------------------
 
     async def reconcile(self) -> tuple[list[str], list[str]]:
-        """After `runtime.start()`: rows whose VM is gone -> stopped if persistent (their
-        disks kept, ADR 0037), else failed; VMs (and kept disks) whose row ended -> killed,
-        VMs without any row -> left running and reported (`unknown_vms`; killed with
-        settings.kill_unknown_vms); the rows of adopted sandboxes take the runtime's state
-        (running, paused or hibernated); snapshot rows whose files are gone -> deleted, and
-        user snapshots on the host without a row (older than a grace) -> removed. Rows still
-        `starting` (a create interrupted by a restart) count as gone."""
+        """After `runtime.start()`: the rows and the host's VMs and snapshots made to agree
+        (stopped.reconcile says how); returns the ids of the rows failed and of the VMs killed."""
         return await reconcile(self)
 
     async def _reconcile_snapshots(self) -> None:
