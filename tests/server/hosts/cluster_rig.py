@@ -7,11 +7,13 @@ runs them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import secrets
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from pandastack.registry import Registry
@@ -25,6 +27,13 @@ STALE_S = 3.0
 #: (a second test worker's VMs) cannot fence a host mid-test, so such tests run in the
 #: parallel lane (issue 33); those that lose a host or cut the database keep STALE_S.
 CALM_STALE_S = 60.0
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
 
 
 def write_token(path: Path, token: str) -> None:

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.registry.conftest import pg_dsn
 from tests.registry.proxy import TcpProxy
 from tests.registry.test_agent_membership import record_state
 from tests.server.conftest import assert_envelope
@@ -25,18 +23,10 @@ from tests.server.hosts.cluster_rig import (
     api_servers,
     host_ids,
     registry_of,
+    until,
 )
 
 pytestmark = pytest.mark.vm
-
-__all__ = ["pg_dsn"]
-
-
-async def until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
 
 
 # No host is lost in it: agents stale only after 60 s (CALM_STALE_S), so a heartbeat late

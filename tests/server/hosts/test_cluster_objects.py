@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,7 +28,6 @@ from pandastack.host.objects.s3 import S3Bucket
 from pandastack.server.hostclient import HostClient
 from pandastack.server.hosts.drain import drain
 from tests.helpers import HOLDER, vmm_pids_under
-from tests.registry.conftest import pg_dsn
 from tests.registry.proxy import TcpProxy
 from tests.registry.test_agent_membership import alive, vm_pid
 from tests.server.conftest import Api, assert_envelope
@@ -40,16 +38,14 @@ from tests.server.hosts.cluster_rig import (
     api_servers,
     host_ids,
     registry_of,
+    until,
 )
-from tests.server.hosts.test_cluster_agents import until
 
 pytestmark = pytest.mark.vm
 # The tests that lose a host or time a guest's clock are `serial`: agents heartbeat every
 # 0.5 s and are lost after 3 s, and beside a second test worker's VMs a heartbeat came late
 # and fenced a host mid-test (and a forked guest's clock was 1.7 s behind, 1 s bound).
 serial = pytest.mark.serial
-
-__all__ = ["pg_dsn"]
 
 # Writes the guest's wall clock every 10 ms: the largest step is the guest's pause (its other
 # clocks stop with the VM; the wall clock is set again when the destination runs it).
@@ -59,15 +55,6 @@ TICKER = ("import time\n"
           "    f.write(f'{time.time():.4f}\\n'); time.sleep(0.01)\n")
 GAP = ("python3 -c \"t=[float(x) for x in open('/tmp/ticks') if x.strip()];"
        "print(max(b-a for a,b in zip(t,t[1:])))\"")
-
-
-@pytest.fixture(scope="module")
-def s3_env(s3_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    """The session's S3 server (tests/conftest.py), its keys in the agents' environment."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("PANDASTACK_S3_ACCESS_KEY", "PANDASTACK_S3_SECRET_KEY"):
-            mp.setenv(name, s3_env[name])
-        yield s3_env
 
 
 def store_url(env: dict[str, str], endpoint: str | None = None) -> str:

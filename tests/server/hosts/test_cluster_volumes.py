@@ -13,7 +13,6 @@ from typing import cast
 import httpx
 import pytest
 
-from tests.registry.conftest import pg_dsn
 from tests.server.conftest import Api, assert_envelope
 from tests.server.hosts.cluster_rig import (
     CALM_STALE_S,
@@ -22,14 +21,12 @@ from tests.server.hosts.cluster_rig import (
     host_ids,
     registry_of,
 )
-from tests.server.hosts.test_cluster_objects import ok, run, s3_env, store_url
+from tests.server.hosts.test_cluster_objects import ok, run, store_url
 
 # No host is lost here: its agents are stale only after 60 s (CALM_STALE_S), so a heartbeat
 # late beside a second test worker's VMs fences nothing, and it runs in the parallel lane
 # (with 3 s it did fence a host mid-test there; it was serial until issue 33).
 pytestmark = pytest.mark.vm
-
-__all__ = ["pg_dsn", "s3_env"]
 
 MiB = 1 << 20
 
