@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import socket
 import ssl
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from tests.server.hostclient.test_agent_tls import TOKEN, tls_agent
-from tests.server.live import ROOT, free_port, terminate
+from tests.server.live import ROOT, fake_server, free_port
 from tests.tls_certs import peer_names
 
 GUIDE = ROOT / "docs" / "operations.md"
@@ -63,36 +60,17 @@ def handshake(port: int, name: str, ca: Path, client: tuple[Path, Path] | None =
 
 @pytest.fixture(scope="module")
 def served(made: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
-    tmp = tmp_path_factory.mktemp("serve")
-    port, preview = free_port(), free_port()
-    settings = {"preview_port": preview,
-                "preview_url": f"https://sandboxes.example.com:{preview}",
-                "tls_cert": str(made / "api.pem"), "tls_key": str(made / "api.key"),
-                "sandbox_tls_cert": str(made / "sandboxes.pem"),
-                "sandbox_tls_key": str(made / "sandboxes.key")}
-    log = tmp / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.server.serve_fake", str(port), str(tmp),
-             json.dumps(settings)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        verify = ssl.create_default_context(cafile=made / "ca.pem")
-        deadline = time.monotonic() + 30
-        with httpx.Client(verify=verify, timeout=2) as http:
-            while True:
-                try:
-                    r = http.get(f"https://127.0.0.1:{port}/health",
-                                 extensions={"sni_hostname": "api.example.com"})
-                    if r.status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("server did not come up:\n" + log.read_text()[-3000:])
-                time.sleep(0.05)
+    preview = free_port()
+    with fake_server(tmp_path_factory.mktemp("serve"),
+                     verify=ssl.create_default_context(cafile=made / "ca.pem"),
+                     sni_hostname="api.example.com", preview_port=preview,
+                     preview_url=f"https://sandboxes.example.com:{preview}",
+                     tls_cert=str(made / "api.pem"), tls_key=str(made / "api.key"),
+                     sandbox_tls_cert=str(made / "sandboxes.pem"),
+                     sandbox_tls_key=str(made / "sandboxes.key")) as server:
+        port = urlsplit(server.url).port
+        assert port is not None
         yield port, preview
-    finally:
-        terminate(proc, 10)
 
 
 def test_the_guides_certificates_serve_the_api_and_the_sandbox_listener(

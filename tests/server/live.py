@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -39,18 +40,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float, *,
+                 verify: ssl.SSLContext | None = None, sni_hostname: str | None = None) -> None:
+    """Until `url`/health answers 200 (`verify`: the CA an https server's certificate is
+    checked against; `sni_hostname`: the name asked for where the certificate has no
+    127.0.0.1); the log's tail if `proc` ends or `timeout` passes first."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError("server did not come up:\n"
-                                 + log.read_text(errors="replace")[-3000:])
-        time.sleep(0.05)
+    extensions = {} if sni_hostname is None else {"sni_hostname": sni_hostname}
+    with httpx.Client(verify=True if verify is None else verify, timeout=2) as http:
+        while True:
+            try:
+                if http.get(f"{url}/health", extensions=extensions).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("server did not come up:\n"
+                                     + log.read_text(errors="replace")[-3000:])
+            time.sleep(0.05)
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -67,9 +74,11 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
 
 @contextmanager
 def fake_server(tmp: Path, *, module: str = "tests.server.serve_fake",
+                verify: ssl.SSLContext | None = None, sni_hostname: str | None = None,
                 **settings: object) -> Iterator[FakeServer]:
     """Start it (`python -m MODULE PORT DIR SETTINGS_JSON`), wait for /health, yield;
-    SIGTERM (then SIGKILL) on the way out."""
+    SIGTERM (then SIGKILL) on the way out. With `verify` (settings with tls_cert/tls_key)
+    it is reached over https, as `wait_healthy` says."""
     port = free_port()
     settings = {"preview_port": free_port(), **settings}
     log = tmp / "server.log"
@@ -77,9 +86,9 @@ def fake_server(tmp: Path, *, module: str = "tests.server.serve_fake",
         proc = subprocess.Popen(
             [sys.executable, "-m", module, str(port), str(tmp), json.dumps(settings)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'http' if verify is None else 'https'}://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, log, 30)
+        wait_healthy(url, proc, log, 30, verify=verify, sni_hostname=sni_hostname)
         key = json.loads((tmp / "client" / "config.json").read_text())["api_key"]
         yield FakeServer(url, key, proc.pid, log, int(settings["preview_port"]))  # type: ignore[call-overload]
     finally:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -23,7 +22,7 @@ import pytest
 from pandastack.cli.main import main
 from pandastack.sdk import AsyncClient, Client
 from pandastack.sdk.errors import APIConnectionError, ConfigError
-from tests.server.live import ROOT, free_port, terminate
+from tests.server.live import fake_server, free_port
 from tests.tls_certs import SANDBOX_DOMAIN, IssuedCerts, make_test_certs
 from tests.tls_certs import peer_names as names_shown
 
@@ -44,35 +43,17 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> IssuedCerts:
 @pytest.fixture(scope="module")
 def server(certs: IssuedCerts, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TLSServer]:
     tmp = tmp_path_factory.mktemp("serve")
-    port, preview = free_port(), free_port()
-    settings = {"preview_port": preview,
-                "preview_url": f"https://{SANDBOX_DOMAIN}:{preview}",
-                "tls_cert": str(certs.server.cert), "tls_key": str(certs.server.key),
-                "sandbox_tls_cert": str(certs.wildcard.cert),
-                "sandbox_tls_key": str(certs.wildcard.key)}
-    log = tmp / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.server.serve_fake", str(port), str(tmp),
-             json.dumps(settings)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    url = f"https://127.0.0.1:{port}"
-    try:
-        verify = ssl.create_default_context(cafile=certs.ca)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/health", verify=verify, timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("server did not come up:\n" + log.read_text()[-3000:])
-            time.sleep(0.05)
+    preview = free_port()
+    with fake_server(tmp, verify=ssl.create_default_context(cafile=certs.ca),
+                     preview_port=preview, preview_url=f"https://{SANDBOX_DOMAIN}:{preview}",
+                     tls_cert=str(certs.server.cert), tls_key=str(certs.server.key),
+                     sandbox_tls_cert=str(certs.wildcard.cert),
+                     sandbox_tls_key=str(certs.wildcard.key)) as served:
         config = json.loads((tmp / "client" / "config.json").read_text())
-        assert config["api_url"] == url  # what a first start writes says https
-        yield TLSServer(url, config["api_key"], port, preview)
-    finally:
-        terminate(proc, 10)
+        assert config["api_url"] == served.url  # what a first start writes says https
+        port = urlsplit(served.url).port
+        assert port is not None
+        yield TLSServer(served.url, served.admin_key, port, preview)
 
 
 @pytest.fixture
