@@ -7,10 +7,11 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,11 +52,15 @@ def live_server() -> Iterator[LiveServer]:
 
 
 @contextlib.contextmanager
-def run_live_server(extra_env: dict[str, str] | None = None) -> Iterator[LiveServer]:
+def run_live_server(extra_env: dict[str, str] | None = None, *, serve_args: Sequence[str] = (),
+                    verify: ssl.SSLContext | None = None,
+                    preview_port: int | None = None) -> Iterator[LiveServer]:
     """A `pandastack serve` of its own (`extra_env`: operator settings a test needs at the
-    server's start), checked for leftovers when it stops."""
+    server's start; `serve_args`: more flags), checked for leftovers when it stops. With
+    `verify` (`--tls-cert` and `--tls-key` among the flags) it is reached over https."""
     tmp = Path(tempfile.mkdtemp(prefix="pse-", dir="/tmp"))
-    port, preview_port = free_port(), free_port()
+    port = free_port()
+    preview_port = free_port() if preview_port is None else preview_port
     env = {
         **os.environ,
         "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
@@ -72,11 +77,13 @@ def run_live_server(extra_env: dict[str, str] | None = None) -> Iterator[LiveSer
     }
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 (closed in teardown)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port)],
+        [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port),
+         *serve_args],
         env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'http' if verify is None else 'https'}://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, tmp / "server.log", 300)  # may have to bake the template first
+        # It may have to bake the template first.
+        wait_healthy(url, proc, tmp / "server.log", 300, verify=verify)
         key = json.loads((tmp / "client.json").read_text())["api_key"]
         yield LiveServer(url, key, tmp / "sandboxes", preview_port)
     finally:

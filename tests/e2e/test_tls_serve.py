@@ -7,25 +7,18 @@ own origin (`8000-{id}.sandbox.test`), which shows the wildcard certificate."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import ssl
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from pandastack import Sandbox
-from tests.helpers import qemu_pids_under
-from tests.server.live import free_port, terminate
+from tests.e2e.conftest import run_live_server
+from tests.server.live import free_port
 from tests.tls_certs import SANDBOX_DOMAIN, IssuedCerts, make_test_certs
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -41,47 +34,16 @@ class TLSServe:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TLSServe]:
     certs = make_test_certs(tmp_path_factory.mktemp("certs"))
-    tmp = Path(tempfile.mkdtemp(prefix="pst-", dir="/tmp"))
-    port, preview = free_port(), free_port()
-    env = {**os.environ, "PANDASTACK_STATE_DIR": str(tmp / "sandboxes"),
-           "PANDASTACK_SNAPSHOTS_DIR": str(tmp / "snapshots"),
-           "PANDASTACK_DB": f"sqlite:///{tmp / 'pandastack.db'}",
-           "PANDASTACK_CLIENT_CONFIG": str(tmp / "client.json"),
-           "PANDASTACK_BUILD_CACHE_ENTRIES": "0",
-           "PANDASTACK_PREVIEW_PORT": str(preview),
-           "PANDASTACK_PREVIEW_URL": f"https://{SANDBOX_DOMAIN}:{preview}"}
-    log = open(tmp / "server.log", "wb")  # noqa: SIM115 (closed in teardown)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pandastack.cli.main", "serve", "--port", str(port),
-         "--tls-cert", str(certs.server.cert), "--tls-key", str(certs.server.key),
-         "--sandbox-tls-cert", str(certs.wildcard.cert),
-         "--sandbox-tls-key", str(certs.wildcard.key)],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"https://127.0.0.1:{port}"
-    try:
-        verify = ssl.create_default_context(cafile=certs.ca)
-        deadline = time.monotonic() + 300  # may have to bake the template first
-        while True:
-            try:
-                if httpx.get(f"{url}/health", verify=verify, timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError((tmp / "server.log").read_text(errors="replace")[-3000:])
-            time.sleep(0.1)
-        config = json.loads((tmp / "client.json").read_text())
-        assert config["api_url"] == url
-        yield TLSServe(url, config["api_key"], certs)
-    finally:
-        terminate(proc, 30)
-        log.close()
-        leftovers = qemu_pids_under(tmp)
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
-        left_dirs = list((tmp / "sandboxes").glob("sbx-*"))
-        shutil.rmtree(tmp, ignore_errors=True)
-        assert not leftovers and not left_dirs, (leftovers, left_dirs)
+    preview = free_port()
+    with run_live_server(
+            {"PANDASTACK_PREVIEW_URL": f"https://{SANDBOX_DOMAIN}:{preview}"},
+            serve_args=["--tls-cert", str(certs.server.cert), "--tls-key", str(certs.server.key),
+                        "--sandbox-tls-cert", str(certs.wildcard.cert),
+                        "--sandbox-tls-key", str(certs.wildcard.key)],
+            verify=ssl.create_default_context(cafile=certs.ca), preview_port=preview) as server:
+        config = json.loads((server.state_dir.parent / "client.json").read_text())
+        assert config["api_url"] == server.api_url
+        yield TLSServe(server.api_url, server.api_key, certs)
 
 
 def test_sdk_terminal_and_sandbox_port_over_tls(served: TLSServe,
