@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -36,6 +37,7 @@ class LiveAgent:
         self.socket = tmp / "agent.sock"
         self.token_file = tmp / "agent.token"
         self.url = f"unix:{self.socket}"
+        self.listen = self.url  # its --listen
         self.log_path = tmp / "agent.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_args: list[str] = []  # more `pandastack agent` flags (--db, ...)
@@ -44,19 +46,23 @@ class LiveAgent:
     def token(self) -> str:
         return self.token_file.read_text().strip()
 
+    def probe_client(self) -> httpx.Client:
+        """A client of the agent's host API, for the wait in `start`."""
+        transport = httpx.HTTPTransport(uds=str(self.socket))
+        return httpx.Client(transport=transport, base_url="http://agent")
+
     def start(self) -> None:
         env = {**os.environ, "PANDASTACK_STATE_DIR": str(self.state_dir),
                "PANDASTACK_SNAPSHOTS_DIR": str(self.snapshots_dir),
                "PANDASTACK_VOLUMES_DIR": str(self.volumes_dir)}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pandastack", "agent", "--listen", self.url,
+                [sys.executable, "-m", "pandastack", "agent", "--listen", self.listen,
                  "--token-file", str(self.token_file), "--log-level", "warning",
                  *self.extra_args],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT
-        transport = httpx.HTTPTransport(uds=str(self.socket))
-        with httpx.Client(transport=transport, base_url="http://agent") as client:
+        with self.probe_client() as client:
             while True:
                 with contextlib.suppress(httpx.TransportError, OSError):
                     headers = {"Authorization": f"Bearer {self.token}"}
@@ -79,6 +85,9 @@ class LiveAgent:
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
+
+
+AgentT = TypeVar("AgentT", bound=LiveAgent)
 
 
 async def leftovers(agent: LiveAgent) -> tuple[list[str], list[str], list[str]]:
@@ -118,11 +127,9 @@ async def assert_nothing_left(agent: LiveAgent, what: str = "the tests") -> None
 
 
 @contextlib.asynccontextmanager
-async def live_agent() -> AsyncIterator[LiveAgent]:
-    """A started agent; on the way out it gets SIGTERM (which must end it cleanly), then
-    whatever it left is killed and the test fails on it."""
-    tmp = Path(tempfile.mkdtemp(prefix="pag-", dir="/tmp"))
-    agent = LiveAgent(tmp)
+async def started(agent: AgentT) -> AsyncIterator[AgentT]:
+    """`agent` started; on the way out it gets SIGTERM (which must end it cleanly), then
+    whatever it left is killed and the test fails on it, and its directory is removed."""
     try:
         agent.start()
         yield agent
@@ -131,4 +138,9 @@ async def live_agent() -> AsyncIterator[LiveAgent]:
         try:
             await assert_nothing_left(agent)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(agent.tmp, ignore_errors=True)
+
+
+def live_agent() -> contextlib.AbstractAsyncContextManager[LiveAgent]:
+    """A started agent on a unix socket (`started`)."""
+    return started(LiveAgent(Path(tempfile.mkdtemp(prefix="pag-", dir="/tmp"))))
