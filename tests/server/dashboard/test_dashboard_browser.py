@@ -6,36 +6,17 @@ guest: tests/e2e/test_dashboard.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from pandastack import Client, Sandbox
-from tests.server.browser import DESKTOP, PHONE, Browser, chromium
-from tests.server.live import FakeServer, fake_server
+from tests.server.browser import DESKTOP, PHONE, Browser
+from tests.server.live import FakeServer
 
 PAGES = ("sandboxes", "templates", "snapshots", "volumes", "usage", "keys")
 ENDED = ("killed", "expired", "failed")
 LIVE_LIST_S = 2.0  # the issue's bound: the list polls every second
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
-    with fake_server(tmp_path_factory.mktemp("dashboard")) as srv:
-        yield srv
-        with Client(srv.url, srv.admin_key) as client:
-            left = [s.id for s in client.sandboxes.list()]  # the live ones
-        assert not left, f"sandboxes left: {left}"
-
-
-@pytest.fixture(scope="module")
-def signed_in(server: FakeServer) -> Iterator[Browser]:
-    with chromium() as browser:
-        browser.sign_in(server.url, server.admin_key)
-        yield browser
-        assert not browser.errors, browser.errors
 
 
 def test_a_new_sandbox_appears_and_is_killed_from_the_ui(server: FakeServer,

@@ -9,43 +9,21 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Page, Response
 
-from pandastack import Client, Sandbox
-from tests.server.browser import Browser, chromium
-from tests.server.live import FakeServer, fake_server
+from pandastack import Sandbox
+from tests.server.browser import Browser
+from tests.server.live import FakeServer
 
 SPAN_S = 300  # sandboxes.js CHART_SPAN_S
 DAY = 86400
 EPS = 0.02  # the chart rounds coordinates to 1/100
 TEAM = "default"  # the admin key's, which the browser signs in with
-
-
-@pytest.fixture(scope="module")
-def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("charts")
-
-
-@pytest.fixture(scope="module")
-def server(server_dir: Path) -> Iterator[FakeServer]:
-    with fake_server(server_dir) as srv:
-        yield srv
-        with Client(srv.url, srv.admin_key) as client:
-            left = [s.id for s in client.sandboxes.list()]
-        assert not left, f"sandboxes left: {left}"
-
-
-@pytest.fixture(scope="module")
-def signed_in(server: FakeServer) -> Iterator[Browser]:
-    with chromium() as browser:
-        browser.sign_in(server.url, server.admin_key)
-        yield browser
-        assert not browser.errors, browser.errors
 
 
 def chart(page: Page, name: str) -> dict[str, Any]:
