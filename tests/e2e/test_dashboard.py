@@ -11,7 +11,7 @@ import pytest
 
 from pandastack import Sandbox
 from tests.e2e.conftest import LiveServer
-from tests.server.browser import Browser, chromium
+from tests.server.browser import Browser, signed_in_chromium
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -22,10 +22,8 @@ PAGES = ("templates", "snapshots", "volumes", "usage", "keys")
 
 @pytest.fixture(scope="module")
 def browser(live_server: LiveServer) -> Iterator[Browser]:
-    with chromium() as b:
-        b.sign_in(live_server.api_url, live_server.api_key)
+    with signed_in_chromium(live_server.api_url, live_server.api_key) as b:
         yield b
-        assert not b.errors, b.errors
 
 
 def test_create_terminal_kill(live_server: LiveServer, browser: Browser) -> None:

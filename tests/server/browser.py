@@ -87,3 +87,13 @@ def chromium(viewport: ViewportSize | None = None,
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     assert not profile.exists()
+
+
+@contextmanager
+def signed_in_chromium(base_url: str, key: str) -> Iterator[Browser]:
+    """A Chromium signed in to the dashboard at `base_url` with `key`; its pages must have
+    logged no error by the end."""
+    with chromium() as browser:
+        browser.sign_in(base_url, key)
+        yield browser
+        assert not browser.errors, browser.errors

@@ -35,9 +35,7 @@ def server(server_dir: Path) -> Iterator[FakeServer]:
 @pytest.fixture(scope="module")
 def signed_in(server: FakeServer) -> Iterator[Browser]:
     # Imported here: Playwright is only for these browser tests, not test_dashboard_http.
-    from tests.server.browser import chromium
+    from tests.server.browser import signed_in_chromium
 
-    with chromium() as browser:
-        browser.sign_in(server.url, server.admin_key)
+    with signed_in_chromium(server.url, server.admin_key) as browser:
         yield browser
-        assert not browser.errors, browser.errors
