@@ -20,6 +20,7 @@ from pandastack.sdk import AsyncSandbox, Sandbox
 from pandastack.sdk._shared_http import shared_http
 from pandastack.sdk.config import resolve_config
 from tests.sdk.fakes import SANDBOX
+from tests.threaded_server import serving
 
 
 class CountingServer(ThreadingHTTPServer):
@@ -73,14 +74,8 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[CountingServer]:
     srv = CountingServer()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(srv, join_timeout=5):
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 def test_creates_in_one_process_share_one_connection(server: CountingServer) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.threaded_server import serving
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
@@ -79,11 +81,5 @@ def run_hostile() -> Iterator[Hostile]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)

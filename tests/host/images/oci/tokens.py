@@ -9,7 +9,6 @@ import base64
 import contextlib
 import datetime
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
+
+from tests.threaded_server import serving
 
 SERVICE = "pandastack-test-registry"
 ISSUER = "pandastack-test-tokens"
@@ -111,11 +112,5 @@ def run_token_service(users: dict[str, str]) -> Iterator[tuple[TokenService, str
             self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield service, f"http://127.0.0.1:{server.server_address[1]}/token"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
