@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -390,19 +391,29 @@ _VAR_RE = re.compile(r"\\\$|\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9
                      r"(?::([-+])([^}]*))?\})")
 
 
-def expand_env(value: str, env: dict[str, str]) -> str:
-    """Docker's ENV substitution: `$NAME`, `${NAME}`, `${NAME:-default}`, `${NAME:+alt}`;
-    unknown names expand to nothing; `\\$` is a literal `$`."""
+def substitute_refs(text: str, value_of: Callable[[str], str | None], *,
+                    unescape: bool) -> str:
+    """Docker's substitution of `$NAME`, `${NAME}`, `${NAME:-word}`, `${NAME:+word}` by
+    `value_of(NAME)` (None: the reference is left as written); `\\$` becomes `$` with
+    `unescape`, else it stays for a later substitution."""
 
     def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "\\$":
-            return "$"
         name = m.group(1) or m.group(2)
-        current = env.get(name, "")
+        if name is None:  # an escaped `\$`
+            return "$" if unescape else m.group(0)
+        current = value_of(name)
+        if current is None:
+            return m.group(0)
         if m.group(3) == "-":
             return current or m.group(4)
         if m.group(3) == "+":
             return m.group(4) if current else ""
         return current
 
-    return _VAR_RE.sub(sub, value)
+    return _VAR_RE.sub(sub, text)
+
+
+def expand_env(value: str, env: dict[str, str]) -> str:
+    """Docker's ENV substitution: `$NAME`, `${NAME}`, `${NAME:-default}`, `${NAME:+alt}`;
+    unknown names expand to nothing; `\\$` is a literal `$`."""
+    return substitute_refs(value, lambda name: env.get(name, ""), unescape=True)

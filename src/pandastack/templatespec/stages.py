@@ -3,14 +3,10 @@ Docker's substitution, and the dropping of stages the last one does not copy fro
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 
-from .models import ENV_NAME_RE, CopyFromStep, StageSpec, TemplateStep
-
-_ARG_REF_RE = re.compile(r"\\\$|\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)"
-                         r"(?::([-+])([^}]*))?\})")
+from .models import ENV_NAME_RE, CopyFromStep, StageSpec, TemplateStep, substitute_refs
 
 
 class ArgScope:
@@ -60,19 +56,8 @@ class ArgScope:
         (an unset one is empty); any other `$...` and `\\$` are left for the build's ENV
         expansion."""
         known = self._visible(in_from)
-
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(1) or m.group(2)
-            if name is None or name not in known:
-                return m.group(0)
-            current = known[name] or ""
-            if m.group(3) == "-":
-                return current or m.group(4)
-            if m.group(3) == "+":
-                return m.group(4) if current else ""
-            return current
-
-        return _ARG_REF_RE.sub(sub, text)
+        return substitute_refs(text, lambda name: (known[name] or "") if name in known else None,
+                               unescape=False)
 
     def run_env(self, command: str | list[str]) -> str | list[str]:
         """A RUN command with the stage's set ARGs in its environment, as Docker gives them
