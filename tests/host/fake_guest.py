@@ -10,6 +10,8 @@ import threading
 import tracemalloc
 from collections.abc import Callable, Iterable, Iterator
 
+import pytest
+
 from pandastack.guestproto import frames as P
 from pandastack.host.agentlink.client import AgentClient
 
@@ -78,6 +80,15 @@ class FakeGuest:
 
 async def in_thread(fn: Callable[[], object]) -> object:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGuest]:
+    """A FakeGuest for the test, closed after it (tests/host/agentlink/conftest.py offers it
+    there; a module elsewhere imports it)."""
+    g = FakeGuest()
+    yield g
+    g.close()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -442,13 +442,6 @@ async def test_connect_waits_for_socket(tmp_path: Path) -> None:
 
 
 # -- a fake guest that misbehaves ----------------------------------------------------------
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGuest]:
-    g = FakeGuest()
-    yield g
-    g.close()
 
 
 async def test_handshake_skips_garbage(fake: FakeGuest) -> None:

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,13 +24,6 @@ MiB = 2**20
 # What the host may keep queued for one operation (channel.MAX_OP_BUFFER) is 16 MiB of
 # accounted bytes; every flood below sends ten times that or more.
 OP_BUFFER = 16 * MiB
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGuest]:
-    g = FakeGuest()
-    yield g
-    g.close()
 
 
 def deep_header(t: str, op_id: int, depth: int = 30_000) -> bytes:

@@ -21,13 +21,6 @@ pytestmark = pytest.mark.timeout(120)
 MiB = 2**20
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeGuest]:
-    g = FakeGuest()
-    yield g
-    g.close()
-
-
 def data_frames(op_id: int, lines: Iterator[bytes]) -> Iterator[bytes]:
     """`lines` packed into `data` frames of at most MAX_CHUNK, as the agent relays them."""
     buf = bytearray()

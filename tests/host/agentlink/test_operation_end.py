@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,13 +16,6 @@ from pandastack.host.agentlink.client import AgentClient
 from tests.host.fake_guest import FakeGuest, in_thread
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGuest]:
-    g = FakeGuest()
-    yield g
-    g.close()
 
 
 async def request(fake: FakeGuest, t: str) -> P.Frame:

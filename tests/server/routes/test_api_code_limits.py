@@ -13,18 +13,13 @@ import httpx
 import pytest
 
 from tests.host.agentlink.test_code_hostile import answer_code, event, results
-from tests.host.fake_guest import FakeGuest, in_thread
+from tests.host.fake_guest import FakeGuest, fake, in_thread
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
 
 pytestmark = pytest.mark.timeout(120)
 
-
-@pytest.fixture
-def fake() -> Iterator[FakeGuest]:
-    g = FakeGuest()
-    yield g
-    g.close()
+__all__ = ["fake"]
 
 
 @pytest.fixture
