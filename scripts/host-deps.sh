@@ -26,6 +26,8 @@ packages=(
   # OCI images (host/images/oci/, ADR 0046): the tests run Debian's registry on loopback and push
   # the images they make with skopeo, its basic auth from an htpasswd file (apache2-utils).
   docker-registry skopeo apache2-utils
+  # tests/guest/test_watch_scan.py stops an agent at one system call to make a race happen.
+  strace
 )
 
 missing=()

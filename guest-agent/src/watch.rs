@@ -4,7 +4,7 @@
 //! sends the queue as `events` frames under the op's credit. A queue that fills, or the
 //! kernel's own overflow, ends the watch with `eof{reason:"overflow"}`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -158,6 +158,10 @@ struct Reader {
     recursive: bool,
     paths: HashMap<c_int, String>,
     pending: Option<(u32, String, bool)>,
+    /// Paths a scan of a new directory told as created since the kernel's queue was last
+    /// read empty: made between the directory's inotify_add_watch and its scan, an entry is
+    /// also in that queue (its IN_CREATE), and must not be told twice (as guest/watch.py).
+    scanned: HashSet<String>,
     sh: Arc<WShared>,
 }
 
@@ -207,6 +211,7 @@ impl Reader {
                 let p = join(&d, &crate::osstr::to_string(entry.file_name().as_bytes()));
                 if report {
                     self.sh.put(Ev::new("create", &p, is_dir));
+                    self.scanned.insert(p.clone());
                 }
                 if is_dir && self.add_one(&p)? {
                     stack.push(p);
@@ -273,9 +278,43 @@ impl Reader {
                 Ok(n) => {
                     let data = buf[..n].to_vec();
                     self.decode(&data);
+                    self.drain_after_scans(&mut buf);
                 }
                 Err(_) => continue, // EAGAIN
             }
+        }
+    }
+
+    /// Read on until the kernel's queue is empty, then forget what the scans told: an entry
+    /// a scan saw was made before the scan read its directory, so its IN_CREATE (if the
+    /// watch was there to see it) was queued before that empty read.
+    fn drain_after_scans(&mut self, buf: &mut [u8]) {
+        while !self.scanned.is_empty() && !self.ended() {
+            match (&self.fd).read(buf) {
+                Ok(n) if n > 0 => {
+                    let data = buf[..n].to_vec();
+                    self.decode(&data);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                    self.sh.finish("overflow"); // events may be lost from here on
+                    return;
+                }
+                _ => {
+                    self.scanned.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn created(&mut self, path: String, is_dir: bool) {
+        if self.scanned.remove(&path) {
+            return; // told by the scan of its new directory, and followed
+        }
+        self.sh.put(Ev::new("create", &path, is_dir));
+        if is_dir && self.recursive {
+            let _ = self.add(&path, true);
         }
     }
 
@@ -302,6 +341,9 @@ impl Reader {
             if self.pending.is_some() && !pairs {
                 self.flush_pending();
             }
+            if mask & (IN_DELETE | IN_MOVED_FROM) != 0 {
+                self.scanned.remove(&path); // made again after this, it is a new create
+            }
             if mask & IN_MOVED_FROM != 0 {
                 self.pending = Some((cookie, path, is_dir));
             } else if mask & IN_MOVED_TO != 0 {
@@ -311,16 +353,10 @@ impl Reader {
                     }
                     self.sh.put(Ev { kind: "rename", path, is_dir, old_path: Some(old) });
                 } else {
-                    self.sh.put(Ev::new("create", &path, is_dir));
-                    if is_dir && self.recursive {
-                        let _ = self.add(&path, true);
-                    }
+                    self.created(path, is_dir);
                 }
             } else if mask & IN_CREATE != 0 {
-                self.sh.put(Ev::new("create", &path, is_dir));
-                if is_dir && self.recursive {
-                    let _ = self.add(&path, true);
-                }
+                self.created(path, is_dir);
             } else if mask & IN_MODIFY != 0 {
                 self.sh.put(Ev::new("write", &path, is_dir));
             } else if mask & IN_ATTRIB != 0 {
@@ -357,7 +393,10 @@ fn new_reader(root: &str, recursive: bool) -> Result<Reader, OpError> {
         cond: Condvar::new(),
         wake: Mutex::new(Some(wake_w)),
     });
-    let mut r = Reader { fd, wake_r, root: root.to_string(), recursive, paths: HashMap::new(), pending: None, sh };
+    let mut r = Reader {
+        fd, wake_r, root: root.to_string(), recursive, paths: HashMap::new(), pending: None,
+        scanned: HashSet::new(), sh,
+    };
     match std::fs::metadata(root) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(OpError::new("ENOTDIR", "Not a directory (watch a directory)").with_path(root)),
