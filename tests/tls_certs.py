@@ -1,7 +1,9 @@
 """Certificates made by the test with `openssl`, as an operator would issue them: a CA, the
-API's server certificate (127.0.0.1, localhost), a wildcard certificate of the sandbox
-listener (*.sandbox.test) and a client certificate for mutual TLS. A second, unrelated CA is
-there to issue what a trusted CA did not."""
+API's and agents' server certificate (127.0.0.1, localhost; an agent shows it to other
+agents as a client too, so it is for both), a wildcard certificate of the sandbox listener
+(*.sandbox.test) and a client certificate for mutual TLS. A second, unrelated CA is there to
+issue what a trusted CA did not; `serving_only` is a server certificate that is not for
+clients (an agent's from before its streams to other agents had TLS)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class IssuedCerts:
     client: Pair
     other_ca: Path
     stranger: Pair  # a client certificate the other CA issued
+    serving_only: Pair
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -61,15 +64,18 @@ def make_test_certs(root: Path) -> IssuedCerts:
     other = _ca(root, "other-ca")
     server_ext = "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
     client_ext = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n"
+    names = "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
     return IssuedCerts(
         ca=ca[0],
         server=_issue(root, "server", ca, "/CN=localhost",
-                      server_ext + "subjectAltName=IP:127.0.0.1,DNS:localhost\n"),
+                      "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n"
+                      + names),
         wildcard=_issue(root, "wildcard", ca, f"/CN=*.{SANDBOX_DOMAIN}",
                         server_ext + f"subjectAltName=DNS:*.{SANDBOX_DOMAIN}\n"),
         client=_issue(root, "client", ca, "/CN=control-plane", client_ext),
         other_ca=other[0],
         stranger=_issue(root, "stranger", other, "/CN=stranger", client_ext),
+        serving_only=_issue(root, "serving-only", ca, "/CN=localhost", server_ext + names),
     )
 
 

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from pandastack.cli.agent import with_peer_tls
+from pandastack.host.config import HostConfig, PeerCerts
 from tests.server.hostclient.test_agent_tls import TOKEN, tls_agent
 from tests.server.live import ROOT, fake_server, free_port
 from tests.tls_certs import peer_names
@@ -105,3 +107,13 @@ async def test_the_guides_agent_certificate_under_mutual_tls(made: Path) -> None
         except (ssl.SSLError, ConnectionError):
             answer = b""
         assert answer == b""
+
+
+def test_the_guides_agent_certificate_serves_the_streams_between_agents(made: Path) -> None:
+    """Shown to other agents as a client's too (a migration's or fork's stream): the
+    agent's start check passes it (one for servers only stops the agent)."""
+    args = argparse.Namespace(tls_cert=made / "agent-10.0.0.11.pem",
+                              tls_key=made / "agent-10.0.0.11.key",
+                              tls_client_ca=made / "ca.pem")
+    assert with_peer_tls(HostConfig(), args).peer_tls == PeerCerts(
+        args.tls_cert, args.tls_key, args.tls_client_ca)

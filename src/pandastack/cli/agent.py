@@ -196,6 +196,26 @@ def listener_tls(args: argparse.Namespace | None, listen: str) -> ssl.SSLContext
     return server_context(cert, key, client_ca=client_ca)
 
 
+def with_peer_tls(config: HostConfig, args: argparse.Namespace) -> HostConfig:
+    """`config` with the certificate of the agent's streams to other agents (a migration's
+    memory, a direct fork's snapshot; ADR 0048, addendum): with mutual TLS on its host API,
+    the same files, checked now to pass as a server's and a client's certificate both.
+    Without `--tls-client-ca` those streams stay plain TCP guarded by one-time tokens."""
+    from dataclasses import replace
+
+    from pandastack.host.config import PeerCerts
+    from pandastack.host.runtime.channel import PeerTLS
+
+    pair = cert_options(args, "tls")
+    cert, key = pair.get("tls_cert"), pair.get("tls_key")
+    client_ca = getattr(args, "tls_client_ca", None)
+    if cert is None or key is None or client_ca is None:
+        return config
+    certs = PeerCerts(cert, key, client_ca)
+    PeerTLS(certs).check()
+    return replace(config, peer_tls=certs)
+
+
 def parse_labels(labels: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in labels:
@@ -328,6 +348,7 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
 def run(args: argparse.Namespace) -> int:
     from pandastack.cli.tls import TLSFilesError
     from pandastack.host.config import HostConfig
+    from pandastack.hostport.errors import SetupError
 
     if getattr(args, "object_store", None):
         os.environ["PANDASTACK_OBJECT_STORE"] = args.object_store
@@ -337,15 +358,19 @@ def run(args: argparse.Namespace) -> int:
     listen = args.listen or default_listen(state_dir)
     try:  # before anything starts: a typo or a bad certificate is not worth a traceback
         listener_tls(args, listen)
+        config = with_peer_tls(config, args)
         if args.db:
             endpoint_of(listen, args.advertise, tls=args.tls_cert is not None)
             parse_labels(args.label)
-    except (ValueError, TLSFilesError) as exc:
+    except (ValueError, TLSFilesError, SetupError) as exc:
         print(f"pandastack agent: {exc}")
         return 2
     token = load_token(args.token_file or default_token_file(state_dir))
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.tls_cert is not None and config.peer_tls is None:
+        log.warning("without --tls-client-ca, live migrations and direct forks stream to "
+                    "other agents in clear TCP: keep the agents on a private network")
     try:
         asyncio.run(serve(config, listen, token, args.log_level, args))
     except SystemExit as exc:

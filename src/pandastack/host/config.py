@@ -22,6 +22,17 @@ STREAM_HUGE_PAGES_CHOICES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
+class PeerCerts:
+    """The agent's own certificate and key and the operator's CA: with them, the streams
+    agents open to each other (a live migration's memory, a direct fork's snapshot) are
+    mutual TLS, each side showing its certificate (ADR 0048, addendum)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+@dataclass(frozen=True)
 class HostConfig:
     """Where the runtime keeps its files and how it runs VMs.
 
@@ -106,6 +117,9 @@ class HostConfig:
     # least recently used chunks and files that nothing outside the cache links to are
     # evicted after each fetch (ADR 0016). None: no bound.
     objects_cache_mb: int | None = None
+    # Mutual TLS on the agent-to-agent streams (`pandastack agent --tls-cert --tls-key
+    # --tls-client-ca`); None: plain TCP guarded by a one-time token.
+    peer_tls: PeerCerts | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -54,10 +54,11 @@ MakeHost = Callable[[], Awaitable[Host]]
 
 
 @contextlib.asynccontextmanager
-async def runtimes(host_config: HostConfig,
-                   store_config: ObjectStoreConfig) -> AsyncIterator[MakeHost]:
+async def runtimes(host_config: HostConfig, store_config: ObjectStoreConfig,
+                   **fields: object) -> AsyncIterator[MakeHost]:
     """Runtimes that share the template cache's home (images, network claims) and the object
-    store, nothing else; each is closed and its directories checked and removed after."""
+    store, nothing else (`fields`: more of HostConfig's, the same for each); each is
+    closed and its directories checked and removed after."""
     hosts: list[Host] = []
 
     async def make() -> Host:
@@ -67,7 +68,8 @@ async def runtimes(host_config: HostConfig,
             (root / part).mkdir()
         config = HostConfig.from_env(home=host_config.home, state_dir=root / "s",
                                      snapshots_root=root / "snaps", object_store=store_config,
-                                     objects_cache=root / "cache" / "objects-cache")
+                                     objects_cache=root / "cache" / "objects-cache",
+                                     **fields)
         rt = HostRuntime(config, progress=lambda m: None)
         await rt.start()
         hosts.append(Host(rt, root))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.runtime.migration import _connect
+from pandastack.host.runtime import channel
 from pandastack.host.runtime.remote import snapshot_manifest
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.transfer import EXTENT
@@ -126,8 +126,8 @@ async def test_a_wrong_token_or_a_dead_source_leaves_nothing_on_the_destination(
 
     # A source that dies mid-stream: half a file, then gone.
     ticket = await b.rt.transfers.accept(offer, "127.0.0.1")
-    sock = await asyncio.to_thread(_connect, ticket["host"], int(ticket["port"]),
-                                   bytes.fromhex(ticket["token"]))
+    sock = await asyncio.to_thread(channel.connect, ticket["host"], int(ticket["port"]),
+                                   bytes.fromhex(ticket["token"]), None)
     size = offer["files"][0]["size"]
     await asyncio.to_thread(sock.sendall, EXTENT.pack(0, size) + b"\x01" * 65536)
     sock.close()

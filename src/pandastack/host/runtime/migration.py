@@ -6,8 +6,10 @@
 2. destination `accept(sid, offer, listen_host)`: lays the sandbox's directory out (those
    layers fetched, a placeholder top over them), takes a network slot of its own, starts its
    VMM waiting stopped for a stream, and listens on `listen_host` for one connection that
-   must open with the ticket's token. The ticket: address, port, token.
-3. source `send(sid, ticket)`: connects, sends the token and hands the socket to its VMM,
+   must open with the ticket's token (channel.py: mutual TLS first where the agents have
+   certificates). The ticket: address, port, token, whether TLS.
+3. source `send(sid, ticket)`: connects, sends the token and hands the socket to its VMM
+   (with TLS, a socket pair whose other end a relay carries over the TLS connection),
    which streams the memory straight to the destination's and stops the guest at the end
    (the switch). Its top layer, flushed now, goes to the store. The handoff names it.
 4. destination `complete(sid, handoff)`: the top in place of the placeholder, the guest run
@@ -23,16 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pandastack.host.network.manager import Slot
+from pandastack.host.runtime import channel
 from pandastack.host.runtime.records import SANDBOX_ID_RE, SandboxRecord
 from pandastack.host.runtime.remote import FORMAT, SANDBOX_FIELDS, RemoteState
 from pandastack.host.runtime.sandbox import SandboxHandle
@@ -42,20 +45,14 @@ from pandastack.hostport.errors import (
     SandboxNotFound,
     SandboxStateError,
     SetupError,
-    VMMError,
 )
 from pandastack.hostport.network import NetworkPolicy
 
 if TYPE_CHECKING:
     from pandastack.host.runtime.parts import RuntimeParts
 
-TOKEN_BYTES = 32
-# How long the destination waits for the source's connection, and how many connections
-# that do not open with the token it closes before it stops listening.
+# How long the destination waits for the source's connection.
 ACCEPT_S = 60.0
-MAX_STRANGERS = 8
-TOKEN_READ_S = 5.0
-CONNECT_S = 10.0
 # Past this the source's guest is stopped so that the rest goes at once; and the bounds of
 # the whole stream on either side.
 CONVERGE_S = 30.0
@@ -71,6 +68,7 @@ class _Incoming:
     slot: Slot | None
     vm: VMProcess | None = None
     listener: socket.socket | None = None
+    relay: channel.Relay | None = None  # with TLS: the stream's way in to the VMM
     accepting: asyncio.Task[None] | None = None
     expiry: asyncio.Task[None] | None = None
     done: bool = False
@@ -90,6 +88,9 @@ class Migrations:
         self.rt = rt
         self._incoming: dict[str, _Incoming] = {}
         self._outgoing: dict[str, _Outgoing] = {}
+
+    def _tls(self) -> channel.PeerTLS | None:
+        return channel.peer_tls(self.rt.config.peer_tls)
 
     def _remote(self) -> RemoteState:
         if self.rt.remote is None:
@@ -127,26 +128,39 @@ class Migrations:
         if out is None or out.sent:
             raise SandboxStateError(f"sandbox {sandbox_id} has no migration offered")
         handle, vm = self.rt.table.running(sandbox_id, "running")
-        token = bytes.fromhex(str(ticket["token"]))
+        tls = self._tls()
+        host, port, token = channel.checked_ticket(ticket, tls)
         async with handle.lifecycle_lock:
             record = self.rt.table.record(sandbox_id)
             if record.layers != out.layers or self.rt.merges.under_way(sandbox_id):
                 raise SandboxStateError(f"sandbox {sandbox_id} changed its disk since the offer")
-            sock = await asyncio.to_thread(_connect, str(ticket["host"]), int(ticket["port"]),
-                                           token)
+            sock = await asyncio.to_thread(channel.connect, host, port, token, tls)
+            relay = None
+            if isinstance(sock, ssl.SSLSocket):
+                relay = channel.Relay(sock, outgoing=True, name=f"migration-out-{sandbox_id}")
+                relay.start()
             await handle.disconnect()
             handle.state = "migrating"
             try:
-                stats = await self.rt.driver.migrate_out(vm, sock.fileno(),
-                                                         converge_s=CONVERGE_S,
-                                                         timeout=STREAM_S)
+                stats = await self.rt.driver.migrate_out(
+                    vm, sock.fileno() if relay is None else relay.vmm_end.fileno(),
+                    converge_s=CONVERGE_S, timeout=STREAM_S)
+                if relay is not None:
+                    # The VMM wrote its whole stream: the relay's read ends after the last
+                    # byte, whenever the VMM closes its own copy.
+                    relay.vmm_end.shutdown(socket.SHUT_WR)
             except BaseException:
                 handle.state = "running"
+                if relay is not None:
+                    relay.stop()
                 raise
             finally:
-                sock.close()
-            out.sent = True
+                # The VMM holds its own copy (or none left: its stream ended).
+                (sock if relay is None else relay.vmm_end).close()
             try:
+                if relay is not None:  # until the stream's last bytes left this host
+                    await relay.finish(STREAM_S)
+                out.sent = True
                 # The guest is stopped and its disks flushed: the top is final.
                 top = await remote.put_file(handle.workdir / record.top, record.top)
             except BaseException:
@@ -213,11 +227,12 @@ class Migrations:
                 MachineShape(record.vcpus, record.memory_mb), workdir / record.top,
                 netns=inc.slot.netns if inc.slot is not None else None,
                 saved_by=tmpl.snapshot.saved_by)
-            token = secrets.token_bytes(TOKEN_BYTES)
-            inc.listener = _listen(listen_host)
+            token = secrets.token_bytes(channel.TOKEN_BYTES)
+            tls = self._tls()
+            inc.listener = channel.listen(listen_host)
             port = inc.listener.getsockname()[1]
             loop = asyncio.get_running_loop()
-            inc.accepting = loop.create_task(self._accept(inc, token),
+            inc.accepting = loop.create_task(self._accept(inc, token, tls),
                                              name=f"migration-in-{sandbox_id}")
             inc.expiry = loop.create_task(self._expire(sandbox_id),
                                           name=f"migration-expiry-{sandbox_id}")
@@ -225,37 +240,32 @@ class Migrations:
             await self._drop(sandbox_id)
             raise
         self.rt.slots.refill_spares()
-        return {"host": listen_host, "port": port, "token": token.hex()}
+        return channel.ticket(listen_host, port, token, tls)
 
-    async def _accept(self, inc: _Incoming, token: bytes) -> None:
-        """The one connection that opens with `token`, handed to the VMM; others are closed
-        (at most MAX_STRANGERS of them), and after ACCEPT_S nothing is taken."""
+    async def _accept(self, inc: _Incoming, token: bytes, tls: channel.PeerTLS | None) -> None:
+        """The one connection that opens with `token` (channel.accept), handed to the VMM."""
         assert inc.listener is not None and inc.vm is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + ACCEPT_S
         try:
-            for _ in range(MAX_STRANGERS + 1):
-                conn, _peer = await asyncio.wait_for(loop.sock_accept(inc.listener),
-                                                     max(0.0, deadline - loop.time()))
-                try:
-                    got = await asyncio.wait_for(_recv_exactly(loop, conn, len(token)),
-                                                 TOKEN_READ_S)
-                except (TimeoutError, OSError):
-                    got = b""
-                if not hmac.compare_digest(got, token):
-                    conn.close()
-                    continue
-                inc.listener.close()
-                try:
-                    await self.rt.driver.accept_incoming(inc.vm, conn.fileno())
-                finally:
-                    conn.close()
-                return
-            raise VMMError(f"no source connected with the token ({MAX_STRANGERS} did not)")
-        except TimeoutError:
-            raise VMMError(f"no source connected in {ACCEPT_S:.0f}s") from None
+            conn = await channel.accept(inc.listener, token, tls, ACCEPT_S)
         finally:
             inc.listener.close()
+        if not isinstance(conn, ssl.SSLSocket):
+            # The VMM shares the socket's flags: non-blocking, as asyncio accepted it.
+            conn.setblocking(False)
+            try:
+                await self.rt.driver.accept_incoming(inc.vm, conn.fileno())
+            finally:
+                conn.close()
+            return
+        inc.relay = channel.Relay(conn, outgoing=False, name=f"migration-in-{inc.record.id}")
+        inc.relay.vmm_end.setblocking(False)  # the same for the pair's end
+        try:
+            await self.rt.driver.accept_incoming(inc.vm, inc.relay.vmm_end.fileno())
+        except BaseException:
+            inc.relay.stop()
+            raise
+        inc.relay.vmm_end.close()
+        inc.relay.start()
 
     async def _expire(self, sandbox_id: str) -> None:
         await asyncio.sleep(ABANDON_S)
@@ -273,6 +283,8 @@ class Migrations:
         vm, record, workdir = inc.vm, inc.record, inc.workdir
         await asyncio.wait_for(asyncio.shield(inc.accepting), ACCEPT_S)
         await self.rt.driver.wait_incoming(vm, STREAM_S)
+        if inc.relay is not None:  # the VMM has the whole stream: the rest is TLS's goodbye
+            inc.relay.stop()
         disks = self.rt.driver.disks
         fetched = workdir / f".incoming-top{disks.suffix}"
         await remote.copy_file(handoff["top"], fetched)
@@ -331,6 +343,8 @@ class Migrations:
                     await task
         if inc.listener is not None:
             inc.listener.close()
+        if inc.relay is not None:
+            inc.relay.stop()
         if inc.vm is not None:
             if inc.vm.agent_connection is not None:
                 inc.vm.agent_connection.close()
@@ -348,41 +362,6 @@ class Migrations:
         for sid in list(self._outgoing):
             with contextlib.suppress(HostError):
                 await self.abort(sid)
-
-
-def _connect(host: str, port: int, token: bytes) -> socket.socket:
-    sock = socket.create_connection((host, port), timeout=CONNECT_S)
-    try:
-        sock.sendall(token)
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _listen(host: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.bind((host, 0))
-        sock.listen(1)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def _recv_exactly(loop: asyncio.AbstractEventLoop, conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = await loop.sock_recv(conn, n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def _overwrite(src: Path, dest: Path) -> None:

@@ -9,7 +9,8 @@ of a cross-host fork, with no round trip of the state through the object store.
 2. destination `accept(offer, listen_host)`: the template laid out from the store (cached
    after its first use), a work directory for the snapshot, and a one-shot listener on
    `listen_host` for one connection that opens with the ticket's 32-byte token (as a live
-   migration's, migration.py). The ticket: address, port, token.
+   migration's: channel.py, mutual TLS first where the agents have certificates). The
+   ticket: address, port, token, whether TLS.
 3. source `send(snapshot_id, ticket)`: connects, sends the token, then each file as its
    data extents (holes are not sent), and waits for the destination's answer: it rebased
    the oldest layer onto its own template disk and committed the snapshot as its own
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import os
 import re
 import secrets
@@ -36,14 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pandastack.host.runtime.migration import (
-    MAX_STRANGERS,
-    TOKEN_BYTES,
-    TOKEN_READ_S,
-    _connect,
-    _listen,
-    _recv_exactly,
-)
+from pandastack.host.runtime import channel
 from pandastack.host.runtime.remote import FORMAT, RemoteState
 from pandastack.host.runtime.snapshots import SNAPSHOT_ID_RE, STREAM, allocated_bytes
 from pandastack.host.sparse import data_ranges
@@ -103,6 +96,9 @@ class Transfers:
         self.incoming: dict[str, asyncio.Task[None]] = {}  # snapshot id -> its receiver
         self._expiries: set[asyncio.Task[None]] = set()
 
+    def _tls(self) -> channel.PeerTLS | None:
+        return channel.peer_tls(self.rt.config.peer_tls)
+
     def _remote(self) -> RemoteState:
         if self.rt.remote is None:
             raise SetupError("a snapshot transfer needs an object store shared by both hosts "
@@ -133,16 +129,11 @@ class Transfers:
     async def send(self, snapshot_id: str, ticket: dict[str, Any]) -> None:
         """Stream the snapshot to the ticket's host; returns once that host holds it."""
         info = await asyncio.to_thread(self.rt.snapshots.get, snapshot_id)
-        try:
-            token = bytes.fromhex(str(ticket["token"]))
-            host, port = str(ticket["host"]), int(ticket["port"])
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ValueError(f"not a snapshot transfer ticket: {exc}") from None
-        if len(token) != TOKEN_BYTES or not 0 < port < 65536:
-            raise ValueError("not a snapshot transfer ticket")
+        tls = self._tls()
+        host, port, token = channel.checked_ticket(ticket, tls)
         directory = self.rt.snapshots.path(snapshot_id)
         files = await asyncio.to_thread(_files, directory, info)
-        await asyncio.to_thread(_send, host, port, token, directory, files)
+        await asyncio.to_thread(_send, host, port, token, tls, directory, files)
 
     # -- destination ----------------------------------------------------------------------
 
@@ -161,28 +152,30 @@ class Transfers:
         except FileExistsError:
             raise SandboxStateError(f"snapshot {snap_id} is coming in already") from None
         listener: socket.socket | None = None
+        tls = self._tls()
         try:
-            listener = _listen(listen_host)
+            listener = channel.listen(listen_host)
             port = listener.getsockname()[1]
-            token = secrets.token_bytes(TOKEN_BYTES)
+            token = secrets.token_bytes(channel.TOKEN_BYTES)
         except BaseException:
             if listener is not None:
                 listener.close()
             self.rt.snapshots.abort(work)
             raise
         self.incoming[snap_id] = asyncio.get_running_loop().create_task(
-            self._receive(listener, token, work, snapshot, files, template),
+            self._receive(listener, token, tls, work, snapshot, files, template),
             name=f"snapshot-in-{snap_id}")
-        return {"host": listen_host, "port": port, "token": token.hex(), "snapshot": snap_id}
+        return {**channel.ticket(listen_host, port, token, tls), "snapshot": snap_id}
 
-    async def _receive(self, listener: socket.socket, token: bytes, work: Path,
-                       snapshot: dict[str, Any], files: list[dict[str, Any]],
+    async def _receive(self, listener: socket.socket, token: bytes, tls: channel.PeerTLS | None,
+                       work: Path, snapshot: dict[str, Any], files: list[dict[str, Any]],
                        template: Path) -> None:
         snap_id = str(snapshot["id"])
         conn: socket.socket | None = None
         committed = False
         try:
-            conn = await self._connection(listener, token)
+            conn = await channel.accept(listener, token, tls, self.accept_s)
+            conn.settimeout(IO_S)
             try:
                 await asyncio.to_thread(_receive_files, conn, work, files)
                 disks = self.rt.driver.disks
@@ -213,30 +206,6 @@ class Transfers:
             if not committed:
                 await asyncio.to_thread(self.rt.snapshots.abort, work)
             self.incoming.pop(snap_id, None)
-
-    async def _connection(self, listener: socket.socket, token: bytes) -> socket.socket:
-        """The one connection that opens with `token`; others are closed (at most
-        MAX_STRANGERS), and after `accept_s` none is taken."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.accept_s
-        for _ in range(MAX_STRANGERS + 1):
-            try:
-                conn, _peer = await asyncio.wait_for(loop.sock_accept(listener),
-                                                     max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                raise VMMError(f"no source connected in {self.accept_s:.0f}s") from None
-            try:
-                got = await asyncio.wait_for(_recv_exactly(loop, conn, len(token)),
-                                             TOKEN_READ_S)
-            except (TimeoutError, OSError):
-                got = b""
-            if hmac.compare_digest(got, token):
-                listener.close()
-                conn.setblocking(True)
-                conn.settimeout(IO_S)
-                return conn
-            conn.close()
-        raise VMMError(f"no source connected with the token ({MAX_STRANGERS} did not)")
 
     async def _expire(self, snapshot_id: str) -> None:
         await asyncio.sleep(ABANDON_S)
@@ -273,11 +242,11 @@ def _checked(offer: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]
     return snapshot, [{"name": f["name"], "size": f["size"]} for f in files]
 
 
-def _send(host: str, port: int, token: bytes, directory: Path,
+def _send(host: str, port: int, token: bytes, tls: channel.PeerTLS | None, directory: Path,
           files: list[dict[str, Any]]) -> None:
     deadline = time.monotonic() + TRANSFER_S
     try:
-        sock = _connect(host, port, token)
+        sock = channel.connect(host, port, token, tls)
     except OSError as exc:
         raise VMMError(f"connecting to {host}:{port} for the snapshot failed: {exc}") from exc
     try:
@@ -289,8 +258,8 @@ def _send(host: str, port: int, token: bytes, directory: Path,
                     if time.monotonic() > deadline:
                         raise VMMError(f"the snapshot did not go in {TRANSFER_S:.0f}s")
                     sock.sendall(EXTENT.pack(offset, length))
-                    # socket.sendfile: os.sendfile, waiting as the socket's timeout says.
-                    if sock.sendfile(file, offset, length) != length:
+                    # Waiting as the socket's timeout says.
+                    if channel.send_file_range(sock, file, offset, length) != length:
                         raise VMMError(f"{f['name']} ended before its size")
                 sock.sendall(EXTENT.pack(f["size"], 0))
         sock.settimeout(max(1.0, deadline - time.monotonic()))
