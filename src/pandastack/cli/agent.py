@@ -317,7 +317,9 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
     from pandastack.host.local import LocalHost
     from pandastack.host.runtime import HostRuntime
     from pandastack.metrics_access import MetricsAccess
+    from pandastack.tracing import AGENT_SERVICE, configure_from_env
 
+    configure_from_env(AGENT_SERVICE)  # OTLP spans where OTEL_EXPORTER_OTLP_ENDPOINT is set
     runtime = HostRuntime(config, progress=lambda message: log.info("%s", message))
     local = LocalHost(runtime, migration_host=migration_host(
         listen, args.advertise if args is not None else None))

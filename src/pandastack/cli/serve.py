@@ -140,6 +140,9 @@ def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
 
     from pandastack.cli.tls import fixed
     from pandastack.server.preview.listener import PreviewDispatch
+    from pandastack.tracing import SERVER_SERVICE, configure_from_env
+
+    configure_from_env(SERVER_SERVICE)  # OTLP spans where OTEL_EXPORTER_OTLP_ENDPOINT is set
 
     class _StoppingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -25,6 +25,7 @@ from pandastack.hostport.results import (
 from pandastack.hostport.volumes import HostVolume, VolumeBackup, VolumeMountRequest
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
+from pandastack.tracing import traced
 
 from .runtime import HostRuntime
 from .templates.builds import TemplateBuilds
@@ -50,6 +51,7 @@ class LocalHost:
         if self.owns_runtime:
             await self.runtime.close()
 
+    @traced("host.create")
     async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
                      memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
@@ -111,16 +113,20 @@ class LocalHost:
     async def resume(self, sandbox_id: str) -> None:
         await self.runtime.resume(sandbox_id)
 
+    @traced("host.snapshot")
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
                        internal: bool = False) -> SnapshotResult:
         return await self.runtime.snapshot(sandbox_id, name, internal=internal)
 
+    @traced("host.fork")
     async def fork(self, sandbox_id: str, count: int = 1) -> Sequence[SandboxPort]:
         return await self.runtime.fork(sandbox_id, count)
 
+    @traced("host.hibernate")
     async def hibernate(self, sandbox_id: str) -> None:
         await self.runtime.hibernate(sandbox_id)
 
+    @traced("host.wake")
     async def wake(self, sandbox_id: str) -> None:
         await self.runtime.wake(sandbox_id)
 

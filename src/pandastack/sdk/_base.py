@@ -88,6 +88,8 @@ class Call(Generic[T]):
     content: bytes | None = None
     headers: Mapping[str, str] | None = None
     timeout: httpx.Timeout | None = None  # None: the client's timeout
+    # The name of its client span where the program traces (_tracing.py); None: "METHOD".
+    span: str | None = None
 
     @property
     def label(self) -> str:
@@ -380,25 +382,27 @@ def create_sandbox_call(*, template: str | None, ttl_seconds: int | None, persis
                   name=name, host_id=host_id)
     if network is not None:
         body["network"] = network_body(network)
-    return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body)
+    return Call("POST", "/v1/sandboxes", model_decoder(SandboxInfo), json=body,
+                span="sandbox.create")
 
 
 def state_call(sandbox_id: str, action: Literal["pause", "resume", "hibernate",
                                                 "wake"]) -> Call[SandboxInfo]:
     """pause / resume / hibernate / wake: the sandbox as it is afterwards."""
-    return Call("POST", sandbox_path(sandbox_id, action), model_decoder(SandboxInfo), json={})
+    return Call("POST", sandbox_path(sandbox_id, action), model_decoder(SandboxInfo), json={},
+                span=f"sandbox.{action}")
 
 
 def snapshot_call(sandbox_id: str, name: str | None) -> Call[SnapshotInfo]:
     return Call("POST", sandbox_path(sandbox_id, "snapshots"), model_decoder(SnapshotInfo),
-                json=encode(wire.CreateSnapshot, name=name))
+                json=encode(wire.CreateSnapshot, name=name), span="sandbox.snapshot")
 
 
 def fork_call(sandbox_id: str, count: int, *, durable: bool = False,
               host_id: str | None = None) -> Call[ForkResult]:
     return Call("POST", sandbox_path(sandbox_id, "fork"), model_decoder(ForkResult),
                 json=encode(wire.ForkRequest, count=count, durable=durable or None,
-                            host_id=host_id))
+                            host_id=host_id), span="sandbox.fork")
 
 
 def list_snapshots_call() -> Call[list[SnapshotInfo]]:

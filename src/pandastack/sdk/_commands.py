@@ -105,7 +105,7 @@ def exec_call(sandbox_id: str, cmd: str | Sequence[str], *, timeout_seconds: flo
                                                                                   "exec")
     headers = {"Accept": "text/event-stream"} if stream else None
     return Call("POST", path, model_decoder(ExecResult), json=body, headers=headers,
-                timeout=with_read_timeout(base_timeout, timeout_seconds))
+                timeout=with_read_timeout(base_timeout, timeout_seconds), span="sandbox.exec")
 
 
 def start_process_call(sandbox_id: str, cmd: str | Sequence[str], *,

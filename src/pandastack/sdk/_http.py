@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import httpx
 
 from pandastack.sdk._base import Call, client_headers, raise_for_status, transport_errors
+from pandastack.sdk._tracing import traced_call
 from pandastack.sdk.config import ClientConfig
 
 T = TypeVar("T")
@@ -35,10 +36,15 @@ def _client_kwargs(config: ClientConfig) -> dict[str, Any]:
             "verify": tls_context(config.ca_bundle)}
 
 
-def _request_kwargs(call: Call[Any], default: httpx.Timeout, content: Any) -> dict[str, Any]:
+def _request_kwargs(call: Call[Any], default: httpx.Timeout, content: Any,
+                    headers: Mapping[str, str] | None) -> dict[str, Any]:
     return {"params": call.params, "json": call.json,
             "content": call.content if content is None else content,
-            "headers": call.headers, "timeout": call.timeout or default}
+            "headers": headers, "timeout": call.timeout or default}
+
+
+def _traced(call: Call[Any]) -> AbstractContextManager[Mapping[str, str] | None]:
+    return traced_call(call.span, call.method, call.path, call.headers)
 
 
 class HTTP:
@@ -62,9 +68,9 @@ class HTTP:
 
     def run(self, call: Call[T], content: Iterable[bytes] | None = None) -> T:
         """Send `call` (with `content` streamed as the body, if given) and decode the reply."""
-        with transport_errors(call.label):
-            response = self._client.request(call.method, call.path,
-                                            **_request_kwargs(call, self.timeout, content))
+        with transport_errors(call.label), _traced(call) as headers:
+            response = self._client.request(
+                call.method, call.path, **_request_kwargs(call, self.timeout, content, headers))
         raise_for_status(response)
         return call.decode(response)
 
@@ -73,8 +79,9 @@ class HTTP:
                content: Iterable[bytes] | None = None) -> Iterator[httpx.Response]:
         """Send `call`; yield the 2xx response with its body unread. Errors are translated,
         including those raised while the caller iterates the body."""
-        with transport_errors(call.label), self._client.stream(
-                call.method, call.path, **_request_kwargs(call, self.timeout, content)) as response:
+        with transport_errors(call.label), _traced(call) as headers, self._client.stream(
+                call.method, call.path,
+                **_request_kwargs(call, self.timeout, content, headers)) as response:
             if not response.is_success:
                 response.read()
                 raise_for_status(response)
@@ -105,9 +112,9 @@ class AsyncHTTP:
 
     async def run(self, call: Call[T], content: AsyncIterable[bytes] | None = None) -> T:
         """Send `call` (with `content` streamed as the body, if given) and decode the reply."""
-        with transport_errors(call.label):
-            response = await self._client.request(call.method, call.path,
-                                                  **_request_kwargs(call, self.timeout, content))
+        with transport_errors(call.label), _traced(call) as headers:
+            response = await self._client.request(
+                call.method, call.path, **_request_kwargs(call, self.timeout, content, headers))
         raise_for_status(response)
         return call.decode(response)
 
@@ -116,10 +123,10 @@ class AsyncHTTP:
                      ) -> AsyncIterator[httpx.Response]:
         """Send `call`; yield the 2xx response with its body unread. Errors are translated,
         including those raised while the caller iterates the body."""
-        with transport_errors(call.label):
+        with transport_errors(call.label), _traced(call) as headers:
             async with self._client.stream(
                     call.method, call.path,
-                    **_request_kwargs(call, self.timeout, content)) as response:
+                    **_request_kwargs(call, self.timeout, content, headers)) as response:
                 if not response.is_success:
                     await response.aread()
                     raise_for_status(response)

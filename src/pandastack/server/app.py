@@ -18,6 +18,7 @@ from starlette.routing import Route
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.metrics_access import MetricsAccess, scrape
+from pandastack.tracing import TracingMiddleware
 from pandastack.wire.pty import PTY_WEBSOCKET
 from pandastack.wire.sandboxes import ErrorEnvelope
 
@@ -204,6 +205,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     app.add_middleware(EventContextMiddleware)  # the caller that events name as their actor
     # /dashboard: outermost, so what it forwards to /v1 meets every layer above once.
     app.add_middleware(DashboardMiddleware)
+    # Outermost of all: a request's span covers every layer (ADR 0049; a no-op while off).
+    app.add_middleware(TracingMiddleware)
     access = MetricsAccess.of(settings.host)
 
     @app.get("/health", response_model=Health, tags=["health"])

@@ -16,6 +16,7 @@ from pandastack.hostport.host_api.codec import ErrorEnvelope
 from pandastack.hostport.host_api.models import HostStatus
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.metrics_access import MetricsAccess, scrape
+from pandastack.tracing import TracingMiddleware
 
 from . import code, files, plain, processes, pty, templates, watch
 from .auth import require_token
@@ -95,6 +96,9 @@ def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False,
     agent_metrics = AgentMetrics()
     access = metrics_access or MetricsAccess(loopback=False)
     app.add_middleware(LatencyMiddleware, metrics=agent_metrics)
+    # Each call a span named by its operationId, the child of the control plane's
+    # `traceparent` (ADR 0049; a no-op while off).
+    app.add_middleware(TracingMiddleware, by_operation=True)
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics(request: Request) -> Response:

@@ -85,6 +85,7 @@ from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import ForkChildren, SnapshotInfo, SnapshotResult
 from pandastack.hostport.volumes import VolumeMountRequest
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
+from pandastack.tracing import span, traced
 
 MAX_VCPUS = 8
 MAX_MEMORY_MB = 16384
@@ -240,6 +241,7 @@ class HostRuntime:
 
     # -- create ---------------------------------------------------------------------------
 
+    @traced("runtime.create")
     async def create(self, template: str = DEFAULT_TEMPLATE, *, vcpus: int = DEFAULT_VCPUS,
                      memory_mb: int = DEFAULT_MEMORY_MB,
                      disk_mb: int | None = None, sandbox_id: str | None = None,
@@ -313,11 +315,12 @@ class HostRuntime:
             record = replace(record, volumes=tuple(m.record() for m in mounts))
             slot = await self.slots.acquire(workdir, policy)
             record = replace(record, slot=slot.index if slot is not None else None)
-            if base_dir is not None:
-                link_layers(base_dir, workdir, base_layers)
-                disks.create_layer(workdir / top, workdir / base_layers[-1], base_bytes)
-            else:
-                disks.create_layer(workdir / top, tmpl.disk, base_bytes)
+            with span("runtime.overlay"):
+                if base_dir is not None:
+                    link_layers(base_dir, workdir, base_layers)
+                    disks.create_layer(workdir / top, workdir / base_layers[-1], base_bytes)
+                else:
+                    disks.create_layer(workdir / top, tmpl.disk, base_bytes)
             # A snapshot's stream carries all of its memory; a template's memory is its file.
             files = replace(tmpl.snapshot, device_state=state_file,
                             memory=None if snapshot is not None else tmpl.snapshot.memory)
@@ -363,6 +366,7 @@ class HostRuntime:
         self.slots.refill_spares()
         return handle
 
+    @traced("vmm.restore")
     async def restore_vm(self, paths: VMPaths, files: SnapshotFiles, disk: Path,
                        netns: str | None, volumes: dict[int, VolumeDrive]) -> VMProcess:
         """Restore a VM; one whose memory is all in its stream gets RAM from the hugetlb pool

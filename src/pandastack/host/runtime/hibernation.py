@@ -39,6 +39,7 @@ from pandastack.hostport.errors import (
     SetupError,
 )
 from pandastack.hostport.network import NetworkPolicy
+from pandastack.tracing import span
 
 #: What a hibernation waits for the guest to write its page cache to its disk first.
 SYNC_BEFORE_SAVE_S = 30.0
@@ -84,7 +85,8 @@ class Hibernation:
             rt.table.save(replace(before, state=HIBERNATING))
             crash_point("hibernate-before-save")
             try:
-                await rt.driver.save_stopped(vm, handle.workdir / HIBERNATION)
+                with span("vmm.save"):
+                    await rt.driver.save_stopped(vm, handle.workdir / HIBERNATION)
             except BaseException:
                 rt.table.save(before)
                 if before.state == "running":  # the save stopped the guest first

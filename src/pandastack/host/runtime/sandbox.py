@@ -30,6 +30,7 @@ from pandastack.hostport.errors import AgentConnectionError, SandboxStateError, 
 from pandastack.hostport.protocols import GuestListings, SandboxPort
 from pandastack.hostport.results import ExecResult
 from pandastack.rules import DEFAULT_TEMPLATE
+from pandastack.tracing import traced
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class SandboxHandle(_Listings):
     def is_alive(self) -> bool:
         return self.vm is not None and self.vm.is_alive()
 
+    @traced("guest.handshake")
     async def initialize(self, machine_id: str) -> None:
         """First contact after restore: fresh clock, entropy, hostname and machine-id."""
         if self.vm is None:
@@ -164,6 +166,7 @@ class SandboxHandle(_Listings):
 
     # -- guest operations -----------------------------------------------------------------
 
+    @traced("guest.exec")
     async def exec(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                    stdin: bytes | None = None, on_stdout: OutputCallback | None = None,

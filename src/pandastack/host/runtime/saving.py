@@ -30,6 +30,7 @@ from pandastack.hostport.errors import HostError, SnapshotFailed, SnapshotNotFou
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.results import ForkChildren, SnapshotInfo, SnapshotResult
 from pandastack.rules import MAX_FORK
+from pandastack.tracing import span, traced
 
 if TYPE_CHECKING:
     from pandastack.host.runtime.parts import RuntimeParts
@@ -41,6 +42,7 @@ class Saves:
     def __init__(self, rt: RuntimeParts):
         self.rt = rt
 
+    @traced("runtime.snapshot")
     async def snapshot(self, sandbox_id: str, name: str | None = None, *,
                        internal: bool = False, short_pause: bool | None = None,
                        transient: bool = False, resync_clock: bool = True) -> SnapshotResult:
@@ -82,9 +84,10 @@ class Saves:
                                                    handle.workdir / record.top,
                                                    record.disk_bytes)
                     async with self._volumes_still(handle, vm, record, work) as kept:
-                        pause = await rt.driver.snapshot_live(
-                            vm, buffer or work / STREAM, handle.workdir / new_top,
-                            short_pause=short_pause, overwrite=buffer is not None)
+                        with span("vmm.snapshot"):
+                            pause = await rt.driver.snapshot_live(
+                                vm, buffer or work / STREAM, handle.workdir / new_top,
+                                short_pause=short_pause, overwrite=buffer is not None)
                     if buffer is not None:
                         (work / STREAM).symlink_to(buffer)
                 except (SnapshotFailed, OSError) as exc:

@@ -13,6 +13,7 @@ from pandastack.host.network.manager import NetworkManager, Slot
 from pandastack.host.runtime.records import SandboxRecord
 from pandastack.hostport.errors import HostError
 from pandastack.hostport.network import NetworkPolicy
+from pandastack.tracing import traced
 
 # Network slots kept ready (namespace, veth, tap, default policy), so that a create does not
 # wait ~20 ms for `ip` and `nft`. They hold no VM: nothing idles but a few kernel objects.
@@ -42,6 +43,7 @@ class SandboxSlots:
     def slot(self, index: int) -> Slot:
         return Slot(index, self.network.pool)
 
+    @traced("runtime.network_slot")
     async def acquire(self, owner: Path, policy: NetworkPolicy) -> Slot | None:
         """A slot for the sandbox directory `owner`, with `policy` in force; None without
         networking."""

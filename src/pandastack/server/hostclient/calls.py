@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pandastack.hostport.errors import HostError, HostUnavailable
 from pandastack.hostport.frames import Decoder, Frame, FrameError, Kind
 from pandastack.hostport.host_api.codec import ErrorEnvelope, decode_error, load_json
+from pandastack.tracing import headers as trace_headers
 
 from .transport import Timeouts, parse_address, reaching
 
@@ -102,7 +103,7 @@ class Caller:
         body = None if json is None else json.model_dump(mode="json")
         with reaching(self.address):
             response = await self.http.request(method, url, json=body, params=params,
-                                               content=content,
+                                               content=content, headers=trace_headers(),
                                                timeout=self.timeouts.of(read))
         if response.status_code >= 400:
             raise self._error(response)
@@ -123,6 +124,7 @@ class Caller:
         as the caller gone: it cancels the operation."""
         body = None if json is None else json.model_dump(mode="json")
         request = self.http.build_request(method, url, json=body, params=params,
+                                          headers=trace_headers(),
                                           timeout=self.timeouts.of(read))
         with reaching(self.address):
             response = await self.http.send(request, stream=True)

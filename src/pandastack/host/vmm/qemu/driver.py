@@ -67,6 +67,7 @@ from pandastack.host.vmm.qemu.qmp import (
     wait_migration,
 )
 from pandastack.hostport.errors import HugePagesUnavailable, SnapshotFailed, VMMError
+from pandastack.tracing import span
 
 
 class QemuDriver:
@@ -209,11 +210,14 @@ class QemuDriver:
     def _spawn(self, argv: list[str], paths: VMPaths, shape: MachineShape, netns: str | None,
                pass_fds: tuple[int, ...] = (), *, huge_pages: bool = True) -> VMProcess:
         paths.workdir.mkdir(parents=True, exist_ok=True)
-        cell = jail.prepare(paths, shape, netns, self.jail) if self.jail is not None else None
+        with span("vmm.jail"):  # its uid, chroot and cgroup (jail.py)
+            cell = (jail.prepare(paths, shape, netns, self.jail) if self.jail is not None
+                    else None)
         if cell is not None:
             argv = [*argv, *cell.qemu_args()]
         try:
-            vm = self._popen(argv, paths, pass_fds, huge_pages=huge_pages)
+            with span("vmm.spawn"):
+                vm = self._popen(argv, paths, pass_fds, huge_pages=huge_pages)
         except BaseException:
             if cell is not None:
                 jail.release(paths.workdir)
@@ -282,17 +286,21 @@ class QemuDriver:
         finally:
             os.close(fd)
         try:
-            # Connect to the agent port before the guest runs, so the guest sees the port
-            # already open when it resumes instead of an EOF and a back-off.
-            vm.agent_connection = await connect_unix(paths.agent_socket, alive=vm.is_alive)
-            # QEMU 7.2 cannot enable x-ignore-shared from the command line, so the capability
-            # and the load go through QMP: three commands pipelined in one write, one round
-            # trip. Without -S the guest runs as soon as the load completes.
-            await qmp_pipeline(qmp_socket(paths), [
-                ("migrate-set-capabilities", {"capabilities": [
-                    {"capability": "x-ignore-shared", "state": True}]}),
-                ("migrate-incoming", {"uri": f"fd:{fd}"}),
-            ], alive=vm.is_alive)
+            # Until QEMU has taken the load; the load itself ends inside the handshake.
+            with span("vmm.qmp_restore"):
+                # Connect to the agent port before the guest runs, so the guest sees the
+                # port already open when it resumes instead of an EOF and a back-off.
+                vm.agent_connection = await connect_unix(paths.agent_socket,
+                                                         alive=vm.is_alive)
+                # QEMU 7.2 cannot enable x-ignore-shared from the command line, so the
+                # capability and the load go through QMP: three commands pipelined in one
+                # write, one round trip. Without -S the guest runs as soon as the load
+                # completes.
+                await qmp_pipeline(qmp_socket(paths), [
+                    ("migrate-set-capabilities", {"capabilities": [
+                        {"capability": "x-ignore-shared", "state": True}]}),
+                    ("migrate-incoming", {"uri": f"fd:{fd}"}),
+                ], alive=vm.is_alive)
         except BaseException as exc:
             vm.kill()
             if vm.agent_connection is not None:
