@@ -25,6 +25,9 @@ VERSION = 1
 """Version byte of the frame layout."""
 PROTOCOL_VERSION = 1
 """Version of the message set, exchanged as ``v`` in ``hello``."""
+OLDEST_PROTOCOL_VERSION = 1
+"""The oldest message set the host still speaks: a guest agent frozen in a snapshot or a
+hibernation before it is refused with a word on rebuilding its template."""
 FLAGS = 0
 
 PREFIX = struct.Struct(">2sBBII")

@@ -32,6 +32,7 @@ type name and re-raised by its client: the control plane sees the same classes e
     └── AgentError            anything about the guest agent channel
         ├── AgentConnectionError   channel closed, handshake failed, or deadline passed
         │   └── VMExited           the sandbox's VM process is not running (it died)
+        ├── GuestIncompatible      the guest agent speaks a guest protocol this host does not
         ├── AgentProtocolError     the guest sent bytes that are not a valid frame
         ├── AgentLimitError        the guest sent more than the host accepts for one operation
         └── GuestOSError           an operation failed inside the guest (errno + message)
@@ -182,6 +183,12 @@ class VMExited(AgentConnectionError):
 
 class AgentProtocolError(AgentError):
     pass
+
+
+class GuestIncompatible(AgentError):
+    """The guest agent (frozen in an older or newer template, snapshot or hibernation) speaks
+    a guest protocol this host does not; the message says which side to rebuild or upgrade.
+    Not a connection failure: connecting again gives the same answer."""
 
 
 class AgentLimitError(AgentError):

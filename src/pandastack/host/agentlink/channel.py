@@ -106,6 +106,7 @@ class AgentChannel:
         self._reader_task: asyncio.Task[None] | None = None
         self._bg: set[asyncio.Task[None]] = set()
         self.agent_version: str | None = None
+        self.guest_protocol: int | None = None  # agreed at the handshake
         self.agent_pid: int | None = None
 
     # -- connecting -----------------------------------------------------------------
@@ -175,6 +176,7 @@ class AgentChannel:
                 raise
             raise AgentConnectionError(f"handshake failed: {e}") from e
         self.agent_version, self.agent_pid = hello.agent_version, hello.pid
+        self.guest_protocol = hello.protocol
         self._reader_task = asyncio.create_task(self._read_loop(), name="agent-reader")
         if init_op is not None:
             try:

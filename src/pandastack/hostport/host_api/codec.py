@@ -133,6 +133,7 @@ _STATUS: dict[type[Exception], int] = {
     errors_module.ImageTooLarge: 413,
     errors_module.ImageInvalid: 422,
     errors_module.VMExited: 409,
+    errors_module.GuestIncompatible: 409,
     errors_module.AgentError: 502,
     errors_module.HugePagesUnavailable: 503,
     errors_module.HostUnavailable: 503,

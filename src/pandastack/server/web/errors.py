@@ -24,6 +24,7 @@ from pandastack.hostport.errors import (
     AgentLimitError,
     CodeContextNotFound,
     CodeInterpreterUnavailable,
+    GuestIncompatible,
     GuestOSError,
     HostError,
     HostExhausted,
@@ -150,6 +151,8 @@ def from_host_error(exc: HostError) -> ApiError:
     if isinstance(exc, VMExited):  # not worth a retry: the sandbox ends (or stops) shortly
         return ApiError(409, "conflict", f"{exc}: the VM died; the sandbox is being ended "
                         "(a persistent one is stopped, and wake starts it again)")
+    if isinstance(exc, GuestIncompatible):  # a retry gets the same answer
+        return ApiError(409, "conflict", f"sandbox agent incompatible: {exc}")
     if isinstance(exc, AgentConnectionError):
         return ApiError(503, "unavailable", f"sandbox agent unavailable: {exc}")
     if isinstance(exc, AgentError):
