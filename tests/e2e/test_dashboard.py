@@ -5,6 +5,7 @@ a screenshot of each page is kept (the directory is printed). One sandbox, one b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -43,8 +44,13 @@ def test_create_terminal_kill(live_server: LiveServer, browser: Browser) -> None
         page.wait_for_url(f"**/#/sandboxes/{sbx.id}")
         page.wait_for_selector("#open-terminal:not([disabled])", timeout=PROMPTLY_MS)
         page.click("#open-terminal")
-        page.wait_for_selector("text=/pid \\d+/", timeout=PROMPTLY_MS)
-        # xterm.js takes keys in its hidden textarea, focused once the socket opened.
+        # The terminal's own status, not any "pid N" on the page (the guest's log has some):
+        # it reads so once the socket is open and xterm.js's hidden textarea has the focus.
+        status = page.locator('section[aria-labelledby="term-h"] [role="status"]')
+        status.filter(has_text=re.compile(r"^pid \d+$")).wait_for(timeout=PROMPTLY_MS)
+        page.wait_for_function("document.activeElement && document.activeElement"
+                               ".classList.contains('xterm-helper-textarea')",
+                               timeout=PROMPTLY_MS)
         page.keyboard.type("echo dash-$((6*7))")
         page.keyboard.press("Enter")
         # The command line reads dash-$((6*7)): only the output reads dash-42.

@@ -62,7 +62,17 @@ export function terminalPanel(id) {
                            `${encodeURIComponent(id)}/pty/${pid}`);
     socket.binaryType = "arraybuffer";
     const encoder = new TextEncoder();
+    // Keys typed while the socket still connects are kept and sent on open, in order, so
+    // that typeahead is never lost (a slow host can take seconds to open it).
+    let pending = [];
+    const send = (bytes) => {
+      for (let i = 0; i < bytes.length; i += MAX_INPUT) {
+        socket.send(bytes.subarray(i, i + MAX_INPUT));
+      }
+    };
     socket.onopen = () => {
+      for (const bytes of pending) send(bytes);
+      pending = [];
       state.textContent = `pid ${pid}`;
       term.focus();
     };
@@ -94,11 +104,15 @@ export function terminalPanel(id) {
       return true;
     });
     term.onData((data) => {
-      if (!socket || socket.readyState !== WebSocket.OPEN) return;
+      if (!socket) return;
       const bytes = encoder.encode(data);
-      for (let i = 0; i < bytes.length; i += MAX_INPUT) {
-        socket.send(bytes.subarray(i, i + MAX_INPUT));
+      if (socket.readyState === WebSocket.CONNECTING) {
+        if (pending.reduce((n, b) => n + b.length, 0) + bytes.length <= MAX_INPUT) {
+          pending.push(bytes);
+        }
+        return;
       }
+      if (socket.readyState === WebSocket.OPEN) send(bytes);
     });
     term.onResize(({cols, rows}) => {
       if (socket && socket.readyState === WebSocket.OPEN) {
