@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,11 +23,21 @@ from tests.lanes import (  # noqa: F401  (hooks: the lanes' order, soak variants
     pytest_runtest_logreport,
     pytest_terminal_summary,
 )
+from tests.leftovers import owned_tmpdir, reap
 from tests.services import Postgres, postgres_server
 
 # Network safety: guests in tests never get the host's real resolver. The tests that need
 # DNS give their runtime a stub resolver inside a namespace they create.
 os.environ["PANDASTACK_DNS"] = "off"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before anything runs, what killed runs left behind goes (tests/leftovers.py), said on
+    the terminal; an xdist worker leaves that to the run's controller."""
+    if hasattr(session.config, "workerinput"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    reap(say=reporter.write_line if reporter is not None else print)
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +58,7 @@ def s3_env() -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="session")
 def state_dir() -> Iterator[Path]:
     # Short path: unix socket paths inside it must stay under 108 bytes.
-    path = Path(tempfile.mkdtemp(prefix="pst-", dir="/tmp"))
+    path = owned_tmpdir("pst-")
     yield path
     leftovers = vmm_pids_under(path)
     for pid in leftovers:

@@ -7,7 +7,6 @@ import hashlib
 import os
 import shutil
 import signal
-import tempfile
 import time
 import zipfile
 from collections.abc import Awaitable, Callable, Iterator
@@ -21,6 +20,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import iter_cmdlines
 from pandastack.host.vmm.factory import is_vmm_process
+from tests.leftovers import owned_tmpdir
 
 # A guest process that holds a random value only in its memory, writes it to /tmp/value once
 # and to /tmp/told on SIGUSR1: what a fork, a transfer or a move must carry over is this
@@ -49,7 +49,7 @@ def private_vmm_root(prefix: str) -> Iterator[Path]:
     """A directory for a module's runtimes (home, state) with the host-wide claim directories
     (fork buffers, hugetlb claims) moved into it; at the end, any VMM left under it is killed,
     the directory removed, and the test fails naming the leaked VMMs."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: socket paths
+    path = owned_tmpdir(prefix)  # short: socket paths
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(host_config, "FORK_BUFFERS_ROOT", path / "fork-buffers")
         patch.setattr(host_config, "HUGETLB_CLAIMS_ROOT", path / "hugetlb")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import secrets
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
+
+from tests.leftovers import owned_tmpdir
 
 PG_CLUSTER = Path(__file__).resolve().parents[1] / "scripts" / "pg-cluster"
 
@@ -49,7 +50,7 @@ def postgres_server() -> Iterator[Postgres]:
     """A PostgreSQL server started from Debian's binaries (`make deps` installs them) and
     removed after. Fails, never skips, when there is none: CI must run the store's suites on
     PostgreSQL."""
-    path = Path(tempfile.mkdtemp(prefix="psp-", dir="/tmp"))
+    path = owned_tmpdir("psp-")
     try:
         done = subprocess.run([str(PG_CLUSTER), "start", str(path)], capture_output=True,
                               text=True, timeout=180, check=False)

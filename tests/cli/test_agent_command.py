@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from pandastack.cli.agent import listening_socket, load_token
 from pandastack.cli.main import main
+from tests.leftovers import owned_tmpdir
 
 
 def mode(path: Path) -> int:
@@ -41,7 +41,7 @@ def test_open_or_empty_token_files_are_refused(tmp_path: Path) -> None:
 
 
 def test_unix_socket_is_private_and_a_stale_one_is_replaced() -> None:
-    directory = Path(tempfile.mkdtemp(prefix="pac-", dir="/tmp"))
+    directory = owned_tmpdir("pac-")
     path = directory / "agent.sock"
     try:
         first = listening_socket(f"unix:{path}")

@@ -17,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from pandastack import Client, Sandbox
 from pandastack.cli.doctor import read_env_file
 from pandastack.cli.main import main
 from tests.cli.test_units import unit_settings
+from tests.leftovers import owned_tmpdir
 from tests.server.live_agent import LiveAgent, assert_nothing_left
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
@@ -107,7 +107,7 @@ def stop(proc: subprocess.Popen[bytes], log: Path) -> None:
 
 @pytest.fixture
 def staged() -> Iterator[Path]:
-    tmp = Path(tempfile.mkdtemp(prefix="pun-", dir="/tmp"))  # short: unix socket paths
+    tmp = owned_tmpdir("pun-")  # short: unix socket paths
     try:
         yield tmp
     finally:

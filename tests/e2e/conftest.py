@@ -10,7 +10,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.helpers import qemu_pids_under
+from tests.leftovers import owned_tmpdir
 from tests.server.live import free_port, terminate, wait_healthy
 
 
@@ -58,7 +58,7 @@ def run_live_server(extra_env: dict[str, str] | None = None, *, serve_args: Sequ
     """A `pandastack serve` of its own (`extra_env`: operator settings a test needs at the
     server's start; `serve_args`: more flags), checked for leftovers when it stops. With
     `verify` (`--tls-cert` and `--tls-key` among the flags) it is reached over https."""
-    tmp = Path(tempfile.mkdtemp(prefix="pse-", dir="/tmp"))
+    tmp = owned_tmpdir("pse-")
     port = free_port()
     preview_port = free_port() if preview_port is None else preview_port
     env = {

@@ -13,10 +13,10 @@ import json
 import selectors
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from types import TracebackType
+
+from tests.leftovers import owned_tmpdir
 
 MODULE = "pandastack.cli.main"
 # The forking server. A child ends with os._exit so that nothing the server holds (its
@@ -78,7 +78,7 @@ class ForkedCLI:
 
     def __init__(self, env: Mapping[str, str], timeout: float = 120) -> None:
         self.timeout = timeout
-        self._dir = Path(tempfile.mkdtemp(prefix="pscli-", dir="/tmp"))
+        self._dir = owned_tmpdir("pscli-")
         self._server = subprocess.Popen([sys.executable, "-c", SERVER], env=dict(env),
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._calls = 0

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from pandastack import Client
 from pandastack.server.compat.e2b.rest.base import e2b_key
 from pandastack.wire.sandboxes import ENDED_STATES
 from tests.e2e.conftest import LiveServer
+from tests.leftovers import owned_tmpdir
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -81,7 +81,7 @@ def reports(sdks: dict[str, str], live_server: LiveServer
             ) -> Iterator[Callable[[str], dict[str, dict[str, Any]]]]:
     """A client's steps by name, its script run on first use (once per module)."""
     done: dict[str, dict[str, dict[str, Any]]] = {}
-    work = Path(tempfile.mkdtemp(prefix="pse2b-", dir="/tmp"))
+    work = owned_tmpdir("pse2b-")
     # ESM resolves packages beside the script, not through NODE_PATH: the script runs from a
     # folder whose node_modules is the cached one.
     (work / "node_modules").symlink_to(sdks["E2B_SDK_NODE_MODULES"])

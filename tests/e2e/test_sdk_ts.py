@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from pandastack import Client
 from pandastack.wire.sandboxes import ENDED_STATES
 from tests.e2e.conftest import LiveServer
+from tests.leftovers import owned_tmpdir
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 
@@ -45,7 +45,7 @@ def built() -> Path:
 def node_env(live_server: LiveServer) -> Iterator[dict[str, str]]:
     """The environment a user's node process has: the server and key, nothing else; a
     config dir of its own so no ~/.config file is read."""
-    home = Path(tempfile.mkdtemp(prefix="psts-", dir="/tmp"))
+    home = owned_tmpdir("psts-")
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_CONFIG_HOME": str(home),
            "PANDASTACK_API": live_server.api_url, "PANDASTACK_API_KEY": live_server.api_key}
     try:

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -27,6 +26,7 @@ import pytest
 from pandastack.host.config import HostConfig
 from pandastack.host.network.manager import NetworkManager
 from tests.helpers import qemu_pids_under
+from tests.leftovers import owned_tmpdir
 from tests.server.live import free_port, wait_healthy
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
@@ -84,7 +84,7 @@ def started_serve(prefix: str) -> Iterator[ServeProcess]:
     and leave no VM, sandbox directory or volume."""
     if os.geteuid() != 0:
         pytest.fail("VM tests need root")
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    tmp = owned_tmpdir(prefix)
     server = ServeProcess(tmp)
     try:
         server.start(timeout=300)
@@ -121,7 +121,7 @@ def wait_gone(pid: int, timeout: float = 10) -> None:
 def serve() -> Iterator[ServeProcess]:
     if os.geteuid() != 0:
         pytest.fail("VM tests need root")
-    tmp = Path(tempfile.mkdtemp(prefix="psr-", dir="/tmp"))
+    tmp = owned_tmpdir("psr-")
     server = ServeProcess(tmp)
     try:
         yield server

@@ -22,6 +22,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.records import HIBERNATION
 from pandastack.hostport.errors import SetupError
 from tests.helpers import close_private_runtime
+from tests.leftovers import owned_tmpdir
 
 
 @pytest.fixture
@@ -109,9 +110,9 @@ def test_image_builds_keep_the_guests_modes_under_the_services_umask(tmp_path: P
 @pytest.mark.vm
 async def test_a_sandbox_and_its_snapshot_leave_only_private_files(
         host_config: HostConfig, open_umask: None) -> None:
-    state = Path(tempfile.mkdtemp(prefix="psfm-", dir="/tmp"))
-    snaps = Path(tempfile.mkdtemp(prefix="psfm-snap-", dir="/tmp"))
-    stage = Path(tempfile.mkdtemp(prefix="psfm-stage-", dir="/dev/shm"))
+    state = owned_tmpdir("psfm-")
+    snaps = owned_tmpdir("psfm-snap-")
+    stage = owned_tmpdir("psfm-stage-", "/dev/shm")
     for directory in (state, snaps, stage):
         os.chmod(directory, 0o755)  # as an older install made them
     left_open = snaps / "from-an-older-install.json"

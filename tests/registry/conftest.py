@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from pandastack.registry import Registry
 from pandastack.server.store.db import make_engine, migrate
+from tests.leftovers import owned_tmpdir
 from tests.server.conftest import db
 from tests.server.live_agent import LiveAgent, assert_nothing_left, stop_cleanly
 from tests.services import Postgres
@@ -44,7 +43,7 @@ async def member_agent(dsn: str, *flags: str) -> AsyncIterator[LiveAgent]:
     """An agent registered at `dsn` (started by the test: `agent.start()`); on the way out
     it gets SIGTERM if it runs, then whatever its dirs still hold is killed and the test
     fails on it."""
-    tmp = Path(tempfile.mkdtemp(prefix="prg-", dir="/tmp"))
+    tmp = owned_tmpdir("prg-")
     agent = LiveAgent(tmp)
     agent.extra_args = ["--db", dsn, *flags]
     try:

@@ -15,10 +15,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.leftovers import owned_tmpdir
 
 SDK = Path(__file__).resolve().parents[2] / "sdk-ts"
 
@@ -43,7 +44,7 @@ def unit_tests() -> int:
 
 def run_isolated(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run with a home and caches of its own (Deno compiles into DENO_DIR), removed after."""
-    home = Path(tempfile.mkdtemp(prefix="psts-rt-", dir="/tmp"))
+    home = owned_tmpdir("psts-rt-")
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
            "DENO_DIR": str(home / "deno"), "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"}
     try:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from playwright.sync_api import ConsoleMessage, Error, Page, ViewportSize, sync_playwright
+
+from tests.leftovers import owned_tmpdir
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -61,7 +62,7 @@ def chromium(viewport: ViewportSize | None = None,
     whose names Chromium resolves to 127.0.0.1, with no DNS."""
     args = FLAGS if resolve_to_loopback is None else [
         *FLAGS, f"--host-resolver-rules=MAP {resolve_to_loopback} 127.0.0.1"]
-    profile = Path(tempfile.mkdtemp(prefix="ps-chromium-"))
+    profile = owned_tmpdir("ps-chromium-")
     try:
         with sync_playwright() as p:
             context = p.chromium.launch_persistent_context(

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from tests.helpers import close_private_runtime
+from tests.leftovers import owned_tmpdir
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 300.0  # a first run may have to build the guest image
@@ -143,4 +143,4 @@ async def started(agent: AgentT) -> AsyncIterator[AgentT]:
 
 def live_agent() -> contextlib.AbstractAsyncContextManager[LiveAgent]:
     """A started agent on a unix socket (`started`)."""
-    return started(LiveAgent(Path(tempfile.mkdtemp(prefix="pag-", dir="/tmp"))))
+    return started(LiveAgent(owned_tmpdir("pag-")))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.server.settings import Settings
 from tests.helpers import vmm_pids_under
+from tests.leftovers import owned_tmpdir
 from tests.server.conftest import Api, make_settings, running_app
 from tests.server.live_agent import LiveAgent, assert_nothing_left, stop_cleanly
 
@@ -34,7 +34,7 @@ def vm_settings(tmp: Path, **overrides: object) -> Settings:
 
 
 def short_tmp() -> Path:
-    return Path(tempfile.mkdtemp(prefix="pss-", dir="/tmp"))
+    return owned_tmpdir("pss-")
 
 
 @dataclass

@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from pandastack.host.network import egress_proxy
 from pandastack.host.network.manager import Slot, list_netns
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
+from tests.leftovers import owned_tmpdir
 
 _NET = os.getpid() % 250
 INET_NS = f"pse-inet-{os.getpid()}"
@@ -147,7 +147,7 @@ async def open_runtime(egress_internet: None, host_config: HostConfig,
 
 
 def new_state_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="pse-", dir="/tmp"))
+    return owned_tmpdir("pse-")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.network import ALWAYS_DENIED, NetworkPolicy, denied_part, hard_denied
 from tests.helpers import SandboxFactory
+from tests.leftovers import owned_tmpdir
 
 # Per test process, so that concurrent sessions on one machine do not collide.
 _NET = os.getpid() % 250
@@ -172,7 +172,7 @@ async def test_allow_out_never_opens_the_always_denied_set(internet_host: str,
 
 async def test_the_operator_list_lets_allow_out_open_a_denied_range(
         internet_host: str, host_config: HostConfig) -> None:
-    state = Path(tempfile.mkdtemp(prefix="pso-", dir="/tmp"))
+    state = owned_tmpdir("pso-")
     rt = HostRuntime(dataclasses.replace(host_config, state_dir=state,
                                          network_operator_allow=(DENIED_NET,)),
                      progress=lambda m: None)
@@ -407,7 +407,7 @@ async def dns_runtime(internet_host: str, host_config: HostConfig) -> AsyncItera
                              str(Path(__file__).with_name("dns_stub.py")), INET_IP,
                              "files.pandastack.test", INET_IP],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = Path(tempfile.mkdtemp(prefix="psd-", dir="/tmp"))
+    state = owned_tmpdir("psd-")
     rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state,
                                 snapshots_root=host_config.snapshots_root, dns=INET_IP),
                      progress=lambda m: None)

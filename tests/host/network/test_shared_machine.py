@@ -9,7 +9,6 @@ import os
 import shutil
 import socket
 import struct
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import pid_is_running
 from tests.helpers import remove_private_dirs
+from tests.leftovers import owned_tmpdir
 
 
 def test_another_claims_dir_in_the_same_namespace_is_refused(tmp_path: Path) -> None:
@@ -46,13 +46,13 @@ def test_another_claims_dir_in_the_same_namespace_is_refused(tmp_path: Path) -> 
 def two_configs(host_config: HostConfig) -> Iterator[tuple[HostConfig, HostConfig]]:
     """A: the shared home. B: a home of its own that reaches the shared guest images and
     templates through symlinks (as the agents of `make cluster` do)."""
-    home_b = Path(tempfile.mkdtemp(prefix="psh-", dir="/tmp"))
+    home_b = owned_tmpdir("psh-")
     for name in ("cache", "templates"):
         (home_b / name).symlink_to(host_config.home / name)
     dirs = []
     configs = []
     for home in (host_config.home, home_b):
-        state = Path(tempfile.mkdtemp(prefix="pss-", dir="/tmp"))
+        state = owned_tmpdir("pss-")
         snaps = Path(f"{state}-snapshots")
         snaps.mkdir()
         dirs.append((state, snaps))

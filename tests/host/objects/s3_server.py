@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.leftovers import owned_tmpdir
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "s3-server"
 
@@ -30,7 +31,7 @@ def s3_server() -> Iterator[dict[str, str]]:
     """Starts a private server, yields its environment (PANDASTACK_S3_ENDPOINT, ...), stops
     it and removes its directory."""
     # Under /tmp: as root the servers run as the swift user, who must reach the directory.
-    directory = Path(tempfile.mkdtemp(prefix="pandastack-s3-", dir="/tmp"))
+    directory = owned_tmpdir("pandastack-s3-")
     try:
         started = subprocess.run([str(SCRIPT), "start", str(directory)], capture_output=True,
                                  text=True, timeout=300)

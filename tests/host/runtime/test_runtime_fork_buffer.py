@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,6 +12,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import max_stream_bytes
 from tests.helpers import close_private_runtime
+from tests.leftovers import owned_tmpdir
 
 pytestmark = pytest.mark.vm
 
@@ -50,8 +49,8 @@ async def _buffer_ready(rt: HostRuntime) -> None:
 
 async def test_fork_streams_go_through_the_buffer_and_a_stale_tail_is_harmless(
         host_config: HostConfig) -> None:
-    state = Path(tempfile.mkdtemp(prefix="psfb-", dir="/tmp"))
-    snaps = Path(tempfile.mkdtemp(prefix="psfb-snap-", dir="/tmp"))
+    state = owned_tmpdir("psfb-")
+    snaps = owned_tmpdir("psfb-snap-")
     config = HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps,
                         fork_buffer_s=300)
     rt = HostRuntime(config, progress=lambda m: None)
@@ -106,8 +105,8 @@ async def test_a_forks_snapshot_left_by_a_crash_is_swept_at_start(
         host_config: HostConfig) -> None:
     """A fork deletes its snapshot once its children run; if the host process died in
     between, the next start removes it (and its stream link into the buffer, now gone)."""
-    state = Path(tempfile.mkdtemp(prefix="psfb-", dir="/tmp"))
-    snaps = Path(tempfile.mkdtemp(prefix="psfb-snap-", dir="/tmp"))
+    state = owned_tmpdir("psfb-")
+    snaps = owned_tmpdir("psfb-snap-")
     config = HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps)
     first = HostRuntime(config, progress=lambda m: None)
     await first.start()

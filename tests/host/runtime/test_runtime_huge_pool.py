@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from pandastack.host.memory.huge_pool import PAGE, POOL_SYSFS
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from tests.helpers import close_private_runtime
+from tests.leftovers import owned_tmpdir
 
 # Reads and grows the kernel's hugetlb pool, which is host-wide: the serial lane.
 pytestmark = [pytest.mark.vm, pytest.mark.serial]
@@ -73,8 +73,8 @@ async def test_stream_restores_take_ram_from_the_pool_and_do_without_it(
         host_config: HostConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     if not POOL_SYSFS.is_dir():
         pytest.skip("no 2 MiB hugetlb pages on this kernel")
-    state = Path(tempfile.mkdtemp(prefix="pshp-", dir="/tmp"))
-    snaps = Path(tempfile.mkdtemp(prefix="pshp-snap-", dir="/tmp"))
+    state = owned_tmpdir("pshp-")
+    snaps = owned_tmpdir("pshp-snap-")
     # Room for two 512 MiB sandboxes, whatever "auto" would say on this host.
     config = HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps,
                         stream_hugetlb_mb=1024)

@@ -17,6 +17,7 @@ from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.hostport.errors import AgentError
 from tests.helpers import SandboxFactory, vmm_pids_under
+from tests.leftovers import owned_tmpdir
 
 pytestmark = pytest.mark.vm
 
@@ -108,8 +109,7 @@ asyncio.run(main())
 
 async def test_host_crash_then_restart_adopts_running_and_cleans_dead(
         host_config: HostConfig) -> None:
-    state = Path(f"/tmp/pst-crash-{os.getpid()}")
-    state.mkdir()
+    state = owned_tmpdir("pst-crash-")
     try:
         proc = subprocess.Popen([sys.executable, "-c", HOST_SCRIPT, str(state)],
                                 stdout=subprocess.PIPE, text=True,

@@ -9,7 +9,6 @@ import contextlib
 import json
 import shutil
 import subprocess
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pandastack.host.runtime.remote import RemoteState, sandbox_manifest, snapsh
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import SandboxNotFound, SnapshotNotFound
 from tests.helpers import vmm_pids_under
+from tests.leftovers import owned_tmpdir
 
 pytestmark = pytest.mark.vm
 
@@ -63,7 +63,7 @@ async def runtimes(host_config: HostConfig, store_config: ObjectStoreConfig,
 
     async def make() -> Host:
         # Short: the VMs' unix sockets live below.
-        root = Path(tempfile.mkdtemp(prefix="pso-", dir="/tmp"))
+        root = owned_tmpdir("pso-")
         for part in ("s", "snaps"):
             (root / part).mkdir()
         config = HostConfig.from_env(home=host_config.home, state_dir=root / "s",

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -16,6 +14,7 @@ from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.hostport.errors import SandboxNotFound, SandboxStateError, SnapshotFailed
 from tests.helpers import SandboxFactory, clock_lag, close_private_runtime, vmm_pids_under
+from tests.leftovers import owned_tmpdir
 
 pytestmark = pytest.mark.vm
 
@@ -212,8 +211,8 @@ async def test_hibernate_then_any_request_wakes(
 
 async def test_killing_the_parent_spares_children_and_nothing_is_left(
         host_config: HostConfig) -> None:
-    state = Path(tempfile.mkdtemp(prefix="psk-", dir="/tmp"))
-    snaps = Path(tempfile.mkdtemp(prefix="psn-", dir="/tmp"))
+    state = owned_tmpdir("psk-")
+    snaps = owned_tmpdir("psn-")
     rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps),
                      progress=lambda m: None)
     await rt.start()
@@ -238,8 +237,8 @@ async def test_killing_the_parent_spares_children_and_nothing_is_left(
 @pytest.fixture
 async def tiny_snapshot_runtime(host_config: HostConfig) -> AsyncIterator[HostRuntime]:
     """A runtime whose snapshots land on a 16 MiB filesystem: too small for any snapshot."""
-    state = Path(tempfile.mkdtemp(prefix="psf-", dir="/tmp"))
-    snaps = Path(tempfile.mkdtemp(prefix="psf-snap-", dir="/tmp"))
+    state = owned_tmpdir("psf-")
+    snaps = owned_tmpdir("psf-snap-")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(snaps)], check=True)
     rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state, snapshots_root=snaps),
                      progress=lambda m: None)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.pty import PtyExit
 from pandastack.server.hostclient import HostClient, agent_tls
+from tests.leftovers import owned_tmpdir
 from tests.server.live import free_port
 from tests.server.live_agent import LiveAgent, started
 from tests.tls_certs import IssuedCerts, make_test_certs
@@ -48,7 +48,7 @@ async def agent(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TLSAg
     if os.geteuid() != 0:
         pytest.fail("VM tests need root")
     certs = make_test_certs(tmp_path_factory.mktemp("certs"))
-    tmp = Path(tempfile.mkdtemp(prefix="pat-", dir="/tmp"))
+    tmp = owned_tmpdir("pat-")
     async with started(TLSAgent(tmp, certs)) as a:
         yield a
 

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from pandastack.hostport.host_api.codec import error_classes
 from pandastack.server.hostclient import HostClient, Timeouts
 from tests.host.api.fake_host import Emit, FakeHost, served
 from tests.hostport.test_codec import sample
+from tests.leftovers import owned_tmpdir
 
 TOKEN = "t0ken"
 POLL = 0.01
@@ -29,7 +29,7 @@ POLL = 0.01
 
 @contextlib.contextmanager
 def private_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="phc-", dir="/tmp"))  # short: a socket lives in it
+    path = owned_tmpdir("phc-")  # short: a socket lives in it
     try:
         yield path
     finally:

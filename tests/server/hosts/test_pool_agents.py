@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import shutil
 import signal
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 
+from tests.leftovers import owned_tmpdir
 from tests.server.conftest import Api, assert_envelope, running_app
 from tests.server.live_agent import LiveAgent, assert_nothing_left, stop_cleanly
 from tests.server.vm_app import vm_settings
@@ -25,7 +24,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.timeout(600), pytest.mark.serial]
 
 @asynccontextmanager
 async def two_agents() -> AsyncIterator[tuple[Api, list[LiveAgent]]]:
-    tmp = Path(tempfile.mkdtemp(prefix="ppa-", dir="/tmp"))
+    tmp = owned_tmpdir("ppa-")
     agents = [LiveAgent(tmp / name) for name in ("a", "b")]
     for agent in agents:
         agent.tmp.mkdir()
