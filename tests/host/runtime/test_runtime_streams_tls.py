@@ -4,7 +4,9 @@ server; certificates made by the test with openssl. Each stream goes through a t
 loopback that keeps what the source sent: over TLS its first bytes are a TLS record and the
 value a guest process holds in its memory is nowhere in it; with plain runtimes the same tap
 sees the token, QEMU's migration magic and that value (so the check can see it). A source
-without the CA's certificate is refused, and the real one still gets in."""
+without the CA's certificate is refused, and the real one still gets in; a destination
+that dies before the switch fails the source's stream through both relays, and the source's
+guest runs on."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ import pytest
 from pandastack.host.config import HostConfig, PeerCerts
 from pandastack.host.objects import ObjectStoreConfig
 from pandastack.host.runtime.sandbox import SandboxHandle
+from pandastack.host.vmm.qemu import qmp
+from pandastack.hostport.errors import HostError
 from tests.helpers import HOLDER
 from tests.host.runtime.test_runtime_object_store import Host, runtimes, store_config
 from tests.tls_certs import IssuedCerts, Pair, make_test_certs
@@ -249,3 +253,29 @@ async def test_a_fork_streamed_over_mutual_tls_refuses_a_source_without_the_cas_
         await asyncio.to_thread(host.rt.delete_snapshot, snap_id)
     await b.rt.kill(child.id)
     await a.rt.kill(parent.id)
+
+
+async def test_a_tls_destination_that_dies_before_the_switch_leaves_the_source_running(
+        tls_hosts: tuple[Host, Host], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relays' failure path with QEMU on both ends: the destination's VMM gone, its
+    relay closes the TLS connection, the source's relay its socket pair, and the source's
+    VMM's migration fails; the guest runs on there, and moves later."""
+    a, b = tls_hosts
+    sbx = await a.rt.create()
+    pid, value = await _holder(sbx)
+    offer = await a.rt.migrations.offer(sbx.id)
+    ticket = await b.rt.migrations.accept(sbx.id, offer, "127.0.0.1")
+    incoming = b.rt.migrations._incoming[sbx.id].vm
+    assert incoming is not None
+    await asyncio.to_thread(incoming.kill)
+    with monkeypatch.context() as shorter:
+        # The destination retries its dead VMM's QMP socket this long before it gives up.
+        shorter.setattr(qmp, "QMP_CONNECT_S", 5.0)
+        with pytest.raises((HostError, OSError)):
+            await a.rt.migrations.send(sbx.id, ticket)
+    await b.rt.migrations.abort(sbx.id)
+    assert a.rt.get(sbx.id).state == "running"
+    assert await _told(sbx, pid) == value
+    await _migrate(a, b, sbx.id)
+    assert await _told(b.rt.get(sbx.id), pid) == value
+    await b.rt.kill(sbx.id)
