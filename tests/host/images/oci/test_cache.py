@@ -102,3 +102,19 @@ def test_digests_are_checked_before_they_become_paths(tmp_path: Path) -> None:
     for bad in ("sha256:../../etc/passwd", "md5:" + "a" * 32, "sha256:" + "A" * 64):
         with pytest.raises(ValueError):
             cache.open(bad, "r/a")
+
+
+def test_a_blob_open_for_a_pull_is_not_evicted(tmp_path: Path) -> None:
+    cache = LayerCache(tmp_path, 1)
+    in_use, unused = add(cache, b"a" * 1000), add(cache, b"b" * 1000)
+    age(cache, in_use, 300)  # the least recently used: the first to go, were it not open
+    blob = cache.open(in_use, "r.example/a")
+    assert blob is not None
+    with blob:
+        # Another pull's eviction (its own cache object, as another process has).
+        assert LayerCache(tmp_path, 1).evict() == 1000
+        assert cache.sources(in_use) == ["r.example/a"]
+        assert blob.read() == b"a" * 1000
+    assert cache.sources(unused) == []
+    assert cache.evict() == 1000  # closed: it goes now
+    assert cache.size() == 0

@@ -19,6 +19,7 @@ from pandastack.host.images.oci.errors import (
     RegistryUnavailable,
 )
 from pandastack.host.images.oci.hosts import RegistryRefused
+from pandastack.host.images.oci.pull import pull_image
 from pandastack.host.images.oci.reference import DOCKER_HUB_API
 from pandastack.host.images.oci.settings import RegistrySettings
 from tests.host.images.oci.conftest import needs_registry
@@ -133,6 +134,31 @@ def test_a_cached_layer_is_not_fetched_again_but_another_repository_must_serve_i
     assert len(other.fetched) == 1
     again, _ = pull(f"{registry.host}/tests/cached-b:v1", tmp_path, conf, cache)
     assert again.fetched == ()
+
+
+def test_another_pulls_eviction_mid_pull_passes_over_the_layer_in_use(
+        registry: Registry, tmp_path: Path, skopeo_policy: Path) -> None:
+    """Another pull (another cache object, as in another process) evicts down to nothing
+    while this one reads its first layer: that layer, open, stays; the second, not yet
+    opened, goes and is fetched again; the root is whole."""
+    first, second = gzipped([file("one", "1")]), gzipped([file("two", "2")])
+    push_image(registry, tmp_path, skopeo_policy, "tests/mid-pull", [first, second])
+    image = f"{registry.host}/tests/mid-pull:v1"
+    conf = settings(registry.host)
+    cache = LayerCache(tmp_path / "cache", 1 << 30)
+    pull(image, tmp_path, conf, cache)
+    evicted: list[int] = []
+
+    def progress(line: str) -> None:
+        if line.startswith("layer 1/2") and line.endswith(": cached"):
+            evicted.append(LayerCache(tmp_path / "cache", 1).evict())
+
+    root = tmp_path / "mid-root"
+    root.mkdir()
+    pulled = pull_image(image, root, settings=conf, cache=cache, progress=progress)
+    assert evicted == [len(second)]
+    assert pulled.fetched == (layer_digest(second),)
+    assert (root / "one").read_text() == "1" and (root / "two").read_text() == "2"
 
 
 def test_missing_images_and_tags_name_the_image(registry: Registry, tmp_path: Path,

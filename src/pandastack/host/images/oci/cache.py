@@ -5,7 +5,10 @@ in size with least-recently-used eviction (ADR 0046).
     <root>/blobs/sha256/<hex>.sources  registry/repository names it was verified from
     <root>/.lock                       held while adding, recording or evicting (short)
 
-A blob's modification time is its last use. A cached blob serves a pull only from a
+A blob's modification time is its last use. A blob open for a pull holds a shared lock on
+it, and eviction passes over a locked blob: a layer in use is never evicted (an evicted
+one's open file would still read, but its bytes would be fetched again by the next pull).
+A cached blob serves a pull only from a
 repository it was verified from: the pull fetched that repository's manifest with its own
 credentials just before (a registry we cannot see into answers the manifest only to those
 who may pull), so a team without access never reaches the cache. From any other repository
@@ -65,6 +68,7 @@ class LayerCache:
             blob = path.open("rb")
         except FileNotFoundError:
             return None
+        fcntl.flock(blob.fileno(), fcntl.LOCK_SH)  # in use until closed: evict passes it
         with contextlib.suppress(FileNotFoundError):
             os.utime(path)
         return blob
@@ -85,6 +89,10 @@ class LayerCache:
             with self._locked():
                 os.replace(tmp, self._path(digest))
                 self._record(digest, source)
+                # From the download's exclusive lock to the reader's shared one, under the
+                # cache's lock: no eviction sees the blob unlocked between the two.
+                out.close()
+                fcntl.flock(blob.fileno(), fcntl.LOCK_SH)
         finally:
             out.close()
             tmp.unlink(missing_ok=True)
@@ -132,7 +140,8 @@ class LayerCache:
 
     def evict(self, keep: Iterable[str] = ()) -> int:
         """Remove the least recently used blobs (never those in `keep`, the digests a pull
-        is using) until the cache is within its bound; returns the bytes removed."""
+        is using, nor one any pull has open) until the cache is within its bound; returns
+        the bytes removed."""
         kept = {self._path(d) for d in keep}
         removed = 0
         with self._locked():
@@ -143,10 +152,26 @@ class LayerCache:
             for path, size, _ in entries:
                 if total <= self.max_bytes:
                     break
-                if path in kept:
+                if path in kept or not self._remove_unused(path):
                     continue
-                path.unlink(missing_ok=True)
-                path.with_suffix(".sources").unlink(missing_ok=True)
                 total -= size
                 removed += size
         return removed
+
+    def _remove_unused(self, path: Path) -> bool:
+        """Remove a blob no pull has open (under the cache's lock, so no pull opens it
+        meanwhile but one that already looked it up: that one still reads whole bytes)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            path.unlink(missing_ok=True)
+            path.with_suffix(".sources").unlink(missing_ok=True)
+            return True
+        finally:
+            os.close(fd)
