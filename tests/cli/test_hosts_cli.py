@@ -13,9 +13,10 @@ import pytest
 
 from pandastack.cli import hosts as cli
 from pandastack.cli.main import main
+from pandastack.hostport.compat import HOST_PROTOCOL, OLDEST_HOST_PROTOCOL, Levels
 from pandastack.sdk import Client, HostInfo
 from pandastack.server.store import open_store
-from tests.server.fake_cluster import ENDPOINTS, STALE_AFTER_S, age
+from tests.server.fake_cluster import CAPACITY, ENDPOINTS, STALE_AFTER_S, age
 from tests.server.live import FakeServer, fake_server
 
 
@@ -117,3 +118,20 @@ def test_one_host_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assert main(["hosts", "drain", "host-0123456789ab"]) == cli.EXIT_API_ERROR
         err = capsys.readouterr().err
         assert err.startswith("error: ") and "drives one host" in err and "409 conflict" in err
+
+
+def test_list_says_why_a_host_is_incompatible(cluster: FakeServer,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    store = open_store(f"sqlite:///{cluster.log.parent / 'pandastack.db'}")
+    try:  # the agent at ENDPOINTS[1] registers again, two host API levels behind
+        b = store.register_host(ENDPOINTS[1], **CAPACITY, version="0.0.1",
+                                levels=Levels.speaking(OLDEST_HOST_PROTOCOL - 1)).id
+    finally:
+        store.close()
+    assert main(["hosts", "list"]) == 0
+    captured = capsys.readouterr()
+    states = [line.split("\t")[:2] for line in captured.out.splitlines()]
+    assert states[1] == [b, "incompatible"] and states[0][1] == "live"
+    assert captured.err == (f"{b} is incompatible: agent speaks host protocol "
+                            f"{OLDEST_HOST_PROTOCOL - 1}, older than this API server serves "
+                            f"({OLDEST_HOST_PROTOCOL} to {HOST_PROTOCOL}): upgrade the agent\n")

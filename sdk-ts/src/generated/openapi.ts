@@ -1821,12 +1821,22 @@ export interface components {
             heartbeat_age_seconds: number;
             /** Id */
             id: string;
+            /**
+             * Incompatible Reason
+             * @default
+             */
+            incompatible_reason: string;
             /** Labels */
             labels?: {
                 [key: string]: string;
             };
             /** Memory Mb */
             memory_mb: number;
+            /**
+             * Protocol
+             * @default 1
+             */
+            protocol: number;
             /**
              * Sandboxes
              * @default 0
@@ -1836,7 +1846,7 @@ export interface components {
              * State
              * @enum {string}
              */
-            state: "live" | "draining" | "stale" | "lost";
+            state: "live" | "draining" | "incompatible" | "stale" | "lost";
             /** Templates */
             templates?: string[];
             /**

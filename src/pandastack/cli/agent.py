@@ -91,6 +91,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--object-store", default=None, metavar="URL",
                    help="the object store hosts share snapshots through "
                         "(sets PANDASTACK_OBJECT_STORE)")
+    # Tests stand in an agent of another version with it (an upgrade's mixed cluster): the
+    # host API protocol level it registers, serving the level before it too.
+    p.add_argument("--host-protocol", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def default_listen(state_dir: Path) -> str:
@@ -270,6 +273,7 @@ def with_registry(local: LocalHost, args: argparse.Namespace, listen: str,
     """The host port under leases, its membership registered at `args.db` (migrated
     first)."""
     import pandastack
+    from pandastack.hostport.compat import OURS, Levels
     from pandastack.registry import Registry
     from pandastack.registry.leased import LeasedHost
     from pandastack.registry.membership import HostFacts, Membership
@@ -286,7 +290,9 @@ def with_registry(local: LocalHost, args: argparse.Namespace, listen: str,
     facts = HostFacts(endpoint=endpoint, vcpus=vcpus,
                       memory_mb=memory_mb,
                       disk_mb=shutil.disk_usage(state_dir).free // (1 << 20),
-                      labels=parse_labels(args.label), version=pandastack.__version__)
+                      labels=parse_labels(args.label), version=pandastack.__version__,
+                      levels=OURS if args.host_protocol is None
+                      else Levels.speaking(args.host_protocol))
     membership = Membership(Registry(engine), facts, local, heartbeat_s=args.heartbeat_s,
                             stale_after_s=args.stale_after_s, usage=host_usage(local))
     return LeasedHost(local, membership)

@@ -36,7 +36,8 @@ __all__ = ["add_parser", "list_rows", "run"]
 EXIT_NOT_ALL_MOVED = 2
 LIST_COLUMNS = ("id", "state", "endpoint", "vcpus", "memory", "sandboxes", "heartbeat",
                 "version")
-_STATE_STYLE = {"live": "green", "draining": "yellow", "stale": "red", "lost": "bold red"}
+_STATE_STYLE = {"live": "green", "draining": "yellow", "incompatible": "red", "stale": "red",
+                "lost": "bold red"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         epilog="exit status: 0 ok; 1 the API or the configuration said no; 2 a drain left "
                "sandboxes it could not move (they keep running; drain again to retry).")
     hs = p.add_subparsers(dest="hosts_command", required=True, metavar="COMMAND")
-    ls = hs.add_parser("list", help="every registered host: live, draining, stale or lost")
+    ls = hs.add_parser("list", help="every registered host: live, draining, incompatible "
+                                    "(a version apart: why, on stderr), stale or lost")
     drain = hs.add_parser("drain", help="take no new sandbox on HOST and move its running "
                                         "and paused ones to other hosts")
     drain.add_argument("host", metavar="HOST", help="host id (see `hosts list`)")
@@ -92,6 +94,9 @@ def _list(client: Client, args: argparse.Namespace) -> int:
         _print_json([h.model_dump(mode="json") for h in hosts])
     else:
         _print_rows(list_rows(hosts), "no hosts: this server drives one host, not a cluster")
+        for h in hosts:
+            if h.incompatible_reason:
+                sys.stderr.write(f"{h.id} is incompatible: {h.incompatible_reason}\n")
     return 0
 
 

@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pandastack.hostport.compat import OURS, Levels
 from pandastack.hostport.errors import HostError, HostUnavailable, SandboxNotFound
 from pandastack.hostport.protocols import RuntimePort
 
@@ -68,6 +69,7 @@ class HostFacts:
     disk_mb: int
     labels: dict[str, str] = field(default_factory=dict)
     version: str = ""
+    levels: Levels = OURS  # the host API protocol it speaks (hostport/compat.py)
 
 
 class Membership:
@@ -254,7 +256,7 @@ class Membership:
         f = self.facts
         host = self.registry.register_host(f.endpoint, vcpus=f.vcpus, memory_mb=f.memory_mb,
                                            disk_mb=f.disk_mb, labels=f.labels,
-                                           version=f.version,
+                                           version=f.version, levels=f.levels,
                                            stale_after_seconds=self.stale_after_s)
         self.host_id, self.epoch = host.id, host.epoch
         self._renewed_at = sent

@@ -17,7 +17,8 @@ class Base(DeclarativeBase):
 class Host(Base):
     """A host agent. Capacity is what it has; usage (templates, sandboxes, used_*) is what it
     reported at its last heartbeat. `fenced`: moved to an epoch no agent holds yet (its next
-    registration starts another)."""
+    registration starts another). `protocol` / `oldest_protocol`: its host API level and the
+    oldest API server level it serves (hostport/compat.py); 1 for agents that predate them."""
 
     __tablename__ = "hosts"
 
@@ -37,6 +38,8 @@ class Host(Base):
     used_vcpus: Mapped[int] = mapped_column(Integer, default=0)
     used_memory_mb: Mapped[int] = mapped_column(Integer, default=0)
     fenced: Mapped[bool] = mapped_column(Boolean, default=False)
+    protocol: Mapped[int] = mapped_column(Integer, server_default="1")
+    oldest_protocol: Mapped[int] = mapped_column(Integer, server_default="1")
 
 
 class Lease(Base):

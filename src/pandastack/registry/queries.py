@@ -26,6 +26,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from pandastack.hostport.compat import OURS, Levels
+
 from .clock import db_now
 from .models import Host, Lease
 
@@ -77,14 +79,15 @@ class HostRegistry:
 
     def register_host(self, endpoint: str, *, vcpus: int, memory_mb: int, disk_mb: int,
                       labels: dict[str, str] | None = None, version: str = "",
+                      levels: Levels = OURS,
                       stale_after_seconds: float = STALE_AFTER_SECONDS) -> Host:
         """Add the host at `endpoint`, or refresh the one that registered there before (same
-        id; capacity, labels and version replaced; heartbeat renewed). One that had gone
-        stale, or was fenced since its agent last registered, comes back under a new epoch,
-        past any it was fenced at; its leases stay under the older one: the VMs it ran for
-        them are not its own any more (it kills them), and they are not renewed by its
-        heartbeats. A live one that was never fenced keeps its epoch, and with it its leases
-        (an agent that restarts quickly keeps its sandboxes)."""
+        id; capacity, labels, version and protocol `levels` replaced; heartbeat renewed).
+        One that had gone stale, or was fenced since its agent last registered, comes back
+        under a new epoch, past any it was fenced at; its leases stay under the older one:
+        the VMs it ran for them are not its own any more (it kills them), and they are not
+        renewed by its heartbeats. A live one that was never fenced keeps its epoch, and with
+        it its leases (an agent that restarts quickly keeps its sandboxes)."""
         with self.session() as s:
             now = _now(s)
             s.execute(_insert(s, Host).values(
@@ -92,6 +95,7 @@ class HostRegistry:
                 disk_mb=disk_mb, labels=labels or {}, version=version, epoch=1,
                 last_heartbeat_at=now, draining=False, created_at=now, templates=[],
                 sandboxes=0, used_vcpus=0, used_memory_mb=0, fenced=False,
+                protocol=levels.level, oldest_protocol=levels.oldest,
             ).on_conflict_do_nothing(index_elements=["endpoint"]))
             host = s.scalars(select(Host).where(Host.endpoint == endpoint)
                              .with_for_update()).one()
@@ -104,6 +108,7 @@ class HostRegistry:
             host.vcpus, host.memory_mb, host.disk_mb = vcpus, memory_mb, disk_mb
             host.labels = labels or {}
             host.version = version
+            host.protocol, host.oldest_protocol = levels.level, levels.oldest
             host.last_heartbeat_at = now
             return host
 

@@ -115,7 +115,7 @@ class TemplateList(Strict):
 #: `draining`: live, but takes no new sandbox; `stale`: its heartbeat is older than the stale
 #: window (it takes no sandbox, requests for its sandboxes are 503 `host_unavailable`);
 #: `lost`: stale past the loss grace, fenced (its running sandboxes are `host_lost`).
-HostState = Literal["live", "draining", "stale", "lost"]
+HostState = Literal["live", "draining", "incompatible", "stale", "lost"]
 
 
 class HostInfo(Strict):
@@ -133,6 +133,9 @@ class HostInfo(Strict):
     version: str = ""
     epoch: int
     heartbeat_age_seconds: float  # by the database's clock
+    protocol: int = 1  # the host API protocol level its agent speaks
+    # Why this API server places no sandbox there (state `incompatible`: a version apart).
+    incompatible_reason: str = ""
 
 
 class HostList(Strict):

@@ -44,15 +44,18 @@ def write_token(path: Path, token: str) -> None:
 
 @contextlib.asynccontextmanager
 async def agents(dsn: str, count: int, *, object_store: str | None = None,
-                 stale_s: float = STALE_S) -> AsyncIterator[list[LiveAgent]]:
-    """`count` started agents (a shared token); each is stopped and checked for leftovers
-    on the way out (tests/registry/conftest.member_agent)."""
-    flags = ["--heartbeat-s", str(HEARTBEAT_S), "--stale-after-s", str(stale_s)]
+                 stale_s: float = STALE_S, flags: Sequence[str] = ()
+                 ) -> AsyncIterator[list[LiveAgent]]:
+    """`count` started agents (a shared token; `flags` last on their command lines); each
+    is stopped and checked for leftovers on the way out (tests/registry/conftest
+    .member_agent)."""
+    common = ["--heartbeat-s", str(HEARTBEAT_S), "--stale-after-s", str(stale_s)]
     if object_store is not None:
-        flags += ["--object-store", object_store]
+        common += ["--object-store", object_store]
+    common += flags
     token = secrets.token_urlsafe(32)
     async with contextlib.AsyncExitStack() as stack:
-        started = [await stack.enter_async_context(member_agent(dsn, *flags))
+        started = [await stack.enter_async_context(member_agent(dsn, *common))
                    for _ in range(count)]
         for agent in started:
             write_token(agent.token_file, token)

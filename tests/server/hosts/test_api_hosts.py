@@ -15,10 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from pandastack.hostport.compat import HOST_PROTOCOL, OLDEST_HOST_PROTOCOL, Levels
 from pandastack.server.app import create_app
 from pandastack.server.settings import Settings
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
-from tests.server.fake_cluster import ENDPOINTS, STALE_AFTER_S, FakeCluster, age, fake_cluster
+from tests.server.fake_cluster import (
+    CAPACITY,
+    ENDPOINTS,
+    STALE_AFTER_S,
+    FakeCluster,
+    age,
+    fake_cluster,
+)
 from tests.server.fakes import FakeRuntime
 
 ROUTES = [("GET", "/v1/hosts"), ("GET", "/v1/hosts/{h}"), ("POST", "/v1/hosts/{h}/drain"),
@@ -179,6 +187,34 @@ async def test_a_stale_host_within_the_loss_grace_is_stale_not_live(tmp_path: Pa
                 assert (await create(api))["host_id"] == a
         finally:
             await c.pool.close()
+
+
+async def test_a_host_a_protocol_level_apart_takes_no_sandbox_and_says_why(
+        cluster: ClusterApi) -> None:
+    """An agent two host API levels behind (an upgrade that skipped one) registers again:
+    the server lists it `incompatible` with the reason, places nothing there, pinned or not,
+    and takes it back once it registers at a level it works with."""
+    api, a, b = cluster.api, cluster.host(0), cluster.host(1)
+    store = cluster.cluster.store
+    store.register_host(ENDPOINTS[1], **CAPACITY, version="0.0.1",
+                        levels=Levels.speaking(OLDEST_HOST_PROTOCOL - 1))
+    r = await api.client.get(f"/v1/hosts/{b}")
+    assert (r.json()["state"], r.json()["protocol"]) == ("incompatible",
+                                                         OLDEST_HOST_PROTOCOL - 1)
+    assert "upgrade the agent" in r.json()["incompatible_reason"]
+    assert (await states(api))[a] == "live"
+    assert {(await create(api))["host_id"] for _ in range(3)} == {a}
+    r = await api.client.post("/v1/sandboxes", json={"ttl_seconds": 600, "host_id": b})
+    assert_envelope(r, 503, "unavailable")
+    assert "incompatible" in r.json()["error"]["message"]
+    assert not cluster.cluster.fakes[ENDPOINTS[1]].sandboxes
+
+    store.register_host(ENDPOINTS[1], **CAPACITY, version="test",
+                        levels=Levels.speaking(HOST_PROTOCOL + 1))  # one ahead: works
+    r = await api.client.get(f"/v1/hosts/{b}")
+    assert (r.json()["state"], r.json()["incompatible_reason"]) == ("live", "")
+    r = await api.client.post("/v1/sandboxes", json={"ttl_seconds": 600, "host_id": b})
+    assert r.status_code == 201, r.text
 
 
 async def test_drain_and_undrain_of_an_unknown_host_are_404(cluster: ClusterApi) -> None:

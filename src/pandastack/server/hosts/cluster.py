@@ -8,6 +8,10 @@ before the VM started). Each server keeps a cache of both: hosts are re-read eve
 `refresh_s`, a sandbox's host is read from its lease on first use and again when the host
 it was cached on says it does not have it (it moved: a wake on another host, a drain).
 
+A host whose agent speaks a host API protocol this server cannot work with (a rolling
+upgrade gone two levels apart: hostport/compat.py) is *incompatible*: it takes no sandbox,
+and the hosts API says why; its sandboxes are still reached.
+
 Liveness is the registry's too: a host whose last heartbeat (by the database's clock) is
 older than `stale_after_s` is *stale*: it takes no sandbox. It is *lost* once this server
 has also read the registry without a failure for `loss_grace_s` (default: the stale window)
@@ -31,6 +35,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, Protocol
 
+from pandastack.hostport.compat import OURS, Levels, refusal
 from pandastack.hostport.errors import (
     HostExhausted,
     HostLost,
@@ -87,6 +92,7 @@ class ClusterPool(HostPool):
         self.loss_grace_s = stale_after_s if loss_grace_s is None else loss_grace_s
         self._stale: set[str] = set()
         self._lost: set[str] = set()
+        self._incompatible: dict[str, str] = {}  # host -> why this server places nothing there
         # Since when (monotonic) every read of the registry succeeded; None after a failure.
         self._readable_since: float | None = None
         self._endpoints: dict[str, str] = {}
@@ -136,6 +142,7 @@ class ClusterPool(HostPool):
                 self._endpoints[row.id] = row.endpoint
                 self._unreachable.discard(row.id)
             self._rows[row.id] = row
+            self._check_levels(row)
             if row.last_heartbeat_at < now - self.stale_after_s:
                 self._stale.add(row.id)
                 if row.id not in self._lost and self._past_grace():
@@ -151,6 +158,26 @@ class ClusterPool(HostPool):
             if pending is not None and row.last_heartbeat_at > pending[2]:
                 self._pending.pop(row.id, None)  # the host's own count has them now
             self._views[row.id] = self._view(row)
+
+    def _check_levels(self, row: Any) -> None:
+        """Mark the host incompatible (or compatible again) by the levels it registered,
+        logging each change once."""
+        levels = Levels(int(getattr(row, "protocol", 1)), int(getattr(row, "oldest_protocol", 1)))
+        reason = refusal(OURS, levels)
+        if reason == self._incompatible.get(row.id):
+            return
+        if reason is None:
+            self._incompatible.pop(row.id)
+            log.info("host %s (%s, version %s) is compatible again: it takes sandboxes",
+                     row.id, row.endpoint, row.version)
+        else:
+            self._incompatible[row.id] = reason
+            log.warning("host %s (%s, version %s) is incompatible, no sandbox is placed "
+                        "there: %s", row.id, row.endpoint, row.version, reason)
+
+    def incompatible(self, host_id: str) -> str | None:
+        """Why this server places no sandbox on the host (None: it may)."""
+        return self._incompatible.get(host_id)
 
     def _fence_once(self, row: Any) -> None:
         """Fence a lost host once per loss: not one the registry says is fenced already (by
@@ -217,7 +244,8 @@ class ClusterPool(HostPool):
             used_vcpus=int(row.used_vcpus or 0), used_memory_mb=int(row.used_memory_mb or 0),
             sandboxes=int(row.sandboxes or 0), labels=row.labels or {},
             templates=frozenset(self._templates.get(row.id, ())),
-            live=row.id not in self._stale, draining=bool(row.draining))
+            live=row.id not in self._stale and row.id not in self._incompatible,
+            draining=bool(row.draining))
 
     def views(self) -> list[HostView]:
         """The hosts as last read, with what this server placed since on top, and those it
@@ -251,6 +279,9 @@ class ClusterPool(HostPool):
                 raise HostExhausted(f"no host {pinned!r} is registered")
             if pinned in self._stale:
                 raise HostExhausted(f"host {pinned} is not heartbeating")
+            if pinned in self._incompatible:
+                raise HostExhausted(f"host {pinned} is incompatible: "
+                                    f"{self._incompatible[pinned]}")
             return [pinned]
         return [v.host_id for v in rank(self.views(), shape, limit=TRIES)]
 

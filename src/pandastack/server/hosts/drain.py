@@ -39,7 +39,7 @@ log = logging.getLogger("pandastack.server")
 class HostStatus:
     id: str
     endpoint: str
-    state: str  # "live" | "draining" | "stale" | "lost"
+    state: str  # "live" | "draining" | "incompatible" | "stale" | "lost"
     vcpus: int
     memory_mb: int
     disk_mb: int
@@ -51,6 +51,8 @@ class HostStatus:
     version: str
     epoch: int
     heartbeat_age_seconds: float
+    protocol: int = 1
+    incompatible_reason: str = ""  # why this server places nothing there (hostport/compat)
 
 
 @dataclass
@@ -69,17 +71,20 @@ def _cluster(service: SandboxService) -> ClusterPool:
     return service.cluster
 
 
-def _status(row: Any, now: float, lost: bool, stale: bool) -> HostStatus:
+def _status(row: Any, now: float, lost: bool, stale: bool,
+            incompatible: str | None = None) -> HostStatus:
+    state = ("lost" if lost else "stale" if stale else "incompatible" if incompatible
+             else "draining" if row.draining else "live")
     return HostStatus(
-        id=row.id, endpoint=row.endpoint,
-        state="lost" if lost else "stale" if stale else "draining" if row.draining else "live",
+        id=row.id, endpoint=row.endpoint, state=state,
         vcpus=row.vcpus, memory_mb=row.memory_mb, disk_mb=row.disk_mb,
         used_vcpus=int(getattr(row, "used_vcpus", 0) or 0),
         used_memory_mb=int(getattr(row, "used_memory_mb", 0) or 0),
         sandboxes=int(getattr(row, "sandboxes", 0) or 0),
         templates=tuple(getattr(row, "templates", None) or ()), labels=dict(row.labels or {}),
         version=row.version, epoch=row.epoch,
-        heartbeat_age_seconds=round(max(0.0, now - row.last_heartbeat_at), 3))
+        heartbeat_age_seconds=round(max(0.0, now - row.last_heartbeat_at), 3),
+        protocol=int(getattr(row, "protocol", 1)), incompatible_reason=incompatible or "")
 
 
 async def host_statuses(service: SandboxService) -> list[HostStatus]:
@@ -93,7 +98,8 @@ async def host_statuses(service: SandboxService) -> list[HostStatus]:
     # Stale and not yet lost (the loss grace after a failed read of the registry): it takes
     # no sandbox and its requests are 503, so it must not read as live.
     return [_status(r, now, cluster.is_lost(r.id),
-                    r.last_heartbeat_at < now - cluster.stale_after_s) for r in rows]
+                    r.last_heartbeat_at < now - cluster.stale_after_s,
+                    cluster.incompatible(r.id)) for r in rows]
 
 
 async def host_status(service: SandboxService, host_id: str) -> HostStatus:

@@ -26,7 +26,8 @@ def to_host_info(s: hosts.HostStatus) -> HostInfo:
         memory_mb=s.memory_mb, disk_mb=s.disk_mb, used_vcpus=s.used_vcpus,
         used_memory_mb=s.used_memory_mb, sandboxes=s.sandboxes, templates=list(s.templates),
         labels=dict(s.labels), version=s.version, epoch=s.epoch,
-        heartbeat_age_seconds=s.heartbeat_age_seconds)
+        heartbeat_age_seconds=s.heartbeat_age_seconds, protocol=s.protocol,
+        incompatible_reason=s.incompatible_reason)
 
 
 @router.get("/hosts", response_model=HostList,
