@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import tempfile
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from pandastack.server.hosts.drain import drain
+from tests.leftovers import owned_tmpdir
 from tests.server.hostclient.test_agent_tls_vm import TLSAgent
 from tests.server.hosts.cluster_rig import (
     CALM_STALE_S,
@@ -51,8 +51,7 @@ async def tls_agents(dsn: str, certs: IssuedCerts, flags: Sequence[str],
     async with contextlib.AsyncExitStack() as stack:
         out = []
         for _ in range(count):
-            agent = MemberAgent(Path(tempfile.mkdtemp(prefix="prg-", dir="/tmp")), certs,
-                                common)
+            agent = MemberAgent(owned_tmpdir("prg-"), certs, common)
             write_token(agent.token_file, token)
             out.append(await stack.enter_async_context(started(agent)))
         yield out
