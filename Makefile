@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PANDASTACK_HOME ?= /var/lib/pandastack
 
-.PHONY: run test soak soak-bench deps venv lint typecheck layers sdk-ts pytest bench clean-state cluster cluster-down
+.PHONY: run test soak soak-bench deps venv lint typecheck layers sdk-ts pytest bench clean-state cluster cluster-down \
+	cluster-agent-stop cluster-agent-start cluster-serve-restart
 
 run: deps venv
 	$(BIN)/pandastack setup
@@ -22,6 +23,19 @@ cluster: deps venv
 
 cluster-down: venv
 	$(BIN)/python scripts/cluster.py down
+
+# What `systemctl stop|start pandastack-agent` and `systemctl restart pandastack-serve` do on
+# a host, for agent $(AGENT) of the cluster and its API server (docs/operations.md, section 8).
+# No `venv` prerequisite: the cluster runs on the venv it was brought up with.
+AGENT ?= 1
+cluster-agent-stop:
+	$(BIN)/python scripts/cluster.py stop-agent $(AGENT)
+
+cluster-agent-start:
+	$(BIN)/python scripts/cluster.py start-agent $(AGENT)
+
+cluster-serve-restart:
+	$(BIN)/python scripts/cluster.py restart-serve
 
 deps:
 	@bash scripts/host-deps.sh

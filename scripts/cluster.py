@@ -5,6 +5,10 @@ server (scripts/s3-server), N `pandastack agent`s and one API server on 127.0.0.
 drives them and writes the admin key to the usual client config file. It prints, and writes
 to `.cluster/hosts.json` in the checkout (git-ignored), each agent's host id, pid, network
 namespace, endpoint and home, so that a test can stop one. Down removes all of it.
+`stop-agent N` / `start-agent N` and `restart-serve` stand in for `systemctl stop|start
+pandastack-agent` and `systemctl restart pandastack-serve` on a host (a rolling upgrade,
+docs/operations.md section 8): SIGTERM to that process alone (its VMs run on), and the same
+command line started again.
 
 Each agent runs as if on a machine of its own:
 - a network namespace `pcl-N`, linked to this one by a veth pair (`pclvN` here, `uplink0`
@@ -194,9 +198,7 @@ def _up(record: dict[str, object], hosts: int, port: int, subnet: str, registry:
         if agent_objects:
             argv += ["--object-store", env["PANDASTACK_OBJECT_STORE"]]
         log = CLUSTER / f"agent-{n}.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(in_agent(n, argv), cwd=ROOT, env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+        proc = launch(f"agent-{n}", in_agent(n, argv), env, log)
         procs.append(proc)
         agents.append({"host_id": None, "pid": proc.pid, "namespace": f"{NS_PREFIX}{n}",
                        "endpoint": endpoint, "home": str(home),
@@ -221,9 +223,7 @@ def _up(record: dict[str, object], hosts: int, port: int, subnet: str, registry:
     config = client_config()
     if config.exists():  # the server of a fresh database writes a new admin key there
         shutil.copy2(config, CLUSTER / "client-config.before")
-    with log.open("ab") as out:
-        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+    server = launch("serve", argv, env, log)
     record.update({"api": f"http://127.0.0.1:{port}", "server_pid": server.pid,
                    "server_log": str(log), "registry": use_registry})
     save(record)
@@ -233,6 +233,78 @@ def _up(record: dict[str, object], hosts: int, port: int, subnet: str, registry:
     record["hosts"] = agents
     save(record)
     print(json.dumps(record, indent=2))
+    return 0
+
+
+def launch(name: str, argv: list[str], env: dict[str, str], log: Path
+           ) -> subprocess.Popen[bytes]:
+    """Start `argv` as cluster process `name`, and keep how (mode 0600: the environment holds
+    the object store's keys) for `relaunch`."""
+    fd = os.open(CLUSTER / f"{name}.launch.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"argv": argv, "env": env, "log": str(log)}, f)
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def relaunch(name: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """Cluster process `name` started again as `launch` started it; it and its log."""
+    kept = json.loads((CLUSTER / f"{name}.launch.json").read_text())
+    log = Path(kept["log"])
+    return launch(name, kept["argv"], kept["env"], log), log
+
+
+def _record() -> dict[str, object]:
+    path = CLUSTER / "hosts.json"
+    if not path.exists():
+        raise SystemExit("no cluster is up (make cluster)")
+    record: dict[str, object] = json.loads(path.read_text())
+    return record
+
+
+def _agent(record: dict[str, object], n: int) -> dict[str, object]:
+    hosts = record["hosts"]
+    assert isinstance(hosts, list)
+    if not 1 <= n <= len(hosts):
+        raise SystemExit(f"no agent {n}: the cluster has {len(hosts)}")
+    agent: dict[str, object] = hosts[n - 1]
+    return agent
+
+
+def stop_agent(n: int) -> int:
+    """What `systemctl stop pandastack-agent` does (KillMode=process): SIGTERM to the agent
+    alone, which ends without its VMs; the next start re-adopts them."""
+    _stop(int(str(_agent(_record(), n)["pid"])), "agent")
+    print(f"agent {n} stopped")
+    return 0
+
+
+def start_agent(n: int) -> int:
+    record = _record()
+    agent = _agent(record, n)
+    if _is(int(str(agent["pid"])), "agent"):
+        raise SystemExit(f"agent {n} runs already (pid {agent['pid']})")
+    proc, log = relaunch(f"agent-{n}")
+    agent["pid"] = proc.pid
+    save(record)
+    host = urlsplit(str(agent["endpoint"]))
+    wait_for(lambda: tcp_open(str(host.hostname), int(host.port or 0)),
+             f"agent {agent['endpoint']}", log, proc)
+    print(f"agent {n} started (pid {proc.pid})")
+    return 0
+
+
+def restart_serve() -> int:
+    """What `systemctl restart pandastack-serve` does: SIGTERM, then the same start."""
+    record = _record()
+    _stop(int(str(record["server_pid"])), "serve")
+    proc, log = relaunch("serve")
+    record["server_pid"] = proc.pid
+    save(record)
+    port = urlsplit(str(record["api"])).port or 0
+    wait_for(lambda: healthy(port), "the API server", log, proc)
+    print(f"API server restarted (pid {proc.pid})")
     return 0
 
 
@@ -492,6 +564,9 @@ def main() -> int:
                         "(serve --db DSN --no-local-agent; the default), or with "
                         "--no-registry the agents by their URLs (--agent URL each)")
     sub.add_parser("down")
+    for name in ("stop-agent", "start-agent"):
+        sub.add_parser(name).add_argument("agent", type=int, metavar="N")
+    sub.add_parser("restart-serve")
     r = sub.add_parser("relay")
     r.add_argument("pairs", nargs="+")
     args = parser.parse_args()
@@ -502,6 +577,12 @@ def main() -> int:
     if args.command == "relay":
         asyncio.run(relay(args.pairs))
         return 0
+    if args.command == "stop-agent":
+        return stop_agent(args.agent)
+    if args.command == "start-agent":
+        return start_agent(args.agent)
+    if args.command == "restart-serve":
+        return restart_serve()
     return down()
 
 

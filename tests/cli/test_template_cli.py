@@ -65,3 +65,17 @@ def test_build_args_reach_the_dockerfiles_args(server: FakeServer, tmp_path: Pat
     with pytest.raises(SystemExit):
         main(["template", "build", str(tmp_path), "--name", "app", "--build-arg", "BASE"])
     assert "expected NAME=VALUE" in capsys.readouterr().err
+
+
+def test_info_lists_the_versions_with_their_images_ports(
+        server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM base\nRUN true\n")
+    assert main(["template", "build", str(tmp_path), "--name", "app", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["template", "info", "app"]) == 0  # `show`, by its other name
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["VERSION", "STATUS", "STEPS", "CACHED", "PORTS", "BUILD", "ERROR"]
+    assert row.split()[:2] == ["1", "ready"]
+    assert main(["template", "show", "app", "--json"]) == 0
+    # FROM a template: no image, no ports (FROM an image: tests/e2e/test_templates_oci.py).
+    assert [v["exposed_ports"] for v in json.loads(capsys.readouterr().out)["versions"]] == [[]]

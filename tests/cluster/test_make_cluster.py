@@ -1,8 +1,10 @@
 """What a user starts: `make cluster HOSTS=2` for real (PostgreSQL, the S3 server, two agents in
 namespaces of their own, real VMs), driven only through the public SDK on its API server;
 then `make cluster-down`, after which nothing of it is left (issue 33). One cluster for the
-module, its checks in the order a user would meet them; the agent killed last, its subjects
-the sandboxes the snapshot test made across the agents (no more VMs booted for it).
+module, its checks in the order a user would meet them: then the rolling upgrade of
+docs/operations.md section 8, its commands as written there, with the sandboxes the snapshot
+test made across the agents running on (issue 38); the agent killed last, its subjects the
+same sandboxes and one made on it (no more VMs booted for it).
 
 It runs in `make test`'s serial lane (marked `serial`) and in `make soak` (`cluster`).
 Traffic: only to 127.0.0.1 and to the namespaces the cluster makes."""
@@ -22,6 +24,8 @@ from typing import Any
 
 import pytest
 
+import pandastack
+from pandastack.hostport.compat import HOST_PROTOCOL
 from pandastack.sdk import Client, Sandbox
 from pandastack.sdk.errors import PermissionDeniedError
 from tests.helpers import HOLDER, vmm_pids_under
@@ -107,7 +111,8 @@ def make(targets: list[str], env: dict[str, str], timeout: float
 class Cluster:
     api_url: str
     api_key: str
-    hosts: list[dict[str, object]]  # hosts.json's, agent 1 first
+    hosts: list[dict[str, object]]  # hosts.json's at the start, agent 1 first
+    env: dict[str, str]  # the test's environment for `make` and `pandastack`
 
     @property
     def host_ids(self) -> list[str]:
@@ -116,6 +121,28 @@ class Cluster:
     def create(self, **options: Any) -> Sandbox:
         return Sandbox.create(ttl_seconds=TTL_S, api_url=self.api_url, api_key=self.api_key,
                               **options)
+
+    def agent_pid(self, host_id: str) -> int:
+        """The pid of the host's agent now (a restart gives it another)."""
+        record = json.loads((CLUSTER / "hosts.json").read_text())
+        return int(next(h["pid"] for h in record["hosts"] if h["host_id"] == host_id))
+
+    def pandastack(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The `pandastack` command as an operator runs it, with the cluster's admin key."""
+        done = subprocess.run([str(ROOT / ".venv" / "bin" / "pandastack"), *args],
+                              env={**self.env, "PANDASTACK_API": self.api_url,
+                                   "PANDASTACK_API_KEY": self.api_key},
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"pandastack {' '.join(args)}: {done.stderr}"
+        return done
+
+    def make(self, *targets: str) -> None:
+        done = make(list(targets), self.env, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    def hosts_now(self) -> dict[str, dict[str, Any]]:
+        with Client(self.api_url, self.api_key) as admin:
+            return {h.id: h.model_dump() for h in admin.hosts.list()}
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +173,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             assert host["host_id"], f"agent {host['endpoint']} did not register"
         client = json.loads(config.read_text())
         assert client["api_url"] == record["api"]
-        yield Cluster(client["api_url"], client["api_key"], hosts)
+        yield Cluster(client["api_url"], client["api_key"], hosts, env)
     finally:
         down = make(["cluster-down"], env, timeout=600)
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
@@ -241,23 +268,69 @@ def test_only_an_admin_key_chooses_the_host(cluster: Cluster) -> None:
             box.kill()
 
 
+def test_a_rolling_upgrade_keeps_the_sandboxes_and_their_processes(
+        cluster: Cluster, across: Across) -> None:
+    """docs/operations.md section 8 as written there, each agent in turn, then the API
+    server; `make cluster-agent-stop|start` and `make cluster-serve-restart` do what its
+    `systemctl` lines do on a host (SIGTERM to that process alone, the same start). The
+    memory holder's value is asked of the first sandbox (moved by both drains) after every
+    step, and of all three after each agent's turn."""
+    boxes = [across.src, across.restored, across.child]
+
+    def still(*which: Sandbox) -> None:
+        for box in which or boxes[:1]:
+            assert told(box, across.pid) == across.value, box.id
+
+    listed = json.loads(cluster.pandastack("hosts", "list", "--json").stdout)
+    assert [(h["state"], h["version"], h["protocol"]) for h in listed] == \
+        [("live", pandastack.__version__, HOST_PROTOCOL)] * 2
+    assert cluster.pandastack("--version").stdout == f"pandastack {listed[0]['version']}\n"
+    for n, host in enumerate(cluster.host_ids, start=1):
+        held = [box.id for box in boxes if box.refresh().host_id == host]
+        assert across.src.id in held
+        drained = cluster.pandastack("hosts", "drain", host).stdout
+        assert sorted(line.split()[1] for line in drained.splitlines()
+                      if line.startswith("moved ")) == sorted(held), drained
+        assert all(box.refresh().host_id != host for box in boxes)
+        still()
+        cluster.make("cluster-agent-stop", f"AGENT={n}")
+        still()
+        cluster.make("cluster-agent-start", f"AGENT={n}")
+        # Registered again before it listens, so at once: not stale, still draining.
+        again = cluster.hosts_now()[host]
+        assert (again["state"], again["heartbeat_age_seconds"] < 5) == ("draining", True)
+        still()
+        undrained = cluster.pandastack("hosts", "undrain", host).stdout
+        assert undrained == f"{host} is live: it takes new sandboxes\n"
+        still(*boxes)
+    cluster.make("cluster-serve-restart")
+    still(*boxes)
+    assert {h["state"] for h in cluster.hosts_now().values()} == {"live"}
+
+
 def test_a_killed_agent_loses_its_sandboxes_and_creates_go_to_the_other(
         cluster: Cluster, across: Across) -> None:
-    """Last: agent 1 stays dead (make cluster-down takes its orphaned VMs)."""
+    """Last: the agent killed stays dead (make cluster-down takes its orphaned VMs). It is
+    the one holding fewer of the snapshot test's sandboxes (after the rolling upgrade,
+    none), plus one made on it: a create that still counted it in would go there."""
+    boxes = [across.src, across.restored, across.child]
+    where = {box.id: box.refresh().host_id for box in boxes}
     a, b = cluster.host_ids
-    lost = across.src
-    # B holds more than A: a create that still counted A in would go there.
-    kept = [across.restored, across.child]
-    assert lost.refresh().host_id == a and [k.refresh().host_id for k in kept] == [b, b]
-    made: list[Sandbox] = []
+    dead = a if sum(h == a for h in where.values()) < len(boxes) / 2 else b
+    alive = b if dead == a else a
+    made: list[Sandbox] = [cluster.create(host_id=dead)]
+    lost = [made[0], *(box for box in boxes if where[box.id] == dead)]
+    kept = [box for box in boxes if where[box.id] == alive]
+    assert kept
     try:
-        os.kill(int(str(cluster.hosts[0]["pid"])), signal.SIGKILL)
-        until(f"{lost.id} to be host_lost", lambda: lost.refresh().state == "host_lost",
+        os.kill(cluster.agent_pid(dead), signal.SIGKILL)
+        until(f"{[box.id for box in lost]} to be host_lost",
+              lambda: all(box.refresh().state == "host_lost" for box in lost),
               timeout=LOST_WITHIN_S)
         made.append(cluster.create())
-        assert made[0].info.host_id == b
-        assert made[0].exec(["true"]).exit_code == 0
-        assert [box.refresh().state for box in kept] == ["running"] * 2
+        assert made[-1].info.host_id == alive
+        assert made[-1].exec(["true"]).exit_code == 0
+        assert [box.refresh().state for box in kept] == ["running"] * len(kept)
         assert kept[0].exec(["true"]).exit_code == 0
     finally:
         for box in made:

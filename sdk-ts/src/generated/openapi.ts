@@ -2414,6 +2414,11 @@ export interface components {
             created_at: number;
             /** Error */
             error?: string | null;
+            /**
+             * Exposed Ports
+             * @description the ports the image the template was built FROM declares (its config's ExposedPorts, e.g. "8080/tcp"); empty FROM a template
+             */
+            exposed_ports?: string[];
             /** Finished At */
             finished_at?: number | null;
             /** Name */

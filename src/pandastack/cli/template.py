@@ -1,4 +1,4 @@
-"""`pandastack template build|list|show|delete|logs`: the team's own templates, through the
+"""`pandastack template build|list|show (info)|delete|logs`: the team's own templates, through the
 API (`list` shows the built-in ones too).
 
 `build` reads a Dockerfile in pandastack's subset (FROM a pandastack template or an image, RUN,
@@ -58,7 +58,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="print the build id and return at once")
     ts.add_parser("list", help="the built-in templates, then the team's (newest version "
                                "of each)")
-    show = ts.add_parser("show", help="a template's versions")
+    show = ts.add_parser("show", aliases=["info"],
+                         help="a template's versions (with the ports its image exposes)")
     show.add_argument("name")
     delete = ts.add_parser("delete", help="delete a template (all versions, or --version)")
     delete.add_argument("name")
@@ -146,10 +147,11 @@ def _show(client: Client, args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(json.dumps(template.model_dump()))
         return 0
-    table = Table("VERSION", "STATUS", "STEPS", "CACHED", "BUILD", "ERROR", box=None)
+    table = Table("VERSION", "STATUS", "STEPS", "CACHED", "PORTS", "BUILD", "ERROR", box=None)
     for v in template.versions:
         table.add_row(str(v.version), v.status, str(v.steps_total or ""),
-                      str(v.steps_cached or ""), v.build_id, (v.error or "")[:60])
+                      str(v.steps_cached or ""), " ".join(v.exposed_ports), v.build_id,
+                      (v.error or "")[:60])
     Console().print(table)
     return 0
 
@@ -184,7 +186,8 @@ def _logs(client: Client, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-_COMMANDS = {"build": _build, "list": _list, "show": _show, "delete": _delete, "logs": _logs}
+_COMMANDS = {"build": _build, "list": _list, "show": _show, "info": _show, "delete": _delete,
+             "logs": _logs}
 
 
 def run(args: argparse.Namespace) -> int:

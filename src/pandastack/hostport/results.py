@@ -107,7 +107,9 @@ def parent_pause_of(children: Sequence[object]) -> float | None:
 @dataclass(frozen=True)
 class BuildResult:
     """`snapshot_id`: create sandboxes from it. `env`, `workdir` and `user` are what the
-    template's later commands should run with (the start command already does)."""
+    template's later commands should run with (the start command already does).
+    `exposed_ports`: the ExposedPorts of the image the template was built FROM ("8080/tcp";
+    empty FROM a template; a default, so an agent of before them still answers)."""
 
     snapshot_id: str
     env: dict[str, str]
@@ -117,6 +119,7 @@ class BuildResult:
     steps_total: int
     steps_cached: int
     seconds: float
+    exposed_ports: tuple[str, ...] = ()
 
 
 # A live migration's offer, ticket or handoff (ADR 0023): JSON made and read by the hosts;

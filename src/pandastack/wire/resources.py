@@ -88,6 +88,10 @@ class TemplateBuildInfo(Strict):
     error: str | None = None
     steps_total: int | None = None
     steps_cached: int | None = None
+    exposed_ports: list[str] = Field(
+        default_factory=list, description="the ports the image the template was built FROM "
+                                          "declares (its config's ExposedPorts, e.g. "
+                                          "\"8080/tcp\"); empty FROM a template")
 
 
 class TemplateInfo(Strict):

@@ -254,7 +254,9 @@ class TemplateBuilds:
             raise
         return BuildResult(snapshot_id=final, env=dict(state.env), workdir=state.workdir,
                            user=state.user, start=start, steps_total=total,
-                           steps_cached=done, seconds=time.monotonic() - started)
+                           steps_cached=done, seconds=time.monotonic() - started,
+                           exposed_ports=chain.image.defaults.exposed_ports
+                           if chain.image is not None else ())
 
     async def _steps(self, chain: _Chain, sandbox: SandboxHandle, done: int,
                      last_snapshot: str | None, state: BuildState, run: _Run,

@@ -86,7 +86,8 @@ def to_build_info(row: TemplateVersion) -> TemplateBuildInfo:
     return TemplateBuildInfo(
         build_id=row.id, name=row.name, version=row.version, status=status,  # type: ignore[arg-type]
         created_at=row.created_at, finished_at=row.finished_at, error=row.error,
-        steps_total=row.steps_total, steps_cached=row.steps_cached)
+        steps_total=row.steps_total, steps_cached=row.steps_cached,
+        exposed_ports=list(row.exposed_ports or ()))
 
 
 class TemplateService:
@@ -221,7 +222,8 @@ class TemplateService:
                           f"in {result.seconds:.1f}s")
             values = {"status": "ready", "snapshot_id": result.snapshot_id,
                       "env": dict(result.env), "cwd": result.workdir, "user": result.user,
-                      "steps_total": result.steps_total, "steps_cached": result.steps_cached}
+                      "steps_total": result.steps_total, "steps_cached": result.steps_cached,
+                      "exposed_ports": list(result.exposed_ports) or None}
         finally:
             try:  # stored before followers are told the build ended: they read its status
                 with contextlib.suppress(Exception):

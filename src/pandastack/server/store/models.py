@@ -201,6 +201,8 @@ class TemplateVersion(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
     steps_total: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     steps_cached: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    # The ExposedPorts of the image the version was built FROM ("8080/tcp"); None: none.
+    exposed_ports: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
