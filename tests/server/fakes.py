@@ -43,6 +43,7 @@ from pandastack.hostport.results import (
     FileInfo,
     ForkChildren,
     GuestMetrics,
+    ImageInfo,
     SnapshotInfo,
     SnapshotResult,
 )
@@ -357,6 +358,10 @@ class FakeRuntime:
         self.template_built: asyncio.Event | None = None
         # Template builds (None: the host refuses them, as one without images would).
         self.builder: ScriptedBuilder | None = None
+        # What inspect_image answers for a reference (an ImageError: raised); any other
+        # reference is an image without exposed ports. Every reference asked is recorded.
+        self.images: dict[str, ImageInfo | HostError] = {}
+        self.inspected: list[str] = []
 
     async def start(self) -> None:
         return None
@@ -579,6 +584,13 @@ class FakeRuntime:
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         return []
 
+    async def inspect_image(self, reference: str) -> ImageInfo:
+        self.inspected.append(reference)
+        known = self.images.get(reference)
+        if isinstance(known, HostError):
+            raise known
+        return known or ImageInfo(reference, "sha256:" + "0" * 64, "sha256:" + "0" * 64, 1, 1)
+
 
 @dataclass
 class ScriptedBuilder:
@@ -608,4 +620,7 @@ class ScriptedBuilder:
         snap = await self.runtime.snapshot(sbx.id, internal=True)
         await self.runtime.kill(sbx.id)
         log("built")
-        return BuildResult(snap.info.id, {"FROM_TEMPLATE": "1"}, "/srv", None, None, 1, 0, 0.1)
+        image = self.runtime.images.get(spec.from_template)
+        ports = image.exposed_ports if isinstance(image, ImageInfo) else ()
+        return BuildResult(snap.info.id, {"FROM_TEMPLATE": "1"}, "/srv", None, None, 1, 0, 0.1,
+                           exposed_ports=ports)

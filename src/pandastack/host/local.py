@@ -17,6 +17,7 @@ from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, SandboxPlacement, SandboxPort
 from pandastack.hostport.results import (
     BuildResult,
+    ImageInfo,
     MigrationDocument,
     SnapshotInfo,
     SnapshotResult,
@@ -29,6 +30,7 @@ from pandastack.tracing import traced
 
 from .runtime import HostRuntime
 from .templates.builds import TemplateBuilds
+from .templates.image_base import inspect_image
 from .volumes.backup import VolumeBackups
 
 
@@ -200,6 +202,9 @@ class LocalHost:
                              cache_scope: str = "") -> BuildResult:
         return await self.builds.build(spec, log=log, network=network, vcpus=vcpus,
                                        memory_mb=memory_mb, cache_scope=cache_scope)
+
+    async def inspect_image(self, reference: str) -> ImageInfo:
+        return await asyncio.to_thread(inspect_image, reference)
 
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         def prune() -> list[str]:

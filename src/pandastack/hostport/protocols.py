@@ -25,6 +25,7 @@ from .results import (
     ExecResult,
     FileInfo,
     GuestMetrics,
+    ImageInfo,
     MigrationDocument,
     SnapshotInfo,
     SnapshotResult,
@@ -261,6 +262,13 @@ class RuntimePort(Protocol):
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         """Keep the `keep_newest` most recently used step-cache entries; returns the ids of
         the snapshots deleted."""
+        ...
+
+    async def inspect_image(self, reference: str) -> ImageInfo:
+        """Ask an image's registry for its manifest and config (no layer), within a short
+        deadline: a build FROM an image asks first, so that a missing image, a refused
+        login or a registry that does not answer is the build request's error. Raises the
+        ImageError subclasses, each naming the image."""
         ...
 
 

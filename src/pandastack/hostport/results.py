@@ -122,6 +122,21 @@ class BuildResult:
     exposed_ports: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image's registry says of it now (`inspect_image`): the reference spelled out
+    (`python:3.12-slim` is `docker.io/library/python:3.12-slim`), the digest it names, its
+    linux/amd64 manifest's, its layers' count and compressed bytes, its config's
+    ExposedPorts."""
+
+    reference: str
+    digest: str
+    manifest_digest: str
+    layers: int
+    size: int
+    exposed_ports: tuple[str, ...] = ()
+
+
 # A live migration's offer, ticket or handoff (ADR 0023): JSON made and read by the hosts;
 # the control plane only carries it from one to the other (and reads a handoff's
 # "downtime_ms", "total_ms", "bytes" and "method").

@@ -207,6 +207,7 @@ class LeasedHost:
     delete_snapshot = Forwarded(RuntimePort.delete_snapshot)
     build_template = Forwarded(RuntimePort.build_template)
     prune_build_cache = Forwarded(RuntimePort.prune_build_cache)
+    inspect_image = Forwarded(RuntimePort.inspect_image)
     # The inner port's migrations that start or end no VM here (those above take leases).
     offer_migration = Forwarded(MigrationPort.offer_migration)
     accept_migration = Forwarded(MigrationPort.accept_migration)

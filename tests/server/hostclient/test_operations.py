@@ -30,6 +30,7 @@ from pandastack.hostport.protocols import (
 from pandastack.hostport.results import (
     FileInfo,
     GuestMetrics,
+    ImageInfo,
     SnapshotInfo,
     SnapshotResult,
 )
@@ -161,6 +162,9 @@ CASES: dict[str, tuple[tuple[Any, ...], dict[str, Any], Any]] = {
     "console_log": (("sbx-1", 4), {}, b"\x00b\xff"),
     "prepare_template": (("python",), {"vcpus": 2, "memory_mb": 1024}, None),
     "prune_build_cache": ((3,), {}, ["snap-1"]),
+    "inspect_image": (("reg.example/app:1",), {}, ImageInfo(
+        "reg.example/app:1", "sha256:" + "a" * 64, "sha256:" + "b" * 64, 2, 4096,
+        ("8080/tcp",))),
     "list_snapshots": ((), {"include_internal": True}, [INFO]),
     "snapshot_info": (("snap-1",), {}, INFO),
     "delete_snapshot": (("snap-1",), {}, None),

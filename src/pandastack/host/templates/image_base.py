@@ -7,18 +7,24 @@ image config's Env, WorkingDir and User."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pandastack.host.images.build import BASE, Progress
+from pandastack.host.images.oci.client import RegistryClient
 from pandastack.host.images.oci.guest_image import ImageDefaults, ensure_oci_image, image_defaults
+from pandastack.host.images.oci.reference import parse_reference
 from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.vmm.driver import MachineShape
+from pandastack.hostport.results import ImageInfo
 from pandastack.templatespec.base import base_kind
 
 #: The store's templates made from images are named so: never a built-in's or a team's
 #: (those are snapshots on the host), one per guest image.
 IMAGE_TEMPLATE_PREFIX = "oci-"
+#: A build request FROM an image waits for the registry's answer about it (`inspect_image`)
+#: this long at most; the build's own pull then has the settings' deadline (120 s).
+INSPECT_DEADLINE_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -52,3 +58,21 @@ async def ensure_image_base(runtime: HostRuntime, reference: str, shape: Machine
     return ImageBase(template=name, template_key=template.key,
                      defaults=await asyncio.to_thread(image_defaults, image))
 
+
+
+def inspect_image(reference: str, settings: RegistrySettings | None = None) -> ImageInfo:
+    """The registry's manifest and config of `reference` (no layer is fetched), within
+    INSPECT_DEADLINE_S: a silent registry's single request stalls half of it at most, so the
+    answer or a RegistryUnavailable comes before the control plane's wait for it ends."""
+    settings = settings if settings is not None else RegistrySettings.from_env()
+    deadline = min(settings.deadline_s, INSPECT_DEADLINE_S)
+    quick = replace(settings, deadline_s=deadline,
+                    timeout_s=min(settings.timeout_s, deadline / 2))
+    ref = parse_reference(reference)
+    with RegistryClient(ref, quick) as client:
+        resolved = client.resolve()
+    layers = resolved.manifest.layers
+    return ImageInfo(reference=str(ref), digest=resolved.digest,
+                     manifest_digest=resolved.manifest_digest, layers=len(layers),
+                     size=sum(layer.size for layer in layers),
+                     exposed_ports=tuple(resolved.config.exposed_ports))

@@ -339,3 +339,9 @@ class PruneRequest(HostApiModel):
 
 class Pruned(HostApiModel):
     deleted: list[str]
+
+
+class InspectImageRequest(HostApiModel):
+    # An image reference is at most a registry host, a 255-character repository and a tag
+    # or digest: 1 KiB is more than any.
+    reference: str = Field(min_length=1, max_length=1024)

@@ -35,6 +35,7 @@ from ..protocols import MigrationPort, RuntimePort, SandboxPort, SnapshotTransfe
 from ..results import (
     FileInfo,
     GuestMetrics,
+    ImageInfo,
     SnapshotInfo,
     SnapshotResult,
 )
@@ -156,6 +157,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("prune_build_cache", _R, "POST", "/templates/build-cache/prune",
               "pruneBuildCache", "templates", "lifecycle", body=m.PruneRequest,
               result=m.Pruned, unwrap="deleted"),
+    # The registry's answer is bounded by the host (image_base.INSPECT_DEADLINE_S, 20 s).
+    Operation("inspect_image", _R, "POST", "/images/inspect", "inspectImage", "templates",
+              "guest", body=m.InspectImageRequest, result=ImageInfo),
     # -- snapshots ----------------------------------------------------------------------------
     Operation("list_snapshots", _R, "GET", "/snapshots", "listSnapshots", "snapshots",
               "lookup", result=m.SnapshotList, unwrap="snapshots"),

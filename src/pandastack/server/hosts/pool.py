@@ -30,7 +30,7 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.forwarding import Forwarded, PortCall
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, RuntimePort, SandboxPort
-from pandastack.hostport.results import BuildResult, SnapshotInfo, SnapshotResult
+from pandastack.hostport.results import BuildResult, ImageInfo, SnapshotInfo, SnapshotResult
 from pandastack.hostport.volumes import VolumeMountRequest
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
@@ -306,6 +306,16 @@ class HostPool(VolumeRouting):
             cache_scope=cache_scope)
         self._snapshots[result.snapshot_id] = host_id
         return result
+
+    async def inspect_image(self, reference: str) -> ImageInfo:
+        """Asked of a reachable host (the hosts pull with the same operator settings), the
+        next one when it is out of reach."""
+        for host_id in [h for h in self.hosts if h not in self._unreachable]:
+            try:
+                return await self.hosts[host_id].inspect_image(reference)
+            except HostUnavailable:
+                self._unreachable.add(host_id)
+        raise HostUnavailable("no host answers to look the image up")
 
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         deleted: list[str] = []

@@ -16,14 +16,14 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pandastack.hostport.errors import BuildFailed, HostError, SnapshotNotFound
+from pandastack.hostport.errors import BuildFailed, HostError, ImageError, SnapshotNotFound
 from pandastack.rules import BUILD_ID_RE, BUILTIN_TEMPLATE_NAMES, TEMPLATE_NAME_BODY, new_build_id
 from pandastack.templatespec import CopyStep, TemplateSpec
 from pandastack.templatespec.base import names_an_image
 from pandastack.wire.resources import BuildTemplate, TemplateBuildInfo
 
 from ..store import TemplateVersion
-from ..web.errors import ApiError, conflict, not_found
+from ..web.errors import ApiError, conflict, from_host_error, not_found
 from .service import SandboxService
 from .snapshots import snapshot_row
 
@@ -124,7 +124,24 @@ class TemplateService:
             team, stage.from_template)}) for stage in req.spec.stages]
         spec = req.spec.model_copy(update={
             "from_template": await self._base(team, req.spec.from_template), "stages": stages})
+        await self._check_images(spec)
         return await self._uncancellable(self._begin(row, req, spec), f"begin-{row.id}")
+
+    async def _check_images(self, spec: TemplateSpec) -> None:
+        """Each image the build starts from, asked of its registry now (within the host's
+        inspect deadline, 20 s): a missing image or tag is this request's 404, a refused
+        login its 403, a registry that does not answer its 502, an image over the bounds its
+        413, each naming the image (docs/templates.md), not a build that fails later. The
+        build's pull asks again (the tag may move meanwhile). A host that cannot be asked
+        (out of reach, or an agent from before this call) leaves the answer to the build."""
+        bases = [spec.from_template, *(stage.from_template for stage in spec.stages)]
+        for image in sorted({base for base in bases if names_an_image(base)}):
+            try:
+                await self.runtime.inspect_image(image)
+            except ImageError as exc:
+                raise from_host_error(exc) from None
+            except HostError as exc:
+                log.warning("image %s was not looked up before its build: %s", image, exc)
 
     async def _begin(self, row: TemplateVersion, req: BuildTemplate,
                      spec: TemplateSpec) -> TemplateVersion:
