@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import otlp_receiver  # noqa: E402  (bench/ is not a package)
 from otlp_receiver import ReceivedSpan, Receiver  # noqa: E402
 
-pytestmark = pytest.mark.timeout(180)
+# e2e: three processes over HTTP, ~20 s; the lanes start such modules first.
+pytestmark = [pytest.mark.timeout(180), pytest.mark.e2e]
 
 AGENT_START_S = 60.0
 CREATE = ["program", "sandbox.create", "POST /v1/sandboxes", "createSandbox", "host.create",
