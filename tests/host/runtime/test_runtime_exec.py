@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
+from tests.helpers import SandboxFactory
 
 pytestmark = pytest.mark.vm
+
+
+# One sandbox serves the tests whose commands end and leave nothing another test reads (a
+# create is a restore and an agent handshake under TCG); the tests of killing and of cgroup
+# leaves take a `fresh` one, where no earlier test's process can be found or shift a leaf.
+@pytest.fixture(scope="module")
+async def sandbox(runtime: HostRuntime) -> AsyncIterator[SandboxHandle]:
+    handle = await runtime.create()
+    yield handle
+    await runtime.kill(handle.id)
+
+
+@pytest.fixture
+async def fresh(sandbox_factory: SandboxFactory) -> SandboxHandle:
+    return await sandbox_factory()
 
 
 async def test_python_prints_42(sandbox: SandboxHandle) -> None:
@@ -39,15 +56,15 @@ async def test_unknown_command_is_127(sandbox: SandboxHandle) -> None:
     assert argv.exit_code == 127
 
 
-async def test_timeout_kills_whole_process_tree(sandbox: SandboxHandle) -> None:
+async def test_timeout_kills_whole_process_tree(fresh: SandboxHandle) -> None:
     started = time.monotonic()
     # A child that daemonizes into its own session must die too (cgroup kill, not just killpg).
-    result = await sandbox.exec(
+    result = await fresh.exec(
         "setsid sleep 300 & sleep 301 & python3 -c 'import time; time.sleep(302)'",
         timeout=2)
     assert result.timed_out
     assert time.monotonic() - started < 30
-    survivors = await sandbox.exec("ps -eo args | grep -E 'sleep 30[01]|time.sleep' | grep -v grep")
+    survivors = await fresh.exec("ps -eo args | grep -E 'sleep 30[01]|time.sleep' | grep -v grep")
     assert survivors.stdout == b"", survivors.stdout
 
 
@@ -114,9 +131,9 @@ version = "1.0"
 
 
 async def test_an_emptied_cgroup_leaf_is_reused_and_a_populated_one_is_not(
-        sandbox: SandboxHandle) -> None:
+        fresh: SandboxHandle) -> None:
     async def leaf() -> bytes:
-        result = await sandbox.exec(["cat", "/proc/self/cgroup"])
+        result = await fresh.exec(["cat", "/proc/self/cgroup"])
         assert result.exit_code == 0, result
         assert b"/pandastack/p" in result.stdout, result.stdout
         return result.stdout
@@ -126,19 +143,19 @@ async def test_an_emptied_cgroup_leaf_is_reused_and_a_populated_one_is_not(
     # however late its thread runs after that report (a loaded host saw p2 here, issue 33).
     for _ in range(5):
         assert await leaf() == first, "the leaf of a finished exec should serve the next one"
-    spawned = await sandbox.spawn(["cat", "/proc/self/cgroup"])
-    assert (await sandbox.attach(spawned)).stdout == first
+    spawned = await fresh.spawn(["cat", "/proc/self/cgroup"])
+    assert (await fresh.attach(spawned)).stdout == first
     assert await leaf() == first, "the leaf of a finished spawn should serve the next exec"
     # A process that outlives its exec keeps its leaf: the next exec must get another one,
     # and killing that one must not touch the survivor.
-    lingering = await sandbox.exec(
+    lingering = await fresh.exec(
         "setsid sleep 307 >/dev/null 2>&1 </dev/null & cat /proc/self/cgroup")
     assert lingering.exit_code == 0
     later = await leaf()
     assert later != lingering.stdout
-    survivor = await sandbox.exec(["pgrep", "-f", "sleep 307"])  # argv: no shell to match
+    survivor = await fresh.exec(["pgrep", "-f", "sleep 307"])  # argv: no shell to match
     assert survivor.exit_code == 0, "the lingering process should still run"
-    await sandbox.exec(["pkill", "-f", "sleep 307"])
+    await fresh.exec(["pkill", "-f", "sleep 307"])
 
 
 async def test_guest_aslr_follows_the_accelerator(sandbox: SandboxHandle,
@@ -157,16 +174,16 @@ async def test_guest_aslr_follows_the_accelerator(sandbox: SandboxHandle,
 
 
 async def test_killing_a_finished_process_spares_the_next_one_in_its_cgroup(
-        sandbox: SandboxHandle) -> None:
+        fresh: SandboxHandle) -> None:
     # Leaves are reused once empty: a late SIGKILL to a finished process (still listed, as
     # background processes are) must not reach the processes that now use its leaf.
-    done = await sandbox.spawn("true")
-    assert (await sandbox.attach(done)).exit_code == 0
-    survivor = await sandbox.spawn("sleep 311")
-    await sandbox.signal(done, 9)
-    alive = await sandbox.exec(["kill", "-0", str(survivor)])
+    done = await fresh.spawn("true")
+    assert (await fresh.attach(done)).exit_code == 0
+    survivor = await fresh.spawn("sleep 311")
+    await fresh.signal(done, 9)
+    alive = await fresh.exec(["kill", "-0", str(survivor)])
     assert alive.exit_code == 0, "the process in the reused leaf was killed"
-    await sandbox.signal(survivor, 9)
+    await fresh.signal(survivor, 9)
 
 
 async def test_guest_root_is_mounted_noatime(sandbox: SandboxHandle) -> None:
