@@ -1,7 +1,7 @@
 /**
  * `Client`: the team's resources beyond one sandbox. The twin of the Python SDK's
  * `AsyncClient` (src/pandastack/sdk/client.py): `sandboxes`, `snapshots`, `templates`,
- * `volumes`, `keys`, `hosts`, `teams`, and `usage()`.
+ * `volumes`, `keys`, `hosts`, `teams`, `events`, `webhooks`, `registries`, and `usage()`.
  */
 import { camelize, snakeify } from "./camel.js";
 import { type ConnectionOptions, resolveConfig } from "./config.js";
@@ -14,6 +14,7 @@ import { Template } from "./template.js";
 import { SSEDecoder } from "./sse.js";
 import { Events } from "./events.js";
 import { Webhooks } from "./webhooks.js";
+import { Registries } from "./registries.js";
 import type { BuiltinTemplateInfo, CreatedKey, DrainResult, HostInfo, KeyInfo, NetworkArg, QuotaInfo,
   SandboxInfo, SnapshotInfo, TemplateBuildInfo, TemplateInfo, TemplateSpec, UsageReport,
   VolumeInfo } from "./types.js";
@@ -334,6 +335,7 @@ export class Client {
   readonly teams: Teams;
   readonly events: Events;
   readonly webhooks: Webhooks;
+  readonly registries: Registries;
   private readonly http: Http;
 
   /** `apiUrl`/`apiKey` override the environment and config file; `fetch` replaces the global. */
@@ -350,6 +352,7 @@ export class Client {
     this.teams = new Teams(this.http);
     this.events = new Events(this.http);
     this.webhooks = new Webhooks(this.http);
+    this.registries = new Registries(this.http);
   }
 
   /** What this key's team held in [start, end) and what it cost, per sandbox, day or

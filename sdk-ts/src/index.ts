@@ -19,6 +19,7 @@ export { Watch, type FileEvent } from "./watch.js";
 export { Events, EventStream, EVENT_TYPES, type Event, type EventStreamOptions } from "./events.js";
 export { Webhooks, verifySignature, InvalidSignature, SIGNATURE_HEADER, type Webhook, type WebhookCreated,
   type WebhookDelivery } from "./webhooks.js";
+export { Registries } from "./registries.js";
 export { Pty, Terminals, type PtyCreateOptions, type PtyDataCallback } from "./pty.js";
 export { CodeInterpreter, Execution, Result, type CodeEvent, type Language,
   type RunCodeOptions } from "./code.js";

@@ -33,7 +33,8 @@ UNIT_SETTINGS = {"PANDASTACK_AGENT_ARGS"}
 # Read under a name the code builds (host/config.py: f"PANDASTACK_{port.upper()}").
 BUILT_NAMES = {"PANDASTACK_EGRESS_HTTP_PORT", "PANDASTACK_EGRESS_TLS_PORT"}
 NOT_SERVICE_SETTINGS = {"PANDASTACK_API", "PANDASTACK_API_KEY", "PANDASTACK_CA_BUNDLE",
-                        "PANDASTACK_TEST_CRASH_AT", "PANDASTACK_PROBE_OK"}
+                        "PANDASTACK_TEST_CRASH_AT", "PANDASTACK_PROBE_OK",
+                        "PANDASTACK_REGISTRY_PASSWORD"}
 
 
 def unit_settings(text: str) -> dict[str, list[str]]:

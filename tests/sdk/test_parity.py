@@ -51,6 +51,7 @@ from pandastack.sdk.events import (
     EventStream,
     Webhooks,
 )
+from pandastack.sdk.registries import AsyncRegistries, Registries
 
 TWINS = [
     (Sandbox, AsyncSandbox),
@@ -71,6 +72,7 @@ TWINS = [
     (Events, AsyncEvents),
     (EventStream, AsyncEventStream),
     (Webhooks, AsyncWebhooks),
+    (Registries, AsyncRegistries),
 ]
 # sync name -> async name of the protocol methods
 DUNDERS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}

@@ -45,6 +45,7 @@ from pandastack.sdk import (
     errors,
 )
 from pandastack.sdk.events import AsyncEvents, AsyncEventStream, AsyncWebhooks
+from pandastack.sdk.registries import AsyncRegistries
 from pandastack.templatespec import (
     MAX_COPY_BYTES,
     Template,
@@ -68,7 +69,7 @@ PAIRS: list[tuple[type[Any], str]] = [
     (AsyncTemplates, "Templates"), (AsyncVolumes, "Volumes"), (AsyncKeys, "Keys"),
     (AsyncHosts, "Hosts"), (AsyncTeams, "Teams"), (Execution, "Execution"), (Result, "Result"),
     (Template, "Template"), (AsyncEvents, "Events"), (AsyncEventStream, "EventStream"),
-    (AsyncWebhooks, "Webhooks"),
+    (AsyncWebhooks, "Webhooks"), (AsyncRegistries, "Registries"),
 ]
 # The template spec's helpers the Python SDK exports beside its classes, and the webhook check.
 FUNCTIONS = [from_dockerfile, wait_for_port, wait_for_file, wait_for_command, verify_signature]

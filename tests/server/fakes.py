@@ -36,6 +36,7 @@ from pandastack.hostport.protocols import (
     SandboxPlacement,
 )
 from pandastack.hostport.pty import PtySession
+from pandastack.hostport.registries import RegistryLogin, RegistryLogins
 from pandastack.hostport.results import (
     BuildResult,
     CodeEvent,
@@ -358,6 +359,8 @@ class FakeRuntime:
         self.template_built: asyncio.Event | None = None
         # Template builds (None: the host refuses them, as one without images would).
         self.builder: ScriptedBuilder | None = None
+        # The registry logins each build was handed, in order.
+        self.build_logins: list[dict[str, RegistryLogin]] = []
         # What inspect_image answers for a reference (an ImageError: raised); any other
         # reference is an image without exposed ports. Every reference asked is recorded.
         self.images: dict[str, ImageInfo | HostError] = {}
@@ -575,9 +578,11 @@ class FakeRuntime:
 
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
                              network: NetworkPolicy | None = None, vcpus: int = 1,
-                             memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
+                             memory_mb: int = 512, cache_scope: str = "",
+                             registry_logins: RegistryLogins | None = None) -> BuildResult:
         if self.builder is None:
             raise HostError("this host cannot build templates")
+        self.build_logins.append(dict(registry_logins or {}))
         return await self.builder.build(spec, log=log, network=network, vcpus=vcpus,
                                         memory_mb=memory_mb, cache_scope=cache_scope)
 

@@ -159,6 +159,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/registry-credentials": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The registries the team has credentials for, with their usernames */
+        get: operations["listRegistryCredentials"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/registry-credentials/{registry}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Store the team's credentials for a registry (its password is never shown again)
+         * @description Stores the team's username and password (or access token) for a
+         *     registry, replacing any it had. Template builds FROM an image of that registry pull with them
+         *     (basic auth, or the bearer-token flow Docker Hub and ghcr use). The password is encrypted with
+         *     the server operator's key and never shown again: answers, logs, events and sandboxes never
+         *     hold it. At most 32 registries per team (409). 503 when the
+         *     server has no encryption key (its operator runs `pandastack setup`).
+         */
+        put: operations["loginRegistry"];
+        post?: never;
+        /** Delete the team's credentials for a registry */
+        delete: operations["logoutRegistry"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes": {
         parameters: {
             query?: never;
@@ -2171,6 +2214,42 @@ export interface components {
             /** Value */
             value: string;
         };
+        /**
+         * RegistryCredentials
+         * @description A team's credentials for one registry, as it is shown: never the password.
+         */
+        RegistryCredentials: {
+            /** Created At */
+            created_at: number;
+            /**
+             * Registry
+             * @description host[:port] (`docker.io` for Docker Hub)
+             */
+            registry: string;
+            /** Updated At */
+            updated_at: number;
+            /** Username */
+            username: string;
+        };
+        /** RegistryCredentialsList */
+        RegistryCredentialsList: {
+            /** Credentials */
+            credentials: components["schemas"]["RegistryCredentials"][];
+        };
+        /**
+         * RegistryLogin
+         * @description What a team sends to store its credentials for a registry.
+         */
+        RegistryLogin: {
+            /**
+             * Password
+             * Format: password
+             * @description the password or access token; stored encrypted, never shown again
+             */
+            password: string;
+            /** Username */
+            username: string;
+        };
         /** RenameRequest */
         RenameRequest: {
             /** Dst */
@@ -3081,6 +3160,101 @@ export interface operations {
             header?: never;
             path: {
                 key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    listRegistryCredentials: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegistryCredentialsList"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    loginRegistry: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description registry host[:port], e.g. ghcr.io, docker.io (Docker Hub), registry.example.com:5000 */
+                registry: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegistryLogin"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegistryCredentials"];
+                };
+            };
+            /** @description error envelope */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    logoutRegistry: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description registry host[:port], e.g. ghcr.io, docker.io (Docker Hub), registry.example.com:5000 */
+                registry: string;
             };
             cookie?: never;
         };

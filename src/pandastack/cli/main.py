@@ -23,6 +23,7 @@ from . import (
     hosts,
     keys,
     mcp,
+    registry,
     sandbox,
     serve,
     snapshot,
@@ -46,7 +47,7 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
     for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
-                   usage, teams, events, webhook, mcp, doctor, backup)}
+                   usage, teams, events, webhook, registry, mcp, doctor, backup)}
 COMMANDS["install-units"] = doctor_units
 
 console = Console(stderr=True)
@@ -88,6 +89,20 @@ def _progress(message: str) -> None:
     console.log(message)
 
 
+def _ensure_encryption_key() -> None:
+    """The operator's key that seals team secrets in the database (registry passwords), made
+    once: a second setup keeps it, since a new key would leave every stored one unreadable."""
+    from pandastack.server.registries.sealing import make_key_file
+    from pandastack.server.settings import Settings
+
+    path = Settings.from_env().encryption_key_path
+    if make_key_file(path):
+        console.log(f"made the encryption key of team secrets at {path} (mode 0600): keep a "
+                    "copy with the database's backups; every API server needs this file")
+    else:
+        console.log(f"encryption key of team secrets: {path} (kept)")
+
+
 async def _setup(args: argparse.Namespace) -> int:
     from pandastack.host.config import HostConfig
     from pandastack.host.runtime import HostRuntime
@@ -98,6 +113,7 @@ async def _setup(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown template(s) {', '.join(map(repr, unknown))}; built-in: "
                          f"{', '.join(sorted(BUILTIN_TEMPLATES))}")
     started = time.monotonic()
+    _ensure_encryption_key()
     runtime = HostRuntime(HostConfig.from_env(), progress=_progress)
     with console.status("preparing host: guest image, accelerator, base template"):
         await runtime.prepare()

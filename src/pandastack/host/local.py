@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, SandboxPlacement, SandboxPort
+from pandastack.hostport.registries import RegistryLogins
 from pandastack.hostport.results import (
     BuildResult,
     ImageInfo,
@@ -199,9 +200,11 @@ class LocalHost:
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
                              network: NetworkPolicy | None = None,
                              vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
-                             cache_scope: str = "") -> BuildResult:
+                             cache_scope: str = "",
+                             registry_logins: RegistryLogins | None = None) -> BuildResult:
         return await self.builds.build(spec, log=log, network=network, vcpus=vcpus,
-                                       memory_mb=memory_mb, cache_scope=cache_scope)
+                                       memory_mb=memory_mb, cache_scope=cache_scope,
+                                       registry_logins=registry_logins)
 
     async def inspect_image(self, reference: str) -> ImageInfo:
         return await asyncio.to_thread(inspect_image, reference)

@@ -19,6 +19,7 @@ from pandastack.templatespec import TemplateSpec
 
 from .network import NetworkPolicy
 from .pty import PtySession
+from .registries import RegistryLogins
 from .results import (
     BuildResult,
     CodeEvent,
@@ -253,10 +254,12 @@ class RuntimePort(Protocol):
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
                              network: NetworkPolicy | None = None,
                              vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
-                             cache_scope: str = "") -> BuildResult:
+                             cache_scope: str = "",
+                             registry_logins: RegistryLogins | None = None) -> BuildResult:
         """Build a template from `spec` , reusing the step
         cache of `cache_scope` (one team's, under one network policy); `log` gets each line
-        of output as it comes. BuildFailed names the step that failed."""
+        of output as it comes. BuildFailed names the step that failed. Images are pulled
+        with `registry_logins` (by registry; anonymously from the others)."""
         ...
 
     async def prune_build_cache(self, keep_newest: int) -> list[str]:

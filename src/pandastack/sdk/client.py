@@ -38,6 +38,7 @@ from pandastack.sdk.models import (
     SandboxInfo,
     SnapshotInfo,
 )
+from pandastack.sdk.registries import AsyncRegistries, Registries
 from pandastack.sdk.sandbox import Sandbox, create_waiting
 from pandastack.sdk.templates import AsyncTemplates, Templates
 from pandastack.sdk.volumes import AsyncVolumes, Volumes
@@ -189,6 +190,7 @@ class Client(_base.ClientBase[HTTP]):
         self._volumes = Volumes(config, self._http)
         self._events = Events(config, self._http)
         self._webhooks = Webhooks(config, self._http)
+        self._registries = Registries(config, self._http)
 
     @property
     def sandboxes(self) -> Sandboxes:
@@ -234,6 +236,11 @@ class Client(_base.ClientBase[HTTP]):
     def webhooks(self) -> Webhooks:
         """Create, list, test and delete the team's webhooks; their delivery logs."""
         return self._webhooks
+
+    @property
+    def registries(self) -> Registries:
+        """The team's credentials for image registries (template builds pull with them)."""
+        return self._registries
 
     def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
               group_by: UsageGroupBy = "sandbox", *, team: str | None = None) -> UsageReport:
@@ -397,6 +404,7 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
         self._volumes = AsyncVolumes(config, self._http)
         self._events = AsyncEvents(config, self._http)
         self._webhooks = AsyncWebhooks(config, self._http)
+        self._registries = AsyncRegistries(config, self._http)
 
     @property
     def sandboxes(self) -> AsyncSandboxes:
@@ -442,6 +450,11 @@ class AsyncClient(_base.ClientBase[AsyncHTTP]):
     def webhooks(self) -> AsyncWebhooks:
         """Create, list, test and delete the team's webhooks; their delivery logs."""
         return self._webhooks
+
+    @property
+    def registries(self) -> AsyncRegistries:
+        """The team's credentials for image registries (template builds pull with them)."""
+        return self._registries
 
     async def usage(self, start: TimeArg | None = None, end: TimeArg | None = None,
                     group_by: UsageGroupBy = "sandbox", *,

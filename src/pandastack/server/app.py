@@ -31,6 +31,7 @@ from .events.webhooks import WebhookService
 from .events.webhooks import running as webhooks_running
 from .mcp import MCP_PATH, McpEndpoint
 from .preview.signing import UrlSigner, redact_signatures_in_logs
+from .registries.service import RegistryCredentialService
 from .routes import (
     code,
     files,
@@ -49,6 +50,7 @@ from .routes import (
 from .routes import events as event_routes
 from .routes import exec as exec_routes
 from .routes import hosts as host_routes
+from .routes import registries as registry_routes
 from .routes import streams as stream_routes
 from .routes import templates as template_routes
 from .routes import usage as usage_routes
@@ -133,9 +135,12 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
         try:
             service = SandboxService(store, rt, settings)
             server_metrics.bind(service)
+            registries = RegistryCredentialService(store, settings.encryption_key_path)
+            app.state.registries = registries
             templates = TemplateService(service, cache_entries=settings.build_cache_entries,
                                         max_concurrent=settings.max_concurrent_builds,
-                                        max_per_team=settings.max_builds_per_team)
+                                        max_per_team=settings.max_builds_per_team,
+                                        registries=registries)
 
             async def reconcile() -> None:
                 await rt.start()
@@ -229,7 +234,7 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
     for module in (sandboxes, state, snapshots, exec_routes, code, processes, watch, files,
                    lifecycle, network, ports, keys, template_routes, host_routes, usage_routes,
                    volume_routes, stream_routes, pty,
-                   metrics, event_routes, webhook_routes):
+                   metrics, event_routes, webhook_routes, registry_routes):
         app.include_router(module.router, prefix=API_PREFIX,
                            responses={"default": {"model": ErrorEnvelope,
                                                   "description": "error envelope"}})

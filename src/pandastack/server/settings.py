@@ -136,6 +136,9 @@ class Settings:
     webhook_allow_cidrs: tuple[str, ...] = ()
     webhook_retry_seconds: float = 86400.0
     webhook_timeout_seconds: float = 10.0
+    # The operator's key that encrypts team secrets at rest (registry passwords;
+    # server/registries/sealing.py), made by `pandastack setup`; None: `<home>/encryption.key`.
+    encryption_key_file: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "network_operator_allow",
@@ -205,6 +208,11 @@ class Settings:
     def agents(self) -> list[str]:
         """The agents `agent` names (comma-separated), in order."""
         return [a.strip() for a in (self.agent or "").split(",") if a.strip()]
+
+    @property
+    def encryption_key_path(self) -> Path:
+        # Path() again: settings a test passes as JSON arrive as strings.
+        return Path(self.encryption_key_file or self.home / "encryption.key")
 
     @property
     def dsn(self) -> str:
@@ -296,6 +304,7 @@ class Settings:
         take("PANDASTACK_AGENT_CA", "agent_ca", Path)
         take("PANDASTACK_AGENT_CLIENT_CERT", "agent_client_cert", Path)
         take("PANDASTACK_AGENT_CLIENT_KEY", "agent_client_key", Path)
+        take("PANDASTACK_ENCRYPTION_KEY_FILE", "encryption_key_file", Path)
         if env.get("PANDASTACK_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on"):
             values["cluster"] = True
         if env.get("PANDASTACK_KILL_UNKNOWN_VMS", "").strip().lower() in (

@@ -193,6 +193,12 @@ BAD_REQUESTS: list[tuple[str, str, object]] = [
     ("PATCH", "/v1/sandboxes/{id}/lifecycle", {"persistent": "yes please"}),
     ("POST", "/v1/keys", {"name": ""}),
     ("POST", "/v1/keys", {"name": "n", "admin": True}),
+    ("PUT", "/v1/registry-credentials/ghcr.io", {"username": "a:b", "password": "p"}),
+    ("PUT", "/v1/registry-credentials/ghcr.io", {"username": "a"}),
+    ("PUT", "/v1/registry-credentials/ghcr.io", {"username": "a", "password": "p\n"}),
+    ("PUT", "/v1/registry-credentials/not_a_host", {"username": "a", "password": "p"}),
+    ("PUT", "/v1/registry-credentials/ghcr.io", b'{"username": "a", "password": "\\ud800"}'),
+    ("DELETE", "/v1/registry-credentials/not_a_host", None),
     # escaped lone surrogates decode to a str that is not Unicode: refused up front (400)
     ("POST", "/v1/sandboxes", b'{"metadata": {"\\ud800": "x"}}'),
     ("POST", "/v1/sandboxes", b'{"env": {"A": "\\udfff"}}'),

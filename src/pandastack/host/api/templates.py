@@ -34,5 +34,6 @@ async def build_template(body: BuildRequest, host: Host) -> FramedResponse:
 
         return await host.build_template(body.spec, log=log, network=port_value(body.network),
                                          vcpus=body.vcpus, memory_mb=body.memory_mb,
-                                         cache_scope=body.cache_scope)
+                                         cache_scope=body.cache_scope,
+                                         registry_logins=port_value(body.registry_logins))
     return FramedResponse(run)

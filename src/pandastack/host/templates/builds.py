@@ -61,6 +61,7 @@ from pandastack.hostport.errors import (
     SnapshotNotFound,
 )
 from pandastack.hostport.network import NetworkPolicy
+from pandastack.hostport.registries import RegistryLogins
 from pandastack.hostport.results import BuildResult
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_VCPUS
 from pandastack.templatespec import (
@@ -92,6 +93,7 @@ class _Run:
     memory_mb: int
     disk_mb: int | None
     scope: str
+    logins: RegistryLogins
 
 
 @dataclass(frozen=True)
@@ -128,13 +130,15 @@ class TemplateBuilds:
                     network: NetworkPolicy | None = None, step_timeout: float | None = None,
                     cache: bool = True, vcpus: int = DEFAULT_VCPUS,
                     memory_mb: int = DEFAULT_MEMORY_MB,
-                    disk_mb: int | None = None, cache_scope: str = "") -> BuildResult:
+                    disk_mb: int | None = None, cache_scope: str = "",
+                    registry_logins: RegistryLogins | None = None) -> BuildResult:
         """Build `spec`; raises BuildFailed (naming the failing step, with its output's tail)
         and the runtime's own errors (an unknown base template, a failed create).
 
         `cache_scope` names whose cache this build reads and fills (the control plane passes
         the team): builds of different scopes never share a cached step, since a cached
         state holds whatever its steps made (generated keys, fetched secrets).
+        `registry_logins` (the team's, by registry) pull its images; they stay in memory.
 
         A multi-stage spec's earlier stages run first, one VM at a time, each only if a step
         still to run copies from it: their copied paths leave their VM as an archive on the
@@ -144,7 +148,8 @@ class TemplateBuilds:
         if not 0 < timeout <= 24 * 3600:
             raise ValueError("step_timeout must be between 0 and 24 hours")
         run = _Run(log=log, network=network, timeout=timeout, cache=cache, vcpus=vcpus,
-                   memory_mb=memory_mb, disk_mb=disk_mb, scope=cache_scope)
+                   memory_mb=memory_mb, disk_mb=disk_mb, scope=cache_scope,
+                   logins=registry_logins or {})
         chains: list[_Chain] = []
         for stage in spec.stages:
             chains.append(await self._chain(_stage_spec(stage), run, chains))
@@ -174,7 +179,8 @@ class TemplateBuilds:
         image = None
         if is_image(spec.from_template):
             image = await ensure_image_base(self.runtime, spec.from_template,
-                                            MachineShape(run.vcpus, run.memory_mb), run.log)
+                                            MachineShape(run.vcpus, run.memory_mb), run.log,
+                                            logins=run.logins)
         root = await self._root_key(spec, run.vcpus, run.memory_mb, run.disk_mb, run.scope,
                                     run.network, image)
         keys: list[str] = []

@@ -10,12 +10,14 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from pandastack.host.images.build import BASE, Progress
+from pandastack.host.images.oci.auth import Credentials
 from pandastack.host.images.oci.client import RegistryClient
 from pandastack.host.images.oci.guest_image import ImageDefaults, ensure_oci_image, image_defaults
 from pandastack.host.images.oci.reference import parse_reference
 from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.vmm.driver import MachineShape
+from pandastack.hostport.registries import RegistryLogins
 from pandastack.hostport.results import ImageInfo
 from pandastack.templatespec.base import base_kind
 
@@ -41,18 +43,26 @@ def is_image(base: str) -> bool:
 
 
 async def ensure_image_base(runtime: HostRuntime, reference: str, shape: MachineShape,
-                            progress: Progress) -> ImageBase:
+                            progress: Progress, *,
+                            logins: RegistryLogins | None = None) -> ImageBase:
+    """`logins` (a team's, by registry): the manifest is asked for with the one of the
+    image's registry, every time, so a team reaches cached layers of a private image only
+    through its own access to it (ADR 0046's rule)."""
+    ref = parse_reference(reference)
     store = await runtime.prepare()
     base = await runtime.machinery.image(BASE)
     settings = RegistrySettings.from_env()
+    login = (logins or {}).get(ref.registry)
+    credentials = None if login is None else Credentials(login.username, login.password)
     loop = asyncio.get_running_loop()
 
     def from_worker(line: str) -> None:
         # The pull runs in a worker thread; a build log wakes its followers on the loop's.
         loop.call_soon_threadsafe(progress, line)
 
-    image = await asyncio.to_thread(ensure_oci_image, runtime.config.home, reference,
-                                    base=base, settings=settings, progress=from_worker)
+    image = await asyncio.to_thread(ensure_oci_image, runtime.config.home, ref,
+                                    base=base, settings=settings, credentials=credentials,
+                                    progress=from_worker)
     name = IMAGE_TEMPLATE_PREFIX + image.key[:16]
     template = await store.ensure_image(name, image, shape, progress=progress)
     return ImageBase(template=name, template_key=template.key,

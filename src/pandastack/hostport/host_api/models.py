@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, SecretStr, field_serializer, model_validator
 
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
@@ -14,6 +14,7 @@ from pandastack.templatespec import TemplateSpec
 from ..network import NetworkPolicy
 from ..protocols import SandboxPlacement
 from ..pty import DEFAULT_COLS, DEFAULT_ROWS, MAX_DIM
+from ..registries import RegistryLogin, RegistryLogins
 from ..results import ExecResult, FileInfo, SnapshotInfo
 from ..volumes import HostVolume, VolumeMountRequest
 from ..watch import WatchEvent
@@ -61,9 +62,12 @@ class Placement(HostApiModel):
 
 
 def port_value(value: Any) -> Any:
-    """What the port takes or returns for a value read off the wire (lists element-wise)."""
+    """What the port takes or returns for a value read off the wire (lists and dicts
+    element-wise)."""
     if isinstance(value, list):
         return [port_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: port_value(v) for k, v in value.items()}
     method = getattr(value, "port_value", None)
     return method() if isinstance(value, HostApiModel) and callable(method) else value
 
@@ -325,12 +329,38 @@ class CodeContextList(HostApiModel):
 # -- templates ------------------------------------------------------------------------------
 
 
+class RegistryLoginModel(HostApiModel):
+    """A registry login crossing to the host: the password masked in every repr and error
+    (`SecretStr`, `hide_input_in_errors`), written out only in the request's JSON."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    username: str = Field(max_length=256)
+    password: SecretStr = Field(max_length=8192)
+
+    @field_serializer("password", when_used="json")
+    def _send(self, value: SecretStr) -> str:
+        return value.get_secret_value()
+
+    def port_value(self) -> RegistryLogin:
+        return RegistryLogin(self.username, self.password.get_secret_value())
+
+
+def logins_model(logins: RegistryLogins | None) -> dict[str, RegistryLoginModel]:
+    return {registry: RegistryLoginModel(username=login.username,
+                                         password=SecretStr(login.password))
+            for registry, login in (logins or {}).items()}
+
+
 class BuildRequest(HostApiModel):
     spec: TemplateSpec
     network: Network | None = None
     vcpus: int = DEFAULT_VCPUS
     memory_mb: int = DEFAULT_MEMORY_MB
     cache_scope: str = ""
+    # by registry host[:port] as image references name it (docker.io for Docker Hub)
+    registry_logins: dict[str, RegistryLoginModel] = Field(default_factory=dict,
+                                                           max_length=64)
 
 
 class PruneRequest(HostApiModel):

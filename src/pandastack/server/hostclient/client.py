@@ -13,10 +13,12 @@ from pandastack.hostport.host_api.models import (
     BuildRequest,
     HostStatus,
     SandboxInfo,
+    logins_model,
     network_model,
 )
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog
+from pandastack.hostport.registries import RegistryLogins
 from pandastack.hostport.results import BuildResult
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_VCPUS
 from pandastack.templatespec import TemplateSpec
@@ -103,9 +105,11 @@ class HostClient:
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
                              network: NetworkPolicy | None = None,
                              vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
-                             cache_scope: str = "") -> BuildResult:
+                             cache_scope: str = "",
+                             registry_logins: RegistryLogins | None = None) -> BuildResult:
         body = BuildRequest(spec=spec, network=network_model(network), vcpus=vcpus,
-                            memory_mb=memory_mb, cache_scope=cache_scope)
+                            memory_mb=memory_mb, cache_scope=cache_scope,
+                            registry_logins=logins_model(registry_logins))
         async with self._caller.stream("POST", api_path("templates", "builds"), json=body,
                                        read=None) as frames:
             async for frame in frames:

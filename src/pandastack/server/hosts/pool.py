@@ -30,6 +30,7 @@ from pandastack.hostport.errors import (
 from pandastack.hostport.forwarding import Forwarded, PortCall
 from pandastack.hostport.network import NetworkPolicy
 from pandastack.hostport.protocols import BuildLog, RuntimePort, SandboxPort
+from pandastack.hostport.registries import RegistryLogins
 from pandastack.hostport.results import BuildResult, ImageInfo, SnapshotInfo, SnapshotResult
 from pandastack.hostport.volumes import VolumeMountRequest
 from pandastack.rules import DEFAULT_MEMORY_MB, DEFAULT_TEMPLATE, DEFAULT_VCPUS
@@ -295,7 +296,8 @@ class HostPool(VolumeRouting):
     async def build_template(self, spec: TemplateSpec, *, log: BuildLog,
                              network: NetworkPolicy | None = None,
                              vcpus: int = DEFAULT_VCPUS, memory_mb: int = DEFAULT_MEMORY_MB,
-                             cache_scope: str = "") -> BuildResult:
+                             cache_scope: str = "",
+                             registry_logins: RegistryLogins | None = None) -> BuildResult:
         """On the best host for the build's VM; the template's snapshot stays there."""
         ranked = rank(self.views(), Shape(vcpus, memory_mb, spec.from_template))
         if not ranked:
@@ -303,7 +305,7 @@ class HostPool(VolumeRouting):
         host_id = ranked[0].host_id
         result = await self.hosts[host_id].build_template(
             spec, log=log, network=network, vcpus=vcpus, memory_mb=memory_mb,
-            cache_scope=cache_scope)
+            cache_scope=cache_scope, registry_logins=registry_logins)
         self._snapshots[result.snapshot_id] = host_id
         return result
 

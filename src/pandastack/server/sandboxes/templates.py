@@ -17,11 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pandastack.hostport.errors import BuildFailed, HostError, ImageError, SnapshotNotFound
+from pandastack.hostport.registries import RegistryLogin
 from pandastack.rules import BUILD_ID_RE, BUILTIN_TEMPLATE_NAMES, TEMPLATE_NAME_BODY, new_build_id
 from pandastack.templatespec import CopyStep, TemplateSpec
 from pandastack.templatespec.base import names_an_image
+from pandastack.templatespec.registry_host import image_registry
 from pandastack.wire.resources import BuildTemplate, TemplateBuildInfo
 
+from ..registries.service import RegistryCredentialService
 from ..store import TemplateVersion
 from ..web.errors import ApiError, conflict, from_host_error, not_found
 from .service import SandboxService
@@ -92,8 +95,10 @@ def to_build_info(row: TemplateVersion) -> TemplateBuildInfo:
 
 class TemplateService:
     def __init__(self, sandboxes: SandboxService, *, cache_entries: int = 32,
-                 max_concurrent: int = 2, max_per_team: int = 1) -> None:
+                 max_concurrent: int = 2, max_per_team: int = 1,
+                 registries: RegistryCredentialService | None = None) -> None:
         self.sandboxes = sandboxes
+        self.registries = registries
         self.cache_entries = cache_entries
         # Each build is a VM doing heavy work: more at once only slows them all down.
         self._slots = asyncio.Semaphore(max_concurrent)
@@ -125,7 +130,18 @@ class TemplateService:
         spec = req.spec.model_copy(update={
             "from_template": await self._base(team, req.spec.from_template), "stages": stages})
         await self._check_images(spec)
-        return await self._uncancellable(self._begin(row, req, spec), f"begin-{row.id}")
+        logins = await self._logins(team, spec)
+        return await self._uncancellable(self._begin(row, req, spec, logins),
+                                         f"begin-{row.id}")
+
+    async def _logins(self, team: str, spec: TemplateSpec) -> dict[str, RegistryLogin]:
+        """The team's credentials for the registries the build's images come from (no
+        others: a build carries only what its pulls use)."""
+        bases = [spec.from_template, *(stage.from_template for stage in spec.stages)]
+        wanted = {image_registry(base) for base in bases if names_an_image(base)}
+        if self.registries is None or not wanted:
+            return {}
+        return await self.registries.logins_for(team, wanted)
 
     async def _check_images(self, spec: TemplateSpec) -> None:
         """Each image the build starts from, asked of its registry now (within the host's
@@ -143,11 +159,11 @@ class TemplateService:
             except HostError as exc:
                 log.warning("image %s was not looked up before its build: %s", image, exc)
 
-    async def _begin(self, row: TemplateVersion, req: BuildTemplate,
-                     spec: TemplateSpec) -> TemplateVersion:
+    async def _begin(self, row: TemplateVersion, req: BuildTemplate, spec: TemplateSpec,
+                     logins: dict[str, RegistryLogin]) -> TemplateVersion:
         row = await asyncio.to_thread(self._add_version, row, req.spec)
         build_log = self._logs[row.id] = BuildLog()
-        self._track(asyncio.create_task(self._run(row, req, spec, build_log),
+        self._track(asyncio.create_task(self._run(row, req, spec, build_log, logins),
                                         name=f"build-{row.id}"))
         return row
 
@@ -210,7 +226,7 @@ class TemplateService:
                 del self._team_slots[team]
 
     async def _run(self, row: TemplateVersion, req: BuildTemplate, spec: TemplateSpec,
-                   build_log: BuildLog) -> None:
+                   build_log: BuildLog, logins: dict[str, RegistryLogin]) -> None:
         build_log.add(f"build {row.id}: template {row.name} version {row.version}")
         values: dict[str, object]
         try:
@@ -222,7 +238,7 @@ class TemplateService:
                 # what that team's build made (keys, secrets), and a hit would tell of it.
                 result = await self.runtime.build_template(
                     spec, log=build_log.add, network=policy, vcpus=req.vcpus,
-                    memory_mb=req.memory_mb, cache_scope=row.team)
+                    memory_mb=req.memory_mb, cache_scope=row.team, registry_logins=logins)
         except asyncio.CancelledError:
             values = {"status": "failed", "error": "the server stopped during the build"}
             raise

@@ -1,6 +1,7 @@
 """Persistence: SQLAlchemy models, repository functions and alembic migrations."""
 
 from . import events as _events  # noqa: F401  (its tables and its flush hook)
+from . import registry_credentials as _registry_credentials  # noqa: F401  (its table)
 from .db import open_store
 from .models import (
     ApiKey,
