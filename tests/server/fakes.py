@@ -589,7 +589,8 @@ class FakeRuntime:
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         return []
 
-    async def inspect_image(self, reference: str) -> ImageInfo:
+    async def inspect_image(self, reference: str, *,
+                            registry_logins: RegistryLogins | None = None) -> ImageInfo:
         self.inspected.append(reference)
         known = self.images.get(reference)
         if isinstance(known, HostError):

@@ -206,8 +206,9 @@ class LocalHost:
                                        memory_mb=memory_mb, cache_scope=cache_scope,
                                        registry_logins=registry_logins)
 
-    async def inspect_image(self, reference: str) -> ImageInfo:
-        return await asyncio.to_thread(inspect_image, reference)
+    async def inspect_image(self, reference: str, *,
+                            registry_logins: RegistryLogins | None = None) -> ImageInfo:
+        return await asyncio.to_thread(inspect_image, reference, logins=registry_logins)
 
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         def prune() -> list[str]:

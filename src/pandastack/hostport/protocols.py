@@ -267,10 +267,12 @@ class RuntimePort(Protocol):
         the snapshots deleted."""
         ...
 
-    async def inspect_image(self, reference: str) -> ImageInfo:
+    async def inspect_image(self, reference: str, *,
+                            registry_logins: RegistryLogins | None = None) -> ImageInfo:
         """Ask an image's registry for its manifest and config (no layer), within a short
-        deadline: a build FROM an image asks first, so that a missing image, a refused
-        login or a registry that does not answer is the build request's error. Raises the
+        deadline, with the login `registry_logins` has for that registry (as a build's
+        pull): a build FROM an image asks first, so that a missing image, a refused login
+        or a registry that does not answer is the build request's error. Raises the
         ImageError subclasses, each naming the image."""
         ...
 

@@ -27,6 +27,7 @@ from pandastack.hostport.protocols import (
     SandboxPort,
     SnapshotTransferPort,
 )
+from pandastack.hostport.registries import RegistryLogin
 from pandastack.hostport.results import (
     FileInfo,
     GuestMetrics,
@@ -162,7 +163,8 @@ CASES: dict[str, tuple[tuple[Any, ...], dict[str, Any], Any]] = {
     "console_log": (("sbx-1", 4), {}, b"\x00b\xff"),
     "prepare_template": (("python",), {"vcpus": 2, "memory_mb": 1024}, None),
     "prune_build_cache": ((3,), {}, ["snap-1"]),
-    "inspect_image": (("reg.example/app:1",), {}, ImageInfo(
+    "inspect_image": (("reg.example/app:1",), {"registry_logins": {
+        "reg.example": RegistryLogin("u", "p@ss")}}, ImageInfo(
         "reg.example/app:1", "sha256:" + "a" * 64, "sha256:" + "b" * 64, 2, 4096,
         ("8080/tcp",))),
     "list_snapshots": ((), {"include_internal": True}, [INFO]),

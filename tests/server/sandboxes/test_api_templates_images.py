@@ -19,9 +19,17 @@ import pytest
 
 from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.host.templates.image_base import inspect_image
-from pandastack.hostport.errors import HostUnavailable, ImageNotFound
+from pandastack.hostport.errors import HostUnavailable, ImageNotFound, RegistryAuthError
+from pandastack.hostport.registries import RegistryLogin, RegistryLogins
 from pandastack.hostport.results import ImageInfo
-from tests.host.images.oci.conftest import basic_registry, needs_registry, registry, skopeo_policy
+from tests.host.images.oci.conftest import (
+    PASSWORD,
+    USER,
+    basic_registry,
+    needs_registry,
+    registry,
+    skopeo_policy,
+)
 from tests.host.images.oci.helpers import push_image
 from tests.host.images.oci.layers import file, gzipped
 from tests.host.images.oci.registry import Registry
@@ -39,9 +47,11 @@ class RegistryRuntime(FakeRuntime):
         super().__init__(root)
         self.registry_settings = settings
 
-    async def inspect_image(self, reference: str) -> ImageInfo:
+    async def inspect_image(self, reference: str, *,
+                            registry_logins: RegistryLogins | None = None) -> ImageInfo:
         self.inspected.append(reference)
-        info = await asyncio.to_thread(inspect_image, reference, self.registry_settings)
+        info = await asyncio.to_thread(inspect_image, reference, self.registry_settings,
+                                       logins=registry_logins)
         self.images[reference] = info
         return info
 
@@ -143,6 +153,25 @@ async def test_a_registry_that_wants_credentials_is_a_403_naming_the_image(
     r = await build(api, "private", image)
     assert_envelope(r, 403, "forbidden")
     assert r.json()["error"]["message"] == f"image {image}: the registry needs credentials"
+
+
+@needs_registry
+def test_the_lookup_logs_in_with_the_login_for_the_images_registry(
+        runtime: RegistryRuntime, basic_registry: Registry, skopeo_policy: Path,
+        tmp_path: Path) -> None:
+    push_image(basic_registry, tmp_path, skopeo_policy, "tests/private",
+               [gzipped([file("a", "a")])], config={"ExposedPorts": {"22/tcp": {}}},
+               creds=f"{USER}:{PASSWORD}")
+    image = f"{basic_registry.host}/tests/private:v1"
+    settings = runtime.registry_settings
+    found = inspect_image(image, settings,
+                          logins={basic_registry.host: RegistryLogin(USER, PASSWORD)})
+    assert (found.reference, found.layers, found.exposed_ports) == (image, 1, ("22/tcp",))
+    with pytest.raises(RegistryAuthError, match=f"image {image}: the registry refused user"):
+        inspect_image(image, settings,
+                      logins={basic_registry.host: RegistryLogin(USER, "wrong")})
+    with pytest.raises(RegistryAuthError, match="needs credentials"):  # another registry's
+        inspect_image(image, settings, logins={"ghcr.io": RegistryLogin(USER, PASSWORD)})
 
 
 @needs_registry

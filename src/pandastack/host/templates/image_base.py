@@ -70,16 +70,20 @@ async def ensure_image_base(runtime: HostRuntime, reference: str, shape: Machine
 
 
 
-def inspect_image(reference: str, settings: RegistrySettings | None = None) -> ImageInfo:
-    """The registry's manifest and config of `reference` (no layer is fetched), within
-    INSPECT_DEADLINE_S: a silent registry's single request stalls half of it at most, so the
-    answer or a RegistryUnavailable comes before the control plane's wait for it ends."""
+def inspect_image(reference: str, settings: RegistrySettings | None = None, *,
+                  logins: RegistryLogins | None = None) -> ImageInfo:
+    """The registry's manifest and config of `reference` (no layer is fetched), asked with
+    the login `logins` has for its registry, within INSPECT_DEADLINE_S: a silent registry's
+    single request stalls half of it at most, so the answer or a RegistryUnavailable comes
+    before the control plane's wait for it ends."""
     settings = settings if settings is not None else RegistrySettings.from_env()
     deadline = min(settings.deadline_s, INSPECT_DEADLINE_S)
     quick = replace(settings, deadline_s=deadline,
                     timeout_s=min(settings.timeout_s, deadline / 2))
     ref = parse_reference(reference)
-    with RegistryClient(ref, quick) as client:
+    login = (logins or {}).get(ref.registry)
+    credentials = None if login is None else Credentials(login.username, login.password)
+    with RegistryClient(ref, quick, credentials) as client:
         resolved = client.resolve()
     layers = resolved.manifest.layers
     return ImageInfo(reference=str(ref), digest=resolved.digest,

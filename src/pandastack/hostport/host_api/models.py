@@ -375,3 +375,5 @@ class InspectImageRequest(HostApiModel):
     # An image reference is at most a registry host, a 255-character repository and a tag
     # or digest: 1 KiB is more than any.
     reference: str = Field(min_length=1, max_length=1024)
+    registry_logins: dict[str, RegistryLoginModel] = Field(default_factory=dict,
+                                                           max_length=64)

@@ -309,12 +309,14 @@ class HostPool(VolumeRouting):
         self._snapshots[result.snapshot_id] = host_id
         return result
 
-    async def inspect_image(self, reference: str) -> ImageInfo:
+    async def inspect_image(self, reference: str, *,
+                            registry_logins: RegistryLogins | None = None) -> ImageInfo:
         """Asked of a reachable host (the hosts pull with the same operator settings), the
         next one when it is out of reach."""
         for host_id in [h for h in self.hosts if h not in self._unreachable]:
             try:
-                return await self.hosts[host_id].inspect_image(reference)
+                return await self.hosts[host_id].inspect_image(
+                    reference, registry_logins=registry_logins)
             except HostUnavailable:
                 self._unreachable.add(host_id)
         raise HostUnavailable("no host answers to look the image up")

@@ -129,8 +129,8 @@ class TemplateService:
             team, stage.from_template)}) for stage in req.spec.stages]
         spec = req.spec.model_copy(update={
             "from_template": await self._base(team, req.spec.from_template), "stages": stages})
-        await self._check_images(spec)
         logins = await self._logins(team, spec)
+        await self._check_images(spec, logins)
         return await self._uncancellable(self._begin(row, req, spec, logins),
                                          f"begin-{row.id}")
 
@@ -143,17 +143,19 @@ class TemplateService:
             return {}
         return await self.registries.logins_for(team, wanted)
 
-    async def _check_images(self, spec: TemplateSpec) -> None:
-        """Each image the build starts from, asked of its registry now (within the host's
-        inspect deadline, 20 s): a missing image or tag is this request's 404, a refused
-        login its 403, a registry that does not answer its 502, an image over the bounds its
-        413, each naming the image (docs/templates.md), not a build that fails later. The
-        build's pull asks again (the tag may move meanwhile). A host that cannot be asked
-        (out of reach, or an agent from before this call) leaves the answer to the build."""
+    async def _check_images(self, spec: TemplateSpec,
+                            logins: dict[str, RegistryLogin]) -> None:
+        """Each image the build starts from, asked of its registry now with the team's
+        login there, as the build's pull will (within the host's inspect deadline, 20 s):
+        a missing image or tag is this request's 404, a refused login its 403, a registry
+        that does not answer its 502, an image over the bounds its 413, each naming the
+        image (docs/templates.md), not a build that fails later. The build's pull asks
+        again (the tag may move meanwhile). A host that cannot be asked (out of reach, or
+        an agent from before this call) leaves the answer to the build."""
         bases = [spec.from_template, *(stage.from_template for stage in spec.stages)]
         for image in sorted({base for base in bases if names_an_image(base)}):
             try:
-                await self.runtime.inspect_image(image)
+                await self.runtime.inspect_image(image, registry_logins=logins)
             except ImageError as exc:
                 raise from_host_error(exc) from None
             except HostError as exc:
