@@ -5,18 +5,23 @@ and the migrations describe the same schema."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from pandastack.server.store import Store, TemplateVersion, open_store
-from pandastack.server.store.db import MIGRATIONS, make_engine
+from pandastack.server.store.db import MIGRATIONS, head_revision, make_engine, migrate
 from pandastack.server.store.models import Base
 from tests.services import Postgres
 
@@ -35,6 +40,14 @@ def migrate_to(dsn: str, revision: str, *, down: bool = False) -> None:
 
 def upgrade_to(dsn: str, revision: str) -> None:
     migrate_to(dsn, revision)
+
+
+def replayed_store(dsn: str) -> Store:
+    """A store whose schema every migration made, one after the other (open_store makes an
+    empty database's from the models instead)."""
+    engine = make_engine(dsn)
+    migrate(engine, replay=True)
+    return Store(engine)
 
 
 def tables(dsn: str) -> set[str]:
@@ -141,7 +154,7 @@ def test_what_held_resources_across_0009_is_metered_from_0010(db: str) -> None:
 
 
 def test_every_revision_downgrades_and_upgrades_again(db: str) -> None:
-    store = open_store(db)
+    store = replayed_store(db)
     with store.engine.begin() as conn:
         conn.execute(text("INSERT INTO teams (id, created_at) VALUES ('t', 1.0)"))
         conn.execute(text(
@@ -173,12 +186,82 @@ def test_every_revision_downgrades_and_upgrades_again(db: str) -> None:
 
 
 def test_the_models_are_the_schema_the_migrations_make(db: str) -> None:
-    store = open_store(db)
+    store = replayed_store(db)
     try:
         with store.engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:
         store.close()
+
+
+def schema(dsn: str) -> dict[str, object]:
+    """Every table's columns (name, type, nullability; their order aside), indexes, unique
+    constraints, primary and foreign keys, as the database itself describes them."""
+    engine = make_engine(dsn)
+    try:
+        look = inspect(engine)
+        return {table: (
+            sorted((c["name"], str(c["type"]), c["nullable"]) for c in look.get_columns(table)),
+            sorted((i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                   for i in look.get_indexes(table)),
+            sorted(tuple(u["column_names"]) for u in look.get_unique_constraints(table)),
+            look.get_pk_constraint(table)["constrained_columns"],
+            sorted((tuple(f["constrained_columns"]), f["referred_table"],
+                    tuple(f["referred_columns"])) for f in look.get_foreign_keys(table)),
+        ) for table in sorted(look.get_table_names())}
+    finally:
+        engine.dispose()
+
+
+def server_defaults(dsn: str) -> set[tuple[str, str, str]]:
+    engine = make_engine(dsn)
+    try:
+        look = inspect(engine)
+        return {(table, c["name"], str(c["default"])) for table in look.get_table_names()
+                for c in look.get_columns(table) if c.get("default") is not None}
+    finally:
+        engine.dispose()
+
+
+def test_an_empty_database_made_from_the_models_is_the_one_the_migrations_make(
+        db: str, tmp_path: Path, postgres: Postgres) -> None:
+    """open_store's fast path for an empty database (the models, stamped at the newest
+    revision) against every migration replayed, compared as each database describes it.
+    Server defaults: the models' must be the migrations' too; the migrations may keep more
+    (SQLite keeps those that filled the rows of a column added to a table, e.g. hosts'
+    counters), which no insert needs, since every insert goes through the models and they
+    give each such column its value."""
+    open_store(db).close()
+    made = schema(db)
+    with contextlib.ExitStack() as stack:
+        if db.startswith("sqlite"):
+            other = f"sqlite:///{tmp_path / 'replayed.db'}"
+        else:
+            other = stack.enter_context(postgres.database())
+        replayed_store(other).close()
+        assert schema(other) == made
+        assert server_defaults(db) <= server_defaults(other)
+    engine = make_engine(db)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() \
+            == [head_revision()]
+    engine.dispose()
+
+
+def test_the_head_revision_is_alembics_own() -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", MIGRATIONS)
+    assert [head_revision()] == list(ScriptDirectory.from_config(cfg).get_heads())
+
+
+def test_a_database_at_the_newest_revision_opens_without_loading_alembic(db: str) -> None:
+    open_store(db).close()
+    code = ("import sys; from pandastack.server.store import open_store; "
+            f"open_store({db!r}).close(); print(sorted(m for m in sys.modules "
+            "if m == 'alembic' or m.startswith('alembic.')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout
 
 
 def test_servers_starting_together_on_postgresql_migrate_one_after_the_other(
