@@ -1,5 +1,7 @@
 """`pandastack backup db FILE`: a consistent copy of the control plane's database while
-the servers keep running (docs/operations.md, "Backups").
+the servers keep running; `pandastack backup objects DIR`: a copy of the object store
+(host/objects/backup.py; `pandastack restore objects DIR` puts it back). docs/operations.md,
+"Backups".
 
 SQLite: the online backup API (sqlite3.Connection.backup) copies the database page by page
 under its own read transaction, so writers of a running `serve` neither stop nor leave a
@@ -10,20 +12,25 @@ environment (PGPASSWORD), not on a command line `ps` shows."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shlex
 import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from pandastack.host.objects.config import ObjectStoreConfig
 
 console = Console(stderr=True)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("backup", help="back up the control plane's database")
+    p = sub.add_parser("backup", help="back up the control plane's database or the object store")
     what = p.add_subparsers(dest="what", required=True)
     db = what.add_parser("db", help="copy the database to FILE while the servers run "
                                     "(SQLite's online backup, or pg_dump for PostgreSQL)")
@@ -33,9 +40,52 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                          "PANDASTACK_HOME, as serve opens it)")
     db.add_argument("--print", action="store_true", dest="print_only",
                     help="PostgreSQL: print the pg_dump command instead of running it")
+    objects = what.add_parser("objects", help="copy the object store (snapshots, hibernations, "
+                                              "volume and template images) into DIR; again "
+                                              "into the same DIR, only what is new is fetched")
+    objects.add_argument("dir", type=Path, help="the backup directory (made mode 0700)")
+    add_store_option(objects)
+
+
+def add_store_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, metavar="URL",
+                   help="the object store (default: PANDASTACK_OBJECT_STORE, as the agents "
+                        "read it; credentials from PANDASTACK_S3_ACCESS_KEY/_SECRET_KEY)")
+
+
+def store_config(url: str | None) -> ObjectStoreConfig:
+    from pandastack.host.objects.config import OBJECT_STORE_ENV, ObjectStoreConfig
+
+    if url is not None:
+        return ObjectStoreConfig.from_url(url)
+    config = ObjectStoreConfig.from_env()
+    if config is None:
+        raise ValueError(f"no object store: set {OBJECT_STORE_ENV} (as the agents have it) "
+                         "or give --store s3://BUCKET/...")
+    return config
+
+
+def backup_objects(directory: Path, url: str | None) -> int:
+    from pandastack.host.objects import backup
+
+    async def run() -> backup.BackupCounts:
+        store = backup.backup_store(directory, store_config(url))
+        try:
+            return await backup.backup_objects(store, directory, say=console.log)
+        finally:
+            await store.close()
+    counts = asyncio.run(run())
+    console.print(f"backed up {counts.objects} objects ({counts.fetched} fetched, the others "
+                  f"already in {directory}) and {counts.manifests} manifests")
+    if counts.missing:
+        console.print(f"[yellow]warning:[/yellow] {len(counts.missing)} objects that manifests "
+                      f"name were not in the store: {', '.join(counts.missing[:5])}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.what == "objects":
+        return backup_objects(args.dir, args.store)
     from pandastack.server.settings import Settings
 
     dsn = args.db or Settings.from_env().dsn

@@ -24,6 +24,7 @@ from . import (
     keys,
     mcp,
     registry,
+    restore,
     sandbox,
     serve,
     snapshot,
@@ -47,7 +48,7 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     module.__name__.rsplit(".", 1)[1]: module
     for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
-                   usage, teams, events, webhook, registry, mcp, doctor, backup)}
+                   usage, teams, events, webhook, registry, mcp, doctor, backup, restore)}
 COMMANDS["install-units"] = doctor_units
 
 console = Console(stderr=True)
@@ -55,7 +56,7 @@ console = Console(stderr=True)
 # keep the user's umask. They run the server or the host, so they need the `server` extra; the
 # client commands (`sandbox`, `template`, `hosts`) need only the SDK and never import server or
 # host.
-SERVICE_COMMANDS = ("setup", "serve", "keys", "agent", "doctor", "backup")
+SERVICE_COMMANDS = ("setup", "serve", "keys", "agent", "doctor", "backup", "restore")
 # The top-level modules of the `server` extra (pyproject.toml).
 SERVER_EXTRA = "pandastack[server]"
 SERVER_EXTRA_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "qemu.qmp", "websockets")
