@@ -218,8 +218,9 @@ def test_the_operations_guide_commands_parse(monkeypatch: pytest.MonkeyPatch) ->
         ran.append(args.command)
         return 0
 
-    for name, module in list(cli_main.COMMANDS.items()):
-        monkeypatch.setitem(cli_main.COMMANDS, name,
+    for name in cli_main.COMMAND_MODULES:
+        module = cli_main.load_command(name)
+        monkeypatch.setitem(cli_main.LOADED_COMMANDS, name,
                             SimpleNamespace(add_parser=module.add_parser, run=record))
 
     async def no_setup(args: object) -> int:

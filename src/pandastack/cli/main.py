@@ -8,32 +8,10 @@ import importlib.metadata
 import importlib.util
 import sys
 import time
-from typing import Protocol
+from typing import Protocol, cast
 
 from rich.console import Console
 from rich.markup import escape
-
-from . import (
-    agent,
-    backup,
-    doctor,
-    doctor_units,
-    events,
-    files,
-    hosts,
-    keys,
-    mcp,
-    registry,
-    restore,
-    sandbox,
-    serve,
-    snapshot,
-    teams,
-    template,
-    usage,
-    volume,
-    webhook,
-)
 
 
 class Command(Protocol):
@@ -44,12 +22,32 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-# In the order `pandastack --help` lists them (after `setup`, which is here).
-COMMANDS: dict[str, Command] = {
-    module.__name__.rsplit(".", 1)[1]: module
-    for module in (serve, agent, keys, sandbox, snapshot, files, template, volume, hosts,
-                   usage, teams, events, webhook, registry, mcp, doctor, backup, restore)}
-COMMANDS["install-units"] = doctor_units
+# Each command's module, in the order `pandastack --help` lists them (after `setup`, which is
+# here). Only the module of the command being run is imported (all of them for --help): a
+# command's imports are its own, so `serve` does not load the SDK nor `sandbox` the server.
+COMMAND_MODULES: dict[str, str] = {
+    name: name for name in ("serve", "agent", "keys", "sandbox", "snapshot", "files",
+                            "template", "volume", "hosts", "usage", "teams", "events",
+                            "webhook", "registry", "mcp", "doctor", "backup", "restore")}
+COMMAND_MODULES["install-units"] = "doctor_units"
+LOADED_COMMANDS: dict[str, Command] = {}
+
+
+def load_command(name: str) -> Command:
+    if name not in LOADED_COMMANDS:
+        module = importlib.import_module(f"{__package__}.{COMMAND_MODULES[name]}")
+        LOADED_COMMANDS[name] = cast(Command, module)
+    return LOADED_COMMANDS[name]
+
+
+def _chosen_commands(argv: list[str]) -> list[str]:
+    """The commands whose parsers `argv` needs: the one it names, else (no command, --help,
+    a typo) every one, so that argparse lists them or says what is wrong."""
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    if chosen == "setup" or (chosen is None and "--version" in argv):
+        return []
+    return [chosen] if chosen in COMMAND_MODULES else list(COMMAND_MODULES)
+
 
 console = Console(stderr=True)
 # The commands that write the service's files (host/file_modes.py); the API clients' downloads
@@ -149,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     setup.add_argument("--template", action="append", default=[], metavar="NAME",
                        help="also build this built-in template ahead (repeatable), so that its "
                             "first create does not wait for its image")
-    for command in COMMANDS.values():
-        command.add_parser(sub)
+    argv = sys.argv[1:] if argv is None else argv
+    for name in _chosen_commands(argv):
+        load_command(name).add_parser(sub)
     args = parser.parse_args(argv)
     errors: tuple[type[Exception], ...] = (ValueError,)
     # `keys` goes through the API unless told to use the database (`--db`).
@@ -169,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "setup":
             return asyncio.run(_setup(args))
-        if args.command in COMMANDS:
-            return COMMANDS[args.command].run(args)
+        if args.command in COMMAND_MODULES:
+            return load_command(args.command).run(args)
     except errors as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
