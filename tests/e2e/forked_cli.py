@@ -23,7 +23,11 @@ MODULE = "pandastack.cli.main"
 # request pipe, atexit hooks) runs twice; it flushes its own streams first.
 SERVER = f"""
 import json, os, runpy, select, signal, sys, traceback
-import {MODULE}  # the imports every call would pay
+import {MODULE}
+# The imports every call would pay: main imports only the command it runs, so load them all
+# here once (main run afresh finds them in sys.modules).
+for name in {MODULE}.COMMAND_MODULES:
+    {MODULE}.load_command(name)
 
 def call(req):
     for fd, (path, flags) in enumerate(((req["stdin"], os.O_RDONLY),
