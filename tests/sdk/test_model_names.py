@@ -5,14 +5,16 @@ each the wire package's own class."""
 from __future__ import annotations
 
 import pandastack.sdk.models as models
-from pandastack.wire import resources, sandboxes, search, usage
+from pandastack.wire import registries, resources, sandboxes, search, usage
 
-# The names before the re-export was derived (commit 8e30c23's hand-written list).
+# The names before the re-export was derived (commit 8e30c23's hand-written list), and those
+# added since: RegistryCredentials and RegistryCredentialsList (issue 37, 5aabeda).
 PUBLIC = {
     "AsyncOutputCallback", "AttachedVolume", "CodeContext", "CodeError", "CreatedKey",
     "DrainResult", "ExecResult", "FileEntry", "ForkResult", "GlobMatches", "GrepMatches",
     "HostInfo", "HostState", "KeyInfo", "Lifecycle", "Logs", "NetworkSpec", "OutputCallback",
-    "ProcessInfo", "QuotaInfo", "QuotaUse", "RateCard", "SandboxInfo", "SandboxMetrics",
+    "ProcessInfo", "QuotaInfo", "QuotaUse", "RateCard", "RegistryCredentials",
+    "RegistryCredentialsList", "SandboxInfo", "SandboxMetrics",
     "SandboxState", "SnapshotInfo", "TextMatch", "UsageQuantities", "UsageReport", "UsageRow",
     "VolumeAttachment", "VolumeInfo", "VolumeMount", "VolumeSnapshotInfo", "WriteResult",
 }
@@ -26,6 +28,6 @@ def test_public_names_unchanged() -> None:
 
 
 def test_each_name_is_the_wire_model() -> None:
-    for module in (resources, sandboxes, search, usage):
+    for module in (registries, resources, sandboxes, search, usage):
         for name in module.__all__:
             assert getattr(models, name) is getattr(module, name), name
