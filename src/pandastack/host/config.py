@@ -88,6 +88,8 @@ class HostConfig:
     # Template memory files are copied to tmpfs so that snapshots can leave the guest running
     # (host/memory/stage.py); None keeps them where they are (snapshots then stop the guest).
     memory_stage_dir: Path | None = DEFAULT_MEMORY_STAGE
+    # What the staged copies may hold in all (MiB); None: a quarter of the host's memory.
+    memory_stage_mb: int | None = None
     # Transparent huge pages for VMs restored from a stream (snapshot, fork, wake). "auto":
     # on, unless the host hands freed memory back to its hypervisor (host/vmm/qemu/driver.py).
     stream_huge_pages: str = "auto"
@@ -178,6 +180,8 @@ class HostConfig:
         if "PANDASTACK_MEMORY_STAGE" in env:
             stage = env["PANDASTACK_MEMORY_STAGE"]
             values["memory_stage_dir"] = Path(stage) if stage != "off" else None
+        if "PANDASTACK_MEMORY_STAGE_MB" in env:
+            values["memory_stage_mb"] = int(env["PANDASTACK_MEMORY_STAGE_MB"])
         if "PANDASTACK_STREAM_HUGE_PAGES" in env:
             values["stream_huge_pages"] = env["PANDASTACK_STREAM_HUGE_PAGES"]
         if "PANDASTACK_FORK_BUFFER_S" in env:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.memory.stage import stage, staged_path, sweep
+from pandastack.host.memory import stage as stage_module
+from pandastack.host.memory.stage import restaged, stage, staged_path, sweep
 
 MIB = 1 << 20
 
@@ -90,3 +91,41 @@ def test_sweep_removes_what_no_durable_file_backs(tmp_path: Path, dead_pid: int)
     assert staged_path(kept, root).exists() and in_progress.exists()
     assert not staged_path(gone, root).parent.exists()  # emptied directories go too
     assert sweep(None) == [] and sweep(tmp_path / "nothing") == []
+
+
+def _aged(path: Path, seconds: float) -> None:
+    """Marks a staged copy last used `seconds` ago (its atime; the mtime stays)."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns - int(seconds * 1e9), st.st_mtime_ns))
+
+
+def test_the_stage_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
+    """Each template version restored used to keep its whole copy for good (every image a
+    team builds FROM is one) until tmpfs filled the host's memory: the stage's budget
+    removes what no VMM names and nobody used lately, oldest first, and restaged copies a
+    removed one back."""
+    root = tmp_path / "stage"
+    versions = [tmp_path / "home" / "templates" / f"oci-{n}" / "k" / "memory" for n in range(4)]
+    for durable in versions:
+        _memory_file(durable, 8 * MIB)
+    budget = 20 * MIB  # two 8 MiB copies fit, a third does not
+    first, second = (stage(d, root, budget) for d in versions[:2])
+    assert first.is_relative_to(root) and second.is_relative_to(root)
+    # Both in use now (recently staged): no room is made, the durable file is used instead.
+    assert stage(versions[2], root, budget) == versions[2]
+    _aged(first, 2 * stage_module.RECENT_S)
+    _aged(second, 3 * stage_module.RECENT_S)  # the least recently used
+    third = stage(versions[2], root, budget)
+    assert third.is_relative_to(root)
+    assert not second.exists() and first.exists()
+    # One a VMM's command line names stays however old it is.
+    _aged(first, 4 * stage_module.RECENT_S)
+    _aged(third, 2 * stage_module.RECENT_S)
+    named = {str(first)}
+    assert stage_module.make_room(root, 8 * MIB, budget, tmp_path / "none",
+                                  in_use=lambda _root: named)
+    assert first.exists() and not third.exists()
+    # A runtime that loaded the second version before its copy went gets it back.
+    again = restaged(second, root, budget + 8 * MIB)
+    assert again == second and again.read_bytes() == versions[1].read_bytes()
+    assert restaged(versions[3], root, budget) == versions[3]  # not a staged path: itself

@@ -322,8 +322,9 @@ class HostRuntime:
                 else:
                     disks.create_layer(workdir / top, tmpl.disk, base_bytes)
             # A snapshot's stream carries all of its memory; a template's memory is its file.
-            files = replace(tmpl.snapshot, device_state=state_file,
-                            memory=None if snapshot is not None else tmpl.snapshot.memory)
+            memory = None if snapshot is not None else await asyncio.to_thread(
+                (await self.prepare()).memory_to_restore, tmpl)
+            files = replace(tmpl.snapshot, device_state=state_file, memory=memory)
             vm = await self.restore_vm(VMPaths(workdir), files, workdir / top,
                                      slot.netns if slot is not None else None,
                                      self.volumes.drives(self.driver, workdir, mounts))

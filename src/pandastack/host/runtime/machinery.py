@@ -60,6 +60,8 @@ class Machinery:
                     self.config.templates_dir, self._driver, self.image, pinned=self.pinned,
                     network=self.network if self.config.networking else None,
                     memory_stage=self.config.memory_stage_dir,
+                    memory_stage_bytes=None if self.config.memory_stage_mb is None
+                    else self.config.memory_stage_mb << 20,
                     kernel_args=self.config.guest_kernel_args(self._driver.accel))
             return self._templates
 

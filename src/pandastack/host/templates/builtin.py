@@ -28,6 +28,7 @@ from pandastack.host.agentlink.client import AgentClient, exit_code_of
 from pandastack.host.gc import hold_version, prune_images, prune_templates
 from pandastack.host.images.build import BASE, KERNEL_SERVER_PATH, GuestImage
 from pandastack.host.images.common import fsync_path
+from pandastack.host.memory.stage import restaged
 from pandastack.host.memory.stage import stage as stage_memory
 from pandastack.host.memory.stage import sweep as sweep_staged_memory
 from pandastack.host.network.manager import NetworkManager
@@ -167,16 +168,25 @@ class TemplateStore:
     def __init__(self, root: Path, driver: VMMDriver, images: ImageProvider, *,
                  pinned: Callable[[], list[Path]] = list,
                  network: NetworkManager | None = None, memory_stage: Path | None = None,
-                 kernel_args: str = ""):
+                 memory_stage_bytes: int | None = None, kernel_args: str = ""):
         self.root = root
         self.kernel_args = kernel_args  # appended to each image's kernel command line
         self.memory_stage = memory_stage
+        self.memory_stage_bytes = memory_stage_bytes  # None: the stage's default budget
         self.driver = driver
         self.images = images
         self.pinned = pinned
         self.network = network
         self._memo: dict[tuple[str, MachineShape], Template] = {}
         self._image_keys: set[str] = set()  # images this process has used: GC keeps them
+
+    def memory_to_restore(self, template: Template) -> Path | None:
+        """The template's memory file for a restore now: its staged copy again if the
+        stage's bound removed it since the template was loaded (host/memory/stage.py)."""
+        memory = template.snapshot.memory
+        if memory is None:
+            return None
+        return restaged(memory, self.memory_stage, self.memory_stage_bytes)
 
     def load_dir(self, name: str, directory: Path) -> Template:
         """A template version by its directory (snapshots and sandboxes record it). Its
@@ -194,7 +204,8 @@ class TemplateStore:
         meta = json.loads(meta_path.read_text())
         shape = MachineShape(vcpus=meta["vcpus"], memory_mb=meta["memory_mb"])
         snapshot = SnapshotFiles(
-            memory=stage_memory(directory / "memory", self.memory_stage if stage else None),
+            memory=stage_memory(directory / "memory", self.memory_stage if stage else None,
+                                self.memory_stage_bytes),
             device_state=directory / "device.state",
             kernel=KernelSpec(Path(meta["kernel"]), Path(meta["initrd"]), meta["cmdline"]),
             shape=shape,
