@@ -141,6 +141,11 @@ sdk-ts: deps
 # cached): no test builds one, so the lanes' time and durations are the tests'. Node's image
 # was built by its test alone (setup builds base and code-interpreter): 145 s in that test on
 # a clone whose cache had the others (issue 33); on a fresh machine the builds are this step's.
+# Why not a third worker (2026-12-04, fifth session): with TEST_WORKERS=3 on a fresh clone the
+# parallel lane took 22:23 (19:26 with two, a few minutes of other VM work beside it), and
+# /proc/stat over the lane read user 79.9 %, system 16.4 %, idle 1.1 %: the two cores are
+# saturated, by the guests (~45 % of the CPU, TCG), the pytest workers (~20 %), servers and
+# agents. Only less CPU work per test shortens it.
 TEST_WORKERS ?= 2
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: venv
