@@ -18,13 +18,17 @@ import shlex
 import shutil
 import sqlite3
 import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 
 if TYPE_CHECKING:
     from pandastack.host.objects.config import ObjectStoreConfig
+    from pandastack.host.objects.store import ObjectStore
+
+T = TypeVar("T")
 
 console = Console(stderr=True)
 
@@ -65,16 +69,26 @@ def store_config(url: str | None) -> ObjectStoreConfig:
     return config
 
 
+def on_backup_store(directory: Path, url: str | None,
+                    work: Callable[[ObjectStore], Awaitable[T]]) -> T:
+    """`work(store)` run to its end on the store `url` names (store_config) whose cache is
+    the backup directory's, closed after: what `backup objects` and `restore objects` share."""
+    from pandastack.host.objects.backup import backup_store
+
+    async def run() -> T:
+        store = backup_store(directory, store_config(url))
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
 def backup_objects(directory: Path, url: str | None) -> int:
     from pandastack.host.objects import backup
 
-    async def run() -> backup.BackupCounts:
-        store = backup.backup_store(directory, store_config(url))
-        try:
-            return await backup.backup_objects(store, directory, say=console.log)
-        finally:
-            await store.close()
-    counts = asyncio.run(run())
+    counts = on_backup_store(directory, url, lambda store: backup.backup_objects(
+        store, directory, say=console.log))
     console.print(f"backed up {counts.objects} objects ({counts.fetched} fetched, the others "
                   f"already in {directory}) and {counts.manifests} manifests")
     if counts.missing:

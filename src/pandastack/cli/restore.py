@@ -5,12 +5,11 @@ deleted (docs/operations.md, "Backups")."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
 from rich.console import Console
 
-from pandastack.cli.backup import add_store_option, store_config
+from pandastack.cli.backup import add_store_option, on_backup_store
 
 console = Console(stderr=True)
 
@@ -31,13 +30,8 @@ def run(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise ValueError(f"no backup directory at {directory}")
 
-    async def put_back() -> backup.RestoreCounts:
-        store = backup.backup_store(directory, store_config(args.store))
-        try:
-            return await backup.restore_objects(store, directory, say=console.log)
-        finally:
-            await store.close()
-    counts = asyncio.run(put_back())
+    counts = on_backup_store(directory, args.store, lambda store: backup.restore_objects(
+        store, directory, say=console.log))
     console.print(f"restored {counts.objects} objects and {counts.manifests} manifests from "
                   f"{directory}")
     return 0
