@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
@@ -32,6 +33,27 @@ HOLDER = ("import os, signal, time\n"
           "while True: time.sleep(1)\n")
 
 SandboxFactory = Callable[..., Awaitable[SandboxHandle]]
+
+
+async def start_holder(sbx: SandboxHandle) -> tuple[int, str]:
+    """HOLDER started in `sbx` (a runtime's handle): its pid and the value it holds."""
+    pid = await sbx.spawn(["python3", "-c", HOLDER])
+    for _ in range(100):
+        got = (await sbx.exec(["cat", "/tmp/value"])).stdout
+        if len(got) == 16:
+            return pid, got.decode()
+        await asyncio.sleep(0.1)
+    raise AssertionError("the holder did not start")
+
+
+async def holder_value(sbx: SandboxHandle, pid: int) -> str:
+    """What the holder `pid` says it holds now (SIGUSR1, then /tmp/told)."""
+    script = (f"rm -f /tmp/told; kill -USR1 {pid} || exit 3; "
+              "for i in $(seq 50); do [ -s /tmp/told ] && exec cat /tmp/told; sleep 0.1; "
+              "done; exit 4")
+    result = await sbx.exec(["sh", "-c", script])
+    assert result.exit_code == 0, result
+    return result.stdout.decode()
 
 
 def vmm_pids_under(directory: Path) -> list[int]:

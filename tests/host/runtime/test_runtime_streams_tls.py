@@ -25,10 +25,9 @@ import pytest
 
 from pandastack.host.config import HostConfig, PeerCerts
 from pandastack.host.objects import ObjectStoreConfig
-from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.qemu import qmp
 from pandastack.hostport.errors import HostError
-from tests.helpers import HOLDER
+from tests.helpers import holder_value, start_holder
 from tests.host.runtime.test_runtime_object_store import Host, runtimes, store_config
 from tests.tls_certs import IssuedCerts, Pair, make_test_certs
 
@@ -130,23 +129,7 @@ async def plain_hosts(host_config: HostConfig,
         yield await make(), await make()
 
 
-async def _holder(sbx: SandboxHandle) -> tuple[int, str]:
-    pid = await sbx.spawn(["python3", "-c", HOLDER])
-    for _ in range(100):
-        got = (await sbx.exec(["cat", "/tmp/value"])).stdout
-        if len(got) == 16:
-            return pid, got.decode()
-        await asyncio.sleep(0.1)
-    raise AssertionError("the holder did not start")
 
-
-async def _told(sbx: SandboxHandle, pid: int) -> str:
-    script = (f"rm -f /tmp/told; kill -USR1 {pid} || exit 3; "
-              "for i in $(seq 50); do [ -s /tmp/told ] && exec cat /tmp/told; sleep 0.1; "
-              "done; exit 4")
-    result = await sbx.exec(["sh", "-c", script])
-    assert result.exit_code == 0, result
-    return result.stdout.decode()
 
 
 async def _migrate(a: Host, b: Host, sid: str) -> dict[str, object]:
@@ -168,7 +151,7 @@ async def _moves_and_back(a: Host, b: Host, mode: str) -> tuple[WireTap, str, by
     """A sandbox holding a value moved a -> b through a tap, then b -> a without one (its
     stream timed: the figure printed); the tap, the value, the ticket's token."""
     sbx = await a.rt.create()
-    pid, value = await _holder(sbx)
+    pid, value = await start_holder(sbx)
     offer = await a.rt.migrations.offer(sbx.id)
     ticket = await b.rt.migrations.accept(sbx.id, offer, "127.0.0.1")
     assert ticket["tls"] is (mode == "tls")
@@ -177,7 +160,7 @@ async def _moves_and_back(a: Host, b: Host, mode: str) -> tuple[WireTap, str, by
         await b.rt.migrations.complete(sbx.id, handoff)
     await a.rt.migrations.release(sbx.id)
     moved = b.rt.get(sbx.id)
-    assert await _told(moved, pid) == value
+    assert await holder_value(moved, pid) == value
     assert tap.count >= int(str(handoff["bytes"])), (tap.count, handoff)
 
     started = time.monotonic()
@@ -185,7 +168,7 @@ async def _moves_and_back(a: Host, b: Host, mode: str) -> tuple[WireTap, str, by
     print(f"\n{mode} migration stream: {back['total_ms']:.0f} ms for "
           f"{int(str(back['bytes'])) >> 20} MiB (downtime {back['downtime_ms']:.0f} ms, "
           f"{back['method']}); the whole move {(time.monotonic() - started) * 1000:.0f} ms")
-    assert await _told(a.rt.get(sbx.id), pid) == value
+    assert await holder_value(a.rt.get(sbx.id), pid) == value
     await a.rt.kill(sbx.id)
     return tap, value, bytes.fromhex(str(ticket["token"]))
 
@@ -229,7 +212,7 @@ async def test_a_fork_streamed_over_mutual_tls_refuses_a_source_without_the_cas_
         tls_hosts: tuple[Host, Host], certs: IssuedCerts) -> None:
     a, b = tls_hosts
     parent = await a.rt.create()
-    pid, value = await _holder(parent)
+    pid, value = await start_holder(parent)
     offer = await a.rt.transfers.offer(parent.id)
     snap_id = offer["snapshot"]["id"]
     ticket = await b.rt.transfers.accept(offer, "127.0.0.1")
@@ -248,7 +231,7 @@ async def test_a_fork_streamed_over_mutual_tls_refuses_a_source_without_the_cas_
     assert tap.count > 1 << 20
     assert not tap.seen_marker, "the snapshot's memory crossed the wire in clear"
     child = await b.rt.create(snapshot=snap_id)
-    assert await _told(child, pid) == value
+    assert await holder_value(child, pid) == value
     for host in (a, b):
         await asyncio.to_thread(host.rt.delete_snapshot, snap_id)
     await b.rt.kill(child.id)
@@ -262,7 +245,7 @@ async def test_a_tls_destination_that_dies_before_the_switch_leaves_the_source_r
     VMM's migration fails; the guest runs on there, and moves later."""
     a, b = tls_hosts
     sbx = await a.rt.create()
-    pid, value = await _holder(sbx)
+    pid, value = await start_holder(sbx)
     offer = await a.rt.migrations.offer(sbx.id)
     ticket = await b.rt.migrations.accept(sbx.id, offer, "127.0.0.1")
     incoming = b.rt.migrations._incoming[sbx.id].vm
@@ -275,7 +258,7 @@ async def test_a_tls_destination_that_dies_before_the_switch_leaves_the_source_r
             await a.rt.migrations.send(sbx.id, ticket)
     await b.rt.migrations.abort(sbx.id)
     assert a.rt.get(sbx.id).state == "running"
-    assert await _told(sbx, pid) == value
+    assert await holder_value(sbx, pid) == value
     await _migrate(a, b, sbx.id)
-    assert await _told(b.rt.get(sbx.id), pid) == value
+    assert await holder_value(b.rt.get(sbx.id), pid) == value
     await b.rt.kill(sbx.id)

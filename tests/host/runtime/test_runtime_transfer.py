@@ -14,10 +14,9 @@ import pytest
 
 from pandastack.host.runtime import channel
 from pandastack.host.runtime.remote import snapshot_manifest
-from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.runtime.transfer import EXTENT
 from pandastack.hostport.errors import VMMError
-from tests.helpers import HOLDER
+from tests.helpers import holder_value, start_holder
 from tests.host.runtime.test_runtime_object_store import (
     Host,
     MakeHost,
@@ -33,24 +32,7 @@ __all__ = ["make_host", "store_config"]
 pytestmark = pytest.mark.vm
 
 
-async def _holder(sbx: SandboxHandle) -> tuple[int, str]:
-    pid = await sbx.spawn(["python3", "-c", HOLDER])
-    for _ in range(100):
-        got = (await sbx.exec(["cat", "/tmp/value"])).stdout
-        if len(got) == 16:
-            return pid, got.decode()
-        await asyncio.sleep(0.1)
-    raise AssertionError("the holder did not start")
 
-
-async def _told(sbx: SandboxHandle, pid: int) -> str:
-    script = (f"rm -f /tmp/told; kill -USR1 {pid} || exit 3; "
-              "for i in $(seq 50); do [ -s /tmp/told ] && exec cat /tmp/told; sleep 0.1; "
-              "done; exit 4")
-    result = await sbx.exec(["sh", "-c", script])
-    assert result.exit_code == 0, result
-    out = result.stdout
-    return out.decode()
 
 
 def _stranger(ticket: dict[str, object]) -> bytes:
@@ -79,7 +61,7 @@ async def test_a_streamed_snapshot_creates_on_the_other_host_with_nothing_in_the
     a, b = await make_host(), await make_host()
     parent = await a.rt.create()
     pid = await _start_sleeper(parent)
-    holder, value = await _holder(parent)
+    holder, value = await start_holder(parent)
     # The template goes through the store by its content key: in it before the count.
     await a.remote.template_part(Path(a.rt.table.record(parent.id).template_path))
     keys = await _keys(a)
@@ -94,7 +76,7 @@ async def test_a_streamed_snapshot_creates_on_the_other_host_with_nothing_in_the
     assert got.transient and got.layers == a.rt.snapshots.get(snap_id).layers
 
     child = await b.rt.create(snapshot=snap_id)
-    assert await _told(child, holder) == value
+    assert await holder_value(child, holder) == value
     await _assert_resumed(child, pid)
     # The chain is the destination's own: the oldest layer rebased onto its template.
     chain = _chain(child.workdir / b.rt.describe(child.id)["layers"][-1])  # type: ignore[index]
@@ -106,7 +88,7 @@ async def test_a_streamed_snapshot_creates_on_the_other_host_with_nothing_in_the
     assert await a.remote.store.get_manifest(snapshot_manifest(snap_id)) is None
     for host in (a, b):
         await asyncio.to_thread(host.rt.delete_snapshot, snap_id)
-    assert await _told(parent, holder) == value  # the parent runs on
+    assert await holder_value(parent, holder) == value  # the parent runs on
 
 
 async def test_a_wrong_token_or_a_dead_source_leaves_nothing_on_the_destination(
