@@ -10,13 +10,18 @@ import os
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
+
+import zstandard
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 BUSYBOX = Path("/bin/busybox")
 
 
@@ -74,6 +79,16 @@ def tar_bytes(entries: list[Entry]) -> bytes:
 
 def gzipped(entries: list[Entry]) -> bytes:
     return gzip.compress(tar_bytes(entries), mtime=0)
+
+
+def zstded(entries: list[Entry], frames: Sequence[int] = ()) -> bytes:
+    """A zstd layer as `zstd` writes it, or cut into frames at the `frames` offsets of the tar
+    with a skippable frame between each (as zstd:chunked layers are)."""
+    tar = tar_bytes(entries)
+    cuts = [0, *frames, len(tar)]
+    skippable = b"\x50\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"meta"
+    compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
+    return skippable.join(compressor.compress(tar[a:b]) for a, b in pairwise(cuts))
 
 
 def busybox_layer() -> list[Entry]:
@@ -155,9 +170,12 @@ class Layout:
 
 
 def skopeo_push(source: str, destination: str, policy: Path, *, creds: str | None = None,
-                all_platforms: bool = False) -> None:
-    argv = ["skopeo", "--policy", str(policy), "copy", "--quiet", "--dest-tls-verify=false",
-            "--preserve-digests"]
+                all_platforms: bool = False, compress_format: str | None = None) -> None:
+    """Push as is, or with uncompressed layers compressed by skopeo (`zstd`: its encoder
+    and manifest, as images in the wild have them; the digests are then skopeo's)."""
+    argv = ["skopeo", "--policy", str(policy), "copy", "--quiet", "--dest-tls-verify=false"]
+    argv += ["--dest-compress-format", compress_format] if compress_format \
+        else ["--preserve-digests"]
     if all_platforms:
         argv.append("--all")
     if creds:

@@ -48,8 +48,11 @@ def test_manifests_are_checked_before_use() -> None:
         parse_manifest(IMAGE, json.dumps(bad_digest).encode())
     zstd = {**good, "layers": [{**good["layers"][0],
                                 "mediaType": "application/vnd.oci.image.layer.v1.tar+zstd"}]}
-    with pytest.raises(ImageInvalid, match=r"layer 0 is '[^']+\+zstd'; supported"):
-        parse_manifest(IMAGE, json.dumps(zstd).encode())
+    assert parse_manifest(IMAGE, json.dumps(zstd).encode()).layers[0].media_type.endswith("zstd")
+    foreign = {**good, "layers": [{**good["layers"][0], "mediaType":
+                                   "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"}]}
+    with pytest.raises(ImageInvalid, match=r"layer 0 is '[^']+foreign[^']+'; supported"):
+        parse_manifest(IMAGE, json.dumps(foreign).encode())
     with pytest.raises(ImageInvalid, match="not JSON"):
         parse_manifest(IMAGE, b"<html>")
     with pytest.raises(ImageInvalid, match="unsupported manifest type"):

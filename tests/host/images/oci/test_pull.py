@@ -25,6 +25,9 @@ from pandastack.host.images.oci.settings import RegistrySettings
 from tests.host.images.oci.conftest import needs_registry
 from tests.host.images.oci.helpers import pull, push_image, settings
 from tests.host.images.oci.layers import (
+    BUSYBOX,
+    LAYER_TAR,
+    LAYER_ZSTD,
     Layout,
     busybox_layer,
     directory,
@@ -33,6 +36,7 @@ from tests.host.images.oci.layers import (
     layer_digest,
     skopeo_push,
     symlink,
+    tar_bytes,
 )
 from tests.host.images.oci.registry import Registry
 
@@ -219,6 +223,30 @@ def test_a_gzip_bomb_in_a_registry_stops_at_the_unpacked_bound(
     with pytest.raises(ImageTooLarge, match="unpacks to more than"):
         pull(f"{registry.host}/tests/bomb:v1", tmp_path,
              settings(registry.host, max_unpacked_bytes=8 << 20))
+
+
+def test_zstd_layers_skopeo_compressed_pull_and_unpack(
+        registry: Registry, tmp_path: Path, skopeo_policy: Path) -> None:
+    lower = tar_bytes([*busybox_layer(), directory("app"), file("app/old", "lower")])
+    upper = tar_bytes([file("app/.wh.old", ""), file("app/new", "upper" * 1000)])
+    layout = Layout(tmp_path / "zstd")
+    manifest = layout.manifest([layout.blob(lower, LAYER_TAR), layout.blob(upper, LAYER_TAR)],
+                               [layer_digest(lower), layer_digest(upper)])
+    skopeo_push(layout.tag(manifest, "v1"), f"{registry.host}/tests/zstd:v1", skopeo_policy,
+                compress_format="zstd")
+    cache = LayerCache(tmp_path / "cache", 1 << 30)
+    pulled, root = pull(f"{registry.host}/tests/zstd:v1", tmp_path, settings(registry.host),
+                        cache)
+    layers = pulled.image.manifest.layers
+    assert [layer.media_type for layer in layers] == [LAYER_ZSTD, LAYER_ZSTD]
+    for layer in layers:
+        blob = cache.open(layer.digest, f"{registry.host}/tests/zstd")
+        assert blob is not None
+        with blob:
+            assert blob.read(4) == b"\x28\xb5\x2f\xfd"
+    assert (root / "bin/busybox").read_bytes() == BUSYBOX.read_bytes()
+    assert sorted(os.listdir(root / "app")) == ["new"]
+    assert (root / "app/new").read_text() == "upper" * 1000
 
 
 def test_a_registry_that_does_not_answer_fails_within_the_deadline(tmp_path: Path) -> None:

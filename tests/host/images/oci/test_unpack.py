@@ -1,18 +1,25 @@
 """Layers applied into a root directory: whiteouts, opaque directories, and entries that try
 to reach outside the root (`..`, absolute names, symlinks, hard links, device nodes), and the
-bounds on what an image unpacks to (a gzip bomb stops at them)."""
+bounds on what an image unpacks to (a gzip or zstd bomb stops at them)."""
 
 from __future__ import annotations
 
 import io
 import os
 import stat
+import tarfile
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from pandastack.host.images.oci.errors import ImageInvalid, ImageTooLarge, UnsafeLayerEntry
-from pandastack.host.images.oci.unpack import UnpackBudget, UnpackReport, apply_layers
+from pandastack.host.images.oci.unpack import (
+    MAX_ZSTD_WINDOW,
+    UnpackBudget,
+    UnpackReport,
+    apply_layers,
+)
 from tests.host.images.oci.layers import (
     Entry,
     device,
@@ -22,6 +29,7 @@ from tests.host.images.oci.layers import (
     hardlink,
     symlink,
     tar_bytes,
+    zstded,
 )
 
 IMAGE = "tests/unpack:1"
@@ -178,6 +186,73 @@ def test_uncompressed_layers_and_bad_streams(tmp_path: Path) -> None:
     with pytest.raises(ImageInvalid, match="not a valid tar stream"):
         apply_layers([("1", io.BytesIO(gzipped([file("x", "y")])[:60]))], tmp_path / "root",
                      UnpackBudget(IMAGE, 1 << 30, 100))
-    with pytest.raises(ImageInvalid, match="zstd"):
-        apply_layers([("1", io.BytesIO(b"\x28\xb5\x2f\xfd" + bytes(100)))], tmp_path / "root",
+    with pytest.raises(ImageInvalid, match="1 is not a valid zstd stream"):
+        # The frame header's reserved bit set.
+        apply_layers([("1", io.BytesIO(b"\x28\xb5\x2f\xfd\x08" + bytes(100)))], tmp_path / "root",
                      UnpackBudget(IMAGE, 1 << 30, 100))
+    corrupt = bytearray(_raw_frame(tar_bytes([file("x", "y")]), window_log=20))
+    corrupt[6] |= 0b110  # the block's type: 3, reserved
+    with pytest.raises(ImageInvalid, match="not a valid tar stream: zstd"):
+        apply_layers([("1", io.BytesIO(bytes(corrupt)))], tmp_path / "root",
+                     UnpackBudget(IMAGE, 1 << 30, 100))
+
+
+def test_zstd_layers_unpack_as_gzip_ones_do_in_one_frame_or_many(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    lower = [directory("etc"), file("etc/a", "1"), file("etc/b", "2"),
+             file("bin-tool", bytes(range(256)) * 512, mode=0o755)]
+    chunked = zstded([file("etc/.wh.a", ""), directory("srv"), file("srv/new", "n" * 5000)],
+                     frames=(512, 1536, 3072))
+    assert chunked.count(b"\x50\x2a\x4d\x18") == 3  # skippable frames between the four
+    report = apply_layers([("1", io.BytesIO(zstded(lower))), ("2", io.BytesIO(chunked)),
+                           ("3", io.BytesIO(gzipped([file("etc/c", "3")])))],
+                          root, UnpackBudget(IMAGE, 1 << 30, 100))
+    assert report.skipped == []
+    assert sorted(os.listdir(root / "etc")) == ["b", "c"]
+    assert (root / "srv/new").read_text() == "n" * 5000
+    assert (root / "bin-tool").read_bytes() == bytes(range(256)) * 512
+    assert stat.S_IMODE((root / "bin-tool").stat().st_mode) == 0o755
+
+
+class _Zeros:
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def read(self, size: int = -1) -> bytes:
+        count = min(self.left, size if size >= 0 else self.left)
+        self.left -= count
+        return bytes(count)
+
+
+def test_a_zstd_bomb_stops_at_the_bound_and_a_huge_window_is_refused(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    with zstandard.ZstdCompressor(level=1).stream_writer(out, closefd=False) as writer, \
+            tarfile.open(fileobj=writer, mode="w|") as tar:
+        info = tarfile.TarInfo("zeros")
+        info.size = 1 << 30
+        tar.addfile(info, _Zeros(info.size))
+    assert len(out.getvalue()) < 1 << 20  # 1 GiB in well under 1 MiB
+    budget = UnpackBudget(IMAGE, 16 << 20, 10_000)
+    with pytest.raises(ImageTooLarge, match="tests/unpack:1: unpacks to more than 16777216"):
+        apply_layers([("1", io.BytesIO(out.getvalue()))], tmp_path, budget)
+    assert budget.read <= (16 << 20) + (1 << 20)
+    huge_window = _raw_frame(b"", window_log=31)
+    assert zstandard.get_frame_parameters(huge_window).window_size == 1 << 31 > MAX_ZSTD_WINDOW
+    with pytest.raises(ImageTooLarge, match=r"tests/unpack:1: layer 1 asks for a 2147483648-"
+                                            r"byte zstd window \(the bound is 134217728\)"):
+        apply_layers([("1", io.BytesIO(huge_window))], tmp_path, budget)
+    # Such a frame after a good one: the decoder's own limit refuses it.
+    whole = tar_bytes([file("ok", "1")])
+    later = zstded([file("ok", "1")], frames=(512,))
+    later = later[:later.index(b"\x50\x2a\x4d\x18")] + _raw_frame(whole[512:], window_log=31)
+    with pytest.raises(ImageInvalid, match=r"layer 2 is not a valid tar stream: .*memory"):
+        apply_layers([("2", io.BytesIO(later))], tmp_path, UnpackBudget(IMAGE, 1 << 30, 100))
+
+
+def _raw_frame(data: bytes, window_log: int) -> bytes:
+    """A zstd frame of one raw (stored) last block whose header asks for a 2^window_log-byte
+    window: what a compressor run with that window writes, without allocating it here."""
+    assert len(data) < 1 << 17
+    header = b"\x28\xb5\x2f\xfd" + bytes([0x00, (window_log - 10) << 3])
+    return header + ((len(data) << 3) | 1).to_bytes(3, "little") + data

@@ -17,9 +17,11 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join((*MANIFEST_TYPES, *INDEX_TYPES))
 # Layer media types we unpack; the compression itself is read from the blob's first bytes.
+# Docker's schema 2 has no zstd type of its own: Docker writes the OCI one in its manifests.
 LAYER_TYPES = frozenset({
     "application/vnd.oci.image.layer.v1.tar",
     "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.oci.image.layer.v1.tar+zstd",
     "application/vnd.docker.image.rootfs.diff.tar.gzip",
 })
 PLATFORM = ("linux", "amd64")

@@ -6,8 +6,9 @@ own: a path through a symlink is resolved inside the root (an absolute target fr
 `..` stopping at it), never by the kernel. Entries with `..` are refused, absolute names are
 taken from the root, device nodes are not made (listed in the report), hard links name
 files inside the root. Whiteouts (`.wh.name`) remove what lower layers made; an opaque
-directory (`.wh..wh..opq`) drops every lower child. The decompressed bytes, the bytes
-written and the entries of a whole image are bounded (a gzip bomb stops at the bound).
+directory (`.wh..wh..opq`) drops every lower child. Layers are plain, gzip or zstd tar
+streams (told by their first bytes). The decompressed bytes, the bytes written and the
+entries of a whole image are bounded (a gzip or zstd bomb stops at the bound).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
+
+import zstandard
 
 from pandastack.host.images.oci.errors import ImageInvalid, ImageTooLarge, UnsafeLayerEntry
 from pandastack.host.images.oci.inside import DIR_FLAGS, InsideRoot, remove_entry
@@ -30,6 +33,11 @@ OPAQUE = ".wh..wh..opq"
 _CHUNK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# A zstd frame names the window its decoder must allocate (the format can ask for terabytes). 128
+# MiB is zstd's own default limit and what `zstd --long` writes; a larger one is refused
+# before anything is allocated, so a layer cannot take the host's memory that way.
+MAX_ZSTD_WINDOW = 1 << 27
+_ZSTD_HEADER = 18  # the longest frame header
 # Extended attributes a layer may set: file capabilities (ping) and the user namespace.
 _XATTR_PREFIX = "SCHILY.xattr."
 _XATTRS_KEPT = ("security.capability", "user.")
@@ -67,10 +75,14 @@ class UnpackReport:
     skipped: list[str] = field(default_factory=list)  # device nodes, not made
 
 
+class _Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
 class _Counted:
     """The decompressed stream, charged to the budget as tarfile reads it."""
 
-    def __init__(self, inner: BinaryIO | gzip.GzipFile, budget: UnpackBudget) -> None:
+    def __init__(self, inner: _Readable, budget: UnpackBudget) -> None:
         self._inner = inner
         self._budget = budget
         self.image = budget.image
@@ -81,14 +93,24 @@ class _Counted:
         return data
 
 
-def _decompressed(blob: BinaryIO, image: str, layer: str) -> BinaryIO | gzip.GzipFile:
-    head = blob.read(4)
+def _decompressed(blob: BinaryIO, image: str, layer: str) -> _Readable:
+    head = blob.read(_ZSTD_HEADER)
     blob.seek(0)
     if head.startswith(_GZIP_MAGIC):
         return gzip.GzipFile(fileobj=blob, mode="rb")
-    if head == _ZSTD_MAGIC:
-        raise ImageInvalid(image, f"layer {layer} is zstd-compressed, which we do not unpack "
-                                  "yet")
+    if head.startswith(_ZSTD_MAGIC):
+        try:
+            window = zstandard.get_frame_parameters(head).window_size
+        except zstandard.ZstdError as exc:
+            raise ImageInvalid(image, f"layer {layer} is not a valid zstd stream: {exc}"
+                               ) from None
+        if window > MAX_ZSTD_WINDOW:
+            raise ImageTooLarge(image, f"layer {layer} asks for a {window}-byte zstd window "
+                                       f"(the bound is {MAX_ZSTD_WINDOW})")
+        # Across frames: zstd:chunked layers are many frames and skippable ones. A later
+        # frame's window over the bound is the decoder's error (ZstdError, below).
+        decoder = zstandard.ZstdDecompressor(max_window_size=MAX_ZSTD_WINDOW)
+        return decoder.stream_reader(blob, read_size=_CHUNK, read_across_frames=True)
     return blob
 
 
@@ -280,7 +302,8 @@ def apply_layers(layers: Iterable[tuple[str, BinaryIO]], root: Path, budget: Unp
                 with tarfile.open(fileobj=stream, mode="r|",  # type: ignore[call-overload]
                                   tarinfo=_BoundedTarInfo) as tar:
                     _LayerWriter(handle, budget, report, name).apply(tar)
-            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile,
+                    zstandard.ZstdError) as exc:
                 raise ImageInvalid(budget.image, f"layer {name} is not a valid tar stream: "
                                                  f"{exc}") from None
     finally:
