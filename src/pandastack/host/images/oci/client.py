@@ -15,6 +15,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from pandastack.host.images.oci.auth import Challenge, Credentials, parse_challenge, pull_scope
+from pandastack.host.images.oci.cache import LayerCache
 from pandastack.host.images.oci.errors import (
     ImageError,
     ImageInvalid,
@@ -70,8 +71,10 @@ class RegistryClient:
 
     def __init__(self, reference: ImageReference, settings: RegistrySettings,
                  credentials: Credentials | None = None, *,
-                 resolve: Resolve = system_resolve) -> None:
+                 resolve: Resolve = system_resolve, cache: LayerCache | None = None) -> None:
+        """`cache`: where the image config is kept and found, as layers are (`_config`)."""
         self.reference = reference
+        self._cache = cache
         self.image = str(reference)
         self._settings = settings
         self._credentials = credentials
@@ -282,13 +285,30 @@ class RegistryClient:
                 raise ImageInvalid(self.image, "its linux/amd64 entry is another index")
         manifest = parse_manifest(self.image, body)
         self._check_bounds(manifest)
-        config_body = self.read_blob(manifest.config, MAX_CONFIG_BYTES)
-        config = parse_config(self.image, config_body)
+        config = parse_config(self.image, self._config(manifest.config))
         if config.diff_ids and len(config.diff_ids) != len(manifest.layers):
             raise ImageInvalid(self.image, f"its config lists {len(config.diff_ids)} layers, "
                                            f"its manifest {len(manifest.layers)}")
         return ResolvedImage(reference=self.reference, digest=digest,
                              manifest_digest=manifest_digest, manifest=manifest, config=config)
+
+    def _config(self, blob: Descriptor) -> bytes:
+        """The image config's bytes: from the cache when they were verified from this
+        repository before, under the rule layers follow (the manifest naming their digest
+        came from the registry with the caller's credentials just now: ADR 0046), so a
+        rebuild of a cached image asks the registry for its manifest and nothing else."""
+        source = f"{self.reference.registry}/{self.reference.repository}"
+        if self._cache is not None and blob.size <= MAX_CONFIG_BYTES:
+            cached = self._cache.open(blob.digest, source)
+            if cached is not None:
+                with cached:
+                    body = cached.read(blob.size + 1)
+                if len(body) == blob.size and _sha256(body) == blob.digest:
+                    return body
+        body = self.read_blob(blob, MAX_CONFIG_BYTES)
+        if self._cache is not None:
+            self._cache.add(blob.digest, source, lambda out: out.write(body)).close()
+        return body
 
     def _check_bounds(self, manifest: ImageManifest) -> None:
         limits = self._settings

@@ -94,7 +94,8 @@ def ensure_oci_image(home: Path, reference: str | ImageReference, *, base: Guest
                          "Python one")
     init = image_init(read_asset(ROOTFS_INIT_ASSET))
     images = home / "cache" / "images"
-    with RegistryClient(ref, settings, credentials) as client:
+    with RegistryClient(ref, settings, credentials,
+                        cache=layer_cache(home, settings)) as client:
         resolved = client.resolve()
         key = hash_json({"recipe": RECIPE, "manifest": resolved.manifest_digest,
                          "base": base.key, "agent": sha256_bytes(agent),
