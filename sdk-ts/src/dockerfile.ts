@@ -6,17 +6,19 @@
  * `RUN` (shell or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` / `ENTRYPOINT`
  * (the template's start command); `# pandastack: ready port 8000` / `ready-timeout 60` /
  * `start image` (a FROM image's Entrypoint and Cmd) directives; `COPY` / `ADD <src>... <dst>` (sources from the build context directory, globs
- * allowed; `ADD` only for plain local files: src/copy.ts reads them). `EXPOSE`, `LABEL`,
- * `MAINTAINER` are ignored. Steps are checked as Python's models check them (src/template.ts).
+ * allowed; `ADD` only for plain local files: src/copy.ts reads them); `EXPOSE <port>[/<protocol>]...` (ranges too,
+ * the last stage's: the spec's `exposed_ports`). `LABEL`, `MAINTAINER` are ignored. Steps are checked as Python's
+ * models check them (src/template.ts).
  */
 import { CopyBudget, copyStep, globPaths, joinPure, purePath } from "./copy.js";
 import { invalid } from "./errors.js";
+import { MAX_EXPOSED_PORTS, exposePorts, unique } from "./ports.js";
 import { ArgScope, pruneStages } from "./stages.js";
 import { type StageSpec, type TemplateStep, DEFAULT_READY_TIMEOUT_SECONDS, MAX_TEMPLATE_STAGES, checkedSpec, checkedStage,
   copyFromStep, envStep, pyRepr, readyCheck, runStep, userStep, workdirStep } from "./template.js";
 import type { TemplateSpec } from "./types.js";
 
-const IGNORED = new Set(["EXPOSE", "LABEL", "MAINTAINER"]);
+const IGNORED = new Set(["LABEL", "MAINTAINER"]);
 const UNSUPPORTED = new Set(["SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"]);
 const ARCHIVES = [".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"];
 const DIRECTIVE = /^#\s*pandastack\s*:\s*(.*)$/i;
@@ -107,6 +109,7 @@ class Parser {
   ready: [string, string] | undefined;
   readyTimeout = DEFAULT_READY_TIMEOUT_SECONDS;
   startImage = false;
+  exposed: string[] = [];
 
   constructor(contextDir: string | undefined, buildArgs: Record<string, string>) {
     this.args = new ArgScope(buildArgs);
@@ -156,7 +159,7 @@ class Parser {
       RUN: (a) => this.run(a), COPY: (a) => this.copy(a, "COPY"), ADD: (a) => this.add(a),
       ENV: (a) => this.env(a), WORKDIR: (a) => this.steps.push(workdirStep(this.args.substitute(a))),
       USER: (a) => this.user(a), CMD: (a) => { this.cmd = jsonOr(a, a); },
-      ENTRYPOINT: (a) => { this.entrypoint = jsonOr(a, a); },
+      ENTRYPOINT: (a) => { this.entrypoint = jsonOr(a, a); }, EXPOSE: (a) => this.expose(a),
     };
     const handler = handlers[name];
     if (handler === undefined) throw new Error(`unknown instruction ${name}`);
@@ -189,8 +192,9 @@ class Parser {
     this.stages.push(checkedStage(this.stageName, this.fromTemplate!, this.steps));
     if (this.stageName !== undefined) this.stageNames.set(this.stageName, this.stages.length - 1);
     this.steps = [];
-    // A stage's CMD and ENTRYPOINT are its image's; only the last stage's start anything.
+    // A stage's CMD, ENTRYPOINT and EXPOSE are its image's; only the last stage's count.
     this.cmd = this.entrypoint = undefined;
+    this.exposed = [];
   }
 
   private arg(args: string): void {
@@ -300,6 +304,20 @@ class Parser {
     this.steps.push(userStep(args));
   }
 
+  private expose(args: string): void {
+    for (const word of words(args)) {
+      const value = this.args.substitute(word);
+      try {
+        this.exposed = unique([...this.exposed, ...exposePorts(value)]);
+      } catch (err) {
+        // The ENV of earlier steps may expand against the guest's, so only ARGs here.
+        const hint = value.includes("$") ? " (ARGs are substituted in EXPOSE, ENV values are not)" : "";
+        throw new Error(`EXPOSE ${(err as Error).message}${hint}`);
+      }
+    }
+    if (this.exposed.length > MAX_EXPOSED_PORTS) throw new Error(`EXPOSE: more than ${MAX_EXPOSED_PORTS} ports in all`);
+  }
+
   private start(): string | undefined {
     let entry = this.entrypoint;
     const cmd = this.cmd;
@@ -316,7 +334,8 @@ class Parser {
       const ready = this.ready === undefined ? undefined
         : readyCheck(this.ready[0] as "port", this.ready[1], this.readyTimeout);
       const [stages, steps] = pruneStages(this.stages, this.steps);
-      return checkedSpec(this.fromTemplate, steps, this.start() || undefined, ready, stages, this.startImage);
+      return checkedSpec(this.fromTemplate, steps, this.start() || undefined, ready, stages, this.startImage,
+        this.exposed);
     } catch (err) {
       throw invalid(`Dockerfile: ${(err as Error).message}`);
     }

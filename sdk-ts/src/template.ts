@@ -17,6 +17,7 @@
 import { CopyBudget, MAX_COPY_BYTES, MAX_COPY_FILES, copyStep } from "./copy.js";
 import { invalid } from "./errors.js";
 import type { components } from "./generated/openapi.js";
+import { MAX_EXPOSED_PORTS, exposePorts, exposedPort, unique } from "./ports.js";
 import type { TemplateSpec } from "./types.js";
 
 export type ReadyCheck = components["schemas"]["ReadyCheck"];
@@ -157,10 +158,18 @@ export function readyCheck(kind: ReadyCheck["kind"], value: string, timeoutSecon
 /** The spec's own checks (TemplateSpec in models.py): its base, its start command, and the
  * copied files of all its steps together. */
 export function checkedSpec(fromTemplate: string, steps: TemplateStep[], start: string | undefined,
-  ready: ReadyCheck | undefined, stages: StageSpec[] = [], startFromImage = false): TemplateSpec {
+  ready: ReadyCheck | undefined, stages: StageSpec[] = [], startFromImage = false,
+  exposedPorts: string[] = []): TemplateSpec {
   checkedBase(fromTemplate);
   if (steps.length > MAX_STEPS) throw tooMany("List", MAX_STEPS, steps.length);
   if (stages.length > MAX_TEMPLATE_STAGES - 1) throw tooMany("List", MAX_TEMPLATE_STAGES - 1, stages.length);
+  if (exposedPorts.length > MAX_EXPOSED_PORTS) throw tooMany("List", MAX_EXPOSED_PORTS, exposedPorts.length);
+  let ports: string[];
+  try {
+    ports = unique(exposedPorts.map(exposedPort));
+  } catch (err) {
+    throw invalid((err as Error).message);
+  }
   if (start !== undefined) {
     stringLength(start, 1, MAX_COMMAND_CHARS);
     noNul(start, "start command");
@@ -190,6 +199,7 @@ export function checkedSpec(fromTemplate: string, steps: TemplateStep[], start: 
   if (ready !== undefined) spec.ready = ready;
   if (stages.length) spec.stages = stages;
   if (startFromImage) spec.start_from_image = true;
+  if (ports.length) spec.exposed_ports = ports;
   return spec;
 }
 
@@ -215,6 +225,7 @@ export class Template {
   #start: string | undefined;
   #startFromImage = false;
   #ready: ReadyCheck | undefined;
+  readonly #exposed: string[] = [];
   readonly #budget = new CopyBudget();
 
   constructor(fromTemplate: string = "base") {
@@ -277,7 +288,21 @@ export class Template {
     return this;
   }
 
+  /** Ports the template declares, as a Dockerfile's EXPOSE does (8080, "53/udp",
+   * "8000-8010"): listed in its info with its image's, published by nothing. */
+  expose(...ports: (number | string)[]): this {
+    for (const port of ports) {
+      try {
+        this.#exposed.push(...exposePorts(port));
+      } catch (err) {
+        throw invalid((err as Error).message);
+      }
+    }
+    return this;
+  }
+
   toSpec(): TemplateSpec {
-    return checkedSpec(this.#from, [...this.#steps], this.#start, this.#ready, [], this.#startFromImage);
+    return checkedSpec(this.#from, [...this.#steps], this.#start, this.#ready, [], this.#startFromImage,
+      unique(this.#exposed));
   }
 }

@@ -240,6 +240,8 @@ DOCKERFILES = [
     "CMD serve\n",
     "ARG X\nFROM base\nARG X\nARG Y=$X\nRUN echo \"$X\" '$Y' ${Z}\n",
     "FROM python:3.12-slim\n# pandastack: start image\n# pandastack: ready port 80\n",
+    "ARG P=9000\nFROM base AS b\nEXPOSE 1\nFROM python:3\nARG P\n"
+    "EXPOSE 8080 8080/UDP $P 7000-7001/tcp\nexpose 8080\n",
 ]
 BAD_DOCKERFILES = [
     "RUN true\n", "FROM base AS b\nFROM b\n", "FROM base AS b\nFROM node AS B\n",
@@ -252,6 +254,8 @@ BAD_DOCKERFILES = [
     "FROM base\nRUN --mount=type=cache true\n", "FROM base\nUSER app:app\n",
     "FROM base\nENV A=\"unclosed\n", "FROM base\n# pandastack: ready socket 1\n",
     "FROM base\nFROB x\n", "# escape=`\nFROM base\n", "FROM base\nRUN <<EOF\n",
+    "FROM base\nRUN true\nEXPOSE 80/http\n", "FROM base\nEXPOSE $PORT\n",
+    "FROM base\nEXPOSE 1-1000\nEXPOSE 1001-1100\n",
 ]
 
 
@@ -358,6 +362,7 @@ def builder_ops(ctx: Path) -> list[list[Any]]:
         ["copy", str(ctx / "bad-out"), "/leak/"],  # no context: a symlink may point anywhere
         ["env", {"A": "1", "PATH": "/x:$PATH"}], ["workdir", "/srv"], ["user", "app"],
         ["start", "python -m http.server 8000", ["waitForPort", 8000, 30]],
+        ["expose", 8080, "53/UDP", "9000-9001", "8080/tcp"],
     ]
 
 
@@ -366,6 +371,7 @@ BAD_BUILDER_OPS = [
     [["env", {"1A": "x"}]], [["start", "serve", ["waitForPort", 0]]],
     [["start", "serve", ["waitForFile", "/up", 0]]], [["copy", "/nonexistent-ps", "/x"]],
     [["copy", "@ctx/big", "/x/"]], [["copy", "@ctx/app", "/a/"], ["copy", "@ctx/many", "/m/"]],
+    [["expose", "80/http"]], [["expose", "9-1"]],
 ]
 
 

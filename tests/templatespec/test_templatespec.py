@@ -216,6 +216,7 @@ def test_dockerfile_subset(context: Path) -> None:
     assert len(steps) == 9
     assert spec.start == "python -m http.server 8000"
     assert spec.ready == ReadyCheck(kind="port", value="8000", timeout_seconds=45)
+    assert spec.exposed_ports == ["8000/tcp"]
 
 
 @pytest.mark.parametrize(("cmd", "entrypoint", "start"), [
@@ -239,7 +240,7 @@ def test_dockerfile_env_keeps_escaped_dollars_for_the_build() -> None:
 
 
 def test_dockerfile_glob_and_ignored_metadata(context: Path) -> None:
-    spec = from_dockerfile("from base\nLABEL a=b\ncopy *.sh /bin/\nexpose 80\n", context)
+    spec = from_dockerfile("from base\nLABEL a=b\ncopy *.sh /bin/\nmaintainer me\n", context)
     assert [s.kind for s in spec.steps] == ["copy"]
     assert files_of(spec.steps[0]).keys() == {"run.sh"}
 

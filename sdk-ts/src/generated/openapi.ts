@@ -2495,7 +2495,7 @@ export interface components {
             error?: string | null;
             /**
              * Exposed Ports
-             * @description the ports the image the template was built FROM declares (its config's ExposedPorts, e.g. "8080/tcp"); empty FROM a template
+             * @description the ports the image the template was built FROM declares (its config's ExposedPorts, e.g. "8080/tcp"; none FROM a template) and the spec's own (a Dockerfile's EXPOSE), each once, sorted
              */
             exposed_ports?: string[];
             /** Finished At */
@@ -2533,6 +2533,11 @@ export interface components {
         };
         /** TemplateSpec */
         TemplateSpec: {
+            /**
+             * Exposed Ports
+             * @description the template's own exposed ports (a Dockerfile's EXPOSE) in Docker's form, "8080/tcp" ("8080" is read so), each once; listed with its image's ExposedPorts in the template's info; nothing is published by them
+             */
+            exposed_ports?: string[];
             /**
              * From Template
              * @default base

@@ -41,6 +41,7 @@ from .models import (
     UserStep,
     WorkdirStep,
 )
+from .ports import expose_ports, unique
 
 
 def wait_for_port(port: int, timeout_seconds: float = DEFAULT_READY_TIMEOUT_SECONDS) -> ReadyCheck:
@@ -162,6 +163,7 @@ class Template:
         self._start: str | None = None
         self._start_from_image = False
         self._ready: ReadyCheck | None = None
+        self._exposed: list[str] = []
         self._budget = CopyBudget()
 
     def _add(self, step: TemplateStep) -> Template:
@@ -204,7 +206,15 @@ class Template:
         self._start, self._ready, self._start_from_image = None, ready, True
         return self
 
+    def expose(self, *ports: int | str) -> Template:
+        """Ports the template declares, as a Dockerfile's EXPOSE does (8080, "53/udp",
+        "8000-8010"): listed in its info with its image's, published by nothing."""
+        for port in ports:
+            self._exposed += expose_ports(port)
+        return self
+
     def to_spec(self) -> TemplateSpec:
         return TemplateSpec(from_template=self._from, steps=list(self._steps),
                             start=self._start, ready=self._ready,
-                            start_from_image=self._start_from_image or None)
+                            start_from_image=self._start_from_image or None,
+                            exposed_ports=unique(self._exposed))

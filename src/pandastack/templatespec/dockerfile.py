@@ -11,10 +11,11 @@ FROM, ENV, COPY, WORKDIR and USER and given to RUN as environment variables (an 
 same name wins, as in Docker); `RUN` (shell form or JSON exec form); `COPY`/`ADD <src>...
 <dst>` (sources from the build context, globs allowed; `ADD` only for plain local files);
 `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` and `ENTRYPOINT` (shell or JSON
-form; the last stage's are the template's start command). Backslash continuations, comments
-and blank lines follow Docker's rules. `EXPOSE`, `LABEL` and `MAINTAINER` are metadata and
-are ignored. Everything else (`FROM` an earlier stage, `ADD <url>`, other instruction flags,
-heredocs, ...) is a `ValueError` naming its line.
+form; the last stage's are the template's start command); `EXPOSE <port>[/<protocol>]...`
+(ranges too, ARGs substituted; the last stage's are the spec's `exposed_ports`). Backslash
+continuations, comments and blank lines follow Docker's rules. `LABEL` and `MAINTAINER` are
+metadata and are ignored. Everything else (`FROM` an earlier stage, `ADD <url>`, other
+instruction flags, heredocs, ...) is a `ValueError` naming its line.
 
 Readiness of the start command comes from comment directives:
 
@@ -50,9 +51,10 @@ from .models import (
     UserStep,
     WorkdirStep,
 )
+from .ports import MAX_EXPOSED_PORTS, expose_ports, unique
 from .stages import ArgScope, prune_stages
 
-IGNORED = frozenset({"EXPOSE", "LABEL", "MAINTAINER"})
+IGNORED = frozenset({"LABEL", "MAINTAINER"})
 UNSUPPORTED = frozenset({"SHELL", "HEALTHCHECK", "VOLUME", "STOPSIGNAL", "ONBUILD"})
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 _DIRECTIVE_RE = re.compile(r"^#\s*pandastack\s*:\s*(.*)$", re.IGNORECASE)
@@ -148,6 +150,7 @@ class _Parser:
         self.ready: tuple[str, str] | None = None
         self.ready_timeout = DEFAULT_READY_TIMEOUT_SECONDS
         self.start_image = False
+        self.exposed: list[str] = []
         self.budget = CopyBudget()
 
     def directive(self, lineno: int, text: str) -> None:
@@ -188,7 +191,7 @@ class _Parser:
             raise ValueError(f"{name} is not supported")
         handler = {"RUN": self._run, "COPY": self._copy, "ADD": self._add, "ENV": self._env,
                    "WORKDIR": self._workdir, "USER": self._user, "CMD": self._cmd,
-                   "ENTRYPOINT": self._entrypoint}.get(name)
+                   "ENTRYPOINT": self._entrypoint, "EXPOSE": self._expose}.get(name)
         if handler is None:
             raise ValueError(f"unknown instruction {name}")
         if not args:
@@ -227,8 +230,9 @@ class _Parser:
         if self.stage_name is not None:
             self.stage_names[self.stage_name] = len(self.stages) - 1
         self.steps = []
-        # A stage's CMD and ENTRYPOINT are its image's; only the last stage's start anything.
+        # A stage's CMD, ENTRYPOINT and EXPOSE are its image's; only the last stage's count.
         self.cmd = self.entrypoint = None
+        self.exposed = []
 
     def _arg(self, args: str) -> None:
         if args.startswith("--"):
@@ -351,6 +355,19 @@ class _Parser:
     def _entrypoint(self, args: str) -> None:
         self.entrypoint = _json_list(args) or args
 
+    def _expose(self, args: str) -> None:
+        for word in args.split():
+            value = self.args.substitute(word)
+            try:
+                self.exposed = unique([*self.exposed, *expose_ports(value)])
+            except ValueError as exc:
+                # The ENV of earlier steps may expand against the guest's, so only ARGs here.
+                hint = " (ARGs are substituted in EXPOSE, ENV values are not)" \
+                    if "$" in value else ""
+                raise ValueError(f"EXPOSE {exc}{hint}") from None
+        if len(self.exposed) > MAX_EXPOSED_PORTS:
+            raise ValueError(f"EXPOSE: more than {MAX_EXPOSED_PORTS} ports in all")
+
     def _start(self) -> str | None:
         entry, cmd = self.entrypoint, self.cmd
         if entry is None:
@@ -373,4 +390,5 @@ class _Parser:
         stages, steps = prune_stages(self.stages, self.steps)
         return TemplateSpec(from_template=self.from_template, steps=steps,
                             start=self._start() or None, ready=ready, stages=stages,
-                            start_from_image=self.start_image or None)
+                            start_from_image=self.start_image or None,
+                            exposed_ports=self.exposed)

@@ -23,6 +23,7 @@ from pandastack.rules import MAX_TEMPLATE_STAGES
 from pandastack.wire.base import Strict
 
 from .base import base_kind
+from .ports import MAX_EXPOSED_PORTS, exposed_port, unique
 
 MAX_STEPS = 64  # every step that changes the guest adds a disk layer to the template's chain
 MAX_PACKAGES = 256
@@ -322,11 +323,21 @@ class TemplateSpec(Strict):
     #: Earlier stages, in order; `copy_from` steps name them by index (a stage only earlier
     #: ones). Empty: a one-stage build.
     stages: list[StageSpec] = Field(default_factory=list, max_length=MAX_TEMPLATE_STAGES - 1)
+    exposed_ports: list[str] = Field(
+        default_factory=list, max_length=MAX_EXPOSED_PORTS,
+        description="the template's own exposed ports (a Dockerfile's EXPOSE) in Docker's "
+                    "form, \"8080/tcp\" (\"8080\" is read so), each once; listed with its "
+                    "image's ExposedPorts in the template's info; nothing is published by them")
 
     @field_validator("from_template")
     @classmethod
     def _from(cls, v: str) -> str:
         return _base_name(v)
+
+    @field_validator("exposed_ports")
+    @classmethod
+    def _ports(cls, v: list[str]) -> list[str]:
+        return unique(exposed_port(port) for port in v)
 
     @model_validator(mode="after")
     def _bounds(self) -> TemplateSpec:

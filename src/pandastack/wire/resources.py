@@ -91,7 +91,9 @@ class TemplateBuildInfo(Strict):
     exposed_ports: list[str] = Field(
         default_factory=list, description="the ports the image the template was built FROM "
                                           "declares (its config's ExposedPorts, e.g. "
-                                          "\"8080/tcp\"); empty FROM a template")
+                                          "\"8080/tcp\"; none FROM a template) and the "
+                                          "spec's own (a Dockerfile's EXPOSE), each once, "
+                                          "sorted")
 
 
 class TemplateInfo(Strict):

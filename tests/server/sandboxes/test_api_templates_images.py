@@ -117,6 +117,19 @@ async def test_a_version_from_an_image_lists_its_exposed_ports(
     r = await build(api, "plain", "base")
     assert (await ready(api, r.json()["build_id"]))["exposed_ports"] == []
     assert len(runtime.inspected) == 1
+    # The spec's own (a Dockerfile's EXPOSE) join the image's, each once, in Docker's form;
+    # FROM a template they are the only ones.
+    r = await build(api, "web2", f"{registry.host}/tests/ports:v1",
+                    exposed_ports=["9000", "8080/tcp", "53/UDP"])
+    assert (await ready(api, r.json()["build_id"]))["exposed_ports"] == [
+        "53/udp", "8080/tcp", "9000/tcp"]
+    logs = (await api.client.get(f"/v1/templates/builds/{r.json()['build_id']}/logs")).text
+    assert "exposes 53/udp, 8080/tcp, 9000/tcp" in logs
+    r = await build(api, "plain", "base", exposed_ports=["8000"])
+    assert (await ready(api, r.json()["build_id"]))["exposed_ports"] == ["8000/tcp"]
+    r = await build(api, "bad", "base", exposed_ports=["80/http"])
+    assert_envelope(r, 422, "validation_error")
+    assert "the protocol is tcp, udp or sctp, not 'http'" in r.json()["error"]["message"]
 
 
 @needs_registry

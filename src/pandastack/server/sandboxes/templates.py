@@ -21,6 +21,7 @@ from pandastack.hostport.registries import RegistryLogin
 from pandastack.rules import BUILD_ID_RE, BUILTIN_TEMPLATE_NAMES, TEMPLATE_NAME_BODY, new_build_id
 from pandastack.templatespec import CopyStep, TemplateSpec
 from pandastack.templatespec.base import names_an_image
+from pandastack.templatespec.ports import merged_ports
 from pandastack.templatespec.registry_host import image_registry
 from pandastack.wire.resources import BuildTemplate, TemplateBuildInfo
 
@@ -253,12 +254,17 @@ class TemplateService:
             build_log.add(f"build failed: internal error ({type(exc).__name__})")
             values = {"status": "failed", "error": f"internal error ({type(exc).__name__})"}
         else:
+            # The image's (the host read its config) and the Dockerfile's EXPOSE, as Docker
+            # merges a base image's with its own.
+            ports = merged_ports(result.exposed_ports, spec.exposed_ports)
+            if spec.exposed_ports:
+                build_log.add(f"exposes {', '.join(ports)}")
             build_log.add(f"ready: {result.steps_total} steps ({result.steps_cached} cached) "
                           f"in {result.seconds:.1f}s")
             values = {"status": "ready", "snapshot_id": result.snapshot_id,
                       "env": dict(result.env), "cwd": result.workdir, "user": result.user,
                       "steps_total": result.steps_total, "steps_cached": result.steps_cached,
-                      "exposed_ports": list(result.exposed_ports) or None}
+                      "exposed_ports": ports or None}
         finally:
             try:  # stored before followers are told the build ended: they read its status
                 with contextlib.suppress(Exception):
