@@ -3,6 +3,7 @@ database, and the command run for real on this machine with broken settings."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -14,9 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 
 from pandastack.cli import doctor_host as hostchk
+from pandastack.cli import doctor_secrets as keychk
 from pandastack.cli import doctor_services as svc
 from pandastack.cli.doctor import CHECKS, read_env_file
 from pandastack.cli.doctor_model import (
@@ -27,7 +30,11 @@ from pandastack.cli.doctor_model import (
     exit_status,
     run_checks,
 )
+from pandastack.server.registries.sealing import load_key, make_key_file
+from pandastack.server.registries.service import RegistryCredentialService
 from pandastack.server.settings import Settings
+from pandastack.server.store import open_store
+from pandastack.wire.registries import RegistryLogin
 from tests.services import Postgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,6 +173,19 @@ def test_database_and_object_store_that_answer(postgres: Postgres, s3_env: dict[
     with postgres.database() as dsn:
         finding = svc.check_database(Context(Settings(db_url=dsn), None))
         assert finding.status == "ok" and "answers" in finding.summary, finding
+        key = Path(tempfile.mkdtemp()) / "encryption.key"
+        make_key_file(key)
+        store = open_store(dsn)
+        try:
+            asyncio.run(RegistryCredentialService(store, key).login(
+                "team-a", "ghcr.io", RegistryLogin(username="bot", password=SecretStr("pw"))))
+        finally:
+            store.close()
+        finding = keychk.check_encryption_key(Context(Settings(
+            db_url=dsn, encryption_key_file=key), None))
+        assert finding.status == "ok" and "sealed the 1 stored" in finding.summary, finding
+        key.unlink()
+        key.parent.rmdir()
         wrong = make_url(dsn).set(password="wrong").render_as_string(hide_password=False)
         finding = svc.check_database(Context(Settings(db_url=wrong), None))
         assert finding.status == "fail" and "password" in finding.summary, finding
@@ -182,6 +202,71 @@ def test_database_and_object_store_that_answer(postgres: Postgres, s3_env: dict[
     monkeypatch.setenv("PANDASTACK_OBJECT_STORE", "s3://no-such-bucket-here/doc")
     finding = svc.check_object_store(Context(None, None))
     assert finding.status == "fail", finding
+
+
+def test_encryption_key_file_and_the_credentials_it_sealed(tmp_path: Path) -> None:
+    """The key `pandastack setup` makes, checked as the server loads it and against the
+    credentials a real store holds (sealed through the service, as a login does)."""
+    key, db = tmp_path / "encryption.key", tmp_path / "pandastack.db"
+    ctx = Context(Settings(home=tmp_path, db_url=f"sqlite:///{db}"), None)
+
+    def check() -> Finding:
+        return keychk.check_encryption_key(ctx)
+
+    finding = check()  # no key, no database yet
+    assert finding.status == "warn" and "no key at" in finding.summary, finding
+    assert "pandastack setup" in finding.fix and not db.exists()
+    assert make_key_file(key)
+    assert check().status == "ok" and "no stored registry credentials" in check().summary
+    store = open_store(f"sqlite:///{db}")
+    try:
+        service = RegistryCredentialService(store, key)
+        for registry in ("ghcr.io", "registry.example.com:5000"):
+            asyncio.run(service.login("team-a", registry, RegistryLogin(
+                username="bot", password=SecretStr("hunter2-secret"))))
+    finally:
+        store.close()
+    finding = check()
+    assert finding.status == "ok" and "sealed the 2 stored" in finding.summary, finding
+    assert "hunter2" not in json.dumps(as_json([finding]))
+    with sqlite3.connect(db) as conn:  # sealed by this key, but for another row: no opening
+        saved = conn.execute("SELECT registry, secret FROM registry_credentials").fetchall()
+        conn.execute("UPDATE registry_credentials SET secret = ?",
+                     (load_key(key).seal("x", "another row"),))
+    finding = check()
+    assert finding.status == "fail" and "does not open the newest" in finding.summary, finding
+    with sqlite3.connect(db) as conn:
+        conn.executemany("UPDATE registry_credentials SET secret = ? WHERE registry = ?",
+                         [(secret, registry) for registry, secret in saved])
+    assert check().status == "ok"
+
+    key.chmod(0o644)
+    finding = check()
+    assert finding.status == "fail" and "readable by others" in finding.summary, finding
+    assert finding.fix == f"chmod 600 {key}"
+    key.chmod(0o600)
+    os.chown(key, 4242, 4242)  # root (these tests') reads it anyway; the server's user may not
+    finding = check()
+    assert finding.status == "warn" and "owned by uid 4242" in finding.summary, finding
+    assert finding.fix.startswith(f"chown {os.geteuid()} {key}")
+    os.chown(key, os.geteuid(), os.getegid())
+    key.write_text("c2hvcnQ=\n")  # base64, 5 bytes
+    assert check().status == "fail" and "not 32 bytes of base64" in check().summary
+
+    key.unlink()  # the key gone while credentials remain: builds that need them fail
+    finding = check()
+    assert finding.status == "fail" and "holds 2 registry credentials" in finding.summary
+    assert "cannot serve image builds" in finding.summary and "backup" in finding.fix
+    assert make_key_file(key)  # a new key (setup again): it sealed none of them
+    finding = check()
+    assert finding.status == "fail", finding
+    assert "did not seal 2 of the 2 stored credentials" in finding.summary
+    assert "cannot serve image builds" in finding.summary and "log in again" in finding.fix
+    assert "hunter2" not in json.dumps(as_json([finding]))
+    # A database that does not answer: the key is still checked; the database check fails.
+    ctx.settings = Settings(home=tmp_path, db_url=f"postgresql://d:pw@127.0.0.1:{free_port()}/x")
+    finding = check()
+    assert finding.status == "ok" and "stored credentials not checked" in finding.summary
 
 
 def test_reflink_probe_tells_xfs_from_tmpfs_and_leaves_nothing(tmp_path: Path) -> None:

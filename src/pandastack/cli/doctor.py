@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import doctor_host as hostchk
+from . import doctor_secrets as keychk
 from . import doctor_services as svc
 from .doctor_model import ROLES, CheckSpec, Context, Finding, Role, as_json, exit_status, run_checks
 
@@ -36,6 +37,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("clock", hostchk.check_clock),
     CheckSpec("ports", svc.check_ports, ("serve",)),
     CheckSpec("database", svc.check_database, ("serve",)),
+    CheckSpec(keychk.CHECK, keychk.check_encryption_key, ("serve",)),
     CheckSpec("object store", svc.check_object_store),
     CheckSpec("guest image", svc.check_images, ("agent",)),
     CheckSpec("templates", svc.check_templates, ("agent",)),

@@ -30,7 +30,7 @@ NO_KEY = ("registry credentials are off on this server: it has no encryption key
           "operator must run `pandastack setup` (which makes the key) and restart it")
 
 
-def _context(team: str, registry: str, username: str) -> str:
+def row_context(team: str, registry: str, username: str) -> str:
     # The row a sealed password belongs to: it opens in that row only.
     return f"registry-credentials\0{team}\0{registry}\0{username}"
 
@@ -65,7 +65,7 @@ class RegistryCredentialService:
         row = RegistryCredential(
             team=team, registry_host=registry, username=body.username,
             secret=box.seal(body.password.get_secret_value(),
-                            _context(team, registry, body.username)),
+                            row_context(team, registry, body.username)),
             key_id=box.key_id, created_at=now, updated_at=now)
         try:
             return await asyncio.to_thread(self.rows.put, row,
@@ -91,7 +91,7 @@ class RegistryCredentialService:
         logins: dict[str, RegistryLogin] = {}
         for row in rows:
             try:
-                password = box.open(row.secret, _context(team, row.registry_host, row.username))
+                password = box.open(row.secret, row_context(team, row.registry_host, row.username))
             except UnsealError:
                 host = row.registry_host
                 why = ("another encryption key sealed them (the key file was replaced)"
