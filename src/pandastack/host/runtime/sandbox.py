@@ -43,6 +43,13 @@ Waker = Callable[[str], Awaitable[None]]
 # process to end before blaming the channel alone.
 EXIT_GRACE_S = 1.0
 
+# The guest sets its clock to the time the host wrote into `init`, whenever it gets to read it:
+# a guest slow to run (TCG under load: a forked child's first init took 1.8-3.3 s) was that far
+# behind. An init answered later than this is sent again, with the time of its sending, until
+# one answers within it (the error is at most that round trip), a bounded number of times.
+CLOCK_ROUND_TRIP_S = 0.25
+CLOCK_RETRIES = 3
+
 
 # The guest's listings are methods `add_listings` sets below: type checkers see them, with the
 # port's signatures, through the port's protocol of them as a base (not one at run time; mypy
@@ -109,17 +116,27 @@ class SandboxHandle(_Listings):
                 raise
             raise AgentConnectionError(f"{exc} ({ended})") from exc
         self.ready_ms = (time.monotonic() - started) * 1000
+        if self.ready_ms > CLOCK_ROUND_TRIP_S * 1000:
+            await self.resync_clock(machine_id)
 
     async def resync_clock(self, machine_id: str) -> None:
-        """After its guest stood stopped (a save, a pause): its clock stood still with it (under
-        TCG the guest's TSC stops with the VM, ~0.1-0.15 s behind per save here), so it is set
-        again, by the same `init` a restore sends (hostname and machine-id unchanged).
-        Best effort: it runs after the save or resume has happened, which must not then look
-        failed (a snapshot's id would be lost); an agent out of reach fails its next call."""
+        """After its guest stood stopped (a save, a pause) or took long to apply its first
+        `init`: its clock stood still with it (under TCG the guest's TSC stops with the VM,
+        ~0.1-0.15 s behind per save here), so it is set again, by the same `init` a restore
+        sends (hostname and machine-id unchanged), until one answers within
+        CLOCK_ROUND_TRIP_S. Best effort: it runs after the save or resume has happened, which
+        must not then look failed (a snapshot's id would be lost); an agent out of reach fails
+        its next call."""
         try:
             agent = await self.agent()
-            await agent.init(time_ns=time.time_ns(), entropy=os.urandom(ENTROPY_BYTES),
-                             hostname=self.hostname, machine_id=machine_id)
+            for _ in range(CLOCK_RETRIES):
+                sent = time.monotonic()
+                await agent.init(time_ns=time.time_ns(), entropy=os.urandom(ENTROPY_BYTES),
+                                 hostname=self.hostname, machine_id=machine_id)
+                if time.monotonic() - sent <= CLOCK_ROUND_TRIP_S:
+                    return
+            log.warning("sandbox %s: its clock may be off by up to %.2f s (slow init answers)",
+                        self.id, time.monotonic() - sent)
         except Exception as exc:  # logged; a cancellation (BaseException) still propagates
             log.warning("sandbox %s: clock not set again after its guest stood still: %s",
                         self.id, exc)
