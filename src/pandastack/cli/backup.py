@@ -159,6 +159,13 @@ def backup_sqlite(source: Path, target: Path) -> None:
 
 def pg_dump_command(dsn: str, target: Path) -> tuple[list[str], dict[str, str]]:
     """pg_dump's argv (the URL without its password and driver) and its environment."""
+    url, env = pg_url(dsn)
+    return ["pg_dump", "--format=custom", "--no-owner", f"--file={target}", url], env
+
+
+def pg_url(dsn: str) -> tuple[str, dict[str, str]]:
+    """The URL libpq's tools take on their command line (no password, no driver) and the
+    environment that carries the password (PGPASSWORD)."""
     from sqlalchemy.engine import URL, make_url
 
     url = make_url(dsn)
@@ -166,5 +173,4 @@ def pg_dump_command(dsn: str, target: Path) -> tuple[list[str], dict[str, str]]:
     # URL.set(password=None) keeps the password: a new URL without one.
     plain = URL.create("postgresql", username=url.username, host=url.host, port=url.port,
                        database=url.database, query=url.query)
-    return (["pg_dump", "--format=custom", "--no-owner", f"--file={target}",
-             plain.render_as_string(hide_password=False)], env)
+    return plain.render_as_string(hide_password=False), env

@@ -1,6 +1,7 @@
-"""`pandastack restore objects DIR`: puts an object store backup (`pandastack backup objects`)
-back into the store: the objects it lacks, then every manifest. Nothing in the store is
-deleted (docs/operations.md, "Backups")."""
+"""`pandastack restore db BACKUP`: a `pandastack backup db` copy back in place of the
+database, migrated to this release (cli/restore_db.py); `pandastack restore objects DIR`: an
+object store backup (`pandastack backup objects`) back into the store: the objects it lacks,
+then every manifest. Nothing in the store is deleted (docs/operations.md, "Backups")."""
 
 from __future__ import annotations
 
@@ -15,8 +16,18 @@ console = Console(stderr=True)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("restore", help="put an object store backup back into the store")
+    p = sub.add_parser("restore", help="put a database or object store backup back")
     what = p.add_subparsers(dest="what", required=True)
+    db = what.add_parser("db", help="put a `backup db` copy in place of the database (serve "
+                                    "stopped), then migrate it to this release")
+    db.add_argument("backup", type=Path, help="the file `pandastack backup db` made")
+    db.add_argument("--db", default=None, metavar="URL",
+                    help="the database (default: PANDASTACK_DB, else SQLite in "
+                         "PANDASTACK_HOME, as serve opens it)")
+    db.add_argument("--force-clean", action="store_true",
+                    help="PostgreSQL: drop every table, view and sequence of a database that "
+                         "is not empty before restoring into it (SQLite: the old file is kept "
+                         "as DB.before-restore anyway)")
     objects = what.add_parser("objects", help="upload the backup in DIR: the objects the store "
                                               "lacks, then its manifests (over the store's)")
     objects.add_argument("dir", type=Path, help="a directory `pandastack backup objects` made")
@@ -24,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.what == "db":
+        from pandastack.cli.restore_db import restore
+        from pandastack.server.settings import Settings
+
+        restore(args.backup, args.db or Settings.from_env().dsn, force_clean=args.force_clean)
+        return 0
     from pandastack.host.objects import backup
 
     directory: Path = args.dir
