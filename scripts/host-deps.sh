@@ -28,6 +28,9 @@ packages=(
   docker-registry skopeo apache2-utils
   # tests/guest/test_watch_scan.py stops an agent at one system call to make a race happen.
   strace
+  # tests/e2e/test_tls_serve.py puts nginx in front of serve (HTTP/2 to E2B's SDKs, as the
+  # operations guide's example); it runs only when a test starts it with its own config.
+  nginx
 )
 
 missing=()
