@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER_ONLY = ("fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "qemu")
 # Loaded when present, not needed: httpx imports its CLI's click in a try block,
 # setuptools' .pth file loads _distutils_hack at start-up, and httpcore imports h2 (with
-# hpack and hyperframe) in a try block when it is installed (the dev extra's e2b needs it).
-INCIDENTAL = {"click", "setuptools", "h2", "hpack", "hyperframe"}
+# hpack and hyperframe) in a try block when it is installed (the dev extra's e2b needs it),
+# and httpx's decoders import zstandard in a try block (the server extra's, for image layers).
+INCIDENTAL = {"click", "setuptools", "h2", "hpack", "hyperframe", "zstandard"}
 
 CHILD = r"""
 import contextlib, io, json, os, runpy, sys, importlib.abc
