@@ -73,8 +73,8 @@ def test_the_images_own_cmd_as_the_start_command(
         oci_server: LiveServer, registry: Registry, skopeo_policy: Path,
         tmp_path: Path) -> None:
     """Asked for (`# pandastack: start image`), the image's Entrypoint and Cmd are started
-    before the snapshot: a sandbox finds the process running; its ExposedPorts are listed
-    in the build log."""
+    before the snapshot: a sandbox finds the process running; its ExposedPorts, with the
+    Dockerfile's EXPOSE, are listed in the build log and the template's info."""
     push_image(registry, tmp_path, skopeo_policy, "tests/busybox-cmd", [gzipped(busybox_layer())],
                config={"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"],
                        "Entrypoint": ["/bin/sh", "-c"],
@@ -86,12 +86,15 @@ def test_the_images_own_cmd_as_the_start_command(
     lines: list[str] = []
     info = client.templates.build(f"FROM {registry.host}/tests/busybox-cmd:v1\n"
                                   "# pandastack: start image\n"
-                                  "# pandastack: ready file /tmp/up\n", "from-cmd",
+                                  "# pandastack: ready file /tmp/up\n"
+                                  "EXPOSE 9000 8080/tcp\n", "from-cmd",
                                   on_log=lines.append)
     assert info.status == "ready", (info, lines[-20:])
     assert any(line.endswith("exposes 8080/tcp") for line in lines), lines
-    assert info.exposed_ports == ["8080/tcp"]
-    assert [v.exposed_ports for v in client.templates.get("from-cmd").versions] == [["8080/tcp"]]
+    assert any(line.endswith("exposes 8080/tcp, 9000/tcp") for line in lines), lines
+    assert info.exposed_ports == ["8080/tcp", "9000/tcp"]
+    assert [v.exposed_ports for v in client.templates.get("from-cmd").versions] == [
+        ["8080/tcp", "9000/tcp"]]
     assert any(line.startswith("START /bin/sh -c 'mkdir -p /tmp;") for line in lines), lines
     try:
         with Sandbox.create(template="from-cmd", ttl_seconds=300,
