@@ -66,7 +66,7 @@ layers: venv
 sdk-ts: deps
 	bash sdk-ts/scripts/build.sh
 
-# Two lanes: two workers (TEST_WORKERS, a test module each at a time, so a module's shared
+# Two lanes: three workers (TEST_WORKERS, a test module each at a time, so a module's shared
 # server or sandbox stays on one worker; each has its own PostgreSQL, S3 server and runtime,
 # and network slots are claimed host-wide), then the modules marked `serial` in one process:
 # those that read the host-wide huge page pool, the fork and memory bombs that hold both
@@ -141,12 +141,14 @@ sdk-ts: deps
 # cached): no test builds one, so the lanes' time and durations are the tests'. Node's image
 # was built by its test alone (setup builds base and code-interpreter): 145 s in that test on
 # a clone whose cache had the others (issue 33); on a fresh machine the builds are this step's.
-# Why not a third worker (2026-12-04, fifth session): with TEST_WORKERS=3 on a fresh clone the
-# parallel lane took 22:23 (19:26 with two, a few minutes of other VM work beside it), and
-# /proc/stat over the lane read user 79.9 %, system 16.4 %, idle 1.1 %: the two cores are
-# saturated, by the guests (~45 % of the CPU, TCG), the pytest workers (~20 %), servers and
-# agents. Only less CPU work per test shortens it.
-TEST_WORKERS ?= 2
+# Why three workers (2026-12-04, sixth session, on a freshly booted machine): the parallel lane
+# took 15 min 33 s with two workers (pytest alone, 1816 s of module time; kernel process
+# accounting: 26.2 CPU-minutes of the 31 the two cores had, so ~16 % idle while workers waited
+# on guests, servers and sleeps) and 14 min 5 s with three (a fresh-clone .ci/run: 18.7 min in
+# all, serial lane 3 min 31 s). The session before measured three slower (22:23 against
+# 19:26) on a machine whose runs had all grown ~40 % slower (ci15: 2625 s of module time for
+# the same tests) with other VM work beside it: that figure is withdrawn.
+TEST_WORKERS ?= 3
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: venv
 	$(BIN)/pandastack setup --template node
