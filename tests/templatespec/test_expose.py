@@ -74,3 +74,10 @@ def test_the_image_and_the_template_ports_merge_once_sorted() -> None:
     assert merged_ports(("53/udp", "8080/tcp"), ["9000/tcp", "8080/tcp"]) == [
         "53/udp", "8080/tcp", "9000/tcp"]
     assert merged_ports((), []) == []
+
+
+def test_a_spec_without_expose_is_sent_as_agents_before_expose_read_it() -> None:
+    # An agent of the release before refuses unknown fields: without EXPOSE, no such field.
+    assert "exposed_ports" not in TemplateSpec(from_template="base").model_dump(mode="json")
+    spec = TemplateSpec(from_template="base", exposed_ports=["8080"])
+    assert spec.model_dump(mode="json")["exposed_ports"] == ["8080/tcp"]

@@ -323,8 +323,11 @@ class TemplateSpec(Strict):
     #: Earlier stages, in order; `copy_from` steps name them by index (a stage only earlier
     #: ones). Empty: a one-stage build.
     stages: list[StageSpec] = Field(default_factory=list, max_length=MAX_TEMPLATE_STAGES - 1)
+    # Left out of the JSON while empty: agents of the release before EXPOSE was read refuse a
+    # spec with a field they do not know, so during a rolling upgrade (hostport/compat.py)
+    # only a build with EXPOSE needs an upgraded agent.
     exposed_ports: list[str] = Field(
-        default_factory=list, max_length=MAX_EXPOSED_PORTS,
+        default_factory=list, max_length=MAX_EXPOSED_PORTS, exclude_if=lambda ports: not ports,
         description="the template's own exposed ports (a Dockerfile's EXPOSE) in Docker's "
                     "form, \"8080/tcp\" (\"8080\" is read so), each once; listed with its "
                     "image's ExposedPorts in the template's info; nothing is published by them")
