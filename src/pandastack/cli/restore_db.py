@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pandastack.cli.backup import pg_url
+from pandastack.cli.backup import backup_sqlite, pg_url
 
 console = Console(stderr=True)
 
@@ -205,16 +205,9 @@ def check_sqlite_backup(backup: Path) -> None:
 
 
 def copy_sqlite(backup: Path, staged: Path) -> None:
-    """SQLite's backup API (a backup with a -wal beside it is read whole), then fsync."""
-    src = sqlite3.connect(f"file:{backup}?mode=ro", uri=True)
-    try:
-        dst = sqlite3.connect(staged)
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
-    finally:
-        src.close()
+    """SQLite's backup API, as `backup db` copies (a backup with a -wal beside it is read
+    whole), then fsync."""
+    backup_sqlite(backup, staged)
     fd = os.open(staged, os.O_RDONLY)
     try:
         os.fsync(fd)
