@@ -210,3 +210,24 @@ async def test_postgresql_through_pg_dump(tmp_path: Path, postgres: Postgres) ->
         assert clean.returncode == 0, clean.stderr
         assert revision(restored) == head_revision()
         assert sandbox_rows(restored) == [(sid, "running")]
+
+
+def test_env_file_names_the_database(tmp_path: Path) -> None:
+    """`--env-file` reads the units' file as systemd does: a value with spaces (the agent's
+    unquoted flags) would break the shell's `set -a; . FILE` the guide used to give."""
+    db, copy = tmp_path / "pandastack.db", tmp_path / "copy.db"
+    open_store(f"sqlite:///{db}").engine.dispose()
+    env_file = tmp_path / "pandastack.env"
+    env_file.write_text(f"PANDASTACK_DB=sqlite:///{db}\n"
+                        "PANDASTACK_AGENT_ARGS=--listen 127.0.0.1:7000 --label zone=a\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PANDASTACK_")}
+    run = [sys.executable, "-m", "pandastack"]
+    proc = subprocess.run([*run, "backup", "db", str(copy), "--env-file", str(env_file)],
+                          env=env, text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert revision(f"sqlite:///{copy}") == head_revision()
+    proc = subprocess.run([*run, "restore", "db", str(copy), "--env-file", str(env_file)],
+                          env=env, text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert db.with_name("pandastack.db.before-restore").is_file()
+    assert revision(f"sqlite:///{db}") == head_revision()

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from pandastack.cli import doctor_host as hostchk
 from pandastack.cli import doctor_secrets as keychk
 from pandastack.cli import doctor_services as svc
-from pandastack.cli.doctor import CHECKS, read_env_file
+from pandastack.cli.doctor import CHECKS
 from pandastack.cli.doctor_model import (
     CheckSpec,
     Context,
@@ -30,6 +30,7 @@ from pandastack.cli.doctor_model import (
     exit_status,
     run_checks,
 )
+from pandastack.cli.env_file import read_env_file
 from pandastack.server.registries.sealing import load_key, make_key_file
 from pandastack.server.registries.service import RegistryCredentialService
 from pandastack.server.settings import Settings

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pandastack.cli import doctor_units
-from pandastack.cli.doctor import read_env_file
+from pandastack.cli.env_file import read_env_file
 from pandastack.cli.main import main
 from pandastack.host.config import HostConfig
 from pandastack.host.images.oci.settings import RegistrySettings

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from pandastack import Client, Sandbox
-from pandastack.cli.doctor import read_env_file
+from pandastack.cli.env_file import read_env_file
 from pandastack.cli.main import main
 from tests.cli.test_units import unit_settings
 from tests.leftovers import owned_tmpdir

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 
+from pandastack.cli.env_file import add_env_file_option, load_env_file
+
 if TYPE_CHECKING:
     from pandastack.host.objects.config import ObjectStoreConfig
     from pandastack.host.objects.store import ObjectStore
@@ -44,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                          "PANDASTACK_HOME, as serve opens it)")
     db.add_argument("--print", action="store_true", dest="print_only",
                     help="PostgreSQL: print the pg_dump command instead of running it")
+    add_env_file_option(db)
     objects = what.add_parser("objects", help="copy the object store (snapshots, hibernations, "
                                               "volume and template images) into DIR; again "
                                               "into the same DIR, only what is new is fetched")
@@ -55,6 +58,7 @@ def add_store_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, metavar="URL",
                    help="the object store (default: PANDASTACK_OBJECT_STORE, as the agents "
                         "read it; credentials from PANDASTACK_S3_ACCESS_KEY/_SECRET_KEY)")
+    add_env_file_option(p)
 
 
 def store_config(url: str | None) -> ObjectStoreConfig:
@@ -98,6 +102,7 @@ def backup_objects(directory: Path, url: str | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    load_env_file(args.env_file)
     if args.what == "objects":
         return backup_objects(args.dir, args.store)
     from pandastack.server.settings import Settings

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from . import doctor_host as hostchk
 from . import doctor_secrets as keychk
 from . import doctor_services as svc
 from .doctor_model import ROLES, CheckSpec, Context, Finding, Role, as_json, exit_status, run_checks
+from .env_file import add_env_file_option, load_env_file
 
 # In order: the settings first (the others read them), the accelerator before the templates
 # (their key holds it).
@@ -55,28 +54,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--role", choices=[*ROLES, "all"], default="all",
                    help="check only what `serve` (an API server of a cluster) or `agent` (a "
                         "host of VMs) needs (default: all, as `serve` with its host in-process)")
-    p.add_argument("--env-file", type=Path, default=None, metavar="PATH",
-                   help="read settings from this env file first, as the units do "
-                        "(/etc/pandastack/pandastack.env); the environment's own win")
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines as systemd's EnvironmentFile reads them: comments and blank lines
-    skipped, one pair of surrounding quotes removed."""
-    values: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key.replace("_", "").isalnum():
-            raise ValueError(f"{path}:{number}: expected KEY=VALUE, not {raw!r}")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        values[key] = value
-    return values
+    add_env_file_option(p)
 
 
 def diagnose(roles: Sequence[Role] = ROLES, *, quick: bool = False) -> list[Finding]:
@@ -106,9 +84,7 @@ def _render(findings: Sequence[Finding]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.env_file is not None:
-        for key, value in read_env_file(args.env_file).items():
-            os.environ.setdefault(key, value)
+    load_env_file(args.env_file)
     roles: tuple[Role, ...] = ROLES if args.role == "all" else (args.role,)
     findings = diagnose(roles, quick=args.quick)
     if args.json:

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pandastack.cli.backup import add_store_option, on_backup_store
+from pandastack.cli.env_file import add_env_file_option, load_env_file
 
 console = Console(stderr=True)
 
@@ -28,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="PostgreSQL: drop every table, view and sequence of a database that "
                          "is not empty before restoring into it (SQLite: the old file is kept "
                          "as DB.before-restore anyway)")
+    add_env_file_option(db)
     objects = what.add_parser("objects", help="upload the backup in DIR: the objects the store "
                                               "lacks, then its manifests (over the store's)")
     objects.add_argument("dir", type=Path, help="a directory `pandastack backup objects` made")
@@ -35,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    load_env_file(args.env_file)
     if args.what == "db":
         from pandastack.cli.restore_db import restore
         from pandastack.server.settings import Settings
