@@ -30,7 +30,9 @@ __all__ = ["add_parser", "run"]
 
 EXIT_API_ERROR = 1
 EXIT_BUILD_FAILED = 2
-STEP_RE = re.compile(r"^Step \d+/\d+")
+# The lines the spinner shows: a build's steps, and its image's layers as they are pulled
+# (pull.py's `layer N/M sha256:...: 25 % (...)`), which take the first minutes of a build.
+STATUS_RE = re.compile(r"^(Step \d+/\d+|layer \d+/\d+ )")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -109,7 +111,7 @@ def _build(client: Client, args: argparse.Namespace, console: Console) -> int:
     with console.status(f"building {args.name}") as status:
         def on_log(line: str) -> None:
             console.print(line, markup=False, highlight=False)
-            if STEP_RE.match(line):
+            if STATUS_RE.match(line):
                 status.update(f"building {args.name}: {line[:80]} "
                               f"({time.monotonic() - started:.0f}s)")
         try:

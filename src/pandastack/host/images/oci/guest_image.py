@@ -34,7 +34,7 @@ from pandastack.host.images.common import (
 from pandastack.host.images.oci.auth import Credentials
 from pandastack.host.images.oci.client import RegistryClient, ResolvedImage
 from pandastack.host.images.oci.guest_root import image_init, make_bootable
-from pandastack.host.images.oci.pull import layer_cache, pull_resolved
+from pandastack.host.images.oci.pull import layer_cache, pull_resolved, throttled_progress
 from pandastack.host.images.oci.reference import ImageReference, parse_reference
 from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.hostport.errors import SetupError
@@ -125,7 +125,8 @@ def _build(client: RegistryClient, resolved: ResolvedImage, final: Path, *, home
         root = Path(tmp) / "root"
         root.mkdir(mode=0o755)
         pulled = pull_resolved(client, resolved, root, cache=layer_cache(home, settings),
-                               settings=settings, progress=progress)
+                               settings=settings, progress=progress,
+                               on_bytes=throttled_progress(progress, resolved.manifest.layers))
         make_bootable(root, agent_binary=agent, init_script=init, busybox=BUSYBOX)
         size = max(ROOTFS_SIZE, _round_mib(pulled.unpacked_bytes + HEADROOM))
         progress(f"image {ref}: mkfs.ext4 ({size >> 20} MiB sparse)")

@@ -4,7 +4,8 @@ as it comes (ADR 0046)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -28,6 +29,37 @@ class PulledImage:
     report: UnpackReport
     fetched: tuple[str, ...]  # digests read from the registry (the others came from the cache)
     unpacked_bytes: int  # file contents written
+
+
+# A build's log says how far a layer's download is at most once per quarter of it or
+# PROGRESS_INTERVAL_S, whichever comes first: a line per chunk would flood the log (a 50 MB
+# layer is hundreds of chunks) while one line per layer says nothing during a slow pull.
+PROGRESS_STEP = 0.25
+PROGRESS_INTERVAL_S = 2.0
+MIB = 1 << 20
+
+
+def throttled_progress(progress: Progress, layers: Sequence[Descriptor], *,
+                       clock: Callable[[], float] = time.monotonic) -> LayerBytes:
+    """An `on_bytes` that writes `layer N/M sha256:...: 25 % (12.5 of 50.0 MiB)` lines to
+    `progress`: when a layer's download crosses another quarter, or PROGRESS_INTERVAL_S after
+    its last line, never twice for the same byte count."""
+    numbers = {layer.digest: number for number, layer in enumerate(layers, 1)}
+    last: dict[str, tuple[float, int, int]] = {}  # digest -> (when, quarter, bytes) of its line
+
+    def on_bytes(digest: str, done: int, total: int) -> None:
+        now = clock()
+        quarter = int(done / total / PROGRESS_STEP) if total > 0 else 0
+        when, shown, shown_bytes = last.get(digest, (now, 0, 0))
+        if done == shown_bytes or (quarter <= shown and now - when < PROGRESS_INTERVAL_S):
+            last.setdefault(digest, (when, shown, shown_bytes))
+            return
+        last[digest] = (now, quarter, done)
+        percent = f"{100 * done // total} %" if total > 0 else "?"
+        progress(f"layer {numbers.get(digest, '?')}/{len(layers)} {digest[:19]}: {percent} "
+                 f"({done / MIB:.1f} of {total / MIB:.1f} MiB)")
+
+    return on_bytes
 
 
 def layer_cache(home: Path, settings: RegistrySettings) -> LayerCache:
