@@ -300,11 +300,13 @@ def _doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
                           check=False)
 
 
-def test_doctor_for_real_reports_a_wrong_database_and_a_taken_port(held_port: int,
-                                                                   tmp_path: Path) -> None:
+def test_doctor_for_real_reports_a_wrong_database_and_a_taken_port(
+        held_port: int, postgres: Postgres, s3_env: dict[str, str]) -> None:
     """The whole command on this machine (the probe boot included): every check answers,
     and the two broken settings fail with a fix; the exit status says the host cannot
-    serve."""
+    serve. Then this machine as it is (it serves: the tests boot VMs here) passes: `serve`'s
+    role with the session's real PostgreSQL and S3 server, the agent's role with its probe's
+    verdict just cached, each exit 0."""
     out = _doctor({"PANDASTACK_PORT": str(held_port),
                    "PANDASTACK_DB": f"postgresql://doctor:pw@127.0.0.1:{free_port()}/none"})
     assert out.returncode == 1, out.stderr
@@ -321,12 +323,20 @@ def test_doctor_for_real_reports_a_wrong_database_and_a_taken_port(held_port: in
     assert "bug" not in json.dumps(doc)  # no check broke
     assert sum(doc["counts"].values()) == len(CHECKS)
 
-    good = _doctor({"PANDASTACK_PORT": str(free_port()), "PANDASTACK_PREVIEW_PORT": "0",
-                    "PANDASTACK_DB": f"sqlite:///{tmp_path / 'ok.db'}"}, "--quick")
+    with postgres.database() as dsn:
+        good = _doctor({**s3_env, "PANDASTACK_PORT": str(free_port()),
+                        "PANDASTACK_PREVIEW_PORT": "0", "PANDASTACK_DB": dsn,
+                        "PANDASTACK_OBJECT_STORE": f"s3://{s3_env['PANDASTACK_S3_BUCKET']}/doc"},
+                       "--role", "serve")
     doc = json.loads(good.stdout)
     checks = {c["check"]: c for c in doc["checks"]}
-    assert checks["ports"]["status"] == "ok" and checks["database"]["status"] == "ok"
-    assert good.returncode == (0 if doc["can_serve"] else 1)
+    assert checks["database"]["status"] == "ok", checks["database"]
+    assert checks["object store"]["status"] == "ok", checks["object store"]
+    assert good.returncode == 0 and doc["can_serve"] is True, doc
+    agent = _doctor({}, "--role", "agent", "--quick")
+    doc = json.loads(agent.stdout)
+    assert agent.returncode == 0 and doc["can_serve"] is True, doc
+    assert "database" not in {c["check"] for c in doc["checks"]}
 
 
 def test_a_malformed_setting_fails_and_roles_limit_the_checks(tmp_path: Path) -> None:
