@@ -208,7 +208,8 @@ class LocalHost:
 
     async def inspect_image(self, reference: str, *,
                             registry_logins: RegistryLogins | None = None) -> ImageInfo:
-        return await asyncio.to_thread(inspect_image, reference, logins=registry_logins)
+        return await asyncio.to_thread(inspect_image, reference, logins=registry_logins,
+                                       home=self.runtime.config.home)
 
     async def prune_build_cache(self, keep_newest: int) -> list[str]:
         def prune() -> list[str]:

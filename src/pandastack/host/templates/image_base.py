@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from pandastack.host.images.build import BASE, Progress
 from pandastack.host.images.oci.auth import Credentials
 from pandastack.host.images.oci.client import RegistryClient
 from pandastack.host.images.oci.guest_image import ImageDefaults, ensure_oci_image, image_defaults
+from pandastack.host.images.oci.pull import layer_cache
 from pandastack.host.images.oci.reference import parse_reference
 from pandastack.host.images.oci.settings import RegistrySettings
 from pandastack.host.runtime import HostRuntime
@@ -71,11 +73,13 @@ async def ensure_image_base(runtime: HostRuntime, reference: str, shape: Machine
 
 
 def inspect_image(reference: str, settings: RegistrySettings | None = None, *,
-                  logins: RegistryLogins | None = None) -> ImageInfo:
+                  logins: RegistryLogins | None = None, home: Path | None = None) -> ImageInfo:
     """The registry's manifest and config of `reference` (no layer is fetched), asked with
     the login `logins` has for its registry, within INSPECT_DEADLINE_S: a silent registry's
     single request stalls half of it at most, so the answer or a RegistryUnavailable comes
-    before the control plane's wait for it ends."""
+    before the control plane's wait for it ends. `home`: the host's, whose layer cache
+    keeps the config, so a rebuild FROM a cached image asks this lookup for its manifest
+    only, as the build's own pull (ensure_oci_image) does."""
     settings = settings if settings is not None else RegistrySettings.from_env()
     deadline = min(settings.deadline_s, INSPECT_DEADLINE_S)
     quick = replace(settings, deadline_s=deadline,
@@ -83,7 +87,8 @@ def inspect_image(reference: str, settings: RegistrySettings | None = None, *,
     ref = parse_reference(reference)
     login = (logins or {}).get(ref.registry)
     credentials = None if login is None else Credentials(login.username, login.password)
-    with RegistryClient(ref, quick, credentials) as client:
+    cache = None if home is None else layer_cache(home, settings)
+    with RegistryClient(ref, quick, credentials, cache=cache) as client:
         resolved = client.resolve()
     layers = resolved.manifest.layers
     return ImageInfo(reference=str(ref), digest=resolved.digest,
