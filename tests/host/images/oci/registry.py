@@ -31,8 +31,10 @@ class Registry:
                 / hexdigest / "data")
 
 
-def _config(tmp: Path, port: int, auth: str) -> Path:
+def _config(tmp: Path, port: int, auth: str, tls: tuple[Path, Path] | None) -> Path:
     config = tmp / "config.yml"
+    serving = "" if tls is None else (f"  tls:\n    certificate: {tls[0]}\n"
+                                      f"    key: {tls[1]}\n")
     config.write_text(f"""version: 0.1
 log:
   level: info
@@ -45,7 +47,7 @@ storage:
     enabled: true
 http:
   addr: 127.0.0.1:{port}
-{auth}""")
+{serving}{auth}""")
     return config
 
 
@@ -86,12 +88,14 @@ class _Running:
 
 
 @contextlib.contextmanager
-def run_registry(tmp: Path, auth: str = "") -> Iterator[Registry]:
-    """Start a registry and yield once it listens (its log says so); stop it after."""
+def run_registry(tmp: Path, auth: str = "", *,
+                 tls: tuple[Path, Path] | None = None) -> Iterator[Registry]:
+    """Start a registry and yield once it listens (its log says so); stop it after. `tls`:
+    its certificate and key, served over HTTPS then."""
     tmp.mkdir(parents=True, exist_ok=True)
     for _ in range(START_ATTEMPTS):
         port = free_port()
-        running = _Running(_config(tmp, port, auth))
+        running = _Running(_config(tmp, port, auth, tls))
         running.listening.wait(START_TIMEOUT_S)
         if running.started:
             break

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -85,7 +86,10 @@ class RegistryClient:
         # While resolving (manifests, config, token): when it must be done by, checked before
         # each request and after each chunk, so a registry dripping bytes cannot hold it.
         self._deadline: float | None = None
-        verify: str | bool = str(settings.ca_bundle) if settings.ca_bundle else True
+        # A context, not the bundle's path: httpx deprecates verify=<str>.
+        verify: ssl.SSLContext | bool = \
+            ssl.create_default_context(cafile=str(settings.ca_bundle)) if settings.ca_bundle \
+            else True
         self._http = httpx.Client(transport=pinned_transport(self.image, settings, verify,
                                                              resolve),
                                   timeout=httpx.Timeout(settings.timeout_s),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 from collections.abc import Callable, Iterable
 
 import httpcore
@@ -100,7 +101,8 @@ class PinnedBackend(httpcore.SyncBackend):
         return super().connect_tcp(addresses[0], port, timeout, local_address, socket_options)
 
 
-def pinned_transport(image: str, settings: RegistrySettings, verify: str | bool,
+def pinned_transport(image: str, settings: RegistrySettings,
+                     verify: ssl.SSLContext | bool,
                      resolve: Resolve = system_resolve) -> httpx.HTTPTransport:
     """httpx's transport, its connections opened by PinnedBackend. httpx takes no network
     backend, so it is set on the pool it made (test_hosts fails if that attribute moves)."""
