@@ -9,6 +9,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -86,6 +87,34 @@ def test_systemd_analyze_verify_has_nothing_to_say(tmp_path: Path) -> None:
                    + "\n[Service]\nProtectEverything=yes\n")
     said = verify(bad)
     assert "kill mode" in said.lower() and "ProtectEverything" in said
+
+
+def test_the_shipped_units_verify_where_the_guide_puts_pandastack(tmp_path: Path) -> None:
+    """deploy/systemd/ as it is, whose ExecStart names /usr/local/bin/pandastack: where the
+    guide's `ln -s` puts the venv's executable. Plain `systemd-analyze verify
+    deploy/systemd/*.service` checks that path on this host, which has no such install, so it
+    runs here under `--root` as the guide's host would have it: the units installed, the
+    executable pip made at that path, and this systemd's own units (the targets they order
+    against). Without the executable, verify says so."""
+    root = tmp_path / "root"
+    unit_dir = root / "etc/systemd/system"
+    unit_dir.mkdir(parents=True)
+    for name in doctor_units.UNITS:
+        shutil.copy(DEPLOY / name, unit_dir / name)
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    executable = root / doctor_units.SHIPPED_BIN.lstrip("/")
+    executable.parent.mkdir(parents=True)
+    shutil.copy(Path(PANDASTACK).resolve(), executable)
+
+    def verify_in_root() -> str:
+        out = subprocess.run(["systemd-analyze", "verify", f"--root={root}",
+                              *doctor_units.UNITS], capture_output=True, text=True,
+                             timeout=60, check=False)
+        return f"{out.returncode}\n{out.stdout}{out.stderr}".strip()
+
+    assert verify_in_root() == "0"
+    executable.unlink()
+    assert f"Command {doctor_units.SHIPPED_BIN} is not executable" in verify_in_root()
 
 
 def test_the_agent_unit_stops_only_the_agent_and_serve_is_confined() -> None:
