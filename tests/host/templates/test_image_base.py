@@ -9,6 +9,7 @@ import pytest
 from pandastack.host.images.oci.guest_image import ImageDefaults
 from pandastack.host.templates.builds import image_start, initial_state
 from pandastack.host.templates.image_base import ImageBase, is_image
+from pandastack.host.templates.steps import user_of
 from pandastack.hostport.errors import BuildFailed
 
 
@@ -19,7 +20,6 @@ def base(env: dict[str, str], workdir: str | None, user: str | None) -> ImageBas
 def test_the_image_config_is_where_the_steps_start() -> None:
     state = initial_state(base({"PATH": "/bin", "A": "1"}, "/app", "app"))
     assert (state.env, state.workdir, state.user) == ({"PATH": "/bin", "A": "1"}, "/app", "app")
-    assert state.as_user(["id"]) == ["runuser", "-u", "app", "--", "id"]
 
 
 @pytest.mark.parametrize("user", [None, "", "root", "0", "0:0", "root:root"])
@@ -29,6 +29,17 @@ def test_root_in_any_spelling_runs_steps_as_they_run_on_templates(user: str | No
 
 def test_a_group_is_dropped_the_user_kept() -> None:
     assert initial_state(base({}, None, "app:staff")).user == "app"
+
+
+@pytest.mark.parametrize(("spec", "user"), [
+    ("app", "app"), ("1000", "1000"), ("app:staff", "app"), ("1000:1000", "1000"),
+    ("1000:", "1000"), (" 65532:65532 ", "65532"), (":1000", None), ("0:1000", None),
+    ("root:wheel", None), (None, None)])
+def test_the_user_spec_is_a_name_or_uid_for_the_agent(spec: str | None,
+                                                      user: str | None) -> None:
+    # What the agent's exec-as-user is given: it resolves a name or a uid from the
+    # image's /etc/passwd (no runuser, which refuses a uid and busybox images lack).
+    assert user_of(spec) == user
 
 
 def test_without_an_image_nothing_is_set() -> None:

@@ -51,6 +51,7 @@ from pandastack.host.templates.steps import (
     ready_probe,
     replay_step,
     run_step,
+    user_of,
 )
 from pandastack.host.vmm.driver import MachineShape
 from pandastack.hostport.errors import (
@@ -405,8 +406,8 @@ class TemplateBuilds:
         total = len(spec.steps)
         log(title)
         try:
-            pid = await sandbox.spawn(state.as_user(["sh", "-c", start]),
-                                      env=state.env or None, cwd=state.workdir)
+            pid = await sandbox.spawn(["sh", "-c", start], env=state.env or None,
+                                      cwd=state.workdir, user=state.user)
         except AgentError as exc:
             raise BuildFailed(f"start command {start!r} could not start: {exc}",
                               step=total + 1, instruction=title) from exc
@@ -415,11 +416,12 @@ class TemplateBuilds:
             return
         started = time.monotonic()
         deadline = started + check.timeout_seconds
-        probe = ready_probe(check, state)
+        probe, probe_user = ready_probe(check, state)
         while True:
             left = deadline - time.monotonic()
             result = await sandbox.exec(probe, timeout=max(1.0, min(left, PROBE_TIMEOUT_S)),
-                                        env=state.env or None, cwd=state.workdir)
+                                        env=state.env or None, cwd=state.workdir,
+                                        user=probe_user)
             if result.exit_code == 0 and not result.timed_out:
                 log(f" ---> ready ({check.kind} {check.value}) after "
                     f"{time.monotonic() - started:.2f}s")
@@ -490,6 +492,5 @@ def initial_state(image: ImageBase | None) -> BuildState:
     if image is None:
         return BuildState()
     defaults = image.defaults
-    user = (defaults.user or "").split(":", 1)[0]
     return BuildState(env=dict(defaults.env), workdir=defaults.working_dir,
-                      user=None if user in ("", "root", "0") else user)
+                      user=user_of(defaults.user))

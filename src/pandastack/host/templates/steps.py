@@ -51,11 +51,21 @@ class BuildState:
         """A guest path, relative ones resolved against the working directory."""
         return posixpath.normpath(posixpath.join(self.workdir or DEFAULT_WORKDIR, value))
 
-    def as_user(self, argv: list[str]) -> list[str]:
-        if self.user is None or self.user == "root":
-            return argv
-        # `runuser` keeps the environment (PATH, ENV values) and sets HOME/USER for the user.
-        return ["runuser", "-u", self.user, "--", *argv]
+
+def user_of(spec: str | None) -> str | None:
+    """Who steps run as for a User/USER spelled `name`, `uid`, `name:group` or `uid:gid`:
+    its user part, None for root in any spelling (steps then run as the agent, root).
+
+    The user part goes to the guest agent's own exec-as-user (the path `sandbox.exec(...,
+    user=...)` takes), which resolves a name or a uid from the image's /etc/passwd: images
+    need no `runuser` or `su` (busybox, Alpine and distroless ones have none), and a uid
+    works as well as a name. The group is dropped: the agent takes the passwd entry's
+    primary group and its /etc/group memberships (no way to ask for another one yet).
+    A uid the image's /etc/passwd lacks fails the step (Docker would run as that bare uid):
+    the agent needs the entry for HOME and the groups, and a clear build error naming the
+    user beats a home-less process whose `id -un` fails."""
+    user = (spec or "").strip().split(":", 1)[0]
+    return None if user in ("", "root", "0") else user
 
 
 class Output:
@@ -110,7 +120,7 @@ def failure(number: int, total: int, title: str, why: str, out: Output | None,
 async def apply_host_step(sandbox: SandboxHandle, step: EnvStep | UserStep,
                           state: BuildState) -> None:
     if isinstance(step, UserStep):
-        state.user = None if step.name == "root" else step.name
+        state.user = user_of(step.name)
         return
     known = dict(state.env)
     if any("$" in v for v in step.env.values()):
@@ -154,7 +164,11 @@ async def run_step(sandbox: SandboxHandle, step: TemplateStep, state: BuildState
         result = await _guest_step(sandbox, step, state, timeout, out)
     except AgentError as exc:
         out.flush()
-        raise failure(number, total, title, f"failed: {exc}", out) from exc
+        why = f"failed: {exc}"
+        if state.user is not None and "no such user" in str(exc):
+            why = (f"failed: no user {state.user!r} in the base's /etc/passwd (named by USER "
+                   "or the image's User; create it in an earlier step)")
+        raise failure(number, total, title, why, out) from exc
     out.flush()
     if result is None:
         return
@@ -168,9 +182,9 @@ async def run_step(sandbox: SandboxHandle, step: TemplateStep, state: BuildState
 async def _guest_step(sandbox: SandboxHandle, step: TemplateStep, state: BuildState,
                       timeout: float, out: Output) -> ExecResult | None:
     async def run(argv: list[str], *, as_root: bool = False) -> ExecResult:
-        return await sandbox.exec(argv if as_root else state.as_user(argv), timeout=timeout,
-                                  env=state.env or None, cwd=state.workdir,
-                                  on_stdout=out.stdout, on_stderr=out.stderr)
+        return await sandbox.exec(argv, timeout=timeout, env=state.env or None,
+                                  cwd=state.workdir, on_stdout=out.stdout,
+                                  on_stderr=out.stderr, user=None if as_root else state.user)
 
     match step:
         case AptStep(packages=packages):
@@ -202,13 +216,14 @@ async def _guest_step(sandbox: SandboxHandle, step: TemplateStep, state: BuildSt
     raise AssertionError(f"unhandled step {step!r}")
 
 
-def ready_probe(check: ReadyCheck, state: BuildState) -> list[str]:
-    """The command that exits 0 once the start command counts as ready."""
+def ready_probe(check: ReadyCheck, state: BuildState) -> tuple[list[str], str | None]:
+    """The command that exits 0 once the start command counts as ready, and its user (a
+    command check runs as the start command's user; port and file checks as root)."""
     if check.kind == "port":
         # bash's /dev/tcp: a connect without starting an interpreter (slow under TCG).
         script = '{ : <>"/dev/tcp/127.0.0.1/$0"; } 2>/dev/null || : <>"/dev/tcp/::1/$0"'
-        return ["bash", "-c", script, str(check.port)]
+        return ["bash", "-c", script, str(check.port)], None
     if check.kind == "file":
         # The shell's builtin: an image's PATH (its config's Env) may hold no `test` binary.
-        return ["sh", "-c", 'test -e "$1"', "sh", state.path(check.value)]
-    return state.as_user(["sh", "-c", check.value])
+        return ["sh", "-c", 'test -e "$1"', "sh", state.path(check.value)], None
+    return ["sh", "-c", check.value], state.user
