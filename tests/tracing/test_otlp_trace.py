@@ -116,10 +116,13 @@ def test_create_and_exec_through_the_sdk_are_one_trace(receiver: Receiver, agent
     phases = [s.name for s in otlp_receiver.children(spans, runtime_create)]
     assert phases == ["runtime.network_slot", "runtime.overlay", "vmm.restore",
                       "guest.handshake"], phases
-    # Each phase within its parent's time, each hop within the one that called it.
+    # Each phase within its parent's time; each hop to another process begins while its
+    # caller waits (a server's span ends once its answer is sent, which its caller may have
+    # read a few ms before: ci2 saw the API's span end 2.7 ms after the client's).
     for parent, child in itertools.pairwise(chain):
-        assert parent.start_ns <= child.start_ns and child.end_ns <= parent.end_ns, (
-            parent, child)
+        assert parent.start_ns <= child.start_ns <= parent.end_ns, (parent, child)
+        if child.service == parent.service:
+            assert child.end_ns <= parent.end_ns, (parent, child)
     exec_span = next(s for s in spans if s.name == "guest.exec")
     assert [s.name for s in lineage(spans, exec_span)] == EXEC
     api = chain[2]
