@@ -1,11 +1,14 @@
 """A team template FROM an OCI image through the public SDK (issue 37): a busybox-only image
 on the loopback registry (the operator lists it in PANDASTACK_INSECURE_REGISTRIES), built
-with RUN, ENV and WORKDIR steps; a sandbox of the template sees the image's files, its
-config's Env (the build's ENV over it where both set a name) and the build's files. A missing
-image is the build request's 404 naming it; a version lists its image's ExposedPorts."""
+with RUN, ENV, USER and WORKDIR steps; a sandbox of the template sees the image's files, its
+config's Env (the build's ENV over it where both set a name) and the build's files, made as
+the image's numeric User and then as the USER named (no runuser in such an image: steps run
+as a user through the agent). A missing image is the build request's 404 naming it, a user
+the image lacks a failed build naming it; a version lists its image's ExposedPorts."""
 
 from __future__ import annotations
 
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from pandastack import Client, NotFoundError, Sandbox
+from pandastack.sdk.errors import TemplateBuildError
 from tests.e2e.conftest import LiveServer, run_live_server
 from tests.host.images.oci.conftest import needs_registry, registry, skopeo_policy
 from tests.host.images.oci.helpers import push_image
-from tests.host.images.oci.layers import busybox_layer, file, gzipped
+from tests.host.images.oci.layers import Entry, busybox_layer, file, gzipped
 from tests.host.images.oci.registry import Registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm, needs_registry, pytest.mark.timeout(1500)]
@@ -33,15 +37,23 @@ def test_a_template_from_an_image_sees_its_files_and_env(
         oci_server: LiveServer, registry: Registry, skopeo_policy: Path,
         tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
+    users = [Entry("app", kind=tarfile.DIRTYPE, mode=0o755, uid=1000, gid=1000),
+             file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/app:/bin/sh\n"
+                  "worker:x:1001:1001::/home/worker:/bin/sh\n"),
+             file("etc/group", "root:x:0:\napp:x:1000:\nworker:x:1001:\n")]
     push_image(registry, tmp_path, skopeo_policy, "tests/busybox-sdk",
-               [gzipped(busybox_layer()), gzipped([file("app/marker", marker + "\n")])],
+               [gzipped(busybox_layer()),
+                gzipped([*users, file("app/marker", marker + "\n")])],
                config={"Env": ["PATH=/usr/local/bin:/usr/bin:/bin", "FROM_IMAGE=image",
-                               "OVERRIDDEN=image"], "WorkingDir": "/app"})
+                               "OVERRIDDEN=image"], "WorkingDir": "/app",
+                       "User": "1000:1000"})  # a uid, as real images often have it
     client = Client(oci_server.api_url, oci_server.api_key)
-    dockerfile = (f"FROM {registry.host}/tests/busybox-sdk:v1\n"
+    image = f"{registry.host}/tests/busybox-sdk:v1"
+    dockerfile = (f"FROM {image}\n"
                   "ENV OVERRIDDEN=build\n"
-                  "RUN pwd > /built-in; echo \"$FROM_IMAGE $OVERRIDDEN\" >> /built-in\n"
-                  "WORKDIR /work\n"
+                  "RUN pwd > built-in; echo \"$FROM_IMAGE $OVERRIDDEN\" >> built-in\n"
+                  "USER worker\n"
+                  "WORKDIR /home/worker\n"
                   "RUN echo made > here\n")
     lines: list[str] = []
     info = client.templates.build(dockerfile, "from-busybox", on_log=lines.append)
@@ -49,17 +61,26 @@ def test_a_template_from_an_image_sees_its_files_and_env(
     # pulled from the registry (2 layers), then the steps ran on it
     assert any("tests/busybox-sdk:v1: sha256:" in line and "2 layers" in line
                for line in lines), lines
-    assert any(line.startswith("Step 4/4 RUN echo made") for line in lines), lines
+    assert any(line.startswith("Step 5/5 RUN echo made") for line in lines), lines
     try:
         with Sandbox.create(template="from-busybox", ttl_seconds=300,
                             api_url=oci_server.api_url, api_key=oci_server.api_key) as sbx:
-            probe = sbx.exec("cat /app/marker /built-in /work/here; pwd; "
-                             "echo $FROM_IMAGE $OVERRIDDEN")
+            # The image has no `id` or `stat` of its own: busybox's, by name.
+            probe = sbx.exec("cat /app/marker /app/built-in /home/worker/here; pwd; "
+                             "echo $FROM_IMAGE $OVERRIDDEN; busybox id -un; busybox id -u; "
+                             "busybox stat -c '%U %u' /app/built-in /home/worker/here")
             assert probe.exit_code == 0, probe
-            assert probe.stdout.split("\n") == [marker, "/app", "image build", "made", "/work",
-                                                "image build", ""], probe
+            # the template's user (the last USER) is the sandbox's default one, as in Docker
+            assert probe.stdout.split("\n") == [
+                marker, "/app", "image build", "made", "/home/worker", "image build", "worker",
+                "1001", "app 1000", "worker 1001", ""], probe
     finally:
         client.templates.delete("from-busybox")
+
+    # A user the image does not have: the build fails naming it (the base is cached now).
+    with pytest.raises(TemplateBuildError, match=r"no user 'ghost' in the base's /etc/passwd"):
+        client.templates.build(f"FROM {image}\nUSER ghost\nRUN true\n", "from-ghost")
+    client.templates.delete("from-ghost")
 
     # Asked of the registry when the build is requested: the request's 404, no version made.
     missing = f"{registry.host}/tests/no-such-image:v1"
