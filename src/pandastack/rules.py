@@ -69,7 +69,7 @@ DEFAULT_TEMPLATE = "base"
 MAX_TEMPLATE_STAGES = 8
 #: The templates every host has (a host builds one on its first use); a team template may not
 #: take one of these names.
-BUILTIN_TEMPLATE_NAMES = frozenset({"base", "python", "node", "code-interpreter"})
+BUILTIN_TEMPLATE_NAMES = frozenset({"base", "python", "node", "code-interpreter", "full"})
 #: A team template's name: lower-case letters, digits, ".", "_", "-" (unanchored, so that a
 #: reference `name:3` can embed it).
 TEMPLATE_NAME_BODY = r"[a-z0-9][a-z0-9._-]{0,62}"

@@ -35,12 +35,12 @@ def test_build_quiet_and_logs(server: FakeServer, tmp_path: Path,
 
 def test_list_shows_the_builtin_templates_marked(server: FakeServer, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """A fresh install lists base, python, node and code-interpreter (the default marked),
+    """A fresh install lists base, python, node, code-interpreter and full (the default marked),
     not an empty table; the team's own templates come after them."""
     assert main(["template", "list"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert rows == [["base", "built-in", "(default)"], ["code-interpreter", "built-in"],
-                    ["node", "built-in"], ["python", "built-in"]]
+                    ["full", "built-in"], ["node", "built-in"], ["python", "built-in"]]
 
     (tmp_path / "Dockerfile").write_text("FROM python\nRUN echo one\n")
     assert main(["template", "build", str(tmp_path), "--name", "app", "--quiet"]) == 0
@@ -48,8 +48,8 @@ def test_list_shows_the_builtin_templates_marked(server: FakeServer, tmp_path: P
     assert main(["template", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(t["name"], t["builtin"]) for t in listed] == [
-        ("base", True), ("code-interpreter", True), ("node", True), ("python", True),
-        ("app", False)]
+        ("base", True), ("code-interpreter", True), ("full", True), ("node", True),
+        ("python", True), ("app", False)]
     assert [t["name"] for t in listed if t["builtin"] and t["default"]] == ["base"]
     assert (listed[-1]["version"], listed[-1]["status"]) == (1, "ready")
 

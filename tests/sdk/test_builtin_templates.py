@@ -1,6 +1,6 @@
 """`client.templates.builtin()`, both twins: the built-in templates the server lists beside
-the team's own (a fresh install's `templates.list()` is empty, yet base, python, node and
-code-interpreter exist), the default marked. Against a real uvicorn server over the
+the team's own (a fresh install's `templates.list()` is empty, yet base, python, node,
+code-interpreter and full exist), the default marked. Against a real uvicorn server over the
 in-memory runtime."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pandastack.rules import BUILTIN_TEMPLATE_NAMES, DEFAULT_TEMPLATE
 from pandastack.sdk import AsyncClient, Client
 from tests.server.live import FakeServer, fake_server
 
-WANT = [("base", True), ("code-interpreter", False), ("node", False), ("python", False)]
+WANT = [("base", True), ("code-interpreter", False), ("full", False), ("node", False),
+        ("python", False)]
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,21 @@ def test_a_bind_mount_for_a_build_step_stays_in_its_own_namespace(tmp_path: Path
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
+def test_a_build_steps_procfs_stays_in_its_own_namespace(tmp_path: Path) -> None:
+    """npm's install scripts (and Bun) need /proc in the chroot: mounted with the cache, it
+    goes with the step's namespace too."""
+    source, target, proc = tmp_path / "cache", tmp_path / "root" / "cache", tmp_path / "proc"
+    for d in (source, target, proc):
+        d.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / "seen"
+    run_with_bind_mount(source, target, ["sh", "-c", f"readlink {proc}/self/exe > {out}"],
+                        what="readlink", proc=proc)
+    assert out.read_text().strip().endswith("readlink")
+    assert not _mounts_under(tmp_path)
+    assert not list(proc.iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 def test_a_mount_a_killed_build_left_is_detached_before_its_leftover_goes(tmp_path: Path) -> None:
     lock = tmp_path / ".lock"
     lock.touch()

@@ -38,6 +38,7 @@ from pandastack.host.images.rootfs import (
     BaseSpec,
     _parse_deb822,
     _parse_one_line,
+    _remove,
     agent_files,
     python_agent_files,
 )
@@ -78,6 +79,8 @@ CHANGES: dict[str, Any] = {
     "pip_packages": ("numpy",),
     "files": {"opt/pandastack/kernel_server.py": b"print('serve')\n"},
     "agent_binary": b"\x7fELF binary agent",
+    "npm_packages": ("bun@1.4.5",),
+    "remove": ("usr/local/lib/unused",),
 }
 
 
@@ -163,6 +166,39 @@ def test_image_variants() -> None:
     if shutil.which("apt-config") is not None:
         assert images.base_spec().key() == images.base_spec(base).key()
         assert images.base_spec(node).key() != images.base_spec(base).key()
+
+
+def test_the_full_variant_has_every_language() -> None:
+    """`full` (issue 37): Debian's Python, Node, Go and C toolchains with git and curl, and
+    Bun from the npm registry at a pinned version (the image is cached by that name); the
+    code interpreter's files as in `node`."""
+    full = images.image_spec("full")
+    assert {"python3", "nodejs", "npm", "golang-go", "git", "curl", "build-essential",
+            "ca-certificates"} <= set(full.packages)
+    assert len(full.packages) == len(set(full.packages))
+    name, _, version = full.npm_packages[0].rpartition("@")
+    assert (full.npm_packages, name) == ((images.BUN_NPM_PACKAGE,), "bun")
+    assert all(part.isdigit() for part in version.split(".")), version
+    assert full.files == images.IMAGES["node"].files
+    assert full.remove == (images.BUN_MUSL_BINARY,)
+    # Only variants that ask for npm packages key them: the others keep their cache.
+    assert not any(spec.npm_packages or spec.remove for spec in images.IMAGES.values()
+                   if spec is not full)
+
+
+def test_removed_paths_must_be_inside_and_there(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr/lib/pkg/musl").mkdir(parents=True)
+    (root / "usr/lib/pkg/musl/bun").write_bytes(b"x")
+    (root / "usr/lib/pkg/link").symlink_to("/etc")
+    said: list[str] = []
+    _remove(root, "usr/lib/pkg/musl", said.append)
+    _remove(root, "usr/lib/pkg/link", said.append)  # the link itself, not what it names
+    assert sorted(p.name for p in (root / "usr/lib/pkg").iterdir()) == []
+    assert said == ["rootfs: removing /usr/lib/pkg/musl", "rootfs: removing /usr/lib/pkg/link"]
+    for rel in ("usr/lib/pkg/musl", "/etc", "usr/../../etc"):
+        with pytest.raises(SetupError):
+            _remove(root, rel, said.append)
 
 
 def test_real_inputs_are_deterministic() -> None:

@@ -11,6 +11,7 @@ from pandastack.host.images.build import IMAGES, GuestImage
 from pandastack.host.templates.builtin import (
     BUILTIN_TEMPLATES,
     IMAGE_WARMUP_COMMANDS,
+    WARMUP_COMMANDS,
     BuiltinTemplate,
     TemplateStore,
     template_key,
@@ -30,6 +31,19 @@ def test_builtins_name_known_images() -> None:
                 builtin.image, builtin.warmup, None)
     assert BUILTIN_TEMPLATES["python"].same_as == "base"
     assert BUILTIN_TEMPLATES["node"].image == "node"
+
+
+def test_full_runs_each_language_before_its_snapshot() -> None:
+    """`full` (issue 37): each language once before the snapshot, so a sandbox's first use
+    is warm; go builds once (the build cache), gcc compiles once; the interpreter as in
+    `node`. Its warm-ups are part of its key (key_parts)."""
+    full, node = BUILTIN_TEMPLATES["full"], BUILTIN_TEMPLATES["node"]
+    assert (full.image, full.same_as, full.base_warmup) == ("full", None, None)
+    assert "python3 -c" in " ".join(WARMUP_COMMANDS)  # every built-in's, full's too
+    for needle in ("node -e", "bun -e", "go version", "go build", "gcc "):
+        assert any(needle in cmd for cmd in full.warmup), needle
+    assert (full.start, full.ready) == (node.start, node.ready)
+    assert set(full.warmup) <= set(full.key_parts())
 
 
 async def test_unknown_template_asks_for_no_image(tmp_path: Path) -> None:

@@ -173,7 +173,8 @@ async def test_the_list_has_the_builtin_templates_beside_the_teams(
     default marked, in `builtin`: `templates` stays the team's builds."""
     api, builder = env
     want = [{"name": "base", "default": True}, {"name": "code-interpreter", "default": False},
-            {"name": "node", "default": False}, {"name": "python", "default": False}]
+            {"name": "full", "default": False}, {"name": "node", "default": False},
+            {"name": "python", "default": False}]
     r = await api.client.get("/v1/templates")
     assert r.status_code == 200, r.text
     assert r.json() == {"templates": [], "builtin": want}

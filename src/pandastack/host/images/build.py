@@ -121,6 +121,13 @@ KERNEL_SERVER_FILES: tuple[tuple[str, str], ...] = (
       for m in CODESERVER_MODULES),
 )
 
+FULL_PACKAGES = ("python3", "nodejs", "npm", "golang-go", "git", "curl", "build-essential",
+                 "ca-certificates")
+BUN_NPM_PACKAGE = "bun@1.4.5"
+# npm 9 (bookworm's) installs every optional package of the host's OS and CPU whatever its
+# libc, and Bun's install script keeps the glibc binary: the musl one is 97 MB never run.
+BUN_MUSL_BINARY = "usr/local/lib/node_modules/bun/node_modules/@oven/bun-linux-x64-musl"
+
 
 @dataclass(frozen=True)
 class ImageSpec:
@@ -135,6 +142,12 @@ class ImageSpec:
     extra_packages: tuple[str, ...] = ()
     # Installed from the package index into the guest's /opt/venv when the image is built.
     pip_packages: tuple[str, ...] = ()
+    # Installed from the npm registry with the guest's npm (`npm install --global`, under
+    # /usr/local) when the image is built: pinned, since the image is cached by this name.
+    npm_packages: tuple[str, ...] = ()
+    # Paths (relative to the rootfs) removed after the installs: what a package brings that
+    # this guest never runs.
+    remove: tuple[str, ...] = ()
     # Extra files: (path in the rootfs, path of the file under the pandastack package).
     files: tuple[tuple[str, str], ...] = ()
 
@@ -156,6 +169,10 @@ IMAGES: Mapping[str, ImageSpec] = {
         ImageSpec("code-interpreter", ("nodejs",),
                   pip_packages=("numpy", "pandas", "pyarrow", "matplotlib", "ipykernel"),
                   files=KERNEL_SERVER_FILES),
+        # Every language at once (issue 37): Debian's Python, Node, Go and C toolchains, and
+        # Bun from its npm package (Debian has none); the interpreter as in `node`.
+        ImageSpec("full", FULL_PACKAGES, npm_packages=(BUN_NPM_PACKAGE,),
+                  remove=(BUN_MUSL_BINARY,), files=KERNEL_SERVER_FILES),
     )
 }
 
@@ -196,6 +213,8 @@ class ImageInputs:
     variant: str = BASE
     pip_packages: tuple[str, ...] = ()
     files: Mapping[str, bytes] = field(default_factory=dict, hash=False)  # rootfs path -> bytes
+    npm_packages: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
     agent_binary: bytes | None = field(default=None, hash=False)  # ADR 0038; None: Python
 
 
@@ -204,6 +223,10 @@ def image_key(inputs: ImageInputs) -> str:
     named: dict[str, object] = {} if inputs.variant == BASE else {"variant": inputs.variant}
     if inputs.pip_packages:
         named["pip"] = list(inputs.pip_packages)
+    if inputs.npm_packages:
+        named["npm"] = list(inputs.npm_packages)
+    if inputs.remove:
+        named["remove"] = list(inputs.remove)
     if inputs.files:
         named["files"] = {k: sha256_bytes(v) for k, v in sorted(inputs.files.items())}
     if inputs.agent_binary is not None:
@@ -320,6 +343,8 @@ def _gather(home: Path, image: ImageSpec, progress: Progress, *,
         variant=image.name,
         pip_packages=image.pip_packages,
         files={dest: read_package_file(path) for dest, path in image.files},
+        npm_packages=image.npm_packages,
+        remove=image.remove,
         agent_binary=binary,
     )
     return inputs, pkg, spec
@@ -444,6 +469,9 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
                 pip_cache=home / "cache" / "pip",
                 files=inputs.files,
                 agent_binary=inputs.agent_binary,
+                npm_packages=inputs.npm_packages,
+                npm_cache=home / "cache" / "npm",
+                remove=inputs.remove,
             )
             meta = {
                 "key": key,
@@ -457,6 +485,7 @@ def ensure_image(home: Path, image: ImageSpec, *, progress: Progress = print) ->
                 "base_key": spec.key(),
                 "agent_files": sorted(inputs.agent),
                 "files": sorted(inputs.files),
+                "npm_packages": list(inputs.npm_packages),
                 "rootfs_size": inputs.rootfs_size,
                 "cmdline": inputs.cmdline,
                 "built_at": time.time(),

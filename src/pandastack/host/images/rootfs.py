@@ -6,11 +6,12 @@ network settings (proxy, Release date checks), so no mirror is named anywhere he
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,11 +261,17 @@ def build_rootfs(
     pip_cache: Path | None = None,
     files: Mapping[str, bytes] | None = None,
     agent_binary: bytes | None = None,
+    npm_packages: tuple[str, ...] = (),
+    npm_cache: Path | None = None,
+    remove: tuple[str, ...] = (),
 ) -> None:
     """Unpack the base, add the pandastack layer and write a sparse ext4 image (no mounting).
 
     `files` maps paths relative to the rootfs to their contents (mode 0644). With
-    `agent_binary` (ADR 0038) the init starts that binary as the agent instead of Python."""
+    `agent_binary` (ADR 0038) the init starts that binary as the agent instead of Python.
+    `npm_packages` are installed globally (under /usr/local) with the guest's own npm; the
+    paths in `remove` go after the installs (each must be there: a pinned package that
+    moved them is a recipe to look at again)."""
     with tempfile.TemporaryDirectory(dir=scratch_parent, prefix=".tmp-rootfs-") as tmp:
         root = Path(tmp) / "root"
         root.mkdir(mode=0o755)
@@ -289,6 +296,11 @@ def build_rootfs(
         if pip_packages:
             progress(f"rootfs: pip install {' '.join(pip_packages)}")
             _pip_install(root, pip_packages, pip_cache or scratch_parent / "pip-cache")
+        if npm_packages:
+            progress(f"rootfs: npm install --global {' '.join(npm_packages)}")
+            _npm_install(root, npm_packages, npm_cache or scratch_parent / "npm-cache")
+        for rel in remove:
+            _remove(root, rel, progress)
         progress(f"rootfs: mkfs.ext4 ({size >> 20} MiB sparse)")
         image.unlink(missing_ok=True)
         with image.open("wb") as f:
@@ -297,17 +309,58 @@ def build_rootfs(
              f"{size // 1024}k"], what="mkfs.ext4")
 
 
+def _remove(root: Path, rel: str, progress: Progress) -> None:
+    path = root / rel
+    if Path(rel).is_absolute() or ".." in Path(rel).parts or not os.path.lexists(path):
+        raise SetupError(f"image path to remove {rel!r} is not in the rootfs")
+    progress(f"rootfs: removing /{rel}")
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
 VENV = "opt/venv"
 PIP_CACHE_IN_ROOT = "var/cache/pandastack-pip"
+NPM_CACHE_IN_ROOT = "var/cache/pandastack-npm"
+HOST_CA_IN_ROOT = "var/cache/pandastack-host-ca.crt"
 
 
-def run_with_bind_mount(source: Path, target: Path, argv: list[str], *, what: str) -> None:
+def run_with_bind_mount(source: Path, target: Path, argv: list[str], *, what: str,
+                        proc: Path | None = None) -> None:
     """Run `argv` with `source` bind-mounted on `target`, in a mount namespace of its own: the
     mount goes with the process, also when the build is killed (one made in the host's
-    namespace outlived a killed build and kept its .tmp-rootfs-* undeletable)."""
+    namespace outlived a killed build and kept its .tmp-rootfs-* undeletable). With `proc`,
+    a procfs is mounted there too, in the same namespace: npm's install scripts never
+    finish without one (node child processes), and Bun aborts without /proc/self."""
     bind_then_run = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    args = [str(source), str(target)]
+    if proc is not None:
+        bind_then_run = ('mount --bind "$1" "$2" && mount -t proc proc "$3" && shift 3 && '
+                         'exec "$@"')
+        args.append(str(proc))
     run(["unshare", "--mount", "--propagation", "private", "sh", "-c", bind_then_run, "sh",
-         str(source), str(target), *argv], what=what)
+         *args, *argv], what=what)
+
+
+@contextlib.contextmanager
+def _host_network(root: Path) -> Iterator[str]:
+    """While a package manager downloads inside `root`: names resolve as on the host, and
+    what the host trusts is trusted (it may sit behind its own CA); yields that bundle's path
+    in the root. The guest's resolv.conf comes back and the bundle goes after, so the guest
+    keeps Debian's own certificate store."""
+    resolv = root / "etc" / "resolv.conf"
+    guest_resolv = resolv.read_bytes()
+    resolv.write_bytes(Path("/etc/resolv.conf").read_bytes())
+    host_ca = Path(os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+                   or "/etc/ssl/certs/ca-certificates.crt")
+    ca_in_root = root / HOST_CA_IN_ROOT
+    shutil.copyfile(host_ca, ca_in_root)
+    try:
+        yield f"/{HOST_CA_IN_ROOT}"
+    finally:
+        resolv.write_bytes(guest_resolv)
+        ca_in_root.unlink(missing_ok=True)
 
 
 def _pip_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
@@ -316,27 +369,40 @@ def _pip_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     mount_point = root / PIP_CACHE_IN_ROOT
     mount_point.mkdir(parents=True, exist_ok=True)
-    resolv = root / "etc" / "resolv.conf"
-    guest_resolv = resolv.read_bytes()
-    resolv.write_bytes(Path("/etc/resolv.conf").read_bytes())  # the build resolves on the host
-    # Trust what the host trusts for this download (it may sit behind its own CA); the bundle
-    # is removed again, so the guest keeps Debian's own certificate store.
-    host_ca = Path(os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
-                   or "/etc/ssl/certs/ca-certificates.crt")
-    ca_in_root = root / "var" / "cache" / "pandastack-host-ca.crt"
-    shutil.copyfile(host_ca, ca_in_root)
     try:
-        run_with_bind_mount(
-            cache, mount_point,
-            ["chroot", str(root), "/usr/bin/env", "-i", f"PATH=/{VENV}/bin:/usr/bin:/bin",
-             "HOME=/root", "LANG=C.UTF-8", f"/{VENV}/bin/pip", "install", "--quiet",
-             "--disable-pip-version-check", "--cert", "/var/cache/pandastack-host-ca.crt",
-             "--cache-dir", f"/{PIP_CACHE_IN_ROOT}", *packages],
-            what="pip install")
+        with _host_network(root) as ca:
+            run_with_bind_mount(
+                cache, mount_point,
+                ["chroot", str(root), "/usr/bin/env", "-i", f"PATH=/{VENV}/bin:/usr/bin:/bin",
+                 "HOME=/root", "LANG=C.UTF-8", f"/{VENV}/bin/pip", "install", "--quiet",
+                 "--disable-pip-version-check", "--cert", ca,
+                 "--cache-dir", f"/{PIP_CACHE_IN_ROOT}", *packages],
+                what="pip install")
     finally:
-        resolv.write_bytes(guest_resolv)
-        ca_in_root.unlink(missing_ok=True)
         mount_point.rmdir()
+
+
+def _npm_install(root: Path, packages: tuple[str, ...], cache: Path) -> None:
+    """Install npm packages globally (/usr/local, on every PATH) with the guest's own node
+    and npm, downloading through the host's network (Bun's package picks its binary for
+    this libc and CPU in its install script); tarballs are cached on the host."""
+    cache.mkdir(parents=True, exist_ok=True)
+    mount_point = root / NPM_CACHE_IN_ROOT
+    mount_point.mkdir(parents=True, exist_ok=True)
+    try:
+        with _host_network(root) as ca:
+            run_with_bind_mount(
+                cache, mount_point,
+                ["chroot", str(root), "/usr/bin/env", "-i",
+                 "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8",
+                 "/usr/bin/npm", "install", "--global", "--no-audit", "--no-fund",
+                 "--no-update-notifier", "--loglevel=error", "--cafile", ca,
+                 "--cache", f"/{NPM_CACHE_IN_ROOT}", *packages],
+                what="npm install", proc=root / "proc")
+    finally:
+        mount_point.rmdir()
+        # npm's own files under root's home (its logs, update checks): not the guest's.
+        shutil.rmtree(root / "root" / ".npm", ignore_errors=True)
 
 
 def _customize(root: Path, agent: Mapping[str, bytes], init_script: bytes) -> None:

@@ -64,6 +64,20 @@ WARMUP_COMMANDS = ("env true", "python3 -c 'print(6*7)'", "ls / >/dev/null", "ca
                    'cat "$(readlink -f "$(command -v python3)")" >/dev/null',
                    "! id -u user >/dev/null 2>&1 || "
                    "runuser -u user -- /bin/sh -c 'cd \"$HOME\" && exec /bin/bash -l -c true'")
+# `full`'s languages, each run once (python3 is in WARMUP_COMMANDS): a sandbox's first use
+# finds its toolchain in memory. The go build also fills root's build cache
+# ($HOME/.cache/go-build, on the template's disk), which a sandbox's first `go build` or
+# `go run` then starts from instead of an empty one.
+FULL_WARMUP_COMMANDS = (
+    "node -e 'console.log(6*7)'",
+    "bun -e 'console.log(6*7)'",
+    "go version",
+    "cd /tmp && printf '%s\\n' 'package main' 'import \"fmt\"' 'func main() { fmt.Println(6 * 7) }'"
+    " > warm.go && go build -o warm-go warm.go && ./warm-go && rm warm-go warm.go",
+    "cd /tmp && printf '%s\\n' '#include <stdio.h>' 'int main(void) { puts(\"42\"); return 0; }'"
+    " > warm.c && gcc -O2 -o warm-c warm.c && ./warm-c && rm warm-c warm.c",
+    "git --version >/dev/null",
+)
 TEMPLATE_HOSTNAME = "pandastack"
 # An OCI image's template warms what every image has: the agent's exec through /bin/sh.
 IMAGE_WARMUP_COMMANDS = ("true",)
@@ -132,6 +146,11 @@ BUILTIN_TEMPLATES: Mapping[str, BuiltinTemplate] = {
         # The base image already has python3, pip, venv and a virtualenv first on PATH.
         BuiltinTemplate("python", BASE, same_as=BASE),
         BuiltinTemplate("node", "node", warmup=("node -e 'console.log(6*7)'",),
+                        start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
+                        ready=ReadyCheck(kind="file", value=CODE_SOCKET)),
+        # Python, Node, Go, Bun and C (git, curl, make): large, so built on its first use
+        # (or by `pandastack setup --template full`), never by a plain setup.
+        BuiltinTemplate("full", "full", warmup=FULL_WARMUP_COMMANDS,
                         start=f"exec /opt/venv/bin/python /{KERNEL_SERVER_PATH}",
                         ready=ReadyCheck(kind="file", value=CODE_SOCKET)),
         # The seed article's stack, installed when the image is built, imported once before
