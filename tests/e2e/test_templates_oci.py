@@ -4,11 +4,14 @@ with RUN, ENV, USER and WORKDIR steps; a sandbox of the template sees the image'
 config's Env (the build's ENV over it where both set a name) and the build's files, made as
 the image's numeric User and then as the USER named (no runuser in such an image: steps run
 as a user through the agent). A missing image is the build request's 404 naming it, a user
-the image lacks a failed build naming it; a version lists its image's ExposedPorts."""
+the image lacks a failed build naming it; a version lists its image's ExposedPorts.
+`FROM python:3.12-slim` by name through the operator's mirror (PANDASTACK_REGISTRY_MIRRORS),
+a Debian (glibc) image, in a multi-stage build."""
 
 from __future__ import annotations
 
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +23,17 @@ from pandastack.sdk.errors import TemplateBuildError
 from tests.e2e.conftest import LiveServer, run_live_server
 from tests.host.images.oci.conftest import needs_registry, registry, skopeo_policy
 from tests.host.images.oci.helpers import push_image
-from tests.host.images.oci.layers import Entry, busybox_layer, file, gzipped
+from tests.host.images.oci.layers import (
+    LAYER_TAR,
+    Entry,
+    Layout,
+    busybox_layer,
+    file,
+    gzipped,
+    skopeo_push,
+)
 from tests.host.images.oci.registry import Registry
+from tests.host.images.oci.test_real_rootfs import BASE_TAR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm, needs_registry, pytest.mark.timeout(1500)]
 __all__ = ["registry", "skopeo_policy"]  # the OCI tests' fixtures, used here by name
@@ -29,7 +41,10 @@ __all__ = ["registry", "skopeo_policy"]  # the OCI tests' fixtures, used here by
 
 @pytest.fixture(scope="module")
 def oci_server(registry: Registry) -> Iterator[LiveServer]:
-    with run_live_server({"PANDASTACK_INSECURE_REGISTRIES": registry.host}) as server:
+    # Docker Hub's names are asked of the loopback registry, as of an operator's pull-through
+    # mirror: no test reaches docker.io.
+    with run_live_server({"PANDASTACK_INSECURE_REGISTRIES": registry.host,
+                          "PANDASTACK_REGISTRY_MIRRORS": f"docker.io={registry.host}"}) as server:
         yield server
 
 
@@ -127,3 +142,55 @@ def test_the_images_own_cmd_as_the_start_command(
             assert probe.stdout == "up as /bin/sh\nrunning\n", probe
     finally:
         client.templates.delete("from-cmd")
+
+
+def test_python_slim_by_name_through_the_mirror_in_a_multi_stage_build(
+        oci_server: LiveServer, registry: Registry, skopeo_policy: Path,
+        tmp_path: Path) -> None:
+    """`FROM python:3.12-slim` by its Docker Hub name through the operator's mirror (the
+    loopback registry): the image builder's Debian root (~200 MiB, one uncompressed layer,
+    glibc and python3) stands in for it as library/python. Both stages of a multi-stage build
+    start from it, the second copies the first's file; a second template on the same image
+    pulls nothing."""
+    if not BASE_TAR.exists():
+        pytest.skip("needs the image builder's cached base.tar (make run builds it)")
+    layout = Layout(tmp_path / "layout")
+    layer = layout.blob_file(BASE_TAR, LAYER_TAR)
+    manifest = layout.manifest([layer], [str(layer["digest"])], {
+        "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "LANG=C.UTF-8"], "Cmd": ["python3"]})
+    skopeo_push(layout.tag(manifest, "3.12-slim"),
+                f"{registry.host}/library/python:3.12-slim", skopeo_policy)
+    client = Client(oci_server.api_url, oci_server.api_key)
+    lines: list[str] = []
+    info = client.templates.build("FROM python:3.12-slim AS build\n"
+                                  "RUN echo built-in-stage-1 > /out\n"
+                                  "FROM python:3.12-slim\n"
+                                  "COPY --from=build /out /app/out\n"
+                                  "ENV GREETING=hello\n"
+                                  "WORKDIR /app\n", "from-python-slim", on_log=lines.append)
+    assert info.status == "ready", (info, lines[-20:])
+    # Pulled now (an earlier run's guest image may be in the images cache, keyed by the
+    # manifest): the log says how far the layer's download got, up to all of it.
+    if any(": pulling " in line for line in lines):
+        assert any(line.startswith("layer 1/1 sha256:") and ": 100 % (" in line
+                   for line in lines), lines
+    second: list[str] = []
+    started = time.monotonic()
+    again = client.templates.build("FROM python:3.12-slim\nRUN python3 -c 'print(1)'\n",
+                                   "from-python-slim-2", on_log=second.append)
+    print(f"a second template on the same image: {time.monotonic() - started:.1f} s")
+    try:
+        assert again.status == "ready", (again, second[-20:])
+        assert not any(": pulling " in line or line.startswith("layer ") for line in second), \
+            second
+        with Sandbox.create(template="from-python-slim", ttl_seconds=300,
+                            api_url=oci_server.api_url,
+                            api_key=oci_server.api_key) as sbx:
+            probe = sbx.exec("cat /app/out; pwd; echo $GREETING; python3 -c "
+                             "'import platform; print(platform.libc_ver()[0])'")
+            assert probe.exit_code == 0, probe
+            assert probe.stdout == "built-in-stage-1\n/app\nhello\nglibc\n", probe
+    finally:
+        client.templates.delete("from-python-slim")
+        client.templates.delete("from-python-slim-2")
