@@ -141,6 +141,7 @@ sdk-ts: deps
 # cached): no test builds one, so the lanes' time and durations are the tests'. Node's image
 # was built by its test alone (setup builds base and code-interpreter): 145 s in that test on
 # a clone whose cache had the others (issue 33); on a fresh machine the builds are this step's.
+# `full` (every language, issue 37) too: ~130 s cold, once per machine; its one test ~14 s.
 # Why three workers (2026-12-04, sixth session, on a freshly booted machine): the parallel lane
 # took 15 min 33 s with two workers (pytest alone, 1816 s of module time; kernel process
 # accounting: 26.2 CPU-minutes of the 31 the two cores had, so ~16 % idle while workers waited
@@ -151,7 +152,7 @@ sdk-ts: deps
 TEST_WORKERS ?= 3
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: venv
-	$(BIN)/pandastack setup --template node
+	$(BIN)/pandastack setup --template node --template full
 	$(BIN)/python -m compileall -q src tests >/dev/null
 	@$(BIN)/pytest -m "not cluster and not serial and not soak" -n $(TEST_WORKERS) \
 	    --dist loadscope --no-loadscope-reorder --durations=25; \

@@ -77,6 +77,7 @@ FULL_WARMUP_COMMANDS = (
     "cd /tmp && printf '%s\\n' '#include <stdio.h>' 'int main(void) { puts(\"42\"); return 0; }'"
     " > warm.c && gcc -O2 -o warm-c warm.c && ./warm-c && rm warm-c warm.c",
     "git --version >/dev/null",
+    "curl --version >/dev/null && npm --version >/dev/null && make --version >/dev/null",
 )
 TEMPLATE_HOSTNAME = "pandastack"
 # An OCI image's template warms what every image has: the agent's exec through /bin/sh.
