@@ -182,6 +182,7 @@ bench: deps venv
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/code.py
 	$(BIN)/python bench/build.py
+	$(BIN)/python bench/image_build.py
 	$(BIN)/python bench/volumes.py
 	$(BIN)/python bench/volume_moves.py
 	$(BIN)/python bench/interactive.py --api
