@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import pytest
@@ -99,14 +100,21 @@ async def test_a_create_takes_the_team_lock_without_looking_for_the_team_again(
     first = await api.client.post("/v1/sandboxes", json={"template": "base"})
     assert first.status_code == 201, first.text
     seen: list[str] = []
+    # Only the request's own statements: the webhook delivery loop and the reaper query the
+    # store meanwhile (ci3 saw the delivery loop's SELECT first). Its store calls run in
+    # threads that copy the request's context; the background tasks began without this.
+    in_request: ContextVar[bool] = ContextVar("in_request", default=False)
 
     def note(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
-        seen.append(" ".join(statement.split()[:4]))
+        if in_request.get():
+            seen.append(" ".join(statement.split()[:4]))
 
     event.listen(store.engine, "before_cursor_execute", note)
+    token = in_request.set(True)
     try:
         r = await api.client.post("/v1/sandboxes", json={"template": "base"})
     finally:
+        in_request.reset(token)
         event.remove(store.engine, "before_cursor_execute", note)
     assert r.status_code == 201, r.text
     # BEGIN IMMEDIATE is SQLite's whole team lock once the team's row is known to exist
