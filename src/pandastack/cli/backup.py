@@ -41,9 +41,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     db = what.add_parser("db", help="copy the database to FILE while the servers run "
                                     "(SQLite's online backup, or pg_dump for PostgreSQL)")
     db.add_argument("file", type=Path, help="where the copy goes (not overwritten)")
-    db.add_argument("--db", default=None, metavar="URL",
-                    help="the database (default: PANDASTACK_DB, else SQLite in "
-                         "PANDASTACK_HOME, as serve opens it)")
+    add_db_option(db)
     db.add_argument("--print", action="store_true", dest="print_only",
                     help="PostgreSQL: print the pg_dump command instead of running it")
     add_env_file_option(db)
@@ -52,6 +50,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                               "into the same DIR, only what is new is fetched")
     objects.add_argument("dir", type=Path, help="the backup directory (made mode 0700)")
     add_store_option(objects)
+
+
+def add_db_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None, metavar="URL",
+                   help="the database (default: PANDASTACK_DB, else SQLite in "
+                        "PANDASTACK_HOME, as serve opens it)")
+
+
+def database_url(given: str | None) -> str:
+    """The database `--db` names, else the one `serve` opens (Settings: PANDASTACK_DB, else
+    SQLite in PANDASTACK_HOME)."""
+    from pandastack.server.settings import Settings
+
+    return given or Settings.from_env().dsn
 
 
 def add_store_option(p: argparse.ArgumentParser) -> None:
@@ -105,9 +117,7 @@ def run(args: argparse.Namespace) -> int:
     load_env_file(args.env_file)
     if args.what == "objects":
         return backup_objects(args.dir, args.store)
-    from pandastack.server.settings import Settings
-
-    dsn = args.db or Settings.from_env().dsn
+    dsn = database_url(args.db)
     target: Path = args.file
     if target.exists():
         raise ValueError(f"{target} exists: a backup never overwrites a file")

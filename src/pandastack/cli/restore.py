@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pandastack.cli.backup import add_store_option, on_backup_store
+from pandastack.cli.backup import add_db_option, add_store_option, database_url, on_backup_store
 from pandastack.cli.env_file import add_env_file_option, load_env_file
 
 console = Console(stderr=True)
@@ -22,9 +22,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     db = what.add_parser("db", help="put a `backup db` copy in place of the database (serve "
                                     "stopped), then migrate it to this release")
     db.add_argument("backup", type=Path, help="the file `pandastack backup db` made")
-    db.add_argument("--db", default=None, metavar="URL",
-                    help="the database (default: PANDASTACK_DB, else SQLite in "
-                         "PANDASTACK_HOME, as serve opens it)")
+    add_db_option(db)
     db.add_argument("--force-clean", action="store_true",
                     help="PostgreSQL: drop every table, view and sequence of a database that "
                          "is not empty before restoring into it (SQLite: the old file is kept "
@@ -40,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
     load_env_file(args.env_file)
     if args.what == "db":
         from pandastack.cli.restore_db import restore
-        from pandastack.server.settings import Settings
 
-        restore(args.backup, args.db or Settings.from_env().dsn, force_clean=args.force_clean)
+        restore(args.backup, database_url(args.db), force_clean=args.force_clean)
         return 0
     from pandastack.host.objects import backup
 
