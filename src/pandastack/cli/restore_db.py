@@ -33,6 +33,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pandastack.cli.backup import backup_sqlite, pg_url
+from pandastack.host.images.common import fsync_path
 
 console = Console(stderr=True)
 
@@ -126,7 +127,7 @@ def restore_sqlite(backup: Path, database: Path) -> Path | None:
         if linked:  # the database is still the old file: no second name for it
             before.unlink()
         raise
-    fsync_dir(database.parent)
+    fsync_path(database.parent)
     return before if linked else None
 
 
@@ -208,11 +209,7 @@ def copy_sqlite(backup: Path, staged: Path) -> None:
     """SQLite's backup API, as `backup db` copies (a backup with a -wal beside it is read
     whole), then fsync."""
     backup_sqlite(backup, staged)
-    fd = os.open(staged, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(staged)
 
 
 def keep_owner(database: Path, staged: Path) -> None:
@@ -220,14 +217,6 @@ def keep_owner(database: Path, staged: Path) -> None:
     os.chmod(staged, st.st_mode & 0o777)
     if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
         os.chown(staged, st.st_uid, st.st_gid)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # PostgreSQL

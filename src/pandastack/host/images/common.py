@@ -115,7 +115,8 @@ def atomic_dir(final: Path) -> Iterator[Path]:
 
 
 def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    """A file's or a directory's data and metadata to disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pandastack.host.images.common import fsync_path
 from pandastack.host.objects.keys import check_key, sha256_of_bytes
 from pandastack.host.sparse import data_ranges
 
@@ -217,7 +218,7 @@ class ChunkedFiles:
         temp = cache.new_temp("f" + key)
         try:
             await self.write_to(chunks, temp)
-            await asyncio.to_thread(_fsync, temp)
+            await asyncio.to_thread(fsync_path, temp)
             # Another process may have put the same file in place meanwhile: the same bytes.
             return await asyncio.to_thread(cache.install, key, temp, path)
         finally:
@@ -275,9 +276,3 @@ def _copy_chunk(src: Path, fd: int, offset: int) -> None:
                 position += copied
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
