@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -75,6 +76,14 @@ def wait_state(c: httpx.Client, sid: str, state: str, timeout: float = 60) -> di
         time.sleep(0.3)
 
 
+def wait_removed(path: Path, timeout: float = 60) -> None:
+    """Until `path` is gone: a failed sandbox's row is marked before its files are removed."""
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        assert time.monotonic() < deadline, f"{path} was not removed"
+        time.sleep(0.1)
+
+
 def events_of(serve: ServeProcess, sid: str) -> list[tuple[str, dict[str, Any]]]:
     """The sandbox's events in the durable log, oldest first (read from the server's DB)."""
     with sqlite3.connect(serve.tmp / "pandastack.db") as db:
@@ -111,7 +120,8 @@ def test_qemu_sigkill_stops_a_persistent_sandbox_and_wake_boots_its_disk(
         assert (serve.state_dir / kept).is_dir()  # its disk is kept
         ended = wait_state(c, plain, "failed")
         assert ended["end_reason"] == "VM exited unexpectedly", ended
-        assert not (serve.state_dir / plain).exists()
+        # The row ends first (no new request uses it), then its files go: wait for that.
+        wait_removed(serve.state_dir / plain)
 
         r = c.post(f"/v1/sandboxes/{kept}/wake", timeout=SLOW)
         assert r.status_code == 200, r.text
@@ -159,7 +169,7 @@ def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again_with_its_ne
         info = c.get(f"/v1/sandboxes/{kept}").json()
         assert info["state"] == "stopped" and info["stop_reason"], info
         assert c.get(f"/v1/sandboxes/{plain}").json()["state"] == "failed"
-        assert not (serve.state_dir / plain).exists()
+        wait_removed(serve.state_dir / plain)
         # exec needs the VM: it starts the stopped sandbox first
         out = sh(c, kept, "cat /work/kept.txt")
         assert (out["exit_code"], out["stdout"]) == (0, "before the crash\n"), out
