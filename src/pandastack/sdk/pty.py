@@ -3,32 +3,68 @@ process on a pseudo-terminal in the sandbox, reached over one WebSocket (`wire_p
 
 from __future__ import annotations
 
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
+from typing import Any, cast
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
+from websockets.uri import parse_uri
 
 from pandastack.sdk import _base, _commands, _pty
 from pandastack.sdk._http import HTTP
 from pandastack.sdk._pty import PtyDataCallback
+from pandastack.sdk._tls_socket import LockedTLSSocket
 from pandastack.sdk.errors import APIConnectionError, InvalidRequestError
 from pandastack.wire import pty as wire_pty
+
+try:
+    from websockets.proxy import get_proxy
+except ImportError:  # websockets < 15.1 kept it beside the URI parser
+    from websockets.uri import get_proxy  # type: ignore[attr-defined,no-redef]
 
 __all__ = ["Pty", "Terminals"]
 
 SIGKILL = 9
 
 
+def _tls_socket(url: str, context: ssl.SSLContext, timeout: float) -> LockedTLSSocket | None:
+    """The TLS connection of a `wss://` URL as a socket both of websockets' threads may use
+    (`_tls_socket`'s module says why); None where a proxy is configured for it (websockets
+    then connects through the proxy itself)."""
+    uri = parse_uri(url)
+    if get_proxy(uri) is not None:
+        return None
+    raw = socket.create_connection((uri.host, uri.port), timeout=timeout)
+    try:
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        return LockedTLSSocket(raw, context, uri.host, timeout)
+    except BaseException:
+        raw.close()
+        raise
+
+
 def _open(http: HTTP, sandbox_id: str, pid: int) -> ClientConnection:
     label = f"pty {pid} of {sandbox_id}"
+    url = _pty.ws_url(http.config, sandbox_id, pid)
+    timeout = http.timeout.connect or 30
+    deadline = time.monotonic() + timeout
+    options: dict[str, Any] = {"additional_headers": _pty.ws_headers(http.config),
+                               "max_size": _pty.MAX_MESSAGE, "compression": None}
+    ws: ClientConnection
     try:
-        ws = connect(_pty.ws_url(http.config, sandbox_id, pid),
-                     additional_headers=_pty.ws_headers(http.config),
-                     max_size=_pty.MAX_MESSAGE, compression=None,
-                     open_timeout=http.timeout.connect or 30, ssl=_pty.ws_ssl(http.config))
+        context = _pty.ws_ssl(http.config)
+        sock = None if context is None else _tls_socket(url, context, timeout)
+        if sock is not None:
+            # TLS is done: websockets speaks plain WebSocket over it (same Host header).
+            ws = connect("ws" + url.removeprefix("wss"), sock=cast(socket.socket, sock),
+                         open_timeout=max(0.1, deadline - time.monotonic()), **options)
+        else:
+            ws = connect(url, ssl=context, open_timeout=timeout, **options)
     except InvalidStatus as exc:
         response = exc.response
         raise _pty.handshake_error(response.status_code, dict(response.headers),
