@@ -244,7 +244,16 @@ export function sandboxPage(main, id) {
                                 sandbox ? `No metrics while ${sandbox.state}.` : "…"));
       return;
     }
-    const m = await api("GET", `/v1/sandboxes/${sandbox.id}/metrics`);
+    let m;
+    try {
+      m = await api("GET", `/v1/sandboxes/${sandbox.id}/metrics`);
+    } catch (e) {
+      // 409: it stopped running since the last look (killed, paused, hibernated): its next
+      // refresh shows the state; that is not an error to report.
+      if (e.status !== 409) throw e;
+      metrics.replaceChildren(h("p", {class: "empty"}, "No metrics: not running."));
+      return;
+    }
     readings.push(m);
     while (readings.length && readings[0].sampled_at < m.sampled_at - CHART_SPAN_S) {
       readings.shift();
