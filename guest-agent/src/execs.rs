@@ -138,10 +138,9 @@ pub fn env(h: &Value) -> Result<Option<Vec<(String, String)>>, OpError> {
 pub fn user(h: &Value) -> Result<Option<users::User>, OpError> {
     match arg_opt_str(h, "user")? {
         None => Ok(None),
-        Some(name) => match users::lookup(&name) {
-            Some(u) => Ok(Some(u)),
-            None => Err(OpError::inval(&format!("no such user: {}", py_repr(&Value::Str(name))))),
-        },
+        Some(spec) => users::lookup(&spec, |s| py_repr(&Value::Str(s.to_string())))
+            .map(Some)
+            .map_err(|why| OpError::inval(&why)),
     }
 }
 

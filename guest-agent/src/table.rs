@@ -85,8 +85,10 @@ impl ProcTable {
         };
         if let Some(u) = &spec.user {
             set("HOME", &u.home);
-            set("USER", &u.name);
-            set("LOGNAME", &u.name);
+            if !u.name.is_empty() {
+                set("USER", &u.name);
+                set("LOGNAME", &u.name);
+            }
         }
         if let Some(extra) = &spec.env {
             for (k, v) in extra {

@@ -1,6 +1,7 @@
-"""The `code` op (relay to the code interpreter's unix socket) and `user` on exec, driven with
-raw frames against the real agent in --fd test mode. The interpreter is a stand-in here: a
-unix socket server in this process that answers with canned lines."""
+"""The `code` op (relay to the code interpreter's unix socket) and `user` on exec (Docker's
+forms too: a bare uid, user:group), driven with raw frames against the real agent in --fd
+test mode. The interpreter is a stand-in here: a unix socket server in this process that
+answers with canned lines."""
 
 from __future__ import annotations
 
@@ -131,3 +132,37 @@ def test_exec_as_unknown_user_is_einval(raw: Raw) -> None:
     raw.req("spawn", 2, cmd="true", user="no-such-user-here")
     f = raw.recv()
     assert (f.t, f.header["code"]) == ("error", "EINVAL")
+
+
+IDS_SCRIPT = 'id -u; id -g; id -G; echo "$HOME|${USER-unset}|${LOGNAME-unset}"'
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+@pytest.mark.parametrize(("user", "want"), [
+    # Docker's forms: a uid without a passwd entry (this host has none for 4242) is that
+    # bare uid with gid 0 and HOME=/; a group replaces the entry's groups.
+    ("4242", ["4242", "0", "0", "/|unset|unset"]),
+    ("4242:4243", ["4242", "4243", "4243", "/|unset|unset"]),
+    ("4242:staff", ["4242", "50", "50", "/|unset|unset"]),
+    ("nobody:staff", ["65534", "50", "50", "/nonexistent|nobody|nobody"]),
+    ("65534:1234", ["65534", "1234", "1234", "/nonexistent|nobody|nobody"]),
+])
+def test_exec_as_user_and_group(raw: Raw, user: str, want: list[str]) -> None:
+    raw.hello()
+    raw.req("exec", 1, argv=["sh", "-c", IDS_SCRIPT], user=user)
+    frames = raw.recv_until(1, "exit")
+    out = b"".join(f.payload for f in frames if f.t == "stdout").decode().splitlines()
+    assert (out, frames[-1].header["code"]) == (want, 0)
+
+
+@pytest.mark.parametrize(("user", "message"), [
+    ("nobody:no-such-group-here", "no such group: 'no-such-group-here'"),
+    ("no-such-user-here:staff", "no such user: 'no-such-user-here'"),
+    ("2147483647", "no such user: '2147483647'"),  # past Docker's largest id
+])
+def test_exec_as_unknown_user_or_group_is_einval(raw: Raw, user: str, message: str) -> None:
+    raw.hello()
+    for number, op in enumerate(("exec", "spawn", "pty"), 1):
+        raw.req(op, number, cmd="true", user=user)
+        f = raw.recv()
+        assert (f.t, f.header["code"], f.header["message"]) == ("error", "EINVAL", message)

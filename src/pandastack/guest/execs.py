@@ -14,7 +14,7 @@ from pandastack.guestproto.frames import Frame
 from pandastack.guestproto.ops import MAX_SIGNAL
 
 from .ops import Handler, Op, OpError, arg_bool, arg_int, arg_opt_int, arg_opt_str
-from .procs import ManagedProcess, ProcessTable, User, lookup_user
+from .procs import ManagedProcess, ProcessTable, UnknownId, User, lookup_user
 
 MAX_PROC_LIST = 900 * 1024
 
@@ -78,7 +78,9 @@ def _user(h: dict[str, Any]) -> User | None:
         return None
     try:
         return lookup_user(name)
-    except (KeyError, OverflowError, ValueError):
+    except UnknownId as exc:
+        raise OpError("EINVAL", str(exc)) from None
+    except (OverflowError, ValueError):
         raise OpError("EINVAL", f"no such user: {name!r}") from None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import grp
 import heapq
 import itertools
 import logging
@@ -51,9 +52,14 @@ DEFAULT_ENV = {
 }
 
 
+MAX_ID = 2**31 - 2
+"""The highest uid or gid a spec may name as a number (Docker's bound)."""
+
+
 @dataclass(frozen=True)
 class User:
-    """Who a process runs as (resolved from the passwd database before spawning)."""
+    """Who a process runs as (resolved from the passwd and group databases before
+    spawning). `name` is empty for a uid without a passwd entry: no USER or LOGNAME then."""
 
     name: str
     uid: int
@@ -62,16 +68,52 @@ class User:
     home: str
 
 
-def lookup_user(name: str) -> User:
-    """The passwd entry of a user name (or of a numeric uid); KeyError if there is none."""
+def user_env(user: User) -> dict[str, str]:
+    """HOME, USER and LOGNAME of a user (HOME only for a bare uid, as Docker sets)."""
+    if not user.name:
+        return {"HOME": user.home}
+    return {"HOME": user.home, "USER": user.name, "LOGNAME": user.name}
+
+
+class UnknownId(LookupError):
+    """A user name (or group name) the guest's passwd (group) database lacks."""
+
+
+def _number(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() and int(text) <= MAX_ID else None
+
+
+def lookup_user(spec: str) -> User:
+    """Who `spec` names, as Docker reads a USER: `user` or `user:group`, each a name or a
+    number. A user name or a uid with a passwd entry takes the entry's home, primary group
+    and memberships; a bare uid without one is that uid with HOME=/ and gid 0. A group (a
+    name from the group database, or any gid) replaces the gid, without the memberships
+    (as Docker does). UnknownId says which name is missing."""
+    name, sep, group = spec.partition(":")
+    number = _number(name)
     try:
         pw = pwd.getpwnam(name)
     except KeyError:
-        if not name.isdigit():
-            raise
-        pw = pwd.getpwuid(int(name))
-    return User(pw.pw_name, pw.pw_uid, pw.pw_gid,
-                tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)), pw.pw_dir)
+        pw = None
+        if number is not None:
+            with contextlib.suppress(KeyError):
+                pw = pwd.getpwuid(number)
+    if pw is not None:
+        user = User(pw.pw_name, pw.pw_uid, pw.pw_gid,
+                    tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)), pw.pw_dir)
+    elif number is not None:
+        user = User("", number, 0, (), "/")
+    else:
+        raise UnknownId(f"no such user: {name!r}")
+    if not sep:
+        return user
+    gid = _number(group)
+    if gid is None:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise UnknownId(f"no such group: {group!r}") from None
+    return User(user.name, user.uid, gid, (), user.home)
 
 
 class Sink(Protocol):
@@ -469,7 +511,7 @@ class ProcessTable:
         full_env = dict(DEFAULT_ENV)
         ids: dict[str, Any] = {}
         if user is not None:
-            full_env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+            full_env.update(user_env(user))
             ids = {"user": user.uid, "group": user.gid, "extra_groups": list(user.groups)}
         if env:
             full_env.update(env)

@@ -30,7 +30,7 @@ from pandastack.guestproto.ops import PTY_COLS, PTY_MAX_DIM, PTY_ROWS
 
 from .execs import WireSink, _command, _env, _proc, _user
 from .ops import Handler, Op, OpError, arg_int, arg_opt_str
-from .procs import DEFAULT_ENV, ManagedProcess, ProcessTable, RingBuffer, User
+from .procs import DEFAULT_ENV, ManagedProcess, ProcessTable, RingBuffer, User, user_env
 
 PTY_RING_BYTES = 256 * 1024
 MAX_PTYS = 64
@@ -103,7 +103,7 @@ def start(table: ProcessTable, h: dict[str, Any]) -> PtyProcess:
     env["TERM"] = DEFAULT_TERM
     ids: dict[str, Any] = {}
     if user is not None:
-        env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+        env.update(user_env(user))
         ids = {"user": user.uid, "group": user.gid, "extra_groups": list(user.groups)}
     env["SHELL"] = login_shell(user)
     env.update(_env(h) or {})

@@ -110,8 +110,9 @@ class AgentClient(FileOps, CodeMethods, MetricsOps, VolumeOps, WatchOps, PtyOps)
         With ``timeout`` the agent kills the whole process tree when it expires
         (``timed_out=True``); this call then waits at most ``timeout + op_timeout``.
         Without one, the call waits as long as the process runs (it still fails at once
-        if the channel breaks). ``user`` (a name in the guest's passwd) runs it as that
-        user, with its groups, HOME, USER and LOGNAME (GuestOSError EINVAL if unknown).
+        if the channel breaks). ``user`` (a name or uid, optionally ``:group`` or ``:gid``,
+        as a Dockerfile's USER) runs it as that user, with its groups, HOME, USER and LOGNAME
+        (GuestOSError EINVAL for an unknown name; spec/guest-protocol.md, exec).
         """
         header: dict[str, Any] = {"t": "exec", **self._cmd_fields(cmd, env, cwd, user)}
         if timeout is not None:
