@@ -3,7 +3,7 @@
  * src/pandastack/templatespec/dockerfile.py (tests/sdk/test_ts_parity.py feeds both the same
  * Dockerfiles and compares the specs). Supported: `FROM <base> [AS <name>]` (several: a
  * multi-stage build, `COPY --from=<name|index|image>`); `ARG` (values from `buildArgs`);
- * `RUN` (shell or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` / `ENTRYPOINT`
+ * `RUN` (shell or JSON form); `ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <user>[:<group>]`; `CMD` / `ENTRYPOINT`
  * (the template's start command); `# pandastack: ready port 8000` / `ready-timeout 60` /
  * `start image` (a FROM image's Entrypoint and Cmd) directives; `COPY` / `ADD <src>... <dst>` (sources from the build context directory, globs
  * allowed; `ADD` only for plain local files: src/copy.ts reads them); `EXPOSE <port>[/<protocol>]...` (ranges too,
@@ -299,9 +299,7 @@ class Parser {
   }
 
   private user(raw: string): void {
-    const args = this.args.substitute(raw);
-    if (args.includes(":")) throw new Error("USER user:group is not supported; give a user name");
-    this.steps.push(userStep(args));
+    this.steps.push(userStep(this.args.substitute(raw)));
   }
 
   private expose(args: string): void {

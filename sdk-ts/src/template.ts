@@ -44,6 +44,10 @@ const PACKAGE_RE = {
 };
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const USER_NAME_RE = /^[a-z_][a-z0-9_-]{0,31}$/;
+// A uid or gid: decimal without leading zeros, at most MAX_ID (as templatespec/models.py).
+const ID_RE = /^(?:0|[1-9][0-9]{0,9})$/;
+const MAX_ID = 2 ** 31 - 2;
+const MAX_USER_CHARS = 64;
 // A template name, snapshot:<id>, or an OCI image reference (as templatespec/models.py).
 const FROM_RE = /^(?:snapshot:[A-Za-z0-9._-]{1,64}|[A-Za-z0-9][A-Za-z0-9._-]{0,127}|[A-Za-z0-9[][A-Za-z0-9._:/@[\]-]{0,127})$/;
 
@@ -137,8 +141,14 @@ export function workdirStep(path: string): TemplateStep {
   return { kind: "workdir", path: guestPath(path, "workdir") };
 }
 
+const userPart = (part: string) => USER_NAME_RE.test(part) || (ID_RE.test(part) && Number(part) <= MAX_ID);
+
+/** Docker's USER forms: `name`, `uid`, `name:group`, `uid:gid`, `name:gid`, `uid:group`. */
 export function userStep(name: string): TemplateStep {
-  if (!USER_NAME_RE.test(name)) throw invalid(`invalid user name ${pyRepr(name)} (a name, not a uid or user:group)`);
+  const parts = name.split(":");
+  if (name.length > MAX_USER_CHARS || parts.length > 2 || !parts.every(userPart)) {
+    throw invalid(`invalid user ${pyRepr(name)}: a user name or uid (0 to ${MAX_ID}), optionally :group name or :gid`);
+  }
   return { kind: "user", name };
 }
 
@@ -267,6 +277,8 @@ export class Template {
     return this.#add(workdirStep(path));
   }
 
+  /** Who later steps and the start command run as: `name`, `uid`, `name:group`, `uid:gid`
+   * (and the mixed forms), as a Dockerfile's USER. */
   user(name: string): this {
     return this.#add(userStep(name));
   }

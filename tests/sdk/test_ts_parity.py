@@ -240,6 +240,9 @@ DOCKERFILES = [
     "CMD serve\n",
     "ARG X\nFROM base\nARG X\nARG Y=$X\nRUN echo \"$X\" '$Y' ${Z}\n",
     "FROM python:3.12-slim\n# pandastack: start image\n# pandastack: ready port 80\n",
+    # USER in Docker's forms: names, ids and both with a group.
+    "FROM base\nARG G=staff\nUSER 1000:1000\nRUN id\nUSER app:$G\nUSER 0:root\n"
+    "USER 2147483646:app\nUSER 65534\n",
     "ARG P=9000\nFROM base AS b\nEXPOSE 1\nFROM python:3\nARG P\n"
     "EXPOSE 8080 8080/UDP $P 7000-7001/tcp\nexpose 8080\n",
 ]
@@ -251,7 +254,8 @@ BAD_DOCKERFILES = [
     "".join(f"FROM base AS s{i}\n" for i in range(9)),
     "FROM bad%name AS b\nFROM base\n",
     "FROM base\n# pandastack: start image\n", "FROM a:1\n# pandastack: start image\nCMD x\n",
-    "FROM base\nRUN --mount=type=cache true\n", "FROM base\nUSER app:app\n",
+    "FROM base\nRUN --mount=type=cache true\n", "FROM base\nUSER app:app:app\n",
+    "FROM base\nUSER 2147483647\n", "FROM base\nARG G\nUSER app:$G\n",
     "FROM base\nENV A=\"unclosed\n", "FROM base\n# pandastack: ready socket 1\n",
     "FROM base\nFROB x\n", "# escape=`\nFROM base\n", "FROM base\nRUN <<EOF\n",
     "FROM base\nRUN true\nEXPOSE 80/http\n", "FROM base\nEXPOSE $PORT\n",
@@ -361,13 +365,16 @@ def builder_ops(ctx: Path) -> list[list[Any]]:
         ["copy", str(ctx / "app"), "/srv/app/"], ["copy", str(ctx / "readme.md"), "/srv/README"],
         ["copy", str(ctx / "bad-out"), "/leak/"],  # no context: a symlink may point anywhere
         ["env", {"A": "1", "PATH": "/x:$PATH"}], ["workdir", "/srv"], ["user", "app"],
+        ["user", "1000:1000"], ["user", "app:0"],
         ["start", "python -m http.server 8000", ["waitForPort", 8000, 30]],
         ["expose", 8080, "53/UDP", "9000-9001", "8080/tcp"],
     ]
 
 
 BAD_BUILDER_OPS = [
-    [["pipInstall", "bad name"]], [["aptInstall"]], [["user", "1000"]], [["run", "  "]],
+    [["pipInstall", "bad name"]], [["aptInstall"]], [["user", "1000:"]], [["user", "01"]],
+    [["user", "a:b:c"]], [["user", "4294967296"]], [["user", "a" * 32 + ":" + "b" * 32]],
+    [["run", "  "]],
     [["env", {"1A": "x"}]], [["start", "serve", ["waitForPort", 0]]],
     [["start", "serve", ["waitForFile", "/up", 0]]], [["copy", "/nonexistent-ps", "/x"]],
     [["copy", "@ctx/big", "/x/"]], [["copy", "@ctx/app", "/a/"], ["copy", "@ctx/many", "/m/"]],

@@ -111,8 +111,8 @@ def test_builder_rejects_bad_input_where_it_is_written(tmp_path: Path) -> None:
         Template().pip_install()
     with pytest.raises(ValueError, match="NUL"):
         Template().run("echo \0")
-    with pytest.raises(ValueError, match="user name"):
-        Template().user("root:root")
+    with pytest.raises(ValueError, match="invalid user"):
+        Template().user("root:root:root")
     with pytest.raises(ValueError, match="environment variable name"):
         Template().env({"1BAD": "x"})
     with pytest.raises(ValueError, match="cannot read"):
@@ -219,6 +219,25 @@ def test_dockerfile_subset(context: Path) -> None:
     assert spec.exposed_ports == ["8000/tcp"]
 
 
+@pytest.mark.parametrize("user", [
+    "app", "_x-1", "0", "1000", "2147483646", "app:staff", "1000:1000", "app:1000",
+    "1000:staff", "root:0",
+])
+def test_user_takes_dockerfiles_forms(user: str) -> None:
+    assert from_dockerfile(f"FROM base\nARG U={user}\nUSER $U\n").steps == [UserStep(name=user)]
+    assert Template().user(user).to_spec().steps == [UserStep(name=user)]
+
+
+@pytest.mark.parametrize("user", [
+    "", ":", "app:", ":staff", "a:b:c", "App", "1abc", "2147483647", "007", "-1", "1000 ",
+    "app\n", "x" * 33, "1000:app:1", "app:Staff", "\u0661",
+    "a" * 32 + ":" + "b" * 32,  # 65 characters: more than the store's column holds
+])
+def test_user_refuses_other_spellings(user: str) -> None:
+    with pytest.raises(ValueError, match="invalid user"):
+        UserStep(name=user)
+
+
 @pytest.mark.parametrize(("cmd", "entrypoint", "start"), [
     ("CMD python app.py", None, "python app.py"),
     ('CMD ["echo", "a b"]', None, "echo 'a b'"),
@@ -261,7 +280,7 @@ def test_dockerfile_glob_and_ignored_metadata(context: Path) -> None:
     ("FROM base AS b\nFROM base\nCOPY --from=b /x* /y\n", 3, "wildcards"),
     ("FROM base\nFOO bar\n", 2, "unknown instruction FOO"),
     ("FROM base\nRUN\n", 2, "RUN needs arguments"),
-    ("FROM base\nRUN echo \\\n  a\nUSER a:b\n", 4, "user:group"),
+    ("FROM base\nRUN echo \\\n  a\nUSER a:b:c\n", 4, "invalid user"),
     ("FROM base\nENV 1X=1\n", 2, "environment variable name"),
     ("FROM base\nRUN apt-get \\\n  install\nHEALTHCHECK CMD true\n", 4, "HEALTHCHECK"),
     ("FROM base\n# pandastack: ready socket 80\n", 2, "unknown ready check"),

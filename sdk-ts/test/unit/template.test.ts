@@ -43,7 +43,13 @@ test("Template: each method adds its step; start and ready end the spec", () => 
 test("Template: a bad step fails where it is written", () => {
   assert.throws(() => new Template().pipInstall("bad name"), isInvalid(/invalid pip package name 'bad name'/));
   assert.throws(() => new Template().aptInstall(), isInvalid(/apt needs at least one package/));
-  assert.throws(() => new Template().user("root:root"), isInvalid(/invalid user name/));
+  assert.throws(() => new Template().user("root:root:root"), isInvalid(/invalid user 'root:root:root'/));
+  for (const bad of ["1000:", ":staff", "App", "007", "2147483647", "app:Staff"]) {
+    assert.throws(() => new Template().user(bad), isInvalid(/invalid user/), bad);
+  }
+  for (const good of ["app", "1000", "1000:1000", "app:staff", "app:1000", "1000:staff", "2147483646"]) {
+    assert.deepEqual(new Template().user(good).toSpec().steps, [{ kind: "user", name: good }]);
+  }
   assert.throws(() => waitForPort(70000), isInvalid(/ready port must be 1-65535/));
   assert.throws(() => new Template("no spaces").toSpec(), isInvalid(/invalid base template/));
   assert.deepEqual(waitForCommand("true"), { kind: "command", value: "true", timeout_seconds: 120 });

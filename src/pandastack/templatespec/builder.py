@@ -193,6 +193,8 @@ class Template:
         return self._add(WorkdirStep(path=path))
 
     def user(self, name: str) -> Template:
+        """Who later steps and the start command run as: `name`, `uid`, `name:group`,
+        `uid:gid` (and the mixed forms), as a Dockerfile's USER."""
         return self._add(UserStep(name=name))
 
     def start(self, command: str, ready: ReadyCheck | None = None) -> Template:

@@ -10,9 +10,10 @@ lines, and redeclared inside a stage for it; values from `build_args`), substitu
 FROM, ENV, COPY, WORKDIR and USER and given to RUN as environment variables (an ENV of the
 same name wins, as in Docker); `RUN` (shell form or JSON exec form); `COPY`/`ADD <src>...
 <dst>` (sources from the build context, globs allowed; `ADD` only for plain local files);
-`ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <name>`; `CMD` and `ENTRYPOINT` (shell or JSON
-form; the last stage's are the template's start command); `EXPOSE <port>[/<protocol>]...`
-(ranges too, ARGs substituted; the last stage's are the spec's `exposed_ports`). Backslash
+`ENV` (`k=v ...` and `k v`); `WORKDIR`; `USER <user>[:<group>]` (names or ids); `CMD` and
+`ENTRYPOINT` (shell or JSON form; the last stage's are the template's start command);
+`EXPOSE <port>[/<protocol>]...` (ranges too, ARGs substituted; the last stage's are the
+spec's `exposed_ports`). Backslash
 continuations, comments and blank lines follow Docker's rules. `LABEL` and `MAINTAINER` are
 metadata and are ignored. Everything else (`FROM` an earlier stage, `ADD <url>`, other
 instruction flags, heredocs, ...) is a `ValueError` naming its line.
@@ -344,10 +345,7 @@ class _Parser:
         self.steps.append(WorkdirStep(path=self.args.substitute(args)))
 
     def _user(self, args: str) -> None:
-        args = self.args.substitute(args)
-        if ":" in args:
-            raise ValueError("USER user:group is not supported; give a user name")
-        self.steps.append(UserStep(name=args))
+        self.steps.append(UserStep(name=self.args.substitute(args)))
 
     def _cmd(self, args: str) -> None:
         self.cmd = _json_list(args) or args

@@ -50,6 +50,11 @@ NPM_PACKAGE_RE = re.compile(
     r"^(?:@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*(?:@[A-Za-z0-9.^~<>=*|+_-]+)?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# A uid or gid as Docker takes one: decimal, no sign or leading zeros (one spelling per id,
+# so one step cache key), at most MAX_ID (2**31-1 is the kernel's "no id" in 32-bit APIs).
+ID_RE = re.compile(r"^(?:0|[1-9][0-9]{0,9})$")
+MAX_ID = 2**31 - 2
+MAX_USER_CHARS = 64  # a template's user is kept in a 64-character column (server/store)
 # A built-in template name, or `snapshot:<id>` (a user template version).
 # A template name, snapshot:<id>, or an OCI image reference (templatespec/base.py says which;
 # the host parses an image reference strictly: images/oci/reference.py).
@@ -241,8 +246,27 @@ class WorkdirStep(Strict):
         return _guest_path(v, "workdir")
 
 
+def _user_part(part: str) -> bool:
+    if ID_RE.fullmatch(part):
+        return int(part) <= MAX_ID
+    return bool(USER_NAME_RE.fullmatch(part))
+
+
+def check_user_spec(v: str) -> str:
+    """Docker's USER forms: `name`, `uid`, `name:group`, `uid:gid`, `name:gid`, `uid:group`
+    (sdk-ts/src/template.ts checks the same)."""
+    parts = v.split(":")
+    if len(v) > MAX_USER_CHARS or len(parts) > 2 or not all(_user_part(p) for p in parts):
+        raise ValueError(f"invalid user {v!r}: a user name or uid (0 to {MAX_ID}), "
+                         "optionally :group name or :gid")
+    return v
+
+
 class UserStep(Strict):
-    """The user later run/pip/npm steps and the start command run as (`root` resets)."""
+    """The user later run/pip/npm steps and the start command run as (`root` resets), in
+    Docker's forms: a name or uid, optionally `:group` or `:gid`. A uid the guest's
+    /etc/passwd lacks runs as that bare uid (HOME=/, gid 0 unless given), as in Docker; a
+    group name must be in its /etc/group."""
 
     kind: Literal["user"] = "user"
     name: str
@@ -250,9 +274,7 @@ class UserStep(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not USER_NAME_RE.match(v):
-            raise ValueError(f"invalid user name {v!r} (a name, not a uid or user:group)")
-        return v
+        return check_user_spec(v)
 
 
 TemplateStep = Annotated[

@@ -9,7 +9,7 @@ import pytest
 from pandastack.host.images.oci.guest_image import ImageDefaults
 from pandastack.host.templates.builds import image_start, initial_state
 from pandastack.host.templates.image_base import ImageBase, is_image
-from pandastack.host.templates.steps import user_of
+from pandastack.host.templates.steps import unknown_user, user_of
 from pandastack.hostport.errors import BuildFailed
 
 
@@ -27,19 +27,31 @@ def test_root_in_any_spelling_runs_steps_as_they_run_on_templates(user: str | No
     assert initial_state(base({}, None, user)).user is None
 
 
-def test_a_group_is_dropped_the_user_kept() -> None:
-    assert initial_state(base({}, None, "app:staff")).user == "app"
+def test_a_group_is_kept_for_the_agent() -> None:
+    assert initial_state(base({}, None, "app:staff")).user == "app:staff"
 
 
 @pytest.mark.parametrize(("spec", "user"), [
-    ("app", "app"), ("1000", "1000"), ("app:staff", "app"), ("1000:1000", "1000"),
-    ("1000:", "1000"), (" 65532:65532 ", "65532"), (":1000", None), ("0:1000", None),
-    ("root:wheel", None), (None, None)])
-def test_the_user_spec_is_a_name_or_uid_for_the_agent(spec: str | None,
-                                                      user: str | None) -> None:
-    # What the agent's exec-as-user is given: it resolves a name or a uid from the
-    # image's /etc/passwd (no runuser, which refuses a uid and busybox images lack).
+    ("app", "app"), ("1000", "1000"), ("app:staff", "app:staff"), ("1000:1000", "1000:1000"),
+    ("1000:", "1000"), (" 65532:65532 ", "65532:65532"), (":1000", "0:1000"),
+    ("0:1000", "0:1000"), ("root:wheel", "root:wheel"), ("root:0", None), (None, None)])
+def test_the_user_spec_goes_to_the_agent_as_docker_reads_it(spec: str | None,
+                                                            user: str | None) -> None:
+    # What the agent's exec-as-user is given: it resolves the user and the group from the
+    # image's /etc/passwd and /etc/group (no runuser, which refuses a uid and busybox
+    # images lack); root with root's group is no user at all, as on templates.
     assert user_of(spec) == user
+
+
+@pytest.mark.parametrize(("user", "error", "why"), [
+    ("app:staff", "no such group: 'staff'", "no group 'staff' in the base's /etc/group"),
+    ("app", "no such user: 'app'", "no user 'app' in the base's /etc/passwd"),
+    ("app:staff", "no such user: 'app:staff'", "guest agent predates USER user:group"),
+    (None, "no such user: 'x'", None), ("app", "ENOENT: /work", None)])
+def test_unknown_users_and_groups_are_named(user: str | None, error: str,
+                                            why: str | None) -> None:
+    got = unknown_user(user, error)
+    assert got is None if why is None else got is not None and why in got
 
 
 def test_without_an_image_nothing_is_set() -> None:

@@ -53,19 +53,20 @@ class BuildState:
 
 
 def user_of(spec: str | None) -> str | None:
-    """Who steps run as for a User/USER spelled `name`, `uid`, `name:group` or `uid:gid`:
-    its user part, None for root in any spelling (steps then run as the agent, root).
+    """Who steps run as for a User/USER spelled `name`, `uid`, `name:group`, `uid:gid` (or
+    mixed): the spec as the guest agent's exec-as-user takes it (the path `sandbox.exec(...,
+    user=...)` takes), None for root with root's group (steps then run as the agent, root).
 
-    The user part goes to the guest agent's own exec-as-user (the path `sandbox.exec(...,
-    user=...)` takes), which resolves a name or a uid from the image's /etc/passwd: images
-    need no `runuser` or `su` (busybox, Alpine and distroless ones have none), and a uid
-    works as well as a name. The group is dropped: the agent takes the passwd entry's
-    primary group and its /etc/group memberships (no way to ask for another one yet).
-    A uid the image's /etc/passwd lacks fails the step (Docker would run as that bare uid):
-    the agent needs the entry for HOME and the groups, and a clear build error naming the
-    user beats a home-less process whose `id -un` fails."""
-    user = (spec or "").strip().split(":", 1)[0]
-    return None if user in ("", "root", "0") else user
+    The agent resolves it from the image's /etc/passwd and /etc/group as Docker does: images
+    need no `runuser` or `su` (busybox, Alpine and distroless ones have none); a uid the
+    passwd file lacks runs as that bare uid (HOME=/, gid 0 unless one is given); an explicit
+    group replaces the passwd entry's groups; an unknown group *name* fails the step."""
+    user, sep, group = (spec or "").strip().partition(":")
+    # Docker reads an empty user part (`:staff`) as the current user, root here.
+    user = user or "0"
+    if user in ("root", "0") and group in ("", "root", "0"):
+        return None
+    return f"{user}:{group}" if sep and group else user
 
 
 class Output:
@@ -165,9 +166,7 @@ async def run_step(sandbox: SandboxHandle, step: TemplateStep, state: BuildState
     except AgentError as exc:
         out.flush()
         why = f"failed: {exc}"
-        if state.user is not None and "no such user" in str(exc):
-            why = (f"failed: no user {state.user!r} in the base's /etc/passwd (named by USER "
-                   "or the image's User; create it in an earlier step)")
+        why = unknown_user(state.user, str(exc)) or why
         raise failure(number, total, title, why, out) from exc
     out.flush()
     if result is None:
@@ -214,6 +213,24 @@ async def _guest_step(sandbox: SandboxHandle, step: TemplateStep, state: BuildSt
                 state.workdir = target
             return made
     raise AssertionError(f"unhandled step {step!r}")
+
+
+def unknown_user(user: str | None, error: str) -> str | None:
+    """The build error for an agent's "no such user" or "no such group", naming what the
+    guest's files lack (an agent older than USER's group forms says no such user for any
+    `user:group`)."""
+    if user is None:
+        return None
+    name, _, group = user.partition(":")
+    where = "(named by USER or the image's User; create it in an earlier step)"
+    if "no such group" in error:
+        return f"failed: no group {group!r} in the base's /etc/group {where}"
+    if "no such user" not in error:
+        return None
+    if group:
+        return (f"failed: no user {name!r} in the base's /etc/passwd {where}, or the base's "
+                f"guest agent predates USER user:group ({user!r}; rebuild the base)")
+    return f"failed: no user {name!r} in the base's /etc/passwd {where}"
 
 
 def ready_probe(check: ReadyCheck, state: BuildState) -> tuple[list[str], str | None]:
