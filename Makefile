@@ -25,7 +25,7 @@ cluster-down: venv
 	$(BIN)/python scripts/cluster.py down
 
 # What `systemctl stop|start pandastack-agent` and `systemctl restart pandastack-serve` do on
-# a host, for agent $(AGENT) of the cluster and its API server (docs/operations.md, section 8).
+# a host, for agent $(AGENT) of the cluster and its API server (docs/operations.md, "Upgrades").
 # No `venv` prerequisite: the cluster runs on the venv it was brought up with.
 AGENT ?= 1
 cluster-agent-stop:

@@ -7,7 +7,7 @@ to `.cluster/hosts.json` in the checkout (git-ignored), each agent's host id, pi
 namespace, endpoint and home, so that a test can stop one. Down removes all of it.
 `stop-agent N` / `start-agent N` and `restart-serve` stand in for `systemctl stop|start
 pandastack-agent` and `systemctl restart pandastack-serve` on a host (a rolling upgrade,
-docs/operations.md section 8): SIGTERM to that process alone (its VMs run on), and the same
+docs/operations.md, "Upgrades"): SIGTERM to that process alone (its VMs run on), and the same
 command line started again.
 
 Each agent runs as if on a machine of its own:

@@ -29,7 +29,7 @@ packages=(
   # tests/guest/test_watch_scan.py stops an agent at one system call to make a race happen.
   strace
   # tests/e2e/test_tls_serve.py puts nginx in front of serve (HTTP/2 to E2B's SDKs, as the
-  # operations guide's example); it runs only when a test starts it with its own config.
+  # TLS guide's example, docs/tls.md); it runs only when a test starts it with its own config.
   nginx
 )
 

@@ -1,6 +1,6 @@
 """`pandastack backup db` and `pandastack restore db`: an online copy of the control plane's
 database, put back by the command, and what a server started on the older copy does with the
-sandboxes its hosts run (docs/operations.md, "Backups"; ADR 0047, addendum): rows the backup
+sandboxes its hosts run (docs/backup.md; ADR 0047, addendum): rows the backup
 has and the host still runs are adopted, rows whose VM is gone since fail, and sandboxes
 created after the backup are left running and reported, not killed. The restore refuses a
 database a server holds, a backup of a newer schema and a second restore over the first's

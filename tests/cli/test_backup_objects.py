@@ -1,5 +1,5 @@
 """`pandastack backup objects DIR` and `pandastack restore objects DIR` as an operator runs
-them (docs/operations.md, "Backups"): the store named by PANDASTACK_OBJECT_STORE, copied out,
+them (docs/backup.md): the store named by PANDASTACK_OBJECT_STORE, copied out,
 lost, put back; the session's real S3 server."""
 
 from __future__ import annotations

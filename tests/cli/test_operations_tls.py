@@ -1,9 +1,9 @@
-"""docs/operations.md, section 6: the certificate block runs as written, and what it makes
-serves: the API with `api.example.com`'s certificate, the sandbox listener with the wildcard
-`*.sandboxes.example.com` chosen by name, and an agent with `agent-10.0.0.11`'s under mutual
-TLS, which takes the control plane's client certificate and refuses a client without one.
-The names are reached at 127.0.0.1 by asking for them (SNI and the hostname check), as DNS
-would send a client there."""
+"""docs/tls.md, *Certificates from your own CA*: the certificate block runs as written, and
+what it makes serves: the API with `api.example.com`'s certificate, the sandbox listener with
+the wildcard `*.sandboxes.example.com` chosen by name, and an agent with `agent-10.0.0.11`'s
+under mutual TLS, which takes the control plane's client certificate and refuses a client
+without one. The names are reached at 127.0.0.1 by asking for them (SNI and the hostname
+check), as DNS would send a client there."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from tests.server.hostclient.test_agent_tls import TOKEN, tls_agent
 from tests.server.live import ROOT, fake_server, free_port
 from tests.tls_certs import peer_names
 
-GUIDE = ROOT / "docs" / "operations.md"
+GUIDE = ROOT / "docs" / "tls.md"
 
 
 def certificate_block() -> str:
-    section = GUIDE.read_text().split("### Certificates from your own CA", 1)[1]
+    section = GUIDE.read_text().split("\n## Certificates from your own CA\n", 1)[1]
     match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
     assert match is not None
     return match.group(1)

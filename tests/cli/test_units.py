@@ -27,6 +27,8 @@ from pandastack.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "systemd"
+# The operator's guides, under docs/: their `pandastack` command lines must parse.
+GUIDES = ("operations.md", "tls.md", "backup.md")
 PANDASTACK = str(ROOT / ".venv" / "bin" / "pandastack")
 # Read by the clients (the SDK, the client commands), not by a service; or by tests only.
 # Read by the agent unit's ExecStart, not by the code.
@@ -234,7 +236,7 @@ def test_the_wheel_ships_the_units(tmp_path: Path) -> None:
 
 
 def test_the_operations_guide_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every `pandastack ...` line of docs/operations.md's shell blocks is a command and
+    """Every `pandastack ...` line of the guides' shell blocks (GUIDES) is a command and
     options the CLI knows: parsed by the real parser, each command's run replaced."""
     from types import SimpleNamespace
 
@@ -258,7 +260,7 @@ def test_the_operations_guide_commands_parse(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(cli_main, "_setup", no_setup)
     monkeypatch.setattr(file_modes, "restrict_umask", lambda: None)
-    guide = (ROOT / "docs" / "operations.md").read_text()
+    guide = "".join((ROOT / "docs" / name).read_text() for name in GUIDES)
     blocks = re.findall(r"```sh\n(.*?)```", guide, re.DOTALL)
     lines = [line.split(" #")[0].strip() for block in blocks for line in block.splitlines()]
     commands = [shlex.split(line)[1:] for line in lines if line.startswith("pandastack ")]

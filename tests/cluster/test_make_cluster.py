@@ -2,7 +2,7 @@
 namespaces of their own, real VMs), driven only through the public SDK on its API server;
 then `make cluster-down`, after which nothing of it is left (issue 33). One cluster for the
 module, its checks in the order a user would meet them: then the rolling upgrade of
-docs/operations.md section 8, its commands as written there, with the sandboxes the snapshot
+docs/operations.md, "Upgrades", its commands as written there, with the sandboxes the snapshot
 test made across the agents running on (issue 38); the agent killed last, its subjects the
 same sandboxes and one made on it (no more VMs booted for it).
 
@@ -270,7 +270,7 @@ def test_only_an_admin_key_chooses_the_host(cluster: Cluster) -> None:
 
 def test_a_rolling_upgrade_keeps_the_sandboxes_and_their_processes(
         cluster: Cluster, across: Across) -> None:
-    """docs/operations.md section 8 as written there, each agent in turn, then the API
+    """docs/operations.md, "Upgrades", as written there, each agent in turn, then the API
     server; `make cluster-agent-stop|start` and `make cluster-serve-restart` do what its
     `systemctl` lines do on a host (SIGTERM to that process alone, the same start). The
     memory holder's value is asked of the first sandbox (moved by both drains) after every

@@ -6,7 +6,7 @@ own origin (`8000-{id}.sandbox.test`), which shows the wildcard certificate.
 
 E2B's SDKs (Python `e2b` of the dev extras, JavaScript `e2b` of tests/e2e/e2b_clients), each
 with one sandbox: through serve's TLS (HTTP/1.1, all uvicorn has), then through the nginx of
-docs/operations.md in front of it, which they reach over HTTP/2 (ADR 0048, addendum). The CA
+docs/tls.md in front of it, which they reach over HTTP/2 (ADR 0048, addendum). The CA
 reaches them only as a user gives it (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS): without it they
 fail at the handshake."""
 
@@ -95,7 +95,7 @@ def test_sdk_terminal_and_sandbox_port_over_tls(served: TLSServe,
 
 # E2B's SDKs over TLS, then through nginx in front (HTTP/2).
 
-GUIDE = ROOT / "docs" / "operations.md"
+GUIDE = ROOT / "docs" / "tls.md"
 CLIENTS_DIR = Path(__file__).with_name("e2b_clients")
 CLIENT_TIMEOUT = 600  # a bound on a hung SDK, never a pass/fail criterion
 # The guide's lines for nginx reaching serve's own TLS (after each proxy_pass, made https).
@@ -113,7 +113,7 @@ class Front:
 
 
 def guide_nginx_conf() -> str:
-    section = GUIDE.read_text().split("### nginx in front", 1)[1].split("\n### ", 1)[0]
+    section = GUIDE.read_text().split("\n## nginx in front", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```nginx\n(.*?)```", section, re.DOTALL)
     assert len(blocks) == 2, "the guide's nginx configuration and its upstream TLS lines"
     assert [line.strip() for line in blocks[1].splitlines()] == list(UPSTREAM_TLS)

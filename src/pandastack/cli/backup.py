@@ -1,7 +1,6 @@
 """`pandastack backup db FILE`: a consistent copy of the control plane's database while
 the servers keep running; `pandastack backup objects DIR`: a copy of the object store
-(host/objects/backup.py; `pandastack restore objects DIR` puts it back). docs/operations.md,
-"Backups".
+(host/objects/backup.py; `pandastack restore objects DIR` puts it back). docs/backup.md.
 
 SQLite: the online backup API (sqlite3.Connection.backup) copies the database page by page
 under its own read transaction, so writers of a running `serve` neither stop nor leave a

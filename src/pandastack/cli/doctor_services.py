@@ -35,7 +35,7 @@ def check_settings(ctx: Context) -> Finding:
     if errors:
         return Finding("settings", "fail", "; ".join(errors),
                        "correct the variable in /etc/pandastack/pandastack.env (or the "
-                       "environment); docs/operations.md lists every setting")
+                       "environment), which lists every setting with its default")
     assert ctx.settings is not None and ctx.host is not None
     return Finding("settings", "ok", f"home {ctx.host.home}, API {ctx.settings.api_url}")
 

@@ -1,7 +1,7 @@
 """`pandastack restore db BACKUP`: a `pandastack backup db` copy back in place of the
 database, migrated to this release (cli/restore_db.py); `pandastack restore objects DIR`: an
 object store backup (`pandastack backup objects`) back into the store: the objects it lacks,
-then every manifest. Nothing in the store is deleted (docs/operations.md, "Backups")."""
+then every manifest. Nothing in the store is deleted (docs/backup.md)."""
 
 from __future__ import annotations
 

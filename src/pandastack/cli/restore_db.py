@@ -1,5 +1,5 @@
 """`pandastack restore db BACKUP`: puts a `pandastack backup db` copy back in place of the
-database `serve` uses, then migrates it to this release (docs/operations.md, "Backups").
+database `serve` uses, then migrates it to this release (docs/backup.md).
 
 SQLite: refused while any process has the database open. Every connection `serve` makes is
 in WAL mode (server/store/db.py) and holds a POSIX read lock on the -shm file for as long as

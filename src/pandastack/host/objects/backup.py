@@ -1,5 +1,5 @@
 """A copy of the object store in a directory, and back (`pandastack backup objects`,
-`pandastack restore objects`; docs/operations.md section 7).
+`pandastack restore objects`; docs/backup.md).
 
 The store holds two kinds of keys (s3.py): content objects under `sha256/`, immutable and
 named by the hash of their bytes, and small mutable manifests under `manifests/` that name
@@ -17,8 +17,9 @@ the objects are listed (unless deleted in between, which the copy then reports m
 
 A restore puts back every object the store lacks (an object it has is never sent again,
 ObjectStore.put_file) and writes every manifest of the backup over the store's. It deletes
-nothing: what was stored after the backup stays (unreferenced by the restored database,
-the store's garbage collection removes it in time, ADR 0026).
+nothing: what was stored after the backup stays, manifests and objects (unreferenced by a
+restored older database, it only takes space: gc.py deletes only objects no manifest names,
+and nothing runs it yet, ADR 0016).
 """
 
 from __future__ import annotations
