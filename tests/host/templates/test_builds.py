@@ -1,6 +1,6 @@
 """Template builds on real VMs: Dockerfile and builder specs, the step cache, failures,
-cancellation, ENV/WORKDIR/USER. No internet: the build VMs get `internet: false` and the only
-package installed is a wheel the test makes and copies in."""
+cancellation, ENV/WORKDIR/USER (Docker's uid:gid forms too). No internet: the build VMs get
+`internet: false` and the only package installed is a wheel the test makes and copies in."""
 
 from __future__ import annotations
 
@@ -250,3 +250,26 @@ RUN touch mine
                                .run("test -e /srv/w/f && id -un").to_spec())
     assert "root" in builds.lines, "USER is not inherited from a snapshot's spec"
     assert child.steps_total == 1
+
+
+async def test_user_takes_uids_and_groups_as_docker_does(
+        builds: Builds, sandbox_factory: SandboxFactory) -> None:
+    # USER name:group for a user an earlier step made, then a uid:gid the base's /etc/passwd
+    # lacks (its uid 1000 is E2B's `user`; 4242 has no entry): as in Docker, that bare uid
+    # runs with the given gid and HOME=/, in later steps and in the template's sandboxes.
+    spec = from_dockerfile("""
+FROM base
+RUN useradd --no-create-home --home-dir /srv/app app
+USER app:staff
+RUN { id -un; id -gn; id -G; echo "$HOME"; } > /tmp/named
+USER 4242:4242
+RUN { id -u; id -g; echo "$HOME"; } > /tmp/bare
+""")
+    result = await builds.build(spec)
+    assert result.user == "4242:4242"
+    sbx = await sandbox_factory(snapshot=result.snapshot_id)
+    # The template's user, as the API passes it to every exec of such a sandbox.
+    out = await sbx.exec('cat /tmp/named /tmp/bare; id -u; id -g; echo "$HOME"', timeout=30,
+                         user=result.user)
+    assert out.stdout.decode().split("\n") == [
+        "app", "staff", "50", "/srv/app", "4242", "4242", "/", "4242", "4242", "/", ""], out
