@@ -165,6 +165,14 @@ def test_async_terminal_with_on_data(sbx: Sandbox, live_server: LiveServer) -> N
     asyncio.run(main())
 
 
+def until(ready: Callable[[], bool]) -> None:
+    """Until `ready()` (each call bounded by itself), for at most PROMPTLY seconds."""
+    deadline = time.monotonic() + PROMPTLY
+    while not ready():
+        assert time.monotonic() < deadline, "not ready in time"
+        time.sleep(0.2)
+
+
 def test_cli_shell_under_a_real_terminal(sbx: Sandbox, live_server: LiveServer) -> None:
     env = {**os.environ, "PANDASTACK_API": live_server.api_url,
            "PANDASTACK_API_KEY": live_server.api_key, "TERM": "xterm"}
@@ -175,14 +183,18 @@ def test_cli_shell_under_a_real_terminal(sbx: Sandbox, live_server: LiveServer) 
         child.sendline("echo hi$((1+1))")
         child.expect(b"hi2")
         child.sendline("sleep 100")
-        time.sleep(1)
+        # The ^C must reach the sleep, not the shell still reading its line: wait for it.
+        until(lambda: sbx.commands.run("pgrep -x sleep || true").stdout.strip() != "")
         child.sendcontrol("c")  # raw mode: the byte goes to the guest, which sends SIGINT
         child.sendline("echo alive$((3+4))")
         child.expect(b"alive7")
         child.setwinsize(30, 100)  # SIGWINCH to the CLI, a resize to the guest
-        time.sleep(1)
-        child.sendline("stty size")
-        child.expect(b"30 100")
+        # The resize travels CLI -> server -> guest on its own: ask until the guest has it.
+        def resized() -> bool:
+            child.sendline("stty size")
+            child.expect(rb"\r(\d+) (\d+)\r\n")
+            return bool(child.match.groups() == (b"30", b"100"))
+        until(resized)
         child.sendline("exit 5")
         child.expect(pexpect.EOF)
     finally:
