@@ -56,13 +56,13 @@ DIR_KINDS: dict[str, Path | None] = {
         "pst-crash-", "psc-", "psd-", "pse-", "psf-", "psf-snap-", "psfb-", "psfb-snap-",
         "psfm-", "psfm-snap-", "psfm-stage-", "psh-", "pshp-", "pshp-snap-", "psk-", "psn-",
         "pso-", "psr-", "pss-", "psts-", "psts-rt-", "pse2b-", "pscli-", "psu-", "psv-",
-        "pag-", "pat-", "pac-", "phc-", "ppa-", "prg-", "pun-",
+        "pag-", "pat-", "pac-", "phc-", "ppa-", "prg-", "pun-", "pog-",
     )),
 }
 """Name prefix of each kind of directory -> the script whose `stop DIR` takes it down (its
 servers first), or None: killing what runs in it and removing it is enough."""
 
-NETNS_KINDS = ("pst-inet-", "pse-inet-")
+NETNS_KINDS = ("pst-inet-", "pse-inet-", "pog1-", "pog2-")
 """Network namespaces the tests make: `<kind><pid>`."""
 
 DIR_PARENTS = (Path("/tmp"), Path("/dev/shm"))
