@@ -284,7 +284,7 @@ export class Hosts extends Namespace {
 }
 
 const QUOTA_LIMITS = ["max_sandboxes", "max_vcpus", "max_memory_mb", "max_volume_gb", "monthly_budget_usd",
-  "max_hibernated", "max_snapshot_gb"];
+  "max_hibernated", "max_snapshot_gb", "max_template_gb"];
 
 export interface QuotaOptions {
   maxSandboxes?: number;
@@ -294,6 +294,8 @@ export interface QuotaOptions {
   monthlyBudgetUsd?: number;
   maxHibernated?: number;
   maxSnapshotGb?: number;
+  /** GiB the team's template versions may store (disk image and snapshot of each). */
+  maxTemplateGb?: number;
   /** Limits (snake_case names, as the server spells them) back to the server's default. */
   clear?: string[];
 }

@@ -20,20 +20,23 @@ def test_quota_and_usage_commands(server: FakeServer,
     code = main(["teams", "set-quota", "acme", "--max-sandboxes", "1", "--max-vcpus", "16",
                  "--max-memory-mb", "32768", "--max-volume-gb", "100",
                  "--monthly-budget-usd", "50", "--max-hibernated", "3",
-                 "--max-snapshot-gb", "7.5", "--json"])
+                 "--max-snapshot-gb", "7.5", "--max-template-gb", "2.5", "--json"])
     out = capsys.readouterr().out
     assert code == 0, out
     info = json.loads(out)
     assert (info["max_sandboxes"], info["max_vcpus"], info["max_memory_mb"],
             info["max_volume_gb"], info["monthly_budget_usd"], info["max_hibernated"],
-            info["max_snapshot_gb"]) == (1, 16, 32768, 100, 50, 3, 7.5)
+            info["max_snapshot_gb"], info["max_template_gb"]) == (1, 16, 32768, 100, 50, 3, 7.5,
+                                                                  2.5)
     assert info["defaults"] == []
-    assert (info["usage"]["hibernated"], info["usage"]["snapshot_gb"]) == (0, 0)
+    assert (info["usage"]["hibernated"], info["usage"]["snapshot_gb"],
+            info["usage"]["template_gb"]) == (0, 0, 0)
     assert main(["teams", "set-quota", "acme", "--clear", "max-vcpus"]) == 0
     out = capsys.readouterr().out  # not a terminal: tab-separated lines
     assert "max_vcpus\tunlimited\t0\tserver default" in out.splitlines()
     assert "max_sandboxes\t1\t0\tteam" in out.splitlines()
     assert "max_hibernated\t3\t0\tteam" in out.splitlines()
+    assert "max_template_gb\t2.5\t0\tteam" in out.splitlines()
     with Client(server.url, team_key) as team:
         sbx = team.sandboxes.create(vcpus=2, memory_mb=1024)
         with pytest.raises(QuotaExceededError) as exc:

@@ -11,6 +11,7 @@ test_runtime_exec.py's; what this test adds is the server's part: upload, log, v
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from pandastack import Client, ConflictError, NotFoundError, Sandbox
-from pandastack.sdk.errors import TemplateBuildError
+from pandastack.sdk.errors import QuotaExceededError, TemplateBuildError
+from pandastack.server.sandboxes.templates import BUILD_RESERVE_BYTES
 from tests.e2e.conftest import LiveServer
 from tests.e2e.forked_cli import ForkedCLI
 from tests.helpers import make_wheel
@@ -126,3 +128,30 @@ def test_failed_build_names_the_step(live_server: LiveServer, client: Client) ->
         Sandbox.create(template="broken", ttl_seconds=60, api_url=live_server.api_url,
                        api_key=live_server.api_key)
     client.templates.delete("broken")
+
+
+def test_template_quota_refuses_a_build_until_a_version_is_deleted(
+        live_server: LiveServer, client: Client) -> None:
+    """max_template_gb (issue 37 gap) on real builds: a version's bytes are what the host
+    measured (its snapshot's files); a quota that has no room for another reservation
+    refuses the next build with 429; deleting the version frees its bytes. A team of its
+    own, so the session's other tests never meet the quota."""
+    team = "tpl-quota"
+    dockerfile = "FROM base\nRUN echo small > /small\n"
+    with Client(live_server.api_url, client.keys.create("quota", team=team).key) as own:
+        try:
+            assert own.templates.build(dockerfile, "q1").status == "ready"
+            used = client.teams.get_quota(team).usage.template_gb
+            print(f"a one-step template FROM base stores {used * 1024:.1f} MiB")
+            assert used * (1 << 30) > 1 << 20  # a memory state and disk layers
+            client.teams.set_quota(team, max_template_gb=used + BUILD_RESERVE_BYTES / 2 / (1 << 30))
+            with pytest.raises(QuotaExceededError) as refused:
+                own.templates.build(dockerfile, "q2")
+            assert refused.value.limit == "max_template_gb", refused.value
+            own.templates.delete("q1")
+            assert client.teams.get_quota(team).usage.template_gb == 0
+            assert own.templates.build(dockerfile, "q2").status == "ready"
+        finally:
+            for name in ("q1", "q2"):
+                with contextlib.suppress(NotFoundError):
+                    own.templates.delete(name)

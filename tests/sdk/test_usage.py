@@ -64,6 +64,8 @@ def test_sync_usage_teams_and_quota_error() -> None:
         c.teams.set_quota("t", max_hibernated=4, max_snapshot_gb=2.5,
                           clear=["max_snapshot_gb"])
         assert json.loads(seen[-1].content) == {"max_hibernated": 4, "max_snapshot_gb": None}
+        c.teams.set_quota("t", max_template_gb=0.5)
+        assert json.loads(seen[-1].content) == {"max_template_gb": 0.5}
         with pytest.raises(QuotaExceededError) as exc:
             c.sandboxes.create()
         err = exc.value

@@ -609,6 +609,7 @@ class ScriptedBuilder:
     shapes: list[tuple[int, int]] = field(default_factory=list)
     scopes: list[str] = field(default_factory=list)
     specs: list[TemplateSpec] = field(default_factory=list)  # as the host was handed them
+    extra_bytes: int = 0  # what each build reports storing beyond its snapshot's files
 
     async def build(self, spec: TemplateSpec, *, log: Any, network: NetworkPolicy | None = None,
                     vcpus: int = 1, memory_mb: int = 512, cache_scope: str = "") -> BuildResult:
@@ -629,4 +630,4 @@ class ScriptedBuilder:
         image = self.runtime.images.get(spec.from_template)
         ports = image.exposed_ports if isinstance(image, ImageInfo) else ()
         return BuildResult(snap.info.id, {"FROM_TEMPLATE": "1"}, "/srv", None, None, 1, 0, 0.1,
-                           exposed_ports=ports)
+                           exposed_ports=ports, size_bytes=snap.info.size_bytes + self.extra_bytes)

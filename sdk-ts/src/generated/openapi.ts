@@ -2119,6 +2119,8 @@ export interface components {
             max_sandboxes?: number | null;
             /** Max Snapshot Gb */
             max_snapshot_gb?: number | null;
+            /** Max Template Gb */
+            max_template_gb?: number | null;
             /** Max Vcpus */
             max_vcpus?: number | null;
             /** Max Volume Gb */
@@ -2143,6 +2145,8 @@ export interface components {
             max_sandboxes?: number | null;
             /** Max Snapshot Gb */
             max_snapshot_gb?: number | null;
+            /** Max Template Gb */
+            max_template_gb?: number | null;
             /** Max Vcpus */
             max_vcpus?: number | null;
             /** Max Volume Gb */
@@ -2154,8 +2158,10 @@ export interface components {
          * QuotaUse
          * @description What the team holds now: sandboxes starting, running or paused (hibernated ones do
          *     not count) and their vCPUs and memory, its volumes, its spend this month (UTC), its
-         *     hibernated sandboxes and the GiB its sandbox and volume snapshots store. What a request
-         *     under way has admitted (a wake, a hibernate, a resize) counts already.
+         *     hibernated sandboxes, the GiB its sandbox and volume snapshots store and the GiB its
+         *     template versions store (disk image and snapshot, as the host measured them at the end
+         *     of each build). What a request under way has admitted (a wake, a hibernate, a resize, a
+         *     build's reservation) counts already.
          */
         QuotaUse: {
             /**
@@ -2174,6 +2180,11 @@ export interface components {
              * @default 0
              */
             snapshot_gb: number;
+            /**
+             * Template Gb
+             * @default 0
+             */
+            template_gb: number;
             /** Vcpus */
             vcpus: number;
             /** Volume Gb */
@@ -2684,7 +2695,10 @@ export interface components {
         };
         /**
          * UserStep
-         * @description The user later run/pip/npm steps and the start command run as (`root` resets).
+         * @description The user later run/pip/npm steps and the start command run as (`root` resets), in
+         *     Docker's forms: a name or uid, optionally `:group` or `:gid`. A uid the guest's
+         *     /etc/passwd lacks runs as that bare uid (HOME=/, gid 0 unless given), as in Docker; a
+         *     group name must be in its /etc/group.
          */
         UserStep: {
             /**

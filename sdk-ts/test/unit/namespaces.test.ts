@@ -192,6 +192,8 @@ test("client: usage's query, quotas' clear, volumes' paths", async () => {
   await client.teams.setQuota("t", { maxHibernated: 4, maxSnapshotGb: 2.5, clear: ["max_volume_gb"] });
   assert.deepEqual(JSON.parse(sent.at(-1)!.body!),
     { max_hibernated: 4, max_snapshot_gb: 2.5, max_volume_gb: null });
+  await client.teams.setQuota("t", { maxTemplateGb: 0.5, clear: ["max_template_gb"] });
+  assert.deepEqual(JSON.parse(sent.at(-1)!.body!), { max_template_gb: null });
   await client.volumes.create("data", { sizeMb: 2048, fromSnapshot: "vs-1" });
   assert.deepEqual(JSON.parse(sent.at(-1)!.body!), { name: "data", size_mb: 2048, from_snapshot: "vs-1" });
   await client.volumes.snapshots({ name: "data" });

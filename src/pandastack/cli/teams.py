@@ -28,10 +28,11 @@ __all__ = ["add_parser", "quota_rows", "run"]
 
 _FLAGS = {"max_sandboxes": int, "max_vcpus": int, "max_memory_mb": int,
           "max_volume_gb": float, "monthly_budget_usd": float, "max_hibernated": int,
-          "max_snapshot_gb": float}
+          "max_snapshot_gb": float, "max_template_gb": float}
 _CURRENT = {"max_sandboxes": "sandboxes", "max_vcpus": "vcpus", "max_memory_mb": "memory_mb",
             "max_volume_gb": "volume_gb", "monthly_budget_usd": "month_spend_usd",
-            "max_hibernated": "hibernated", "max_snapshot_gb": "snapshot_gb"}
+            "max_hibernated": "hibernated", "max_snapshot_gb": "snapshot_gb",
+            "max_template_gb": "template_gb"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

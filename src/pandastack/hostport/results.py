@@ -109,7 +109,10 @@ class BuildResult:
     """`snapshot_id`: create sandboxes from it. `env`, `workdir` and `user` are what the
     template's later commands should run with (the start command already does).
     `exposed_ports`: the ExposedPorts of the image the template was built FROM ("8080/tcp";
-    empty FROM a template; a default, so an agent of before them still answers)."""
+    empty FROM a template; a default, so an agent of before them still answers).
+    `size_bytes`: what the template keeps on the host, its snapshot's files and (FROM an
+    image) the guest disk image made of it, as allocated on disk: the team's
+    max_template_gb counts it (0 from an agent of before it)."""
 
     snapshot_id: str
     env: dict[str, str]
@@ -120,6 +123,7 @@ class BuildResult:
     steps_cached: int
     seconds: float
     exposed_ports: tuple[str, ...] = ()
+    size_bytes: int = 0
 
 
 @dataclass(frozen=True)

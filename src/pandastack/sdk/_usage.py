@@ -76,6 +76,7 @@ class Teams(_base.ClientBase[HTTP]):
                   monthly_budget_usd: float | None = None,
                   max_hibernated: int | None = None,
                   max_snapshot_gb: float | None = None,
+                  max_template_gb: float | None = None,
                   clear: tuple[str, ...] | list[str] = ()) -> QuotaInfo:
         """Set the given limits of `team` (the others keep their value); the limits named
         in `clear` go back to the server's default."""
@@ -83,7 +84,7 @@ class Teams(_base.ClientBase[HTTP]):
             "max_sandboxes": max_sandboxes, "max_vcpus": max_vcpus,
             "max_memory_mb": max_memory_mb, "max_volume_gb": max_volume_gb,
             "monthly_budget_usd": monthly_budget_usd, "max_hibernated": max_hibernated,
-            "max_snapshot_gb": max_snapshot_gb}, clear))
+            "max_snapshot_gb": max_snapshot_gb, "max_template_gb": max_template_gb}, clear))
 
 
 class AsyncTeams(_base.ClientBase[AsyncHTTP]):
@@ -99,6 +100,7 @@ class AsyncTeams(_base.ClientBase[AsyncHTTP]):
                         monthly_budget_usd: float | None = None,
                         max_hibernated: int | None = None,
                         max_snapshot_gb: float | None = None,
+                        max_template_gb: float | None = None,
                         clear: tuple[str, ...] | list[str] = ()) -> QuotaInfo:
         """Set the given limits of `team` (the others keep their value); the limits named
         in `clear` go back to the server's default."""
@@ -106,4 +108,4 @@ class AsyncTeams(_base.ClientBase[AsyncHTTP]):
             "max_sandboxes": max_sandboxes, "max_vcpus": max_vcpus,
             "max_memory_mb": max_memory_mb, "max_volume_gb": max_volume_gb,
             "monthly_budget_usd": monthly_budget_usd, "max_hibernated": max_hibernated,
-            "max_snapshot_gb": max_snapshot_gb}, clear))
+            "max_snapshot_gb": max_snapshot_gb, "max_template_gb": max_template_gb}, clear))

@@ -24,7 +24,8 @@ UsageGroupBy = Literal["sandbox", "day", "template"]
 USAGE_GROUPS: tuple[str, ...] = ("sandbox", "day", "template")
 #: The limits a team's quota has, in the order they are checked and shown.
 QUOTA_LIMITS: tuple[str, ...] = ("max_sandboxes", "max_vcpus", "max_memory_mb", "max_volume_gb",
-                                 "monthly_budget_usd", "max_hibernated", "max_snapshot_gb")
+                                 "monthly_budget_usd", "max_hibernated", "max_snapshot_gb",
+                                 "max_template_gb")
 
 
 class UsageQuantities(Strict):
@@ -81,13 +82,16 @@ class QuotaUpdate(Strict):
     monthly_budget_usd: float | None = Field(default=None, ge=0, le=1e12)
     max_hibernated: int | None = Field(default=None, ge=0, le=1_000_000)
     max_snapshot_gb: float | None = Field(default=None, ge=0, le=1e9)
+    max_template_gb: float | None = Field(default=None, ge=0, le=1e9)
 
 
 class QuotaUse(Strict):
     """What the team holds now: sandboxes starting, running or paused (hibernated ones do
     not count) and their vCPUs and memory, its volumes, its spend this month (UTC), its
-    hibernated sandboxes and the GiB its sandbox and volume snapshots store. What a request
-    under way has admitted (a wake, a hibernate, a resize) counts already."""
+    hibernated sandboxes, the GiB its sandbox and volume snapshots store and the GiB its
+    template versions store (disk image and snapshot, as the host measured them at the end
+    of each build). What a request under way has admitted (a wake, a hibernate, a resize, a
+    build's reservation) counts already."""
 
     sandboxes: int
     vcpus: int
@@ -96,6 +100,7 @@ class QuotaUse(Strict):
     month_spend_usd: float
     hibernated: int = 0
     snapshot_gb: float = 0.0
+    template_gb: float = 0.0
 
 
 class QuotaInfo(Strict):
@@ -110,5 +115,6 @@ class QuotaInfo(Strict):
     monthly_budget_usd: float | None = None
     max_hibernated: int | None = None
     max_snapshot_gb: float | None = None
+    max_template_gb: float | None = None
     defaults: list[str] = Field(default_factory=list)
     usage: QuotaUse

@@ -244,7 +244,8 @@ class TemplateBuilds:
                 await self._start(sandbox, start, spec, state, run.log)
             # Durable (fsynced), unlike the cache's: a template must survive a host crash.
             # Nobody waits on the build sandbox: the fastest save is the best.
-            final = (await self.runtime.snapshot(sandbox.id, short_pause=False)).info.id
+            saved = (await self.runtime.snapshot(sandbox.id, short_pause=False)).info
+            final = saved.id
             run.log(f"Built {final} in {time.monotonic() - started:.1f}s ({done} of {total} "
                     "steps cached)")
         except BaseException:
@@ -263,7 +264,9 @@ class TemplateBuilds:
                            user=state.user, start=start, steps_total=total,
                            steps_cached=done, seconds=time.monotonic() - started,
                            exposed_ports=chain.image.defaults.exposed_ports
-                           if chain.image is not None else ())
+                           if chain.image is not None else (),
+                           size_bytes=saved.size_bytes + (chain.image.disk_bytes
+                                                          if chain.image is not None else 0))
 
     async def _steps(self, chain: _Chain, sandbox: SandboxHandle, done: int,
                      last_snapshot: str | None, state: BuildState, run: _Run,

@@ -36,6 +36,13 @@ class ImageBase:
     template: str  # the store's template of the image: creates of it restore the image
     template_key: str
     defaults: ImageDefaults
+    # The guest disk image's allocated bytes: each template built FROM the image counts it.
+    disk_bytes: int = 0
+
+
+def allocated_file_bytes(path: Path) -> int:
+    """Bytes `path` takes on disk (a sparse rootfs: its blocks, not its length)."""
+    return path.stat().st_blocks * 512
 
 
 def is_image(base: str) -> bool:
@@ -68,7 +75,8 @@ async def ensure_image_base(runtime: HostRuntime, reference: str, shape: Machine
     name = IMAGE_TEMPLATE_PREFIX + image.key[:16]
     template = await store.ensure_image(name, image, shape, progress=progress)
     return ImageBase(template=name, template_key=template.key,
-                     defaults=await asyncio.to_thread(image_defaults, image))
+                     defaults=await asyncio.to_thread(image_defaults, image),
+                     disk_bytes=await asyncio.to_thread(allocated_file_bytes, image.rootfs))
 
 
 

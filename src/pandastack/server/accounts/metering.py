@@ -65,6 +65,7 @@ class QuotaDefaults:
     monthly_budget_usd: float | None = None
     max_hibernated: int | None = None
     max_snapshot_gb: float | None = None
+    max_template_gb: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -117,7 +118,8 @@ QUOTA_VARS = {"max_sandboxes": ("PANDASTACK_QUOTA_MAX_SANDBOXES", int),
               "max_volume_gb": ("PANDASTACK_QUOTA_MAX_VOLUME_GB", float),
               "monthly_budget_usd": ("PANDASTACK_QUOTA_MONTHLY_BUDGET_USD", float),
               "max_hibernated": ("PANDASTACK_QUOTA_MAX_HIBERNATED", int),
-              "max_snapshot_gb": ("PANDASTACK_QUOTA_MAX_SNAPSHOT_GB", float)}
+              "max_snapshot_gb": ("PANDASTACK_QUOTA_MAX_SNAPSHOT_GB", float),
+              "max_template_gb": ("PANDASTACK_QUOTA_MAX_TEMPLATE_GB", float)}
 
 
 def settings_from_env(env: Mapping[str, str]) -> dict[str, object]:

@@ -1,6 +1,7 @@
 """Team quotas and size classes: the checks the service runs before it admits a sandbox
 (create, fork, wake, restart, restore) or a hibernation, the one volumes run before they
-grow, and the one a snapshot's row runs before it is recorded. Each runs in the transaction
+grow, the one a snapshot's row runs before it is recorded, and the one a template build's
+row runs with its reservation before it is inserted. Each runs in the transaction
 that holds the team's lock and moves what it admits to a counted state (store/usage.py).
 A quota crossed is a 429 `quota_exceeded` whose envelope names the limit, its value and the
 current use; a shape outside the allowed size classes is a 422."""
@@ -26,6 +27,7 @@ from ..store.usage import (
     hibernated_use,
     segments_since,
     snapshot_use_gib,
+    template_use_gib,
     volume_use_gib,
 )
 from ..web.errors import ApiError
@@ -36,7 +38,8 @@ _TEAM_LIMITS = select(*[getattr(TeamQuota, name) for name in QUOTA_LIMITS]).wher
 
 UNITS = {"max_sandboxes": "sandboxes", "max_vcpus": "vCPUs", "max_memory_mb": "MiB of memory",
          "max_volume_gb": "GiB of volumes", "monthly_budget_usd": "USD this month",
-         "max_hibernated": "hibernated sandboxes", "max_snapshot_gb": "GiB of snapshots"}
+         "max_hibernated": "hibernated sandboxes", "max_snapshot_gb": "GiB of snapshots",
+         "max_template_gb": "GiB of templates"}
 
 
 def quota_exceeded(team: str, limit: str, value: float, current: float,
@@ -150,6 +153,22 @@ class Quotas:
                                      round(adding, 6) or None)
         return check
 
+    def template_room(self, reserving_bytes: int) -> QuotaCheck:
+        """The check of a build that reserves `reserving_bytes` (its row's `size_bytes`)
+        before its size is known: the team's stored and reserved template bytes plus these
+        must stay within max_template_gb. A build may end bigger than it reserved; it still
+        lands (its template exists by then), and the next build finds the team over."""
+        def check(s: Session, team: str) -> None:
+            limit = self.limits(s, team)["max_template_gb"]
+            if limit is None:
+                return
+            current = template_use_gib(s, team)
+            adding = reserving_bytes / (1 << 30)
+            if current + adding > limit:
+                raise quota_exceeded(team, "max_template_gb", limit, round(current, 6),
+                                     round(adding, 6) or None)
+        return check
+
     def volume_limit_gb(self, team: str) -> float | None:
         with self.store.session() as s:
             return self.limits(s, team)["max_volume_gb"]
@@ -170,7 +189,8 @@ class Quotas:
                            month_spend_usd=round(month_spend(s, team, self.settings.rates,
                                                              time.time()), 6),
                            hibernated=hibernated_use(s, team),
-                           snapshot_gb=round(snapshot_use_gib(s, team), 6))
+                           snapshot_gb=round(snapshot_use_gib(s, team), 6),
+                           template_gb=round(template_use_gib(s, team), 6))
         defaults = [name for name in QUOTA_LIMITS
                     if row is None or getattr(row, name) is None]
         return QuotaInfo(team=team, defaults=defaults, usage=use,

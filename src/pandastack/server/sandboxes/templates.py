@@ -43,6 +43,11 @@ MAX_LOG_LINES = 5000
 #: another server's, under way).
 BUILD_DEADLINE_SECONDS = 6 * 3600.0
 MAX_LOG_LINE = 4000
+#: What a build reserves of its team's max_template_gb before its size is known, beyond its
+#: COPY files and the compressed layers of the images it starts from: about what a small
+#: template keeps (its snapshot's memory state and disk layers; a one-step build FROM base
+#: at 512 MiB stored 84.8 MiB). Settled at the build's end.
+BUILD_RESERVE_BYTES = 128 << 20
 
 
 @dataclass
@@ -68,6 +73,12 @@ class BuildLog:
     def _wake(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+
+def copied_bytes(spec: TemplateSpec) -> int:
+    """The bytes of the build's COPY files (every stage's)."""
+    steps = [*(step for stage in spec.stages for step in stage.steps), *spec.steps]
+    return sum(f.size for step in steps if isinstance(step, CopyStep) for f in step.files)
 
 
 def stored_spec(spec: TemplateSpec) -> dict[str, Any]:
@@ -131,7 +142,8 @@ class TemplateService:
         spec = req.spec.model_copy(update={
             "from_template": await self._base(team, req.spec.from_template), "stages": stages})
         logins = await self._logins(team, spec)
-        await self._check_images(spec, logins)
+        row.size_bytes = BUILD_RESERVE_BYTES + copied_bytes(spec) + await self._check_images(
+            spec, logins)
         return await self._uncancellable(self._begin(row, req, spec, logins),
                                          f"begin-{row.id}")
 
@@ -145,22 +157,25 @@ class TemplateService:
         return await self.registries.logins_for(team, wanted)
 
     async def _check_images(self, spec: TemplateSpec,
-                            logins: dict[str, RegistryLogin]) -> None:
+                            logins: dict[str, RegistryLogin]) -> int:
         """Each image the build starts from, asked of its registry now with the team's
         login there, as the build's pull will (within the host's inspect deadline, 20 s):
         a missing image or tag is this request's 404, a refused login its 403, a registry
         that does not answer its 502, an image over the bounds its 413, each naming the
         image (docs/templates.md), not a build that fails later. The build's pull asks
         again (the tag may move meanwhile). A host that cannot be asked (out of reach, or
-        an agent from before this call) leaves the answer to the build."""
+        an agent from before this call) leaves the answer to the build. Returns the images'
+        compressed bytes (part of the build's reservation)."""
         bases = [spec.from_template, *(stage.from_template for stage in spec.stages)]
+        size = 0
         for image in sorted({base for base in bases if names_an_image(base)}):
             try:
-                await self.runtime.inspect_image(image, registry_logins=logins)
+                size += (await self.runtime.inspect_image(image, registry_logins=logins)).size
             except ImageError as exc:
                 raise from_host_error(exc) from None
             except HostError as exc:
                 log.warning("image %s was not looked up before its build: %s", image, exc)
+        return size
 
     async def _begin(self, row: TemplateVersion, req: BuildTemplate, spec: TemplateSpec,
                      logins: dict[str, RegistryLogin]) -> TemplateVersion:
@@ -183,7 +198,8 @@ class TemplateService:
         return await asyncio.shield(task)
 
     def _add_version(self, row: TemplateVersion, spec: TemplateSpec) -> TemplateVersion:
-        return self.store.add_template_version(row, stored_spec(spec))
+        return self.store.add_template_version(
+            row, stored_spec(spec), check=self.sandboxes.quotas.template_room(row.size_bytes))
 
     async def _base(self, team: str, base: str) -> str:
         """The host's name for the base the team's build starts from, resolved through the
@@ -243,16 +259,18 @@ class TemplateService:
                     spec, log=build_log.add, network=policy, vcpus=req.vcpus,
                     memory_mb=req.memory_mb, cache_scope=row.team, registry_logins=logins)
         except asyncio.CancelledError:
-            values = {"status": "failed", "error": "the server stopped during the build"}
+            values = {"status": "failed", "error": "the server stopped during the build",
+                      "size_bytes": 0}
             raise
         except (BuildFailed, HostError, ApiError, ValueError) as exc:
             message = exc.message if isinstance(exc, ApiError) else str(exc)
             build_log.add(f"build failed: {message}")
-            values = {"status": "failed", "error": message[:8000]}
+            values = {"status": "failed", "error": message[:8000], "size_bytes": 0}
         except Exception as exc:
             log.exception("template build %s failed", row.id)
             build_log.add(f"build failed: internal error ({type(exc).__name__})")
-            values = {"status": "failed", "error": f"internal error ({type(exc).__name__})"}
+            values = {"status": "failed", "error": f"internal error ({type(exc).__name__})",
+                      "size_bytes": 0}
         else:
             # The image's (the host read its config) and the Dockerfile's EXPOSE, as Docker
             # merges a base image's with its own.
@@ -264,7 +282,7 @@ class TemplateService:
             values = {"status": "ready", "snapshot_id": result.snapshot_id,
                       "env": dict(result.env), "cwd": result.workdir, "user": result.user,
                       "steps_total": result.steps_total, "steps_cached": result.steps_cached,
-                      "exposed_ports": ports or None}
+                      "exposed_ports": ports or None, "size_bytes": result.size_bytes}
         finally:
             try:  # stored before followers are told the build ended: they read its status
                 with contextlib.suppress(Exception):

@@ -203,6 +203,10 @@ class TemplateVersion(Base):
     steps_cached: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     # The ExposedPorts of the image the version was built FROM ("8080/tcp"); None: none.
     exposed_ports: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, default=None)
+    # What the version stores (max_template_gb): while it builds, the bytes its admission
+    # reserved; once ready, its disk image and snapshot as the host measured them. A failed
+    # or deleted version counts nothing (store/usage.py template_use_gib).
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     created_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
@@ -281,4 +285,5 @@ class TeamQuota(Base):
     monthly_budget_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
     max_hibernated: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_snapshot_gb: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_template_gb: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)

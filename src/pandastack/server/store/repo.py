@@ -346,12 +346,17 @@ class Store(Registry, UsageStore, VolumeStore, VolumeBackupStore, SandboxListing
     # deleted rows out in SQL.
 
     def add_template_version(self, row: TemplateVersion, spec: dict[str, Any],
-                             attempts: int = 5) -> TemplateVersion:
+                             attempts: int = 5,
+                             check: QuotaCheck | None = None) -> TemplateVersion:
         """Insert `row` (and its `spec`) as the next version of its team's template. The
-        number is past every number the name ever had, pruned versions included."""
+        number is past every number the name ever had, pruned versions included. `check`
+        (max_template_gb with the row's reservation, `size_bytes`) runs under the team's
+        lock, in the insert's transaction: racing builds cannot both pass it."""
         for attempt in range(attempts):
             try:
-                with self.session() as s:
+                with (self.session() if check is None else self.team_locked(row.team)) as s:
+                    if check is not None:
+                        check(s, row.team)
                     self.ensure_team(s, row.team)
                     row.version = self._take_version_number(s, row.team, row.name)
                     s.add(row)

@@ -42,7 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from .models import Sandbox, Snapshot, Team, TeamQuota, UsageSegment, Volume
+from .models import Sandbox, Snapshot, Team, TeamQuota, TemplateVersion, UsageSegment, Volume
 
 # Core statements on the table, not ORM ones: they run inside the create's transaction, and
 # an executemany of plain rows is a fraction of an ORM INSERT's cost (~0.1 ms against ~0.8).
@@ -334,6 +334,19 @@ def snapshot_use_gib(s: Session, team: str) -> float:
         UsageSegment.team == team, UsageSegment.kind == "snapshot",
         UsageSegment.ended_at.is_(None)))
     return float(total or 0.0)
+
+
+#: Template versions whose bytes count: a build under way (its reservation) and a ready one.
+TEMPLATE_COUNTED = ("building", "ready")
+
+
+def template_use_gib(s: Session, team: str) -> float:
+    """GiB the team's live template versions store, and what its builds under way reserved
+    (`TemplateVersion.size_bytes`)."""
+    total = s.scalar(select(func.coalesce(func.sum(TemplateVersion.size_bytes), 0)).where(
+        TemplateVersion.team == team, TemplateVersion.status.in_(TEMPLATE_COUNTED),
+        TemplateVersion.deleted_at.is_(None)))
+    return int(total or 0) / GIB
 
 
 def segments_since(s: Session, team: str, start: float) -> Iterable[UsageSegment]:
