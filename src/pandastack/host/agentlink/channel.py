@@ -64,6 +64,24 @@ MAX_ERROR_TEXT = 4096
 """Characters kept of an ``error`` frame's message and path."""
 
 
+BUSY = "its listen backlog is full"
+
+
+def _connect_unix(path: str) -> socket.socket:
+    """A connected socket, or BlockingIOError when the listener's backlog is full (QEMU's
+    chardev listens with a backlog of 1 and accepts nothing while it serves a connection).
+    asyncio's own connect takes that EAGAIN for a connect in progress and hands back a
+    socket that is not connected, whose first write then fails as "Connection lost"."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.connect(path)  # AF_UNIX: done at once, or refused; never in progress
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class Op:
     """Host-side state of one operation id."""
 
@@ -124,15 +142,18 @@ class AgentChannel:
         delay = 0.01
         while True:
             try:
-                reader, writer = await asyncio.open_unix_connection(path)
+                sock = _connect_unix(path)
                 break
-            except (FileNotFoundError, ConnectionRefusedError) as e:
+            except (FileNotFoundError, ConnectionRefusedError, BlockingIOError) as e:
                 if time.monotonic() + delay >= deadline:
-                    raise AgentConnectionError(f"cannot connect to {path}: {e}") from e
+                    why = (f"{BUSY} (another connection holds it)"
+                           if isinstance(e, BlockingIOError) else str(e))
+                    raise AgentConnectionError(f"cannot connect to {path}: {why}") from e
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.1)
             except OSError as e:
                 raise AgentConnectionError(f"cannot connect to {path}: {e}") from e
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
         client = cls(reader, writer, op_timeout=op_timeout)
         await client._start(max(0.0, deadline - time.monotonic()))
         return client
@@ -206,7 +227,7 @@ class AgentChannel:
         e.__cause__ = b
         return e
 
-    def _fail(self, exc: AgentError) -> None:
+    def _fail(self, exc: AgentError, *, flush: bool = False) -> None:
         if self._broken is not None:
             return
         self._broken = exc
@@ -214,19 +235,29 @@ class AgentChannel:
             op.ended = True
             op.queue.put_nowait(exc)
             op.wake.set()
-        self._close_transport()
+        self._close_transport(flush=flush)
 
     def _protocol_error(self, msg: str) -> AgentProtocolError:
         exc = AgentProtocolError(msg)
         self._fail(exc)
         return exc
 
-    def _close_transport(self) -> None:
+    def _close_transport(self, *, flush: bool = False) -> None:
+        """Close the socket; at once unless `flush`. A transport's close() keeps the socket
+        open until it has written what it holds, which is never while the guest reads nothing
+        (a boot before the agent opens its port, a stuck agent): the handshake's padding
+        alone is 1 MiB. QEMU's chardev serves one connection at a time and accepts no other
+        until this one hangs up, so a socket left open so wedged every later connection to
+        the VM (a build's boot failed for 240 s so, with "Connection lost")."""
         with contextlib.suppress(Exception):
-            self._writer.close()
+            if flush:
+                self._writer.close()
+            else:
+                self._writer.transport.abort()
 
     async def close(self) -> None:
-        self._fail(AgentConnectionError("client closed"))
+        # Frames already written (a cancel) may still go out, for a second at most.
+        self._fail(AgentConnectionError("client closed"), flush=True)
         task = self._reader_task
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -237,6 +268,7 @@ class AgentChannel:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
                 await self._writer.wait_closed()
+        self._close_transport()
 
     async def __aenter__(self) -> Self:
         return self

@@ -48,6 +48,7 @@ from pandastack.templatespec import ReadyCheck
 
 BAKE_VERSION = "4"
 BOOT_DEADLINE_S = 240.0
+BOOT_RETRY_S = 0.5  # the least time between the starts of two connection attempts at boot
 GUEST_KERNEL_ACCELS = ("tcg", "kvm")  # drivers whose VMs run a guest kernel of their own
 BAKE_ATTEMPTS = 3  # boots per bake when the guest's tick stays periodic (tick.py)
 # Run once before the snapshot so that every clone finds these code paths and files already in
@@ -494,12 +495,16 @@ async def _connect_booting(paths: VMPaths, alive: Callable[[], bool]) -> AgentCl
     while True:
         if not alive():
             raise SetupError("the VM exited during boot: " + _tail(paths.console_log))
+        tried = time.monotonic()
         try:
             return await AgentClient.connect(paths.agent_socket, timeout=5)
         except Exception as exc:
             if time.monotonic() > deadline:
                 raise SetupError(f"guest agent did not come up in {BOOT_DEADLINE_S}s: {exc}; "
                                  + _tail(paths.console_log)) from exc
+            # An attempt that failed at once is not tried again at once: a loop spinning on
+            # one took a core from the guest it waits for.
+            await asyncio.sleep(max(0.0, tried + BOOT_RETRY_S - time.monotonic()))
 
 
 def _lock(path: Path) -> int:

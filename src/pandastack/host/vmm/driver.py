@@ -459,9 +459,11 @@ async def connect_unix(path: Path, *, alive: Callable[[], bool],
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
         try:
-            await loop.sock_connect(sock, str(path))
+            # Not loop.sock_connect: it takes a full backlog's EAGAIN for a connect in
+            # progress and returns a socket that is not connected (agentlink/channel.py).
+            sock.connect(str(path))
             return sock
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
+        except (FileNotFoundError, ConnectionRefusedError, BlockingIOError) as exc:
             sock.close()
             if not alive():
                 raise VMMError(f"VMM exited early: {log_tail(path)}") from exc
