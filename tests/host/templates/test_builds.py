@@ -140,8 +140,9 @@ async def test_rebuild_reuses_the_cached_prefix(
     again = await builds.build(spec("two").to_spec())
     print(f"\nuncached build: {first.seconds:.2f}s; rebuild with the last of 3 steps "
           f"changed: {second.seconds:.2f}s; identical rebuild: {again.seconds:.2f}s")
+    # What the cache saves is the steps it did not run (the seconds are printed, not
+    # compared: under load a cached rebuild took longer than an uncached build once, ci2).
     assert (first.steps_cached, second.steps_cached, again.steps_cached) == (0, 2, 3)
-    assert second.seconds < first.seconds
     assert f"Step 2/3 RUN {SLOW_STEP} (cached)" in builds.lines
     sbx = await sandbox_factory(snapshot=again.snapshot_id)
     out = await sbx.exec(f"cat /tmp/last; cmp /tmp/{WHEEL} /tmp/slow-step-ran", timeout=60)
