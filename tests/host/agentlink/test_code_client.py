@@ -301,12 +301,18 @@ async def test_exec_and_spawn_as_user(tmp_path: Path) -> None:
         proc.wait(5)
 
 
-async def test_concurrent_runs_in_two_contexts(agent: AgentClient) -> None:
+def meet(mine: Path, theirs: Path, say: str) -> str:
+    """Bash that marks `mine`, then prints `say` only once `theirs` is there (30 s at most):
+    two runs that each wait for the other finish only if they run side by side."""
+    return (f"touch {mine}; for i in $(seq 600); do [ -e {theirs} ] && break; sleep 0.05; "
+            f"done; [ -e {theirs} ] && echo {say}")
+
+
+async def test_concurrent_runs_in_two_contexts(agent: AgentClient, tmp_path: Path) -> None:
     ctx = await agent.create_code_context("bash")
-    t0 = time.monotonic()
-    a, b = await asyncio.gather(run(agent, "sleep 1; echo a", language="bash"),
-                                run(agent, "sleep 1; echo b", context_id=str(ctx["id"])))
-    assert (text(a), text(b)) == ("a\n", "b\n")
-    assert time.monotonic() - t0 < 1.9  # they ran side by side
+    a_mark, b_mark = tmp_path / "a", tmp_path / "b"
+    a, b = await asyncio.gather(run(agent, meet(a_mark, b_mark, "a"), language="bash"),
+                                run(agent, meet(b_mark, a_mark, "b"), context_id=str(ctx["id"])))
+    assert (text(a), text(b)) == ("a\n", "b\n"), "the runs did not go side by side"
     with contextlib.suppress(CodeContextNotFound):
         await agent.delete_code_context(str(ctx["id"]))
