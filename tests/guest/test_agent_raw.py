@@ -176,9 +176,11 @@ def test_unknown_and_invalid_requests(raw: Raw) -> None:
     assert raw.recv().header == {"t": "pong", "id": 3}
 
 
-def test_exec_of_a_lost_connection_becomes_background(raw: Raw) -> None:
+def test_exec_of_a_lost_connection_becomes_background(raw: Raw, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"  # the command ends once the test has seen it running
     raw.hello("one")
-    raw.req("exec", 1, cmd="echo before; sleep 0.5; echo after")
+    raw.req("exec", 1, cmd=f"echo before; for i in $(seq 600); do [ -e {gate} ] && break; "
+                           f"sleep 0.05; done; echo after")
     f = raw.recv()
     assert (f.t, f.payload) == ("stdout", b"before\n")
     raw.hello("two")  # a new host: streams of the old connection are detached
@@ -188,6 +190,7 @@ def test_exec_of_a_lost_connection_becomes_background(raw: Raw) -> None:
     procs = json.loads(f.payload)
     assert len(procs) == 1 and procs[0]["background"] and procs[0]["running"]
     pid = procs[0]["pid"]
+    gate.touch()
     raw.req("attach", 3, pid=pid)
     frames = raw.recv_until(3, "exit")
     out = b"".join(x.payload for x in frames if x.t == "stdout")
