@@ -390,12 +390,14 @@ async def test_many_concurrent_operations(agent: AgentClient, tmp_path: Path) ->
 async def test_exec_cancel_kills_process(agent: AgentClient) -> None:
     marker = f"7{os.getpid() % 1000}.{time.monotonic_ns() % 10**6}"
     task = asyncio.create_task(agent.exec(["sleep", marker]))
-    await asyncio.sleep(0.3)
-    assert pids_with_marker(marker)
+    deadline = time.monotonic() + 30
+    while not pids_with_marker(marker):  # cancelled only once it runs
+        assert not task.done() and time.monotonic() < deadline, "the sleep never started"
+        await asyncio.sleep(0.05)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 30
     while pids_with_marker(marker) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert pids_with_marker(marker) == []
