@@ -5,6 +5,7 @@ detach, and what a client sends is bounded."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -59,6 +60,26 @@ def read_until(raw: Raw, op: int, needle: bytes, seen: bytearray) -> P.Frame | N
     return None
 
 
+def has_child(pid: int, name: str) -> bool:
+    """Whether `pid` has a child named `name` (test mode: the agent's processes are this
+    host's)."""
+    return subprocess.run(["pgrep", "-P", str(pid), "-x", name],
+                          capture_output=True, check=False).returncode == 0
+
+
+def wait_not_running(raw: Raw, pid: int, first_id: int) -> None:
+    """Until the agent's table lists `pid` as no longer running (10 s at most)."""
+    deadline = time.monotonic() + 10
+    for id in range(first_id, first_id + 1000):
+        raw.req("procs", id)
+        listing = json.loads(raw.recv_until(id, "proc_list")[-1].payload)
+        if not any(p["pid"] == pid and p["running"] for p in listing):
+            return
+        assert time.monotonic() < deadline, f"{pid} still listed running"
+        time.sleep(0.02)
+    raise AssertionError(f"{pid} still listed running")
+
+
 def test_terminal_size_signals_and_exit(raw: Raw) -> None:
     pid = open_pty(raw, 1, argv=["/bin/sh"], cols=80, rows=24)
     raw.req("pty_attach", 2, pid=pid)
@@ -73,7 +94,12 @@ def test_terminal_size_signals_and_exit(raw: Raw) -> None:
     assert b"30 100" in seen
     seen.clear()
     raw.req("stdin", 2, b"sleep 100\n")
-    time.sleep(0.5)
+    # ^C before the shell has read the line would flush it unread, and the test would pass
+    # without a sleep to interrupt: send it once the sleep runs.
+    deadline = time.monotonic() + 20
+    while not has_child(pid, "sleep"):
+        assert time.monotonic() < deadline, "the shell never started sleep"
+        time.sleep(0.02)
     raw.req("stdin", 2, b"\x03")
     raw.req("stdin", 2, b"echo alive$((1+1))\n")
     read_until(raw, 2, b"alive2", seen)
@@ -122,4 +148,4 @@ def test_bad_requests_are_refused(raw: Raw) -> None:
     assert raw.recv_until(4, "exit")[-1].header["code"] == "EINVAL"
     raw.req("signal", 5, pid=plain, sig=9)
     raw.recv_until(5, "ok")
-    time.sleep(0.3)  # the killed sleep leaves the table's running set
+    wait_not_running(raw, plain, 6)  # or the fixture would take it for a terminal left over
