@@ -314,7 +314,9 @@ async def test_rate_limit(tmp_path: Path) -> None:
 
 
 async def test_lifecycle_patch_ttl_and_idle_reaper(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, idle_timeout_seconds=1, reaper_interval_seconds=0.1)
+    # The idle timeout (3 s) outlasts the patched TTL (2 s), so the TTL sandbox can only end
+    # as expired, however late this loop runs (with 1 s, a stalled loop let it be reaped).
+    settings = make_settings(tmp_path, idle_timeout_seconds=3, reaper_interval_seconds=0.1)
     runtime = FakeRuntime(tmp_path)
     async with running_app(settings, runtime) as api:
         c = api.client
@@ -323,10 +325,9 @@ async def test_lifecycle_patch_ttl_and_idle_reaper(tmp_path: Path) -> None:
         ttl = await create(api, ttl_seconds=3600)
         lc = (await c.patch(f"/v1/sandboxes/{ttl['id']}/lifecycle", json={"ttl_seconds": 2})).json()
         assert lc["expires_at"] == pytest.approx(lc["created_at"] + 2)
-        assert lc["idle_timeout_seconds"] == 1 and lc["state"] == "running"
-        deadline = time.monotonic() + 5
+        assert lc["idle_timeout_seconds"] == 3 and lc["state"] == "running"
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            await c.get(f"/v1/sandboxes/{ttl['id']}/lifecycle")  # keeps it from idling
             states = {
                 s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
             }
@@ -343,8 +344,12 @@ async def test_retention_purges_ended_rows(tmp_path: Path) -> None:
     async with running_app(settings, FakeRuntime(tmp_path)) as api:
         sid = (await create(api))["id"]
         await api.client.delete(f"/v1/sandboxes/{sid}")
-        await asyncio.sleep(0.4)
-        assert_envelope(await api.client.get(f"/v1/sandboxes/{sid}"), 404)
+        deadline = time.monotonic() + 30  # the next sweeps purge it: wait for that, not 0.4 s
+        while (r := await api.client.get(f"/v1/sandboxes/{sid}")).status_code != 404:
+            assert r.json()["state"] == "killed", r.text
+            assert time.monotonic() < deadline, r.text
+            await asyncio.sleep(0.1)
+        assert_envelope(r, 404)
 
 
 async def test_reconcile_on_start(tmp_path: Path) -> None:
