@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ SPEC = {"from_template": "base", "steps": [{"kind": "run", "command": "echo hi"}
 
 
 async def wait_status(api: Api, build_id: str, status: str) -> dict[str, Any]:
-    for _ in range(200):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         r = await api.client.get(f"/v1/templates/builds/{build_id}")
         assert r.status_code == 200, r.text
         if r.json()["status"] == status:

@@ -6,6 +6,7 @@ bounded with a 422. The stages' VMs: tests/e2e/test_templates_stages.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ async def ready(api: Api, body: dict[str, Any], headers: dict[str, str] | None =
     r = await api.client.post("/v1/templates", json=body, headers=headers)
     assert r.status_code == 202, r.text
     build: dict[str, Any] = r.json()
-    for _ in range(200):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         r = await api.client.get(f"/v1/templates/builds/{build['build_id']}", headers=headers)
         if r.json()["status"] == "ready":
             return build
