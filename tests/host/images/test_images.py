@@ -362,8 +362,9 @@ def built() -> GuestImage:
 def test_ensure_base_image_returns_cached_read_only_files(built: GuestImage) -> None:
     home = built.rootfs.parents[3]
     t0 = time.monotonic()
+    # Any build step reports progress: none is the proof nothing was rebuilt.
     again = images.ensure_base_image(home, progress=lambda m: pytest.fail(f"rebuilt: {m}"))
-    assert time.monotonic() - t0 < 1.0
+    print(f"cached ensure_base_image: {time.monotonic() - t0:.2f} s")
     assert again == built
     for path in (built.kernel, built.initrd, built.rootfs):
         assert path.is_file() and path.stat().st_size > 0
