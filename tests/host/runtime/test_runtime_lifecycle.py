@@ -15,6 +15,7 @@ import pytest
 
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
+from pandastack.host.vmm.driver import pid_is_running
 from pandastack.hostport.errors import AgentError
 from tests.helpers import SandboxFactory, vmm_pids_under
 from tests.leftovers import owned_tmpdir
@@ -120,7 +121,11 @@ async def test_host_crash_then_restart_adopts_running_and_cleans_dead(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         os.kill(int(dead_pid), signal.SIGKILL)  # this one dies while no host is watching
-        await asyncio.sleep(0.2)
+        # Gone as the runtime's start will judge it (a large VMM takes a while to exit).
+        deadline = time.monotonic() + 30
+        while pid_is_running(int(dead_pid)):
+            assert time.monotonic() < deadline, "the killed VMM did not exit"
+            await asyncio.sleep(0.05)
 
         rt = HostRuntime(HostConfig(home=host_config.home, state_dir=state,
                                     accel=host_config.accel), progress=lambda m: None)
