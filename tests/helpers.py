@@ -83,13 +83,18 @@ def private_vmm_root(prefix: str) -> Iterator[Path]:
     assert not leftovers, f"VMMs leaked: {leftovers}"
 
 
-async def clock_lag(sbx: SandboxHandle) -> float:
-    """How far the guest's wall clock is behind the host's (negative: ahead), in seconds."""
+async def assert_clock_on_time(sbx: SandboxHandle, slack: float = 0.5, why: str = "") -> None:
+    """The guest's wall clock, read by an exec, is within `slack` s of the host's time during
+    that exec: between the host's clock before the call and after it. (Not the call's
+    midpoint: a slow round trip on a loaded host would count as a clock off by half of it.)"""
     before = time.time()
-    result = await sbx.exec(["date", "+%s.%N"])
+    result = await sbx.exec(["date", "+%s.%N"], timeout=60)
     after = time.time()
     assert result.exit_code == 0, result
-    return (before + after) / 2 - float(result.stdout)
+    guest = float(result.stdout)
+    assert before - slack <= guest <= after + slack, \
+        f"{why}: guest clock {guest - before:+.3f} s from the call's start, " \
+        f"{guest - after:+.3f} s from its end (slack {slack} s)"
 
 
 def remove_private_dirs(state: Path, snaps: Path) -> tuple[list[str], list[str]]:
