@@ -72,7 +72,9 @@ def test_terminal_size_ctrl_c_full_screen_reattach_and_exit(sbx: Sandbox,
         pty.resize(100, 30)
         assert b"30 100" in screen.run("stty size", "M2")
         pty.send_stdin("sleep 100\n")
-        time.sleep(1)
+        # ^C once the shell runs it: sent earlier, bash can take it and then read the line
+        until(lambda: sbx.commands.run(f"pgrep -P {pty.pid} -x sleep || true").stdout.strip()
+              != "")
         pty.send_stdin("\x03")
         assert b"alive" in screen.run("echo al''ive", "M3")  # the shell lived through ^C
         pty.send_stdin("top -d 1\n")  # full screen: reads keys raw, paints with escapes
