@@ -151,14 +151,24 @@ def test_pty(sbx: Sandbox) -> None:
     sbx.pty.send_stdin(terminal.pid, b"stty size; tty\n")
     _until(lambda: "24 80" in output(), "the first size")
     sbx.pty.resize(terminal.pid, PtySize(rows=30, cols=100))
-    sbx.pty.send_stdin(terminal.pid, b"stty size; exit 3\n")
+
+    def resized() -> bool:
+        # Resize and input are separate calls that may reach the terminal in either order:
+        # ask again until the new size shows.
+        sbx.pty.send_stdin(terminal.pid, b"stty size\n")
+        time.sleep(0.5)
+        return "30 100" in output()
+
+    _until(resized, "the new size", 30)
+    sbx.pty.send_stdin(terminal.pid, b"exit 3\n")
     waiter.join(60)
     assert not waiter.is_alive()
     assert "30 100" in output() and "/dev/pts/" in output()
     assert len(ended) == 1 and isinstance(ended[0], CommandExitException)
     assert ended[0].exit_code == 3
     # a terminal's timeout ends it, followed or not
-    short = sbx.pty.create(PtySize(rows=24, cols=80), timeout=3)
+    # (10 s: creating it, leaving it and listing took over 3 s on busy cores)
+    short = sbx.pty.create(PtySize(rows=24, cols=80), timeout=10)
     short.disconnect()
     assert short.pid in _running(sbx)
     _until(lambda: short.pid not in _running(sbx), "the terminal's timeout to end it")
