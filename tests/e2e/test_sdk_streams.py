@@ -35,7 +35,11 @@ def creds_of(live_server: LiveServer) -> dict[str, Any]:
 
 def test_a_line_a_second_is_streamed_line_by_line(sbx: Sandbox) -> None:
     lines: list[str] = []
-    proc = sbx.commands.start("for i in 1 2 3; do echo line$i; sleep 1; done",
+    # After its first line the process waits for the test's gate file (a bounded 120 s), so
+    # it still runs when listed, however slow the listing (3 s of sleeps did not always last).
+    gate = "/tmp/streams-first-line-seen"
+    proc = sbx.commands.start(f"echo line1; for _ in $(seq 1200); do [ -e {gate} ] && break; "
+                              "sleep 0.1; done; for i in 2 3; do sleep 1; echo line$i; done",
                               on_stdout=lines.append)
     events: list[ProcessEvent] = []
     running_at_first_line: bool | None = None
@@ -44,6 +48,7 @@ def test_a_line_a_second_is_streamed_line_by_line(sbx: Sandbox) -> None:
         if event.type == "stdout" and running_at_first_line is None:
             listed = {p.pid: p for p in sbx.commands.list()}
             running_at_first_line = listed[proc.pid].running
+            sbx.commands.run(f"touch {gate}")
     assert running_at_first_line is True  # the first line came while the process ran
     outs = [e.data for e in events if e.type == "stdout"]
     assert outs == ["line1\n", "line2\n", "line3\n"]  # one event per line, in order
