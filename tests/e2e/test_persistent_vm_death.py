@@ -181,10 +181,19 @@ def test_server_and_qemu_sigkill_then_the_first_exec_starts_it_again_with_its_ne
                              text=True, check=True).stdout
         assert "LOWER_UP" in tap, tap
         # (a datagram to it makes the guest resolve its address: a complete ARP entry, flags
-        # 0x2, is an answer from the host's side of the tap)
-        out = sh(c, kept, "python3 -c \"import socket; socket.socket(socket.AF_INET, "
-                          f"socket.SOCK_DGRAM).sendto(b'x', ('{GATEWAY_IP}', 9))\"; sleep 1; "
-                          "cat /proc/net/arp")
+        # 0x2, is an answer from the host's side of the tap; the guest sends until it reads
+        # one, for at most 20 s, where a fixed 1 s was sometimes short)
+        out = sh(c, kept, f"""python3 -c '
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end = time.monotonic() + 20
+while time.monotonic() < end:
+    s.sendto(b"x", ("{GATEWAY_IP}", 9))
+    rows = [r.split() for r in open("/proc/net/arp").read().splitlines()[1:]]
+    if [r[2] for r in rows if r[0] == "{GATEWAY_IP}"] == ["0x2"]:
+        break
+    time.sleep(0.2)
+'; cat /proc/net/arp""")
         arp = [line.split() for line in out["stdout"].splitlines()[1:]]
         assert [a[2] for a in arp if a[0] == GATEWAY_IP] == ["0x2"], out
         end_all(c, serve, kept)
