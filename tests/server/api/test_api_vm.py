@@ -273,14 +273,19 @@ async def test_ttl_expiry_removes_the_vm(api: Api) -> None:
 async def test_idle_reaper(host_mode: str) -> None:
     async with vm_app(host_mode, idle_timeout_seconds=2) as api:
         c = api.client
-        idle = (await c.post("/v1/sandboxes", json={})).json()["id"]
-        # persistent: exempt from the idle reaper and from its (short) TTL alike
+        # persistent: exempt from the idle reaper and from its (short) TTL alike. Made first,
+        # so that once the idle one is reaped both rules would have ended this one too.
         r = await c.post("/v1/sandboxes", json={"persistent": True, "ttl_seconds": 1})
         keep = r.json()["id"]
-        await asyncio.sleep(3.5)
-        states = {
-            s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
-        }
+        idle = (await c.post("/v1/sandboxes", json={})).json()["id"]
+        deadline = time.monotonic() + 60  # until reaped, not a fixed 3.5 s
+        while True:
+            states = {
+                s["id"]: s["state"] for s in (await c.get("/v1/sandboxes")).json()["sandboxes"]
+            }
+            if states[idle] != "running" or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
         assert states == {idle: "reaped", keep: "running"}
         state_dir = api.app.state.settings.state_dir
         await _until_gone(state_dir / idle)
