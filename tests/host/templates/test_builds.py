@@ -198,9 +198,10 @@ async def test_failing_step_names_itself_and_leaves_nothing(
     dying = Template().start("echo dying >&2; exit 7", ready=wait_for_port(9, 60)).to_spec()
     with pytest.raises(BuildFailed, match=r"exited with code 7(.|\n)*dying"):
         await builds.build(dying)
-    # One that never gets ready fails at its deadline, with its output so far.
-    slow = Template().start("echo waiting; exec sleep 600", ready=wait_for_port(9, 3)).to_spec()
-    with pytest.raises(BuildFailed, match=r"was not ready \(port 9\) after 3s(.|\n)*waiting"):
+    # One that never gets ready fails at its deadline, with its output so far (a deadline
+    # that leaves a loaded TCG guest time to start the shell and echo).
+    slow = Template().start("echo waiting; exec sleep 600", ready=wait_for_port(9, 8)).to_spec()
+    with pytest.raises(BuildFailed, match=r"was not ready \(port 9\) after 8s(.|\n)*waiting"):
         await builds.build(slow)
     assert {h.id for h in runtime.list()} == before
     assert set(runtime.sandboxes_dir.iterdir()) == dirs_before
