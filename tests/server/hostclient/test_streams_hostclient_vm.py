@@ -36,8 +36,10 @@ async def test_spawn_timeout_and_attach_replay_over_the_host_api(agent: LiveAgen
         sbx = await client.create("base")
         try:
             over = 100_000
+            # The timeout must leave a loaded TCG guest time to write it all (the replay
+            # below counts every byte); it is waited out once, so not longer.
             pid = await sbx.spawn(f"head -c {RING + over} /dev/zero; echo e >&2; sleep 300",
-                                  timeout=3)
+                                  timeout=10)
             order: list[str] = []
             told: list[tuple[int, int]] = []
             first_stdout = asyncio.Event()
