@@ -8,34 +8,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Page, Response
 
 from pandastack import Sandbox
 from tests.e2e.conftest import LiveServer
-from tests.server.browser import Browser, signed_in_chromium
+from tests.server.browser import Browser, list_responses, signed_in_chromium
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(600)]
 
 LIST_POLLS = 2  # the issue's bound (2 s, the list polling every second), told in polls
 PROMPTLY_MS = 60_000  # a guard against a hang; a TCG guest answers well within it
 PAGES = ("templates", "snapshots", "volumes", "usage", "keys")
-
-
-def list_responses(page: Page) -> list[Response]:
-    """The page's lists of sandboxes (GET .../v1/sandboxes, through the dashboard's proxy)
-    from now on, in order of arrival."""
-    seen: list[Response] = []
-
-    def on_response(response: Response) -> None:
-        request = response.request
-        if request.method == "GET" and urlsplit(response.url).path.endswith("/v1/sandboxes"):
-            seen.append(response)
-
-    page.on("response", on_response)
-    return seen
 
 
 @pytest.fixture(scope="module")

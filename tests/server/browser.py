@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from playwright.sync_api import ConsoleMessage, Error, Page, ViewportSize, sync_playwright
+from playwright.sync_api import ConsoleMessage, Error, Page, Response, ViewportSize, sync_playwright
 
 from tests.leftovers import owned_tmpdir
 
@@ -33,6 +34,20 @@ def artifacts_dir() -> Path:
     path.mkdir(parents=True, exist_ok=True)
     print(f"dashboard screenshots: {path}")
     return path
+
+
+def list_responses(page: Page) -> list[Response]:
+    """The page's lists of sandboxes (GET .../v1/sandboxes, through the dashboard's proxy)
+    from now on, in order of arrival."""
+    seen: list[Response] = []
+
+    def on_response(response: Response) -> None:
+        request = response.request
+        if request.method == "GET" and urlsplit(response.url).path.endswith("/v1/sandboxes"):
+            seen.append(response)
+
+    page.on("response", on_response)
+    return seen
 
 
 @dataclass

@@ -7,33 +7,17 @@ terminal needs a real guest: tests/e2e/test_dashboard.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
-from playwright.sync_api import Page, Response
 
 from pandastack import Client, Sandbox
-from tests.server.browser import DESKTOP, PHONE, Browser
+from tests.server.browser import DESKTOP, PHONE, Browser, list_responses
 from tests.server.live import FakeServer
 
 PAGES = ("sandboxes", "templates", "snapshots", "volumes", "usage", "keys")
 ENDED = ("killed", "expired", "failed")
 LIST_POLLS = 2  # the issue's bound (2 s, the list polling every second), told in polls
 ROW_WAIT_MS = 30_000  # a guard against a hang; the polls above are what is checked
-
-
-def list_responses(page: Page) -> list[Response]:
-    """The page's lists of sandboxes (GET .../v1/sandboxes, through the dashboard's proxy)
-    from now on, in order of arrival."""
-    seen: list[Response] = []
-
-    def on_response(response: Response) -> None:
-        request = response.request
-        if request.method == "GET" and urlsplit(response.url).path.endswith("/v1/sandboxes"):
-            seen.append(response)
-
-    page.on("response", on_response)
-    return seen
 
 
 def leave_sandbox_page(browser: Browser, server: FakeServer) -> None:
