@@ -9,7 +9,7 @@ current use; a shape outside the allowed size classes is a 422."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import Row, bindparam, select
@@ -142,30 +142,27 @@ class Quotas:
     def snapshot_room(self, adding_bytes: int) -> QuotaCheck:
         """The check of storing `adding_bytes` more of snapshots (0: whether any room is
         left, before a snapshot whose size is not known yet is taken)."""
-        def check(s: Session, team: str) -> None:
-            limit = self.limits(s, team)["max_snapshot_gb"]
-            if limit is None:
-                return
-            current = snapshot_use_gib(s, team)
-            adding = adding_bytes / (1 << 30)
-            if current + adding > limit or (adding_bytes == 0 and current >= limit):
-                raise quota_exceeded(team, "max_snapshot_gb", limit, round(current, 6),
-                                     round(adding, 6) or None)
-        return check
+        return self._stored_room("max_snapshot_gb", snapshot_use_gib, adding_bytes)
 
     def template_room(self, reserving_bytes: int) -> QuotaCheck:
         """The check of a build that reserves `reserving_bytes` (its row's `size_bytes`)
         before its size is known: the team's stored and reserved template bytes plus these
         must stay within max_template_gb. A build may end bigger than it reserved; it still
         lands (its template exists by then), and the next build finds the team over."""
+        return self._stored_room("max_template_gb", template_use_gib, reserving_bytes)
+
+    def _stored_room(self, limit_name: str, use_gib: Callable[[Session, str], float],
+                     adding_bytes: int) -> QuotaCheck:
+        """A check that the team's stored GiB (`use_gib`) plus `adding_bytes` stay within
+        `limit_name` (0 bytes: whether any room is left)."""
         def check(s: Session, team: str) -> None:
-            limit = self.limits(s, team)["max_template_gb"]
+            limit = self.limits(s, team)[limit_name]
             if limit is None:
                 return
-            current = template_use_gib(s, team)
-            adding = reserving_bytes / (1 << 30)
-            if current + adding > limit:
-                raise quota_exceeded(team, "max_template_gb", limit, round(current, 6),
+            current = use_gib(s, team)
+            adding = adding_bytes / (1 << 30)
+            if current + adding > limit or (adding_bytes == 0 and current >= limit):
+                raise quota_exceeded(team, limit_name, limit, round(current, 6),
                                      round(adding, 6) or None)
         return check
 
