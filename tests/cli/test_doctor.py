@@ -36,6 +36,7 @@ from pandastack.server.registries.service import RegistryCredentialService
 from pandastack.server.settings import Settings
 from pandastack.server.store import open_store
 from pandastack.wire.registries import RegistryLogin
+from tests.ports import free_port
 from tests.services import Postgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,12 +112,6 @@ def held_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield sock.getsockname()[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_ports(held_port: int) -> None:

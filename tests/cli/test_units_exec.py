@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from pandastack.cli.env_file import read_env_file
 from pandastack.cli.main import main
 from tests.cli.test_units import unit_settings
 from tests.leftovers import owned_tmpdir
+from tests.ports import free_port
 from tests.server.live_agent import LiveAgent, assert_nothing_left
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
@@ -71,12 +71,6 @@ def confined(unit: dict[str, list[str]]) -> list[str]:
     if unit.get("NoNewPrivileges") == ["yes"]:
         prefix.append("--no-new-privs")
     return prefix
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(ready: object, proc: subprocess.Popen[bytes], log: Path) -> None:

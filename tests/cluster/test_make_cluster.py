@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from pandastack.hostport.compat import HOST_PROTOCOL
 from pandastack.sdk import Client, Sandbox
 from pandastack.sdk.errors import PermissionDeniedError
 from tests.helpers import HOLDER, vmm_pids_under
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.serial, pytest.mark.vm,
               pytest.mark.timeout(2400)]
@@ -40,12 +40,6 @@ RUN = Path("/run/pandastack-cluster")
 # The agents' --stale-after-s is 15 s; the server notices at its next look at the registry.
 LOST_WITHIN_S = 120.0
 TTL_S = 900  # a backstop: every sandbox is killed or goes with the cluster
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cmdline(pid: int) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,12 +33,6 @@ class FakeServer:
 
     def log_tail(self, limit: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-limit:]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float, *,
