@@ -49,6 +49,9 @@ def sample(cls: type[Exception]) -> Exception:
     if cls is E.BuildFailed:
         return E.BuildFailed("step 2/3 RUN make failed", step=2, instruction="RUN make",
                              exit_code=2, output="make: *** [all] Error 1")
+    if cls is E.HostMemoryExhausted:
+        return E.HostMemoryExhausted(what="create sbx-1", available_mb=900, reserve_mb=1024,
+                                     need_mb=40, held_mb=80, starting=2)
     return cls(f"a {cls.__name__} happened")
 
 
@@ -105,6 +108,7 @@ def test_statuses() -> None:
     assert status_of(sample(E.GuestOSError)) == 422
     assert status_of(E.AgentConnectionError("x")) == 502
     assert status_of(E.HostUnavailable("x")) == 503
+    assert status_of(sample(E.HostMemoryExhausted)) == 503  # a HostExhausted
     assert status_of(E.VMMError("x")) == 500
 
 

@@ -101,6 +101,12 @@ class HostConfig:
     # AUTO_STREAM_HUGETLB_MB (at most 1/8 of the host's memory) where the host hands freed
     # memory back to its hypervisor, else 0.
     stream_hugetlb_mb: int | None = None
+    # MiB of the host's memory that VM starts must leave available (MemAvailable, less what
+    # starts under way reserved): below it creates, forks, wakes and incoming migrations are
+    # refused with HostMemoryExhausted, before the kernel's OOM killer picks a process (ADR
+    # 0050). None ("auto"): 5 % of MemTotal, at least 1 GiB (host/memory/admission.py says
+    # why). PANDASTACK_MEMORY_RESERVE_MB.
+    memory_reserve_mb: int | None = None
     # How long the guest-agent client waits for one answer of the guest; for an exec with a
     # timeout, also its grace past that timeout (the guest kills the process tree then and
     # reports the exit once the tree is gone: guest/procs.py KILLED_GRACE). The host API's
@@ -139,6 +145,8 @@ class HostConfig:
         if not 1000 <= self.jail_uid_base <= 2**32 - 2**17:
             raise ValueError(f"jail_uid_base must leave room for every slot's uid, not "
                              f"{self.jail_uid_base}")
+        if self.memory_reserve_mb is not None and self.memory_reserve_mb < 0:
+            raise ValueError(f"memory_reserve_mb must be 0 or more, not {self.memory_reserve_mb}")
         if self.stream_hugetlb_mb is not None and self.stream_hugetlb_mb < 0:
             raise ValueError(f"stream_hugetlb_mb must be 0 or more, not {self.stream_hugetlb_mb}")
 
@@ -188,6 +196,8 @@ class HostConfig:
             values["fork_buffer_s"] = float(env["PANDASTACK_FORK_BUFFER_S"])
         if env.get("PANDASTACK_STREAM_HUGETLB_MB", "auto") != "auto":
             values["stream_hugetlb_mb"] = int(env["PANDASTACK_STREAM_HUGETLB_MB"])
+        if env.get("PANDASTACK_MEMORY_RESERVE_MB", "auto").strip() != "auto":
+            values["memory_reserve_mb"] = int(env["PANDASTACK_MEMORY_RESERVE_MB"])
         if env.get("PANDASTACK_JAIL", "").strip():
             values["jail"] = env["PANDASTACK_JAIL"].strip().lower() not in ("off", "0", "no",
                                                                            "false")

@@ -25,6 +25,7 @@ type name and re-raised by its client: the control plane sees the same classes e
     ├── HostUnavailable       the host agent cannot be reached (its process is down or restarting)
     │   └── HostLost          its host stopped heartbeating and was fenced (its VM is gone)
     ├── HostExhausted         the host (or every host) has no room for the sandbox
+    │   └── HostMemoryExhausted  starting the VM would leave less than the host's memory reserve
     ├── ObjectStoreError      the object store refused a request or sent other bytes than asked
     │   ├── ObjectStoreUnavailable  it cannot be reached, timed out or answered 5xx
     │   ├── ObjectNotFound          no object with that key
@@ -137,6 +138,24 @@ class UnsupportedLanguage(CodeInterpreterError):
 class HostExhausted(HostError):
     """The host has no room for the sandbox (its capacity is taken, or it is draining); a
     pool of hosts raises it when no host took the sandbox."""
+
+
+class HostMemoryExhausted(HostExhausted):
+    """The host's real memory (MemAvailable, less what VM starts under way have reserved)
+    would fall under its reserve with this VM started (host/memory/admission.py): refused
+    before the kernel's OOM killer has to choose. The attributes are MiB."""
+
+    def __init__(self, *, what: str, available_mb: int, reserve_mb: int, need_mb: int,
+                 held_mb: int = 0, starting: int = 0) -> None:
+        under_way = f", {held_mb} MiB of it reserved by {starting} VM starts under way" \
+            if starting else ""
+        super().__init__(
+            f"{what}: refused, the host is low on memory: {available_mb} MiB available "
+            f"(MemAvailable){under_way}; this VM's start takes about {need_mb} MiB and "
+            f"{reserve_mb} MiB stay in reserve (PANDASTACK_MEMORY_RESERVE_MB)")
+        self.available_mb = available_mb
+        self.reserve_mb = reserve_mb
+        self.need_mb = need_mb
 
 
 class HostUnavailable(HostError):

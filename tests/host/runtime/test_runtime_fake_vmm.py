@@ -20,11 +20,12 @@ import pytest
 
 from pandastack.host.config import HostConfig
 from pandastack.host.images.build import GuestImage
+from pandastack.host.memory.admission import VMM_FIXED_MB, MemoryAdmission
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.records import SandboxRecord
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import Capability
-from pandastack.hostport.errors import SnapshotFailed, VMMError
+from pandastack.hostport.errors import HostMemoryExhausted, SnapshotFailed, VMMError
 from tests.helpers import close_private_runtime, private_vmm_root, vmm_pids_under
 from tests.host import fake_vmm
 from tests.host.fake_vmm import FakeDriver
@@ -321,3 +322,52 @@ async def test_a_lookup_while_a_hibernation_ends_its_vm_sees_it_hibernated(
     assert seen == [("hibernated", False)]
     await rt.kill(sbx.id)
     assert_holds_only(rt)
+
+
+def tight_memory(rt: HostRuntime, room_mb: int) -> list[int]:
+    """The runtime's admission against a MemAvailable of the reserve plus `room_mb`, and
+    what it had reserved at each restore of its driver (the list returned)."""
+    reserve = 1000
+    rt.admission = MemoryAdmission(reserve, meminfo=lambda: (24_000, reserve + room_mb))
+    held: list[int] = []
+    driver = driver_of(rt)
+    restore = driver.restore
+
+    async def watched(*args: object, **kwargs: object) -> object:
+        held.append(rt.admission.held_mb)
+        return await restore(*args, **kwargs)  # type: ignore[arg-type]
+
+    driver.restore = watched  # type: ignore[method-assign,assignment]
+    return held
+
+
+async def test_memory_admission_refuses_before_anything_is_made(rt: HostRuntime) -> None:
+    """Refused: nothing laid out, no VMM started; admitted: the reservation is held while
+    the VM starts and given back once it is up, or when its start failed."""
+    held = tight_memory(rt, room_mb=10)
+    with pytest.raises(HostMemoryExhausted, match="1010 MiB available"):
+        await rt.create()
+    assert_holds_only(rt)
+    assert held == [] and "restore" not in driver_of(rt).calls
+    held = tight_memory(rt, room_mb=200)
+    driver_of(rt).fail["restore"] = [VMMError("no restore today")]
+    with pytest.raises(VMMError):
+        await rt.create()
+    assert rt.admission.held_mb == 0 and held == [VMM_FIXED_MB]  # fake: no TCG buffer
+    parent = await rt.create()
+    assert rt.admission.held_mb == 0 and held == [VMM_FIXED_MB] * 2
+    # A fork's children start together: the second cannot pass on the first's reading.
+    held = tight_memory(rt, room_mb=VMM_FIXED_MB + 8)
+    with pytest.raises(HostMemoryExhausted, match="reserved by 1 VM starts under way"):
+        await rt.fork(parent.id, count=2)
+    assert len(held) == 1 and rt.admission.held_mb == 0
+    assert_holds_only(rt, parent.id)
+    await rt.hibernate(parent.id)
+    tight_memory(rt, room_mb=10)
+    with pytest.raises(HostMemoryExhausted, match=f"wake {parent.id}"):
+        await rt.wake(parent.id)
+    assert rt.get(parent.id).state == "hibernated"
+    tight_memory(rt, room_mb=200)
+    await rt.wake(parent.id)
+    assert (await parent.exec(["echo", "woken"])).stdout == b"woken\n"
+    assert rt.admission.held_mb == 0

@@ -25,6 +25,7 @@ from typing import Any
 from pandastack.host.config import HostConfig
 from pandastack.host.gc import hold_version, kill_orphan_vmms
 from pandastack.host.images.build import GuestImage
+from pandastack.host.memory.admission import MemoryAdmission, file_bytes
 from pandastack.host.memory.fork_buffer import ForkBuffer
 from pandastack.host.memory.huge_pool import HugePagePool
 from pandastack.host.network.egress_proxy import EgressProxy, Resolver
@@ -116,6 +117,8 @@ class HostRuntime:
         self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
                                       progress)
         self.huge_pool = HugePagePool(self.config.hugetlb_claim, progress=progress)
+        self.admission = MemoryAdmission(self.config.memory_reserve_mb,
+                                         tb_size_mb=self.config.tb_size_mb)
         self.slots = SandboxSlots(self.network, self.egress,
                                   self.config.sandboxes_dir / ".spare-slots", progress,
                                   enabled=self.config.networking)
@@ -288,12 +291,17 @@ class HostRuntime:
         sid = sandbox_id or f"sbx-{secrets.token_hex(6)}"
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
-        mounts: tuple[Mounted, ...] = () if snapshot is not None else \
-            self.volumes.plan(sid, volumes, self.driver.volume_slots)
+        # Before anything is laid out, so that a refusal leaves nothing to undo. A snapshot's
+        # stream is loaded into the VM's own memory; a template's memory file is mapped.
+        reservation = self.admission.vm_start(f"create {sid}", self.driver.accel,
+                                              0 if snapshot is None else file_bytes(state_file))
         workdir = self.sandboxes_dir / sid
         try:
+            mounts: tuple[Mounted, ...] = () if snapshot is not None else \
+                self.volumes.plan(sid, volumes, self.driver.volume_slots)
             workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
         except BaseException:
+            reservation.release()
             self.volumes.settle(sid)
             raise
         disks = self.driver.disks
@@ -334,6 +342,7 @@ class HostRuntime:
                 sid, vm, workdir, record.hostname, record.created_at,
                 self.config.agent_timeout_s, template=template, waker=self.wake)
             await handle.initialize(record.machine_id)
+            reservation.release()  # the VM is up: MemAvailable counts it from now on
             if snapshot is None and mounts:
                 # After the agent answered: the guest runs, so the stream is loaded.
                 await self.volumes.announce(self.driver, vm, mounts)
@@ -344,6 +353,7 @@ class HostRuntime:
                 if grown.exit_code != 0:
                     raise SetupError(f"growing the root filesystem failed: {grown.stderr!r}")
         except BaseException as exc:
+            reservation.release()
             if vm is not None:
                 vm.kill()
             self.vm_ended(workdir)

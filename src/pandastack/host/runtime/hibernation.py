@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pandastack.host.memory.admission import file_bytes
 from pandastack.host.runtime.records import (
     HIBERNATING,
     HIBERNATION,
@@ -130,20 +131,23 @@ class Hibernation:
             tmpl = store.load_dir(record.template, Path(record.template_path))
             stream = handle.workdir / HIBERNATION
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
-            vm = await rt.restore_vm(
-                VMPaths(handle.workdir), files, handle.workdir / record.top,
-                await self._network(record),
-                rt.volumes.drives(rt.driver, handle.workdir, mounts_of(record.volumes)))
-            handle.vm = vm
-            handle.state = "running"
-            try:
-                await handle.initialize(record.machine_id)
-            except BaseException:
-                await asyncio.to_thread(vm.kill)
-                rt.vm_ended(handle.workdir)
-                handle.vm = None
-                handle.state = "hibernated"
-                raise
+            # Held until the agent answers: the whole stream is loaded into the VM by then.
+            with rt.admission.vm_start(f"wake {sandbox_id}", rt.driver.accel,
+                                       file_bytes(stream)):
+                vm = await rt.restore_vm(
+                    VMPaths(handle.workdir), files, handle.workdir / record.top,
+                    await self._network(record),
+                    rt.volumes.drives(rt.driver, handle.workdir, mounts_of(record.volumes)))
+                handle.vm = vm
+                handle.state = "running"
+                try:
+                    await handle.initialize(record.machine_id)
+                except BaseException:
+                    await asyncio.to_thread(vm.kill)
+                    rt.vm_ended(handle.workdir)
+                    handle.vm = None
+                    handle.state = "hibernated"
+                    raise
             rt.table.save(replace(record, state="running", pid=vm.pid))
             stream.unlink(missing_ok=True)
 
@@ -168,18 +172,22 @@ class Hibernation:
         store = await rt.prepare()
         tmpl = store.load_dir(record.template, Path(record.template_path))
         netns = await self._network(record)
-        vm = await asyncio.to_thread(rt.driver.boot, VMPaths(handle.workdir),
-                                     tmpl.snapshot.kernel, handle.workdir / record.top, None,
-                                     tmpl.snapshot.shape, netns=netns)
-        handle.vm, handle.state = vm, "running"
-        try:
-            await _first_contact(handle, record.machine_id)
-        except BaseException:
-            await handle.disconnect()
-            await asyncio.to_thread(vm.kill)
-            rt.vm_ended(handle.workdir)
-            handle.vm, handle.state = None, STOPPED
-            raise
+        # A cold boot's RAM is fresh anonymous memory the guest fills as it likes (not
+        # measured): counted whole, on this rare path.
+        with rt.admission.vm_start(f"boot {handle.id}", rt.driver.accel,
+                                   tmpl.snapshot.shape.memory_mb << 20):
+            vm = await asyncio.to_thread(rt.driver.boot, VMPaths(handle.workdir),
+                                         tmpl.snapshot.kernel, handle.workdir / record.top,
+                                         None, tmpl.snapshot.shape, netns=netns)
+            handle.vm, handle.state = vm, "running"
+            try:
+                await _first_contact(handle, record.machine_id)
+            except BaseException:
+                await handle.disconnect()
+                await asyncio.to_thread(vm.kill)
+                rt.vm_ended(handle.workdir)
+                handle.vm, handle.state = None, STOPPED
+                raise
         rt.table.save(replace(record, state="running", pid=vm.pid))
 
     async def _network(self, record: SandboxRecord) -> str | None:

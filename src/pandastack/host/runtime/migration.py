@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pandastack.host.memory.admission import Reservation
 from pandastack.host.network.manager import Slot
 from pandastack.host.runtime import channel
 from pandastack.host.runtime.records import SANDBOX_ID_RE, SandboxRecord
@@ -71,6 +72,9 @@ class _Incoming:
     relay: channel.Relay | None = None  # with TLS: the stream's way in to the VMM
     accepting: asyncio.Task[None] | None = None
     expiry: asyncio.Task[None] | None = None
+    # The memory its VMM takes while the stream comes in (memory/admission.py): released
+    # once the stream is loaded, or when the migration is dropped.
+    reservation: Reservation | None = None
     done: bool = False
 
 
@@ -200,13 +204,22 @@ class Migrations:
             raise SandboxStateError(f"sandbox {sandbox_id} is on this host already")
         fields = dict(offer["record"])
         fields["layers"] = tuple(fields["layers"])
-        policy = await asyncio.to_thread(NetworkPolicy.from_dict, fields["network"])
-        template = await remote.fetch_template(offer["template"])
-        workdir = self.rt.sandboxes_dir / sandbox_id
-        workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        # The source sends all of the guest's RAM that it touched: counted whole. Refused
+        # here, before anything is fetched or laid out, the source's guest runs on.
+        reservation = self.rt.admission.vm_start(
+            f"incoming migration of {sandbox_id}", self.rt.driver.accel,
+            int(fields["memory_mb"]) << 20)
+        try:
+            policy = await asyncio.to_thread(NetworkPolicy.from_dict, fields["network"])
+            template = await remote.fetch_template(offer["template"])
+            workdir = self.rt.sandboxes_dir / sandbox_id
+            workdir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        except BaseException:
+            reservation.release()
+            raise
         record = SandboxRecord(id=sandbox_id, **fields, template_path=str(template),
                                state="running")
-        inc = _Incoming(record, workdir, template, None)
+        inc = _Incoming(record, workdir, template, None, reservation=reservation)
         self._incoming[sandbox_id] = inc
         try:
             inc.slot = await self.rt.slots.acquire(workdir, policy)
@@ -283,6 +296,8 @@ class Migrations:
         vm, record, workdir = inc.vm, inc.record, inc.workdir
         await asyncio.wait_for(asyncio.shield(inc.accepting), ACCEPT_S)
         await self.rt.driver.wait_incoming(vm, STREAM_S)
+        if inc.reservation is not None:  # the stream is in the VM's memory now
+            inc.reservation.release()
         if inc.relay is not None:  # the VMM has the whole stream: the rest is TLS's goodbye
             inc.relay.stop()
         disks = self.rt.driver.disks
@@ -335,6 +350,8 @@ class Migrations:
         inc = self._incoming.pop(sandbox_id, None)
         if inc is None:
             return
+        if inc.reservation is not None:
+            inc.reservation.release()
         current = asyncio.current_task()
         for task in (inc.accepting, None if expired else inc.expiry):
             if task is not None and task is not current:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pandastack.host.config import HostConfig
+from pandastack.host.memory.admission import MemoryAdmission
 from pandastack.host.memory.fork_buffer import ForkBuffer
 from pandastack.host.network.manager import NetworkManager
 from pandastack.host.runtime.disk_layers import LayerMerges
@@ -39,6 +40,7 @@ class RuntimeParts(Protocol):
     network: NetworkManager
     slots: SandboxSlots
     fork_buffer: ForkBuffer
+    admission: MemoryAdmission
     merges: LayerMerges
     volumes: HostVolumes
     remote: RemoteState | None
