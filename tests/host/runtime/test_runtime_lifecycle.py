@@ -16,6 +16,7 @@ import pytest
 from pandastack.host.config import HostConfig
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.vmm.driver import pid_is_running
+from pandastack.host.vmm.qemu.driver import VMM_OOM_SCORE_ADJ
 from pandastack.hostport.errors import AgentError
 from tests.helpers import SandboxFactory, vmm_pids_under
 from tests.leftovers import owned_tmpdir
@@ -53,6 +54,8 @@ async def test_kill_removes_process_and_files(runtime: HostRuntime) -> None:
     sbx = await runtime.create()
     workdir = Path(sbx.workdir)
     assert vmm_pids_under(workdir)
+    # The OOM killer's first choice, before the server and agent (ADR 0050).
+    assert Path(f"/proc/{sbx.pid}/oom_score_adj").read_text() == f"{VMM_OOM_SCORE_ADJ}\n"
     await runtime.kill(sbx.id)
     assert not workdir.exists()
     assert not vmm_pids_under(workdir)

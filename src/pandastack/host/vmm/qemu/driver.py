@@ -69,6 +69,11 @@ from pandastack.host.vmm.qemu.qmp import (
 from pandastack.hostport.errors import HugePagesUnavailable, SnapshotFailed, VMMError
 from pandastack.tracing import span
 
+# Where running guests eat the host's memory reserve after their admission (ADR 0050), the
+# kernel's OOM killer should end a VM, not the API server or the agent: VMMs would otherwise
+# inherit the agent's score (OOMScoreAdjust=-500 in its unit) and be picked last of all.
+VMM_OOM_SCORE_ADJ = 500
+
 
 class QemuDriver:
     name = "qemu"
@@ -250,6 +255,8 @@ class QemuDriver:
                 )
             except OSError as exc:
                 raise VMMError(f"cannot start {argv[0]}: {exc}") from exc
+        with contextlib.suppress(OSError):  # raising a score needs no privilege
+            Path(f"/proc/{popen.pid}/oom_score_adj").write_text(f"{VMM_OOM_SCORE_ADJ}\n")
         return VMProcess(popen.pid, paths, popen)
 
     # -- driver interface -----------------------------------------------------------------
