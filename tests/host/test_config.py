@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, HostConfig
+from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, GUEST_IDLE_ARGS, HostConfig
 
 
 @pytest.mark.parametrize(("setting", "accel", "args"), [
@@ -15,7 +15,7 @@ from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, HostConfig
     ("off", "tcg", " norandmaps tsc=reliable"), ("off", "kvm", " norandmaps"),
 ])
 def test_guest_aslr_and_accel_give_the_kernel_args(setting: str, accel: str, args: str) -> None:
-    assert HostConfig(guest_aslr=setting).guest_kernel_args(accel) == args
+    assert HostConfig(guest_aslr=setting).guest_kernel_args(accel) == args + GUEST_IDLE_ARGS
 
 
 def test_guest_aslr_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
