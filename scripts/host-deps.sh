@@ -31,6 +31,10 @@ packages=(
   # tests/e2e/test_tls_serve.py puts nginx in front of serve (HTTP/2 to E2B's SDKs, as the
   # TLS guide's example, docs/tls.md); it runs only when a test starts it with its own config.
   nginx
+  # tests/e2e/test_tls_caddy.py runs the guide's Caddyfile (docs/tls.md, "Caddy in front"):
+  # bookworm's caddy 2.6.2, started by the test alone, on loopback (caddy.service is masked
+  # below before the package can start it on :80).
+  caddy
 )
 
 missing=()
@@ -60,6 +64,14 @@ if ((${#missing[@]})); then
   fi
   echo "host-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # The package enables and starts caddy.service, serving its default Caddyfile on :80 of
+  # every interface; a test host must not. Masked before it is installed (a unit file of
+  # the admin's own there is left alone), it neither starts now nor at boot (its postinst
+  # then says its preset failed: harmless). `systemctl unmask caddy` to serve with it.
+  if [[ " ${missing[*]} " == *" caddy "* ]] && [[ ! -e /etc/systemd/system/caddy.service ]]; then
+    mkdir -p /etc/systemd/system
+    ln -s /dev/null /etc/systemd/system/caddy.service
+  fi
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
