@@ -40,7 +40,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 async def floor_once(rt: HostRuntime, tmpl: Template, workdir: Path,
-                     extra: bytes = b"") -> float:
+                     extra: bytes = b"", argv: list[str] | None = None) -> float:
     # The VM needs a namespace with its tap; it is made before the clock starts (the product
     # takes a prepared one from its spares), so the floor is the restore and the exec alone.
     workdir.mkdir(parents=True)
@@ -56,7 +56,7 @@ async def floor_once(rt: HostRuntime, tmpl: Template, workdir: Path,
         assert sock is not None
         sock.setblocking(True)
         sock.sendall(protocol.frame("hello", 0, v=1, nonce="floor") + extra
-                     + protocol.frame("exec", 1, argv=["true"]))
+                     + protocol.frame("exec", 1, argv=argv or ["true"]))
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         decoder = protocol.FrameDecoder()
