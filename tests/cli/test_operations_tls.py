@@ -21,8 +21,9 @@ import pytest
 
 from pandastack.cli.agent import with_peer_tls
 from pandastack.host.config import HostConfig, PeerCerts
+from tests.ports import free_port
 from tests.server.hostclient.test_agent_tls import TOKEN, tls_agent
-from tests.server.live import ROOT, fake_server, free_port
+from tests.server.live import ROOT, fake_server
 from tests.tls_certs import peer_names
 
 GUIDE = ROOT / "docs" / "tls.md"

@@ -33,7 +33,6 @@ from tests.cli.test_units_exec import (
     PANDASTACK,
     confined,
     expand_exec,
-    free_port,
     mark,
     stop,
     wait_until,
@@ -41,6 +40,7 @@ from tests.cli.test_units_exec import (
 from tests.cluster.test_cluster_script import cluster_script
 from tests.helpers import vmm_pids_under
 from tests.leftovers import owned_tmpdir
+from tests.ports import free_port
 from tests.registry.conftest import pg_dsn
 from tests.server.live_agent import LiveAgent, assert_nothing_left
 

@@ -20,7 +20,8 @@ import pytest
 
 from tests.helpers import qemu_pids_under
 from tests.leftovers import owned_tmpdir
-from tests.server.live import free_port, terminate, wait_healthy
+from tests.ports import free_port
+from tests.server.live import terminate, wait_healthy
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from pandastack.host.config import HostConfig
 from pandastack.host.network.manager import NetworkManager
 from tests.helpers import qemu_pids_under
 from tests.leftovers import owned_tmpdir
-from tests.server.live import free_port, wait_healthy
+from tests.ports import free_port
+from tests.server.live import wait_healthy
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 

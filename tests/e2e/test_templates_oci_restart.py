@@ -25,7 +25,8 @@ from tests.host.images.oci.conftest import needs_registry, registry, skopeo_poli
 from tests.host.images.oci.helpers import push_image
 from tests.host.images.oci.layers import busybox_layer, file, gzipped
 from tests.host.images.oci.registry import Registry
-from tests.server.live import free_port, terminate, wait_healthy
+from tests.ports import free_port
+from tests.server.live import terminate, wait_healthy
 from tests.server.live_agent import LiveAgent, live_agent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm, needs_registry, pytest.mark.timeout(1500)]

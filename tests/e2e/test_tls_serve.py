@@ -33,7 +33,8 @@ import pytest
 from pandastack import Sandbox
 from tests.e2e.conftest import run_live_server
 from tests.leftovers import owned_tmpdir
-from tests.server.live import ROOT, free_port, terminate
+from tests.ports import free_port
+from tests.server.live import ROOT, terminate
 from tests.tls_certs import SANDBOX_DOMAIN, IssuedCerts, make_test_certs
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from pandastack.server.hostclient import HostClient
+from tests.ports import free_port
 from tests.server.conftest import Api, assert_envelope
-from tests.server.live import ROOT, free_port, terminate, wait_healthy
+from tests.server.live import ROOT, terminate, wait_healthy
 from tests.server.vm_app import vm_app, vm_host
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]

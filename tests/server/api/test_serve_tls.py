@@ -22,7 +22,8 @@ import pytest
 from pandastack.cli.main import main
 from pandastack.sdk import AsyncClient, Client
 from pandastack.sdk.errors import APIConnectionError, ConfigError
-from tests.server.live import fake_server, free_port
+from tests.ports import free_port
+from tests.server.live import fake_server
 from tests.tls_certs import SANDBOX_DOMAIN, IssuedCerts, make_test_certs
 from tests.tls_certs import peer_names as names_shown
 

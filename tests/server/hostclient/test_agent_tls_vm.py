@@ -18,7 +18,7 @@ from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.pty import PtyExit
 from pandastack.server.hostclient import HostClient, agent_tls
 from tests.leftovers import owned_tmpdir
-from tests.server.live import free_port
+from tests.ports import free_port
 from tests.server.live_agent import LiveAgent, started
 from tests.tls_certs import IssuedCerts, make_test_certs
 

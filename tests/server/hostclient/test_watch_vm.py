@@ -23,7 +23,8 @@ from pandastack.hostport.watch import WatchEvent
 from pandastack.sdk import Sandbox
 from pandastack.server.hostclient import HostClient
 from tests.host.runtime.test_runtime_watch import FLOOD, brief
-from tests.server.live import free_port, terminate, wait_healthy
+from tests.ports import free_port
+from tests.server.live import terminate, wait_healthy
 from tests.server.live_agent import LiveAgent, live_agent
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]

@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.ports import free_port
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime
-from tests.server.live import fake_server, free_port
+from tests.server.live import fake_server
 from tests.server.preview_client import preview_client
 
 # A sandbox's Set-Cookie headers, and what a browser gets of each: no Domain attribute in any

@@ -25,8 +25,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from tests.ports import free_port
 from tests.server.browser import Browser, chromium
-from tests.server.live import FakeServer, fake_server, free_port
+from tests.server.live import FakeServer, fake_server
 
 DOMAIN = "preview.example.com"
 

@@ -18,7 +18,8 @@ from websockets.sync.server import Server, ServerConnection, serve
 from websockets.typing import Subprotocol
 
 from pandastack.server.preview.wsproxy import close_reason, sendable
-from tests.server.live import FakeServer, fake_server, free_port
+from tests.ports import free_port
+from tests.server.live import FakeServer, fake_server
 
 
 def handler(conn: ServerConnection) -> None:
