@@ -146,9 +146,9 @@ class HostMemoryExhausted(HostExhausted):
     before the kernel's OOM killer has to choose. The attributes are MiB."""
 
     def __init__(self, *, what: str, available_mb: int, reserve_mb: int, need_mb: int,
-                 held_mb: int = 0, starting: int = 0) -> None:
-        under_way = f", {held_mb} MiB of it reserved by {starting} VM starts under way" \
-            if starting else ""
+                 held_mb: int = 0, starting: int = 0, waiting: int = 0) -> None:
+        under_way = f", {held_mb} MiB of it reserved by {starting} VM starts under way and " \
+            f"the first commands of {waiting} new VMs" if held_mb else ""
         super().__init__(
             f"{what}: refused, the host is low on memory: {available_mb} MiB available "
             f"(MemAvailable){under_way}; this VM's start takes about {need_mb} MiB and "

@@ -151,3 +151,37 @@ def test_no_reading_no_verdict(tmp_path: Path) -> None:
     assert read_meminfo(meminfo) is None
     assert read_meminfo(tmp_path / "missing") is None
     assert read_meminfo() is not None  # this machine's
+
+
+def test_a_first_command_stays_held_from_up_until_it_ran_or_the_vm_ended() -> None:
+    admission = MemoryAdmission(1000, meminfo=Readings(available=1000 + 100))
+    a = admission.reserve(40, "create sbx-a", later_mb=16)
+    assert admission.held_mb == 40
+    a.up("/s/sbx-a")  # what its start took is in MemAvailable now; its first exec is not
+    assert admission.held_mb == 16
+    b = admission.reserve(40, "create sbx-b", later_mb=16)
+    with pytest.raises(HostMemoryExhausted, match="the first commands of 1 new VMs"):
+        admission.reserve(50, "create sbx-c")  # 1100 - 16 - 40 - 50 < 1000
+    b.up("/s/sbx-b")
+    admission.first_command("/s/sbx-a")
+    admission.first_command("/s/sbx-a")  # once only
+    assert admission.held_mb == 16
+    admission.ended("/s/sbx-b")
+    assert admission.held_mb == 0
+    # A start that fails after `up` gives back all; as a context manager too.
+    c = admission.reserve(40, "create sbx-c", later_mb=16)
+    c.up("/s/sbx-c")
+    c.release()
+    assert admission.held_mb == 0
+    with admission.reserve(40, "wake sbx-d", later_mb=16) as d:
+        d.up("/s/sbx-d")
+    assert admission.held_mb == 16  # up, and no error: only its first command stays
+    with pytest.raises(RuntimeError), admission.reserve(40, "wake sbx-e", later_mb=16) as e:
+        e.up("/s/sbx-e")
+        raise RuntimeError("its agent did not answer after all")
+    assert admission.held_mb == 16
+    admission.ended("/s/sbx-d")
+    assert admission.held_mb == 0
+    # The TCG part is what comes later; KVM translates nothing.
+    assert admission.vm_start("create sbx-f", "tcg").later_mb == TCG_START_MB
+    assert admission.vm_start("create sbx-g", "kvm").later_mb == 0

@@ -20,7 +20,7 @@ import pytest
 
 from pandastack.host.config import HostConfig
 from pandastack.host.images.build import GuestImage
-from pandastack.host.memory.admission import VMM_FIXED_MB, MemoryAdmission
+from pandastack.host.memory.admission import TCG_START_MB, VMM_FIXED_MB, MemoryAdmission
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.records import SandboxRecord
 from pandastack.host.runtime.sandbox import SandboxHandle
@@ -368,6 +368,12 @@ async def test_memory_admission_refuses_before_anything_is_made(rt: HostRuntime)
         await rt.wake(parent.id)
     assert rt.get(parent.id).state == "hibernated"
     tight_memory(rt, room_mb=200)
+    driver_of(rt).accel = "tcg"  # its first command's translated code comes later
     await rt.wake(parent.id)
+    assert rt.admission.held_mb == TCG_START_MB
     assert (await parent.exec(["echo", "woken"])).stdout == b"woken\n"
+    assert rt.admission.held_mb == 0
+    idle = await rt.create()
+    assert rt.admission.held_mb == TCG_START_MB  # until its first command, or its end
+    await rt.kill(idle.id)
     assert rt.admission.held_mb == 0

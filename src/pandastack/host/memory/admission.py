@@ -9,9 +9,12 @@ not in that reading yet, so N concurrent creates cannot all pass on the same one
 start is refused when what is left would fall under the reserve.
 
 A reservation is held until its VM is up (agent answered, or the migration's stream loaded):
-from then on its memory shows in MemAvailable and is counted there instead. What a VM takes
-after that (the guest touching more of its RAM, more translated code) is not admitted: each
-VM's cgroup `memory.max` bounds it, and the reserve is what absorbs it between two creates.
+from then on what its VM took shows in MemAvailable and is counted there instead. Under TCG
+the part a VM takes only on its first command (the code it translates then) stays reserved
+until that command has run, or the VM ended: creates made in a burst, then all used, would
+otherwise be admitted on a reading that their first execs take ~16 MiB each below. What a
+guest takes beyond that (touching more of its RAM) is not admitted: each VM's cgroup
+`memory.max` bounds it, and the reserve is what absorbs it between two creates.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
+from pandastack.host.config import HostConfig
 from pandastack.hostport.errors import HostMemoryExhausted
 
 MIB = 1 << 20
@@ -43,7 +48,10 @@ RESERVE_SHARE_PERCENT = 5
 # 40 MiB of host memory per idle sandbox that bench/density.py measured (39.6 MiB, K=100).
 VMM_FIXED_MB = 24
 # The translation buffer a restore and its first exec fill under TCG (3.8 MiB after the
-# restore, 13.1-14.6 MiB after one exec: docs/benchmarks.md); never more than tb-size.
+# restore, 13.1-14.6 MiB after one exec: docs/benchmarks.md); never more than tb-size. Most
+# of it comes with the first command: held until then (`first_command`). Measured with
+# bench/density.py (2026-12-05, K=168): 18 MiB of host memory per sandbox once up, 34.5 MiB
+# after one `echo ok` each.
 TCG_START_MB = 16
 
 MemInfo = Callable[[], tuple[int, int] | None]
@@ -92,12 +100,12 @@ def vm_start_mb(*, tcg: bool, tb_size_mb: int, loaded_bytes: int = 0) -> int:
 
 @dataclass(frozen=True)
 class MemoryStatus:
-    """What admission sees now (MiB): for `doctor`, metrics and the refusal's message."""
+    """What admission sees now (MiB)."""
 
     total_mb: int
     available_mb: int
-    held_mb: int  # reserved by VM starts under way
-    starting: int  # how many
+    held_mb: int  # reserved by VM starts under way and first commands still to come
+    starting: int  # VM starts under way
     reserve_mb: int
 
     @property
@@ -107,23 +115,36 @@ class MemoryStatus:
 
 
 class Reservation:
-    """Memory set aside for one VM start; `release()` (once its VM is up, or its start
-    failed) gives it back. A context manager that releases on exit, however it exits."""
+    """Memory set aside for one VM start. `up(owner)` once the VM is up keeps only what its
+    first command takes, under `owner` (its directory: `MemoryAdmission.first_command` or
+    `ended` drops it); `release()` gives back all (its start failed). As a context manager
+    it releases on an exit that did not call `up`."""
 
-    def __init__(self, admission: MemoryAdmission, key: int, mb: int) -> None:
+    def __init__(self, admission: MemoryAdmission, key: int, mb: int, later_mb: int) -> None:
         self._admission = admission
         self._key = key
         self.mb = mb
+        self.later_mb = later_mb  # of `mb`: what its first command takes
+        self._owner: str | None = None
+
+    def up(self, owner: str) -> Callable[[], None]:
+        """What to call once its first command ran (`SandboxHandle.on_first_command`)."""
+        self._owner = owner
+        self._admission._up(self._key, owner, self.later_mb)
+        return partial(self._admission.first_command, owner)
 
     def release(self) -> None:
         self._admission._release(self._key)
+        if self._owner is not None:
+            self._admission.ended(self._owner)
 
     def __enter__(self) -> Reservation:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.release()
+        if exc is not None or self._owner is None:
+            self.release()
 
 
 class MemoryAdmission:
@@ -140,9 +161,14 @@ class MemoryAdmission:
         # for callers on the event loop and in worker threads alike; it is held for one
         # small file read.
         self._lock = threading.Lock()
-        self._held: dict[int, int] = {}
-        self._held_mb = 0
+        self._held: dict[int, int] = {}  # VM starts under way
+        self._later: dict[str, int] = {}  # first commands to come, by VM directory
+        self._held_mb = 0  # both together
         self._keys = itertools.count()
+
+    @classmethod
+    def for_host(cls, config: HostConfig) -> MemoryAdmission:
+        return cls(config.memory_reserve_mb, tb_size_mb=config.tb_size_mb)
 
     def _reserve_for(self, total_mb: int) -> int:
         if self._reserve_setting is not None:
@@ -158,10 +184,11 @@ class MemoryAdmission:
             return MemoryStatus(total, available, self._held_mb, len(self._held),
                                 self._reserve_for(total))
 
-    def reserve(self, need_mb: int, what: str) -> Reservation:
-        """Set `need_mb` aside for the start of `what` (a sandbox id, and how it starts), or
-        raise HostMemoryExhausted (a HostExhausted: the control plane tries another host,
-        and answers 503 when none takes it)."""
+    def reserve(self, need_mb: int, what: str, *, later_mb: int = 0) -> Reservation:
+        """Set `need_mb` aside for the start of `what` (a sandbox id, and how it starts), of
+        which `later_mb` stays held from `up` to its first command; or raise
+        HostMemoryExhausted (a HostExhausted: the control plane tries another host, and
+        answers 503 when none takes it)."""
         with self._lock:
             reading = self._meminfo()
             if reading is not None:
@@ -170,22 +197,41 @@ class MemoryAdmission:
                 if available - self._held_mb - need_mb < reserve:
                     raise HostMemoryExhausted(
                         what=what, available_mb=available, reserve_mb=reserve,
-                        need_mb=need_mb, held_mb=self._held_mb, starting=len(self._held))
+                        need_mb=need_mb, held_mb=self._held_mb, starting=len(self._held),
+                        waiting=len(self._later))
             key = next(self._keys)
             self._held[key] = need_mb
             self._held_mb += need_mb
-            return Reservation(self, key, need_mb)
+            return Reservation(self, key, need_mb, min(later_mb, need_mb))
 
     def vm_start(self, what: str, accel: str, loaded_bytes: int = 0) -> Reservation:
-        """`reserve` what a VM's start takes (`vm_start_mb`) under `accel` ("tcg", "kvm")."""
-        return self.reserve(vm_start_mb(tcg=accel == "tcg", tb_size_mb=self.tb_size_mb,
-                                        loaded_bytes=loaded_bytes), what)
+        """`reserve` what a VM's start takes (`vm_start_mb`) under `accel` ("tcg", "kvm"),
+        of which its translated code is taken only with its first command."""
+        tcg = accel == "tcg"
+        return self.reserve(vm_start_mb(tcg=tcg, tb_size_mb=self.tb_size_mb,
+                                        loaded_bytes=loaded_bytes), what,
+                            later_mb=min(self.tb_size_mb, TCG_START_MB) if tcg else 0)
+
+    def first_command(self, owner: str) -> None:
+        """The VM of `owner` ran its first command: what that took is in MemAvailable now."""
+        self.ended(owner)
+
+    def ended(self, owner: str) -> None:
+        """The VM of `owner` is gone (or ran its first command)."""
+        with self._lock:
+            self._held_mb -= self._later.pop(owner, 0)
+
+    def _up(self, key: int, owner: str, later_mb: int) -> None:
+        with self._lock:
+            self._held_mb -= self._held.pop(key, 0)
+            self._held_mb -= self._later.pop(owner, 0)
+            if later_mb:
+                self._later[owner] = later_mb
+                self._held_mb += later_mb
 
     def _release(self, key: int) -> None:
         with self._lock:
-            mb = self._held.pop(key, None)
-            if mb is not None:
-                self._held_mb -= mb
+            self._held_mb -= self._held.pop(key, 0)
 
     @property
     def held_mb(self) -> int:

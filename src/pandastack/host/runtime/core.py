@@ -117,8 +117,7 @@ class HostRuntime:
         self.fork_buffer = ForkBuffer(self.config.fork_buffer_dir, self.config.fork_buffer_s,
                                       progress)
         self.huge_pool = HugePagePool(self.config.hugetlb_claim, progress=progress)
-        self.admission = MemoryAdmission(self.config.memory_reserve_mb,
-                                         tb_size_mb=self.config.tb_size_mb)
+        self.admission = MemoryAdmission.for_host(self.config)
         self.slots = SandboxSlots(self.network, self.egress,
                                   self.config.sandboxes_dir / ".spare-slots", progress,
                                   enabled=self.config.networking)
@@ -291,8 +290,7 @@ class HostRuntime:
         sid = sandbox_id or f"sbx-{secrets.token_hex(6)}"
         if not SANDBOX_ID_RE.match(sid):
             raise ValueError(f"invalid sandbox id {sid!r}")
-        # Before anything is laid out, so that a refusal leaves nothing to undo. A snapshot's
-        # stream is loaded into the VM's own memory; a template's memory file is mapped.
+        # Before anything is laid out; a snapshot's stream is loaded, a template's mapped.
         reservation = self.admission.vm_start(f"create {sid}", self.driver.accel,
                                               0 if snapshot is None else file_bytes(state_file))
         workdir = self.sandboxes_dir / sid
@@ -342,7 +340,7 @@ class HostRuntime:
                 sid, vm, workdir, record.hostname, record.created_at,
                 self.config.agent_timeout_s, template=template, waker=self.wake)
             await handle.initialize(record.machine_id)
-            reservation.release()  # the VM is up: MemAvailable counts it from now on
+            handle.on_first_command = reservation.up(str(workdir))  # in MemAvailable now
             if snapshot is None and mounts:
                 # After the agent answered: the guest runs, so the stream is loaded.
                 await self.volumes.announce(self.driver, vm, mounts)
@@ -400,6 +398,7 @@ class HostRuntime:
     def vm_ended(self, workdir: Path) -> None:
         """A sandbox's VMM process is gone: what it held on the host for its life is free."""
         self.huge_pool.release(str(workdir))
+        self.admission.ended(str(workdir))
 
     # -- lookup and kill ------------------------------------------------------------------
 

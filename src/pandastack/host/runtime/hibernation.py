@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pandastack.host.memory.admission import file_bytes
+from pandastack.host.memory.admission import Reservation, file_bytes
 from pandastack.host.runtime.records import (
     HIBERNATING,
     HIBERNATION,
@@ -133,7 +133,7 @@ class Hibernation:
             files = replace(tmpl.snapshot, device_state=stream, memory=None)
             # Held until the agent answers: the whole stream is loaded into the VM by then.
             with rt.admission.vm_start(f"wake {sandbox_id}", rt.driver.accel,
-                                       file_bytes(stream)):
+                                       file_bytes(stream)) as reservation:
                 vm = await rt.restore_vm(
                     VMPaths(handle.workdir), files, handle.workdir / record.top,
                     await self._network(record),
@@ -148,6 +148,7 @@ class Hibernation:
                     handle.vm = None
                     handle.state = "hibernated"
                     raise
+                _up(rt, handle, reservation)
             rt.table.save(replace(record, state="running", pid=vm.pid))
             stream.unlink(missing_ok=True)
 
@@ -175,7 +176,7 @@ class Hibernation:
         # A cold boot's RAM is fresh anonymous memory the guest fills as it likes (not
         # measured): counted whole, on this rare path.
         with rt.admission.vm_start(f"boot {handle.id}", rt.driver.accel,
-                                   tmpl.snapshot.shape.memory_mb << 20):
+                                   tmpl.snapshot.shape.memory_mb << 20) as reservation:
             vm = await asyncio.to_thread(rt.driver.boot, VMPaths(handle.workdir),
                                          tmpl.snapshot.kernel, handle.workdir / record.top,
                                          None, tmpl.snapshot.shape, netns=netns)
@@ -188,6 +189,7 @@ class Hibernation:
                 rt.vm_ended(handle.workdir)
                 handle.vm, handle.state = None, STOPPED
                 raise
+            _up(rt, handle, reservation)
         rt.table.save(replace(record, state="running", pid=vm.pid))
 
     async def _network(self, record: SandboxRecord) -> str | None:
@@ -253,3 +255,8 @@ def _tail(path: Path, limit: int = 300) -> str:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-3:])[-limit:]
     except OSError:
         return ""
+
+
+def _up(rt: RuntimeParts, handle: SandboxHandle, reservation: Reservation) -> None:
+    """The VM is up: of its memory reservation, only what its first command takes stays."""
+    handle.on_first_command = reservation.up(str(handle.workdir))

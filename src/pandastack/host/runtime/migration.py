@@ -296,8 +296,8 @@ class Migrations:
         vm, record, workdir = inc.vm, inc.record, inc.workdir
         await asyncio.wait_for(asyncio.shield(inc.accepting), ACCEPT_S)
         await self.rt.driver.wait_incoming(vm, STREAM_S)
-        if inc.reservation is not None:  # the stream is in the VM's memory now
-            inc.reservation.release()
+        # The stream is in the VM's memory now: only its first command's stays reserved.
+        first_command = inc.reservation.up(str(workdir)) if inc.reservation else None
         if inc.relay is not None:  # the VMM has the whole stream: the rest is TLS's goodbye
             inc.relay.stop()
         disks = self.rt.driver.disks
@@ -312,6 +312,7 @@ class Migrations:
         handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
             sandbox_id, vm, workdir, record.hostname, record.created_at,
             self.rt.config.agent_timeout_s, template=record.template, waker=self.rt.wake)
+        handle.on_first_command = first_command
         try:
             await self.rt.driver.finish_incoming(vm)
             await handle.initialize(record.machine_id)

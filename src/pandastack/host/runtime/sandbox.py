@@ -81,6 +81,14 @@ class SandboxHandle(_Listings):
         # Serializes lifecycle changes (pause, snapshot, hibernate, wake, kill) of this sandbox.
         self.lifecycle_lock = asyncio.Lock()
         self.ready_ms: float | None = None
+        # Called once, when its first command has run: the memory admission's hold on what
+        # that command takes is dropped then (host/memory/admission.py).
+        self.on_first_command: Callable[[], None] | None = None
+
+    def _ran_a_command(self) -> None:
+        done, self.on_first_command = self.on_first_command, None
+        if done is not None:
+            done()
 
     def __repr__(self) -> str:
         return f"<SandboxHandle {self.id} {self.state} pid={self.pid}>"
@@ -190,12 +198,15 @@ class SandboxHandle(_Listings):
                    on_stderr: OutputCallback | None = None,
                    user: str | None = None, max_output: int | None = None) -> ExecResult:
         agent = await self.agent()
-        if max_output is None:
+        try:
+            if max_output is None:
+                return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
+                                        on_stdout=on_stdout, on_stderr=on_stderr, user=user)
             return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
-                                    on_stdout=on_stdout, on_stderr=on_stderr, user=user)
-        return await agent.exec(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
-                                on_stdout=on_stdout, on_stderr=on_stderr, user=user,
-                                max_output=max_output)
+                                    on_stdout=on_stdout, on_stderr=on_stderr, user=user,
+                                    max_output=max_output)
+        finally:
+            self._ran_a_command()
 
     async def attach(self, pid: int, *, on_stdout: OutputCallback | None = None,
                      on_stderr: OutputCallback | None = None,
@@ -215,10 +226,13 @@ class SandboxHandle(_Listings):
                            on_stderr: OutputCallback | None = None,
                            keep_output: bool = True) -> ExecResult:
         agent = await self.agent()
-        return await agent.spawn_attach(cmd, on_spawned=on_spawned, env=env, cwd=cwd,
-                                        user=user, timeout=timeout, stdin=stdin,
-                                        on_stdout=on_stdout, on_stderr=on_stderr,
-                                        max_output=DEFAULT_MAX_OUTPUT if keep_output else 0)
+        try:
+            return await agent.spawn_attach(cmd, on_spawned=on_spawned, env=env, cwd=cwd,
+                                            user=user, timeout=timeout, stdin=stdin,
+                                            on_stdout=on_stdout, on_stderr=on_stderr,
+                                            max_output=DEFAULT_MAX_OUTPUT if keep_output else 0)
+        finally:
+            self._ran_a_command()
 
     # The rest are the agent client's own, called on `agent()` (bound.py): one name each.
     spawn = AgentCall(AgentClient.spawn)
