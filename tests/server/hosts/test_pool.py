@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.hostport.errors import HostExhausted
+from pandastack.hostport.errors import HostExhausted, HostMemoryExhausted
 from pandastack.server.hosts.pool import HostPool, _Held
 from tests.server.conftest import assert_envelope, make_settings, running_app
 from tests.server.fakes import FakeRuntime, FakeSandbox
@@ -131,3 +131,30 @@ async def test_a_listing_under_way_does_not_forget_a_sandbox_made_meanwhile(
     release.set()
     await learning
     assert pool.host_of(made.id) == "host-a"
+
+
+async def test_a_host_low_on_memory_is_passed_over(tmp_path: Path) -> None:
+    """Its agent's memory admission (ADR 0050) refuses: the next host takes the create;
+    when every host refuses, 503 naming each host's MemAvailable and reserve."""
+    a, b, pool = two_hosts(tmp_path)
+
+    def low_on_memory(host: str) -> object:
+        async def refuse(*args: object, **kwargs: object) -> None:
+            raise HostMemoryExhausted(what=f"create on {host}", available_mb=900,
+                                      reserve_mb=1205, need_mb=40)
+        return refuse
+
+    a.create = low_on_memory("host-a")  # type: ignore[assignment,method-assign]
+    async with running_app(make_settings(tmp_path), pool) as api:
+        for _ in range(2):
+            r = await api.client.post("/v1/sandboxes", json={})
+            assert r.status_code == 201, r.text
+        assert len(b.sandboxes) == 2 and a.sandboxes == {}
+        b.create = low_on_memory("host-b")  # type: ignore[assignment,method-assign]
+        r = await api.client.post("/v1/sandboxes", json={})
+        assert_envelope(r, 503, "unavailable")
+        message = r.json()["error"]["message"]
+        for host in ("host-a", "host-b"):
+            assert (f"{host}: create on {host}: refused, the host is low on memory: 900 MiB "
+                    "available (MemAvailable)") in message, message
+        assert "1205 MiB stay in reserve (PANDASTACK_MEMORY_RESERVE_MB)" in message
