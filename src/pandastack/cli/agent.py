@@ -333,7 +333,7 @@ async def serve(config: HostConfig, listen: str, token: str, log_level: str,
     if args is not None and args.db:
         host = with_registry(local, args, listen, config.sandboxes_dir)
     app = create_host_app(host, token, manage_host=True,
-                          metrics_access=MetricsAccess.of(listen))
+                          metrics_access=MetricsAccess.of(listen), admission=runtime.admission)
     tls = listener_tls(args, listen)
     sock = listening_socket(listen)
     server = uvicorn.Server(uvicorn.Config(

@@ -125,6 +125,9 @@ async def test_metrics_measured_in_the_guest(api: Api, sbx: str) -> None:
         assert got[("pandastack_agent_sandboxes", (("state", "running"),))] >= 1
         assert ("pandastack_agent_guest_channel_failures_total",
                 (("kind", "timeout"),)) in got
+        # The agent process's memory admission (ADR 0050): its default reserve, >= 1 GiB.
+        assert got[("pandastack_agent_memory_reserve_bytes", ())] >= 1 << 30
+        assert ("pandastack_agent_memory_reserved_bytes", ()) in got
 
 
 def parse_sse(text: str) -> list[tuple[str, dict[str, object]]]:

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pandastack.host.api import create_host_app
+from pandastack.host.memory.admission import MemoryAdmission
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.metrics_access import TOKEN_ENV, MetricsAccess, is_loopback
 from tests.server.conftest import Api, assert_envelope, make_settings, running_app
@@ -173,7 +174,10 @@ def test_loopback_binds() -> None:
 
 async def test_agent_metrics(tmp_path: Path) -> None:
     runtime = FakeRuntime(tmp_path)
-    app = create_host_app(runtime, "agent-token", metrics_access=MetricsAccess(loopback=True))
+    admission = MemoryAdmission(1024, meminfo=lambda: (24_000, 5_000))
+    starting = admission.reserve(40, "create sbx-x")
+    app = create_host_app(runtime, "agent-token", metrics_access=MetricsAccess(loopback=True),
+                          admission=admission)
     transport = httpx.ASGITransport(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
         sandbox = await runtime.create(vcpus=2, memory_mb=256)
@@ -188,6 +192,12 @@ async def test_agent_metrics(tmp_path: Path) -> None:
         assert got[("pandastack_agent_guest_channel_failures_total",
                     (("kind", "timeout"),))] >= 0
         assert got[("pandastack_agent_memory_total_bytes", ())] > 0
+        # Memory admission (ADR 0050): its reserve, and a VM start under way.
+        assert got[("pandastack_agent_memory_reserve_bytes", ())] == 1024 << 20
+        assert got[("pandastack_agent_memory_reserved_bytes", ())] == 40 << 20
+        starting.release()
+        got = await scrape(client)
+        assert got[("pandastack_agent_memory_reserved_bytes", ())] == 0
 
     closed = create_host_app(runtime, "agent-token")  # no access rule given: off
     async with httpx.AsyncClient(transport=httpx.ASGITransport(closed),

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from pandastack.host.memory.admission import MemoryAdmission
 from pandastack.hostport.frames import MEDIA_TYPE
 from pandastack.hostport.host_api.codec import ErrorEnvelope
 from pandastack.hostport.host_api.models import HostStatus
@@ -60,11 +61,13 @@ def _host_router() -> APIRouter:
 
 
 def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False,
-                    metrics_access: MetricsAccess | None = None) -> FastAPI:
+                    metrics_access: MetricsAccess | None = None,
+                    admission: MemoryAdmission | None = None) -> FastAPI:
     """The app over `host`, answering requests that carry `Authorization: Bearer <token>`.
     With `manage_host`, the app's lifespan starts the host and closes it (as the agent
     process runs it); otherwise its caller does. `metrics_access`: who may read /metrics
-    (None: nobody, 404)."""
+    (None: nobody, 404). `admission`: the runtime's memory admission, whose reserve and
+    reservations /metrics shows."""
     if not token:
         raise ValueError("the host API needs a non-empty token")
 
@@ -93,7 +96,7 @@ def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False,
     async def get_health() -> dict[str, str]:
         return {"status": "ok"}
 
-    agent_metrics = AgentMetrics()
+    agent_metrics = AgentMetrics(admission)
     access = metrics_access or MetricsAccess(loopback=False)
     app.add_middleware(LatencyMiddleware, metrics=agent_metrics)
     # Each call a span named by its operationId, the child of the control plane's

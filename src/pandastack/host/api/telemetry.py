@@ -2,7 +2,8 @@
 
 On the request path one histogram observation per host API call (its operationId; a stream
 counts until its last frame). At scrape time: the host's sandboxes by state (the runtime's
-list, in memory), the guest channel failures of this process, and the machine's capacity."""
+list, in memory), the guest channel failures of this process, and the machine's capacity:
+its memory, what admission keeps in reserve and holds for VM starts (ADR 0050)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pandastack.host.agentlink.failures import CHANNEL_FAILURES
+from pandastack.host.memory.admission import MIB, MemoryAdmission
 from pandastack.hostport.protocols import RuntimePort
 
 STATES = ("running", "paused", "hibernated")
@@ -35,7 +37,8 @@ class _ChannelFailures(Collector):
 
 
 class AgentMetrics:
-    def __init__(self) -> None:
+    def __init__(self, admission: MemoryAdmission | None = None) -> None:
+        self.admission = admission
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.latency = Histogram("pandastack_agent_operation_seconds", "host API calls by "
                                  "operation (streams: until their last frame)",
@@ -49,6 +52,12 @@ class AgentMetrics:
         self.memory_available = Gauge("pandastack_agent_memory_available_bytes", "memory "
                                       "this machine can still hand out (MemAvailable)",
                                       registry=r)
+        self.memory_reserve = Gauge("pandastack_agent_memory_reserve_bytes", "memory that VM "
+                                    "starts must leave available (PANDASTACK_MEMORY_RESERVE_MB)",
+                                    registry=r)
+        self.memory_reserved = Gauge("pandastack_agent_memory_reserved_bytes", "memory "
+                                     "reserved for VM starts under way and new VMs' first "
+                                     "commands, not in MemAvailable yet", registry=r)
         r.register(_ChannelFailures())
 
     async def refresh(self, host: RuntimePort) -> None:
@@ -61,6 +70,10 @@ class AgentMetrics:
         total, available = _meminfo()
         self.memory_total.set(total)
         self.memory_available.set(available)
+        status = self.admission.status() if self.admission is not None else None
+        if status is not None:
+            self.memory_reserve.set(status.reserve_mb * MIB)
+            self.memory_reserved.set(status.held_mb * MIB)
 
 
 def _meminfo() -> tuple[int, int]:
