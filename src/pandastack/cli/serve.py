@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING
 from pandastack.cli.tls import add_cert_options, cert_options
 
 log = logging.getLogger("pandastack.server")
+# Longer than clients and proxies in front keep an idle connection (httpx 5 s, Node 4-5 s,
+# nginx's upstream keepalive_timeout 60 s), so the server never closes one a client is about
+# to send on. At uvicorn's default, 5 s, a client that waited out a `Retry-After: 5` and sent
+# its retry on the kept connection met the server's close instead ("Connection reset by
+# peer": E2B's SDK, retrying a 503 as told).
+KEEP_ALIVE_S = 75
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -166,6 +172,7 @@ def serve_app(app: FastAPI, settings: Settings, log_level: str, *,
     # every connection without it).
     config = uvicorn.Config(PreviewDispatch(app, settings), log_level=log_level,
                             proxy_headers=False, access_log=access_log,
+                            timeout_keep_alive=KEEP_ALIVE_S,
                             timeout_graceful_shutdown=settings.stop_grace_seconds,
                             ssl_context_factory=None if tls is None else fixed(tls))
     _StoppingServer(config).run(sockets=sockets)
