@@ -252,7 +252,7 @@ async def mapped_fork(rt: HostRuntime, hook: MappedRestores, sink: StreamSink,
                           "main block pages into the raw file": split.pages,
                           "main block zero pages (holes)": split.zero_pages,
                           "small blocks' pages kept in the stream": split.kept_pages})
-        if not fig.blocks:
+        if split.blocks and not fig.blocks:
             print(f"RAM blocks: {split.blocks}; main: {split.main}")
             fig.blocks = split.blocks
         for kid in kids:

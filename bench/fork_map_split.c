@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #define F_EOS 0x10
 #define F_CONT 0x20
 #define BUF (4u << 20)
+#define MAX_IOV 1024
 
 /* The input: a mapped file (s, len) or a pipe read into buf. `at` counts bytes consumed. */
 static const uint8_t *s;
@@ -36,12 +38,43 @@ static uint8_t *buf;
 static size_t have, used;
 static uint64_t at;
 static FILE *kept;
-static uint8_t *raw;
+static int raw_fd;
 static long long write_ns;
+/* Runs of contiguous pages go to the raw file in one pwritev, pointing into the input:
+ * writing fresh tmpfs pages through a mapping instead took ~2x as long here (a fault per
+ * 4 KiB page). */
+static struct iovec iov[MAX_IOV];
+static int niov;
+static uint64_t run_start, run_end;
 
 static void fail(const char *what) {
     fprintf(stderr, "fork_map_split: %s at byte %llu\n", what, (unsigned long long)at);
     exit(2);
+}
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void flush_raw(void) {
+    if (niov) {
+        long long t0 = now_ns();
+        if (pwritev(raw_fd, iov, niov, (off_t)run_start) != (ssize_t)(run_end - run_start))
+            fail("short write to the raw file");
+        write_ns += now_ns() - t0;
+        niov = 0;
+    }
+}
+
+static void add_raw(uint64_t addr, const uint8_t *data) {
+    if (niov && (addr != run_end || niov == MAX_IOV)) flush_raw();
+    if (!niov) run_start = addr;
+    iov[niov].iov_base = (void *)data;
+    iov[niov].iov_len = PAGE;
+    niov++;
+    run_end = addr + PAGE;
 }
 
 /* n contiguous bytes of the input (n < BUF), or NULL at its end. */
@@ -53,6 +86,7 @@ static const uint8_t *take(size_t n) {
         return s + pos - n;
     }
     if (have - used < n) {
+        flush_raw(); /* its iovecs point into buf */
         memmove(buf, buf + used, have - used);
         have -= used;
         used = 0;
@@ -85,11 +119,6 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-static long long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 static void keep(const void *p, size_t n) {
     if (fwrite(p, 1, n, kept) != n) fail("write to the kept stream");
@@ -110,11 +139,8 @@ int main(int argc, char **argv) {
         buf = malloc(BUF);
         if (!buf) fail("no memory");
     }
-    int raw_fd = open(argv[3], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    raw_fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (raw_fd < 0 || ftruncate(raw_fd, (off_t)ram_bytes)) fail("cannot make the raw file");
-    /* Pages go in by memcpy: no system call per run of pages. */
-    raw = mmap(NULL, ram_bytes, PROT_WRITE, MAP_SHARED, raw_fd, 0);
-    if (raw == MAP_FAILED) fail("cannot map the raw file");
     kept = fopen(argv[4], "wb");
     if (!kept) fail("cannot open the kept stream");
     const uint8_t *p = must(8);
@@ -183,9 +209,7 @@ int main(int argc, char **argv) {
             if (!strcmp(last, main_id)) {
                 if (addr + PAGE > ram_bytes) fail("page beyond the RAM");
                 if (flags & F_PAGE) {
-                    long long t0 = now_ns();
-                    memcpy(raw + addr, data, PAGE);
-                    write_ns += now_ns() - t0;
+                    add_raw(addr, data);
                     pages++;
                 } else if (*data) {
                     fail("a non-zero ZERO page");
@@ -208,6 +232,7 @@ int main(int argc, char **argv) {
         keep(p, 5);
         if (kind == 3) break;
     }
+    flush_raw();
     /* Device state, EOF and the JSON description, as they are. */
     if (pipe_fd < 0) {
         keep(s + pos, len - pos);
@@ -223,7 +248,7 @@ int main(int argc, char **argv) {
         }
     }
     long kept_bytes = ftell(kept);
-    if (fclose(kept) || munmap(raw, ram_bytes) || close(raw_fd)) fail("cannot close the outputs");
+    if (fclose(kept) || close(raw_fd)) fail("cannot close the outputs");
     printf("%ld %ld %ld %ld %lld\n", pages, zeros, kept_pages, kept_bytes, write_ns);
     return 0;
 }
