@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import holder_value, start_holder
+
 from common import line as _line
 from common import pct, settle_fork_machinery, temp_runtime
 from fork import make_dirty
@@ -41,14 +43,6 @@ from pandastack.host.vmm.qemu import save as qemu_save
 from pandastack.host.vmm.qemu.qmp import send_fd
 
 MIB = 1 << 20
-# tests/helpers.py HOLDER: a process holding a random value it writes to /tmp/told on SIGUSR1.
-HOLDER = ("import os, signal, time\n"
-          "v = os.urandom(8).hex()\n"
-          "signal.signal(signal.SIGUSR1, lambda *a: open('/tmp/told', 'w').write(v))\n"
-          "open('/tmp/value', 'w').write(v)\n"
-          "while True: time.sleep(1)\n")
-TELL = ("rm -f /tmp/told; kill -USR1 {pid} || exit 3; "
-        "for i in $(seq 50); do [ -s /tmp/told ] && exec cat /tmp/told; sleep 0.1; done; exit 4")
 
 
 def pss_mib(pid: int | None) -> float:
@@ -63,23 +57,6 @@ def pss_mib(pid: int | None) -> float:
 
 def line(label: str, values: list[float], unit: str) -> str:
     return _line(label, values, unit, width=50)
-
-
-async def start_holder(sbx: SandboxHandle) -> tuple[int, str]:
-    pid = await sbx.spawn(["python3", "-c", HOLDER])
-    for _ in range(100):
-        got = (await sbx.exec(["cat", "/tmp/value"])).stdout
-        if len(got) == 16:
-            return pid, got.decode()
-        await asyncio.sleep(0.1)
-    raise RuntimeError("the holder did not start")
-
-
-async def holder_value(sbx: SandboxHandle, pid: int) -> str:
-    result = await sbx.exec(["sh", "-c", TELL.format(pid=pid)])
-    if result.exit_code != 0:
-        raise RuntimeError(f"holder did not answer in {sbx.id}: {result}")
-    return result.stdout.decode()
 
 
 class MappedRestores:
