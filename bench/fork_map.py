@@ -25,12 +25,11 @@ import asyncio
 import dataclasses
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-from tests.helpers import holder_value, start_holder
 
 from common import line as _line
 from common import pct, settle_fork_machinery, temp_runtime
@@ -41,6 +40,9 @@ from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import SnapshotFiles
 from pandastack.host.vmm.qemu import save as qemu_save
 from pandastack.host.vmm.qemu.qmp import send_fd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
+from tests.helpers import holder_value, start_holder
 
 MIB = 1 << 20
 
