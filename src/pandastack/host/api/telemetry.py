@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pandastack.host.agentlink.failures import CHANNEL_FAILURES
-from pandastack.host.memory.admission import MIB, MemoryAdmission
+from pandastack.host.memory.admission import MIB, MemoryAdmission, meminfo_kib
 from pandastack.hostport.protocols import RuntimePort
 
 STATES = ("running", "paused", "hibernated")
@@ -67,26 +67,13 @@ class AgentMetrics:
         for state, count in counts.items():
             self.sandboxes.labels(state).set(count)
         self.cpus.set(os.cpu_count() or 1)
-        total, available = _meminfo()
-        self.memory_total.set(total)
-        self.memory_available.set(available)
+        total, available = meminfo_kib() or (0, 0)
+        self.memory_total.set(total * 1024)
+        self.memory_available.set(available * 1024)
         status = self.admission.status() if self.admission is not None else None
         if status is not None:
             self.memory_reserve.set(status.reserve_mb * MIB)
             self.memory_reserved.set(status.held_mb * MIB)
-
-
-def _meminfo() -> tuple[int, int]:
-    fields: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                name, _, rest = line.partition(":")
-                if name in ("MemTotal", "MemAvailable"):
-                    fields[name] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return fields.get("MemTotal", 0), fields.get("MemAvailable", 0)
 
 
 class LatencyMiddleware:

@@ -57,24 +57,31 @@ TCG_START_MB = 16
 MemInfo = Callable[[], tuple[int, int] | None]
 
 
-def read_meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int, int] | None:
-    """(MemTotal, MemAvailable) in MiB; None where it cannot be read (then nothing is
-    refused: no reading, no verdict)."""
+def meminfo_kib(path: Path = Path("/proc/meminfo")) -> tuple[int, int] | None:
+    """(MemTotal, MemAvailable) in KiB, as the kernel states them; None where they cannot be
+    read."""
     total = available = None
     try:
         with path.open(encoding="ascii") as f:
             for line in f:
                 name, _, rest = line.partition(":")
                 if name == "MemTotal":
-                    total = int(rest.split()[0]) // 1024
+                    total = int(rest.split()[0])
                 elif name == "MemAvailable":
-                    available = int(rest.split()[0]) // 1024
+                    available = int(rest.split()[0])
                     break  # it comes after MemTotal and MemFree
     except (OSError, ValueError, IndexError):
         return None
     if total is None or available is None:
         return None
     return total, available
+
+
+def read_meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int, int] | None:
+    """(MemTotal, MemAvailable) in MiB; None where it cannot be read (then nothing is
+    refused: no reading, no verdict)."""
+    reading = meminfo_kib(path)
+    return None if reading is None else (reading[0] // 1024, reading[1] // 1024)
 
 
 def file_bytes(path: Path) -> int:

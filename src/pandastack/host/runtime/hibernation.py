@@ -148,7 +148,7 @@ class Hibernation:
                     handle.vm = None
                     handle.state = "hibernated"
                     raise
-                _up(rt, handle, reservation)
+                _up(handle, reservation)
             rt.table.save(replace(record, state="running", pid=vm.pid))
             stream.unlink(missing_ok=True)
 
@@ -189,7 +189,7 @@ class Hibernation:
                 rt.vm_ended(handle.workdir)
                 handle.vm, handle.state = None, STOPPED
                 raise
-            _up(rt, handle, reservation)
+            _up(handle, reservation)
         rt.table.save(replace(record, state="running", pid=vm.pid))
 
     async def _network(self, record: SandboxRecord) -> str | None:
@@ -257,6 +257,6 @@ def _tail(path: Path, limit: int = 300) -> str:
         return ""
 
 
-def _up(rt: RuntimeParts, handle: SandboxHandle, reservation: Reservation) -> None:
+def _up(handle: SandboxHandle, reservation: Reservation) -> None:
     """The VM is up: of its memory reservation, only what its first command takes stays."""
     handle.on_first_command = reservation.up(str(handle.workdir))
