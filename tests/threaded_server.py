@@ -3,6 +3,8 @@ its own while the test runs, and closed after it."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -21,3 +23,13 @@ def serving(server: socketserver.BaseServer, join_timeout: float = 10) -> Iterat
         server.shutdown()
         server.server_close()
         thread.join(timeout=join_timeout)
+
+
+def pass_through(src: socket.socket, dst: socket.socket) -> None:
+    """Copy `src` to `dst` until `src` ends, then end `dst`'s sending side (one direction of
+    a relay a test puts between two peers)."""
+    with contextlib.suppress(OSError):
+        while data := src.recv(65536):
+            dst.sendall(data)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)

@@ -15,7 +15,6 @@ file each way, kill)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -39,6 +38,7 @@ from tests.e2e.conftest import LiveServer, run_live_server
 from tests.leftovers import owned_tmpdir
 from tests.ports import free_port
 from tests.server.live import ROOT, terminate
+from tests.threaded_server import pass_through
 from tests.tls_certs import Pair, _ca, _issue
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -122,18 +122,10 @@ class NameProxy:
             upstream.settimeout(None)
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             upstream.sendall(rest)
-            back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
+            back = threading.Thread(target=pass_through, args=(upstream, client), daemon=True)
             back.start()
-            _pipe(client, upstream)
+            pass_through(client, upstream)
             back.join()
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
 
 
 @dataclass(frozen=True)

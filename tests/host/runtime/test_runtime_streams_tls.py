@@ -29,6 +29,7 @@ from pandastack.host.vmm.qemu import qmp
 from pandastack.hostport.errors import HostError
 from tests.helpers import holder_value, start_holder
 from tests.host.runtime.test_runtime_object_store import Host, runtimes, store_config
+from tests.threaded_server import pass_through
 from tests.tls_certs import IssuedCerts, Pair, make_test_certs
 
 __all__ = ["store_config"]  # the fixture, shared
@@ -85,7 +86,7 @@ class WireTap:
         for sock in (source, dest):
             sock.settimeout(None)
         self._socks += [source, dest]
-        self._spawn(_pass, dest, source)
+        self._spawn(pass_through, dest, source)
         tail = b""
         with contextlib.suppress(OSError):
             while chunk := source.recv(1 << 20):
@@ -98,14 +99,6 @@ class WireTap:
                 dest.sendall(chunk)
         with contextlib.suppress(OSError):
             dest.shutdown(socket.SHUT_WR)
-
-
-def _pass(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
 
 
 @pytest.fixture(scope="module")
