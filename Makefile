@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PANDASTACK_HOME ?= /var/lib/pandastack
 
-.PHONY: run test soak soak-bench deps venv lint typecheck layers sdk-ts pytest bench clean-state cluster cluster-down \
+.PHONY: run test soak soak-bench deps venv wheelhouse lint typecheck layers sdk-ts pytest bench clean-state cluster cluster-down \
 	cluster-agent-stop cluster-agent-start cluster-serve-restart
 
 run: deps venv
@@ -47,6 +47,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
+
+# Wheels of the server extra's dependencies and the build backend, outside the repository
+# (scripts/wheelhouse.sh: ~/.cache/pandastack/wheelhouse/<key of pyproject.toml and python3>),
+# for tests/docs/test_install_guide.py, which runs docs/operations.md's pip install offline.
+# Fetched once per key (71 wheels, 47 MB: 6 s here from a local index); a no-op after.
+wheelhouse: venv
+	@bash scripts/wheelhouse.sh fill $(BIN)/pip
 
 lint: venv
 	$(BIN)/ruff check src tests bench
@@ -151,7 +158,7 @@ sdk-ts: deps
 # the same tests) with other VM work beside it: that figure is withdrawn.
 TEST_WORKERS ?= 3
 pytest: export PYTHONDONTWRITEBYTECODE =
-pytest: venv
+pytest: venv wheelhouse
 	$(BIN)/pandastack setup --template node --template full
 	$(BIN)/python -m compileall -q src tests >/dev/null
 	@$(BIN)/pytest -m "not cluster and not serial and not soak" -n $(TEST_WORKERS) \
