@@ -3,8 +3,8 @@
 //! next exec (creating one is most of a short exec's kernel work); the user subtree is capped
 //! in processes and memory, the agent's own cgroup outweighs it for CPU and is reclaimed last.
 //!
-//! The child enters its leaf between fork and exec by writing "0" to the leaf's
-//! `cgroup.procs` (opened by the parent): the agent itself never moves.
+//! The child is born in its leaf (clone3 with CLONE_INTO_CGROUP, spawn.rs): the agent itself
+//! never moves.
 
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
@@ -46,6 +46,11 @@ fn is_cgroup2_mounted(root: &str) -> bool {
 fn mount_cgroup2(root: &str) -> io::Result<()> {
     fs::create_dir_all(root)?;
     let (src, target) = (CString::new("cgroup2").unwrap(), CString::new(root).unwrap());
+    // favordynmods as the init script mounts it (kernels before 6.0 refuse it: then without).
+    let fast = CString::new("favordynmods").unwrap();
+    if unsafe { mount(src.as_ptr(), target.as_ptr(), src.as_ptr(), 0, fast.as_ptr() as *const c_void) } == 0 {
+        return Ok(());
+    }
     if unsafe { mount(src.as_ptr(), target.as_ptr(), src.as_ptr(), 0, std::ptr::null()) } != 0 {
         return Err(io::Error::last_os_error());
     }

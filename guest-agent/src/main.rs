@@ -23,6 +23,7 @@ mod procs;
 mod program;
 mod pty;
 mod search;
+mod spawn;
 mod sys;
 mod sysinit;
 mod table;

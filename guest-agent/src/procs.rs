@@ -10,13 +10,13 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::os::unix::process::ExitStatusExt;
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cgroups::Cgroups;
 use crate::json::{Obj, Value};
+use crate::spawn::Child;
 use crate::sys;
 use crate::table::ProcTable;
 

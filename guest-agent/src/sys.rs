@@ -26,8 +26,6 @@ extern "C" {
     fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
     fn syscall(n: c_long, ...) -> c_long;
     fn kill(pid: i32, sig: c_int) -> c_int;
-    fn setsid() -> i32;
-    fn setgroups(n: usize, list: *const u32) -> c_int;
     fn clock_settime(clk: c_int, ts: *const Timespec) -> c_int;
     fn ioctl(fd: c_int, req: u64, ...) -> c_int;
     fn sethostname(name: *const c_char, len: usize) -> c_int;
@@ -70,15 +68,6 @@ pub fn killpg(pgid: i32, sig: i32) {
     if pgid > 0 {
         unsafe { kill(-pgid, sig) };
     }
-}
-
-/// In the child between fork and exec: only async-signal-safe calls.
-pub fn child_setsid() -> io::Result<()> {
-    check(unsafe { setsid() } as i64).map(|_| ())
-}
-
-pub fn child_setgroups(groups: &[u32]) -> io::Result<()> {
-    check(unsafe { setgroups(groups.len(), groups.as_ptr()) } as i64).map(|_| ())
 }
 
 pub fn set_realtime(ns: i128) -> io::Result<()> {
@@ -248,35 +237,12 @@ pub fn errno_name(e: i32) -> &'static str {
 }
 
 extern "C" {
-    fn setgid(gid: u32) -> c_int;
-    fn setuid(uid: u32) -> c_int;
-}
-
-pub fn child_setgid(gid: u32) -> io::Result<()> {
-    check(unsafe { setgid(gid) } as i64).map(|_| ())
-}
-
-pub fn child_setuid(uid: u32) -> io::Result<()> {
-    check(unsafe { setuid(uid) } as i64).map(|_| ())
-}
-
-extern "C" {
-    fn write(fd: c_int, buf: *const u8, n: usize) -> isize;
-}
-
-/// write(2) between fork and exec (async-signal-safe; a failure leaves the child where it is).
-pub fn child_write(fd: i32, data: &[u8]) {
-    unsafe { write(fd, data.as_ptr(), data.len()) };
-}
-
-extern "C" {
     fn openpty(master: *mut c_int, slave: *mut c_int, name: *mut c_char, termp: *const u8,
                winp: *const u8) -> c_int;
     fn fchown(fd: c_int, uid: u32, gid: u32) -> c_int;
 }
 
 const TIOCSWINSZ: u64 = 0x5414;
-const TIOCSCTTY: u64 = 0x540E;
 
 /// A new pseudo-terminal: (master, slave), both close-on-exec (the child gets the slave as
 /// its stdio by dup2, which clears the flag there).
@@ -299,11 +265,6 @@ pub fn set_winsize(fd: i32, cols: u16, rows: u16) {
     let _ = ioctl_ptr(fd, TIOCSWINSZ, ws.as_ptr() as *const u8);
 }
 
-/// In the child after setsid: its stdin, the pty's slave, becomes the controlling terminal.
-pub fn child_take_ctty() -> io::Result<()> {
-    ioctl_none(0, TIOCSCTTY)
-}
-
 pub fn fchown_uid(fd: i32, uid: u32) -> io::Result<()> {
     check(unsafe { fchown(fd, uid, u32::MAX) } as i64).map(|_| ())
 }
@@ -316,4 +277,16 @@ pub fn set_nonblocking(fd: i32, on: bool) {
             fcntl(fd, 4 /* F_SETFL */, want);
         }
     }
+}
+
+extern "C" {
+    fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;
+}
+
+/// A pipe, both ends close-on-exec: (read end, write end).
+pub fn pipe() -> io::Result<(std::fs::File, std::fs::File)> {
+    use std::os::unix::io::FromRawFd;
+    let mut fds: [c_int; 2] = [-1, -1];
+    check(unsafe { pipe2(fds.as_mut_ptr(), 0o2000000) } as i64)?;
+    Ok(unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) })
 }

@@ -1,27 +1,23 @@
 //! The table of managed processes: starting one (new session, cgroup leaf, user, terminal),
 //! the running ones and the last finished background ones (guest/procs.py's ProcessTable).
 
+use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::{AsRawFd, FromRawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cgroups::Cgroups;
 use crate::program::Program;
+use crate::spawn;
 use crate::procs::{Inner, Proc, Ring, Stream, DEFAULT_ENV, PTY_RING_BYTES, RING_BYTES};
 use crate::sys;
 use crate::users::User;
 
 const MAX_FINISHED: usize = 64;
-
-fn into_fd<T: std::os::unix::io::IntoRawFd>(t: T) -> i32 {
-    t.into_raw_fd()
-}
 
 pub struct Spec<'a> {
     pub argv: &'a [String],
@@ -95,92 +91,62 @@ impl ProcTable {
                 set(k, v);
             }
         }
-        // The child execs this itself (program.rs); Command only forks and sets up stdio and cwd.
         let program = Program::new(spec.argv, &env)?;
-        let mut cmd = Command::new(&spec.argv[0]);
-        cmd.args(&spec.argv[1..]).env_clear().envs(env);
-        if let Some(cwd) = spec.cwd.as_ref().or(self.default_cwd.as_ref()) {
-            cmd.current_dir(cwd);
-        }
-        let mut master: Option<File> = None;
+        let cwd = match spec.cwd.as_ref().or(self.default_cwd.as_ref()) {
+            Some(c) => Some(CString::new(c.as_str()).map_err(|_| io::Error::from_raw_os_error(22))?),
+            None => None,
+        };
+        // The child's ends (closed here once it has them) and ours.
+        let mut theirs: Vec<File> = Vec::new();
+        let mut pipes: Vec<(File, Stream)> = Vec::new();
+        let stdin: Option<File>;
+        let stdio: [i32; 3];
         if let Some((cols, rows)) = spec.tty {
             let (m, slave) = sys::open_pty()?;
             sys::set_winsize(m.as_raw_fd(), cols, rows);
             if let Some(u) = &spec.user {
                 sys::fchown_uid(slave.as_raw_fd(), u.uid)?; // the user's terminal, as login(1) leaves it
             }
-            cmd.stdin(Stdio::from(slave.try_clone()?));
-            cmd.stdout(Stdio::from(slave.try_clone()?));
-            cmd.stderr(Stdio::from(slave));
-            master = Some(m);
+            let fd = slave.as_raw_fd();
+            stdio = [fd, fd, fd];
+            theirs.push(slave);
+            // One descriptor of the master for output, another for keystrokes: closing one
+            // (the process ended) leaves the other.
+            stdin = Some(m.try_clone()?);
+            pipes.push((m, Stream::Stdout));
         } else {
-            cmd.stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() });
-            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            let input = if spec.stdin {
+                let (r, w) = sys::pipe()?;
+                stdin = Some(w);
+                r
+            } else {
+                stdin = None;
+                OpenOptions::new().read(true).write(true).custom_flags(0o2000000).open("/dev/null")?
+            };
+            let (out_r, out_w) = sys::pipe()?;
+            let (err_r, err_w) = sys::pipe()?;
+            stdio = [input.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+            theirs.extend([input, out_w, err_w]);
+            pipes.push((out_r, Stream::Stdout));
+            pipes.push((err_r, Stream::Stderr));
         }
         let tty = spec.tty.is_some();
         let ids = spec.user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone()));
         let leaf = self.cgroups.as_ref().and_then(|cg| cg.take_leaf());
-        let procs_file = leaf.as_ref().and_then(|l| {
-            OpenOptions::new().write(true).custom_flags(0o2000000).open(format!("{}/cgroup.procs", l)).ok()
-        });
-        let procs_fd = procs_file.as_ref().map(|f| f.as_raw_fd());
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(fd) = procs_fd {
-                    // "0" moves the writer: the child is in its leaf before it execs.
-                    sys::child_write(fd, b"0");
-                }
-                sys::child_setsid()?;
-                if tty {
-                    sys::child_take_ctty()?;
-                }
-                if let Some((uid, gid, groups)) = &ids {
-                    sys::child_setgroups(groups)?;
-                    sys::child_setgid(*gid)?;
-                    sys::child_setuid(*uid)?;
-                }
-                Err(program.exec())
-            });
-        }
+        let setup = spawn::Setup { program: &program, stdio, cwd, leaf: leaf.as_deref(), take_ctty: tty, ids };
         let t0 = Instant::now();
-        let spawned = cmd.spawn();
-        drop(procs_file);
-        let (leaf, cgroups) = match (&self.cgroups, leaf, procs_fd) {
-            (Some(cg), Some(l), Some(_)) => (Some(l), Some(cg.clone())),
-            (Some(cg), Some(l), None) => {
+        let spawned = spawn::spawn(&setup);
+        drop(theirs);
+        let placed = matches!(spawned, Ok((_, true)));
+        let (leaf, cgroups) = match (&self.cgroups, leaf) {
+            (Some(cg), Some(l)) if placed => (Some(l), Some(cg.clone())),
+            (Some(cg), Some(l)) => {
                 cg.release(l);
                 (None, None)
             }
             _ => (None, None),
         };
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                if let (Some(cg), Some(l)) = (&cgroups, leaf) {
-                    cg.release(l);
-                }
-                return Err(e);
-            }
-        };
-        let mut pipes: Vec<(File, Stream)> = Vec::new();
-        let stdin = match master {
-            // One descriptor of the master for output, another for keystrokes: closing one
-            // (the process ended) leaves the other.
-            Some(m) => {
-                let keys = m.try_clone()?;
-                pipes.push((m, Stream::Stdout));
-                Some(keys)
-            }
-            None => {
-                if let Some(p) = child.stdout.take() {
-                    pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stdout));
-                }
-                if let Some(p) = child.stderr.take() {
-                    pipes.push((unsafe { File::from_raw_fd(into_fd(p)) }, Stream::Stderr));
-                }
-                child.stdin.take().map(|p| unsafe { File::from_raw_fd(into_fd(p)) })
-            }
-        };
+        let child = spawned?.0;
         let out_cap = if tty { PTY_RING_BYTES } else { RING_BYTES };
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
         let proc = Arc::new(Proc {

@@ -31,7 +31,11 @@ def sbx(live_server: LiveServer) -> Iterator[Sandbox]:
     with Sandbox.create(ttl_seconds=900, api_url=live_server.api_url,
                         api_key=live_server.api_key) as s:
         yield s
-        left = [p for p in s.commands.list() if p.running]
+        # A kill returns once the signal is sent; the exit is reported when the agent has
+        # reaped the tree (later on a loaded host): wait for that, bounded.
+        deadline = time.monotonic() + PROMPTLY
+        while (left := [p for p in s.commands.list() if p.running]) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert not left, f"processes left running: {left}"
 
 

@@ -77,7 +77,9 @@ def _is_cgroup2_mounted(root: str) -> bool:
 def _mount_cgroup2(root: str) -> None:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     os.makedirs(root, exist_ok=True)
-    if libc.mount(b"cgroup2", root.encode(), b"cgroup2", 0, None) != 0:
+    # favordynmods as the init script mounts it (kernels before 6.0 refuse it: then without).
+    if (libc.mount(b"cgroup2", root.encode(), b"cgroup2", 0, b"favordynmods") != 0
+            and libc.mount(b"cgroup2", root.encode(), b"cgroup2", 0, None) != 0):
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e), root)
 
