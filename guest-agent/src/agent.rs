@@ -1,5 +1,5 @@
 //! The agent: the reader (main thread) decodes frames and dispatches them; frames for an op
-//! in flight go to it, new requests start a worker thread; whole frames are written under
+//! in flight go to it, new requests go to a worker thread (workers.rs); whole frames are written under
 //! one lock and tagged with the connection generation (frames of an older connection are
 //! dropped). The same design as the reference agent, src/pandastack/guest/agent.py.
 
@@ -14,6 +14,7 @@ use crate::json::{Obj, Value};
 use crate::op::{Op, OpResult};
 use crate::cgroups::{self, Cgroups};
 use crate::table::ProcTable;
+use crate::workers::Workers;
 use crate::{code, execs, files, metrics, pty, search, sysinit, volumes, watch};
 
 pub const AGENT_VERSION: &str = "0.1.0";
@@ -27,6 +28,7 @@ pub struct Shared {
     pub procs: ProcTable,
     pub guest: bool,
     pub code_socket: String,
+    workers: Arc<Workers>,
 }
 
 impl Shared {
@@ -109,6 +111,7 @@ pub fn run(mut chan: Channel, guest: bool, default_cwd: Option<String>, code_soc
         procs: ProcTable::new(default_cwd, if guest { Cgroups::setup(cgroups::ROOT) } else { None }),
         guest,
         code_socket,
+        workers: Arc::new(Workers::default()),
     });
     if guest {
         // Tell a host still connected to an agent that died before us that its operations
@@ -242,14 +245,15 @@ fn dispatch(sh: &Arc<Shared>, f: Frame) {
     let (sh0, gen) = (sh.clone(), op.gen);
     let f0 = Frame { header: Value::Null, payload: Vec::new(), t: f.t.clone(), id: f.id };
     let sh = sh.clone();
-    let spawned = std::thread::Builder::new().stack_size(256 * 1024).spawn(move || {
+    let workers = sh.workers.clone();
+    let spawned = workers.run(Box::new(move || {
         run_op(&sh, &op, h, &f);
         if !op.keep.load(std::sync::atomic::Ordering::SeqCst) {
             sh.release(&op);
         }
-    });
+    }));
     if let Err(e) = spawned {
-        // The closure (and its op) came back with the error: answer for it here.
+        // The job went with the error: answer for its op here.
         let op = Op::new(&f0, gen, sh0.clone());
         sh0.release(&op);
         sh0.ops.lock().unwrap_or_else(|e| e.into_inner()).remove(&f0.id);

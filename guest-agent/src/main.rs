@@ -30,6 +30,7 @@ mod table;
 mod users;
 mod volumes;
 mod watch;
+mod workers;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, GUEST_IDLE_ARGS, HostConfig
+from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, GUEST_IDLE_ARGS, TCG_ARGS, HostConfig
 
 
 @pytest.mark.parametrize(("setting", "accel", "args"), [
@@ -15,7 +15,14 @@ from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, GUEST_IDLE_ARGS, Host
     ("off", "tcg", " norandmaps tsc=reliable"), ("off", "kvm", " norandmaps"),
 ])
 def test_guest_aslr_and_accel_give_the_kernel_args(setting: str, accel: str, args: str) -> None:
-    assert HostConfig(guest_aslr=setting).guest_kernel_args(accel) == args + GUEST_IDLE_ARGS
+    tcg_only = TCG_ARGS if accel == "tcg" else ""
+    assert HostConfig(guest_aslr=setting).guest_kernel_args(accel) == args + GUEST_IDLE_ARGS + tcg_only
+
+
+def test_speculation_defences_are_off_only_under_tcg() -> None:
+    # Under KVM the guest's code runs on the host CPU: its kernel keeps its defences.
+    assert "mitigations=off" in HostConfig().guest_kernel_args("tcg")
+    assert "mitigations" not in HostConfig().guest_kernel_args("kvm")
 
 
 def test_guest_aslr_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
