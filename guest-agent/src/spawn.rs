@@ -7,10 +7,11 @@
 //! the leaf, the child migrates nowhere. A kernel that refuses CLONE_INTO_CGROUP (before 5.7)
 //! gets the old way: a plain clone3 whose child writes "0" to the leaf's `cgroup.procs`.
 //!
-//! The child of a clone3 without CLONE_VM is a fork of this multi-threaded agent without the C
-//! library's fork bookkeeping: it makes only system calls, on memory allocated before the
-//! clone, as std's own clone3 path does. Its set-id calls are raw system calls: the C
-//! library's wrappers would signal every thread the parent had, which the child does not have.
+//! The child shares the agent's memory until it execs (CLONE_VM | CLONE_VFORK, the way the
+//! C library's posix_spawn starts one): the calling thread waits meanwhile, and the child
+//! makes only system calls, on data prepared before the clone, with no C library locks
+//! (another thread of the agent may hold them). Its set-id calls are raw system calls: the
+//! C library's wrappers would signal every thread of the agent, which the child is not.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -20,15 +21,19 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::program::Program;
-use crate::sys;
 
 const SYS_CLONE3: c_long = 435;
 const SYS_SETGROUPS: c_long = 116;
 const SYS_SETGID: c_long = 106;
 const SYS_SETUID: c_long = 105;
+const CLONE_VM: u64 = 0x100;
+const CLONE_VFORK: u64 = 0x4000;
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// The child's stack until it execs: its set-up and execve's wrapper need a few KiB.
+const CHILD_STACK_BYTES: usize = 64 * 1024;
 const SIGCHLD: u64 = 17;
 const SIGPIPE: c_int = 13;
 const O_CLOEXEC: i32 = 0o2000000;
@@ -62,7 +67,6 @@ extern "C" {
     fn setsid() -> c_int;
     fn ioctl(fd: c_int, req: u64, ...) -> c_int;
     fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
-    fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
     fn signal(sig: c_int, handler: usize) -> usize;
     fn sigprocmask(how: c_int, set: *const [u64; 16], old: *mut [u64; 16]) -> c_int;
     fn waitpid(pid: i32, status: *mut c_int, options: c_int) -> i32;
@@ -156,43 +160,79 @@ pub fn spawn(setup: &Setup) -> io::Result<(Child, bool)> {
 }
 
 /// One clone3 and the exec's outcome: Err with the child's errno if it could not exec (it
-/// is reaped then), read from a close-on-exec pipe that an exec closes empty.
+/// is reaped then). The child shares our memory and runs on a stack of its own until it
+/// execs (CLONE_VM | CLONE_VFORK, as posix_spawn does), so nothing of the agent is copied
+/// for it and torn down again at its exec, and it reports a failure in shared memory.
 fn clone_exec(setup: &Setup, into_cgroup: Option<i32>, procs_fd: Option<i32>) -> io::Result<Child> {
-    let (report_r, report_w) = sys::pipe()?;
-    let mut args = CloneArgs { exit_signal: SIGCHLD, ..Default::default() };
+    let mut stack = vec![0u8; CHILD_STACK_BYTES];
+    let base = stack.as_mut_ptr() as u64;
+    let top = (base + CHILD_STACK_BYTES as u64) & !15;
+    let mut args = CloneArgs { flags: CLONE_VM | CLONE_VFORK, exit_signal: SIGCHLD, stack: base,
+                               stack_size: top - base, ..Default::default() };
     if let Some(fd) = into_cgroup {
         args.flags |= CLONE_INTO_CGROUP;
         args.cgroup = fd as u64;
     }
-    let pid = unsafe { syscall(SYS_CLONE3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
-    if pid == 0 {
-        let e = child(setup, procs_fd);
-        let bytes = e.to_be_bytes();
-        unsafe {
-            write(report_w.as_raw_fd(), bytes.as_ptr() as *const c_void, 4);
-            _exit(127)
-        }
-    }
+    let shared = ChildArgs { setup, procs_fd, failed: AtomicI32::new(0) };
+    let all = [!0u64; 16];
+    let mut before = [0u64; 16];
+    // No signal handler of ours may run on the child's stack before it has reset them.
+    let pid = unsafe {
+        sigprocmask(0 /* SIG_BLOCK */, &all, &mut before);
+        let pid = clone3_vfork(&args, child_entry, &shared as *const ChildArgs as *mut c_void);
+        sigprocmask(2 /* SIG_SETMASK */, &before, std::ptr::null_mut());
+        pid
+    };
+    drop(stack);
     if pid < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(io::Error::from_raw_os_error(-pid as i32));
     }
-    drop(report_w);
     let mut child = Child { pid: pid as i32, status: None };
-    let mut buf = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        let n = unsafe { read(report_r.as_raw_fd(), buf[got..].as_mut_ptr() as *mut c_void, 4 - got) };
-        if n > 0 {
-            got += n as usize;
-        } else if n == 0 || errno() != EINTR {
-            break;
-        }
-    }
-    if got == 4 {
+    let failed = shared.failed.load(Ordering::SeqCst);
+    if failed != 0 {
         let _ = child.wait();
-        return Err(io::Error::from_raw_os_error(i32::from_be_bytes(buf)));
+        return Err(io::Error::from_raw_os_error(failed));
     }
     Ok(child)
+}
+
+struct ChildArgs<'a> {
+    setup: &'a Setup<'a>,
+    procs_fd: Option<i32>,
+    failed: AtomicI32,
+}
+
+extern "C" fn child_entry(arg: *mut c_void) -> ! {
+    let shared = unsafe { &*(arg as *const ChildArgs) };
+    let e = child(shared.setup, shared.procs_fd);
+    shared.failed.store(if e == 0 { 8 } else { e }, Ordering::SeqCst);
+    unsafe { _exit(127) }
+}
+
+/// clone3 whose child calls `entry(arg)` on the stack `args` gives it; returns the child's
+/// pid or -errno in the parent. In assembly: the child starts with the new stack at the
+/// system call's return, where no compiled code of the parent's frame may run.
+unsafe fn clone3_vfork(args: &CloneArgs, entry: extern "C" fn(*mut c_void) -> !, arg: *mut c_void) -> c_long {
+    let ret: c_long;
+    std::arch::asm!(
+        "syscall",
+        "test rax, rax",
+        "jnz 2f",
+        "xor ebp, ebp",
+        "mov rdi, r12",
+        "call r13",
+        "ud2",
+        "2:",
+        inlateout("rax") SYS_CLONE3 => ret,
+        in("rdi") args as *const CloneArgs,
+        in("rsi") std::mem::size_of::<CloneArgs>(),
+        in("r12") arg,
+        in("r13") entry,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+    ret
 }
 
 /// In the child: returns only on failure, with the errno to report.
