@@ -60,7 +60,7 @@ from pandastack.host.images.rootfs import (
 from pandastack.hostport.errors import SetupError
 
 # Bump when the build recipe changes in a way the hashed inputs do not capture.
-RECIPE_VERSION = 9  # 9: /etc/profile without the `id -u` fork for bash
+RECIPE_VERSION = 10  # 10: inode tables zeroed by mkfs (rootfs.ROOT_MKFS)
 
 SUITE = "bookworm"
 VARIANT = "minbase"

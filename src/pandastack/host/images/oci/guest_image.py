@@ -37,10 +37,12 @@ from pandastack.host.images.oci.guest_root import image_init, make_bootable
 from pandastack.host.images.oci.pull import layer_cache, pull_resolved, throttled_progress
 from pandastack.host.images.oci.reference import ImageReference, parse_reference
 from pandastack.host.images.oci.settings import RegistrySettings
+from pandastack.host.images.rootfs import ROOT_MKFS
 from pandastack.hostport.errors import SetupError
 
-# 2: image.json holds the image config's defaults; 3: its Entrypoint, Cmd and ExposedPorts too
-RECIPE = 3
+# 2: image.json holds the image config's defaults; 3: its Entrypoint, Cmd and ExposedPorts too;
+# 4: inode tables zeroed by mkfs (rootfs.ROOT_MKFS)
+RECIPE = 4
 # Room on the root disk beyond what the image unpacks to (the disk is sparse: unused room
 # costs nothing on the host until written).
 HEADROOM = 1 << 30
@@ -132,8 +134,7 @@ def _build(client: RegistryClient, resolved: ResolvedImage, final: Path, *, home
         progress(f"image {ref}: mkfs.ext4 ({size >> 20} MiB sparse)")
         with (out / "rootfs.img").open("wb") as disk:
             disk.truncate(size)
-        run(["mkfs.ext4", "-F", "-q", "-m", "0", "-L", "pandastack-root", "-d", root,
-             out / "rootfs.img", f"{size // 1024}k"], what="mkfs.ext4")
+        run([*ROOT_MKFS, "-d", root, out / "rootfs.img", f"{size // 1024}k"], what="mkfs.ext4")
         link_or_copy(base.initrd, out / "initrd.img")
         link_or_copy(base.kernel, out / base.kernel.name)
         meta = {"key": final.name, "variant": f"oci:{ref}", "image": str(ref),
