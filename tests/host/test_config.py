@@ -16,7 +16,8 @@ from pandastack.host.config import AUTO_STREAM_HUGETLB_MB, GUEST_IDLE_ARGS, TCG_
 ])
 def test_guest_aslr_and_accel_give_the_kernel_args(setting: str, accel: str, args: str) -> None:
     tcg_only = TCG_ARGS if accel == "tcg" else ""
-    assert HostConfig(guest_aslr=setting).guest_kernel_args(accel) == args + GUEST_IDLE_ARGS + tcg_only
+    want = args + GUEST_IDLE_ARGS + tcg_only
+    assert HostConfig(guest_aslr=setting).guest_kernel_args(accel) == want
 
 
 def test_speculation_defences_are_off_only_under_tcg() -> None:

@@ -241,7 +241,8 @@ class HostConfig:
         # every clone. Measured: 3 of 5 bakes under load without it, 0 of 6 with it (ADR 0038,
         # addendum). Under KVM the watchdog checks against a real clock, so it stays.
         tsc = " tsc=reliable" if accel == "tcg" else ""
-        return ("" if aslr else " norandmaps") + tsc + GUEST_IDLE_ARGS + (TCG_ARGS if accel == "tcg" else "")
+        after = GUEST_IDLE_ARGS + (TCG_ARGS if accel == "tcg" else "")
+        return ("" if aslr else " norandmaps") + tsc + after
 
     @property
     def sandboxes_dir(self) -> Path:
