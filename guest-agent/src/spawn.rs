@@ -254,10 +254,11 @@ fn child(setup: &Setup, procs_fd: Option<i32>) -> i32 {
             }
         }
         // What std's Command does too: the agent ignores SIGPIPE and its threads may block
-        // signals; a command starts with neither.
+        // signals; a command starts with neither. The disposition first: signals stay blocked
+        // (as the parent blocked them for the clone) until nothing of the agent's can run.
+        signal(SIGPIPE, 0 /* SIG_DFL */);
         let empty = [0u64; 16];
         sigprocmask(2 /* SIG_SETMASK */, &empty, std::ptr::null_mut());
-        signal(SIGPIPE, 0 /* SIG_DFL */);
         if let Some(fd) = procs_fd {
             // "0" moves the writer: the child is in its leaf before it execs.
             write(fd, b"0".as_ptr() as *const c_void, 1);
