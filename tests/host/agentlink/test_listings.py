@@ -4,6 +4,7 @@ arguments are the request's fields, and the handle calls the client's `listing` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import typing
@@ -64,6 +65,9 @@ class OnRecorder:
 
     async def agent(self) -> Any:
         return self.recorder
+
+    def guest_call(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
 
 
 add_listings(OnRecorder, SandboxPort)

@@ -29,6 +29,10 @@ T = TypeVar("T")
 class HasAgent(Protocol):
     async def agent(self) -> AgentClient: ...
 
+    def guest_call(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Around each guest operation (the owner's error translation)."""
+        ...
+
 
 class AgentCall(Generic[P, R]):
     """A coroutine method of AgentClient, called on the owner's agent."""
@@ -50,7 +54,8 @@ class AgentCall(Generic[P, R]):
         method = self._method
 
         async def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            return await method(await owner.agent(), *args, **kwargs)
+            async with owner.guest_call():
+                return await method(await owner.agent(), *args, **kwargs)
 
         return call
 
@@ -76,11 +81,12 @@ class AgentStream(Generic[P, T]):
         method = self._method
 
         async def stream(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[T, None]:
-            agent = await owner.agent()
-            # Closed with the caller's iteration, so a stopped stream stops the guest's op.
-            async with contextlib.aclosing(method(agent, *args, **kwargs)) as items:
-                async for item in items:
-                    yield item
+            async with owner.guest_call():
+                agent = await owner.agent()
+                # Closed with the caller's iteration, so a stopped stream stops the guest's op.
+                async with contextlib.aclosing(method(agent, *args, **kwargs)) as items:
+                    async for item in items:
+                        yield item
 
         return stream
 
@@ -100,6 +106,7 @@ def _listing(name: str, declared: Callable[..., Any]) -> Callable[..., Any]:
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         fields = dict(list(bound.arguments.items())[1:])  # self is not a field
-        return await (await self.agent()).listing(name, fields)
+        async with self.guest_call():
+            return await (await self.agent()).listing(name, fields)
 
     return functools.update_wrapper(call, declared)
