@@ -67,6 +67,7 @@ class FakeSandbox:
         self.memory_mb = memory_mb
         self.alive = True
         self.state = "running"
+        self.forked_from: str | None = None
         self.files: dict[str, bytes] = {}
         self.last_env: Mapping[str, str] | None = None
         self.last_max_output: int | None = None
@@ -535,8 +536,11 @@ class FakeRuntime:
             if self.fail_fork is not None:
                 raise self.fail_fork
             policy = self.sandbox(sandbox_id).network
-            return ForkChildren([await self.create(snapshot=snap.info.id, network=policy)
-                                 for _ in range(count)], snap.pause_ms)
+            children = [await self.create(snapshot=snap.info.id, network=policy)
+                        for _ in range(count)]
+            for child in children:
+                child.forked_from = sandbox_id
+            return ForkChildren(children, snap.pause_ms)
         finally:
             await self.delete_snapshot(snap.info.id)
 

@@ -82,6 +82,13 @@ class SandboxPort(GuestListings, Protocol):
 
     def is_alive(self) -> bool: ...
 
+    @property
+    def forked_from(self) -> str | None:
+        """The sandbox this one is a fork child of (None: made from a template or a
+        snapshot). A control plane that finds such a child without a row of its own, of a
+        parent it knows, knows the child is a leftover of its own fork cut off by a crash."""
+        ...
+
     async def exec(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                    stdin: bytes | None = None, on_stdout: OutputCallback | None = None,

@@ -35,6 +35,7 @@ class FakeSandbox:
     def __init__(self, sandbox_id: str) -> None:
         self.id = sandbox_id
         self.state = "running"
+        self.forked_from: str | None = None
         self.script: dict[str, Script] = {}
         self.files: dict[str, bytes] = {}
         self.chunks_seen: list[int] = []

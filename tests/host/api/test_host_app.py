@@ -54,7 +54,8 @@ async def test_the_token_opens_it(client: tuple[httpx.AsyncClient, FakeHost]) ->
     c, _ = client
     r = await c.get("/v1/sandboxes")
     assert r.status_code == 200
-    assert r.json() == {"sandboxes": [{"id": "sbx-1", "state": "running", "alive": True}]}
+    assert r.json() == {"sandboxes": [{"id": "sbx-1", "state": "running", "alive": True,
+                                       "forked_from": None}]}
 
 
 async def test_errors_are_envelopes_with_their_status(

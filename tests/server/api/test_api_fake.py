@@ -363,6 +363,9 @@ async def test_reconcile_on_start(tmp_path: Path) -> None:
                                                 "the host")
     stray = "sbx-0000000000aa"
     await runtime.create(sandbox_id=stray)
+    # A fork the host made whose children's rows were never written (the server died
+    # between the two): the child of a sandbox this database has is its own leftover.
+    [orphan] = await runtime.fork(str(kept))
     del runtime.sandboxes[gone]
     async with running_app(settings, runtime) as api:
         assert (await api.client.get(f"/v1/sandboxes/{gone}")).json()["state"] == "failed"
@@ -372,6 +375,7 @@ async def test_reconcile_on_start(tmp_path: Path) -> None:
         assert ended in runtime.killed and ended not in runtime.sandboxes
         assert stray not in runtime.killed and stray in runtime.sandboxes
         assert api.app.state.service.unknown_vms == [stray]
+        assert orphan.id in runtime.killed and orphan.id not in runtime.sandboxes
     async with running_app(make_settings(tmp_path, kill_unknown_vms=True), runtime) as api:
         assert stray in runtime.killed and stray not in runtime.sandboxes
         assert api.app.state.service.unknown_vms == []

@@ -92,6 +92,7 @@ class FakeSandbox:
     def __init__(self, sandbox_id: str, calls: list[tuple[str, Any]]) -> None:
         self.id = sandbox_id
         self.state = "paused"
+        self.forked_from: str | None = None
         self._calls = calls
 
     def is_alive(self) -> bool:

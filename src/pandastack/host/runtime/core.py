@@ -237,7 +237,7 @@ class HostRuntime:
         handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
             record.id, vm, self.sandboxes_dir / record.id, record.hostname, record.created_at,
             self.config.agent_timeout_s, template=record.template, state=record.state,
-            waker=self.wake)
+            waker=self.wake, forked_from=record.forked_from)
         self.table.add(handle, record)
         return handle
 
@@ -249,7 +249,8 @@ class HostRuntime:
                      disk_mb: int | None = None, sandbox_id: str | None = None,
                      snapshot: str | None = None,
                      network: NetworkPolicy | dict[str, Any] | None = None,
-                     volumes: Sequence[VolumeMountRequest] = ()) -> SandboxHandle:
+                     volumes: Sequence[VolumeMountRequest] = (),
+                     forked_from: str | None = None) -> SandboxHandle:
         """Restore a new sandbox and return once its agent is ready.
 
         From `template` (a fresh machine) or from `snapshot` (the snapshotted machine's memory,
@@ -309,7 +310,7 @@ class HostRuntime:
             vcpus=tmpl.snapshot.shape.vcpus, memory_mb=tmpl.snapshot.shape.memory_mb,
             disk_bytes=disk_bytes, hostname=sid, machine_id=uuid.uuid4().hex,
             created_at=time.time(), layers=(*base_layers, top), snapshot=snapshot,
-            network=policy.to_dict(),
+            network=policy.to_dict(), forked_from=forked_from,
         )
         vm: VMProcess | None = None
         slot: Slot | None = None
@@ -338,7 +339,8 @@ class HostRuntime:
             self.volumes.settle(sid)
             handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
                 sid, vm, workdir, record.hostname, record.created_at,
-                self.config.agent_timeout_s, template=template, waker=self.wake)
+                self.config.agent_timeout_s, template=template, waker=self.wake,
+                forked_from=forked_from)
             await handle.initialize(record.machine_id)
             handle.on_first_command = reservation.up(str(workdir))  # in MemAvailable now
             if snapshot is None and mounts:

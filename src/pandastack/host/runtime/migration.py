@@ -311,7 +311,8 @@ class Migrations:
             inc.expiry.cancel()
         handle = SandboxHandle(  # type: ignore[abstract]  # its listings: see sandbox.py
             sandbox_id, vm, workdir, record.hostname, record.created_at,
-            self.rt.config.agent_timeout_s, template=record.template, waker=self.rt.wake)
+            self.rt.config.agent_timeout_s, template=record.template, waker=self.rt.wake,
+            forked_from=record.forked_from)
         handle.on_first_command = first_command
         try:
             await self.rt.driver.finish_incoming(vm)

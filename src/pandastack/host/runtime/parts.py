@@ -74,7 +74,8 @@ class RuntimeParts(Protocol):
                      disk_mb: int | None = ..., sandbox_id: str | None = ...,
                      snapshot: str | None = ...,
                      network: NetworkPolicy | dict[str, Any] | None = ...,
-                     volumes: Sequence[VolumeMountRequest] = ...) -> SandboxHandle: ...
+                     volumes: Sequence[VolumeMountRequest] = ...,
+                     forked_from: str | None = ...) -> SandboxHandle: ...
 
     async def snapshot(self, sandbox_id: str, name: str | None = ..., *,
                        internal: bool = ..., short_pause: bool | None = ...,

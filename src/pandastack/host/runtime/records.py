@@ -52,6 +52,8 @@ class SandboxRecord:
     store_writer: str = ""
     # The volumes it has mounted (host/volumes/attach.py `Mounted` as dicts).
     volumes: tuple[dict[str, Any], ...] = ()
+    # The sandbox it was forked from (SandboxPort.forked_from).
+    forked_from: str | None = None
 
     @property
     def top(self) -> str:

@@ -67,8 +67,10 @@ class SandboxHandle(_Listings):
 
     def __init__(self, sandbox_id: str, vm: VMProcess | None, workdir: Path, hostname: str,
                  created_at: float, agent_timeout: float, *, template: str = DEFAULT_TEMPLATE,
-                 state: str = "running", waker: Waker | None = None):
+                 state: str = "running", waker: Waker | None = None,
+                 forked_from: str | None = None):
         self.id = sandbox_id
+        self.forked_from = forked_from
         self.vm = vm
         self.workdir = workdir
         self.hostname = hostname

@@ -180,7 +180,8 @@ class Saves:
         try:
             # The parent's clock is set again while its children restore, not before.
             results = await asyncio.gather(
-                *(rt.create(snapshot=snap.info.id, network=policy) for _ in range(count)),
+                *(rt.create(snapshot=snap.info.id, network=policy, forked_from=sandbox_id)
+                  for _ in range(count)),
                 self.resync_parent_clock(sandbox_id), return_exceptions=True)
         finally:
             # Children hold their own links to the layers: the snapshot itself can go. Gone

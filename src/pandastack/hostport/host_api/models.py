@@ -80,13 +80,15 @@ class SandboxInfo(HostApiModel):
     state: str = Field(description='"running", "paused", "hibernated" or "stopped" (its VM '
                                    'died, its disk kept; a wake boots it)')
     alive: bool = Field(description="the VM process runs (false when hibernated or dead)")
+    forked_from: str | None = Field(default=None, description="the sandbox it is a fork child of")
 
     @model_validator(mode="before")
     @classmethod
     def _of_port(cls, data: Any) -> Any:
         """A `SandboxPort` as the route has it (its liveness is a call, not a field)."""
         if callable(getattr(data, "is_alive", None)):
-            return {"id": data.id, "state": data.state, "alive": data.is_alive()}
+            return {"id": data.id, "state": data.state, "alive": data.is_alive(),
+                    "forked_from": data.forked_from}
         return data
 
 

@@ -266,6 +266,7 @@ HAND_WRITTEN: Mapping[str, str] = {
     "close": "",                      # the client's own: closes its connections
     "handle": "",                     # made without a round trip (RuntimePort.handle)
     "is_alive": "",                   # what the lookup said (SandboxInfo.alive)
+    "forked_from": "",                # what the lookup said (SandboxInfo.forked_from)
 }
 """Port methods that are no row of OPERATIONS, with the operationId of their route."""
 

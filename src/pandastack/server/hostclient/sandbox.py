@@ -106,6 +106,10 @@ class RemoteSandbox:
     def is_alive(self) -> bool:
         return self._info.alive
 
+    @property
+    def forked_from(self) -> str | None:
+        return self._info.forked_from
+
     def _path(self, *parts: str | int) -> str:
         return api_path("sandboxes", self.id, *parts)
 

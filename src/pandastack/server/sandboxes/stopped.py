@@ -123,10 +123,11 @@ async def reconcile(service: ServiceParts) -> tuple[list[str], list[str]]:
     """After `runtime.start()`: rows whose VM is gone -> stopped if persistent (their
     disks kept, ADR 0037), else failed; VMs (and kept disks) whose row ended -> killed,
     VMs without any row -> left running and reported (`unknown_vms`; killed with
-    settings.kill_unknown_vms); the rows of adopted sandboxes take the runtime's state
-    (running, paused or hibernated); snapshot rows whose files are gone -> deleted, and
-    user snapshots on the host without a row (older than a grace) -> removed. Rows still
-    `starting` (a create interrupted by a restart) count as gone."""
+    settings.kill_unknown_vms), but for fork children of a sandbox this database has (its
+    fork cut off by a crash before their rows: killed); the rows of adopted sandboxes take
+    the runtime's state (running, paused or hibernated); snapshot rows whose files are gone
+    -> deleted, and user snapshots on the host without a row (older than a grace) ->
+    removed. Rows still `starting` (a create interrupted by a restart) count as gone."""
     listed = {h.id: h for h in await service.runtime.list_sandboxes()}
     service.mark_lost_hosts()
     failed: list[str] = []
@@ -165,8 +166,14 @@ async def reconcile(service: ServiceParts) -> tuple[list[str], list[str]]:
         # A VM with an ended row lost its kill to a host out of reach: it goes. One without
         # any row is no leftover of this database (restored from an older backup, or another
         # server's sharing the host): the database cannot say whose it is, so it is reported,
-        # not silently killed (ADR 0047, addendum).
-        if service.store.sandbox_by_id(sid) is None and not service.settings.kill_unknown_vms:
+        # not silently killed (ADR 0047, addendum). But for a fork child of a sandbox this
+        # database has: its fork was cut off between the host's fork and the children's rows
+        # (a server killed then; bench/chaos.py's fork blows left them running), so no one
+        # was ever told of it, and it goes.
+        parent = listed[sid].forked_from
+        ours = parent is not None and service.store.sandbox_by_id(parent) is not None
+        if (service.store.sandbox_by_id(sid) is None and not ours
+                and not service.settings.kill_unknown_vms):
             unknown.append(sid)
             continue
         with suppress(SandboxNotFound):
