@@ -71,6 +71,7 @@ class SandboxHandle(_Listings):
                  forked_from: str | None = None):
         self.id = sandbox_id
         self.forked_from = forked_from
+        self.destroyed = False
         self.vm = vm
         self.workdir = workdir
         self.hostname = hostname
@@ -191,7 +192,11 @@ class SandboxHandle(_Listings):
             yield
         except AgentConnectionError as exc:
             vm = self.vm
-            if isinstance(exc, VMExited) or vm is None:
+            # A VM this runtime stops on purpose (a kill, a hibernation, a migration) is no
+            # death: the call fails as the channel did (a kill's callers, E2B's SDK among
+            # them, tell an ended sandbox by that).
+            deliberate = self.destroyed or self.lifecycle_lock.locked()
+            if isinstance(exc, VMExited) or vm is None or deliberate:
                 raise
             ended = await _vm_ended(vm)
             if ended is None:
@@ -205,6 +210,7 @@ class SandboxHandle(_Listings):
 
     async def destroy(self) -> None:
         """Kill the VM and remove every file the sandbox had."""
+        self.destroyed = True
         await self.disconnect()
         if self.vm is not None:
             await asyncio.to_thread(self.vm.kill)
