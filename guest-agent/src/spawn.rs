@@ -14,7 +14,7 @@
 //! C library's wrappers would signal every thread of the agent, which the child is not.
 
 use std::ffi::CString;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io;
 use std::os::raw::{c_char, c_int, c_long, c_void};
 use std::os::unix::fs::OpenOptionsExt;
@@ -135,28 +135,21 @@ pub struct Setup<'a> {
 /// The child and whether it is in its leaf (false: in the agent's cgroup; the caller keeps
 /// the leaf out of use).
 pub fn spawn(setup: &Setup) -> io::Result<(Child, bool)> {
-    let (mut into, mut procs): (Option<File>, Option<File>) = (None, None);
-    if let Some(leaf) = setup.leaf {
-        into = OpenOptions::new().read(true).custom_flags(O_PATH | O_DIRECTORY | O_CLOEXEC).open(leaf).ok();
-    }
-    let mut first = clone_exec(setup, into.as_ref().map(|f| f.as_raw_fd()), None);
-    if into.is_some() {
-        if let Err(e) = &first {
+    let leaf = match setup.leaf {
+        Some(leaf) => leaf,
+        None => return clone_exec(setup, None, None).map(|child| (child, false)),
+    };
+    let dir = OpenOptions::new().read(true).custom_flags(O_PATH | O_DIRECTORY | O_CLOEXEC).open(leaf);
+    if let Ok(dir) = &dir {
+        match clone_exec(setup, Some(dir.as_raw_fd()), None) {
             // EINVAL/ENOSYS/E2BIG: a kernel without CLONE_INTO_CGROUP. Any other error is the
             // clone's or the exec's own, and the same without it.
-            if matches!(e.raw_os_error(), Some(22) | Some(38) | Some(7)) {
-                procs = setup.leaf.and_then(|l| {
-                    OpenOptions::new().write(true).custom_flags(O_CLOEXEC).open(format!("{}/cgroup.procs", l)).ok()
-                });
-                first = clone_exec(setup, None, procs.as_ref().map(|f| f.as_raw_fd()));
-            }
+            Err(e) if matches!(e.raw_os_error(), Some(22) | Some(38) | Some(7)) => {}
+            other => return other.map(|child| (child, true)),
         }
-    } else if let Some(leaf) = setup.leaf {
-        procs = OpenOptions::new().write(true).custom_flags(O_CLOEXEC).open(format!("{}/cgroup.procs", leaf)).ok();
-        first = clone_exec(setup, None, procs.as_ref().map(|f| f.as_raw_fd()));
     }
-    let placed = setup.leaf.is_some() && (procs.is_some() || into.is_some());
-    first.map(|child| (child, placed))
+    let procs = OpenOptions::new().write(true).custom_flags(O_CLOEXEC).open(format!("{}/cgroup.procs", leaf)).ok();
+    clone_exec(setup, None, procs.as_ref().map(|f| f.as_raw_fd())).map(|child| (child, procs.is_some()))
 }
 
 /// One clone3 and the exec's outcome: Err with the child's errno if it could not exec (it

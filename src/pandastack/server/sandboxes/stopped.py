@@ -171,9 +171,8 @@ async def reconcile(service: ServiceParts) -> tuple[list[str], list[str]]:
         # (a server killed then; bench/chaos.py's fork blows left them running), so no one
         # was ever told of it, and it goes.
         parent = listed[sid].forked_from
-        ours = parent is not None and service.store.sandbox_by_id(parent) is not None
-        if (service.store.sandbox_by_id(sid) is None and not ours
-                and not service.settings.kill_unknown_vms):
+        if (service.store.sandbox_by_id(sid) is None and not service.settings.kill_unknown_vms
+                and (parent is None or service.store.sandbox_by_id(parent) is None)):
             unknown.append(sid)
             continue
         with suppress(SandboxNotFound):
