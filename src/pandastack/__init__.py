@@ -6,9 +6,9 @@
         print(sbx.exec("uname -a").stdout)
 """
 
-__version__ = "0.1.0"
-
 from typing import TYPE_CHECKING, Any
+
+from pandastack._version import __version__
 
 if TYPE_CHECKING:
     from pandastack.sdk import (

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pandastack._version import __version__
 from tests.guest.conftest import REPO
 
 pytestmark = pytest.mark.timeout(600)
@@ -54,7 +55,7 @@ def build_wheel(src: Path, out: Path) -> Path:
 def test_an_installed_wheel_builds_the_same_agent(tmp_path: Path, binary_agent: str) -> None:
     whl = build_wheel(tree_copy(tmp_path / "tree"), tmp_path / "dist")
     names = set(zipfile.ZipFile(whl).namelist())
-    data = f"pandastack-0.1.0.data/data/{SHARE}"
+    data = f"pandastack-{__version__}.data/data/{SHARE}"
     sources = sorted(p.name for p in (REPO / "guest-agent" / "src").glob("*.rs"))
     assert sources and {f"{data}/guest-agent/src/{n}" for n in sources} <= names
     assert f"{data}/scripts/build-guest-agent.sh" in names

@@ -41,6 +41,9 @@ class LiveAgent:
         self.log_path = tmp / "agent.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_args: list[str] = []  # more `pandastack agent` flags (--db, ...)
+        # The interpreter whose `pandastack` runs: another release's venv stands in for an
+        # agent of that release (tests/server/hosts/test_cluster_upgrade.py).
+        self.python = sys.executable
 
     @property
     def token(self) -> str:
@@ -57,7 +60,7 @@ class LiveAgent:
                "PANDASTACK_VOLUMES_DIR": str(self.volumes_dir)}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pandastack", "agent", "--listen", self.listen,
+                [self.python, "-m", "pandastack", "agent", "--listen", self.listen,
                  "--token-file", str(self.token_file), "--log-level", "warning",
                  *self.extra_args],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import importlib.util
 import sys
 import time
@@ -74,14 +73,11 @@ def missing_server_extra() -> list[str]:
 
 
 def installed_version() -> str:
-    """The version pip installed (the package's metadata, what a release's wheel says); the
-    source's `pandastack.__version__` when the checkout runs without being installed."""
-    try:
-        return importlib.metadata.version("pandastack")
-    except importlib.metadata.PackageNotFoundError:
-        import pandastack
+    """The version of the code that runs (src/pandastack/_version.py, which a wheel's metadata
+    is made from): an editable install's metadata keeps the version it was installed at."""
+    from pandastack._version import __version__
 
-        return pandastack.__version__
+    return __version__
 
 
 def _progress(message: str) -> None:

@@ -15,6 +15,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.routing import Route
 
+from pandastack._version import __version__
 from pandastack.hostport.errors import HostUnavailable
 from pandastack.hostport.protocols import RuntimePort
 from pandastack.metrics_access import MetricsAccess, scrape
@@ -186,8 +187,8 @@ def create_app(settings: Settings | None = None, runtime: RuntimePort | None = N
                 await rt.close()
             store.close()
 
-    app = FastAPI(title="pandastack", version="0.1.0", lifespan=lifespan, redirect_slashes=False,
-                  generate_unique_id_function=operation_id,
+    app = FastAPI(title="pandastack", version=__version__, lifespan=lifespan,
+                  redirect_slashes=False, generate_unique_id_function=operation_id,
                   description="Self-hostable microVM sandboxes. Every error response is "
                               "`{\"error\": {code, message, request_id}}`; every response "
                               "carries `X-Request-Id`. A JSON body over the server's limit "

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from pandastack._version import __version__
 from pandastack.host.memory.admission import MemoryAdmission
 from pandastack.hostport.frames import MEDIA_TYPE
 from pandastack.hostport.host_api.codec import ErrorEnvelope
@@ -81,7 +82,7 @@ def create_host_app(host: RuntimePort, token: str, *, manage_host: bool = False,
             if manage_host:
                 await host.close()
 
-    app = FastAPI(title="pandastack host agent", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="pandastack host agent", version=__version__, lifespan=lifespan,
                   redirect_slashes=False, generate_unique_id_function=operation_id,
                   default_response_class=WireJSONResponse,
                   description="The host API: what the control plane asks of one host "
