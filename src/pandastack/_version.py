@@ -5,4 +5,4 @@ package that imports nothing of the host) is held to it by tests/cli/test_versio
 A release is `X.Y.Z` and tagged `vX.Y.Z`; between releases it is the next one's `.dev0`
 (docs/releasing.md)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

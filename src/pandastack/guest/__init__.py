@@ -6,4 +6,4 @@ builder copies ``guest/*.py`` into the guest as the package ``pandastack_guest``
 beside it as ``pandastack.guestproto``. The host imports nothing of this package.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
