@@ -1,11 +1,12 @@
 """The rolling upgrade of docs/operations.md, section 6, from the newest release to this
 tree, on real agents and microVMs, PostgreSQL and the S3 server: an agent of the release
 (installed from its tag by scripts/release-install.sh, as an operator installs it) and one of
-this tree register beside an API server of this tree. The release's agent serves a sandbox;
-a drain moves it live onto this tree's agent; the release's agent then runs another sandbox
-and is upgraded in place (SIGTERM, which leaves its VMs running, as the unit's `systemctl
-stop` does; then this tree's agent on the same directories), which adopts that VM. The
-memory a process holds in each sandbox is asked of it after every step.
+this tree register beside an API server of this tree. The release's agent serves a sandbox
+and hibernates another; a drain moves the running one live onto this tree's agent; the
+release's agent then runs a third and is upgraded in place (SIGTERM, which leaves its VMs
+running, as the unit's `systemctl stop` does; then this tree's agent on the same
+directories), which adopts that VM; the hibernation the release wrote wakes on this tree.
+The memory a process holds in each sandbox is asked of it after every step.
 
 When a release raises the host API or guest protocol past what the next tree speaks, this
 test is where it shows: such a change says so in CHANGELOG.md and here (docs/releasing.md)."""
@@ -91,11 +92,17 @@ async def test_a_cluster_upgrades_from_the_last_release_to_this_tree(
                 moved = str((await ok(await api.client.post("/v1/sandboxes", json={
                     "host_id": id_old, "ttl_seconds": 3600}), 201))["id"])
                 moved_pid, moved_value = await holder(api, moved)
+                asleep = str((await ok(await api.client.post("/v1/sandboxes", json={
+                    "host_id": id_old, "ttl_seconds": 3600}), 201))["id"])
+                asleep_pid, asleep_value = await holder(api, asleep)
+                await ok(await api.client.post(f"/v1/sandboxes/{asleep}/hibernate"))
 
-                # Its drain moves the sandbox live onto this tree's agent.
+                # Its drain moves the running sandbox live onto this tree's agent; the
+                # hibernated one stays in the object store, as the release wrote it.
                 report = await ok(await api.client.post(f"/v1/hosts/{id_old}/drain"))
                 assert report["moved"] == {moved: id_new}, report
                 assert report["moved_live"] == [moved], report
+                assert report["stayed_hibernated"] == [asleep], report
                 assert await told(api, moved, moved_pid) == moved_value
                 await ok(await api.client.post(f"/v1/hosts/{id_old}/undrain"))
 
@@ -117,7 +124,10 @@ async def test_a_cluster_upgrades_from_the_last_release_to_this_tree(
                 info = await ok(await api.client.get(f"/v1/sandboxes/{kept}"))
                 assert info["host_id"] == id_old, info
                 assert await told(api, moved, moved_pid) == moved_value
+                # A hibernation the release made wakes on this tree's agents.
+                await ok(await api.client.post(f"/v1/sandboxes/{asleep}/wake"))
+                assert await told(api, asleep, asleep_pid) == asleep_value
 
-                for sid in (moved, kept):
+                for sid in (moved, kept, asleep):
                     r = await api.client.delete(f"/v1/sandboxes/{sid}")
                     assert r.status_code == 204, r.text
