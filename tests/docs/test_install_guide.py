@@ -31,11 +31,11 @@ import os
 import re
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from pandastack._version import __version__
 from pandastack.cli.doctor import CHECKS
 from pandastack.cli.doctor_units import ENV_FILE, UNITS
 from tests.cluster.test_operations_guide import blocks, guide_section, localize
@@ -139,9 +139,8 @@ def _check_the_install(tmp: Path, src: Path, venv: Path, link: Path) -> None:
         return subprocess.run([str(link), *argv], env={**env, **extra}, cwd=tmp,
                               capture_output=True, text=True, timeout=120)
 
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     out = pandastack("--version")
-    assert (out.returncode, out.stdout.strip()) == (0, f"pandastack {version}"), out.stderr
+    assert (out.returncode, out.stdout.strip()) == (0, f"pandastack {__version__}"), out.stderr
 
     # The venv's own copy of the package (a regular install, not a link to the sources).
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
