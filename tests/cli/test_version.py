@@ -2,7 +2,7 @@
 is written: pyproject.toml, the OpenAPI documents and the guest agent follow it), and
 CHANGELOG.md agrees: a release `X.Y.Z` has its section; between releases the version is the
 next one's `.dev0`; the changelog's first section is `Unreleased`, above every released one.
-That the newest release is a tag of this repository: tests/cluster/test_upgrade_from_release.py."""
+That the newest release is a tag of this repository: tests/server/hosts/test_cluster_upgrade.py."""
 
 from __future__ import annotations
 
