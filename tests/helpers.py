@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pandastack.host import config as host_config
+from pandastack.host.memory.huge_pool import HugePagePool
 from pandastack.host.runtime import HostRuntime
 from pandastack.host.runtime.sandbox import SandboxHandle
 from pandastack.host.vmm.driver import iter_cmdlines
@@ -79,8 +80,14 @@ def private_vmm_root(prefix: str) -> Iterator[Path]:
     leftovers = vmm_pids_under(path)
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
+    # A share of the host's hugetlb pool whose claim is removed with the directory would stay
+    # in the pool for good: taken back first.
+    shares = sorted((path / "hugetlb").glob("*.claim"))
+    for claim in shares:
+        HugePagePool(claim, progress=lambda _m: None).take_back_claim()
     shutil.rmtree(path, ignore_errors=True)
     assert not leftovers, f"VMMs leaked: {leftovers}"
+    assert not shares, f"hugetlb pool shares left by runtimes not closed: {shares}"
 
 
 async def assert_clock_on_time(sbx: SandboxHandle, slack: float = 0.5, why: str = "") -> None:

@@ -9,12 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from pandastack.host.memory.huge_pool import (
+    POOL_LOCK,
     POOL_SYSFS,
     HugePagePool,
     _start_time,
@@ -178,3 +180,32 @@ def test_all_shares_together_stay_under_a_quarter_of_the_host(tmp_path: Path) ->
                for n in range(4)]
     assert granted == [200, 200, 112, 0]
     assert int((sysfs / "nr_hugepages").read_text()) == 512
+
+
+
+def _resize_cycles(pool: HugePagePool, cycles: int) -> None:
+    for _ in range(cycles):
+        assert pool._add_share() == 2
+        pool.take_back_claim()
+
+
+def test_pools_whose_claims_live_apart_resize_one_at_a_time(tmp_path: Path) -> None:
+    """The pool's size is read, then written: two runtimes whose claims are in different
+    directories (test modules keep theirs apart) must still take one lock, or one's pages end
+    up in nobody's claim (4 GiB stayed in the pool after a CI run, when the lock was the
+    claim directory's). Both resize at once, many times: nothing may be left."""
+    assert HugePagePool(tmp_path / "x.claim").lock == HugePagePool(
+        tmp_path / "y" / "z.claim").lock == POOL_LOCK
+    sysfs = tmp_path / "sysfs"
+    sysfs.mkdir()
+    (sysfs / "nr_hugepages").write_text("0\n")
+    meminfo = _meminfo(tmp_path, 1 << 20)
+    pools = [HugePagePool(tmp_path / f"claims{n}" / "a.claim", pages=2, sysfs=sysfs,
+                          progress=lambda m: None, meminfo=meminfo, lock=tmp_path / "pool.lock")
+             for n in range(2)]
+    workers = [threading.Thread(target=_resize_cycles, args=(pool, 300)) for pool in pools]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert int((sysfs / "nr_hugepages").read_text()) == 0

@@ -34,6 +34,11 @@ from pandastack.host.memory.idle_work import run_at_idle_priority, stop_idle_wor
 PAGE = 2 << 20
 MIB = 1 << 20
 POOL_SYSFS = Path("/sys/kernel/mm/hugepages/hugepages-2048kB")
+#: Every change of the pool's size on the host takes this lock, whichever directory holds the
+#: claim: the size is read, then written, so two writers under different locks lose one's
+#: pages to nobody's claim (test modules keep their claims apart and did: 4 GiB stayed in the
+#: pool after a CI run).
+POOL_LOCK = Path("/run/pandastack-hugetlb.lock")
 #: The pool may hold at most 1/HOST_SHARE of the host's memory, all runtimes' shares together.
 HOST_SHARE = 4
 MAP_HUGETLB = 0x40000  # Linux, every architecture QEMU runs guests on here
@@ -69,10 +74,11 @@ def pages_for(memory_mb: int) -> int:
 class HugePagePool:
     def __init__(self, claim: Path, pages: int = 0, *, sysfs: Path = POOL_SYSFS,
                  progress: Callable[[str], None] = print,
-                 meminfo: Path = Path("/proc/meminfo")) -> None:
+                 meminfo: Path = Path("/proc/meminfo"), lock: Path = POOL_LOCK) -> None:
         """`claim`: this runtime's claim file (its directory holds every runtime's claims);
         `pages`: the share to add, 0 for none."""
         self.claim = claim
+        self.lock = lock
         self.pages = pages
         self.sysfs = sysfs
         self.meminfo = meminfo
@@ -196,21 +202,26 @@ class HugePagePool:
             await asyncio.wait([self._adding])
             self._adding = None
         if self.claim.exists():
-            def take_back() -> None:
-                with self._locked():
-                    self._take_back(self.claim)
-            await asyncio.to_thread(take_back)
+            await asyncio.to_thread(self.take_back_claim)
         self.state = "none"
         self.granted = 0
         self._held.clear()
+
+    def take_back_claim(self) -> None:
+        """Take back the share this pool's claim file names, whoever made it (`close`; and a
+        claim directory about to be removed, whose shares no sweep would find again)."""
+        with self._locked():
+            self._take_back(self.claim)
 
     # -- files ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        """Runtimes on one host change the pool's size one at a time."""
+        """Runtimes on one host change the pool's size one at a time (POOL_LOCK)."""
         self.claim.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.claim.parent / ".lock", "a") as lock:
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        with open(fd, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
