@@ -209,3 +209,47 @@ def test_pools_whose_claims_live_apart_resize_one_at_a_time(tmp_path: Path) -> N
     for worker in workers:
         worker.join()
     assert int((sysfs / "nr_hugepages").read_text()) == 0
+
+
+# Maps and touches argv[1] pool pages, says so, and keeps them until EOF: a VM of a runtime
+# that died, whose share was taken back under it.
+HOLD = f"""
+import mmap, sys
+size = int(sys.argv[1]) * {2 << 20}
+ram = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+for offset in range(0, size, {2 << 20}):
+    ram[offset] = 1
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_a_share_added_beside_surplus_pages_leaves_nothing_once_they_go(
+        pool: HugePagePool) -> None:
+    """A dead runtime's share taken back while its VMs still hold pages turns them into
+    surplus pages, which the kernel frees when those VMs end. The pool's size read back counts
+    them; a share added on that count made them persistent, and the pages stayed in the pool
+    when the VMs ended (a chaos run: 2048 pages, 4 GiB, no claim)."""
+    before = _pool()
+    if _pool("surplus_hugepages"):
+        pytest.skip("the host's pool has surplus pages already")
+    try:
+        (POOL_SYSFS / "nr_hugepages").write_text(f"{before + 2}\n")  # the dead one's share
+        holder = subprocess.Popen([sys.executable, "-c", HOLD, "2"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            # Taken back under its VM: the pool shrinks below the pages in use.
+            persistent = _pool() - _pool("free_hugepages") - 2
+            (POOL_SYSFS / "nr_hugepages").write_text(f"{persistent}\n")
+            assert _pool("surplus_hugepages") == 2 and _pool() == persistent + 2
+            assert not pool.lease("vm", 4)  # this runtime adds its share meanwhile
+            await _ready(pool)
+            assert pool.granted == 4
+            await pool.close()
+        finally:
+            holder.kill()
+            holder.wait()
+        assert (_pool(), _pool("surplus_hugepages")) == (persistent, 0)
+    finally:
+        (POOL_SYSFS / "nr_hugepages").write_text(f"{before}\n")
