@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -51,7 +52,7 @@ from tests.helpers import vmm_pids_under as vmm_pids_under
 from api import Server, live_agent, live_server
 from common import line
 from pandastack import Client
-from pandastack.host.config import HostConfig
+from pandastack.host.config import HUGETLB_CLAIMS_ROOT, HostConfig
 from pandastack.host.gc import orphan_vmms
 from pandastack.host.network.manager import HOST_VETH_PREFIX, NS_PREFIX, list_netns
 from pandastack.server.store.repo import LIVE_STATES
@@ -103,10 +104,27 @@ class Baseline:
     """What belonged to others when the run began (the machine is shared)."""
 
     taps: frozenset[str]
+    huge_pages: int  # the hugetlb pool's persistent pages no claim names
 
     @classmethod
     def now(cls) -> Baseline:
-        return cls(frozenset(host_taps()))
+        return cls(frozenset(host_taps()), unclaimed_huge_pages())
+
+
+def unclaimed_huge_pages() -> int:
+    """The kernel's hugetlb pool, persistent pages (less surplus), beyond what the runtimes'
+    claims name: pages a runtime added and nobody will take back (0 where there is no pool)."""
+    pool = Path("/sys/kernel/mm/hugepages/hugepages-2048kB")
+    try:
+        persistent = (int((pool / "nr_hugepages").read_text())
+                      - int((pool / "surplus_hugepages").read_text()))
+    except OSError:
+        return 0
+    claimed = 0
+    for claim in HUGETLB_CLAIMS_ROOT.glob("*.claim"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            claimed += int(json.loads(claim.read_text())["pages"])
+    return max(0, persistent - claimed)
 
 
 def claims(claims_dir: Path) -> dict[int, str]:
@@ -145,6 +163,8 @@ def leftovers(tmp: Path, sandboxes: Path, db: Path | None, base: Baseline,
              if int(v[len(HOST_VETH_PREFIX):]) not in again
              and int(v[len(HOST_VETH_PREFIX):]) not in claims(claims_dir)]
     left += [f"tap {t} in the host namespace" for t in sorted(host_taps() - base.taps)]
+    if stopped and (extra := unclaimed_huge_pages() - base.huge_pages) > 0:
+        left.append(f"{extra} hugetlb pool pages no runtime's claim names")
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     left += [f"mount {m.split()[4]}" for m in mounts if m.split()[4].startswith(str(tmp))]
     if sandboxes.is_dir():
