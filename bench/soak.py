@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -54,6 +53,7 @@ from common import line
 from pandastack import Client
 from pandastack.host.config import HUGETLB_CLAIMS_ROOT, HostConfig
 from pandastack.host.gc import orphan_vmms
+from pandastack.host.memory.huge_pool import claimed_pages, persistent_pages
 from pandastack.host.network.manager import HOST_VETH_PREFIX, NS_PREFIX, list_netns
 from pandastack.server.store.repo import LIVE_STATES
 
@@ -112,18 +112,13 @@ class Baseline:
 
 
 def unclaimed_huge_pages() -> int:
-    """The kernel's hugetlb pool, persistent pages (less surplus), beyond what the runtimes'
-    claims name: pages a runtime added and nobody will take back (0 where there is no pool)."""
-    pool = Path("/sys/kernel/mm/hugepages/hugepages-2048kB")
+    """The kernel's hugetlb pool, persistent pages, beyond what the runtimes' claims name:
+    pages a runtime added and nobody will take back (0 where there is no pool)."""
     try:
-        persistent = (int((pool / "nr_hugepages").read_text())
-                      - int((pool / "surplus_hugepages").read_text()))
+        persistent = persistent_pages()
     except OSError:
         return 0
-    claimed = 0
-    for claim in HUGETLB_CLAIMS_ROOT.glob("*.claim"):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            claimed += int(json.loads(claim.read_text())["pages"])
+    claimed = sum(claimed_pages(claim) for claim in HUGETLB_CLAIMS_ROOT.glob("*.claim"))
     return max(0, persistent - claimed)
 
 

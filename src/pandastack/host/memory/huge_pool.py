@@ -146,7 +146,7 @@ class HugePagePool:
 
     def _add_share(self) -> int:
         with self._locked():
-            before = self._persistent()
+            before = persistent_pages(self.sysfs)
             owner = {"pid": os.getpid(), "start": _start_time(os.getpid())}
             # Claimed before the pool grows: growing it by a few GiB can take seconds, and a
             # process killed in that write (a server SIGKILLed in its first fork) left pages
@@ -162,7 +162,7 @@ class HugePagePool:
                 return 0
             _write_json(self.claim, {**owner, "pages": pages, "pending": True})
             self._write_pool(before + pages)
-            granted = max(0, self._persistent() - before)
+            granted = max(0, persistent_pages(self.sysfs) - before)
             if granted:
                 _write_json(self.claim, {**owner, "pages": granted})
             else:
@@ -171,12 +171,9 @@ class HugePagePool:
 
     def _take_back(self, claim: Path) -> None:
         """(Under the lock.) Remove `claim`'s pages from the pool, then the claim."""
-        try:
-            pages = int(json.loads(claim.read_text())["pages"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pages = 0
+        pages = claimed_pages(claim)
         if pages > 0:
-            self._write_pool(max(0, self._persistent() - pages))
+            self._write_pool(max(0, persistent_pages(self.sysfs) - pages))
         claim.unlink(missing_ok=True)
 
     def sweep(self) -> None:
@@ -228,28 +225,38 @@ class HugePagePool:
     def _read(self, name: str) -> int:
         return int((self.sysfs / name).read_text())
 
-    def _persistent(self) -> int:
-        """The pool's persistent pages: what a write of `nr_hugepages` sets. Reading it back
-        counts surplus pages too (those a share taken back left in use: a dead runtime's VMs),
-        and a write of that count made them persistent: the pages of VMs that were about to
-        end stayed in the pool for good (a chaos run's SIGKILLed forks left 2048). Surplus is
-        read on both sides of the total, so a page freed in between is not counted twice."""
-        for _ in range(100):
-            surplus = self._surplus()
-            total = self._read("nr_hugepages")
-            if self._surplus() == surplus:
-                return max(0, total - surplus)
-        return max(0, self._read("nr_hugepages") - self._surplus())
-
-    def _surplus(self) -> int:
-        try:
-            return self._read("surplus_hugepages")
-        except FileNotFoundError:  # a stand-in pool with no surplus file
-            return 0
-
     def _write_pool(self, pages: int) -> None:
         # The kernel may grant fewer pages than asked when memory is short or fragmented.
         (self.sysfs / "nr_hugepages").write_text(f"{pages}\n")
+
+
+def persistent_pages(sysfs: Path = POOL_SYSFS) -> int:
+    """The pool's persistent pages: what a write of `nr_hugepages` sets. Reading it back
+    counts surplus pages too (those a share taken back left in use: a dead runtime's VMs),
+    and a write of that count made them persistent: the pages of VMs that were about to end
+    stayed in the pool for good (a chaos run's SIGKILLed forks left 2048). Surplus is read on
+    both sides of the total, so a page freed in between is not counted twice."""
+
+    def surplus() -> int:
+        try:
+            return int((sysfs / "surplus_hugepages").read_text())
+        except FileNotFoundError:  # a stand-in pool with no surplus file
+            return 0
+
+    for _ in range(100):
+        before = surplus()
+        total = int((sysfs / "nr_hugepages").read_text())
+        if surplus() == before:
+            return max(0, total - before)
+    return max(0, int((sysfs / "nr_hugepages").read_text()) - surplus())
+
+
+def claimed_pages(claim: Path) -> int:
+    """The pages a claim file names (0 if it cannot be read: gone, or not a claim)."""
+    try:
+        return int(json.loads(claim.read_text())["pages"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def _start_time(pid: int) -> str | None:
